@@ -1,0 +1,305 @@
+"""Configuration: pydantic-settings models, loading and validation.
+
+Sources, strongest first: ``NETCLAW_<SECTION>__<KEY>`` environment variables,
+the JSON file, built-in defaults. Unknown keys and invalid values raise
+:class:`~netclaw.errors.ConfigError` naming the key path. Secrets never live
+in the file: keys ending in ``_env`` name an environment variable.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from netclaw.errors import ConfigError
+
+ENV_PREFIX = "NETCLAW_"
+CONFIG_ENV = "NETCLAW_CONFIG"
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _check_env_name(value: str | None) -> str | None:
+    if value is not None and not _ENV_NAME.match(value):
+        raise ValueError(
+            f"{value!r} is not an environment variable name; `*_env` keys name the "
+            "variable that holds the secret, never the secret itself"
+        )
+    return value
+
+
+class ProviderConfig(_Section):
+    type: Literal["openai", "anthropic"] = "openai"
+    base_url: str = "http://127.0.0.1:11434/v1"
+    api_key_env: str | None = None
+    timeout_s: float = Field(180.0, gt=0)
+    max_retries: int = Field(4, ge=0, le=10)
+
+    _env = field_validator("api_key_env")(_check_env_name)
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError(f"{value!r} must start with http:// or https://")
+        return value.rstrip("/")
+
+    def api_key(self) -> str | None:
+        return os.environ.get(self.api_key_env) if self.api_key_env else None
+
+
+class ModelConfig(_Section):
+    provider: str = "local"
+    model: str = "qwen3:8b"
+    context_window: int = Field(32768, gt=0)
+    max_output_tokens: int = Field(4096, gt=0)
+
+    @model_validator(mode="after")
+    def _output_fits(self) -> ModelConfig:
+        if self.max_output_tokens >= self.context_window:
+            raise ValueError(
+                f"max_output_tokens ({self.max_output_tokens}) must be smaller than "
+                f"context_window ({self.context_window})"
+            )
+        return self
+
+
+class ModelsConfig(_Section):
+    main: ModelConfig = ModelConfig()
+    compaction: ModelConfig | None = None
+
+
+class SessionConfig(_Section):
+    compaction_threshold: float = Field(0.75, gt=0, le=1)
+    keep_recent_tool_results: int = Field(3, ge=0)
+    snapshot_interval: int = Field(20, ge=1)
+    idle_timeout_s: float = Field(1800.0, gt=0)
+    passivation_grace_s: float = Field(5.0, ge=0)
+    max_tool_iterations: int = Field(25, ge=1)
+    turn_timeout_s: float = Field(300.0, gt=0)
+    max_resident_sessions: int = Field(1000, ge=1)
+
+
+class HistoryConfig(_Section):
+    trim_budget_tokens: int | None = Field(None, gt=0)
+
+
+class GatewayConfig(_Section):
+    host: str = "127.0.0.1"
+    port: int = Field(5199, ge=0, le=65535)
+    control_token_env: str | None = None
+
+    _env = field_validator("control_token_env")(_check_env_name)
+
+
+class WebhookAuth(_Section):
+    type: Literal["hmac", "bearer"]
+    secret_env: str
+
+    _env = field_validator("secret_env")(_check_env_name)
+
+
+class WebhookRoute(_Section):
+    auth: WebhookAuth
+    session_key: str | None = None
+    text: str = "$.text"
+    audience: Literal["personal", "team", "public"] = "public"
+    max_body_bytes: int = Field(1_048_576, gt=0)
+    rate_limit_per_minute: int = Field(60, gt=0)
+
+
+class WebhooksConfig(_Section):
+    routes: dict[str, WebhookRoute] = {}
+
+
+class SlackConfig(_Section):
+    enabled: bool = False
+
+
+class DiscordConfig(_Section):
+    enabled: bool = False
+
+
+class AudienceConfig(_Section):
+    tools: list[str] | None = None  # None: every tool
+    memory_recall: bool = True
+
+
+class AgentConfig(_Section):
+    """Extension: how the agent presents itself to the model."""
+
+    system_prompt: str = (
+        "You are netclaw, a helpful assistant living in a chat thread. "
+        "Answer concisely. Use tools when they help."
+    )
+
+
+class JournalConfig(_Section):
+    """Extension: durability of the SQLite journal."""
+
+    synchronous: Literal["full", "normal"] = "full"
+
+
+class Settings(BaseSettings):
+    """The whole of ``netclaw.json``."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter="__",
+        extra="forbid",
+        frozen=True,
+        case_sensitive=False,
+    )
+
+    data_dir: Path = Path("./data")
+    providers: dict[str, ProviderConfig] = {"local": ProviderConfig()}
+    models: ModelsConfig = ModelsConfig()
+    session: SessionConfig = SessionConfig()
+    history: HistoryConfig = HistoryConfig()
+    gateway: GatewayConfig = GatewayConfig()
+    webhooks: WebhooksConfig = WebhooksConfig()
+    slack: SlackConfig = SlackConfig()
+    discord: DiscordConfig = DiscordConfig()
+    audiences: dict[str, AudienceConfig] = {}
+    agent: AgentConfig = AgentConfig()
+    journal: JournalConfig = JournalConfig()
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # The file arrives as init kwargs; the environment must beat it.
+        return (env_settings, init_settings)
+
+    @model_validator(mode="after")
+    def _references_exist(self) -> Settings:
+        for role in ("main", "compaction"):
+            model: ModelConfig | None = getattr(self.models, role)
+            if model is not None and model.provider not in self.providers:
+                known = ", ".join(sorted(self.providers)) or "none"
+                raise ValueError(
+                    f"models.{role}.provider: {model.provider!r} is not a configured provider "
+                    f"(configured: {known})"
+                )
+        return self
+
+    # Derived values, so the rule lives in one place.
+    @property
+    def trim_budget_tokens(self) -> int:
+        main = self.models.main
+        return self.history.trim_budget_tokens or main.context_window - main.max_output_tokens
+
+    @property
+    def compaction_model(self) -> ModelConfig:
+        return self.models.compaction or self.models.main
+
+    @property
+    def database_path(self) -> Path:
+        return self.data_dir / "netclaw.db"
+
+
+def find_config_path(explicit: str | os.PathLike[str] | None = None) -> Path | None:
+    """``--config``, else ``$NETCLAW_CONFIG``, else ./netclaw.json, else ~/.config/netclaw/."""
+    if explicit:
+        return Path(explicit)
+    if env := os.environ.get(CONFIG_ENV):
+        return Path(env)
+    for candidate in (Path("netclaw.json"), Path.home() / ".config" / "netclaw" / "netclaw.json"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def load_settings(
+    path: str | os.PathLike[str] | None = None, *, explicit: bool | None = None
+) -> Settings:
+    """Load config from ``path`` (or the usual places) plus the environment.
+
+    An explicitly named file that does not exist is an error; with no file at
+    all, built-in defaults apply.
+    """
+    if explicit is None:
+        explicit = path is not None or CONFIG_ENV in os.environ
+    found = find_config_path(path)
+    data: dict[str, Any] = {}
+    if found is not None:
+        data = _read_json(found, must_exist=explicit)
+    _reject_unknown_env_sections()
+    try:
+        settings = Settings(**data)
+    except ValidationError as exc:
+        where = f" in {found}" if found else ""
+        raise ConfigError(f"invalid configuration{where}:\n{format_validation_error(exc)}") from exc
+    if found is not None and not settings.data_dir.is_absolute():
+        # data_dir in a file is relative to that file, not to wherever `netclaw` was started.
+        rel = data.get("data_dir") is not None and "NETCLAW_DATA_DIR" not in os.environ
+        base = found.resolve().parent if rel else Path.cwd()
+        settings = settings.model_copy(update={"data_dir": (base / settings.data_dir).resolve()})
+    elif not settings.data_dir.is_absolute():
+        settings = settings.model_copy(update={"data_dir": settings.data_dir.resolve()})
+    return settings
+
+
+def _read_json(path: Path, *, must_exist: bool) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        if must_exist:
+            raise ConfigError(f"config file {path} does not exist") from exc
+        return {}
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from exc
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(
+            f"config file {path} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        ) from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a JSON object at the top level")
+    return data
+
+
+def _reject_unknown_env_sections() -> None:
+    known = {name.upper() for name in Settings.model_fields}
+    for name in os.environ:
+        upper = name.upper()
+        if not upper.startswith(ENV_PREFIX) or upper == CONFIG_ENV:
+            continue
+        section = upper[len(ENV_PREFIX) :].split("__", 1)[0]
+        if section not in known:
+            raise ConfigError(
+                f"environment variable {name}: {section.lower()!r} is not a config key "
+                f"(known: {', '.join(sorted(k.lower() for k in known))})"
+            )
+
+
+def format_validation_error(exc: ValidationError) -> str:
+    lines = []
+    for err in exc.errors():
+        path = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        if err["type"] == "extra_forbidden":
+            lines.append(f"  {path}: unknown key")
+        else:
+            lines.append(f"  {path}: {err['msg']}")
+    return "\n".join(lines)
+
+
+def redacted(settings: Settings) -> Mapping[str, Any]:
+    """The effective config as JSON-able data (it holds no secrets by design)."""
+    return settings.model_dump(mode="json")

@@ -1,0 +1,115 @@
+"""netclaw's exception tree, in one place.
+
+    NetclawError
+    ├── ConfigError                 bad or unknown config; message names the key path
+    ├── JournalError                the journal could not be read or written
+    │   ├── SequenceConflict        append with a stale expected sequence number
+    │   └── JournalCorrupt          a stored event or snapshot cannot be decoded
+    ├── ProviderError               an LLM call failed (``code`` is the error output's code)
+    │   ├── ContextOverflow         the prompt is larger than the model's window
+    │   ├── RateLimited             429; ``retry_after`` seconds if the server said
+    │   ├── ProviderUnavailable     5xx, connection or timeout: transient, retried
+    │   ├── ProviderAuthError       401/403: fix the key, not a retry
+    │   ├── ProviderBadRequest      the request itself was rejected (4xx)
+    │   └── ProviderProtocolError   the answer could not be understood
+    ├── ToolError                   a tool failed; becomes an ``is_error`` tool result
+    ├── SessionError
+    │   ├── IllegalTransition       a phase change the phase machine forbids
+    │   └── SessionUnavailable      the session could not be started or recovered
+    ├── AdapterError                a channel adapter failed; it is disabled, not the daemon
+    └── DaemonError                 start-up problems (port in use, data_dir locked)
+
+Third-party exceptions are translated at the boundary with ``raise ... from``.
+"""
+
+from __future__ import annotations
+
+
+class NetclawError(Exception):
+    """Base class: everything netclaw raises on purpose."""
+
+    code = "internal"
+
+
+class ConfigError(NetclawError):
+    code = "config_error"
+
+
+class JournalError(NetclawError):
+    code = "journal_error"
+
+
+class SequenceConflict(JournalError):
+    code = "sequence_conflict"
+
+    def __init__(self, persistence_id: str, expected: int, actual: int) -> None:
+        super().__init__(
+            f"journal for {persistence_id!r} is at seq {actual}, append expected {expected}: "
+            "another writer appended to this session"
+        )
+        self.persistence_id = persistence_id
+        self.expected = expected
+        self.actual = actual
+
+
+class JournalCorrupt(JournalError):
+    code = "journal_corrupt"
+
+
+class ProviderError(NetclawError):
+    code = "provider_error"
+    retryable = False
+
+
+class ContextOverflow(ProviderError):
+    code = "context_overflow"
+
+
+class RateLimited(ProviderError):
+    code = "rate_limited"
+    retryable = True
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class ProviderUnavailable(ProviderError):
+    code = "provider_unavailable"
+    retryable = True
+
+
+class ProviderAuthError(ProviderError):
+    code = "provider_auth"
+
+
+class ProviderBadRequest(ProviderError):
+    code = "provider_bad_request"
+
+
+class ProviderProtocolError(ProviderError):
+    code = "provider_protocol"
+
+
+class ToolError(NetclawError):
+    code = "tool_error"
+
+
+class SessionError(NetclawError):
+    code = "session_error"
+
+
+class IllegalTransition(SessionError):
+    code = "illegal_transition"
+
+
+class SessionUnavailable(SessionError):
+    code = "session_unavailable"
+
+
+class AdapterError(NetclawError):
+    code = "adapter_error"
+
+
+class DaemonError(NetclawError):
+    code = "daemon_error"

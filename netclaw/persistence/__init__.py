@@ -1,0 +1,18 @@
+"""Persistence: the event journal, snapshots and session index (SQLite by default)."""
+
+from netclaw.persistence._journal import Journal, NewEvent, SessionRow, Snapshot, StoredEvent
+from netclaw.persistence._migrations import apply_migrations, load_migrations, migrations_dir
+from netclaw.persistence._sqlite import SqliteJournal, prepare_database
+
+__all__ = [
+    "Journal",
+    "NewEvent",
+    "SessionRow",
+    "Snapshot",
+    "SqliteJournal",
+    "StoredEvent",
+    "apply_migrations",
+    "load_migrations",
+    "migrations_dir",
+    "prepare_database",
+]

@@ -1,0 +1,77 @@
+"""The journal and snapshot interfaces, and the records they carry.
+
+SQLite is the embedded implementation (:mod:`._sqlite`); a server database can
+implement the same protocol later. Payloads cross this boundary as JSON text so
+the journal never needs to know what an event means.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class NewEvent:
+    type: str
+    payload: str  # JSON
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEvent:
+    seq: int
+    type: str
+    payload: str  # JSON
+    ts: float
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    seq: int
+    state: str  # JSON
+    ts: float
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRow:
+    """The listing row kept beside a session's events (same transaction)."""
+
+    id: str
+    channel: str
+    title: str | None
+    turns: int
+    last_activity: float
+    pending: int
+    last_seq: int = 0
+
+
+class Journal(Protocol):
+    async def append(
+        self,
+        persistence_id: str,
+        expected_seq: int,
+        events: Sequence[NewEvent],
+        row: SessionRow | None = None,
+    ) -> int:
+        """Append after ``expected_seq`` (the last seq the writer saw); durable on return.
+
+        Returns the new last seq. Raises SequenceConflict if the journal moved.
+        """
+        ...
+
+    async def replay(self, persistence_id: str, after_seq: int = 0) -> list[StoredEvent]: ...
+
+    async def last_seq(self, persistence_id: str) -> int: ...
+
+    async def save_snapshot(self, persistence_id: str, seq: int, state: str) -> None: ...
+
+    async def load_snapshot(self, persistence_id: str) -> Snapshot | None: ...
+
+    async def list_sessions(self) -> list[SessionRow]: ...
+
+    async def get_session(self, persistence_id: str) -> SessionRow | None: ...
+
+    async def sessions_with_pending_input(self) -> list[str]: ...
+
+    async def close(self) -> None: ...

@@ -1,0 +1,44 @@
+"""Chat model providers: the protocol, the OpenAI-compatible implementation, a factory."""
+
+from __future__ import annotations
+
+from netclaw.config import ProviderConfig
+from netclaw.errors import ConfigError
+from netclaw.providers._base import (
+    Completion,
+    Delta,
+    OnDelta,
+    Provider,
+    ProviderRequest,
+    ToolSchema,
+    Usage,
+)
+from netclaw.providers._classify import classify_http_error, classify_transport_error
+from netclaw.providers._openai import OpenAIProvider
+
+__all__ = [
+    "Completion",
+    "Delta",
+    "OnDelta",
+    "OpenAIProvider",
+    "Provider",
+    "ProviderRequest",
+    "ToolSchema",
+    "Usage",
+    "classify_http_error",
+    "classify_transport_error",
+    "make_provider",
+]
+
+
+def make_provider(name: str, config: ProviderConfig) -> Provider:
+    """The provider for ``providers.<name>`` in the config."""
+    if config.type == "openai":
+        return OpenAIProvider(name, config)
+    if config.type == "anthropic":
+        raise ConfigError(
+            f"providers.{name}.type: the Anthropic provider is not available yet "
+            "(it arrives with a later issue); use an OpenAI-compatible endpoint "
+            'with type "openai" for now'
+        )
+    raise ConfigError(f"providers.{name}.type: unknown provider type {config.type!r}")

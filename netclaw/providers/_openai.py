@@ -1,0 +1,448 @@
+"""OpenAI-compatible chat completions (OpenAI, Ollama, vLLM, llama.cpp, LM Studio, ...).
+
+Streams ``POST {base_url}/chat/completions`` and parses the server-sent events
+by hand: the servers differ in small ways (where reasoning arrives, whether
+``[DONE]`` comes, errors inside the stream) and a small parser tolerates them
+all. Transient failures are retried only while nothing has been streamed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from netclaw.config import ProviderConfig
+from netclaw.errors import ProviderError, ProviderProtocolError, ProviderUnavailable
+from netclaw.messages import ChatMessage, ToolCall, new_id
+from netclaw.providers._base import (
+    Completion,
+    Delta,
+    OnDelta,
+    ProviderRequest,
+    ToolSchema,
+    Usage,
+)
+from netclaw.providers._classify import (
+    classify_http_error,
+    classify_transport_error,
+)
+from netclaw.providers._retry import with_retries
+
+log = logging.getLogger("netclaw.providers")
+
+
+# --------------------------------------------------------------------------- wire format
+
+
+def _plain(value: Any) -> Any:
+    """Deep-copy mappings/sequences into dicts/lists so ``json`` can encode them."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def message_to_wire(msg: ChatMessage) -> dict[str, Any]:
+    """One :class:`ChatMessage` as an OpenAI chat message.
+
+    ``thinking`` is never sent: servers reject or re-bill it. Markers
+    (breadcrumbs, summaries) go out as ordinary messages of their role.
+    """
+    if msg.role == "assistant":
+        out: dict[str, Any] = {"role": "assistant"}
+        if msg.tool_calls:
+            out["content"] = msg.content or None
+            out["tool_calls"] = [
+                {
+                    "id": call.id,
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": call.arguments or "{}"},
+                }
+                for call in msg.tool_calls
+            ]
+        else:
+            # Without tool_calls OpenAI requires content; null is rejected.
+            out["content"] = msg.content
+        return out
+    if msg.role == "tool":
+        return {"role": "tool", "tool_call_id": msg.tool_call_id or "", "content": msg.content}
+    return {"role": msg.role, "content": msg.content}
+
+
+def tool_to_wire(tool: ToolSchema) -> dict[str, Any]:
+    return {
+        "type": "function",
+        "function": {
+            "name": tool.name,
+            "description": tool.description,
+            "parameters": _plain(tool.parameters),
+        },
+    }
+
+
+def request_body(request: ProviderRequest) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": request.model,
+        "messages": [message_to_wire(m) for m in request.messages],
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "max_tokens": request.max_output_tokens,
+    }
+    if request.tools:
+        body["tools"] = [tool_to_wire(t) for t in request.tools]
+    return body
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def usage_from_wire(data: Mapping[str, Any]) -> Usage:
+    # prompt_tokens already includes cached tokens on OpenAI-style APIs, which is
+    # what context accounting wants (the whole prompt's size).
+    details = data.get("prompt_tokens_details")
+    cached = _int(details.get("cached_tokens")) if isinstance(details, Mapping) else 0
+    if not cached:
+        cached = _int(data.get("prompt_cache_hit_tokens"))  # DeepSeek
+    return Usage(
+        input_tokens=_int(data.get("prompt_tokens")),
+        output_tokens=_int(data.get("completion_tokens")),
+        cache_read_tokens=cached,
+    )
+
+
+# --------------------------------------------------------------------------- assembly
+
+
+@dataclass
+class _Progress:
+    """Shared across attempts: once anything was shown, no more retries."""
+
+    streamed: bool = False
+
+
+@dataclass
+class _PartialCall:
+    id: str = ""
+    name: str = ""
+    arguments: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Assembly:
+    """One attempt's answer as it arrives."""
+
+    provider: str
+    on_delta: OnDelta | None
+    progress: _Progress
+    text: list[str] = field(default_factory=list)
+    thinking: list[str] = field(default_factory=list)
+    calls: dict[int, _PartialCall] = field(default_factory=dict)
+    finish_reason: str | None = None
+    usage: Usage | None = None
+    done: bool = False
+
+    def emit(self, kind: str, piece: Any) -> None:
+        if not isinstance(piece, str) or not piece:
+            return
+        self.progress.streamed = True
+        if kind == "text":
+            self.text.append(piece)
+            if self.on_delta is not None:
+                self.on_delta(Delta("text", piece))
+        else:
+            self.thinking.append(piece)
+            if self.on_delta is not None:
+                self.on_delta(Delta("thinking", piece))
+
+    def add_call_piece(self, position: int, piece: Mapping[str, Any]) -> None:
+        index = piece.get("index")
+        piece_id = piece.get("id") if isinstance(piece.get("id"), str) else None
+        if not isinstance(index, int):
+            # No index (some servers send whole calls): match by id, else by position.
+            known = [i for i, c in self.calls.items() if piece_id and c.id == piece_id]
+            if known:
+                index = known[0]
+            elif piece_id:
+                index = len(self.calls)
+            else:
+                index = position
+        call = self.calls.setdefault(index, _PartialCall())
+        if piece_id and not call.id:
+            call.id = piece_id
+        fn = piece.get("function")
+        if isinstance(fn, Mapping):
+            name = fn.get("name")
+            # Some servers repeat the full name in every piece; others split it.
+            if isinstance(name, str) and name and name != call.name:
+                call.name += name
+            args = fn.get("arguments")
+            if isinstance(args, str):
+                call.arguments.append(args)
+            elif isinstance(args, Mapping):  # already-parsed arguments
+                call.arguments.append(json.dumps(_plain(args)))
+
+    def add_choice(self, choice: Mapping[str, Any], *, whole: bool = False) -> None:
+        delta = choice.get("message" if whole else "delta")
+        if not isinstance(delta, Mapping):
+            delta = {}
+        reasoning = delta.get("reasoning_content")
+        if not reasoning:
+            reasoning = delta.get("reasoning")
+        self.emit("thinking", reasoning)
+        self.emit("text", delta.get("content"))
+        calls = delta.get("tool_calls")
+        if isinstance(calls, list):
+            for position, piece in enumerate(calls):
+                if isinstance(piece, Mapping):
+                    self.add_call_piece(position, piece)
+        finish = choice.get("finish_reason")
+        if isinstance(finish, str) and finish:
+            self.finish_reason = finish
+
+    def add_chunk(self, chunk: Any) -> None:
+        if not isinstance(chunk, Mapping):
+            raise ProviderProtocolError(
+                f"provider {self.provider!r}: stream chunk is not a JSON object: {str(chunk)[:200]}"
+            )
+        if chunk.get("error"):
+            # Some servers report failures inside a 200 stream.
+            raise classify_http_error(500, json.dumps(_plain(chunk)), {}, self.provider)
+        choices = chunk.get("choices")
+        if isinstance(choices, list):
+            for choice in choices:
+                # n=1: everything is choice 0; servers omitting the index mean it too.
+                if isinstance(choice, Mapping) and choice.get("index", 0) == 0:
+                    self.add_choice(choice)
+        usage = chunk.get("usage")
+        if isinstance(usage, Mapping):
+            self.usage = usage_from_wire(usage)
+
+    def completion(self) -> Completion:
+        calls = tuple(
+            ToolCall(
+                id=c.id or new_id("call"),
+                name=c.name,
+                arguments="".join(c.arguments).strip() or "{}",
+            )
+            for _, c in sorted(self.calls.items())
+        )
+        return Completion(
+            text="".join(self.text),
+            tool_calls=calls,
+            thinking="".join(self.thinking),
+            usage=self.usage,
+            finish_reason=self.finish_reason,
+        )
+
+
+# --------------------------------------------------------------------------- SSE
+
+
+async def _sse_data(lines: AsyncIterator[str]) -> AsyncIterator[str]:
+    """The ``data`` payload of each server-sent event (comments and other fields dropped)."""
+    data: list[str] = []
+    async for line in lines:
+        if not line:
+            if data:
+                yield "\n".join(data)
+                data = []
+            continue
+        if line.startswith(":"):
+            continue
+        fieldname, _, value = line.partition(":")
+        if fieldname != "data":
+            continue
+        data.append(value[1:] if value.startswith(" ") else value)
+    if data:  # some servers omit the final blank line
+        yield "\n".join(data)
+
+
+def _decode_event(payload: str) -> list[Any]:
+    """JSON chunks in one event; tolerates servers that pack one chunk per data line."""
+    try:
+        return [json.loads(payload)]
+    except ValueError:
+        if "\n" not in payload:
+            raise
+        return [json.loads(line) for line in payload.split("\n") if line.strip()]
+
+
+# --------------------------------------------------------------------------- provider
+
+
+class OpenAIProvider:
+    """A :class:`~netclaw.providers.Provider` for OpenAI-compatible servers."""
+
+    def __init__(
+        self,
+        name: str,
+        config: ProviderConfig,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        retry_base_delay: float = 0.5,
+    ) -> None:
+        self.name = name
+        self._retry_base_delay = retry_base_delay  # tests shrink the backoff
+        self.config = config
+        self.base_url = config.base_url.rstrip("/")
+        self._client = httpx.AsyncClient(
+            timeout=httpx.Timeout(config.timeout_s, connect=min(10.0, config.timeout_s)),
+            transport=transport,
+        )
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"Accept": "text/event-stream, application/json"}
+        key = self.config.api_key()
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        return headers
+
+    def _http_error(self, response: httpx.Response, body: bytes) -> ProviderError:
+        return classify_http_error(
+            response.status_code,
+            body.decode("utf-8", errors="replace"),
+            response.headers,
+            self.name,
+            api_key_env=self.config.api_key_env,
+        )
+
+    def _transport_error(self, exc: httpx.HTTPError) -> ProviderError:
+        return classify_transport_error(
+            exc, self.name, self.base_url, timeout_s=self.config.timeout_s
+        )
+
+    async def complete(
+        self, request: ProviderRequest, on_delta: OnDelta | None = None
+    ) -> Completion:
+        body = request_body(request)
+        progress = _Progress()
+
+        async def attempt() -> Completion:
+            answer = _Assembly(self.name, on_delta, progress)
+            try:
+                async with self._client.stream(
+                    "POST",
+                    f"{self.base_url}/chat/completions",
+                    json=body,
+                    headers=self._headers(),
+                ) as response:
+                    if not response.is_success:
+                        raise self._http_error(response, await response.aread())
+                    ctype = response.headers.get("content-type", "").lower()
+                    if "json" in ctype and "event-stream" not in ctype:
+                        # The server ignored stream=true.
+                        await self._read_whole(response, answer)
+                    else:
+                        await self._read_stream(response, answer)
+            except httpx.HTTPError as exc:
+                raise self._transport_error(exc) from exc
+            return answer.completion()
+
+        return await with_retries(
+            attempt,
+            max_retries=self.config.max_retries,
+            can_retry=lambda: not progress.streamed,
+            base_delay=self._retry_base_delay,
+        )
+
+    async def _read_whole(self, response: httpx.Response, answer: _Assembly) -> None:
+        raw = await response.aread()
+        try:
+            data = json.loads(raw)
+        except ValueError as exc:
+            raise ProviderProtocolError(
+                f"provider {self.name!r}: response is not valid JSON: "
+                f"{raw[:200].decode('utf-8', errors='replace')}"
+            ) from exc
+        if not isinstance(data, Mapping):
+            raise ProviderProtocolError(f"provider {self.name!r}: response is not a JSON object")
+        if data.get("error"):
+            raise classify_http_error(500, json.dumps(_plain(data)), {}, self.name)
+        choices = data.get("choices")
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
+            raise ProviderProtocolError(f"provider {self.name!r}: response has no choices")
+        answer.add_choice(choices[0], whole=True)
+        usage = data.get("usage")
+        if isinstance(usage, Mapping):
+            answer.usage = usage_from_wire(usage)
+        answer.done = True
+
+    async def _read_stream(self, response: httpx.Response, answer: _Assembly) -> None:
+        saw_data = False
+        stray: list[str] = []  # non-SSE text, to report a body that is not a stream
+
+        async def lines() -> AsyncIterator[str]:
+            async for line in response.aiter_lines():
+                is_sse = line.startswith(("data", ":", "event", "id", "retry"))
+                if line and not is_sse and sum(map(len, stray)) < 300:
+                    stray.append(line)
+                yield line
+
+        try:
+            async for payload in _sse_data(lines()):
+                saw_data = True
+                if payload.strip() == "[DONE]":
+                    answer.done = True
+                    break
+                try:
+                    chunks = _decode_event(payload)
+                except ValueError as exc:
+                    raise ProviderProtocolError(
+                        f"provider {self.name!r}: stream event is not JSON: {payload[:200]}"
+                    ) from exc
+                for chunk in chunks:
+                    answer.add_chunk(chunk)
+        except httpx.TimeoutException as exc:
+            raise ProviderUnavailable(
+                f"provider {self.name!r}: stream stalled: no data from {self.base_url} for "
+                f"{self.config.timeout_s:g} s"
+            ) from exc
+        except httpx.TransportError as exc:
+            # The connection broke under an answer that was under way.
+            raise ProviderUnavailable(
+                f"provider {self.name!r}: stream ended early: connection to {self.base_url} "
+                f"lost ({str(exc) or type(exc).__name__})"
+            ) from exc
+        if not saw_data and stray:
+            ctype = response.headers.get("content-type", "?")
+            raise ProviderProtocolError(
+                f"provider {self.name!r}: answer is not an event stream ({ctype}): "
+                f"{' '.join(stray)[:300]}"
+            )
+        if not answer.done and answer.finish_reason is None:
+            raise ProviderUnavailable(
+                f"provider {self.name!r}: stream ended early: the connection to "
+                f"{self.base_url} closed before the answer was complete"
+            )
+
+    async def check(self) -> str:
+        url = f"{self.base_url}/models"
+        try:
+            response = await self._client.get(url, headers=self._headers())
+        except httpx.HTTPError as exc:
+            raise self._transport_error(exc) from exc
+        if response.status_code in (404, 405):
+            # Not every compatible server lists models; it answered, which is the point.
+            return f"reachable, GET /models answered HTTP {response.status_code}"
+        if not response.is_success:
+            raise self._http_error(response, response.content)
+        try:
+            data = response.json()
+        except ValueError:
+            return f"reachable (HTTP {response.status_code})"
+        models = data.get("data") if isinstance(data, Mapping) else None
+        if not isinstance(models, list):
+            models = data.get("models") if isinstance(data, Mapping) else None  # Ollama-native
+        if not isinstance(models, list):
+            return f"reachable (HTTP {response.status_code})"
+        return f"reachable, {len(models)} model{'' if len(models) == 1 else 's'}"
+
+    async def aclose(self) -> None:
+        await self._client.aclose()

@@ -1,0 +1,176 @@
+"""The I/O loop thread and the actor↔loop bridge (ARCHITECTURE.md §1).
+
+Actors own state; the loop owns I/O. An actor hands a coroutine to
+:meth:`IoLoop.submit` and gets the outcome back as a message told to it (never
+by waiting on the loop). Loop code reaches an actor with ``tell`` only, and an
+actor answers loop code through a :class:`Reply`, which resolves an asyncio
+future with ``call_soon_threadsafe`` — so neither side ever blocks the other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import threading
+from collections.abc import Callable, Coroutine
+from typing import Any, Generic, Protocol, TypeVar
+
+T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+
+class Tellable(Protocol):
+    """What the bridge needs of an actor: pykka's ``ActorRef.tell``."""
+
+    def tell(self, message: Any) -> None: ...
+
+
+class IoLoop:
+    """One asyncio event loop running in its own daemon thread."""
+
+    def __init__(self, name: str = "netclaw-io") -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._started = threading.Event()
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        return self._loop
+
+    def start(self) -> IoLoop:
+        self._thread.start()
+        self._started.wait()
+        return self
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._loop.call_soon(self._started.set)
+        self._loop.run_forever()
+        # Let cancelled tasks unwind before the loop closes.
+        pending = asyncio.all_tasks(self._loop)
+        for task in pending:
+            task.cancel()
+        if pending:
+            self._loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        self._loop.run_until_complete(self._loop.shutdown_asyncgens())
+        self._loop.close()
+
+    def in_loop_thread(self) -> bool:
+        return threading.current_thread() is self._thread
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """Run ``coro`` on the loop; callable from any thread."""
+        return asyncio.run_coroutine_threadsafe(coro, self._loop)
+
+    def call(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn(*args)`` on the loop soon; callable from any thread."""
+        self._loop.call_soon_threadsafe(fn, *args)
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        """Block the *calling* thread until ``coro`` finishes on the loop.
+
+        Only for threads that may block: start-up code, tests, and an actor's
+        persist (the one blocking call an actor makes). Never from the loop.
+        """
+        if self.in_loop_thread():
+            raise RuntimeError("IoLoop.run() called on the loop thread; it would deadlock")
+        return self.submit(coro).result(timeout)
+
+    def submit_and_tell(
+        self,
+        coro: Coroutine[Any, Any, T],
+        actor: Tellable,
+        on_result: Callable[[T], Any],
+        on_error: Callable[[BaseException], Any],
+    ) -> concurrent.futures.Future[T]:
+        """Run ``coro`` on the loop and tell ``actor`` the message built from its outcome."""
+        future = self.submit(coro)
+
+        def done(fut: concurrent.futures.Future[T]) -> None:
+            try:
+                message = on_result(fut.result())
+            except (concurrent.futures.CancelledError, asyncio.CancelledError) as exc:
+                # CancelledError is a BaseException in asyncio; it must never reach pykka.
+                message = on_error(exc)
+            except Exception as exc:
+                message = on_error(exc)
+            with contextlib.suppress(Exception):  # the actor may have stopped; its result is stale
+                actor.tell(message)
+
+        future.add_done_callback(done)
+        return future
+
+    def stop(self, timeout: float = 5.0) -> None:
+        if not self._thread.is_alive():
+            return
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            log.warning("I/O loop thread did not stop within %.1fs", timeout)
+
+
+class Timer:
+    """A cancellable ``tell`` after a delay, schedulable from any thread."""
+
+    __slots__ = ("_cancelled", "_handle", "_io")
+
+    def __init__(self, io: IoLoop, delay: float, actor: Tellable, message: Any) -> None:
+        self._io = io
+        self._handle: asyncio.TimerHandle | None = None
+        self._cancelled = False
+        io.call(self._schedule, delay, actor, message)
+
+    def _schedule(self, delay: float, actor: Tellable, message: Any) -> None:
+        if not self._cancelled:
+            self._handle = self._io.loop.call_later(delay, _tell_quietly, actor, message)
+
+    def cancel(self) -> None:
+        if not self._cancelled:
+            self._cancelled = True
+            with contextlib.suppress(RuntimeError):  # loop already closed
+                self._io.call(self._cancel_on_loop)
+
+    def _cancel_on_loop(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+
+
+def _tell_quietly(actor: Tellable, message: Any) -> None:
+    with contextlib.suppress(Exception):  # a stopped actor has no use for its timer
+        actor.tell(message)
+
+
+class Reply(Generic[T]):
+    """A one-shot answer from an actor to a coroutine waiting on the loop.
+
+    Created on the loop; resolved from any thread. Resolving twice is a no-op,
+    so an actor can answer "durable" and later "failed" without care.
+    """
+
+    __slots__ = ("_future", "_loop")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self._loop = loop or asyncio.get_running_loop()
+        self._future: asyncio.Future[T] = self._loop.create_future()
+
+    def resolve(self, value: T) -> None:
+        self._loop.call_soon_threadsafe(self._set, value, None)
+
+    def fail(self, exc: BaseException) -> None:
+        self._loop.call_soon_threadsafe(self._set, None, exc)
+
+    def _set(self, value: T | None, exc: BaseException | None) -> None:
+        if self._future.done():
+            return
+        if exc is not None:
+            self._future.set_exception(exc)
+        else:
+            self._future.set_result(value)  # type: ignore[arg-type]
+
+    async def wait(self, timeout: float | None = None) -> T:
+        return await asyncio.wait_for(asyncio.shield(self._future), timeout)
+
+    def done(self) -> bool:
+        return self._future.done()

@@ -1,0 +1,571 @@
+"""The session actor: one pykka thread per resident session.
+
+It owns the session's state and phase, processes one turn at a time, and does
+no I/O itself: provider and tool work runs on the I/O loop and comes back as
+messages carrying an op id (anything else is stale and dropped). The one
+blocking call it makes is persist — wait for the journal's durable ack before
+applying events — so what it acknowledges is never lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import pykka
+
+from netclaw.config import Settings
+from netclaw.errors import ProviderError, SessionUnavailable
+from netclaw.messages import ChatMessage, new_id
+from netclaw.persistence import Journal, NewEvent, SessionRow
+from netclaw.providers import Completion, Provider, ProviderRequest
+from netclaw.runtime import IoLoop, Reply, Timer
+from netclaw.sessions._commands import (
+    Admission,
+    ConfirmStop,
+    GraceElapsed,
+    IdleTick,
+    OpFailed,
+    PassivateNow,
+    ProviderDelta,
+    ProviderDone,
+    Routed,
+    SendUserMessage,
+    Shutdown,
+    Subscribe,
+    ToolsDone,
+    TurnTimeout,
+    Unsubscribe,
+)
+from netclaw.sessions._events import (
+    InputAdmitted,
+    SessionEvent,
+    SessionTitleSet,
+    StepRecorded,
+    TurnRecorded,
+    TurnStarted,
+    TurnStatus,
+    encode,
+)
+from netclaw.sessions._outputs import Output
+from netclaw.sessions._phases import Phase, PhaseMachine
+from netclaw.sessions._recovery import load_state
+from netclaw.sessions._state import SessionState, TurnOutcome
+from netclaw.sessions._subscribers import Subscriber, SubscriberSet
+from netclaw.sessions._turn import (
+    TurnRun,
+    assistant_message,
+    build_context,
+    interrupted_results,
+    make_title,
+    tool_message,
+)
+from netclaw.tools import ToolRegistry
+
+log = logging.getLogger(__name__)
+
+PERSIST_TIMEOUT_S = 30.0
+RECOVERY_TIMEOUT_S = 60.0
+TOOL_TIMEOUT_S = 120.0
+
+
+class ManagerPort(Protocol):
+    """What a session tells its manager. Called on the I/O loop (via ``IoLoop.call``)."""
+
+    def phase_changed(self, session_id: str, ref: Any, phase: Phase) -> None: ...
+
+    def stop_requested(self, session_id: str, ref: Any, received: int, epoch: int) -> None: ...
+
+    def actor_failed(self, session_id: str, ref: Any, reason: str) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class SessionDeps:
+    io: IoLoop
+    journal: Journal
+    provider: Provider
+    tools: ToolRegistry
+    settings: Settings
+    manager: ManagerPort
+
+
+class SessionActor(pykka.ThreadingActor):  # type: ignore[misc]
+    def __init__(self, session_id: str, deps: SessionDeps) -> None:
+        super().__init__()
+        self.session_id = session_id
+        self.deps = deps
+        self.cfg = deps.settings.session
+        self.state = SessionState(session_id)
+        self.phases = PhaseMachine()
+        self.subscribers = SubscriberSet()
+        self.run: TurnRun | None = None
+        self.waiters: dict[str, list[Reply[TurnOutcome]]] = {}
+        self.received = 0  # routed commands received (compared with the manager's count)
+        self.broken: str | None = None
+        self._op_counter = 0
+        self._epoch = 0  # idle/passivation generation; bumps invalidate old timers
+        self._idle_timer: Timer | None = None
+        self._turn_timer: Timer | None = None
+        self._snapshot_seq = 0
+
+    # -- pykka hooks --------------------------------------------------------------------------
+
+    def on_start(self) -> None:
+        # on_start failures call neither on_failure nor on_stop in pykka: catch them here and
+        # stay alive in a "broken" mode that fails whatever was routed to us, until retired.
+        try:
+            self._recover()
+        except Exception as exc:
+            self._break(f"recovery failed: {exc}", exc)
+
+    def on_receive(self, message: Any) -> Any:
+        if isinstance(message, Routed):
+            self.received += 1
+        if self.broken is not None:
+            self._refuse(message)
+            return None
+        try:
+            self._dispatch(message)
+        except (Exception, asyncio.CancelledError) as exc:  # a BaseException would stop ALL actors
+            # Keep pykka out of it (it would stop us with commands still queued, leaving their
+            # callers hanging). Fail what waits on us; the manager retires us and the next
+            # command recovers a fresh actor from the journal.
+            self._break(f"{type(exc).__name__}: {exc}", exc)
+        return None
+
+    def on_stop(self) -> None:
+        self._cancel_timers()
+        if self.run is not None and self.run.future is not None:
+            self.run.future.cancel()
+        reason = SessionUnavailable(f"session {self.session_id} stopped")
+        for replies in self.waiters.values():
+            for reply in replies:
+                reply.fail(reason)
+        self.waiters.clear()
+
+    # -- dispatch -----------------------------------------------------------------------------
+
+    def _dispatch(self, message: Any) -> None:
+        if isinstance(message, Routed) and self.phases.phase is Phase.PASSIVATING:
+            if not isinstance(message, PassivateNow):
+                self._set_phase(Phase.READY)  # anything routed to us aborts passivation
+        match message:
+            case SendUserMessage():
+                self._admit(message)
+            case Subscribe(sub_id=sub_id, filter=mask, sink=sink):
+                self.subscribers.add(Subscriber(sub_id, mask, sink))
+                self.subscribers.send_to(
+                    sub_id,
+                    self._output(
+                        "joined",
+                        title=self.state.title,
+                        turns=self.state.turns,
+                        phase=self.phases.phase.value,
+                    ),
+                )
+            case Unsubscribe(sub_id=sub_id):
+                self.subscribers.remove(sub_id)
+                self._arm_idle()
+            case PassivateNow():
+                if self._idle():
+                    self._begin_passivation(grace=0.0)
+            case ProviderDelta(op_id=op_id, delta=delta):
+                if self._current(op_id):
+                    self._on_delta(delta.kind, delta.text)
+            case ProviderDone(op_id=op_id, completion=completion):
+                if self._current(op_id):
+                    self._on_completion(completion)
+            case ToolsDone(op_id=op_id, results=results):
+                if self._current(op_id):
+                    self._on_tool_results(results)
+            case OpFailed(op_id=op_id, error=error):
+                if self._current(op_id):
+                    self._on_op_failed(error)
+            case TurnTimeout(turn=turn):
+                if self.run is not None and self.run.turn == turn:
+                    limit = self.cfg.turn_timeout_s
+                    self._fail_turn(
+                        "turn_timeout", f"the turn took longer than {limit:g}s and was stopped", "timed_out"
+                    )
+            case IdleTick(epoch=epoch):
+                if epoch == self._epoch and self._idle():
+                    self._begin_passivation(grace=self.cfg.passivation_grace_s)
+            case GraceElapsed(epoch=epoch):
+                if epoch == self._epoch and self.phases.phase is Phase.PASSIVATING:
+                    self._finish_passivation()
+            case ConfirmStop(epoch=epoch):
+                if epoch == self._epoch and self.phases.phase is Phase.PASSIVATING:
+                    self.stop()
+            case Shutdown():
+                self.stop()
+            case _:
+                log.warning("%s: ignoring unknown message %r", self.session_id, message)
+
+    def _current(self, op_id: int) -> bool:
+        if self.run is not None and self.run.op_id == op_id:
+            return True
+        log.debug("%s: dropping stale result of op %d", self.session_id, op_id)
+        return False
+
+    # -- recovery -----------------------------------------------------------------------------
+
+    def _recover(self) -> None:
+        started = time.perf_counter()
+        state = self.deps.io.run(load_state(self.deps.journal, self.session_id), RECOVERY_TIMEOUT_S)
+        self.state = state
+        self._snapshot_seq = state.seq
+        self._set_phase(Phase.READY)
+        log.debug(
+            "%s: recovered at seq %d in %.1f ms",
+            self.session_id,
+            state.seq,
+            (time.perf_counter() - started) * 1000,
+        )
+        if state.active is not None:
+            log.info("%s: resuming turn %d interrupted by a restart", self.session_id, state.active.turn)
+            self._begin_turn()
+        else:
+            self._start_next_turn()
+
+    # -- persistence --------------------------------------------------------------------------
+
+    def _persist(self, *events: SessionEvent) -> None:
+        """Append durably, then apply. Raises (and applies nothing) if the write fails."""
+        now = time.time()
+        state = self.state
+        for event in events:
+            state = state.apply(event, state.seq + 1, now)
+        row = SessionRow(
+            id=state.session_id,
+            channel=state.channel,
+            title=state.title,
+            turns=state.turns,
+            last_activity=now,
+            pending=state.pending_inputs,
+        )
+        encoded = [NewEvent(*encode(e)) for e in events]
+        self.deps.io.run(
+            self.deps.journal.append(self.session_id, self.state.seq, encoded, row), PERSIST_TIMEOUT_S
+        )
+        self.state = state
+        if state.seq - self._snapshot_seq >= self.deps.settings.session.snapshot_interval:
+            self._snapshot(wait=False)
+
+    def _snapshot(self, *, wait: bool) -> None:
+        seq, data = self.state.seq, self.state.to_json()
+        future = self.deps.io.submit(self.deps.journal.save_snapshot(self.session_id, seq, data))
+        self._snapshot_seq = seq
+        if wait:
+            future.result(PERSIST_TIMEOUT_S)
+        else:
+            future.add_done_callback(self._log_snapshot_failure)
+
+    def _log_snapshot_failure(self, future: Any) -> None:
+        if not future.cancelled() and future.exception() is not None:
+            log.warning("%s: snapshot failed: %s", self.session_id, future.exception())
+
+    # -- admission ----------------------------------------------------------------------------
+
+    def _admit(self, cmd: SendUserMessage) -> None:
+        now = time.time()
+        known = self.state.seen(cmd.identity, now) if cmd.identity else None
+        if known is not None:
+            cmd.ack.resolve(Admission(self.session_id, known, duplicate=True))
+            if cmd.done is not None:
+                self._wait_for_outcome(known, cmd.done)
+            return
+        message = ChatMessage(
+            id=new_id("u"),
+            role="user",
+            content=cmd.text,
+            ts=cmd.ts,
+            identity=cmd.identity or f"msg:{cmd.ts:.6f}",
+            user=cmd.user,
+        )
+        events: list[SessionEvent] = [InputAdmitted(message)]
+        start_now = self.phases.phase is Phase.READY and self.state.active is None and not self.state.inbox
+        if start_now:  # one write for "admitted" and "started" when nothing is queued
+            events.append(TurnStarted(self.state.turns + 1, message.id))
+        try:
+            self._persist(*events)
+        except Exception as exc:
+            cmd.ack.fail(exc)  # not durable, so not acknowledged
+            raise
+        cmd.ack.resolve(Admission(self.session_id, message.id, duplicate=False))
+        if cmd.done is not None:
+            self.waiters.setdefault(message.id, []).append(cmd.done)
+        if start_now:
+            self._begin_turn()
+
+    def _wait_for_outcome(self, message_id: str, reply: Reply[TurnOutcome]) -> None:
+        outcome = self.state.outcomes.get(message_id)
+        if outcome is not None:
+            reply.resolve(outcome)
+        else:
+            self.waiters.setdefault(message_id, []).append(reply)
+
+    # -- the turn -----------------------------------------------------------------------------
+
+    def _start_next_turn(self) -> None:
+        if self.phases.phase is Phase.READY and self.state.active is None and self.state.inbox:
+            self._persist(TurnStarted(self.state.turns + 1, self.state.inbox[0].id))
+            self._begin_turn()
+        else:
+            self._arm_idle()
+
+    def _begin_turn(self) -> None:
+        active = self.state.active
+        assert active is not None
+        self._cancel_idle()
+        self._set_phase(Phase.PROCESSING)
+        self.run = TurnRun(turn=active.turn, message_id=active.message_id, iteration=active.steps)
+        self._turn_timer = Timer(self.deps.io, self.cfg.turn_timeout_s, self.actor_ref, TurnTimeout(active.turn))
+        self._call_provider()
+
+    def _next_op(self) -> int:
+        self._op_counter += 1
+        assert self.run is not None
+        self.run.op_id = self._op_counter
+        return self._op_counter
+
+    def _call_provider(self) -> None:
+        run = self.run
+        assert run is not None
+        op_id = self._next_op()
+        model = self.deps.settings.models.main
+        tools_allowed = run.iteration < self.cfg.max_tool_iterations
+        request = ProviderRequest(
+            model=model.model,
+            messages=build_context(self.state, self.deps.settings.agent.system_prompt),
+            tools=self.deps.tools.schemas() if tools_allowed else (),
+            max_output_tokens=model.max_output_tokens,
+        )
+        ref = self.actor_ref
+
+        def on_delta(delta: Any) -> None:  # runs on the loop: a queue put, never blocks
+            ref.tell(ProviderDelta(op_id, delta))
+
+        run.future = self.deps.io.submit_and_tell(
+            self.deps.provider.complete(request, on_delta),
+            ref,
+            lambda completion: ProviderDone(op_id, completion),
+            lambda error: OpFailed(op_id, error),
+        )
+
+    def _on_delta(self, kind: str, text: str) -> None:
+        assert self.run is not None
+        if kind == "text" and text:
+            self.run.deltas += 1
+            self.subscribers.publish(self._output("text_delta", turn=self.run.turn, delta=text))
+
+    def _on_completion(self, completion: Completion) -> None:
+        run = self.run
+        assert run is not None
+        if completion.usage is not None:
+            self.subscribers.publish(
+                self._output(
+                    "usage",
+                    turn=run.turn,
+                    input_tokens=completion.usage.input_tokens,
+                    output_tokens=completion.usage.output_tokens,
+                    context_window=self.deps.settings.models.main.context_window,
+                )
+            )
+        if completion.thinking:
+            self.subscribers.publish(self._output("thinking", turn=run.turn, text=completion.thinking))
+        wants_tools = bool(completion.tool_calls) and run.iteration < self.cfg.max_tool_iterations
+        if not wants_tools:
+            self._complete_turn(completion)
+            return
+        assistant = assistant_message(completion, with_tool_calls=True)
+        for call in assistant.tool_calls:
+            self.subscribers.publish(
+                self._output("tool_call", turn=run.turn, id=call.id, name=call.name, arguments=call.arguments)
+            )
+        run.pending_calls = assistant
+        op_id = self._next_op()
+        run.future = self.deps.io.submit_and_tell(
+            self.deps.tools.run_batch(assistant.tool_calls, min(TOOL_TIMEOUT_S, self.cfg.turn_timeout_s)),
+            self.actor_ref,
+            lambda results: ToolsDone(op_id, results),
+            lambda error: OpFailed(op_id, error),
+        )
+
+    def _on_tool_results(self, results: Any) -> None:
+        run = self.run
+        assert run is not None and run.pending_calls is not None
+        messages = [tool_message(r.call, r.content, r.is_error) for r in results]
+        self._persist(StepRecorded(run.turn, (run.pending_calls, *messages)))
+        run.pending_calls = None
+        for result, message in zip(results, messages, strict=True):
+            self.subscribers.publish(
+                self._output(
+                    "tool_result",
+                    turn=run.turn,
+                    id=result.call.id,
+                    name=result.call.name,
+                    content=message.content,
+                    is_error=message.is_error,
+                )
+            )
+        run.iteration += 1
+        self._call_provider()
+
+    def _on_op_failed(self, error: BaseException) -> None:
+        if isinstance(error, ProviderError):
+            self._fail_turn(error.code, str(error), "failed")
+        else:
+            log.error("%s: turn work failed: %r", self.session_id, error)
+            self._fail_turn("internal", f"the turn failed unexpectedly: {type(error).__name__}", "failed")
+
+    def _complete_turn(self, completion: Completion) -> None:
+        run = self.run
+        assert run is not None
+        reply = assistant_message(completion, with_tool_calls=False)
+        usage = None
+        if completion.usage is not None:
+            usage = {
+                "input_tokens": completion.usage.input_tokens,
+                "output_tokens": completion.usage.output_tokens,
+            }
+        events: list[SessionEvent] = [
+            TurnRecorded(run.turn, run.message_id, "completed", (reply,), usage=usage)
+        ]
+        new_title = None
+        if self.state.title is None:
+            first = self.state.find_message(run.message_id)
+            new_title = make_title(first.content if first else reply.content)
+            events.append(SessionTitleSet(new_title))
+        self._persist(*events)
+        self.subscribers.publish(self._output("text", turn=run.turn, message_id=reply.id, text=reply.content))
+        if new_title is not None:
+            self.subscribers.publish(self._output("title", title=new_title))
+        self._end_turn(run)
+
+    def _fail_turn(self, code: str, message: str, status: TurnStatus) -> None:
+        run = self.run
+        assert run is not None
+        if run.future is not None:
+            run.future.cancel()
+        run.op_id = -1  # whatever the cancelled op still reports is stale
+        if run.pending_calls is not None:  # every call still gets its result
+            calls = run.pending_calls
+            self._persist(StepRecorded(run.turn, (calls, *interrupted_results(calls.tool_calls))))
+            run.pending_calls = None
+        error = {"code": code, "message": message}
+        self._persist(TurnRecorded(run.turn, run.message_id, status, error=error))
+        log.warning("%s: turn %d %s: %s", self.session_id, run.turn, status, message)
+        self.subscribers.publish(self._output("error", turn=run.turn, code=code, message=message))
+        self._end_turn(run)
+
+    def _end_turn(self, run: TurnRun) -> None:
+        self.subscribers.publish(self._output("turn_completed", turn=run.turn))
+        outcome = self.state.outcomes.get(run.message_id)
+        for reply in self.waiters.pop(run.message_id, []):
+            if outcome is not None:
+                reply.resolve(outcome)
+        self.run = None
+        if self._turn_timer is not None:
+            self._turn_timer.cancel()
+            self._turn_timer = None
+        self._set_phase(Phase.READY)
+        self._start_next_turn()
+
+    # -- idle and passivation -----------------------------------------------------------------
+
+    def _idle(self) -> bool:
+        return (
+            self.phases.phase is Phase.READY
+            and self.run is None
+            and not self.state.inbox
+            and len(self.subscribers) == 0
+        )
+
+    def _arm_idle(self) -> None:
+        self._cancel_idle()
+        self._epoch += 1
+        if self._idle():
+            self._idle_timer = Timer(self.deps.io, self.cfg.idle_timeout_s, self.actor_ref, IdleTick(self._epoch))
+
+    def _cancel_idle(self) -> None:
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
+
+    def _begin_passivation(self, grace: float) -> None:
+        self._set_phase(Phase.PASSIVATING)
+        self._epoch += 1
+        if grace > 0:
+            self._idle_timer = Timer(self.deps.io, grace, self.actor_ref, GraceElapsed(self._epoch))
+        else:
+            self._finish_passivation()
+
+    def _finish_passivation(self) -> None:
+        if self._snapshot_seq != self.state.seq:
+            self._snapshot(wait=True)
+        self.deps.io.call(
+            self.deps.manager.stop_requested, self.session_id, self.actor_ref, self.received, self._epoch
+        )
+
+    def _cancel_timers(self) -> None:
+        self._cancel_idle()
+        if self._turn_timer is not None:
+            self._turn_timer.cancel()
+            self._turn_timer = None
+
+    # -- phases and outputs -------------------------------------------------------------------
+
+    def _set_phase(self, new: Phase) -> None:
+        old = self.phases.phase
+        try:
+            self.phases.transition_to(new)
+        except Exception:
+            log.exception("%s: refused phase change", self.session_id)
+            raise
+        if new is Phase.READY and old is Phase.PASSIVATING:
+            self._epoch += 1  # invalidates the grace timer and any stop confirmation
+            self._arm_idle()
+        self.subscribers.publish(self._output("phase", **{"from": old.value, "to": new.value}))
+        self.deps.io.call(self.deps.manager.phase_changed, self.session_id, self.actor_ref, new)
+
+    def _output(self, event: str, **data: Any) -> Output:
+        return Output(event, {"session_id": self.session_id, **data})
+
+    # -- failure ------------------------------------------------------------------------------
+
+    def _break(self, reason: str, exc: BaseException) -> None:
+        log.error("%s: session actor failed: %s", self.session_id, reason, exc_info=exc)
+        self.broken = reason
+        self._cancel_timers()
+        if self.run is not None and self.run.future is not None:
+            self.run.future.cancel()
+        self.run = None
+        error = SessionUnavailable(f"session {self.session_id} failed: {reason}")
+        for replies in self.waiters.values():
+            for reply in replies:
+                reply.fail(error)
+        self.waiters.clear()
+        self.subscribers.publish(self._output("error", code="session_failed", message=reason))
+        self.deps.io.call(self.deps.manager.actor_failed, self.session_id, self.actor_ref, reason)
+
+    def _refuse(self, message: Any) -> None:
+        if isinstance(message, Shutdown | ConfirmStop):
+            self.stop()
+            return
+        error = SessionUnavailable(f"session {self.session_id} is unavailable: {self.broken}")
+        for reply in _replies_in(message):
+            reply.fail(error)
+
+
+def _replies_in(message: Any) -> list[Reply[Any]]:
+    found: list[Reply[Any]] = []
+    for name in ("ack", "done"):
+        reply = getattr(message, name, None)
+        if isinstance(reply, Reply):
+            found.append(reply)
+    return found
+
+

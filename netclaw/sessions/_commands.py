@@ -1,0 +1,113 @@
+"""Messages a session actor receives.
+
+``Routed`` ones come through the SessionManager, which counts them; the actor
+counts what it received, so passivation can tell whether anything is still in
+flight. The underscore-free internal ones come back from work on the I/O loop
+and carry the ``op_id`` they answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from netclaw.providers import Completion, Delta
+from netclaw.runtime import Reply
+from netclaw.sessions._outputs import OutputFilter
+from netclaw.sessions._state import TurnOutcome
+from netclaw.sessions._subscribers import Sink
+from netclaw.tools import ToolResult
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    session_id: str
+    message_id: str
+    duplicate: bool  # the identity was seen before: nothing new was recorded
+
+
+class Routed:
+    """Base of the commands the manager routes (and counts)."""
+
+    __slots__ = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SendUserMessage(Routed):
+    text: str
+    ts: float
+    ack: Reply[Admission]
+    identity: str | None = None
+    user: str | None = None
+    done: Reply[TurnOutcome] | None = None  # resolved when its turn is recorded
+
+
+@dataclass(frozen=True, slots=True)
+class Subscribe(Routed):
+    sub_id: str
+    filter: OutputFilter
+    sink: Sink
+
+
+@dataclass(frozen=True, slots=True)
+class Unsubscribe(Routed):
+    sub_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class PassivateNow(Routed):
+    """The manager wants room: passivate now if idle (skipping the idle timeout)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConfirmStop:
+    """The manager agrees nothing is in flight: stop if still passivating ``epoch``."""
+
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class Shutdown:
+    """Stop now (daemon shutdown, or a broken actor being retired)."""
+
+
+# -- results of loop work -----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderDelta:
+    op_id: int
+    delta: Delta
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderDone:
+    op_id: int
+    completion: Completion
+
+
+@dataclass(frozen=True, slots=True)
+class OpFailed:
+    op_id: int
+    error: BaseException
+
+
+@dataclass(frozen=True, slots=True)
+class ToolsDone:
+    op_id: int
+    results: Sequence[ToolResult]
+
+
+@dataclass(frozen=True, slots=True)
+class IdleTick:
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class GraceElapsed:
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class TurnTimeout:
+    turn: int

@@ -1,0 +1,114 @@
+"""Journal events of a session and their JSON encoding (pure).
+
+Append-only: compaction and trimming (later) are events too; nothing already
+stored is rewritten.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from netclaw.errors import JournalCorrupt
+from netclaw.messages import ChatMessage
+
+TurnStatus = Literal["completed", "failed", "timed_out", "interrupted"]
+
+
+@dataclass(frozen=True, slots=True)
+class InputAdmitted:
+    """A user message became durable; written *before* it is acknowledged."""
+
+    message: ChatMessage
+
+
+@dataclass(frozen=True, slots=True)
+class TurnStarted:
+    """The admitted message ``message_id`` entered the transcript and its turn began."""
+
+    turn: int
+    message_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class StepRecorded:
+    """One tool iteration: the assistant's tool calls and all their results, together."""
+
+    turn: int
+    messages: tuple[ChatMessage, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TurnRecorded:
+    turn: int
+    message_id: str
+    status: TurnStatus
+    messages: tuple[ChatMessage, ...] = ()  # the final assistant reply (none when failed)
+    error: Mapping[str, str] | None = None  # {"code", "message"} when not completed
+    usage: Mapping[str, int] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SessionTitleSet:
+    title: str
+
+
+SessionEvent = InputAdmitted | TurnStarted | StepRecorded | TurnRecorded | SessionTitleSet
+
+
+def encode(event: SessionEvent) -> tuple[str, str]:
+    """(type, JSON payload) for the journal."""
+    payload: dict[str, Any]
+    match event:
+        case InputAdmitted(message=m):
+            payload = {"message": m.to_dict()}
+        case TurnStarted(turn=t, message_id=mid):
+            payload = {"turn": t, "message_id": mid}
+        case StepRecorded(turn=t, messages=ms):
+            payload = {"turn": t, "messages": [m.to_dict() for m in ms]}
+        case TurnRecorded():
+            payload = {
+                "turn": event.turn,
+                "message_id": event.message_id,
+                "status": event.status,
+                "messages": [m.to_dict() for m in event.messages],
+            }
+            if event.error is not None:
+                payload["error"] = dict(event.error)
+            if event.usage is not None:
+                payload["usage"] = dict(event.usage)
+        case SessionTitleSet(title=title):
+            payload = {"title": title}
+    return type(event).__name__, json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
+
+
+def decode(type_name: str, payload: str) -> SessionEvent:
+    try:
+        data = json.loads(payload)
+        match type_name:
+            case "InputAdmitted":
+                return InputAdmitted(ChatMessage.from_dict(data["message"]))
+            case "TurnStarted":
+                return TurnStarted(int(data["turn"]), str(data["message_id"]))
+            case "StepRecorded":
+                return StepRecorded(int(data["turn"]), _messages(data["messages"]))
+            case "TurnRecorded":
+                return TurnRecorded(
+                    turn=int(data["turn"]),
+                    message_id=str(data["message_id"]),
+                    status=data["status"],
+                    messages=_messages(data.get("messages", [])),
+                    error=data.get("error"),
+                    usage=data.get("usage"),
+                )
+            case "SessionTitleSet":
+                return SessionTitleSet(str(data["title"]))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise JournalCorrupt(f"cannot decode {type_name} event: {exc}") from exc
+    raise JournalCorrupt(f"unknown event type {type_name!r} (written by a newer netclaw?)")
+
+
+def _messages(items: list[Mapping[str, Any]]) -> tuple[ChatMessage, ...]:
+    return tuple(ChatMessage.from_dict(m) for m in items)

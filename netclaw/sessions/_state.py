@@ -1,0 +1,202 @@
+"""The session's durable state and the pure ``apply(event)`` that builds it.
+
+Everything here is reconstructible from the journal: recovery is a fold of
+``apply`` over the events after the latest snapshot.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from netclaw.errors import JournalCorrupt
+from netclaw.messages import ChatMessage
+from netclaw.sessions._events import (
+    InputAdmitted,
+    SessionEvent,
+    SessionTitleSet,
+    StepRecorded,
+    TurnRecorded,
+    TurnStarted,
+    TurnStatus,
+)
+
+# Replay identities are remembered this long (and at most this many), so a
+# platform redelivery or client retry inside the window is recognised.
+IDENTITY_RETENTION_S = 7 * 24 * 3600.0
+MAX_IDENTITIES = 10_000
+MAX_OUTCOMES = 1_000
+SNAPSHOT_VERSION = 1
+
+
+def channel_of(session_id: str) -> str:
+    """``slack:C1:123.4`` → ``slack``; ids without a prefix are ``api`` sessions."""
+    head, sep, _ = session_id.partition(":")
+    return head if sep else "api"
+
+
+@dataclass(frozen=True, slots=True)
+class ActiveTurn:
+    turn: int
+    message_id: str
+    steps: int = 0  # tool iterations already recorded (a resumed turn continues from here)
+
+
+@dataclass(frozen=True, slots=True)
+class TurnOutcome:
+    turn: int
+    status: TurnStatus
+    reply: str | None
+    error: Mapping[str, str] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"turn": self.turn, "status": self.status, "reply": self.reply, "error": self.error}
+
+
+@dataclass(frozen=True, slots=True)
+class SessionState:
+    session_id: str
+    seq: int = 0
+    title: str | None = None
+    turns: int = 0  # turns started so far; the active one included
+    transcript: tuple[ChatMessage, ...] = ()
+    inbox: tuple[ChatMessage, ...] = ()  # admitted, waiting for their turn, in arrival order
+    active: ActiveTurn | None = None
+    identities: Mapping[str, tuple[str, float]] = field(default_factory=dict)  # → (message id, ts)
+    outcomes: Mapping[str, TurnOutcome] = field(default_factory=dict)  # user message id → outcome
+    last_activity: float = 0.0
+    last_input_tokens: int | None = None
+
+    @property
+    def channel(self) -> str:
+        return channel_of(self.session_id)
+
+    @property
+    def pending_inputs(self) -> int:
+        return len(self.inbox) + (1 if self.active else 0)
+
+    def seen(self, identity: str, now: float) -> str | None:
+        """The message id already admitted under ``identity``, if still within retention."""
+        hit = self.identities.get(identity)
+        if hit is None or now - hit[1] > IDENTITY_RETENTION_S:
+            return None
+        return hit[0]
+
+    def find_message(self, message_id: str) -> ChatMessage | None:
+        for m in self.inbox:
+            if m.id == message_id:
+                return m
+        for m in reversed(self.transcript):
+            if m.id == message_id:
+                return m
+        return None
+
+    # -- the fold -----------------------------------------------------------------------------
+
+    def apply(self, event: SessionEvent, seq: int, ts: float) -> SessionState:
+        if seq != self.seq + 1:
+            raise JournalCorrupt(
+                f"{self.session_id}: event seq {seq} does not follow {self.seq}; journal has a gap"
+            )
+        match event:
+            case InputAdmitted(message=m):
+                identities = dict(self.identities)
+                if m.identity is not None:
+                    identities[m.identity] = (m.id, m.ts)
+                    if len(identities) > MAX_IDENTITIES:
+                        del identities[next(iter(identities))]
+                return replace(
+                    self, seq=seq, inbox=(*self.inbox, m), identities=identities, last_activity=ts
+                )
+            case TurnStarted(turn=turn, message_id=mid):
+                picked = next((m for m in self.inbox if m.id == mid), None)
+                if picked is None:
+                    raise JournalCorrupt(f"{self.session_id}: turn {turn} starts unknown input {mid}")
+                return replace(
+                    self,
+                    seq=seq,
+                    turns=turn,
+                    inbox=tuple(m for m in self.inbox if m.id != mid),
+                    transcript=(*self.transcript, picked),
+                    active=ActiveTurn(turn, mid),
+                    last_activity=ts,
+                )
+            case StepRecorded(messages=ms):
+                active = self.active and replace(self.active, steps=self.active.steps + 1)
+                return replace(
+                    self, seq=seq, transcript=(*self.transcript, *ms), active=active, last_activity=ts
+                )
+            case TurnRecorded():
+                outcomes = dict(self.outcomes)
+                reply = next((m.content for m in reversed(event.messages) if m.role == "assistant"), None)
+                outcomes[event.message_id] = TurnOutcome(event.turn, event.status, reply, event.error)
+                if len(outcomes) > MAX_OUTCOMES:
+                    del outcomes[next(iter(outcomes))]
+                usage = event.usage or {}
+                return replace(
+                    self,
+                    seq=seq,
+                    transcript=(*self.transcript, *event.messages),
+                    active=None,
+                    outcomes=outcomes,
+                    last_activity=ts,
+                    last_input_tokens=usage.get("input_tokens", self.last_input_tokens),
+                )
+            case SessionTitleSet(title=title):
+                return replace(self, seq=seq, title=title, last_activity=ts)
+        raise TypeError(f"not a session event: {event!r}")
+
+    def apply_all(self, events: Iterable[tuple[SessionEvent, int, float]]) -> SessionState:
+        state = self
+        for event, seq, ts in events:
+            state = state.apply(event, seq, ts)
+        return state
+
+    # -- snapshots ----------------------------------------------------------------------------
+
+    def to_json(self) -> str:
+        data = {
+            "v": SNAPSHOT_VERSION,
+            "session_id": self.session_id,
+            "seq": self.seq,
+            "title": self.title,
+            "turns": self.turns,
+            "transcript": [m.to_dict() for m in self.transcript],
+            "inbox": [m.to_dict() for m in self.inbox],
+            "active": None
+            if self.active is None
+            else [self.active.turn, self.active.message_id, self.active.steps],
+            "identities": self.identities,
+            "outcomes": {k: v.to_dict() for k, v in self.outcomes.items()},
+            "last_activity": self.last_activity,
+            "last_input_tokens": self.last_input_tokens,
+        }
+        return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> SessionState:
+        try:
+            d = json.loads(text)
+            if d.get("v") != SNAPSHOT_VERSION:
+                raise ValueError(f"snapshot version {d.get('v')!r}")
+            active = d["active"]
+            return cls(
+                session_id=d["session_id"],
+                seq=int(d["seq"]),
+                title=d["title"],
+                turns=int(d["turns"]),
+                transcript=tuple(ChatMessage.from_dict(m) for m in d["transcript"]),
+                inbox=tuple(ChatMessage.from_dict(m) for m in d["inbox"]),
+                active=None if active is None else ActiveTurn(int(active[0]), active[1], int(active[2])),
+                identities={k: (v[0], float(v[1])) for k, v in d["identities"].items()},
+                outcomes={
+                    k: TurnOutcome(v["turn"], v["status"], v["reply"], v["error"])
+                    for k, v in d["outcomes"].items()
+                },
+                last_activity=float(d["last_activity"]),
+                last_input_tokens=d["last_input_tokens"],
+            )
+        except (ValueError, KeyError, TypeError, IndexError) as exc:
+            raise JournalCorrupt(f"cannot decode snapshot: {exc}") from exc

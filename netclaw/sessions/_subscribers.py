@@ -1,0 +1,149 @@
+"""Subscribers: who watches a session, with which filter, and the queue that
+keeps a slow one from stalling it.
+
+The actor owns a :class:`SubscriberSet` and calls :meth:`Sink.offer` from its
+own thread; offering never blocks. :class:`OutputQueue` is the sink used by
+loop-side consumers (SSE streams, adapters): it hops each output onto the loop,
+coalesces consecutive text deltas, and — if the consumer still falls too far
+behind — drops only droppable outputs, then disconnects it rather than grow
+without bound or lose a ``text`` or lifecycle output silently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from dataclasses import dataclass
+from typing import Protocol
+
+from netclaw.sessions._outputs import DROPPABLE_EVENTS, Output, OutputFilter
+
+log = logging.getLogger(__name__)
+
+
+class Sink(Protocol):
+    def offer(self, output: Output) -> bool:
+        """Queue ``output`` for delivery without blocking; False once the sink is gone."""
+        ...
+
+
+@dataclass(slots=True)
+class Subscriber:
+    id: str
+    filter: OutputFilter
+    sink: Sink
+
+
+class SubscriberSet:
+    """The actor's subscribers. A sink that reports itself gone is removed on the spot."""
+
+    __slots__ = ("_subs",)
+
+    def __init__(self) -> None:
+        self._subs: dict[str, Subscriber] = {}
+
+    def add(self, sub: Subscriber) -> None:
+        self._subs[sub.id] = sub
+
+    def remove(self, sub_id: str) -> bool:
+        return self._subs.pop(sub_id, None) is not None
+
+    def __len__(self) -> int:
+        return len(self._subs)
+
+    def __contains__(self, sub_id: object) -> bool:
+        return sub_id in self._subs
+
+    def publish(self, output: Output) -> None:
+        gone = [
+            sub.id
+            for sub in self._subs.values()
+            if output.wanted_by(sub.filter) and not sub.sink.offer(output)
+        ]
+        for sub_id in gone:
+            log.info("subscriber %s disconnected; removed", sub_id)
+            self._subs.pop(sub_id, None)
+
+    def send_to(self, sub_id: str, output: Output) -> None:
+        sub = self._subs.get(sub_id)
+        if sub is not None and not sub.sink.offer(output):
+            self._subs.pop(sub_id, None)
+
+
+class OutputQueue:
+    """A bounded, coalescing queue consumed by a coroutine on the I/O loop."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        *,
+        soft_limit: int = 256,
+        hard_limit: int = 4096,
+    ) -> None:
+        self._loop = loop
+        self._items: deque[Output] = deque()
+        self._ready = asyncio.Event()
+        self._soft_limit = soft_limit
+        self._hard_limit = hard_limit
+        self.closed = False
+        self.overflowed = False
+        self.dropped = 0
+
+    # -- producer side (any thread) -----------------------------------------------------------
+
+    def offer(self, output: Output) -> bool:
+        if self.closed:
+            return False
+        try:
+            self._loop.call_soon_threadsafe(self._push, output)
+        except RuntimeError:  # the loop is closed: the consumer is gone
+            self.closed = True
+            return False
+        return True
+
+    # -- loop side ----------------------------------------------------------------------------
+
+    def _push(self, output: Output) -> None:
+        if self.closed:
+            return
+        items = self._items
+        last = items[-1] if items else None
+        if (
+            last is not None
+            and output.event == "text_delta"
+            and last.event == "text_delta"
+            and last.data.get("turn") == output.data.get("turn")
+        ):
+            items[-1] = Output("text_delta", {**last.data, "delta": last.data["delta"] + output.data["delta"]})
+        else:
+            items.append(output)
+        if len(items) > self._soft_limit:
+            self._shed()
+        self._ready.set()
+
+    def _shed(self) -> None:
+        before = len(self._items)
+        self._items = deque(o for o in self._items if o.event not in DROPPABLE_EVENTS)
+        self.dropped += before - len(self._items)
+        if len(self._items) > self._hard_limit:
+            # Too far behind even on must-deliver outputs: cut it loose, visibly.
+            log.warning("subscriber fell %d outputs behind; disconnecting it", len(self._items))
+            self.overflowed = True
+            self.close()
+
+    def close(self) -> None:
+        self.closed = True
+        self._ready.set()
+
+    async def get(self) -> Output | None:
+        """Next output, or None once closed and drained."""
+        while not self._items:
+            if self.closed:
+                return None
+            self._ready.clear()
+            await self._ready.wait()
+        return self._items.popleft()
+
+    def __len__(self) -> int:
+        return len(self._items)

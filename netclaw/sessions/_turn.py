@@ -1,0 +1,75 @@
+"""The agent turn, as pure pieces: what the actor is waiting for, the context the
+model sees, and the messages a turn records."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from netclaw.messages import ChatMessage, ToolCall, new_id, system
+from netclaw.providers import Completion
+from netclaw.sessions._state import SessionState
+
+INTERRUPTED_RESULT = "[tool result unavailable: the call was interrupted]"
+TITLE_MAX = 60
+
+
+@dataclass(slots=True)
+class TurnRun:
+    """In-memory progress of the active turn (the durable part is in SessionState)."""
+
+    turn: int
+    message_id: str
+    iteration: int  # tool iterations done
+    op_id: int = 0  # the one async result we accept; anything else is stale
+    pending_calls: ChatMessage | None = None  # assistant message whose tools are running
+    future: Any = None  # the loop future of the op in flight (to cancel it)
+    deltas: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def build_context(state: SessionState, system_prompt: str) -> list[ChatMessage]:
+    """The model-visible projection: system prompt, then the transcript."""
+    return [system(system_prompt), *state.transcript]
+
+
+def assistant_message(completion: Completion, *, with_tool_calls: bool) -> ChatMessage:
+    text = completion.text
+    calls: tuple[ToolCall, ...] = completion.tool_calls if with_tool_calls else ()
+    if not with_tool_calls and completion.tool_calls and not text:
+        text = "[stopped: the tool-call limit for this turn was reached]"
+    return ChatMessage(
+        id=new_id("a"),
+        role="assistant",
+        content=text,
+        ts=time.time(),
+        tool_calls=calls,
+        thinking=completion.thinking or None,
+        extra=dict(completion.extra),
+    )
+
+
+def tool_message(call: ToolCall, content: str, is_error: bool) -> ChatMessage:
+    return ChatMessage(
+        id=new_id("t"),
+        role="tool",
+        content=content,
+        ts=time.time(),
+        tool_call_id=call.id,
+        name=call.name,
+        is_error=is_error,
+    )
+
+
+def interrupted_results(calls: Sequence[ToolCall]) -> list[ChatMessage]:
+    return [tool_message(c, INTERRUPTED_RESULT, True) for c in calls]
+
+
+def make_title(text: str) -> str:
+    words = re.sub(r"\s+", " ", text).strip()
+    if len(words) <= TITLE_MAX:
+        return words or "untitled"
+    return words[: TITLE_MAX - 1].rsplit(" ", 1)[0].rstrip(",.;:") + "…"

@@ -1,0 +1,85 @@
+"""The tool registry: what the model may call, and running a batch of calls."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from netclaw.errors import ToolError
+from netclaw.messages import ToolCall
+from netclaw.providers import ToolSchema
+
+log = logging.getLogger(__name__)
+
+ToolHandler = Callable[[Mapping[str, Any]], Awaitable[str]]
+
+
+@dataclass(frozen=True, slots=True)
+class Tool:
+    name: str
+    description: str
+    parameters: Mapping[str, Any]  # JSON schema of the arguments object
+    handler: ToolHandler
+
+    @property
+    def schema(self) -> ToolSchema:
+        return ToolSchema(self.name, self.description, self.parameters)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    call: ToolCall
+    content: str
+    is_error: bool = False
+
+
+class ToolRegistry:
+    def __init__(self, tools: Iterable[Tool] = ()) -> None:
+        self._tools: dict[str, Tool] = {}
+        for tool in tools:
+            self.register(tool)
+
+    def register(self, tool: Tool) -> None:
+        if tool.name in self._tools:
+            raise ValueError(f"tool {tool.name!r} is registered twice")
+        self._tools[tool.name] = tool
+
+    def names(self) -> list[str]:
+        return sorted(self._tools)
+
+    def schemas(self, allowed: Iterable[str] | None = None) -> list[ToolSchema]:
+        keep = None if allowed is None else set(allowed)
+        return [t.schema for n, t in sorted(self._tools.items()) if keep is None or n in keep]
+
+    async def run(self, call: ToolCall, timeout_s: float, allowed: Iterable[str] | None = None) -> ToolResult:
+        """Run one call. Never raises: every failure becomes an error result the model sees."""
+        tool = self._tools.get(call.name)
+        if tool is None or (allowed is not None and call.name not in set(allowed)):
+            return ToolResult(call, f"error: there is no tool named {call.name!r}", True)
+        try:
+            args = json.loads(call.arguments or "{}")
+        except json.JSONDecodeError as exc:
+            return ToolResult(call, f"error: arguments are not valid JSON: {exc.msg}", True)
+        if not isinstance(args, dict):
+            return ToolResult(call, "error: arguments must be a JSON object", True)
+        try:
+            content = await asyncio.wait_for(tool.handler(args), timeout_s)
+        except TimeoutError:
+            return ToolResult(call, f"error: tool {call.name} timed out after {timeout_s:g}s", True)
+        except ToolError as exc:
+            return ToolResult(call, f"error: {exc}", True)
+        except Exception as exc:  # a broken tool must not break the turn
+            log.exception("tool %s failed", call.name)
+            return ToolResult(call, f"error: tool {call.name} failed: {type(exc).__name__}: {exc}", True)
+        return ToolResult(call, content)
+
+    async def run_batch(
+        self, calls: Sequence[ToolCall], timeout_s: float, allowed: Iterable[str] | None = None
+    ) -> list[ToolResult]:
+        """All calls concurrently; results in call order."""
+        allowed_list = None if allowed is None else list(allowed)
+        return list(await asyncio.gather(*(self.run(c, timeout_s, allowed_list) for c in calls)))
