@@ -1,0 +1,1 @@
+"""Channel adapters: each turns platform events into gateway messages."""

@@ -225,9 +225,7 @@ def find_config_path(explicit: str | os.PathLike[str] | None = None) -> Path | N
     return None
 
 
-def load_settings(
-    path: str | os.PathLike[str] | None = None, *, explicit: bool | None = None
-) -> Settings:
+def load_settings(path: str | os.PathLike[str] | None = None, *, explicit: bool | None = None) -> Settings:
     """Load config from ``path`` (or the usual places) plus the environment.
 
     An explicitly named file that does not exist is an error; with no file at

@@ -15,7 +15,14 @@ from dataclasses import dataclass
 
 from netclaw.errors import NetclawError, SessionUnavailable
 from netclaw.runtime import Reply
-from netclaw.sessions import Admission, SendUserMessage, SessionManager, Subscribe, TurnOutcome, Unsubscribe
+from netclaw.sessions import (
+    Admission,
+    SendUserMessage,
+    SessionManager,
+    Subscribe,
+    TurnOutcome,
+    Unsubscribe,
+)
 from netclaw.sessions._outputs import OutputFilter
 from netclaw.sessions._subscribers import Sink
 

@@ -67,7 +67,12 @@ class ChatMessage:
         return self.role == "user" and self.kind is MessageKind.CHAT
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"id": self.id, "role": self.role, "content": self.content, "ts": self.ts}
+        out: dict[str, Any] = {
+            "id": self.id,
+            "role": self.role,
+            "content": self.content,
+            "ts": self.ts,
+        }
         if self.tool_calls:
             out["tool_calls"] = [c.to_dict() for c in self.tool_calls]
         if self.tool_call_id is not None:
@@ -122,7 +127,9 @@ def turn_starts(messages: Sequence[ChatMessage]) -> list[int]:
     return [i for i, m in enumerate(messages) if m.is_real_user]
 
 
-def split_turns(messages: Sequence[ChatMessage]) -> tuple[list[ChatMessage], list[list[ChatMessage]]]:
+def split_turns(
+    messages: Sequence[ChatMessage],
+) -> tuple[list[ChatMessage], list[list[ChatMessage]]]:
     """Split into (head, turns): the head is everything before the first real
     user message; each turn runs from a real user message up to the next."""
     starts = turn_starts(messages)

@@ -87,9 +87,7 @@ def sweep_orphans(messages: Sequence[ChatMessage]) -> SweepResult:
         # An empty prompt helps nobody: keep the last message as it was.
         out = [original[-1]]
 
-    changed = len(out) != len(original) or any(
-        a is not b for a, b in zip(out, original, strict=True)
-    )
+    changed = len(out) != len(original) or any(a is not b for a, b in zip(out, original, strict=True))
     return SweepResult(
         messages=tuple(out),
         removed_results=tuple(removed),

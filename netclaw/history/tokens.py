@@ -55,8 +55,7 @@ def _load_offline_encoding() -> tiktoken.Encoding | None:
         if not _warned_fallback:
             _warned_fallback = True
             log.warning(
-                "tiktoken encoding %r unavailable (%s); using the conservative "
-                "fallback token estimator",
+                "tiktoken encoding %r unavailable (%s); using the conservative fallback token estimator",
                 OFFLINE_ENCODING,
                 exc,
             )
@@ -111,14 +110,11 @@ class TokenCounter:
     Not thread-safe: each session actor owns its own counter.
     """
 
-    def __init__(
-        self, *, encoding: str = OFFLINE_ENCODING, cache_size: int = DEFAULT_CACHE_SIZE
-    ) -> None:
+    def __init__(self, *, encoding: str = OFFLINE_ENCODING, cache_size: int = DEFAULT_CACHE_SIZE) -> None:
         if encoding not in (OFFLINE_ENCODING, FALLBACK_ENCODING):
             # Any other tiktoken name may try to download its vocabulary.
             raise ValueError(
-                f"unsupported encoding {encoding!r}; use {OFFLINE_ENCODING!r} "
-                f"or {FALLBACK_ENCODING!r}"
+                f"unsupported encoding {encoding!r}; use {OFFLINE_ENCODING!r} or {FALLBACK_ENCODING!r}"
             )
         if cache_size < 1:
             raise ValueError("cache_size must be >= 1")
@@ -186,9 +182,7 @@ class TokenCounter:
             self._schemas.popitem(last=False)
         return n
 
-    def estimate(
-        self, messages: Sequence[ChatMessage], tools: Sequence[Mapping[str, Any]] = ()
-    ) -> int:
+    def estimate(self, messages: Sequence[ChatMessage], tools: Sequence[Mapping[str, Any]] = ()) -> int:
         """Estimated prompt input tokens: messages + priming + tool schemas."""
         total = PRIMING_OVERHEAD + self.count_tools(tools)
         for m in messages:

@@ -76,9 +76,7 @@ def apply_migrations(conn: sqlite3.Connection, migrations: list[Migration]) -> l
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
             conn.execute("ROLLBACK")
-            raise JournalError(
-                f"migration {migration.version:04d}_{migration.name} failed: {exc}"
-            ) from exc
+            raise JournalError(f"migration {migration.version:04d}_{migration.name} failed: {exc}") from exc
         applied.append(migration.version)
     return applied
 

@@ -229,7 +229,8 @@ class SqliteJournal:
         if (seq := self._last_seq.get(persistence_id)) is None:
             assert self._writer is not None
             cursor = await self._writer.execute(
-                "SELECT COALESCE(MAX(seq), 0) FROM events WHERE persistence_id = ?", (persistence_id,)
+                "SELECT COALESCE(MAX(seq), 0) FROM events WHERE persistence_id = ?",
+                (persistence_id,),
             )
             found = await cursor.fetchone()
             seq = int(found[0]) if found else 0
@@ -250,8 +251,7 @@ class SqliteJournal:
 
     async def replay(self, persistence_id: str, after_seq: int = 0) -> list[StoredEvent]:
         rows = await self._read(
-            "SELECT seq, type, payload, ts FROM events WHERE persistence_id = ? AND seq > ?"
-            " ORDER BY seq",
+            "SELECT seq, type, payload, ts FROM events WHERE persistence_id = ? AND seq > ? ORDER BY seq",
             (persistence_id, after_seq),
         )
         return [StoredEvent(int(r[0]), str(r[1]), str(r[2]), float(r[3])) for r in rows]

@@ -195,9 +195,7 @@ def classify_http_error(
     if status == 413:
         # The HTTP layer's hard size limit, not the model's window: compacting the
         # history to the window would not necessarily help, so this is terminal.
-        return ProviderBadRequest(
-            f"{where}: the request is too large for the provider to accept: {detail}"
-        )
+        return ProviderBadRequest(f"{where}: the request is too large for the provider to accept: {detail}")
 
     if looks_like_overflow(message, codes):
         return ContextOverflow(f"{where}: the prompt exceeds the model's context window: {detail}")
@@ -228,9 +226,7 @@ def classify_transport_error(
             "and the address right?"
         )
     if isinstance(exc, httpx.ConnectError):
-        return ProviderUnavailable(
-            f"{who}: cannot reach {base_url}: {reason}; is the server running?"
-        )
+        return ProviderUnavailable(f"{who}: cannot reach {base_url}: {reason}; is the server running?")
     if isinstance(exc, httpx.TimeoutException):
         return ProviderUnavailable(
             f"{who}: no response from {base_url}{limit} ({type(exc).__name__}); the model may "

@@ -314,13 +314,9 @@ class OpenAIProvider:
         )
 
     def _transport_error(self, exc: httpx.HTTPError) -> ProviderError:
-        return classify_transport_error(
-            exc, self.name, self.base_url, timeout_s=self.config.timeout_s
-        )
+        return classify_transport_error(exc, self.name, self.base_url, timeout_s=self.config.timeout_s)
 
-    async def complete(
-        self, request: ProviderRequest, on_delta: OnDelta | None = None
-    ) -> Completion:
+    async def complete(self, request: ProviderRequest, on_delta: OnDelta | None = None) -> Completion:
         body = request_body(request)
         progress = _Progress()
 
@@ -413,8 +409,7 @@ class OpenAIProvider:
         if not saw_data and stray:
             ctype = response.headers.get("content-type", "?")
             raise ProviderProtocolError(
-                f"provider {self.name!r}: answer is not an event stream ({ctype}): "
-                f"{' '.join(stray)[:300]}"
+                f"provider {self.name!r}: answer is not an event stream ({ctype}): {' '.join(stray)[:300]}"
             )
         if not answer.done and answer.finish_reason is None:
             raise ProviderUnavailable(

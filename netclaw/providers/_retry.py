@@ -24,9 +24,7 @@ T = TypeVar("T")
 MAX_RETRY_AFTER_S = 120.0
 
 
-def backoff_delay(
-    attempt: int, *, base_delay: float, max_delay: float, rand: Callable[[], float]
-) -> float:
+def backoff_delay(attempt: int, *, base_delay: float, max_delay: float, rand: Callable[[], float]) -> float:
     """Full-jitter exponential backoff: uniform in [0, min(max_delay, base * 2**attempt)]."""
     ceiling = min(max_delay, base_delay * (2.0**attempt))
     return ceiling * rand()
@@ -70,9 +68,7 @@ async def with_retries(
                     raise
                 delay = retry_after
             else:
-                delay = backoff_delay(
-                    retries, base_delay=base_delay, max_delay=max_delay, rand=rand
-                )
+                delay = backoff_delay(retries, base_delay=base_delay, max_delay=max_delay, rand=rand)
             retries += 1
             log.warning(
                 "retry %d/%d in %.2f s after %s: %s",

@@ -92,7 +92,7 @@ class SessionDeps:
     manager: ManagerPort
 
 
-class SessionActor(pykka.ThreadingActor):  # type: ignore[misc]
+class SessionActor(pykka.ThreadingActor):
     def __init__(self, session_id: str, deps: SessionDeps) -> None:
         super().__init__()
         self.session_id = session_id
@@ -149,9 +149,9 @@ class SessionActor(pykka.ThreadingActor):  # type: ignore[misc]
     # -- dispatch -----------------------------------------------------------------------------
 
     def _dispatch(self, message: Any) -> None:
-        if isinstance(message, Routed) and self.phases.phase is Phase.PASSIVATING:
-            if not isinstance(message, PassivateNow):
-                self._set_phase(Phase.READY)  # anything routed to us aborts passivation
+        passivating = self.phases.phase is Phase.PASSIVATING
+        if passivating and isinstance(message, Routed) and not isinstance(message, PassivateNow):
+            self._set_phase(Phase.READY)  # anything routed to us aborts passivation
         match message:
             case SendUserMessage():
                 self._admit(message)
@@ -188,7 +188,9 @@ class SessionActor(pykka.ThreadingActor):  # type: ignore[misc]
                 if self.run is not None and self.run.turn == turn:
                     limit = self.cfg.turn_timeout_s
                     self._fail_turn(
-                        "turn_timeout", f"the turn took longer than {limit:g}s and was stopped", "timed_out"
+                        "turn_timeout",
+                        f"the turn took longer than {limit:g}s and was stopped",
+                        "timed_out",
                     )
             case IdleTick(epoch=epoch):
                 if epoch == self._epoch and self._idle():
@@ -248,7 +250,8 @@ class SessionActor(pykka.ThreadingActor):  # type: ignore[misc]
         )
         encoded = [NewEvent(*encode(e)) for e in events]
         self.deps.io.run(
-            self.deps.journal.append(self.session_id, self.state.seq, encoded, row), PERSIST_TIMEOUT_S
+            self.deps.journal.append(self.session_id, self.state.seq, encoded, row),
+            PERSIST_TIMEOUT_S,
         )
         self.state = state
         if state.seq - self._snapshot_seq >= self.deps.settings.session.snapshot_interval:
@@ -322,7 +325,9 @@ class SessionActor(pykka.ThreadingActor):  # type: ignore[misc]
         self._cancel_idle()
         self._set_phase(Phase.PROCESSING)
         self.run = TurnRun(turn=active.turn, message_id=active.message_id, iteration=active.steps)
-        self._turn_timer = Timer(self.deps.io, self.cfg.turn_timeout_s, self.actor_ref, TurnTimeout(active.turn))
+        self._turn_timer = Timer(
+            self.deps.io, self.cfg.turn_timeout_s, self.actor_ref, TurnTimeout(active.turn)
+        )
         self._call_provider()
 
     def _next_op(self) -> int:
@@ -488,7 +493,9 @@ class SessionActor(pykka.ThreadingActor):  # type: ignore[misc]
         self._cancel_idle()
         self._epoch += 1
         if self._idle():
-            self._idle_timer = Timer(self.deps.io, self.cfg.idle_timeout_s, self.actor_ref, IdleTick(self._epoch))
+            self._idle_timer = Timer(
+                self.deps.io, self.cfg.idle_timeout_s, self.actor_ref, IdleTick(self._epoch)
+            )
 
     def _cancel_idle(self) -> None:
         if self._idle_timer is not None:
@@ -507,7 +514,11 @@ class SessionActor(pykka.ThreadingActor):  # type: ignore[misc]
         if self._snapshot_seq != self.state.seq:
             self._snapshot(wait=True)
         self.deps.io.call(
-            self.deps.manager.stop_requested, self.session_id, self.actor_ref, self.received, self._epoch
+            self.deps.manager.stop_requested,
+            self.session_id,
+            self.actor_ref,
+            self.received,
+            self._epoch,
         )
 
     def _cancel_timers(self) -> None:
@@ -567,5 +578,3 @@ def _replies_in(message: Any) -> list[Reply[Any]]:
         if isinstance(reply, Reply):
             found.append(reply)
     return found
-
-

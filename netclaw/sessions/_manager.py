@@ -9,15 +9,16 @@ A command routed to an actor that died is re-routed to a freshly recovered one.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pykka
 
+from netclaw.config import Settings
 from netclaw.sessions._actor import SessionActor, SessionDeps
 from netclaw.sessions._commands import ConfirmStop, PassivateNow, Routed, Shutdown
 from netclaw.sessions._phases import Phase
@@ -38,7 +39,6 @@ class SessionManager:
         self._deps = make_deps(self)
         self._resident: dict[str, _Resident] = {}
         self.started = 0  # actors started (recoveries), for /healthz and tests
-        self._loop_thread: threading.Thread | None = None
 
     @property
     def deps(self) -> SessionDeps:
@@ -54,6 +54,15 @@ class SessionManager:
             log.warning("%s: actor was dead; recovering a new one", session_id)
             self._resident.pop(session_id, None)
             self._tell(self._start(session_id), command)
+
+    def warm(self, session_id: str) -> None:
+        """Start (recover) a session without a command: it resumes any unfinished turn."""
+        if session_id not in self._resident:
+            self._start(session_id)
+
+    def update_settings(self, settings: Settings) -> None:
+        """Sessions started from now on use ``settings`` (a config reload)."""
+        self._deps = replace(self._deps, settings=settings)
 
     def _tell(self, entry: _Resident, command: Routed) -> None:
         entry.ref.tell(command)
@@ -76,7 +85,8 @@ class SessionManager:
         # Ask the least recently used idle sessions to passivate now; busy ones are left
         # alone, so the bound is soft under load rather than losing anyone's turn.
         idle = sorted(
-            (e for e in self._resident.values() if e.phase is Phase.READY), key=lambda e: e.last_used
+            (e for e in self._resident.values() if e.phase is Phase.READY),
+            key=lambda e: e.last_used,
         )
         for entry in idle[:excess]:
             self._tell(entry, PassivateNow())
@@ -122,8 +132,6 @@ class SessionManager:
         refs = [e.ref for e in self._resident.values()]
         self._resident.clear()
         for ref in refs:
-            try:
+            with contextlib.suppress(pykka.ActorDeadError):
                 ref.tell(Shutdown())
-            except pykka.ActorDeadError:
-                pass
         return refs

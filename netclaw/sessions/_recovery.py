@@ -21,7 +21,11 @@ async def load_state(journal: Journal, session_id: str) -> SessionState:
         try:
             state = SessionState.from_json(snapshot.state)
         except JournalCorrupt as exc:
-            log.warning("%s: ignoring unreadable snapshot at seq %d (%s); replaying all events",
-                        session_id, snapshot.seq, exc)
+            log.warning(
+                "%s: ignoring unreadable snapshot at seq %d (%s); replaying all events",
+                session_id,
+                snapshot.seq,
+                exc,
+            )
     events = await journal.replay(session_id, state.seq)
     return state.apply_all((decode(e.type, e.payload), e.seq, e.ts) for e in events)

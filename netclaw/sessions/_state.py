@@ -107,9 +107,7 @@ class SessionState:
                     identities[m.identity] = (m.id, m.ts)
                     if len(identities) > MAX_IDENTITIES:
                         del identities[next(iter(identities))]
-                return replace(
-                    self, seq=seq, inbox=(*self.inbox, m), identities=identities, last_activity=ts
-                )
+                return replace(self, seq=seq, inbox=(*self.inbox, m), identities=identities, last_activity=ts)
             case TurnStarted(turn=turn, message_id=mid):
                 picked = next((m for m in self.inbox if m.id == mid), None)
                 if picked is None:
@@ -126,7 +124,11 @@ class SessionState:
             case StepRecorded(messages=ms):
                 active = self.active and replace(self.active, steps=self.active.steps + 1)
                 return replace(
-                    self, seq=seq, transcript=(*self.transcript, *ms), active=active, last_activity=ts
+                    self,
+                    seq=seq,
+                    transcript=(*self.transcript, *ms),
+                    active=active,
+                    last_activity=ts,
                 )
             case TurnRecorded():
                 outcomes = dict(self.outcomes)

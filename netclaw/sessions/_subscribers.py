@@ -115,7 +115,9 @@ class OutputQueue:
             and last.event == "text_delta"
             and last.data.get("turn") == output.data.get("turn")
         ):
-            items[-1] = Output("text_delta", {**last.data, "delta": last.data["delta"] + output.data["delta"]})
+            items[-1] = Output(
+                "text_delta", {**last.data, "delta": last.data["delta"] + output.data["delta"]}
+            )
         else:
             items.append(output)
         if len(items) > self._soft_limit:

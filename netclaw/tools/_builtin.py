@@ -29,7 +29,10 @@ CURRENT_TIME = Tool(
     parameters={
         "type": "object",
         "properties": {
-            "timezone": {"type": "string", "description": "IANA timezone, e.g. 'Europe/Berlin'. Default UTC."}
+            "timezone": {
+                "type": "string",
+                "description": "IANA timezone, e.g. 'Europe/Berlin'. Default UTC.",
+            }
         },
         "additionalProperties": False,
     },

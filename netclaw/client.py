@@ -1,0 +1,140 @@
+"""A small synchronous client of the daemon's HTTP API, for the CLI."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+
+from netclaw.api import read_control_token
+from netclaw.config import Settings
+from netclaw.errors import NetclawError
+
+
+class ClientError(NetclawError):
+    code = "client_error"
+
+
+class DaemonNotRunning(ClientError):
+    code = "daemon_not_running"
+
+
+class DaemonClient:
+    def __init__(self, settings: Settings, *, timeout: float = 30.0) -> None:
+        host = settings.gateway.host
+        if host in ("0.0.0.0", "::", ""):
+            host = "127.0.0.1"
+        self.base_url = f"http://{host}:{settings.gateway.port}"
+        self._token = read_control_token(settings)
+        self._token_source = (
+            f"${settings.gateway.control_token_env}"
+            if settings.gateway.control_token_env
+            else str(settings.data_dir / "control.token")
+        )
+        self._http = httpx.Client(base_url=self.base_url, timeout=timeout)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> DaemonClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _headers(self, extra: dict[str, str] | None = None) -> dict[str, str]:
+        if not self._token:
+            raise ClientError(
+                f"no control token found in {self._token_source}; start the daemon once with this "
+                "config (`netclaw run`) so it creates one, or point --config at the daemon's config"
+            )
+        return {"Authorization": f"Bearer {self._token}", **(extra or {})}
+
+    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.ConnectError as exc:
+            raise DaemonNotRunning(
+                f"cannot reach the netclaw daemon at {self.base_url} ({exc}); start it with `netclaw run`"
+            ) from exc
+        except httpx.TimeoutException as exc:
+            raise ClientError(f"the daemon at {self.base_url} did not answer in time") from exc
+        except httpx.HTTPError as exc:
+            raise ClientError(f"talking to the daemon at {self.base_url} failed: {exc}") from exc
+        if response.status_code >= 400:
+            raise ClientError(_error_text(response))
+        return response
+
+    def health(self) -> dict[str, Any]:
+        result: dict[str, Any] = self._request("GET", "/healthz").json()
+        return result
+
+    def send(
+        self,
+        session_id: str,
+        text: str,
+        *,
+        wait: bool = False,
+        user: str | None = None,
+        idempotency_key: str | None = None,
+        timeout: float | None = None,
+    ) -> dict[str, Any]:
+        extra = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+        body: dict[str, Any] = {"text": text}
+        if user:
+            body["user"] = user
+        kwargs: dict[str, Any] = {"json": body, "headers": self._headers(extra)}
+        if timeout is not None:
+            kwargs["timeout"] = timeout
+        result: dict[str, Any] = self._request(
+            "POST", f"/api/sessions/{session_id}/messages", params={"wait": "1"} if wait else None, **kwargs
+        ).json()
+        return result
+
+    def sessions(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self._request("GET", "/api/sessions", headers=self._headers()).json()
+        return result
+
+    def session(self, session_id: str, *, context: bool = False) -> dict[str, Any]:
+        params = {"view": "context"} if context else None
+        result: dict[str, Any] = self._request(
+            "GET", f"/api/sessions/{session_id}", params=params, headers=self._headers()
+        ).json()
+        return result
+
+    def events(self, session_id: str, filter_spec: str) -> Iterator[tuple[str, dict[str, Any]]]:
+        """Yield (event, data) from the session's SSE stream until the connection closes."""
+        try:
+            with self._http.stream(
+                "GET",
+                f"/api/sessions/{session_id}/events",
+                params={"filter": filter_spec},
+                headers=self._headers(),
+                timeout=httpx.Timeout(30.0, read=None),
+            ) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    raise ClientError(_error_text(response))
+                event = "message"
+                for line in response.iter_lines():
+                    if line.startswith("event:"):
+                        event = line[6:].strip()
+                    elif line.startswith("data:"):
+                        yield event, json.loads(line[5:].strip())
+                        event = "message"
+        except httpx.ConnectError as exc:
+            raise DaemonNotRunning(
+                f"cannot reach the netclaw daemon at {self.base_url}; start it with `netclaw run`"
+            ) from exc
+        except httpx.HTTPError as exc:
+            raise ClientError(f"the event stream from {self.base_url} broke: {exc}") from exc
+
+
+def _error_text(response: httpx.Response) -> str:
+    try:
+        err = response.json()["error"]
+        return f"{err['message']} ({err['code']}, HTTP {response.status_code})"
+    except (ValueError, KeyError, TypeError):
+        return f"HTTP {response.status_code}: {response.text[:300]}"

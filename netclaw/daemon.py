@@ -1,0 +1,276 @@
+"""Wiring: start-up in a fixed order, shutdown in reverse in one ``finally``.
+
+journal → sessions → (adapters) → API. Then wait for SIGTERM/SIGINT; SIGHUP
+reloads the config. After shutdown, check that no actor survived.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TextIO
+
+import pykka
+from aiohttp import web
+
+from netclaw.api import Api, load_control_token
+from netclaw.config import Settings, load_settings
+from netclaw.errors import ConfigError, DaemonError
+from netclaw.gateway import Gateway
+from netclaw.persistence import SqliteJournal, prepare_database
+from netclaw.providers import Provider, make_provider
+from netclaw.runtime import IoLoop
+from netclaw.sessions import SessionDeps, SessionManager
+from netclaw.tools import default_registry
+
+log = logging.getLogger(__name__)
+
+ACTOR_STOP_TIMEOUT_S = 10.0
+
+
+def sd_notify(state: str) -> None:
+    """Tell systemd (Type=notify) about our state; a no-op outside systemd."""
+    address = os.environ.get("NOTIFY_SOCKET")
+    if not address:
+        return
+    if address.startswith("@"):
+        address = "\0" + address[1:]
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+            sock.connect(address)
+            sock.sendall(state.encode())
+    except OSError as exc:
+        log.warning("sd_notify(%s) failed: %s", state, exc)
+
+
+class DataDirLock:
+    """One daemon per data_dir: two writers would corrupt the journal's sequence."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.path = data_dir / "netclaw.lock"
+        self._fh: TextIO | None = None
+
+    def acquire(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fh = self.path.open("a+")
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            fh.close()
+            raise DaemonError(
+                f"another netclaw daemon is already using {self.path.parent} (lock {self.path})"
+            ) from exc
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"{os.getpid()}\n")
+        fh.flush()
+        self._fh = fh
+
+    def release(self) -> None:
+        if self._fh is not None:
+            fcntl.flock(self._fh, fcntl.LOCK_UN)
+            self._fh.close()
+            self._fh = None
+
+
+class Daemon:
+    """The running netclaw. ``start()``/``stop()`` for embedding (tests, benchmarks);
+    ``run_forever()`` for the command line."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        config_path: str | None = None,
+        provider_factory: Callable[[Settings], Provider] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.config_path = config_path
+        self._provider_factory = provider_factory or _default_provider
+        self._lock = DataDirLock(settings.data_dir)
+        self.io: IoLoop | None = None
+        self.journal: SqliteJournal | None = None
+        self.provider: Provider | None = None
+        self.manager: SessionManager | None = None
+        self.gateway: Gateway | None = None
+        self._runner: web.AppRunner | None = None
+        self.port: int | None = None
+        self._stop = threading.Event()
+        self._reload = threading.Event()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.settings.gateway.host}:{self.port}"
+
+    # -- start-up, in order -------------------------------------------------------------------
+
+    def start(self) -> None:
+        started = time.perf_counter()
+        try:
+            self._lock.acquire()
+            prepare_database(self.settings.database_path, synchronous=self.settings.journal.synchronous)
+            token = load_control_token(self.settings)
+            self.io = IoLoop().start()
+            self.journal = self.io.run(
+                SqliteJournal(
+                    self.settings.database_path, synchronous=self.settings.journal.synchronous
+                ).open()
+            )
+            self.provider = self._provider_factory(self.settings)
+            tools = default_registry()
+            io, journal, provider = self.io, self.journal, self.provider
+            self.manager = SessionManager(
+                lambda manager: SessionDeps(io, journal, provider, tools, self.settings, manager)
+            )
+            self.gateway = Gateway(self.manager)
+            api = Api(self.settings, self.gateway, self.manager, self.journal, token)
+            self.io.run(self._serve(api.app()))
+            warmed = self.io.run(self._warm_sessions())
+        except BaseException:
+            self.stop()
+            raise
+        log.info(
+            "netclaw listening on %s (data %s, %d session(s) resumed) in %.0f ms",
+            self.base_url,
+            self.settings.data_dir,
+            warmed,
+            (time.perf_counter() - started) * 1000,
+        )
+
+    async def _serve(self, app: web.Application) -> None:
+        self._runner = web.AppRunner(app, handle_signals=False, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.settings.gateway.host, self.settings.gateway.port)
+        try:
+            await site.start()
+        except OSError as exc:
+            raise DaemonError(
+                f"cannot listen on {self.settings.gateway.host}:{self.settings.gateway.port}: "
+                f"{exc.strerror} (is another netclaw running? change gateway.port)"
+            ) from exc
+        server = site._server  # the bound port, when gateway.port is 0
+        sockets = getattr(server, "sockets", None) or []
+        self.port = sockets[0].getsockname()[1] if sockets else self.settings.gateway.port
+
+    async def _warm_sessions(self) -> int:
+        """Sessions with admitted input whose turn never finished (a crash) resume now."""
+        assert self.journal is not None and self.manager is not None
+        pending = await self.journal.sessions_with_pending_input()
+        for session_id in pending:
+            self.manager.warm(session_id)
+        return len(pending)
+
+    # -- shutdown, in reverse -----------------------------------------------------------------
+
+    def stop(self) -> None:
+        io = self.io
+        try:
+            if io is not None and self._runner is not None:
+                io.run(self._runner.cleanup(), timeout=10)
+            if io is not None and self.manager is not None:
+                refs = io.run(_call(self.manager.shutdown), timeout=5)
+                for ref in refs:
+                    ref.actor_stopped.wait(ACTOR_STOP_TIMEOUT_S)
+            if io is not None and self.provider is not None:
+                io.run(self.provider.aclose(), timeout=5)
+            if io is not None and self.journal is not None:
+                io.run(self.journal.close(), timeout=10)
+        except Exception:
+            log.exception("error during shutdown")
+        finally:
+            self._runner = None
+            self.manager = None
+            self.journal = None
+            self.provider = None
+            if io is not None:
+                io.stop()
+            self.io = None
+            self._lock.release()
+            survivors = [ref for ref in pykka.ActorRegistry.get_all() if _is_ours(ref)]
+            if survivors:
+                log.error("%d session actor(s) survived shutdown: %s", len(survivors), survivors)
+
+    # -- the foreground process ---------------------------------------------------------------
+
+    def run_forever(self) -> int:
+        previous = {
+            sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+        }
+        try:
+            self.start()
+            sd_notify("READY=1")
+            while not self._stop.is_set():
+                self._stop.wait(1.0)
+                if self._reload.is_set():
+                    self._reload.clear()
+                    self.reload()
+            sd_notify("STOPPING=1")
+            log.info("netclaw stopping")
+            return 0
+        finally:
+            self.stop()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        # Signal handlers only set flags; run_forever acts on them (it polls every second).
+        (self._reload if signum == signal.SIGHUP else self._stop).set()
+
+    def reload(self) -> None:
+        """Re-read the config. Session settings apply to sessions started from now on;
+        data_dir, gateway and provider changes need a restart (logged)."""
+        sd_notify("RELOADING=1")
+        try:
+            new = load_settings(self.config_path)
+        except ConfigError as exc:
+            log.error("config reload failed; keeping the running config:\n%s", exc)
+            sd_notify("READY=1")
+            return
+        restart_needed = [
+            key
+            for key in ("data_dir", "gateway", "providers", "models")
+            if getattr(new, key) != getattr(self.settings, key)
+        ]
+        if restart_needed:
+            log.warning("config reload: %s changed; restart netclaw to apply", ", ".join(restart_needed))
+        self.settings = new
+        if self.manager is not None and self.io is not None:
+            self.io.run(_call(self.manager.update_settings, new))
+        log.info("config reloaded")
+        sd_notify("READY=1")
+
+
+async def _call(fn: Callable[..., Any], *args: Any) -> Any:
+    """Run a loop-confined function on the loop (from another thread via ``IoLoop.run``)."""
+    return fn(*args)
+
+
+def _is_ours(ref: Any) -> bool:
+    from netclaw.sessions import SessionActor
+
+    return bool(ref.actor_class is SessionActor)
+
+
+def _default_provider(settings: Settings) -> Provider:
+    main = settings.models.main
+    return make_provider(main.provider, settings.providers[main.provider])
+
+
+def configure_logging(level: str = "INFO") -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+
+
+def run_daemon(config_path: str | None) -> int:
+    settings = load_settings(config_path)
+    return Daemon(settings, config_path=config_path).run_forever()
