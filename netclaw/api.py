@@ -299,8 +299,8 @@ class Api:
                         )
                     break
                 await _sse(response, output.event, output.data)
-        except (ConnectionResetError, asyncio.CancelledError):
-            pass
+        except ConnectionResetError:
+            pass  # the client went away; the finally unsubscribes it
         finally:
             queue.close()
             if task is not None:

@@ -145,7 +145,11 @@ class Daemon:
         )
 
     async def _serve(self, app: web.Application) -> None:
-        self._runner = web.AppRunner(app, handle_signals=False, access_log=None)
+        # handler_cancellation: a client that disconnects (an SSE subscriber) ends its
+        # handler at once, so its subscription is removed without waiting for a write.
+        self._runner = web.AppRunner(
+            app, handle_signals=False, access_log=None, handler_cancellation=True, shutdown_timeout=5.0
+        )
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.settings.gateway.host, self.settings.gateway.port)
         try:
@@ -170,32 +174,31 @@ class Daemon:
     # -- shutdown, in reverse -----------------------------------------------------------------
 
     def stop(self) -> None:
+        """Reverse order of start. Each step runs even if an earlier one failed, so no
+        actor outlives the loop it needs to finish."""
         io = self.io
-        try:
-            if io is not None and self._runner is not None:
-                io.run(self._runner.cleanup(), timeout=10)
-            if io is not None and self.manager is not None:
-                refs = io.run(_call(self.manager.shutdown), timeout=5)
+        if io is not None:
+            if self._runner is not None:
+                _step("stop the HTTP server", io.run, self._runner.cleanup(), 15)
+            if self.manager is not None:
+                refs = _step("stop sessions", io.run, _call(self.manager.shutdown), 5) or []
                 for ref in refs:
                     ref.actor_stopped.wait(ACTOR_STOP_TIMEOUT_S)
-            if io is not None and self.provider is not None:
-                io.run(self.provider.aclose(), timeout=5)
-            if io is not None and self.journal is not None:
-                io.run(self.journal.close(), timeout=10)
-        except Exception:
-            log.exception("error during shutdown")
-        finally:
-            self._runner = None
-            self.manager = None
-            self.journal = None
-            self.provider = None
-            if io is not None:
-                io.stop()
-            self.io = None
-            self._lock.release()
-            survivors = [ref for ref in pykka.ActorRegistry.get_all() if _is_ours(ref)]
-            if survivors:
-                log.error("%d session actor(s) survived shutdown: %s", len(survivors), survivors)
+            if self.provider is not None:
+                _step("close the provider", io.run, self.provider.aclose(), 5)
+            if self.journal is not None:
+                _step("close the journal", io.run, self.journal.close(), 10)
+        self._runner = None
+        self.manager = None
+        self.journal = None
+        self.provider = None
+        if io is not None:
+            io.stop()
+        self.io = None
+        self._lock.release()
+        survivors = [ref for ref in pykka.ActorRegistry.get_all() if _is_ours(ref)]
+        if survivors:
+            log.error("%d session actor(s) survived shutdown: %s", len(survivors), survivors)
 
     # -- the foreground process ---------------------------------------------------------------
 
@@ -245,6 +248,14 @@ class Daemon:
             self.io.run(_call(self.manager.update_settings, new))
         log.info("config reloaded")
         sd_notify("READY=1")
+
+
+def _step(what: str, fn: Callable[..., Any], *args: Any) -> Any:
+    try:
+        return fn(*args)
+    except Exception:
+        log.exception("shutdown: could not %s", what)
+        return None
 
 
 async def _call(fn: Callable[..., Any], *args: Any) -> Any:

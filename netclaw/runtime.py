@@ -75,6 +75,7 @@ class IoLoop:
         persist (the one blocking call an actor makes). Never from the loop.
         """
         if self.in_loop_thread():
+            coro.close()
             raise RuntimeError("IoLoop.run() called on the loop thread; it would deadlock")
         return self.submit(coro).result(timeout)
 
@@ -120,7 +121,10 @@ class Timer:
         self._io = io
         self._handle: asyncio.TimerHandle | None = None
         self._cancelled = False
-        io.call(self._schedule, delay, actor, message)
+        try:
+            io.call(self._schedule, delay, actor, message)
+        except RuntimeError:  # the loop is closed: the daemon is stopping, the tick is moot
+            self._cancelled = True
 
     def _schedule(self, delay: float, actor: Tellable, message: Any) -> None:
         if not self._cancelled:

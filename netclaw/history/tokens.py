@@ -94,19 +94,15 @@ def fallback_count(text: str) -> int:
     return max(pieces, math.ceil(len(text.encode("utf-8")) / 4)) + 1
 
 
-def _fingerprint(message: ChatMessage) -> tuple[int, int, str, str]:
-    # Cheap guard (no encoding) against a caller reusing an id for different
-    # content, e.g. a tool result swapped for a placeholder: such a message is
-    # really a new one and must be recounted rather than served a stale count.
-    return (len(message.content), len(message.tool_calls), message.role, message.kind.value)
-
-
 class TokenCounter:
     """Counts tokens of messages, caching each message's count by its id.
 
     Message ids are stable and a message's content never changes under its id,
-    so a cached message is never re-encoded. The cache is an LRU bounded to
-    ``cache_size`` entries so a long-lived daemon cannot grow it forever.
+    so a cached message is never re-encoded. The cache is a plain dict (this is
+    the per-prompt hot path: one lookup per message) bounded to ``cache_size``
+    entries, evicting the oldest first, so a long-lived daemon cannot grow it
+    forever. As a cheap guard against an id reused for different content (a
+    tool result swapped for a placeholder), the content length is stored too.
     Not thread-safe: each session actor owns its own counter.
     """
 
@@ -120,7 +116,7 @@ class TokenCounter:
             raise ValueError("cache_size must be >= 1")
         self._encoding = _load_offline_encoding() if encoding == OFFLINE_ENCODING else None
         self._cache_size = cache_size
-        self._messages: OrderedDict[str, tuple[tuple[int, int, str, str], int]] = OrderedDict()
+        self._messages: dict[str, tuple[int, int]] = {}  # id -> (content length, tokens)
         # Tool schemas rarely change within a session; key by their JSON text.
         self._schemas: OrderedDict[str, int] = OrderedDict()
 
@@ -142,16 +138,14 @@ class TokenCounter:
         return len(self._encoding.encode_ordinary(text))
 
     def count_message(self, message: ChatMessage) -> int:
-        fp = _fingerprint(message)
         hit = self._messages.get(message.id)
-        if hit is not None and hit[0] == fp:
-            self._messages.move_to_end(message.id)
+        if hit is not None and hit[0] == len(message.content):
             return hit[1]
         n = self._count_uncached(message)
-        self._messages[message.id] = (fp, n)
-        self._messages.move_to_end(message.id)
+        self._messages.pop(message.id, None)  # re-insert at the young end
+        self._messages[message.id] = (len(message.content), n)
         if len(self._messages) > self._cache_size:
-            self._messages.popitem(last=False)
+            del self._messages[next(iter(self._messages))]
         return n
 
     def _count_uncached(self, message: ChatMessage) -> int:
@@ -182,12 +176,13 @@ class TokenCounter:
             self._schemas.popitem(last=False)
         return n
 
+    def fixed_overhead(self, tools: Sequence[Mapping[str, Any]] = ()) -> int:
+        """The part of a prompt's estimate that is not per-message: priming + tool schemas."""
+        return PRIMING_OVERHEAD + self.count_tools(tools)
+
     def estimate(self, messages: Sequence[ChatMessage], tools: Sequence[Mapping[str, Any]] = ()) -> int:
         """Estimated prompt input tokens: messages + priming + tool schemas."""
-        total = PRIMING_OVERHEAD + self.count_tools(tools)
-        for m in messages:
-            total += self.count_message(m)
-        return total
+        return self.fixed_overhead(tools) + sum(map(self.count_message, messages))
 
     def clear(self) -> None:
         self._messages.clear()

@@ -8,10 +8,12 @@ kept; the newest turn is always kept whole, even when it alone is over budget.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 
-from netclaw.messages import ChatMessage, MessageKind, split_turns
+from netclaw.messages import ChatMessage, MessageKind, turn_starts
 
 BREADCRUMB_TEXT = "[earlier turns omitted to fit the context window]"
 
@@ -67,68 +69,73 @@ def trim_fraction_target(estimate: int) -> int:
 def trim_to_budget(
     messages: Sequence[ChatMessage],
     budget: int,
-    count: Callable[[Sequence[ChatMessage]], int],
+    count_message: Callable[[ChatMessage], int],
+    fixed: int = 0,
 ) -> TrimResult:
-    """Drop the oldest whole turns until ``count(result) <= budget``.
+    """Drop the oldest whole turns until the projection's tokens fit ``budget``.
 
-    ``count`` must be monotonic in dropped turns (removing messages never raises
-    the count), which holds for any per-message sum; the search relies on it.
+    The projection's tokens are ``fixed`` (priming, tool schemas) plus the sum of
+    ``count_message`` over its messages. Each message is counted once and the
+    cut is found with suffix sums, so a trim is one pass over the history.
     Idempotent: trimming the output again with the same budget changes nothing.
     """
     original = tuple(messages)
-    tokens_before = count(original)
-    head, turns = split_turns(original)
+    counts = list(map(count_message, original))
+    tokens_before = fixed + sum(counts)
+    starts = turn_starts(original)
 
     def unchanged() -> TrimResult:
         return TrimResult(
             messages=original,
             dropped_messages=0,
             dropped_turns=0,
-            kept_turns=len(turns),
+            kept_turns=len(starts),
             tokens_before=tokens_before,
             tokens_after=tokens_before,
             budget=budget,
             trimmed=False,
-            first_kept_id=turns[0][0].id if turns else None,
+            first_kept_id=original[starts[0]].id if starts else None,
         )
 
     # One turn (or none) leaves nothing droppable: the newest turn is kept whole.
-    if tokens_before <= budget or len(turns) < 2:
+    if tokens_before <= budget or len(starts) < 2:
         return unchanged()
 
+    head = original[: starts[0]]
     pinned = [m for m in head if is_pinned(m)]
+    pinned_tokens = sum(n for m, n in zip(head, counts, strict=False) if is_pinned(m))
     # A stale breadcrumb is replaced, and anything else non-pinned before the
     # first turn goes with the first turn.
     unpinned_head = sum(1 for m in head if not is_pinned(m) and not is_breadcrumb(m))
-    # Breadcrumbs never belong inside turns; strip any so the output has one.
-    clean_turns = [[m for m in t if not is_breadcrumb(m)] for t in turns]
 
-    def candidate(dropped: int) -> tuple[ChatMessage, ...]:
-        kept = clean_turns[dropped:]
-        out = [*pinned, make_breadcrumb(kept[0][0])]
-        for t in kept:
-            out.extend(t)
-        return tuple(out)
+    body = original[starts[0] :]
+    body_counts = counts[starts[0] :]
+    if any(is_breadcrumb(m) for m in body):  # never inside turns; strip so the output has one
+        kept = [(m, n) for m, n in zip(body, body_counts, strict=True) if not is_breadcrumb(m)]
+        body = tuple(m for m, _ in kept)
+        body_counts = [n for _, n in kept]
+    body_starts = turn_starts(body)
 
-    # Smallest number of dropped turns in [1, n-1] that fits; n-1 (only the
-    # newest turn left) if none does. Binary search: O(log n) count calls.
-    lo, hi = 1, len(turns) - 1
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if count(candidate(mid)) <= budget:
-            hi = mid
-        else:
-            lo = mid + 1
-    dropped = lo
-    out = candidate(dropped)
+    # cum[i] = tokens of body[:i]; keeping turns k.. costs cum[-1] - cum[start_k]. The
+    # cost falls as k grows, so the first k that fits is found by bisection over the
+    # turn starts (drop at least one turn, at most all but the newest).
+    cum = [0, *accumulate(body_counts)]
+    crumb_tokens = count_message(make_breadcrumb(body[body_starts[-1]]))  # same text for every cut
+    need = cum[-1] + fixed + pinned_tokens + crumb_tokens - budget  # cum[start_k] must reach this
+    start_cums = [cum[i] for i in body_starts]
+    dropped = min(max(bisect_left(start_cums, need), 1), len(body_starts) - 1)
+    cut = body_starts[dropped]
+
+    breadcrumb = make_breadcrumb(body[cut])
+    out = (*pinned, breadcrumb, *body[cut:])
     return TrimResult(
         messages=out,
-        dropped_messages=unpinned_head + sum(len(t) for t in clean_turns[:dropped]),
+        dropped_messages=unpinned_head + cut,
         dropped_turns=dropped,
-        kept_turns=len(turns) - dropped,
+        kept_turns=len(body_starts) - dropped,
         tokens_before=tokens_before,
-        tokens_after=count(out),
+        tokens_after=fixed + pinned_tokens + crumb_tokens + cum[-1] - cum[cut],
         budget=budget,
         trimmed=True,
-        first_kept_id=turns[dropped][0].id,
+        first_kept_id=body[cut].id,
     )

@@ -110,6 +110,9 @@ class SqliteJournal:
                 sync = "FULL" if self._synchronous == "full" else "NORMAL"
                 await conn.execute(f"PRAGMA synchronous={sync}")
                 await conn.execute("PRAGMA busy_timeout=5000")
+        except JournalError:
+            await self.close()
+            raise
         except sqlite3.Error as exc:
             await self.close()
             raise JournalError(f"cannot open journal {self.path}: {exc}") from exc

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from netclaw.config import ProviderConfig
 from netclaw.errors import ConfigError
+from netclaw.providers._anthropic import AnthropicProvider
 from netclaw.providers._base import (
     Completion,
     Delta,
@@ -17,6 +18,7 @@ from netclaw.providers._classify import classify_http_error, classify_transport_
 from netclaw.providers._openai import OpenAIProvider
 
 __all__ = [
+    "AnthropicProvider",
     "Completion",
     "Delta",
     "OnDelta",
@@ -36,9 +38,5 @@ def make_provider(name: str, config: ProviderConfig) -> Provider:
     if config.type == "openai":
         return OpenAIProvider(name, config)
     if config.type == "anthropic":
-        raise ConfigError(
-            f"providers.{name}.type: the Anthropic provider is not available yet "
-            "(it arrives with a later issue); use an OpenAI-compatible endpoint "
-            'with type "openai" for now'
-        )
+        return AnthropicProvider(name, config)
     raise ConfigError(f"providers.{name}.type: unknown provider type {config.type!r}")

@@ -39,6 +39,9 @@ _OVERFLOW_PHRASES = (
     "context_length_exceeded",
     # Anthropic: "prompt is too long: 210000 tokens > 200000 maximum"
     "prompt is too long",
+    # Anthropic, prompt plus max_tokens over the window: "input length and `max_tokens`
+    # exceed context limit: 187254 + 20000 > 200000, decrease input length or ..."
+    "exceed context limit",
     # Ollama
     "context length exceeded",
     "exceeds the context window",

@@ -7,6 +7,7 @@ aiohttp or aiosqlite; only ``_actor`` and ``_manager`` touch pykka.
 from netclaw.sessions._actor import ManagerPort, SessionActor, SessionDeps
 from netclaw.sessions._commands import Admission, SendUserMessage, Subscribe, Unsubscribe
 from netclaw.sessions._events import (
+    HistoryTrimmed,
     InputAdmitted,
     SessionEvent,
     SessionTitleSet,
@@ -17,6 +18,7 @@ from netclaw.sessions._events import (
 from netclaw.sessions._manager import SessionManager
 from netclaw.sessions._outputs import EVENT_FILTER, LIFECYCLE_EVENTS, Output, OutputFilter
 from netclaw.sessions._phases import LEGAL_TRANSITIONS, Phase, PhaseMachine
+from netclaw.sessions._prompt import Prompt, PromptBuilder
 from netclaw.sessions._recovery import load_state
 from netclaw.sessions._state import SessionState, TurnOutcome, channel_of
 from netclaw.sessions._subscribers import OutputQueue, Sink, Subscriber, SubscriberSet
@@ -27,6 +29,7 @@ __all__ = [
     "LEGAL_TRANSITIONS",
     "LIFECYCLE_EVENTS",
     "Admission",
+    "HistoryTrimmed",
     "InputAdmitted",
     "ManagerPort",
     "Output",
@@ -34,6 +37,8 @@ __all__ = [
     "OutputQueue",
     "Phase",
     "PhaseMachine",
+    "Prompt",
+    "PromptBuilder",
     "SendUserMessage",
     "SessionActor",
     "SessionDeps",

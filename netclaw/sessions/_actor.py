@@ -10,6 +10,7 @@ applying events — so what it acknowledges is never lost.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from dataclasses import dataclass
@@ -18,10 +19,11 @@ from typing import Any, Protocol
 import pykka
 
 from netclaw.config import Settings
-from netclaw.errors import ProviderError, SessionUnavailable
+from netclaw.errors import ContextOverflow, ProviderError, SessionUnavailable
+from netclaw.history import TrimResult
 from netclaw.messages import ChatMessage, new_id
 from netclaw.persistence import Journal, NewEvent, SessionRow
-from netclaw.providers import Completion, Provider, ProviderRequest
+from netclaw.providers import Completion, Provider, ProviderRequest, ToolSchema
 from netclaw.runtime import IoLoop, Reply, Timer
 from netclaw.sessions._commands import (
     Admission,
@@ -41,6 +43,7 @@ from netclaw.sessions._commands import (
     Unsubscribe,
 )
 from netclaw.sessions._events import (
+    HistoryTrimmed,
     InputAdmitted,
     SessionEvent,
     SessionTitleSet,
@@ -52,13 +55,13 @@ from netclaw.sessions._events import (
 )
 from netclaw.sessions._outputs import Output
 from netclaw.sessions._phases import Phase, PhaseMachine
+from netclaw.sessions._prompt import PromptBuilder
 from netclaw.sessions._recovery import load_state
 from netclaw.sessions._state import SessionState, TurnOutcome
 from netclaw.sessions._subscribers import Subscriber, SubscriberSet
 from netclaw.sessions._turn import (
     TurnRun,
     assistant_message,
-    build_context,
     interrupted_results,
     make_title,
     tool_message,
@@ -70,6 +73,7 @@ log = logging.getLogger(__name__)
 PERSIST_TIMEOUT_S = 30.0
 RECOVERY_TIMEOUT_S = 60.0
 TOOL_TIMEOUT_S = 120.0
+MAX_OVERFLOW_PASSES = 3
 
 
 class ManagerPort(Protocol):
@@ -101,6 +105,7 @@ class SessionActor(pykka.ThreadingActor):
         self.state = SessionState(session_id)
         self.phases = PhaseMachine()
         self.subscribers = SubscriberSet()
+        self.prompts = PromptBuilder(deps.settings.agent.system_prompt, deps.settings.trim_budget_tokens)
         self.run: TurnRun | None = None
         self.waiters: dict[str, list[Reply[TurnOutcome]]] = {}
         self.received = 0  # routed commands received (compared with the manager's count)
@@ -280,12 +285,13 @@ class SessionActor(pykka.ThreadingActor):
             if cmd.done is not None:
                 self._wait_for_outcome(known, cmd.done)
             return
+        message_id = new_id("u")
         message = ChatMessage(
-            id=new_id("u"),
+            id=message_id,
             role="user",
             content=cmd.text,
             ts=cmd.ts,
-            identity=cmd.identity or f"msg:{cmd.ts:.6f}",
+            identity=cmd.identity or f"{message_id}@{cmd.ts:.6f}",  # id + timestamp
             user=cmd.user,
         )
         events: list[SessionEvent] = [InputAdmitted(message)]
@@ -341,11 +347,15 @@ class SessionActor(pykka.ThreadingActor):
         assert run is not None
         op_id = self._next_op()
         model = self.deps.settings.models.main
-        tools_allowed = run.iteration < self.cfg.max_tool_iterations
+        tools = self._tools_for(run)
+        prompt = self.prompts.build(self.state, tools)
+        if prompt.trim is not None:
+            self._record_trim(prompt.trim, "budget")
+        run.estimate = prompt.estimate
         request = ProviderRequest(
             model=model.model,
-            messages=build_context(self.state, self.deps.settings.agent.system_prompt),
-            tools=self.deps.tools.schemas() if tools_allowed else (),
+            messages=prompt.messages,
+            tools=tools,
             max_output_tokens=model.max_output_tokens,
         )
         ref = self.actor_ref
@@ -360,6 +370,28 @@ class SessionActor(pykka.ThreadingActor):
             lambda error: OpFailed(op_id, error),
         )
 
+    def _tools_for(self, run: TurnRun) -> list[ToolSchema]:
+        # Past the iteration limit the model gets no tools, so it must answer.
+        return self.deps.tools.schemas() if run.iteration < self.cfg.max_tool_iterations else []
+
+    def _record_trim(self, trim: TrimResult, reason: str) -> None:
+        """Never silent: journal it, tell every subscriber, log one line."""
+        assert trim.first_kept_id is not None
+        event = HistoryTrimmed(
+            first_kept_id=trim.first_kept_id,
+            dropped_messages=trim.dropped_messages,
+            dropped_turns=trim.dropped_turns,
+            kept_turns=trim.kept_turns,
+            tokens_before=trim.tokens_before,
+            tokens_after=trim.tokens_after,
+            budget=trim.budget,
+            reason=reason,
+        )
+        self._persist(event)
+        payload = event.to_payload()
+        log.info("%s: history_trimmed %s", self.session_id, json.dumps(payload, sort_keys=True))
+        self.subscribers.publish(self._output("history_trimmed", **payload))
+
     def _on_delta(self, kind: str, text: str) -> None:
         assert self.run is not None
         if kind == "text" and text:
@@ -370,6 +402,7 @@ class SessionActor(pykka.ThreadingActor):
         run = self.run
         assert run is not None
         if completion.usage is not None:
+            self.prompts.observe_usage(run.estimate, completion.usage.input_tokens)
             self.subscribers.publish(
                 self._output(
                     "usage",
@@ -420,11 +453,44 @@ class SessionActor(pykka.ThreadingActor):
         self._call_provider()
 
     def _on_op_failed(self, error: BaseException) -> None:
-        if isinstance(error, ProviderError):
+        if isinstance(error, ContextOverflow):
+            self._recover_from_overflow(error)
+        elif isinstance(error, ProviderError):
             self._fail_turn(error.code, str(error), "failed")
         else:
             log.error("%s: turn work failed: %r", self.session_id, error)
             self._fail_turn("internal", f"the turn failed unexpectedly: {type(error).__name__}", "failed")
+
+    def _recover_from_overflow(self, error: ContextOverflow) -> None:
+        """The overflow ladder: compact (once per turn), else trim to ~2/3, then retry;
+        give up when only the newest turn is left. Never more than MAX_OVERFLOW_PASSES."""
+        run = self.run
+        assert run is not None
+        run.overflow_passes += 1
+        if run.overflow_passes > MAX_OVERFLOW_PASSES:
+            self._fail_turn(
+                "context_overflow",
+                f"the prompt still exceeds the model's context window after {MAX_OVERFLOW_PASSES} "
+                f"recovery passes: {error}",
+                "failed",
+            )
+            return
+        # Rung 1, compaction, arrives with the compaction issue; run.compacted marks it used.
+        window = self.deps.settings.models.main.context_window
+        self.prompts.observe_usage(run.estimate, max(window, run.estimate + 1))
+        trim = self.prompts.shrink_after_overflow(self.state, self._tools_for(run), run.estimate)
+        if trim is None:
+            self._fail_turn(
+                "context_overflow",
+                "the newest turn alone does not fit the model's context window "
+                f"({window} tokens; this prompt was estimated at {run.estimate}); "
+                "shorten the message or use a model with a larger window",
+                "failed",
+            )
+            return
+        log.warning("%s: provider reported context overflow; trimming and retrying", self.session_id)
+        self._record_trim(trim, "overflow")
+        self._call_provider()
 
     def _complete_turn(self, completion: Completion) -> None:
         run = self.run

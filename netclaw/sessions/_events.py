@@ -55,7 +55,36 @@ class SessionTitleSet:
     title: str
 
 
-SessionEvent = InputAdmitted | TurnStarted | StepRecorded | TurnRecorded | SessionTitleSet
+@dataclass(frozen=True, slots=True)
+class HistoryTrimmed:
+    """Whole turns before ``first_kept_id`` left the model-visible projection.
+
+    The transcript keeps them; recovery rebuilds the same projection from this.
+    """
+
+    first_kept_id: str
+    dropped_messages: int
+    dropped_turns: int
+    kept_turns: int
+    tokens_before: int
+    tokens_after: int
+    budget: int
+    reason: str  # "budget" (before a call) or "overflow" (the provider refused the prompt)
+
+    def to_payload(self) -> dict[str, Any]:
+        return {
+            "first_kept_id": self.first_kept_id,
+            "dropped_messages": self.dropped_messages,
+            "dropped_turns": self.dropped_turns,
+            "kept_turns": self.kept_turns,
+            "tokens_before": self.tokens_before,
+            "tokens_after": self.tokens_after,
+            "budget": self.budget,
+            "reason": self.reason,
+        }
+
+
+SessionEvent = InputAdmitted | TurnStarted | StepRecorded | TurnRecorded | SessionTitleSet | HistoryTrimmed
 
 
 def encode(event: SessionEvent) -> tuple[str, str]:
@@ -81,6 +110,8 @@ def encode(event: SessionEvent) -> tuple[str, str]:
                 payload["usage"] = dict(event.usage)
         case SessionTitleSet(title=title):
             payload = {"title": title}
+        case HistoryTrimmed():
+            payload = event.to_payload()
     return type(event).__name__, json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
 
 
@@ -105,6 +136,8 @@ def decode(type_name: str, payload: str) -> SessionEvent:
                 )
             case "SessionTitleSet":
                 return SessionTitleSet(str(data["title"]))
+            case "HistoryTrimmed":
+                return HistoryTrimmed(**data)
     except (ValueError, KeyError, TypeError) as exc:
         raise JournalCorrupt(f"cannot decode {type_name} event: {exc}") from exc
     raise JournalCorrupt(f"unknown event type {type_name!r} (written by a newer netclaw?)")

@@ -14,6 +14,7 @@ from typing import Any
 from netclaw.errors import JournalCorrupt
 from netclaw.messages import ChatMessage
 from netclaw.sessions._events import (
+    HistoryTrimmed,
     InputAdmitted,
     SessionEvent,
     SessionTitleSet,
@@ -68,6 +69,17 @@ class SessionState:
     outcomes: Mapping[str, TurnOutcome] = field(default_factory=dict)  # user message id → outcome
     last_activity: float = 0.0
     last_input_tokens: int | None = None
+    # The model sees transcript[kept_from:]; earlier turns were trimmed (never deleted).
+    kept_from: int = 0
+
+    @property
+    def trimmed(self) -> bool:
+        return self.kept_from > 0
+
+    @property
+    def visible(self) -> tuple[ChatMessage, ...]:
+        """The transcript part the model still sees."""
+        return self.transcript[self.kept_from :] if self.kept_from else self.transcript
 
     @property
     def channel(self) -> str:
@@ -104,6 +116,7 @@ class SessionState:
             case InputAdmitted(message=m):
                 identities = dict(self.identities)
                 if m.identity is not None:
+                    identities.pop(m.identity, None)  # a re-recorded identity is the newest
                     identities[m.identity] = (m.id, m.ts)
                     if len(identities) > MAX_IDENTITIES:
                         del identities[next(iter(identities))]
@@ -148,6 +161,11 @@ class SessionState:
                 )
             case SessionTitleSet(title=title):
                 return replace(self, seq=seq, title=title, last_activity=ts)
+            case HistoryTrimmed(first_kept_id=first):
+                index = next((i for i, m in enumerate(self.transcript) if m.id == first), None)
+                if index is None:
+                    raise JournalCorrupt(f"{self.session_id}: trim keeps from unknown message {first}")
+                return replace(self, seq=seq, kept_from=index)
         raise TypeError(f"not a session event: {event!r}")
 
     def apply_all(self, events: Iterable[tuple[SessionEvent, int, float]]) -> SessionState:
@@ -174,6 +192,7 @@ class SessionState:
             "outcomes": {k: v.to_dict() for k, v in self.outcomes.items()},
             "last_activity": self.last_activity,
             "last_input_tokens": self.last_input_tokens,
+            "kept_from": self.kept_from,
         }
         return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
 
@@ -181,6 +200,8 @@ class SessionState:
     def from_json(cls, text: str) -> SessionState:
         try:
             d = json.loads(text)
+            if not isinstance(d, dict):
+                raise ValueError(f"snapshot is a JSON {type(d).__name__}, not an object")
             if d.get("v") != SNAPSHOT_VERSION:
                 raise ValueError(f"snapshot version {d.get('v')!r}")
             active = d["active"]
@@ -199,6 +220,7 @@ class SessionState:
                 },
                 last_activity=float(d["last_activity"]),
                 last_input_tokens=d["last_input_tokens"],
+                kept_from=int(d.get("kept_from", 0)),
             )
-        except (ValueError, KeyError, TypeError, IndexError) as exc:
+        except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
             raise JournalCorrupt(f"cannot decode snapshot: {exc}") from exc

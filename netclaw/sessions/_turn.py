@@ -6,14 +6,14 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
+from netclaw.history import INTERRUPTED_TEXT, make_breadcrumb
 from netclaw.messages import ChatMessage, ToolCall, new_id, system
 from netclaw.providers import Completion
 from netclaw.sessions._state import SessionState
 
-INTERRUPTED_RESULT = "[tool result unavailable: the call was interrupted]"
 TITLE_MAX = 60
 
 
@@ -28,12 +28,18 @@ class TurnRun:
     pending_calls: ChatMessage | None = None  # assistant message whose tools are running
     future: Any = None  # the loop future of the op in flight (to cancel it)
     deltas: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
+    estimate: int = 0  # our token estimate of the prompt in flight
+    overflow_passes: int = 0  # overflow recovery passes this turn (at most MAX_OVERFLOW_PASSES)
+    compacted: bool = False  # the overflow ladder's first rung ran this turn
 
 
 def build_context(state: SessionState, system_prompt: str) -> list[ChatMessage]:
-    """The model-visible projection: system prompt, then the transcript."""
-    return [system(system_prompt), *state.transcript]
+    """The model-visible projection as recorded: system prompt, a breadcrumb where
+    earlier turns were trimmed, then the transcript from the first kept turn."""
+    visible = state.visible
+    if state.trimmed and visible:
+        return [system(system_prompt), make_breadcrumb(visible[0]), *visible]
+    return [system(system_prompt), *visible]
 
 
 def assistant_message(completion: Completion, *, with_tool_calls: bool) -> ChatMessage:
@@ -65,7 +71,7 @@ def tool_message(call: ToolCall, content: str, is_error: bool) -> ChatMessage:
 
 
 def interrupted_results(calls: Sequence[ToolCall]) -> list[ChatMessage]:
-    return [tool_message(c, INTERRUPTED_RESULT, True) for c in calls]
+    return [tool_message(c, INTERRUPTED_TEXT, True) for c in calls]
 
 
 def make_title(text: str) -> str:

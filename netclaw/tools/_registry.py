@@ -67,8 +67,11 @@ class ToolRegistry:
         if not isinstance(args, dict):
             return ToolResult(call, "error: arguments must be a JSON object", True)
         try:
-            content = await asyncio.wait_for(tool.handler(args), timeout_s)
-        except TimeoutError:
+            async with asyncio.timeout(timeout_s) as deadline:
+                content = await tool.handler(args)
+        except TimeoutError as exc:
+            if not deadline.expired():  # the tool's own timeout (e.g. an upstream call), not ours
+                return ToolResult(call, f"error: tool {call.name} failed: TimeoutError: {exc}", True)
             return ToolResult(call, f"error: tool {call.name} timed out after {timeout_s:g}s", True)
         except ToolError as exc:
             return ToolResult(call, f"error: {exc}", True)

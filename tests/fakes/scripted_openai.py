@@ -106,8 +106,7 @@ Step: TypeAlias = Reply | ErrorReply
 Responder: TypeAlias = Callable[[dict[str, Any]], Step | Awaitable[Step]]
 
 DEFAULT_OVERFLOW_MESSAGE = (
-    "This model's maximum context length is 8192 tokens. "
-    "However, your messages resulted in 9000 tokens."
+    "This model's maximum context length is 8192 tokens. However, your messages resulted in 9000 tokens."
 )
 
 
@@ -458,8 +457,7 @@ class ScriptedOpenAI:
     def _resolve_calls(self, step: Reply) -> list[tuple[str, str, str]]:
         """(id, name, arguments JSON) per tool call, allocating ids."""
         return [
-            (tc.id or f"call_{next(self._call_ids)}", tc.name, tc.arguments_json())
-            for tc in step.tool_calls
+            (tc.id or f"call_{next(self._call_ids)}", tc.name, tc.arguments_json()) for tc in step.tool_calls
         ]
 
     @staticmethod
@@ -492,9 +490,7 @@ class ScriptedOpenAI:
             "object": "chat.completion",
             "created": int(time.time()),
             "model": body["model"],
-            "choices": [
-                {"index": 0, "message": message, "finish_reason": self._finish_reason(step)}
-            ],
+            "choices": [{"index": 0, "message": message, "finish_reason": self._finish_reason(step)}],
             "usage": self._usage(body, step, [a for _, _, a in calls]),
         }
         if step.drop_after_chunks is not None:
@@ -506,9 +502,7 @@ class ScriptedOpenAI:
     ) -> web.StreamResponse:
         calls = self._resolve_calls(step)
         stream_options = body.get("stream_options")
-        include_usage = isinstance(stream_options, dict) and bool(
-            stream_options.get("include_usage")
-        )
+        include_usage = isinstance(stream_options, dict) and bool(stream_options.get("include_usage"))
         cid = f"chatcmpl-{next(self._ids)}"
         created = int(time.time())
         model = body["model"]
@@ -590,9 +584,7 @@ class ScriptedOpenAIThread:
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
-        self.server = ScriptedOpenAI(
-            default=default, context_window=context_window, host=host, port=port
-        )
+        self.server = ScriptedOpenAI(default=default, context_window=context_window, host=host, port=port)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
 

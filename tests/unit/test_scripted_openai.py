@@ -94,9 +94,7 @@ def reassemble_tool_calls(events: list[Any]) -> dict[int, dict[str, str]]:
 # --------------------------------------------------------------------------- streaming
 
 
-async def test_streamed_text_reassembles_exactly(
-    fake: ScriptedOpenAI, client: httpx.AsyncClient
-) -> None:
+async def test_streamed_text_reassembles_exactly(fake: ScriptedOpenAI, client: httpx.AsyncClient) -> None:
     text = "Hello, wörld! 🎉 This is a longer answer\nwith a newline."
     fake.enqueue(Reply(text=text, chunk_size=5))
     resp, events = await stream_events(client, fake, chat())
@@ -120,9 +118,7 @@ async def test_streamed_text_reassembles_exactly(
     assert deltas[-1] == {}
 
 
-async def test_tool_calls_stream_reassemble(
-    fake: ScriptedOpenAI, client: httpx.AsyncClient
-) -> None:
+async def test_tool_calls_stream_reassemble(fake: ScriptedOpenAI, client: httpx.AsyncClient) -> None:
     args_a = {"path": "/tmp/x.txt", "lines": [1, 2, 3], "note": 'quote " and ünïcode'}
     args_b = '{"query": "weather in Paris"}'
     fake.enqueue(
@@ -144,9 +140,7 @@ async def test_tool_calls_stream_reassemble(
     assert calls[1]["id"].startswith("call_") and calls[1]["name"] == "search"
     assert calls[1]["arguments"] == args_b
     # Arguments really are split across several chunks.
-    arg_chunks = [
-        tc for d in choice_deltas(events) for tc in d.get("tool_calls", []) if "id" not in tc
-    ]
+    arg_chunks = [tc for d in choice_deltas(events) for tc in d.get("tool_calls", []) if "id" not in tc]
     assert len(arg_chunks) > 4
     assert all(len(tc["function"]["arguments"]) <= 4 for tc in arg_chunks)
     text = "".join(d.get("content", "") for d in choice_deltas(events))
@@ -155,9 +149,7 @@ async def test_tool_calls_stream_reassemble(
     assert last["choices"][0]["finish_reason"] == "tool_calls"
 
 
-async def test_auto_tool_call_ids_are_unique(
-    fake: ScriptedOpenAI, client: httpx.AsyncClient
-) -> None:
+async def test_auto_tool_call_ids_are_unique(fake: ScriptedOpenAI, client: httpx.AsyncClient) -> None:
     fake.enqueue(
         Reply(tool_calls=[ToolCallSpec("a", {}), ToolCallSpec("b", {})]),
         Reply(tool_calls=[ToolCallSpec("c", {})]),
@@ -169,9 +161,7 @@ async def test_auto_tool_call_ids_are_unique(
     assert len(set(ids)) == 3
 
 
-async def test_thinking_arrives_as_reasoning_content(
-    fake: ScriptedOpenAI, client: httpx.AsyncClient
-) -> None:
+async def test_thinking_arrives_as_reasoning_content(fake: ScriptedOpenAI, client: httpx.AsyncClient) -> None:
     fake.enqueue(Reply(text="42", thinking="Let me think about this carefully.", chunk_size=6))
     _, events = await stream_events(client, fake, chat())
     deltas = choice_deltas(events)
@@ -183,9 +173,7 @@ async def test_thinking_arrives_as_reasoning_content(
     assert last_reasoning < first_text
 
 
-async def test_usage_chunk_only_when_requested(
-    fake: ScriptedOpenAI, client: httpx.AsyncClient
-) -> None:
+async def test_usage_chunk_only_when_requested(fake: ScriptedOpenAI, client: httpx.AsyncClient) -> None:
     fake.enqueue(Reply(text="abc", usage=(123, 45)), Reply(text="abc", usage=(123, 45)))
 
     _, with_usage = await stream_events(client, fake, chat(usage=True))
@@ -204,9 +192,7 @@ async def test_usage_chunk_only_when_requested(
     assert without[-1] == "[DONE]"
 
 
-async def test_estimated_usage_when_not_scripted(
-    fake: ScriptedOpenAI, client: httpx.AsyncClient
-) -> None:
+async def test_estimated_usage_when_not_scripted(fake: ScriptedOpenAI, client: httpx.AsyncClient) -> None:
     fake.enqueue(Reply(text="x" * 40))
     body = chat("y" * 400)
     _, events = await stream_events(client, fake, body)
@@ -389,9 +375,7 @@ async def test_context_window_enforced(client: httpx.AsyncClient) -> None:
 
 
 async def test_delay(fake: ScriptedOpenAI, client: httpx.AsyncClient) -> None:
-    fake.enqueue(
-        Reply(text="slow", delay_s=0.3), Reply(text="abcdef", chunk_size=1, chunk_delay_s=0.05)
-    )
+    fake.enqueue(Reply(text="slow", delay_s=0.3), Reply(text="abcdef", chunk_size=1, chunk_delay_s=0.05))
     t0 = time.monotonic()
     r = await client.post(f"{fake.base_url}/chat/completions", json=chat(stream=False))
     assert r.status_code == 200
@@ -403,9 +387,7 @@ async def test_delay(fake: ScriptedOpenAI, client: httpx.AsyncClient) -> None:
     assert "".join(d.get("content", "") for d in choice_deltas(events)) == "abcdef"
 
 
-async def test_drop_after_chunks_breaks_the_stream(
-    fake: ScriptedOpenAI, client: httpx.AsyncClient
-) -> None:
+async def test_drop_after_chunks_breaks_the_stream(fake: ScriptedOpenAI, client: httpx.AsyncClient) -> None:
     fake.enqueue(Reply(text="x" * 80, chunk_size=8, drop_after_chunks=3))
     received: list[str] = []
     with pytest.raises(httpx.TransportError):
@@ -470,9 +452,7 @@ async def test_invalid_requests_get_400(fake: ScriptedOpenAI, client: httpx.Asyn
     assert r.json()["choices"][0]["message"]["content"] == "echo: alive"
 
 
-async def test_responder_exception_gives_500(
-    fake: ScriptedOpenAI, client: httpx.AsyncClient
-) -> None:
+async def test_responder_exception_gives_500(fake: ScriptedOpenAI, client: httpx.AsyncClient) -> None:
     def boom(req: dict[str, Any]) -> Reply:
         raise RuntimeError("kaput")
 

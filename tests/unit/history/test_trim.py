@@ -16,7 +16,11 @@ from netclaw.messages import ChatMessage, MessageKind, ToolCall
 UNIT = 10  # every message costs the same, so budgets read as message counts
 
 
-def count(messages: Sequence[ChatMessage]) -> int:
+def count(message: ChatMessage) -> int:
+    return UNIT
+
+
+def total(messages: Sequence[ChatMessage]) -> int:
     return UNIT * len(messages)
 
 
@@ -208,7 +212,7 @@ def test_with_real_token_counter() -> None:
     roles = {"u": "user", "a": "assistant"}
     history = [sys(), *[m(f"{r}{n}", roles[r], long) for n in range(10) for r in roles]]
     budget = real(history) // 2
-    result = trim_to_budget(history, budget, real)
+    result = trim_to_budget(history, budget, counter.count_message, counter.fixed_overhead())
     assert result.trimmed
     assert result.tokens_after <= budget
     assert result.tokens_after == real(result.messages)

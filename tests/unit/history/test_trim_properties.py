@@ -51,7 +51,7 @@ def test_trim_invariants(history: list[ChatMessage], fraction: float) -> None:
         return counter.estimate(ms)
 
     budget = int(count(history) * fraction)
-    result = trim_to_budget(history, budget, count)
+    result = trim_to_budget(history, budget, counter.count_message, counter.fixed_overhead())
     out = result.messages
     head, turns = split_turns(history)
     out_head, out_turns = split_turns(out)
@@ -86,23 +86,25 @@ def test_trim_invariants(history: list[ChatMessage], fraction: float) -> None:
     else:
         assert out == tuple(history)
     # Idempotent.
-    again = trim_to_budget(out, budget, count)
+    again = trim_to_budget(out, budget, counter.count_message, counter.fixed_overhead())
     assert again.messages == out
     assert not again.trimmed
 
 
 @settings(max_examples=200, deadline=None)
 @given(history=histories(), first=st.floats(0.0, 1.0), second=st.floats(0.0, 1.0))
-def test_retrim_never_stacks_breadcrumbs(
-    history: list[ChatMessage], first: float, second: float
-) -> None:
+def test_retrim_never_stacks_breadcrumbs(history: list[ChatMessage], first: float, second: float) -> None:
     counter = TokenCounter()
 
     def count(ms: Sequence[ChatMessage]) -> int:
         return counter.estimate(ms)
 
-    once = trim_to_budget(history, int(count(history) * first), count)
-    twice = trim_to_budget(once.messages, int(count(once.messages) * second), count)
+    once = trim_to_budget(
+        history, int(count(history) * first), counter.count_message, counter.fixed_overhead()
+    )
+    twice = trim_to_budget(
+        once.messages, int(count(once.messages) * second), counter.count_message, counter.fixed_overhead()
+    )
     assert sum(is_breadcrumb(m) for m in twice.messages) <= 1
     assert not sweep_orphans(twice.messages).changed
     _, turns = split_turns(history)

@@ -1,0 +1,75 @@
+"""Small helpers shared by the benchmark scripts (not a benchmark itself).
+
+Every script prints its results as lines of the form::
+
+    figure: NAME = VALUE UNIT (target OP VALUE: met|missed)
+    info: NAME = VALUE UNIT (...)
+
+``figure`` lines carry a target; ``info`` lines are context (references, ratios,
+breakdowns) and have none.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+if str(REPO_ROOT) not in sys.path:  # `python bench/x.py` puts bench/ first, not the repo root
+    sys.path.insert(0, str(REPO_ROOT))
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def percentile(values: Sequence[float], pct: float) -> float:
+    """Nearest-rank percentile (pct in 0..100); nan for no values."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), round(pct / 100.0 * len(ordered) + 0.5)))
+    return ordered[rank - 1]
+
+
+def fmt(value: float) -> str:
+    if value != value:  # nan
+        return "nan"
+    if abs(value) >= 100:
+        return f"{value:.0f}"
+    if abs(value) >= 10:
+        return f"{value:.1f}"
+    return f"{value:.2f}"
+
+
+def figure(name: str, value: float, unit: str, target: str, met: bool) -> None:
+    print(f"figure: {name} = {fmt(value)} {unit} (target {target}: {'met' if met else 'missed'})", flush=True)
+
+
+def info(name: str, value: float | str, unit: str = "", note: str = "") -> None:
+    shown = value if isinstance(value, str) else fmt(value)
+    tail = f" ({note})" if note else ""
+    print(f"info: {name} = {shown}{(' ' + unit) if unit else ''}{tail}", flush=True)
+
+
+def log(message: str) -> None:
+    """Progress goes to stderr so stdout stays the result lines."""
+    print(message, file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def temp_dir(prefix: str, base: str | None = None) -> Iterator[Path]:
+    """A temporary directory (default: $NETCLAW_BENCH_DIR or the system temp dir), always removed."""
+    root = base or os.environ.get("NETCLAW_BENCH_DIR") or None
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir=root))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)

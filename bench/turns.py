@@ -1,0 +1,627 @@
+"""Daemon-added turn latency and turn throughput against a zero-latency scripted provider.
+
+The real :class:`~netclaw.daemon.Daemon` runs in this process (port 0, a temporary
+data_dir, journal synchronous=FULL). The provider is ``tests.fakes.scripted_openai``
+(echo replies, streamed in 8-character deltas) in a *separate process*, so its CPU does
+not share our GIL.
+
+Latency, 1 session, sequential turns (the figure)
+    Each turn is ``Gateway.submit(Inbound(...), wait=True)`` awaited by a driver coroutine
+    on the daemon's own loop (no bench-side thread hops). Right before each turn the
+    driver makes a direct httpx streaming call to the same server with the same request
+    (system prompt, transcript so far, tools; pre-encoded) and reads it to the end: the
+    provider's own time. added = end-to-end - reference, paired turn by turn.
+    A breakdown wraps the daemon's journal.append and provider.complete (timing only).
+HTTP path (info)
+    ``POST /api/sessions/{id}/messages?wait=1`` from a synchronous httpx client in this
+    process's main thread, next to a direct synchronous call.
+Throughput (the figure: 100 sessions)
+    Turns/s with 1 session (sequential) and with N concurrent sessions (each sends its
+    next message when its previous turn completes), next to the provider's own rate at
+    the same concurrency, measured with a light aiohttp client (the provider's capacity)
+    and, once, with httpx (netclaw's client library) both with keep-alive and the way
+    netclaw's client uses it (default pool of 20 keep-alive connections, stream left at
+    ``[DONE]``).
+
+Also printed: journal commits (= fsyncs) per turn, CPU per turn by thread group of this
+process (loop / actors / sqlite threads) and of the provider process, from /proc.
+``--profile`` adds a cProfile of the loop thread during one extra N-session round.
+``--stub-sniffio`` is a what-if: it puts an in-memory ``sniffio`` module in place before
+anything runs (httpcore imports it on every pool lock; it is not installed here, and a
+failed import is retried, with a sys.path scan, every time).
+
+Run from the repo root: ``python bench/turns.py [--turns 300] [--seconds 4] [--rounds 3]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import io
+import json
+import pstats
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+import types
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import _common as c
+import _procstat as ps
+from _common import figure, info, log, median, percentile
+
+if "--stub-sniffio" in sys.argv and "sniffio" not in sys.modules:  # before httpx is imported
+    try:
+        import sniffio  # noqa: F401
+    except ImportError:
+        _stub = types.ModuleType("sniffio")
+        _stub.current_async_library = lambda: "asyncio"  # type: ignore[attr-defined]
+        sys.modules["sniffio"] = _stub
+
+import aiohttp
+import httpx
+
+from netclaw.config import Settings
+from netclaw.daemon import Daemon
+from netclaw.gateway import Inbound
+from netclaw.messages import ChatMessage, system
+from netclaw.providers import ProviderRequest
+from netclaw.providers._openai import request_body
+from netclaw.tools import default_registry
+
+WORDS = (
+    "please check the deploy logs for the api service and tell me whether the last "
+    "migration finished cleanly before we roll out the new build to staging tonight"
+).split()
+MODEL = "scripted"
+MAX_OUTPUT = 1024
+
+
+def make_texts(count: int, seed: int = 11) -> list[str]:
+    """User messages of 60-160 characters (the echo reply streams in 8-char deltas)."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(count):
+        size = rng.randint(60, 160)
+        text = ""
+        while len(text) < size:
+            text += rng.choice(WORDS) + " "
+        out.append(text[:size].strip())
+    return out
+
+
+def echo(text: str) -> str:
+    return f"echo: {text}"
+
+
+def ms(seconds: float) -> float:
+    return seconds * 1000.0
+
+
+# --------------------------------------------------------------------------- the provider process
+
+
+class ProviderProcess:
+    """``python -m tests.fakes.scripted_openai --port 0``, started from the repo root."""
+
+    def __init__(self, log_path: Path) -> None:
+        self.log_path = log_path
+        self.proc: subprocess.Popen[str] | None = None
+        self._log: Any = None
+        self.base_url = ""
+        self.port = 0
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def start(self, timeout: float = 20.0) -> ProviderProcess:
+        self._log = open(self.log_path, "w")  # noqa: SIM115  (closed in stop)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.fakes.scripted_openai", "--port", "0"],
+            cwd=c.REPO_ROOT,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            stdin=subprocess.DEVNULL,
+            text=True,
+        )
+        found: list[str] = []
+
+        def read() -> None:
+            assert self.proc is not None and self.proc.stdout is not None
+            for line in self.proc.stdout:
+                if line.startswith("LISTENING "):
+                    found.append(line.split()[1])
+                    return
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        reader.join(timeout)
+        if not found:
+            self.stop()
+            tail = self.log_path.read_text()[-2000:] if self.log_path.exists() else ""
+            raise RuntimeError(f"scripted provider did not start within {timeout}s:\n{tail}")
+        self.base_url = found[0]
+        self.port = int(self.base_url.rsplit(":", 1)[1].split("/")[0])
+        return self
+
+    def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is not None:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(5)
+            if proc.stdout is not None:
+                proc.stdout.close()
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+
+# --------------------------------------------------------------------------- reference calls
+
+
+class Reference:
+    """Direct streaming calls to the scripted server, shaped like the daemon's requests."""
+
+    def __init__(self, base_url: str, system_prompt: str) -> None:
+        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.system = system(system_prompt)
+        self.tools = default_registry().schemas()
+        self.headers = {"Accept": "text/event-stream, application/json", "Content-Type": "application/json"}
+
+    def body(self, history: list[tuple[str, str]], text: str) -> bytes:
+        messages: list[ChatMessage] = [self.system]
+        for i, (user, reply) in enumerate(history):
+            messages.append(ChatMessage(id=f"u{i}", role="user", content=user, ts=0.0))
+            messages.append(ChatMessage(id=f"a{i}", role="assistant", content=reply, ts=0.0))
+        messages.append(ChatMessage(id="u", role="user", content=text, ts=0.0))
+        req = ProviderRequest(model=MODEL, messages=messages, tools=self.tools, max_output_tokens=MAX_OUTPUT)
+        return json.dumps(request_body(req)).encode()
+
+    async def call(self, client: httpx.AsyncClient, body: bytes, *, close_at_done: bool = False) -> None:
+        """Read the whole stream, so the connection is reused. ``close_at_done`` stops at
+        ``[DONE]`` as netclaw's OpenAI client does, which makes httpx drop the connection."""
+        async with client.stream("POST", self.url, content=body, headers=self.headers) as response:
+            response.raise_for_status()
+            async for line in response.aiter_lines():
+                if close_at_done and line.startswith("data: [DONE]"):
+                    break
+
+    async def call_aiohttp(self, session: aiohttp.ClientSession, body: bytes) -> None:
+        async with session.post(self.url, data=body, headers=self.headers) as response:
+            response.raise_for_status()
+            async for _line in response.content:
+                pass
+
+    def call_sync(self, client: httpx.Client, body: bytes) -> None:
+        with client.stream("POST", self.url, content=body, headers=self.headers) as response:
+            response.raise_for_status()
+            for _line in response.iter_lines():
+                pass
+
+
+# --------------------------------------------------------------------------- latency (on the daemon loop)
+
+
+@dataclass
+class LatencyRun:
+    e2e: list[float] = field(default_factory=list)
+    ref: list[float] = field(default_factory=list)
+    provider: list[float] = field(default_factory=list)  # daemon's provider.complete, per turn
+    journal: list[float] = field(default_factory=list)  # sum of the turn's journal.append waits
+    appends: int = 0
+    commits: int = 0
+
+
+class _Timed:
+    """Wraps the daemon's journal.append / provider.complete (instance attributes) to time them."""
+
+    def __init__(self, daemon: Daemon) -> None:
+        self.journal, self.provider = daemon.journal, daemon.provider
+        self.journal_s = 0.0
+        self.provider_s = 0.0
+        self.appends = 0
+
+    def __enter__(self) -> _Timed:
+        orig_append, orig_complete = self.journal.append, self.provider.complete  # type: ignore[union-attr]
+
+        async def append(*args: Any, **kwargs: Any) -> int:
+            t0 = time.perf_counter()
+            try:
+                return await orig_append(*args, **kwargs)
+            finally:
+                self.journal_s += time.perf_counter() - t0
+                self.appends += 1
+
+        async def complete(*args: Any, **kwargs: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return await orig_complete(*args, **kwargs)
+            finally:
+                self.provider_s += time.perf_counter() - t0
+
+        self.journal.append = append  # type: ignore[method-assign,union-attr]
+        self.provider.complete = complete  # type: ignore[method-assign,union-attr]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for obj, name in ((self.journal, "append"), (self.provider, "complete")):
+            obj.__dict__.pop(name, None)
+
+    def take(self) -> tuple[float, float]:
+        out = (self.journal_s, self.provider_s)
+        self.journal_s = self.provider_s = 0.0
+        return out
+
+
+async def latency_run(daemon: Daemon, ref: Reference, sid: str, texts: list[str], warm: int) -> LatencyRun:
+    gateway, journal = daemon.gateway, daemon.journal
+    assert gateway is not None and journal is not None
+    out = LatencyRun()
+    history: list[tuple[str, str]] = []
+    async with httpx.AsyncClient(timeout=30) as client:
+        with _Timed(daemon) as timed:
+            commits0 = appends0 = 0
+            for k, text in enumerate(texts):
+                if k == warm:
+                    commits0, appends0 = journal.commits, timed.appends
+                body = ref.body(history, text)
+                t0 = time.perf_counter()
+                await ref.call(client, body)
+                t1 = time.perf_counter()
+                timed.take()
+                _, outcome = await gateway.submit(Inbound(sid, text), wait=True)
+                t2 = time.perf_counter()
+                journal_s, provider_s = timed.take()
+                assert outcome is not None and outcome.status == "completed", outcome
+                history.append((text, outcome.reply or ""))
+                if k >= warm:
+                    out.ref.append(t1 - t0)
+                    out.e2e.append(t2 - t1)
+                    out.journal.append(journal_s)
+                    out.provider.append(provider_s)
+            out.commits = journal.commits - commits0
+            out.appends = timed.appends - appends0
+    return out
+
+
+def http_latency(daemon: Daemon, ref: Reference, sid: str, texts: list[str], warm: int) -> tuple[list[float], list[float]]:
+    token = (daemon.settings.data_dir / "control.token").read_text().strip()
+    e2e: list[float] = []
+    refs: list[float] = []
+    history: list[tuple[str, str]] = []
+    with (
+        httpx.Client(base_url=daemon.base_url, headers={"Authorization": f"Bearer {token}"}, timeout=30) as api,
+        httpx.Client(timeout=30) as direct,
+    ):
+        for k, text in enumerate(texts):
+            body = ref.body(history, text)
+            t0 = time.perf_counter()
+            ref.call_sync(direct, body)
+            t1 = time.perf_counter()
+            response = api.post(f"/api/sessions/{sid}/messages", params={"wait": "1"}, json={"text": text})
+            t2 = time.perf_counter()
+            response.raise_for_status()
+            history.append((text, response.json()["reply"]))
+            if k >= warm:
+                refs.append(t1 - t0)
+                e2e.append(t2 - t1)
+    return e2e, refs
+
+
+# --------------------------------------------------------------------------- throughput (on the daemon loop)
+
+
+@dataclass
+class Throughput:
+    turns: int
+    elapsed: float
+    commits: int = 0
+    cpu: dict[str, float] = field(default_factory=dict)
+    provider_cpu: float = 0.0
+    closed: int = 0  # client connections to the provider closed (TIME_WAIT) during the run
+
+    @property
+    def rate(self) -> float:
+        return self.turns / self.elapsed
+
+
+async def daemon_throughput(
+    daemon: Daemon, prefix: str, sessions: int, texts: list[str], *, seconds: float = 0.0, count: int = 0
+) -> Throughput:
+    """``sessions`` concurrent sessions, each sequential; for ``seconds`` or ``count`` turns each."""
+    gateway, journal = daemon.gateway, daemon.journal
+    assert gateway is not None and journal is not None
+
+    async def turn(sid: str, text: str) -> None:
+        _, outcome = await gateway.submit(Inbound(sid, text), wait=True)
+        assert outcome is not None and outcome.status == "completed", outcome
+
+    ids = [f"{prefix}-{i}" for i in range(sessions)]
+    await asyncio.gather(*(turn(sid, texts[i % len(texts)]) for i, sid in enumerate(ids)))  # start the actors
+    commits0 = journal.commits
+    deadline = time.perf_counter() + seconds
+
+    async def one(i: int) -> int:
+        n = 0
+        while (n < count) if count else (time.perf_counter() < deadline):
+            await turn(ids[i], texts[(i * 7 + n + 1) % len(texts)])
+            n += 1
+        return n
+
+    t0 = time.perf_counter()
+    counts = await asyncio.gather(*(one(i) for i in range(sessions)))
+    return Throughput(sum(counts), time.perf_counter() - t0, journal.commits - commits0)
+
+
+async def provider_throughput(
+    ref: Reference,
+    sessions: int,
+    body: bytes,
+    *,
+    seconds: float = 0.0,
+    count: int = 0,
+    client: str = "aiohttp",
+    keepalive: int | None = None,
+    close_at_done: bool = False,
+) -> Throughput:
+    """The provider alone: ``sessions`` concurrent callers of direct streaming requests."""
+    if client == "aiohttp":
+        holder: Any = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=sessions))
+
+        def call() -> Any:
+            return ref.call_aiohttp(holder, body)
+    else:
+        limits = httpx.Limits(max_connections=max(100, sessions), max_keepalive_connections=keepalive)
+        holder = httpx.AsyncClient(timeout=30, limits=limits)
+
+        def call() -> Any:
+            return ref.call(holder, body, close_at_done=close_at_done)
+
+    async with holder:
+        await asyncio.gather(*(call() for _ in range(sessions)))  # open the connections
+        deadline = time.perf_counter() + seconds
+
+        async def one() -> int:
+            n = 0
+            while (n < count) if count else (time.perf_counter() < deadline):
+                await call()
+                n += 1
+            return n
+
+        t0 = time.perf_counter()
+        counts = await asyncio.gather(*(one() for _ in range(sessions)))
+        return Throughput(sum(counts), time.perf_counter() - t0)
+
+
+def measured(provider: ProviderProcess, run: Callable[[], Throughput]) -> Throughput:
+    """Run ``run()`` (blocking) with CPU by thread group, provider CPU and closed connections."""
+    tw0 = ps.tcp_time_wait_to_port(provider.port)
+    before, pcpu0 = ps.thread_cpu(), ps.process_cpu(provider.pid)
+    result = run()
+    after, pcpu1 = ps.thread_cpu(), ps.process_cpu(provider.pid)
+    result.cpu = ps.delta_by_group(before, after)
+    result.provider_cpu = pcpu1 - pcpu0
+    result.closed = max(0, ps.tcp_time_wait_to_port(provider.port) - tw0)
+    return result
+
+
+def profile_round(daemon: Daemon, sessions: int, seconds: float, texts: list[str]) -> str:
+    """cProfile of the loop thread during one more N-session round (the profiler slows it)."""
+    io_loop = daemon.io
+    assert io_loop is not None
+    prof = cProfile.Profile()
+
+    async def toggle(on: bool) -> None:
+        prof.enable() if on else prof.disable()
+
+    io_loop.run(toggle(True))
+    try:
+        result = io_loop.run(daemon_throughput(daemon, "prof", sessions, texts, seconds=seconds), 300)
+    finally:
+        io_loop.run(toggle(False))
+    buf = io.StringIO()
+    buf.write(f"cProfile of the loop thread: {result.turns} turns ({result.rate:.0f} turns/s under the profiler)\n")
+    stats = pstats.Stats(prof, stream=buf)
+    stats.sort_stats("tottime").print_stats(20)
+    stats.sort_stats("cumulative").print_stats(30)
+    return "\n".join("# " + line for line in buf.getvalue().splitlines() if line.strip())
+
+
+# --------------------------------------------------------------------------- main
+
+
+def settings_for(data_dir: Path, base_url: str) -> Settings:
+    # The shape of tests/conftest.py's settings_data (copied: the bench does not import pytest).
+    return Settings(
+        data_dir=str(data_dir),
+        providers={"local": {"type": "openai", "base_url": base_url, "timeout_s": 10, "max_retries": 2}},
+        models={"main": {"provider": "local", "model": MODEL, "context_window": 32768, "max_output_tokens": MAX_OUTPUT}},
+        gateway={"host": "127.0.0.1", "port": 0},
+        journal={"synchronous": "full"},
+    )
+
+
+def cpu_note(t: Throughput) -> str:
+    turns = max(1, t.turns)
+    parts = ", ".join(
+        f"{g} {v / turns * 1e6:.0f}" for g, v in sorted(t.cpu.items(), key=lambda kv: -kv[1]) if v > 0
+    )
+    total = sum(t.cpu.values())
+    return (
+        f"{total / turns * 1e6:.0f} us/turn in this process ({total / t.elapsed:.2f} cores): {parts}; "
+        f"provider process {t.provider_cpu / turns * 1e6:.0f} us/turn ({t.provider_cpu / t.elapsed:.2f} cores)"
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--turns", type=int, default=300, help="measured sequential turns (after warm-up)")
+    parser.add_argument("--warm", type=int, default=20, help="warm-up turns (same session, not measured)")
+    parser.add_argument("--http-turns", type=int, default=100, help="HTTP-path turns (info)")
+    parser.add_argument("--sessions", type=int, default=100, help="concurrent sessions for throughput")
+    parser.add_argument("--seconds", type=float, default=4.0, help="per N-session throughput round")
+    parser.add_argument("--single-turns", type=int, default=150, help="turns per 1-session throughput round")
+    parser.add_argument("--rounds", type=int, default=3, help="throughput repetitions; the median is reported")
+    parser.add_argument("--profile", action="store_true", help="cProfile the loop thread in one extra round")
+    parser.add_argument("--stub-sniffio", action="store_true", help="what-if: an in-memory sniffio (see doc)")
+    parser.add_argument("--dir", default=None, help="where the temporary data_dir goes")
+    args = parser.parse_args()
+
+    texts = make_texts(max(args.warm + args.turns, 400))
+    started = time.perf_counter()
+    with c.temp_dir("netclaw-bench-turns-", args.dir) as tmp:
+        provider = ProviderProcess(tmp / "provider.log")
+        daemon: Daemon | None = None
+        try:
+            provider.start()
+            settings = settings_for(tmp / "data", provider.base_url)
+            daemon = Daemon(settings)
+            daemon.start()
+            io_loop = daemon.io
+            assert io_loop is not None
+            ref = Reference(provider.base_url, settings.agent.system_prompt)
+            log(f"provider {provider.base_url} (pid {provider.pid}); daemon {daemon.base_url}")
+
+            def on_loop(coro: Any, timeout: float = 300) -> Any:
+                return io_loop.run(coro, timeout)
+
+            # -- latency at one session, then the HTTP path
+            lat = on_loop(latency_run(daemon, ref, "lat-1", texts[: args.warm + args.turns], args.warm), 600)
+            log(f"latency: {len(lat.e2e)} turns done")
+            h_e2e, h_ref = http_latency(daemon, ref, "http-1", texts[: args.http_turns + 10], 10)
+
+            # -- throughput rounds
+            short_body = ref.body([(t, echo(t)) for t in texts[:10]], texts[10])  # ~ mid-run context size
+            single: list[Throughput] = []
+            single_ref: list[Throughput] = []
+            many: list[Throughput] = []
+            many_ref: list[Throughput] = []
+            n = args.sessions
+            for r in range(args.rounds):
+                single.append(
+                    measured(provider, lambda r=r: on_loop(daemon_throughput(daemon, f"one{r}", 1, texts, count=args.single_turns)))
+                )
+                single_ref.append(
+                    measured(
+                        provider,
+                        lambda: on_loop(provider_throughput(ref, 1, short_body, count=args.single_turns, client="httpx")),
+                    )
+                )
+                many.append(
+                    measured(provider, lambda r=r: on_loop(daemon_throughput(daemon, f"many{r}", n, texts, seconds=args.seconds)))
+                )
+                many_ref.append(
+                    measured(provider, lambda: on_loop(provider_throughput(ref, n, short_body, seconds=args.seconds / 2)))
+                )
+                log(
+                    f"round {r + 1}: 1 session {single[-1].rate:.0f} turns/s (provider alone {single_ref[-1].rate:.0f}/s); "
+                    f"{n} sessions {many[-1].rate:.0f} turns/s (provider alone {many_ref[-1].rate:.0f}/s)"
+                )
+            httpx_keep = measured(
+                provider, lambda: on_loop(provider_throughput(ref, n, short_body, seconds=args.seconds / 2, client="httpx"))
+            )
+            httpx_like = measured(
+                provider,
+                lambda: on_loop(
+                    provider_throughput(
+                        ref, n, short_body, seconds=args.seconds / 2, client="httpx", keepalive=20, close_at_done=True
+                    )
+                ),
+            )
+            profile_text = profile_round(daemon, n, args.seconds, texts) if args.profile else ""
+        finally:
+            if daemon is not None:
+                daemon.stop()
+            provider.stop()
+
+    def med(runs: list[Throughput]) -> Throughput:
+        return sorted(runs, key=lambda t: t.rate)[len(runs) // 2]
+
+    p = percentile
+    added = [e - r for e, r in zip(lat.e2e, lat.ref, strict=True)]
+    turns_n = len(lat.e2e)
+    info("provider_ref_latency_p50", ms(p(lat.ref, 50)), "ms", "direct httpx stream read to the end, same request, same server")
+    info("provider_ref_latency_p99", ms(p(lat.ref, 99)), "ms")
+    info("e2e_turn_latency_p50", ms(p(lat.e2e, 50)), "ms", f"Gateway.submit(wait=True) on the daemon loop, 1 session, {turns_n} turns")
+    info("e2e_turn_latency_p99", ms(p(lat.e2e, 99)), "ms")
+    info("added_latency_p50", ms(p(added, 50)), "ms", "paired per turn: e2e - reference")
+    info("added_latency_p99_of_quantiles", ms(p(lat.e2e, 99) - p(lat.ref, 99)), "ms", "p99(e2e) - p99(ref), for comparison")
+    other = [e - j - pr for e, j, pr in zip(lat.e2e, lat.journal, lat.provider, strict=True)]
+    info(
+        "turn_breakdown_p50",
+        f"provider.complete {ms(median(lat.provider)):.2f} ms (ref {ms(median(lat.ref)):.2f}) + "
+        f"journal appends {ms(median(lat.journal)):.2f} ms ({lat.appends / turns_n:.2f} appends, "
+        f"{lat.commits / turns_n:.2f} commits/fsyncs per turn) + actors/hops/gateway {ms(median(other)):.2f} ms",
+        note="medians of per-turn parts, 1 session",
+    )
+    info(
+        "turn_breakdown_p99",
+        f"provider.complete {ms(p(lat.provider, 99)):.2f} ms, journal appends {ms(p(lat.journal, 99)):.2f} ms, "
+        f"actors/hops/gateway {ms(p(other, 99)):.2f} ms",
+    )
+    h_added = [e - r for e, r in zip(h_e2e, h_ref, strict=True)]
+    info("http_e2e_turn_latency_p50", ms(p(h_e2e, 50)), "ms", f"POST ?wait=1, sync httpx client in-process, {len(h_e2e)} turns")
+    info("http_e2e_turn_latency_p99", ms(p(h_e2e, 99)), "ms")
+    info("http_added_latency_p50", ms(p(h_added, 50)), "ms", "paired: HTTP e2e - direct sync provider call")
+    info("http_added_latency_p99", ms(p(h_added, 99)), "ms")
+
+    s, sr, m, mr = med(single), med(single_ref), med(many), med(many_ref)
+    info("provider_alone_turns_per_s_1", sr.rate, "turns/s", "sequential direct httpx calls, ~10-turn context")
+    info(
+        "turns_per_s_1_session",
+        s.rate,
+        "turns/s",
+        f"{args.single_turns} sequential turns, median of {args.rounds}; {s.rate / sr.rate * 100:.0f}% of provider alone",
+    )
+    info("one_session_cpu", cpu_note(s))
+    info(f"provider_alone_turns_per_s_{n}", mr.rate, "turns/s", f"{n} concurrent aiohttp callers: the provider's capacity")
+    info(
+        f"provider_alone_turns_per_s_{n}_httpx",
+        httpx_keep.rate,
+        "turns/s",
+        f"{n} concurrent httpx callers, keep-alive; {cpu_note(httpx_keep)}",
+    )
+    info(
+        f"provider_alone_turns_per_s_{n}_httpx_like_netclaw",
+        httpx_like.rate,
+        "turns/s",
+        f"default pool (20 keep-alive), stream left at [DONE]: {httpx_like.closed} connections closed in "
+        f"{httpx_like.turns} calls (keep-alive run: {httpx_keep.closed} in {httpx_keep.turns})",
+    )
+    info(
+        f"turns_per_s_{n}_sessions_vs_provider_alone",
+        m.rate / mr.rate * 100,
+        "%",
+        f"{m.commits / max(1, m.turns):.2f} commits/turn; {m.closed} provider connections closed in {m.turns} turns",
+    )
+    info(f"sessions_{n}_cpu", cpu_note(m))
+    if profile_text:
+        print(profile_text)
+    log(f"wall time {time.perf_counter() - started:.0f} s")
+
+    lat99, rate = ms(p(added, 99)), m.rate
+    if args.stub_sniffio:  # a what-if is not the product's figure
+        info("what_if_sniffio_added_latency_p99", lat99, "ms", "target <= 10 ms")
+        info(f"what_if_sniffio_turns_per_s_{n}_sessions", rate, "turns/s", "target >= 500 turns/s")
+    else:
+        figure("added_latency_p99", lat99, "ms", "<= 10 ms", lat99 <= 10.0)
+        figure(f"turns_per_s_{n}_sessions", rate, "turns/s", ">= 500 turns/s", rate >= 500)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

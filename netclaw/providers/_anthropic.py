@@ -1,0 +1,671 @@
+"""Anthropic Messages API (``POST {base_url}/v1/messages``), streamed over SSE.
+
+The Messages API differs from OpenAI's chat completions in ways the wire
+conversion must respect: the system prompt is a top-level parameter, roles must
+alternate user/assistant starting with user, tool results are ``tool_result``
+blocks inside the user message right after the assistant's ``tool_use`` turn,
+and thinking blocks carry signatures that must be sent back unchanged.
+:func:`to_anthropic_messages` turns netclaw's history into that shape without
+losing any content. Transient failures are retried only while nothing has been
+streamed, exactly as in the OpenAI-compatible provider.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import httpx
+
+from netclaw.config import ProviderConfig
+from netclaw.errors import ProviderError, ProviderProtocolError, ProviderUnavailable
+from netclaw.messages import ChatMessage, ToolCall, new_id
+from netclaw.providers._base import (
+    Completion,
+    Delta,
+    OnDelta,
+    ProviderRequest,
+    ToolSchema,
+    Usage,
+)
+from netclaw.providers._classify import (
+    classify_http_error,
+    classify_transport_error,
+    looks_like_overflow,
+)
+from netclaw.providers._retry import with_retries
+
+log = logging.getLogger("netclaw.providers")
+
+ANTHROPIC_VERSION = "2023-06-01"
+DEFAULT_BASE_URL = "https://api.anthropic.com"
+
+#: Key in :attr:`Completion.extra` / :attr:`ChatMessage.extra` holding the raw
+#: thinking blocks (with signatures) that must go back to the API unchanged.
+THINKING_EXTRA_KEY = "anthropic_thinking"
+
+#: User text placed before an assistant message that no user message precedes.
+CONTINUES_PLACEHOLDER = "[conversation continues]"
+#: Result sent for a tool call whose result is missing from the history.
+MISSING_RESULT = "[no result was recorded for this tool call]"
+
+_TOOL_ID_OK = re.compile(r"^[A-Za-z0-9_-]+$")
+_TOOL_ID_BAD_CHARS = re.compile(r"[^A-Za-z0-9_-]")
+
+
+# --------------------------------------------------------------------------- wire format
+
+
+def _plain(value: Any) -> Any:
+    """Deep-copy mappings/sequences into dicts/lists so ``json`` can encode them."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _has_text(text: str) -> bool:
+    # The API rejects empty and whitespace-only text blocks.
+    return bool(text.strip())
+
+
+def wire_tool_id(call_id: str | None) -> str:
+    """A tool call id as the API accepts it (``^[A-Za-z0-9_-]+$``).
+
+    Ids made by other providers may contain other characters; both the
+    ``tool_use`` and its ``tool_result`` go through this, so they still match.
+    """
+    if call_id and _TOOL_ID_OK.match(call_id):
+        return call_id
+    return _TOOL_ID_BAD_CHARS.sub("_", call_id or "") or "toolu_unknown"
+
+
+def tool_input(arguments: str) -> dict[str, Any]:
+    """A tool call's JSON arguments as the ``input`` object of a ``tool_use`` block.
+
+    Arguments that are not a JSON object (the model produced broken JSON) are
+    sent as ``{"_raw": arguments}`` so nothing is lost and the request stays valid.
+    """
+    if not arguments.strip():
+        return {}
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        return {"_raw": arguments}
+    if isinstance(value, dict):
+        return value
+    return {"_raw": arguments}
+
+
+def thinking_blocks(extra: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The signed thinking (and redacted thinking) blocks stored in a message's ``extra``."""
+    raw = extra.get(THINKING_EXTRA_KEY)
+    if not isinstance(raw, list | tuple):
+        return []
+    out: list[dict[str, Any]] = []
+    for block in raw:
+        if not isinstance(block, Mapping):
+            continue
+        kind = block.get("type")
+        if kind == "thinking":
+            signature = block.get("signature")
+            if isinstance(block.get("thinking"), str) and isinstance(signature, str) and signature:
+                out.append(_plain(block))
+        elif kind == "redacted_thinking" and isinstance(block.get("data"), str):
+            out.append(_plain(block))
+    return out
+
+
+def _is_thinking(block: Mapping[str, Any]) -> bool:
+    return block.get("type") in ("thinking", "redacted_thinking")
+
+
+@dataclass
+class _Turn:
+    role: Literal["user", "assistant"]
+    blocks: list[dict[str, Any]]
+
+
+def _assistant_blocks(msg: ChatMessage) -> list[dict[str, Any]]:
+    if not _has_text(msg.content) and not msg.tool_calls:
+        # Nothing to send. Thinking alone would make a contentless turn, and the
+        # API ignores thinking from earlier turns anyway.
+        return []
+    blocks = thinking_blocks(msg.extra)
+    if _has_text(msg.content):
+        blocks.append({"type": "text", "text": msg.content})
+    for call in msg.tool_calls:
+        blocks.append(
+            {
+                "type": "tool_use",
+                "id": wire_tool_id(call.id),
+                "name": call.name,
+                "input": tool_input(call.arguments),
+            }
+        )
+    return blocks
+
+
+def _orphan_result_text(msg: ChatMessage) -> str:
+    status = " (error)" if msg.is_error else ""
+    return f"[result of tool call {msg.name or '?'} ({msg.tool_call_id or '?'}){status}]\n{msg.content}"
+
+
+def to_anthropic_messages(
+    messages: Sequence[ChatMessage],
+) -> tuple[str, list[dict[str, Any]]]:
+    """``(system, messages)`` for the Messages API from netclaw's history.
+
+    * Every system-role message (the prompt, breadcrumbs, summaries placed as
+      system) goes to ``system``, joined by blank lines in their order: the API
+      has no system role inside ``messages``.
+    * Consecutive same-role messages are merged by concatenating their content
+      blocks (the API requires strict user/assistant alternation).
+    * Tool results become ``tool_result`` blocks in the one user message right
+      after the assistant message whose ``tool_use`` they answer, ahead of any
+      text there. A call with no recorded result gets an error result (the API
+      rejects unanswered ``tool_use``); a result with no matching call in the
+      preceding assistant message is kept as text.
+    * An assistant message first in line gets a user placeholder before it.
+    * Empty or whitespace-only texts are left out (the API rejects them).
+    """
+    system_parts: list[str] = []
+    turns: list[_Turn] = []
+    pending: dict[str, None] = {}  # unanswered tool_use ids of the last assistant message, in order
+
+    def user_turn() -> _Turn:
+        if turns and turns[-1].role == "user":
+            return turns[-1]
+        turn = _Turn("user", [])
+        turns.append(turn)
+        return turn
+
+    def add_result(block: dict[str, Any]) -> None:
+        # While calls are pending, the last turn is their assistant message or the
+        # user message right after it: results go there, before any text.
+        turn = user_turn()
+        pos = 0
+        while pos < len(turn.blocks) and turn.blocks[pos].get("type") == "tool_result":
+            pos += 1
+        turn.blocks.insert(pos, block)
+
+    def close_pending() -> None:
+        for call_id in pending:
+            add_result(
+                {
+                    "type": "tool_result",
+                    "tool_use_id": call_id,
+                    "content": MISSING_RESULT,
+                    "is_error": True,
+                }
+            )
+        pending.clear()
+
+    for msg in messages:
+        if msg.role == "system":
+            if _has_text(msg.content):
+                system_parts.append(msg.content)
+        elif msg.role == "user":
+            if _has_text(msg.content):
+                user_turn().blocks.append({"type": "text", "text": msg.content})
+        elif msg.role == "tool":
+            call_id = wire_tool_id(msg.tool_call_id)
+            if msg.tool_call_id is not None and call_id in pending:
+                del pending[call_id]
+                result: dict[str, Any] = {"type": "tool_result", "tool_use_id": call_id}
+                if msg.content:
+                    result["content"] = msg.content
+                if msg.is_error:
+                    result["is_error"] = True
+                add_result(result)
+            else:
+                user_turn().blocks.append({"type": "text", "text": _orphan_result_text(msg)})
+        else:  # assistant
+            close_pending()
+            blocks = _assistant_blocks(msg)
+            if not blocks:
+                continue
+            if turns and turns[-1].role == "assistant":
+                # Merge; thinking blocks stay in front of everything else.
+                prev = turns[-1].blocks
+                lead = 0
+                while lead < len(prev) and _is_thinking(prev[lead]):
+                    lead += 1
+                new_thinking = [b for b in blocks if _is_thinking(b)]
+                prev[lead:lead] = new_thinking
+                prev.extend(b for b in blocks if not _is_thinking(b))
+            else:
+                turns.append(_Turn("assistant", blocks))
+            for block in blocks:
+                if block["type"] == "tool_use":
+                    pending[block["id"]] = None
+    close_pending()
+
+    if not turns or turns[0].role != "user":
+        turns.insert(0, _Turn("user", [{"type": "text", "text": CONTINUES_PLACEHOLDER}]))
+    wire = [{"role": t.role, "content": t.blocks} for t in turns]
+    return "\n\n".join(system_parts), wire
+
+
+def tool_to_wire(tool: ToolSchema) -> dict[str, Any]:
+    return {
+        "name": tool.name,
+        "description": tool.description,
+        "input_schema": _plain(tool.parameters),
+    }
+
+
+def request_body(request: ProviderRequest) -> dict[str, Any]:
+    system, messages = to_anthropic_messages(request.messages)
+    body: dict[str, Any] = {
+        "model": request.model,
+        "max_tokens": request.max_output_tokens,
+        "stream": True,
+    }
+    if system:
+        body["system"] = system
+    body["messages"] = messages
+    if request.tools:
+        body["tools"] = [tool_to_wire(t) for t in request.tools]
+    return body
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+# --------------------------------------------------------------------------- assembly
+
+
+@dataclass
+class _Progress:
+    """Shared across attempts: once anything was shown, no more retries."""
+
+    streamed: bool = False
+
+
+@dataclass
+class _Block:
+    type: str
+    parts: list[str] = field(default_factory=list)  # text, thinking or partial JSON
+    signature: str = ""
+    id: str = ""
+    name: str = ""
+    start_input: Any = None  # tool_use input given whole in content_block_start
+    raw: dict[str, Any] = field(default_factory=dict)  # redacted_thinking as received
+
+
+_DELTA_BLOCK_TYPES = {
+    "text_delta": "text",
+    "thinking_delta": "thinking",
+    "signature_delta": "thinking",
+    "input_json_delta": "tool_use",
+}
+
+# In-stream error types, as the HTTP status the same error has outside a stream.
+_STREAM_ERROR_STATUS = {"rate_limit_error": 429, "overloaded_error": 529}
+
+
+@dataclass
+class _Assembly:
+    """One attempt's answer as it arrives."""
+
+    provider: str
+    on_delta: OnDelta | None
+    progress: _Progress
+    blocks: dict[int, _Block] = field(default_factory=dict)
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read: int = 0
+    cache_write: int = 0
+    saw_usage: bool = False
+    stop_reason: str | None = None
+    done: bool = False
+
+    def emit(self, kind: Literal["text", "thinking"], piece: Any, block: _Block) -> None:
+        if not isinstance(piece, str) or not piece:
+            return
+        block.parts.append(piece)
+        self.progress.streamed = True
+        if self.on_delta is not None:
+            self.on_delta(Delta(kind, piece))
+
+    def add_usage(self, usage: Any) -> None:
+        if not isinstance(usage, Mapping):
+            return
+        self.saw_usage = True
+        # message_delta repeats these (cumulatively) on newer API versions; only
+        # take a field that is present, so a later event cannot zero it.
+        if "input_tokens" in usage:
+            self.input_tokens = _int(usage.get("input_tokens"))
+        if "output_tokens" in usage:
+            self.output_tokens = _int(usage.get("output_tokens"))
+        if "cache_read_input_tokens" in usage:
+            self.cache_read = _int(usage.get("cache_read_input_tokens"))
+        if "cache_creation_input_tokens" in usage:
+            self.cache_write = _int(usage.get("cache_creation_input_tokens"))
+
+    def start_block(self, index: int, content: Mapping[str, Any]) -> None:
+        kind = str(content.get("type") or "text")
+        block = _Block(kind)
+        self.blocks[index] = block
+        if kind == "text":
+            self.emit("text", content.get("text"), block)
+        elif kind == "thinking":
+            self.emit("thinking", content.get("thinking"), block)
+            signature = content.get("signature")
+            if isinstance(signature, str):
+                block.signature = signature
+        elif kind == "tool_use":
+            block.id = str(content.get("id") or "")
+            block.name = str(content.get("name") or "")
+            block.start_input = content.get("input")
+        elif kind == "redacted_thinking":
+            block.raw = _plain(content)
+
+    def add_delta(self, index: int, delta: Mapping[str, Any]) -> None:
+        kind = delta.get("type")
+        block = self.blocks.get(index)
+        if block is None:  # no content_block_start: infer the block from the delta
+            block = _Block(_DELTA_BLOCK_TYPES.get(str(kind), "text"))
+            self.blocks[index] = block
+        if kind == "text_delta":
+            self.emit("text", delta.get("text"), block)
+        elif kind == "thinking_delta":
+            self.emit("thinking", delta.get("thinking"), block)
+        elif kind == "signature_delta":
+            signature = delta.get("signature")
+            if isinstance(signature, str):
+                block.signature += signature
+        elif kind == "input_json_delta":
+            partial = delta.get("partial_json")
+            if isinstance(partial, str):
+                block.parts.append(partial)
+        # Other deltas (citations, ...) carry nothing netclaw keeps.
+
+    def stream_error(self, data: Mapping[str, Any]) -> ProviderError:
+        err = data.get("error")
+        err_type = str(err.get("type") or "") if isinstance(err, Mapping) else ""
+        message = str(err.get("message") or "") if isinstance(err, Mapping) else ""
+        overflow = looks_like_overflow(message, (err_type,))
+        status = 400 if overflow else _STREAM_ERROR_STATUS.get(err_type, 500)
+        return classify_http_error(status, json.dumps(_plain(data)), {}, self.provider)
+
+    def add_event(self, event: str, data: Any) -> None:
+        if not isinstance(data, Mapping):
+            raise ProviderProtocolError(
+                f"provider {self.provider!r}: stream event {event!r} is not a JSON object: {str(data)[:200]}"
+            )
+        kind = data.get("type") if isinstance(data.get("type"), str) else event
+        if kind == "message_start":
+            message = data.get("message")
+            if isinstance(message, Mapping):
+                self.add_usage(message.get("usage"))
+        elif kind == "content_block_start":
+            content = data.get("content_block")
+            if isinstance(content, Mapping):
+                self.start_block(_int(data.get("index")), content)
+        elif kind == "content_block_delta":
+            delta = data.get("delta")
+            if isinstance(delta, Mapping):
+                self.add_delta(_int(data.get("index")), delta)
+        elif kind == "message_delta":
+            delta = data.get("delta")
+            if isinstance(delta, Mapping):
+                stop = delta.get("stop_reason")
+                if isinstance(stop, str) and stop:
+                    self.stop_reason = stop
+            self.add_usage(data.get("usage"))
+        elif kind == "message_stop":
+            self.done = True
+        elif kind == "error":
+            raise self.stream_error(data)
+        # ping, content_block_stop and unknown events: nothing to do.
+
+    def add_message(self, message: Mapping[str, Any]) -> None:
+        """A whole (non-streamed) Message object."""
+        self.add_usage(message.get("usage"))
+        content = message.get("content")
+        if isinstance(content, list):
+            for index, block in enumerate(content):
+                if isinstance(block, Mapping):
+                    self.start_block(index, block)
+        stop = message.get("stop_reason")
+        if isinstance(stop, str) and stop:
+            self.stop_reason = stop
+        self.done = True
+
+    def _arguments(self, block: _Block) -> str:
+        joined = "".join(block.parts).strip()
+        if joined:
+            return joined
+        if isinstance(block.start_input, Mapping) and block.start_input:
+            return json.dumps(_plain(block.start_input))
+        return "{}"
+
+    def completion(self) -> Completion:
+        ordered = [b for _, b in sorted(self.blocks.items())]
+        calls = tuple(
+            ToolCall(id=b.id or new_id("toolu"), name=b.name, arguments=self._arguments(b))
+            for b in ordered
+            if b.type == "tool_use"
+        )
+        signed: list[dict[str, Any]] = []
+        for b in ordered:
+            if b.type == "thinking" and b.signature:
+                signed.append({"type": "thinking", "thinking": "".join(b.parts), "signature": b.signature})
+            elif b.type == "redacted_thinking" and b.raw:
+                signed.append(b.raw)
+        usage = None
+        if self.saw_usage:
+            usage = Usage(
+                # The whole prompt, cached parts included, as OpenAI's prompt_tokens.
+                input_tokens=self.input_tokens + self.cache_read + self.cache_write,
+                output_tokens=self.output_tokens,
+                cache_read_tokens=self.cache_read,
+                cache_write_tokens=self.cache_write,
+            )
+        return Completion(
+            text="".join("".join(b.parts) for b in ordered if b.type == "text"),
+            tool_calls=calls,
+            thinking="".join("".join(b.parts) for b in ordered if b.type == "thinking"),
+            usage=usage,
+            finish_reason=self.stop_reason,
+            extra={THINKING_EXTRA_KEY: signed} if signed else {},
+        )
+
+
+# --------------------------------------------------------------------------- SSE
+
+
+async def _sse_events(lines: AsyncIterator[str]) -> AsyncIterator[tuple[str, str]]:
+    """``(event, data)`` of each server-sent event; ``event`` is "" when not named."""
+    event = ""
+    data: list[str] = []
+    async for line in lines:
+        if not line:
+            if data:
+                yield event, "\n".join(data)
+            event, data = "", []
+            continue
+        if line.startswith(":"):
+            continue
+        fieldname, _, value = line.partition(":")
+        value = value[1:] if value.startswith(" ") else value
+        if fieldname == "event":
+            event = value
+        elif fieldname == "data":
+            data.append(value)
+    if data:  # a final event without its blank line
+        yield event, "\n".join(data)
+
+
+# --------------------------------------------------------------------------- provider
+
+
+class AnthropicProvider:
+    """A :class:`~netclaw.providers.Provider` for the Anthropic Messages API."""
+
+    def __init__(
+        self,
+        name: str,
+        config: ProviderConfig,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        retry_base_delay: float = 0.5,
+    ) -> None:
+        self.name = name
+        self._retry_base_delay = retry_base_delay  # tests shrink the backoff
+        self.config = config
+        # The config's built-in base_url is the local OpenAI-compatible default;
+        # an Anthropic provider without its own base_url means Anthropic's API.
+        base = config.base_url if "base_url" in config.model_fields_set else DEFAULT_BASE_URL
+        self.base_url = base.rstrip("/")
+        self.api_url = self.base_url if self.base_url.endswith("/v1") else f"{self.base_url}/v1"
+        self._client = httpx.AsyncClient(
+            timeout=httpx.Timeout(config.timeout_s, connect=min(10.0, config.timeout_s)),
+            transport=transport,
+        )
+
+    def _headers(self) -> dict[str, str]:
+        headers = {
+            "anthropic-version": ANTHROPIC_VERSION,
+            "content-type": "application/json",
+            "accept": "text/event-stream, application/json",
+        }
+        key = self.config.api_key()
+        if key:
+            headers["x-api-key"] = key
+        return headers
+
+    def _http_error(self, response: httpx.Response, body: bytes) -> ProviderError:
+        return classify_http_error(
+            response.status_code,
+            body.decode("utf-8", errors="replace"),
+            response.headers,
+            self.name,
+            api_key_env=self.config.api_key_env,
+        )
+
+    def _transport_error(self, exc: httpx.HTTPError) -> ProviderError:
+        return classify_transport_error(exc, self.name, self.base_url, timeout_s=self.config.timeout_s)
+
+    async def complete(self, request: ProviderRequest, on_delta: OnDelta | None = None) -> Completion:
+        body = request_body(request)
+        progress = _Progress()
+
+        async def attempt() -> Completion:
+            answer = _Assembly(self.name, on_delta, progress)
+            try:
+                async with self._client.stream(
+                    "POST",
+                    f"{self.api_url}/messages",
+                    json=body,
+                    headers=self._headers(),
+                ) as response:
+                    if not response.is_success:
+                        raise self._http_error(response, await response.aread())
+                    ctype = response.headers.get("content-type", "").lower()
+                    if "json" in ctype and "event-stream" not in ctype:
+                        await self._read_whole(response, answer)
+                    else:
+                        await self._read_stream(response, answer)
+            except httpx.HTTPError as exc:
+                raise self._transport_error(exc) from exc
+            return answer.completion()
+
+        return await with_retries(
+            attempt,
+            max_retries=self.config.max_retries,
+            can_retry=lambda: not progress.streamed,
+            base_delay=self._retry_base_delay,
+        )
+
+    async def _read_whole(self, response: httpx.Response, answer: _Assembly) -> None:
+        """A proxy that ignored ``stream: true`` and sent one Message object."""
+        raw = await response.aread()
+        try:
+            data = json.loads(raw)
+        except ValueError as exc:
+            raise ProviderProtocolError(
+                f"provider {self.name!r}: response is not valid JSON: "
+                f"{raw[:200].decode('utf-8', errors='replace')}"
+            ) from exc
+        if not isinstance(data, Mapping):
+            raise ProviderProtocolError(f"provider {self.name!r}: response is not a JSON object")
+        if data.get("type") == "error" or data.get("error"):
+            raise answer.stream_error(data)
+        if not isinstance(data.get("content"), list):
+            raise ProviderProtocolError(f"provider {self.name!r}: response has no content")
+        answer.add_message(data)
+
+    async def _read_stream(self, response: httpx.Response, answer: _Assembly) -> None:
+        saw_data = False
+        stray: list[str] = []  # non-SSE text, to report a body that is not a stream
+
+        async def lines() -> AsyncIterator[str]:
+            async for line in response.aiter_lines():
+                is_sse = line.startswith(("data", ":", "event", "id", "retry"))
+                if line and not is_sse and sum(map(len, stray)) < 300:
+                    stray.append(line)
+                yield line
+
+        try:
+            async for event, payload in _sse_events(lines()):
+                saw_data = True
+                try:
+                    data = json.loads(payload)
+                except ValueError as exc:
+                    raise ProviderProtocolError(
+                        f"provider {self.name!r}: stream event {event or '?'!r} is not JSON: {payload[:200]}"
+                    ) from exc
+                answer.add_event(event, data)
+                if answer.done:
+                    break
+        except httpx.TimeoutException as exc:
+            raise ProviderUnavailable(
+                f"provider {self.name!r}: stream stalled: no data from {self.base_url} for "
+                f"{self.config.timeout_s:g} s"
+            ) from exc
+        except httpx.TransportError as exc:
+            raise ProviderUnavailable(
+                f"provider {self.name!r}: stream ended early: connection to {self.base_url} "
+                f"lost ({str(exc) or type(exc).__name__})"
+            ) from exc
+        if not saw_data and stray:
+            ctype = response.headers.get("content-type", "?")
+            raise ProviderProtocolError(
+                f"provider {self.name!r}: answer is not an event stream ({ctype}): {' '.join(stray)[:300]}"
+            )
+        if not answer.done:
+            raise ProviderUnavailable(
+                f"provider {self.name!r}: stream ended early: the connection to "
+                f"{self.base_url} closed before message_stop"
+            )
+
+    async def check(self) -> str:
+        try:
+            response = await self._client.get(f"{self.api_url}/models", headers=self._headers())
+        except httpx.HTTPError as exc:
+            raise self._transport_error(exc) from exc
+        if response.status_code in (404, 405):
+            # A proxy without the models listing; it answered, which is the point.
+            return f"reachable, GET /v1/models answered HTTP {response.status_code}"
+        if not response.is_success:
+            raise self._http_error(response, response.content)
+        try:
+            data = response.json()
+        except ValueError:
+            return f"reachable (HTTP {response.status_code})"
+        models = data.get("data") if isinstance(data, Mapping) else None
+        if not isinstance(models, list):
+            return f"reachable (HTTP {response.status_code})"
+        return f"reachable, {len(models)} model{'' if len(models) == 1 else 's'}"
+
+    async def aclose(self) -> None:
+        await self._client.aclose()

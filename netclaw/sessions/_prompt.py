@@ -1,0 +1,90 @@
+"""What the model sees on each call: projection → orphan sweep → token count → whole-turn trim.
+
+Pure (no actors, no I/O). Each session owns one builder: its token cache and its
+calibration (how much our estimate under-counts for this session's content).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from netclaw.history import (
+    BudgetCalibration,
+    SweepResult,
+    TokenCounter,
+    TrimResult,
+    sweep_orphans,
+    trim_fraction_target,
+    trim_to_budget,
+)
+from netclaw.messages import ChatMessage
+from netclaw.providers import ToolSchema
+from netclaw.sessions._state import SessionState
+from netclaw.sessions._turn import build_context
+
+log = logging.getLogger(__name__)
+
+# When the provider reports more input tokens than the budget, the next prompt must
+# shrink by estimate/reported, however large the gap (base64, minified code, a
+# tokenizer unlike ours). The floor only stops a nonsensical report from cutting the
+# budget to nothing; a wrong-but-plausible one costs a visible trim, never an overflow.
+CALIBRATION_FLOOR = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    messages: tuple[ChatMessage, ...]
+    estimate: int  # our token estimate of messages + tool schemas
+    trim: TrimResult | None  # a trim that must be recorded before this prompt is sent
+
+
+def tool_dicts(tools: Sequence[ToolSchema]) -> list[dict[str, Any]]:
+    return [{"name": t.name, "description": t.description, "parameters": t.parameters} for t in tools]
+
+
+class PromptBuilder:
+    def __init__(self, system_prompt: str, budget: int, counter: TokenCounter | None = None) -> None:
+        self.system_prompt = system_prompt
+        self.budget = budget
+        self.counter = counter or TokenCounter()
+        self.calibration = BudgetCalibration(min_ratio=CALIBRATION_FLOOR)
+
+    def effective_budget(self) -> int:
+        return self.calibration.effective_budget(self.budget)
+
+    def build(self, state: SessionState, tools: Sequence[ToolSchema]) -> Prompt:
+        """The prompt for the next call, trimmed to the (calibrated) budget."""
+        return self._fit(state, tools, self.effective_budget())
+
+    def shrink_after_overflow(
+        self, state: SessionState, tools: Sequence[ToolSchema], estimate: int
+    ) -> TrimResult | None:
+        """The provider refused a prompt we estimated at ``estimate``: trim to ~2/3 of it.
+
+        None when nothing can go (only the newest turn is left).
+        """
+        prompt = self._fit(state, tools, trim_fraction_target(estimate))
+        return prompt.trim
+
+    def observe_usage(self, estimate: int, reported_input_tokens: int) -> None:
+        self.calibration.observe(estimate, reported_input_tokens)
+
+    def _fit(self, state: SessionState, tools: Sequence[ToolSchema], budget: int) -> Prompt:
+        swept = self._sweep(state, build_context(state, self.system_prompt))
+        fixed = self.counter.fixed_overhead(tool_dicts(tools))
+        result = trim_to_budget(swept.messages, budget, self.counter.count_message, fixed)
+        return Prompt(result.messages, result.tokens_after, result if result.trimmed else None)
+
+    def _sweep(self, state: SessionState, messages: list[ChatMessage]) -> SweepResult:
+        swept = sweep_orphans(messages)
+        if swept.changed:  # a safety net: recorded history should never need it
+            log.warning(
+                "%s: orphan sweep removed results %s and synthesized results for %s",
+                state.session_id,
+                list(swept.removed_results),
+                list(swept.synthesized),
+            )
+        return swept

@@ -1,0 +1,122 @@
+"""Shared fixtures: a scripted provider, settings in a temp dir, and the real daemon
+embedded in the test process (its own loop thread, HTTP on 127.0.0.1, port 0)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pykka
+import pytest
+
+from netclaw.config import Settings
+from netclaw.daemon import Daemon
+from tests.fakes.scripted_openai import ScriptedOpenAIThread
+
+
+@pytest.fixture
+def scripted() -> Iterator[ScriptedOpenAIThread]:
+    with ScriptedOpenAIThread() as server:
+        yield server
+
+
+def settings_data(data_dir: Path, base_url: str, **sections: Any) -> dict[str, Any]:
+    """A config dict for tests: fast retries, port 0, the given base_url; sections override."""
+    data: dict[str, Any] = {
+        "data_dir": str(data_dir),
+        "providers": {"local": {"type": "openai", "base_url": base_url, "timeout_s": 10, "max_retries": 2}},
+        "models": {
+            "main": {
+                "provider": "local",
+                "model": "scripted",
+                "context_window": 32768,
+                "max_output_tokens": 1024,
+            }
+        },
+        "gateway": {"host": "127.0.0.1", "port": 0},
+    }
+    for key, value in sections.items():
+        if isinstance(value, dict) and isinstance(data.get(key), dict):
+            data[key] = {**data[key], **value}
+        else:
+            data[key] = value
+    return data
+
+
+@pytest.fixture
+def make_settings(tmp_path: Path, scripted: ScriptedOpenAIThread) -> Callable[..., Settings]:
+    def make(**sections: Any) -> Settings:
+        return Settings(**settings_data(tmp_path / "data", scripted.base_url, **sections))
+
+    return make
+
+
+class DaemonHandle:
+    """A started in-process daemon plus an authorised HTTP client for it."""
+
+    def __init__(self, daemon: Daemon) -> None:
+        self.daemon = daemon
+        token = (daemon.settings.data_dir / "control.token").read_text().strip()
+        self.token = token
+        self.http = httpx.Client(
+            base_url=daemon.base_url, headers={"Authorization": f"Bearer {token}"}, timeout=30
+        )
+
+    @property
+    def base_url(self) -> str:
+        return self.daemon.base_url
+
+    def send(self, session_id: str, text: str, *, wait: bool = False, **kwargs: Any) -> httpx.Response:
+        params = {"wait": "1"} if wait else None
+        return self.http.post(
+            f"/api/sessions/{session_id}/messages", json={"text": text}, params=params, **kwargs
+        )
+
+    def transcript(self, session_id: str, view: str = "transcript") -> list[dict[str, Any]]:
+        response = self.http.get(f"/api/sessions/{session_id}", params={"view": view})
+        response.raise_for_status()
+        messages: list[dict[str, Any]] = response.json()["messages"]
+        return messages
+
+    def stop(self) -> None:
+        self.http.close()
+        self.daemon.stop()
+
+
+@pytest.fixture
+def start_daemon(make_settings: Callable[..., Settings]) -> Iterator[Callable[..., DaemonHandle]]:
+    """Call with config sections to start a daemon; all are stopped at teardown."""
+    handles: list[DaemonHandle] = []
+
+    def start(**sections: Any) -> DaemonHandle:
+        daemon = Daemon(make_settings(**sections))
+        daemon.start()
+        handle = DaemonHandle(daemon)
+        handles.append(handle)
+        return handle
+
+    yield start
+    for handle in handles:
+        handle.stop()
+    survivors = pykka.ActorRegistry.get_all()
+    pykka.ActorRegistry.stop_all()
+    assert not survivors, f"actors survived daemon shutdown: {survivors}"
+
+
+@pytest.fixture
+def daemon(start_daemon: Callable[..., DaemonHandle]) -> DaemonHandle:
+    return start_daemon()
+
+
+def write_config(path: Path, data: dict[str, Any]) -> Path:
+    path.write_text(json.dumps(data, indent=2))
+    return path
+
+
+@pytest.fixture(autouse=True)
+def _quiet_httpx() -> None:
+    logging.getLogger("httpx").setLevel(logging.WARNING)

@@ -1,0 +1,943 @@
+"""A scripted Anthropic Messages API server for tests and benchmarks.
+
+A real aiohttp server on 127.0.0.1 speaking ``POST /v1/messages`` (the documented SSE
+event stream when ``stream: true``, one Message object otherwise) and ``GET /v1/models``.
+Each request consumes one scripted step (a :class:`Reply` or an :class:`ErrorReply`) from a
+FIFO queue; marker routes are checked before the queue, and a default responder (echo of the
+last user text block unless replaced) answers when it is empty.
+
+Requests are validated the way the real API validates what matters to netclaw's wire
+conversion, and rejected with a 400 ``invalid_request_error`` otherwise: ``messages`` must
+start with a user message and alternate user/assistant, must not hold ``system`` or ``tool``
+roles, text blocks must not be empty, every ``tool_use`` must be answered by a
+``tool_result`` in the very next (user) message, and every ``tool_result`` must answer a
+``tool_use`` of the immediately preceding assistant message. Rejections are kept in
+:attr:`ScriptedAnthropic.rejected`.
+
+Run standalone (used by end-to-end tests)::
+
+    python -m tests.fakes.scripted_anthropic --port 0 [--script FILE.json] [--context-window N]
+
+which prints ``LISTENING http://127.0.0.1:PORT`` on one line and serves until SIGTERM/SIGINT.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import contextlib
+import inspect
+import itertools
+import json
+import logging
+import re
+import signal
+import sys
+import threading
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeAlias
+
+from aiohttp import web
+
+__all__ = [
+    "ErrorReply",
+    "Reply",
+    "Responder",
+    "ScriptedAnthropic",
+    "ScriptedAnthropicThread",
+    "Step",
+    "StreamError",
+    "ToolCallSpec",
+    "estimate_prompt_tokens",
+    "load_script",
+    "overflow",
+    "overloaded",
+    "rate_limited",
+    "server_error",
+    "step_from_dict",
+    "validate_request",
+]
+
+log = logging.getLogger(__name__)
+
+MODEL_ID = "claude-scripted"
+API_VERSION = "2023-06-01"
+_TOOL_ID = re.compile(r"^[a-zA-Z0-9_-]+$")
+
+
+# --------------------------------------------------------------------------- script steps
+
+
+@dataclass
+class ToolCallSpec:
+    """One ``tool_use`` block in a scripted reply; string ``arguments`` are sent as-is."""
+
+    name: str
+    arguments: str | dict[str, Any] = field(default_factory=dict)
+    id: str | None = None  # auto "toolu_<n>" (unique per server) when None
+
+    def arguments_json(self) -> str:
+        """The input as the JSON text streamed in ``input_json_delta`` pieces."""
+        if isinstance(self.arguments, str):
+            return self.arguments
+        return json.dumps(self.arguments)
+
+
+@dataclass
+class StreamError:
+    """An ``event: error`` sent inside a 200 stream (``overloaded_error``, ``api_error``, ...)."""
+
+    type: str = "overloaded_error"
+    message: str = "Overloaded"
+
+
+@dataclass
+class Reply:
+    """One scripted successful message.
+
+    Streamed as: a thinking block (``thinking_delta`` pieces, then one ``signature_delta``)
+    when ``thinking`` is set, a redacted_thinking block when ``redacted_thinking`` is set, a
+    text block when ``text`` is set, then one tool_use block per tool call (its input in
+    ``input_json_delta`` pieces).
+    """
+
+    text: str = ""
+    tool_calls: list[ToolCallSpec] = field(default_factory=list)
+    thinking: str = ""
+    signature: str = "sig-scripted"  # of the thinking block
+    redacted_thinking: str | None = None  # data of a redacted_thinking block
+    usage: tuple[int, int] | None = None  # (input, output); None -> rough estimate
+    cache_read: int = 0  # usage.cache_read_input_tokens
+    cache_write: int = 0  # usage.cache_creation_input_tokens
+    delay_s: float = 0.0  # wait before the response headers
+    chunk_delay_s: float = 0.0  # wait between SSE events
+    chunk_size: int = 8  # characters per text / thinking / partial_json delta
+    stop_reason: str | None = None  # default "tool_use" if tool_calls else "end_turn"
+    drop_after_chunks: int | None = None  # close the connection after N events, no message_stop
+    stream_error: StreamError | None = None  # sent after the content blocks, ending the stream
+    hang: bool = False  # accept the request, never answer (cancelled by stop())
+
+
+@dataclass
+class ErrorReply:
+    """An HTTP error answer: ``{"type": "error", "error": {"type", "message"}}`` or raw ``body``."""
+
+    status: int
+    type: str = "invalid_request_error"
+    message: str = "scripted error"
+    retry_after: float | None = None  # sets the retry-after header
+    body: str | None = None  # raw body overriding the JSON
+    delay_s: float = 0.0  # wait before answering
+
+
+Step: TypeAlias = Reply | ErrorReply
+Responder: TypeAlias = Callable[[dict[str, Any]], Step | Awaitable[Step]]
+
+DEFAULT_OVERFLOW_MESSAGE = "prompt is too long: 210000 tokens > 200000 maximum"
+
+
+def overflow(message: str = DEFAULT_OVERFLOW_MESSAGE) -> ErrorReply:
+    """A 400 prompt-too-long error, as Anthropic sends it."""
+    return ErrorReply(status=400, type="invalid_request_error", message=message)
+
+
+def overloaded() -> ErrorReply:
+    """A 529 overloaded error."""
+    return ErrorReply(status=529, type="overloaded_error", message="Overloaded")
+
+
+def rate_limited(retry_after: float = 1.0) -> ErrorReply:
+    """A 429 rate-limit error with a retry-after header."""
+    return ErrorReply(
+        status=429,
+        type="rate_limit_error",
+        message="Number of request tokens has exceeded your per-minute rate limit",
+        retry_after=retry_after,
+    )
+
+
+def server_error(status: int = 500) -> ErrorReply:
+    """A 5xx ``api_error``."""
+    return ErrorReply(status=status, type="api_error", message="Internal server error")
+
+
+def step_from_dict(data: dict[str, Any]) -> Step:
+    """Build a step from its JSON script form (keys as the dataclass fields; ``error`` = status)."""
+    if data.get("overflow"):
+        return overflow(str(data.get("message", DEFAULT_OVERFLOW_MESSAGE)))
+    if data.get("overloaded"):
+        return overloaded()
+    if "error" in data:
+        retry = data.get("retry_after")
+        return ErrorReply(
+            status=int(data["error"]),
+            type=str(data.get("type", "invalid_request_error")),
+            message=str(data.get("message", "scripted error")),
+            retry_after=None if retry is None else float(retry),
+            body=data.get("body"),
+            delay_s=float(data.get("delay_s", 0.0)),
+        )
+    usage = data.get("usage")
+    drop = data.get("drop_after_chunks")
+    stream_error = data.get("stream_error")
+    return Reply(
+        text=str(data.get("text", "")),
+        tool_calls=[
+            ToolCallSpec(name=tc["name"], arguments=tc.get("arguments", {}), id=tc.get("id"))
+            for tc in data.get("tool_calls", [])
+        ],
+        thinking=str(data.get("thinking", "")),
+        signature=str(data.get("signature", "sig-scripted")),
+        redacted_thinking=data.get("redacted_thinking"),
+        usage=None if usage is None else (int(usage[0]), int(usage[1])),
+        cache_read=int(data.get("cache_read", 0)),
+        cache_write=int(data.get("cache_write", 0)),
+        delay_s=float(data.get("delay_s", 0.0)),
+        chunk_delay_s=float(data.get("chunk_delay_s", 0.0)),
+        chunk_size=int(data.get("chunk_size", 8)),
+        stop_reason=data.get("stop_reason"),
+        drop_after_chunks=None if drop is None else int(drop),
+        stream_error=None
+        if stream_error is None
+        else StreamError(
+            type=str(stream_error.get("type", "overloaded_error")),
+            message=str(stream_error.get("message", "Overloaded")),
+        ),
+        hang=bool(data.get("hang", False)),
+    )
+
+
+def load_script(path: str | Path) -> list[Step]:
+    """Read a JSON list of step objects from ``path``."""
+    raw = json.loads(Path(path).read_text(encoding="utf-8"))
+    if not isinstance(raw, list):
+        raise ValueError(f"{path}: a script must be a JSON list of steps")
+    return [step_from_dict(item) for item in raw]
+
+
+# --------------------------------------------------------------------------- request helpers
+
+
+def _messages(request: dict[str, Any]) -> list[dict[str, Any]]:
+    msgs = request.get("messages")
+    if not isinstance(msgs, list):
+        return []
+    return [m for m in msgs if isinstance(m, dict)]
+
+
+def _blocks(content: Any) -> list[dict[str, Any]]:
+    """Content blocks of a message; a plain string is one text block."""
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    if isinstance(content, list):
+        return [b for b in content if isinstance(b, dict)]
+    return []
+
+
+def _block_text(block: dict[str, Any]) -> str:
+    kind = block.get("type")
+    if kind == "text":
+        return str(block.get("text") or "")
+    if kind == "thinking":
+        return str(block.get("thinking") or "")
+    if kind == "tool_use":
+        return json.dumps(block.get("input"))
+    if kind == "tool_result":
+        return "".join(_block_text(b) for b in _blocks(block.get("content")))
+    return ""
+
+
+def _system_text(request: dict[str, Any]) -> str:
+    return "".join(_block_text(b) for b in _blocks(request.get("system")))
+
+
+def estimate_prompt_tokens(request: dict[str, Any]) -> int:
+    """Rough prompt size: chars of the system prompt and all content blocks, // 4."""
+    chars = len(_system_text(request))
+    for msg in _messages(request):
+        chars += sum(len(_block_text(b)) for b in _blocks(msg.get("content")))
+    return chars // 4
+
+
+def _last_user_text(request: dict[str, Any]) -> str:
+    for msg in reversed(_messages(request)):
+        if msg.get("role") != "user":
+            continue
+        for block in reversed(_blocks(msg.get("content"))):
+            if block.get("type") == "text":
+                return str(block.get("text") or "")
+    return ""
+
+
+def _echo(request: dict[str, Any]) -> Step:
+    return Reply(text=f"echo: {_last_user_text(request)}")
+
+
+def _pieces(text: str, size: int) -> list[str]:
+    size = max(1, size)
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+def _error_json(type_: str, message: str) -> dict[str, Any]:
+    return {"type": "error", "error": {"type": type_, "message": message}}
+
+
+def _bad_request(message: str) -> web.Response:
+    return web.json_response(_error_json("invalid_request_error", message), status=400)
+
+
+def _validate_block(where: str, role: str, block: dict[str, Any]) -> str | None:
+    kind = block.get("type")
+    if kind == "text":
+        text = block.get("text")
+        if not isinstance(text, str):
+            return f"{where}.text: Field required"
+        if not text:
+            return "messages: text content blocks must be non-empty"
+        if not text.strip():
+            return "messages: text content blocks must contain non-whitespace text"
+        return None
+    if kind in ("thinking", "redacted_thinking"):
+        if role != "assistant":
+            return f"{where}: thinking blocks are only allowed in assistant messages"
+        if kind == "thinking" and not isinstance(block.get("signature"), str):
+            return f"{where}.thinking.signature: Field required"
+        if kind == "redacted_thinking" and not isinstance(block.get("data"), str):
+            return f"{where}.redacted_thinking.data: Field required"
+        return None
+    if kind == "tool_use":
+        if role != "assistant":
+            return f"{where}: `tool_use` blocks can only be in `assistant` messages"
+        if not isinstance(block.get("id"), str) or not _TOOL_ID.match(block["id"]):
+            return f"{where}.tool_use.id: String should match pattern '^[a-zA-Z0-9_-]+$'"
+        if not isinstance(block.get("name"), str) or not block["name"]:
+            return f"{where}.tool_use.name: Field required"
+        if not isinstance(block.get("input"), dict):
+            return f"{where}.tool_use.input: Input should be a valid dictionary"
+        return None
+    if kind == "tool_result":
+        if role != "user":
+            return f"{where}: `tool_result` blocks can only be in `user` messages"
+        if not isinstance(block.get("tool_use_id"), str):
+            return f"{where}.tool_result.tool_use_id: Field required"
+        content = block.get("content")
+        if content is not None and not isinstance(content, str | list):
+            return f"{where}.tool_result.content: Input should be a valid list"
+        if "is_error" in block and not isinstance(block["is_error"], bool):
+            return f"{where}.tool_result.is_error: Input should be a valid boolean"
+        return None
+    return f"{where}: Input tag {kind!r} found using 'type' does not match any of the expected tags"
+
+
+def validate_request(body: Any) -> str | None:
+    """Why the real Messages API would reject ``body`` (None when it is acceptable)."""
+    if not isinstance(body, dict):
+        return "The request body must be a JSON object."
+    if not isinstance(body.get("model"), str):
+        return "model: Field required"
+    max_tokens = body.get("max_tokens")
+    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
+        return "max_tokens: Field required"
+    system = body.get("system")
+    if system is not None and not isinstance(system, str | list):
+        return "system: Input should be a valid list"
+    tools = body.get("tools")
+    if tools is not None:
+        if not isinstance(tools, list):
+            return "tools: Input should be a valid list"
+        for i, tool in enumerate(tools):
+            if not isinstance(tool, dict) or not isinstance(tool.get("name"), str):
+                return f"tools.{i}.name: Field required"
+            if not isinstance(tool.get("input_schema"), dict):
+                return f"tools.{i}.input_schema: Field required"
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return "messages: Field required"
+    if not messages:
+        return "messages: at least one message is required"
+    previous_role: str | None = None
+    previous_tool_uses: list[str] = []
+    for n, msg in enumerate(messages):
+        if not isinstance(msg, dict):
+            return f"messages.{n}: Input should be a valid dictionary"
+        role = msg.get("role")
+        if role not in ("user", "assistant"):
+            return f"messages.{n}.role: Input should be 'user' or 'assistant'"
+        if n == 0 and role != "user":
+            return 'messages: first message must use the "user" role'
+        if role == previous_role:
+            return (
+                f'messages: roles must alternate between "user" and "assistant", '
+                f'but found multiple "{role}" roles in a row'
+            )
+        content = msg.get("content")
+        blocks: list[dict[str, Any]] = []
+        if isinstance(content, str):
+            if not content.strip() and not (role == "assistant" and n == len(messages) - 1):
+                return f"messages.{n}: all messages must have non-empty content"
+        elif isinstance(content, list):
+            if not content:
+                return f"messages.{n}: all messages must have non-empty content"
+            blocks = _blocks(content)
+            if len(blocks) != len(content):
+                return f"messages.{n}.content: Input should be a valid list of objects"
+        else:
+            return f"messages.{n}.content: Field required"
+        for m, block in enumerate(blocks):
+            problem = _validate_block(f"messages.{n}.content.{m}", role, block)
+            if problem:
+                return problem
+        results = [b["tool_use_id"] for b in blocks if b.get("type") == "tool_result"]
+        if role == "user":
+            first_other = next((i for i, b in enumerate(blocks) if b.get("type") != "tool_result"), None)
+            if first_other is not None and any(b.get("type") == "tool_result" for b in blocks[first_other:]):
+                return (
+                    f"messages.{n}: `tool_result` blocks must come before any other content in a user message"
+                )
+            unexpected = [r for r in results if r not in previous_tool_uses]
+            if unexpected:
+                return (
+                    f"messages.{n}.content.0: unexpected `tool_use_id` found in `tool_result` "
+                    f"blocks: {', '.join(unexpected)}. Each `tool_result` block must have a "
+                    "corresponding `tool_use` block in the previous message."
+                )
+            if len(set(results)) != len(results):
+                return f"messages.{n}: duplicate `tool_use_id` found in `tool_result` blocks"
+        missing = [u for u in previous_tool_uses if u not in results]
+        if missing:
+            return (
+                f"messages.{n - 1}: `tool_use` ids were found without `tool_result` blocks "
+                f"immediately after: {', '.join(missing)}. Each `tool_use` block must have a "
+                "corresponding `tool_result` block in the next message."
+            )
+        uses = [b["id"] for b in blocks if b.get("type") == "tool_use"]
+        if len(set(uses)) != len(uses):
+            return f"messages.{n}: `tool_use` ids must be unique"
+        previous_tool_uses = uses if role == "assistant" else []
+        previous_role = role
+    if previous_tool_uses:
+        return (
+            f"messages.{len(messages) - 1}: `tool_use` ids were found without `tool_result` "
+            f"blocks immediately after: {', '.join(previous_tool_uses)}."
+        )
+    return None
+
+
+# --------------------------------------------------------------------------- the server
+
+
+class ScriptedAnthropic:
+    """The scripted server; use ``async with ScriptedAnthropic() as fake: fake.base_url``."""
+
+    def __init__(
+        self,
+        *,
+        default: Responder | None = None,
+        context_window: int | None = None,
+        api_key: str | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ) -> None:
+        self.context_window = context_window
+        self.api_key = api_key  # when set, requests must carry it in x-api-key
+        self.host = host
+        self.requests: list[dict[str, Any]] = []  # every valid request body, in arrival order
+        self.headers: list[dict[str, str]] = []  # the headers of each valid request
+        self.rejected: list[tuple[Any, str]] = []  # (body, reason) of invalid requests
+        self.errors: list[BaseException] = []  # exceptions raised by responders
+        self._port = port
+        self._default = default
+        self._queue: collections.deque[Step] = collections.deque()
+        self._routes: list[tuple[str, Responder]] = []
+        self._lock = threading.Lock()  # guards queue/routes/default (ScriptedAnthropicThread)
+        self._ids = itertools.count(1)
+        self._call_ids = itertools.count(1)
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._runner: web.AppRunner | None = None
+        self._base_url: str | None = None
+
+    # ----- scripting
+
+    def enqueue(self, *steps: Step) -> None:
+        """Append steps to the FIFO queue; each request consumes one."""
+        with self._lock:
+            self._queue.extend(steps)
+
+    def set_responder(self, fn: Responder | None) -> None:
+        """Responder used when the queue is empty (None restores the echo default)."""
+        with self._lock:
+            self._default = fn
+
+    def route(self, marker: str, fn: Responder) -> None:
+        """Send requests with ``marker`` in any content block to ``fn``, before the queue."""
+        with self._lock:
+            self._routes.append((marker, fn))
+
+    def pending(self) -> int:
+        """Steps left in the queue."""
+        with self._lock:
+            return len(self._queue)
+
+    # ----- lifecycle
+
+    @property
+    def base_url(self) -> str:
+        """``http://127.0.0.1:PORT`` (the API lives under ``/v1``); valid after :meth:`start`."""
+        if self._base_url is None:
+            raise RuntimeError("ScriptedAnthropic is not started")
+        return self._base_url
+
+    @property
+    def port(self) -> int:
+        """The bound port; valid after :meth:`start`."""
+        self.base_url  # noqa: B018  (raises when not started)
+        return self._port
+
+    async def start(self) -> str:
+        """Bind and serve; returns :attr:`base_url`."""
+        if self._runner is not None:
+            return self.base_url
+        app = web.Application()
+        app.router.add_post("/v1/messages", self._handle_messages)
+        app.router.add_get("/v1/models", self._handle_models)
+        runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+        await runner.setup()
+        site = web.TCPSite(runner, self.host, self._port)
+        await site.start()
+        self._runner = runner
+        self._port = int(runner.addresses[0][1])
+        self._base_url = f"http://{self.host}:{self._port}"
+        return self._base_url
+
+    async def stop(self) -> None:
+        """Stop serving; cancels in-flight (hanging, delayed, streaming) requests."""
+        runner, self._runner = self._runner, None
+        if runner is None:
+            return
+        tasks = [t for t in self._tasks if not t.done()]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=2.0)
+        await runner.cleanup()
+
+    async def __aenter__(self) -> ScriptedAnthropic:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    # ----- request handling
+
+    def _auth_problem(self, request: web.Request) -> web.Response | None:
+        if self.api_key is not None and request.headers.get("x-api-key") != self.api_key:
+            return web.json_response(_error_json("authentication_error", "invalid x-api-key"), status=401)
+        if not request.headers.get("anthropic-version"):
+            return _bad_request("anthropic-version: header is required")
+        return None
+
+    async def _handle_models(self, request: web.Request) -> web.Response:
+        problem = self._auth_problem(request)
+        if problem is not None:
+            return problem
+        model = {
+            "type": "model",
+            "id": MODEL_ID,
+            "display_name": "Claude (scripted)",
+            "created_at": "2025-01-01T00:00:00Z",
+        }
+        return web.json_response(
+            {"data": [model], "has_more": False, "first_id": MODEL_ID, "last_id": MODEL_ID}
+        )
+
+    async def _handle_messages(self, request: web.Request) -> web.StreamResponse:
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
+        try:
+            return await self._messages(request)
+        finally:
+            if task is not None:
+                self._tasks.discard(task)
+
+    async def _messages(self, request: web.Request) -> web.StreamResponse:
+        problem = self._auth_problem(request)
+        if problem is not None:
+            return problem
+        try:
+            body = json.loads(await request.read())
+        except (ValueError, UnicodeDecodeError):
+            return _bad_request("There was an issue with your request body: invalid JSON")
+        reason = validate_request(body)
+        if reason is not None:
+            self.rejected.append((body, reason))
+            return _bad_request(reason)
+
+        self.requests.append(body)
+        self.headers.append(dict(request.headers))
+        try:
+            step = await self._pick_step(body)
+        except Exception as exc:
+            log.exception("scripted responder failed")
+            self.errors.append(exc)
+            return web.json_response(
+                _error_json("api_error", f"scripted responder raised {exc!r}"), status=500
+            )
+
+        if isinstance(step, ErrorReply):
+            return await self._send_error(step)
+        if step.hang:
+            await asyncio.get_running_loop().create_future()  # until cancelled by stop()
+        if step.delay_s > 0:
+            await asyncio.sleep(step.delay_s)
+        if body.get("stream"):
+            return await self._send_stream(request, body, step)
+        return self._send_json(request, body, step)
+
+    async def _pick_step(self, body: dict[str, Any]) -> Step:
+        if self.context_window is not None and estimate_prompt_tokens(body) > self.context_window:
+            return overflow(
+                f"prompt is too long: {estimate_prompt_tokens(body)} tokens > {self.context_window} maximum"
+            )
+        texts = [_system_text(body)] + [
+            _block_text(b) for m in _messages(body) for b in _blocks(m.get("content"))
+        ]
+        fn: Responder | None = None
+        with self._lock:
+            for marker, route_fn in self._routes:
+                if any(marker in t for t in texts):
+                    fn = route_fn
+                    break
+            if fn is None:
+                if self._queue:
+                    return self._queue.popleft()
+                fn = self._default or _echo
+        result = fn(body)
+        if inspect.isawaitable(result):
+            result = await result
+        if not isinstance(result, Reply | ErrorReply):
+            raise TypeError(f"responder returned {type(result).__name__}, not a Reply/ErrorReply")
+        return result
+
+    async def _send_error(self, step: ErrorReply) -> web.Response:
+        if step.delay_s > 0:
+            await asyncio.sleep(step.delay_s)
+        headers: dict[str, str] = {"request-id": f"req_scripted_{next(self._ids)}"}
+        if step.retry_after is not None:
+            ra = step.retry_after
+            headers["retry-after"] = str(int(ra)) if float(ra).is_integer() else str(ra)
+        if step.body is not None:
+            return web.Response(
+                status=step.status, text=step.body, content_type="text/plain", headers=headers
+            )
+        return web.json_response(_error_json(step.type, step.message), status=step.status, headers=headers)
+
+    def _usage(self, body: dict[str, Any], step: Reply, calls: list[tuple[str, str, str]]) -> tuple[int, int]:
+        if step.usage is not None:
+            return step.usage
+        out_chars = len(step.text) + len(step.thinking) + sum(len(a) for _, _, a in calls)
+        return estimate_prompt_tokens(body), out_chars // 4 + 1
+
+    def _resolve_calls(self, step: Reply) -> list[tuple[str, str, str]]:
+        """(id, name, input JSON) per tool call, allocating ids."""
+        return [
+            (tc.id or f"toolu_{next(self._call_ids):024d}", tc.name, tc.arguments_json())
+            for tc in step.tool_calls
+        ]
+
+    @staticmethod
+    def _stop_reason(step: Reply) -> str:
+        if step.stop_reason is not None:
+            return step.stop_reason
+        return "tool_use" if step.tool_calls else "end_turn"
+
+    @staticmethod
+    def _drop(request: web.Request) -> None:
+        """Close the TCP connection under the response (flushing what was written)."""
+        if request.transport is not None:
+            request.transport.close()
+
+    def _content(self, step: Reply, calls: list[tuple[str, str, str]]) -> list[dict[str, Any]]:
+        """The message's content blocks, whole."""
+        content: list[dict[str, Any]] = []
+        if step.thinking:
+            content.append({"type": "thinking", "thinking": step.thinking, "signature": step.signature})
+        if step.redacted_thinking is not None:
+            content.append({"type": "redacted_thinking", "data": step.redacted_thinking})
+        if step.text:
+            content.append({"type": "text", "text": step.text})
+        for call_id, name, args in calls:
+            try:
+                parsed = json.loads(args) if args else {}
+            except ValueError:
+                parsed = {}
+            content.append({"type": "tool_use", "id": call_id, "name": name, "input": parsed})
+        return content
+
+    def _send_json(self, request: web.Request, body: dict[str, Any], step: Reply) -> web.Response:
+        calls = self._resolve_calls(step)
+        prompt, output = self._usage(body, step, calls)
+        payload = {
+            "id": f"msg_scripted_{next(self._ids)}",
+            "type": "message",
+            "role": "assistant",
+            "model": body["model"],
+            "content": self._content(step, calls),
+            "stop_reason": self._stop_reason(step),
+            "stop_sequence": None,
+            "usage": {
+                "input_tokens": prompt,
+                "output_tokens": output,
+                "cache_creation_input_tokens": step.cache_write,
+                "cache_read_input_tokens": step.cache_read,
+            },
+        }
+        if step.drop_after_chunks is not None:
+            self._drop(request)
+        return web.json_response(payload)
+
+    def _events(self, body: dict[str, Any], step: Reply) -> list[tuple[str, dict[str, Any]]]:
+        calls = self._resolve_calls(step)
+        prompt, output = self._usage(body, step, calls)
+        events: list[tuple[str, dict[str, Any]]] = [
+            (
+                "message_start",
+                {
+                    "type": "message_start",
+                    "message": {
+                        "id": f"msg_scripted_{next(self._ids)}",
+                        "type": "message",
+                        "role": "assistant",
+                        "content": [],
+                        "model": body["model"],
+                        "stop_reason": None,
+                        "stop_sequence": None,
+                        "usage": {
+                            "input_tokens": prompt,
+                            "cache_creation_input_tokens": step.cache_write,
+                            "cache_read_input_tokens": step.cache_read,
+                            "output_tokens": 1,
+                        },
+                    },
+                },
+            )
+        ]
+        index = 0
+        pinged = False
+
+        def block(content_block: dict[str, Any], deltas: list[dict[str, Any]]) -> None:
+            nonlocal index, pinged
+            events.append(
+                (
+                    "content_block_start",
+                    {"type": "content_block_start", "index": index, "content_block": content_block},
+                )
+            )
+            if not pinged:  # the real API interleaves a ping after the first block start
+                events.append(("ping", {"type": "ping"}))
+                pinged = True
+            events.extend(
+                ("content_block_delta", {"type": "content_block_delta", "index": index, "delta": d})
+                for d in deltas
+            )
+            events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
+            index += 1
+
+        size = step.chunk_size
+        if step.thinking:
+            block(
+                {"type": "thinking", "thinking": ""},
+                [{"type": "thinking_delta", "thinking": p} for p in _pieces(step.thinking, size)]
+                + [{"type": "signature_delta", "signature": step.signature}],
+            )
+        if step.redacted_thinking is not None:
+            block({"type": "redacted_thinking", "data": step.redacted_thinking}, [])
+        if step.text:
+            block(
+                {"type": "text", "text": ""},
+                [{"type": "text_delta", "text": p} for p in _pieces(step.text, size)],
+            )
+        for call_id, name, args in calls:
+            block(
+                {"type": "tool_use", "id": call_id, "name": name, "input": {}},
+                [{"type": "input_json_delta", "partial_json": ""}]
+                + [{"type": "input_json_delta", "partial_json": p} for p in _pieces(args, size)],
+            )
+        if step.stream_error is not None:
+            events.append(("error", _error_json(step.stream_error.type, step.stream_error.message)))
+            return events
+        events.append(
+            (
+                "message_delta",
+                {
+                    "type": "message_delta",
+                    "delta": {"stop_reason": self._stop_reason(step), "stop_sequence": None},
+                    "usage": {"output_tokens": output},
+                },
+            )
+        )
+        events.append(("message_stop", {"type": "message_stop"}))
+        return events
+
+    async def _send_stream(
+        self, request: web.Request, body: dict[str, Any], step: Reply
+    ) -> web.StreamResponse:
+        events = self._events(body, step)
+        resp = web.StreamResponse(
+            status=200,
+            headers={
+                "Content-Type": "text/event-stream; charset=utf-8",
+                "Cache-Control": "no-cache",
+                "request-id": f"req_scripted_{next(self._ids)}",
+            },
+        )
+        await resp.prepare(request)
+        drop = step.drop_after_chunks
+        for i, (name, data) in enumerate(events):
+            if drop is not None and i >= drop:
+                break
+            if i > 0 and step.chunk_delay_s > 0:
+                await asyncio.sleep(step.chunk_delay_s)
+            await resp.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
+        if drop is not None:
+            self._drop(request)  # no message_stop: an incomplete stream
+            return resp
+        await resp.write_eof()
+        return resp
+
+
+# --------------------------------------------------------------------------- threaded variant
+
+
+class ScriptedAnthropicThread:
+    """A :class:`ScriptedAnthropic` on its own event loop in a daemon thread, for sync code.
+
+    Responders run on the server thread.
+    """
+
+    def __init__(
+        self,
+        *,
+        default: Responder | None = None,
+        context_window: int | None = None,
+        api_key: str | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ) -> None:
+        self.server = ScriptedAnthropic(
+            default=default, context_window=context_window, api_key=api_key, host=host, port=port
+        )
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def base_url(self) -> str:
+        """``http://127.0.0.1:PORT``; valid after :meth:`start`."""
+        return self.server.base_url
+
+    @property
+    def requests(self) -> list[dict[str, Any]]:
+        """A snapshot of the request bodies received so far."""
+        return list(self.server.requests)
+
+    @property
+    def rejected(self) -> list[tuple[Any, str]]:
+        """A snapshot of the rejected requests so far."""
+        return list(self.server.rejected)
+
+    def enqueue(self, *steps: Step) -> None:
+        """See :meth:`ScriptedAnthropic.enqueue`."""
+        self.server.enqueue(*steps)
+
+    def set_responder(self, fn: Responder | None) -> None:
+        """See :meth:`ScriptedAnthropic.set_responder`."""
+        self.server.set_responder(fn)
+
+    def route(self, marker: str, fn: Responder) -> None:
+        """See :meth:`ScriptedAnthropic.route`."""
+        self.server.route(marker, fn)
+
+    def pending(self) -> int:
+        """See :meth:`ScriptedAnthropic.pending`."""
+        return self.server.pending()
+
+    def start(self, timeout: float = 10.0) -> str:
+        """Start the loop thread and the server; returns the base URL."""
+        if self._loop is not None:
+            return self.base_url
+        loop = asyncio.new_event_loop()
+        thread = threading.Thread(target=loop.run_forever, name="scripted-anthropic", daemon=True)
+        thread.start()
+        self._loop, self._thread = loop, thread
+        return asyncio.run_coroutine_threadsafe(self.server.start(), loop).result(timeout)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the server, the loop and the thread."""
+        loop, thread = self._loop, self._thread
+        if loop is None or thread is None:
+            return
+        self._loop = self._thread = None
+        try:
+            asyncio.run_coroutine_threadsafe(self.server.stop(), loop).result(timeout)
+        finally:
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(timeout)
+            if not thread.is_alive():
+                loop.close()
+
+    def __enter__(self) -> ScriptedAnthropicThread:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+async def _serve(port: int, steps: Iterable[Step], context_window: int | None) -> None:
+    server = ScriptedAnthropic(context_window=context_window, port=port)
+    server.enqueue(*steps)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    url = await server.start()
+    print(f"LISTENING {url}", flush=True)
+    try:
+        await stop.wait()
+    finally:
+        await server.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``python -m tests.fakes.scripted_anthropic``."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--port", type=int, default=0, help="port to bind (0: a free one)")
+    parser.add_argument("--script", type=Path, help="JSON list of steps to enqueue")
+    parser.add_argument("--context-window", type=int, default=None, help="overflow above N")
+    args = parser.parse_args(argv)
+    steps = load_script(args.script) if args.script else []
+    asyncio.run(_serve(args.port, steps, args.context_window))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

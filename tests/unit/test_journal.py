@@ -1,0 +1,389 @@
+"""The SQLite journal on real files: migrations, appends, group commit, durability, snapshots."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from netclaw.errors import JournalError, SequenceConflict
+from netclaw.persistence import (
+    NewEvent,
+    SessionRow,
+    SqliteJournal,
+    apply_migrations,
+    load_migrations,
+    prepare_database,
+)
+
+
+def ev(n: int, kind: str = "E") -> NewEvent:
+    return NewEvent(kind, f'{{"n": {n}}}')
+
+
+def row(
+    sid: str, *, pending: int = 0, turns: int = 0, last_activity: float = 1.0, title: str | None = None
+) -> SessionRow:
+    return SessionRow(
+        id=sid, channel="cli", title=title, turns=turns, last_activity=last_activity, pending=pending
+    )
+
+
+def count_events(db: Path, sid: str | None = None) -> int:
+    conn = sqlite3.connect(db)
+    try:
+        if sid is None:
+            return int(conn.execute("SELECT COUNT(*) FROM events").fetchone()[0])
+        return int(conn.execute("SELECT COUNT(*) FROM events WHERE persistence_id=?", (sid,)).fetchone()[0])
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    path = tmp_path / "data" / "netclaw.db"
+    prepare_database(path)
+    return path
+
+
+@pytest.fixture
+async def journal(db: Path) -> AsyncIterator[SqliteJournal]:
+    j = await SqliteJournal(db).open()
+    try:
+        yield j
+    finally:
+        await j.close()
+
+
+# -- migrations ---------------------------------------------------------------------------------
+
+
+def test_prepare_database_applies_migrations_once(tmp_path: Path) -> None:
+    path = tmp_path / "nested" / "dir" / "netclaw.db"
+    known = [m.version for m in load_migrations()]
+    assert known, "the source tree ships migrations"
+    assert prepare_database(path) == known
+    assert path.is_file()
+    assert prepare_database(path) == []
+    conn = sqlite3.connect(path)
+    try:
+        recorded = [r[0] for r in conn.execute("SELECT version FROM schema_version ORDER BY version")]
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    finally:
+        conn.close()
+    assert recorded == known
+    assert {"events", "snapshots", "sessions", "schema_version"} <= tables
+
+
+def test_database_from_a_newer_netclaw_is_refused(db: Path) -> None:
+    conn = sqlite3.connect(db)
+    conn.execute("INSERT INTO schema_version (version, name, applied_at) VALUES (9999, 'future', 0)")
+    conn.commit()
+    conn.close()
+    with pytest.raises(JournalError, match="9999"):
+        prepare_database(db)
+
+
+def test_a_file_that_is_not_a_database_is_a_journal_error(tmp_path: Path) -> None:
+    path = tmp_path / "netclaw.db"
+    path.write_bytes(b"this is definitely not sqlite" * 200)
+    with pytest.raises(JournalError):
+        prepare_database(path)
+
+
+@pytest.mark.parametrize("name", ["1_init.sql", "0001-init.sql", "0001_Init.sql", "init.sql", "00001_x.sql"])
+def test_badly_named_migration_file_raises(tmp_path: Path, name: str) -> None:
+    (tmp_path / "0001_ok.sql").write_text("CREATE TABLE a (x);")
+    (tmp_path / name).write_text("CREATE TABLE b (x);")
+    with pytest.raises(JournalError, match=name.replace(".", r"\.")):
+        load_migrations(tmp_path)
+
+
+def test_duplicate_migration_numbers_raise(tmp_path: Path) -> None:
+    (tmp_path / "0001_a.sql").write_text("CREATE TABLE a (x);")
+    (tmp_path / "0001_b.sql").write_text("CREATE TABLE b (x);")
+    with pytest.raises(JournalError, match="duplicate"):
+        load_migrations(tmp_path)
+
+
+def test_migrations_load_in_order_and_failing_one_rolls_back(tmp_path: Path) -> None:
+    mdir = tmp_path / "m"
+    mdir.mkdir()
+    (mdir / "0002_second.sql").write_text("CREATE TABLE two (x);\n-- trailing comment\n")
+    (mdir / "0001_first.sql").write_text("-- the first\nCREATE TABLE one (x);\nINSERT INTO one VALUES (1);\n")
+    (mdir / "0003_broken.sql").write_text("CREATE TABLE three (x);\nINSERT INTO nowhere VALUES (1);\n")
+    migrations = load_migrations(mdir)
+    assert [(m.version, m.name) for m in migrations] == [(1, "first"), (2, "second"), (3, "broken")]
+    conn = sqlite3.connect(tmp_path / "x.db", isolation_level=None)
+    try:
+        with pytest.raises(JournalError, match="0003_broken"):
+            apply_migrations(conn, migrations)
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        versions = [r[0] for r in conn.execute("SELECT version FROM schema_version ORDER BY version")]
+        assert versions == [1, 2]
+        assert "three" not in tables  # the broken migration left nothing behind
+        assert {"one", "two"} <= tables
+        assert apply_migrations(conn, migrations[:2]) == []
+    finally:
+        conn.close()
+
+
+def test_incomplete_statement_in_migration_raises(tmp_path: Path) -> None:
+    (tmp_path / "0001_bad.sql").write_text("CREATE TABLE a (x)")  # no semicolon
+    conn = sqlite3.connect(tmp_path / "x.db", isolation_level=None)
+    try:
+        with pytest.raises(JournalError, match="incomplete"):
+            apply_migrations(conn, load_migrations(tmp_path))
+    finally:
+        conn.close()
+
+
+# -- appends and replay -------------------------------------------------------------------------
+
+
+async def test_append_returns_the_new_last_seq(journal: SqliteJournal) -> None:
+    assert await journal.last_seq("s") == 0
+    assert await journal.append("s", 0, [ev(1), ev(2), ev(3)]) == 3
+    assert await journal.append("s", 3, [ev(4)]) == 4
+    assert await journal.last_seq("s") == 4
+    assert await journal.append("other", 0, [ev(1)]) == 1
+
+
+async def test_append_with_wrong_expected_seq_conflicts_and_writes_nothing(
+    journal: SqliteJournal, db: Path
+) -> None:
+    await journal.append("s", 0, [ev(1), ev(2)])
+    for stale in (0, 1, 3, 99):
+        with pytest.raises(SequenceConflict) as info:
+            await journal.append("s", stale, [ev(100)], row(sid="s", pending=5))
+        assert info.value.expected == stale
+        assert info.value.actual == 2
+        assert info.value.persistence_id == "s"
+    assert count_events(db, "s") == 2
+    assert [e.payload for e in await journal.replay("s")] == ['{"n": 1}', '{"n": 2}']
+    assert await journal.get_session("s") is None  # the rejected row was not written either
+    assert await journal.append("s", 2, [ev(3)]) == 3
+
+
+async def test_conflict_in_a_batch_does_not_fail_the_others(journal: SqliteJournal) -> None:
+    await journal.append("s", 0, [ev(1)])
+    results = await asyncio.gather(
+        journal.append("s", 1, [ev(2)]),
+        journal.append("s", 1, [ev(99)]),  # stale: the first one moved the journal
+        journal.append("t", 0, [ev(1)]),
+        return_exceptions=True,
+    )
+    assert results[0] == 2
+    assert isinstance(results[1], SequenceConflict)
+    assert results[2] == 1
+    assert [e.payload for e in await journal.replay("s")] == ['{"n": 1}', '{"n": 2}']
+
+
+async def test_chained_appends_in_one_batch(journal: SqliteJournal) -> None:
+    results = await asyncio.gather(
+        journal.append("s", 0, [ev(1)]),
+        journal.append("s", 1, [ev(2), ev(3)]),
+        journal.append("s", 3, [ev(4)]),
+    )
+    assert results == [1, 3, 4]
+    assert [e.seq for e in await journal.replay("s")] == [1, 2, 3, 4]
+
+
+async def test_replay_after_seq(journal: SqliteJournal) -> None:
+    await journal.append("s", 0, [ev(i, f"T{i}") for i in range(1, 6)])
+    await journal.append("noise", 0, [ev(9)])
+    events = await journal.replay("s")
+    assert [(e.seq, e.type, e.payload) for e in events] == [
+        (i, f"T{i}", f'{{"n": {i}}}') for i in range(1, 6)
+    ]
+    assert all(e.ts > 0 for e in events)
+    assert [e.seq for e in await journal.replay("s", after_seq=3)] == [4, 5]
+    assert await journal.replay("s", after_seq=5) == []
+    assert await journal.replay("unknown") == []
+
+
+async def test_concurrent_appends_group_commit(journal: SqliteJournal, db: Path) -> None:
+    before = journal.commits
+    sids = [f"cli:s{i}" for i in range(50)]
+    results = await asyncio.gather(
+        *(journal.append(sid, 0, [ev(1), ev(2)], row(sid, pending=1)) for sid in sids)
+    )
+    assert results == [2] * 50
+    commits = journal.commits - before
+    assert 1 <= commits < 50
+    assert count_events(db) == 100
+    assert {r.id for r in await journal.list_sessions()} == set(sids)
+
+
+async def test_events_survive_close_and_reopen(db: Path) -> None:
+    first = await SqliteJournal(db).open()
+    await first.append("s", 0, [ev(1), ev(2)], row("s", pending=1, turns=1, title="t"))
+    await first.save_snapshot("s", 2, '{"snap": 2}')
+    await first.close()
+    second = await SqliteJournal(db).open()
+    try:
+        assert [e.seq for e in await second.replay("s")] == [1, 2]
+        assert await second.last_seq("s") == 2
+        snap = await second.load_snapshot("s")
+        assert snap is not None
+        assert (snap.seq, snap.state) == (2, '{"snap": 2}')
+        session = await second.get_session("s")
+        assert session is not None
+        assert session.title == "t"
+        # the reopened journal knows where "s" is
+        with pytest.raises(SequenceConflict):
+            await second.append("s", 0, [ev(9)])
+        assert await second.append("s", 2, [ev(3)]) == 3
+    finally:
+        await second.close()
+
+
+async def test_session_row_written_with_the_events(journal: SqliteJournal) -> None:
+    await journal.append("cli:a", 0, [ev(1)], row("cli:a", pending=1, last_activity=10.0, title="A"))
+    await journal.append("cli:b", 0, [ev(1), ev(2)], row("cli:b", pending=2, last_activity=5.0))
+    await journal.append("cli:c", 0, [ev(1)], row("cli:c", pending=0, last_activity=20.0))
+    await journal.append("cli:d", 0, [ev(1)])  # no row: not listed
+
+    a = await journal.get_session("cli:a")
+    assert a == SessionRow(
+        id="cli:a", channel="cli", title="A", turns=0, last_activity=10.0, pending=1, last_seq=1
+    )
+    assert await journal.get_session("cli:d") is None
+    listed = await journal.list_sessions()
+    assert [r.id for r in listed] == ["cli:c", "cli:a", "cli:b"]  # newest activity first
+    assert {r.id: r.last_seq for r in listed} == {"cli:a": 1, "cli:b": 2, "cli:c": 1}
+    assert await journal.sessions_with_pending_input() == ["cli:b", "cli:a"]  # oldest activity first
+
+    # the row is updated in place with the new last seq
+    await journal.append(
+        "cli:a", 1, [ev(2), ev(3)], row("cli:a", pending=0, turns=1, last_activity=30.0, title="A2")
+    )
+    a = await journal.get_session("cli:a")
+    assert a is not None
+    assert (a.last_seq, a.pending, a.turns, a.title) == (3, 0, 1, "A2")
+    assert await journal.sessions_with_pending_input() == ["cli:b"]
+    assert len(await journal.list_sessions()) == 3
+
+
+async def test_snapshots_save_load_and_never_go_backwards(journal: SqliteJournal) -> None:
+    assert await journal.load_snapshot("s") is None
+    await journal.save_snapshot("s", 5, "five")
+    snap = await journal.load_snapshot("s")
+    assert snap is not None
+    assert (snap.seq, snap.state) == (5, "five")
+    await journal.save_snapshot("s", 9, "nine")
+    await journal.save_snapshot("s", 7, "seven")  # older: ignored
+    snap = await journal.load_snapshot("s")
+    assert snap is not None
+    assert (snap.seq, snap.state) == (9, "nine")
+    await journal.save_snapshot("s", 9, "nine again")  # same seq may be rewritten
+    snap = await journal.load_snapshot("s")
+    assert snap is not None
+    assert snap.state == "nine again"
+    assert await journal.load_snapshot("other") is None
+
+
+async def test_older_snapshot_in_the_same_batch_does_not_win(journal: SqliteJournal) -> None:
+    await asyncio.gather(journal.save_snapshot("s", 10, "ten"), journal.save_snapshot("s", 3, "three"))
+    snap = await journal.load_snapshot("s")
+    assert snap is not None
+    assert (snap.seq, snap.state) == (10, "ten")
+
+
+async def test_appends_after_close_raise(db: Path) -> None:
+    j = await SqliteJournal(db).open()
+    await j.append("s", 0, [ev(1)])
+    await j.close()
+    with pytest.raises(JournalError, match="closed"):
+        await j.append("s", 1, [ev(2)])
+    with pytest.raises(JournalError, match="closed"):
+        await j.save_snapshot("s", 1, "x")
+    with pytest.raises(JournalError, match="closed"):
+        await j.replay("s")
+    await j.close()  # twice is harmless
+
+
+async def test_append_before_open_raises(db: Path) -> None:
+    with pytest.raises(JournalError):
+        await SqliteJournal(db).append("s", 0, [ev(1)])
+
+
+async def test_writes_queued_before_close_are_committed(db: Path) -> None:
+    j = await SqliteJournal(db).open()
+    tasks = [asyncio.create_task(j.append(f"s{i}", 0, [ev(1), ev(2)])) for i in range(10)]
+    tasks.append(asyncio.create_task(j.save_snapshot("s0", 2, "snap")))
+    await asyncio.sleep(0)  # every task has queued its write; none has been awaited
+    await j.close()
+    results = await asyncio.wait_for(asyncio.gather(*tasks), 5)
+    assert results[:10] == [2] * 10
+    assert count_events(db) == 20
+    reopened = await SqliteJournal(db).open()
+    try:
+        for i in range(10):
+            assert [e.seq for e in await reopened.replay(f"s{i}")] == [1, 2]
+        snap = await reopened.load_snapshot("s0")
+        assert snap is not None
+        assert snap.state == "snap"
+    finally:
+        await reopened.close()
+
+
+async def test_durable_and_wal_by_default(journal: SqliteJournal, db: Path) -> None:
+    assert journal._writer is not None
+    assert journal._reader is not None
+    for conn in (journal._writer, journal._reader):
+        sync = await (await conn.execute("PRAGMA synchronous")).fetchone()
+        assert sync is not None
+        assert sync[0] == 2  # FULL
+    plain = sqlite3.connect(db)
+    try:
+        assert plain.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    finally:
+        plain.close()
+
+
+async def test_synchronous_normal_when_asked(db: Path) -> None:
+    j = await SqliteJournal(db, synchronous="normal").open()
+    try:
+        assert j._writer is not None
+        sync = await (await j._writer.execute("PRAGMA synchronous")).fetchone()
+        assert sync is not None
+        assert sync[0] == 1  # NORMAL
+    finally:
+        await j.close()
+
+
+def _plain_database(tmp_path: Path) -> Path:
+    path = tmp_path / "plain.db"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE events (x)")
+    conn.commit()
+    conn.close()
+    return path
+
+
+async def test_open_refuses_a_database_not_in_wal_mode(tmp_path: Path) -> None:
+    j = SqliteJournal(_plain_database(tmp_path))
+    try:
+        with pytest.raises(JournalError, match="WAL"):
+            await j.open()
+    finally:
+        for conn in (j._writer, j._reader):
+            if conn is not None:
+                await conn.close()
+
+
+async def test_failed_open_closes_its_connections(tmp_path: Path) -> None:
+    j = SqliteJournal(_plain_database(tmp_path))
+    leaked = []
+    try:
+        with pytest.raises(JournalError):
+            await j.open()
+        leaked = [c for c in (j._writer, j._reader) if c is not None]
+        assert leaked == []
+    finally:
+        for conn in leaked:
+            await conn.close()

@@ -1,0 +1,99 @@
+"""PhaseMachine: the legal transitions succeed, everything else raises and changes nothing."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from netclaw.errors import IllegalTransition, SessionError
+from netclaw.sessions._phases import LEGAL_TRANSITIONS, Phase, PhaseMachine
+
+# The spec (ARCHITECTURE.md §2), written out independently of the code's table.
+SPEC_LEGAL = {
+    (Phase.RECOVERING, Phase.READY),
+    (Phase.READY, Phase.PROCESSING),
+    (Phase.READY, Phase.COMPACTING),
+    (Phase.READY, Phase.PASSIVATING),
+    (Phase.PROCESSING, Phase.READY),
+    (Phase.PROCESSING, Phase.COMPACTING),
+    (Phase.COMPACTING, Phase.READY),
+    (Phase.COMPACTING, Phase.PROCESSING),
+    (Phase.PASSIVATING, Phase.READY),
+}
+
+LEGAL = sorted((a, b) for a, targets in LEGAL_TRANSITIONS.items() for b in targets)
+ALL_PAIRS = list(itertools.product(Phase, Phase))
+ILLEGAL = [pair for pair in ALL_PAIRS if pair not in set(LEGAL)]
+
+
+def test_table_matches_the_spec() -> None:
+    assert set(LEGAL) == SPEC_LEGAL
+    assert set(LEGAL_TRANSITIONS) == set(Phase)
+
+
+def test_pair_counts() -> None:
+    assert len(ALL_PAIRS) == 25
+    assert len(LEGAL) == 9
+    assert len(ILLEGAL) == 16
+
+
+def test_a_new_machine_starts_recovering() -> None:
+    assert PhaseMachine().phase is Phase.RECOVERING
+
+
+@pytest.mark.parametrize(("old", "new"), LEGAL, ids=[f"{a}->{b}" for a, b in LEGAL])
+def test_legal_transition_succeeds(old: Phase, new: Phase) -> None:
+    machine = PhaseMachine(old)
+    assert machine.can(new)
+    left = machine.transition_to(new)
+    assert left is old
+    assert machine.phase is new
+
+
+@pytest.mark.parametrize(("old", "new"), ILLEGAL, ids=[f"{a}->{b}" for a, b in ILLEGAL])
+def test_illegal_transition_raises_and_changes_nothing(old: Phase, new: Phase) -> None:
+    machine = PhaseMachine(old)
+    assert not machine.can(new)
+    with pytest.raises(IllegalTransition) as info:
+        machine.transition_to(new)
+    assert machine.phase is old
+    message = str(info.value)
+    assert old.value in message
+    assert new.value in message
+    # the old phase is named before the new one ("from -> to")
+    assert message.index(old.value) <= message.rindex(new.value)
+    assert isinstance(info.value, SessionError)
+    assert info.value.code == "illegal_transition"
+
+
+def test_self_transitions_are_illegal() -> None:
+    for phase in Phase:
+        machine = PhaseMachine(phase)
+        with pytest.raises(IllegalTransition):
+            machine.transition_to(phase)
+
+
+def test_a_full_lifecycle_walk() -> None:
+    machine = PhaseMachine()
+    path = [
+        Phase.READY,
+        Phase.PROCESSING,
+        Phase.COMPACTING,
+        Phase.PROCESSING,
+        Phase.READY,
+        Phase.PASSIVATING,
+        Phase.READY,
+        Phase.COMPACTING,
+        Phase.READY,
+    ]
+    previous = machine.phase
+    for phase in path:
+        assert machine.transition_to(phase) is previous
+        previous = phase
+    assert machine.phase is Phase.READY
+    # passivation cannot go on to processing directly: a message must bring it back to ready
+    machine.transition_to(Phase.PASSIVATING)
+    with pytest.raises(IllegalTransition):
+        machine.transition_to(Phase.PROCESSING)
+    assert machine.phase is Phase.PASSIVATING

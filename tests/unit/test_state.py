@@ -1,0 +1,523 @@
+"""SessionState.apply (the fold), snapshots and the event encoding."""
+
+from __future__ import annotations
+
+import json
+import typing
+from typing import Any
+
+import pytest
+
+from netclaw.errors import JournalCorrupt
+from netclaw.messages import ChatMessage, MessageKind, ToolCall
+from netclaw.sessions import _events, _state
+from netclaw.sessions._events import (
+    InputAdmitted,
+    SessionEvent,
+    SessionTitleSet,
+    StepRecorded,
+    TurnRecorded,
+    TurnStarted,
+    decode,
+    encode,
+)
+from netclaw.sessions._state import (
+    IDENTITY_RETENTION_S,
+    ActiveTurn,
+    SessionState,
+    TurnOutcome,
+    channel_of,
+)
+
+SID = "slack:C1:123.4"
+
+
+def user(mid: str, text: str = "", *, ts: float = 100.0, identity: str | None = None) -> ChatMessage:
+    return ChatMessage(
+        id=mid, role="user", content=text or f"text of {mid}", ts=ts, identity=identity, user="U1"
+    )
+
+
+def assistant(mid: str, text: str = "", *, calls: tuple[ToolCall, ...] = (), **kw: Any) -> ChatMessage:
+    return ChatMessage(id=mid, role="assistant", content=text, ts=101.0, tool_calls=calls, **kw)
+
+
+def tool(mid: str, call: ToolCall, content: str, *, is_error: bool = False) -> ChatMessage:
+    return ChatMessage(
+        id=mid,
+        role="tool",
+        content=content,
+        ts=102.0,
+        tool_call_id=call.id,
+        name=call.name,
+        is_error=is_error,
+    )
+
+
+CALL_A = ToolCall("call_a", "current_time", '{"timezone": "UTC"}')
+CALL_B = ToolCall("call_b", "lookup", '{"q": "x"}')
+
+
+def fold(events: list[SessionEvent], *, session_id: str = SID, start_ts: float = 1000.0) -> SessionState:
+    return SessionState(session_id).apply_all(
+        (event, seq, start_ts + seq) for seq, event in enumerate(events, start=1)
+    )
+
+
+def realistic_events() -> list[SessionEvent]:
+    """Two finished turns (one with a tool step), a title, an active turn mid-step, two queued inputs."""
+    return [
+        InputAdmitted(user("u1", "what time is it?", identity="slack:ev1")),
+        TurnStarted(1, "u1"),
+        StepRecorded(
+            1,
+            (
+                assistant("a1", "", calls=(CALL_A, CALL_B), thinking="need the clock", extra={"k": [1]}),
+                tool("t1", CALL_A, "2024-01-01T00:00:00+00:00"),
+                tool("t2", CALL_B, "error: boom", is_error=True),
+            ),
+        ),
+        TurnRecorded(
+            1, "u1", "completed", (assistant("a2", "It is midnight."),), usage={"input_tokens": 321}
+        ),
+        SessionTitleSet("Time question"),
+        InputAdmitted(user("u2", "again", identity="slack:ev2")),
+        TurnStarted(2, "u2"),
+        TurnRecorded(2, "u2", "failed", (), error={"code": "provider_unavailable", "message": "down"}),
+        InputAdmitted(user("u3", "and now?", identity="slack:ev3")),
+        TurnStarted(3, "u3"),
+        StepRecorded(3, (assistant("a3", "checking", calls=(CALL_A,)), tool("t3", CALL_A, "later"))),
+        InputAdmitted(user("u4", "queued one", identity="slack:ev4")),
+        InputAdmitted(user("u5", "queued two")),  # no identity
+    ]
+
+
+# -- the fold ---------------------------------------------------------------------------------
+
+
+def test_input_admitted_goes_to_inbox_and_records_identity() -> None:
+    msg = user("u1", "hello", ts=50.0, identity="idem-1")
+    state = SessionState(SID).apply(InputAdmitted(msg), 1, 77.0)
+    assert state.seq == 1
+    assert state.inbox == (msg,)
+    assert state.transcript == ()
+    assert state.active is None
+    assert state.identities == {"idem-1": ("u1", 50.0)}
+    assert state.seen("idem-1", now=60.0) == "u1"
+    assert state.last_activity == 77.0
+    assert state.pending_inputs == 1
+    assert state.find_message("u1") == msg
+
+
+def test_input_without_identity_records_none() -> None:
+    state = SessionState(SID).apply(InputAdmitted(user("u1")), 1, 1.0)
+    assert state.identities == {}
+    assert state.inbox[0].id == "u1"
+
+
+def test_apply_does_not_mutate_the_original() -> None:
+    base = SessionState(SID)
+    after = base.apply(InputAdmitted(user("u1", identity="i")), 1, 1.0)
+    assert base.seq == 0
+    assert base.inbox == ()
+    assert base.identities == {}
+    assert after is not base
+
+
+def test_turn_started_moves_message_from_inbox_to_transcript() -> None:
+    state = fold([InputAdmitted(user("u1")), InputAdmitted(user("u2")), TurnStarted(1, "u1")])
+    assert [m.id for m in state.inbox] == ["u2"]
+    assert [m.id for m in state.transcript] == ["u1"]
+    assert state.active == ActiveTurn(1, "u1", 0)
+    assert state.turns == 1
+    assert state.pending_inputs == 2  # one queued + the active one
+
+
+def test_turn_started_can_pick_a_later_inbox_message() -> None:
+    state = fold([InputAdmitted(user("u1")), InputAdmitted(user("u2")), TurnStarted(1, "u2")])
+    assert [m.id for m in state.inbox] == ["u1"]
+    assert [m.id for m in state.transcript] == ["u2"]
+
+
+def test_turn_started_for_unknown_message_raises() -> None:
+    state = fold([InputAdmitted(user("u1"))])
+    with pytest.raises(JournalCorrupt, match="ghost"):
+        state.apply(TurnStarted(1, "ghost"), 2, 5.0)
+
+
+def test_turn_started_twice_for_the_same_message_raises() -> None:
+    state = fold([InputAdmitted(user("u1")), TurnStarted(1, "u1")])
+    with pytest.raises(JournalCorrupt):
+        state.apply(TurnStarted(2, "u1"), 3, 5.0)
+
+
+def test_step_recorded_appends_calls_and_results_and_bumps_steps() -> None:
+    call_msg = assistant("a1", calls=(CALL_A, CALL_B))
+    results = (tool("t1", CALL_A, "r1"), tool("t2", CALL_B, "r2"))
+    state = fold([InputAdmitted(user("u1")), TurnStarted(1, "u1"), StepRecorded(1, (call_msg, *results))])
+    assert [m.id for m in state.transcript] == ["u1", "a1", "t1", "t2"]
+    assert state.transcript[1].tool_calls == (CALL_A, CALL_B)
+    assert state.active == ActiveTurn(1, "u1", 1)
+    state = state.apply(StepRecorded(1, (assistant("a2", calls=(CALL_A,)), tool("t3", CALL_A, "r3"))), 4, 9.0)
+    assert state.active is not None
+    assert state.active.steps == 2
+    assert [m.id for m in state.transcript][-2:] == ["a2", "t3"]
+
+
+def test_turn_recorded_appends_reply_clears_active_and_records_outcome() -> None:
+    state = fold(
+        [
+            InputAdmitted(user("u1")),
+            TurnStarted(1, "u1"),
+            TurnRecorded(1, "u1", "completed", (assistant("a1", "the answer"),), usage={"input_tokens": 42}),
+        ]
+    )
+    assert state.active is None
+    assert [m.id for m in state.transcript] == ["u1", "a1"]
+    assert state.outcomes["u1"] == TurnOutcome(1, "completed", "the answer", None)
+    assert state.last_input_tokens == 42
+    assert state.pending_inputs == 0
+    assert state.turns == 1
+
+
+def test_failed_turn_records_error_and_keeps_last_input_tokens() -> None:
+    state = fold(
+        [
+            InputAdmitted(user("u1")),
+            TurnStarted(1, "u1"),
+            TurnRecorded(1, "u1", "completed", (assistant("a1", "ok"),), usage={"input_tokens": 7}),
+            InputAdmitted(user("u2")),
+            TurnStarted(2, "u2"),
+            TurnRecorded(2, "u2", "failed", error={"code": "x", "message": "boom"}),
+        ]
+    )
+    outcome = state.outcomes["u2"]
+    assert outcome.status == "failed"
+    assert outcome.reply is None
+    assert outcome.error == {"code": "x", "message": "boom"}
+    assert state.last_input_tokens == 7  # a turn without usage leaves the counter alone
+    assert state.turns == 2
+    assert outcome.to_dict() == {
+        "turn": 2,
+        "status": "failed",
+        "reply": None,
+        "error": {"code": "x", "message": "boom"},
+    }
+
+
+def test_session_title_set() -> None:
+    state = fold([SessionTitleSet("first"), SessionTitleSet("second")])
+    assert state.title == "second"
+    assert state.seq == 2
+    assert state.last_activity == 1002.0
+
+
+@pytest.mark.parametrize("bad_seq", [0, 1, 3, 10])
+def test_seq_gap_or_repeat_raises(bad_seq: int) -> None:
+    state = fold([SessionTitleSet("t")])  # at seq 1; only 2 may follow
+    with pytest.raises(JournalCorrupt, match="gap"):
+        state.apply(SessionTitleSet("u"), bad_seq, 1.0)
+    assert state.apply(SessionTitleSet("u"), 2, 1.0).title == "u"
+
+
+def test_first_event_must_be_seq_one() -> None:
+    with pytest.raises(JournalCorrupt):
+        SessionState(SID).apply(SessionTitleSet("t"), 2, 1.0)
+    assert SessionState(SID).apply(SessionTitleSet("t"), 1, 1.0).seq == 1
+
+
+def test_apply_rejects_non_events() -> None:
+    with pytest.raises(TypeError):
+        SessionState(SID).apply("not an event", 1, 1.0)  # type: ignore[arg-type]
+
+
+def test_channel_of() -> None:
+    assert channel_of("slack:C1:1.2") == "slack"
+    assert channel_of("webhook:alerts:k") == "webhook"
+    assert channel_of("plain-id") == "api"
+    assert SessionState("discord:99").channel == "discord"
+
+
+# -- replay identity ----------------------------------------------------------------------------
+
+
+def test_seen_respects_identity_retention() -> None:
+    state = SessionState(SID).apply(InputAdmitted(user("u1", ts=1000.0, identity="ev")), 1, 1000.0)
+    assert state.seen("ev", now=1000.0) == "u1"
+    assert state.seen("ev", now=1000.0 + IDENTITY_RETENTION_S) == "u1"
+    assert state.seen("ev", now=1000.0 + IDENTITY_RETENTION_S + 1) is None
+    assert state.seen("other", now=1000.0) is None
+
+
+def test_seen_uses_a_patched_retention(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_state, "IDENTITY_RETENTION_S", 10.0)
+    state = SessionState(SID).apply(InputAdmitted(user("u1", ts=1000.0, identity="ev")), 1, 1000.0)
+    assert state.seen("ev", now=1009.0) == "u1"
+    assert state.seen("ev", now=1011.0) is None
+
+
+def test_identities_are_bounded_oldest_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_state, "MAX_IDENTITIES", 3)
+    events: list[SessionEvent] = [
+        InputAdmitted(user(f"u{i}", ts=1000.0 + i, identity=f"id{i}")) for i in range(1, 6)
+    ]
+    state = fold(events)
+    assert len(state.identities) == 3
+    assert list(state.identities) == ["id3", "id4", "id5"]
+    assert state.seen("id1", now=1010.0) is None
+    assert state.seen("id2", now=1010.0) is None
+    assert state.seen("id5", now=1010.0) == "u5"
+    assert len(state.inbox) == 5  # only the identity memory is bounded, never the inputs
+
+
+def test_outcomes_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_state, "MAX_OUTCOMES", 2)
+    events: list[SessionEvent] = []
+    for i in range(1, 5):
+        events += [
+            InputAdmitted(user(f"u{i}")),
+            TurnStarted(i, f"u{i}"),
+            TurnRecorded(i, f"u{i}", "completed", (assistant(f"a{i}", f"r{i}"),)),
+        ]
+    state = fold(events)
+    assert list(state.outcomes) == ["u3", "u4"]
+    assert state.outcomes["u4"].reply == "r4"
+
+
+# -- snapshots ----------------------------------------------------------------------------------
+
+
+def test_realistic_state_has_everything() -> None:
+    state = fold(realistic_events())
+    assert state.title == "Time question"
+    assert state.turns == 3
+    assert state.active == ActiveTurn(3, "u3", 1)
+    assert [m.id for m in state.inbox] == ["u4", "u5"]
+    assert set(state.outcomes) == {"u1", "u2"}
+    assert state.outcomes["u1"].reply == "It is midnight."
+    assert state.last_input_tokens == 321
+    assert set(state.identities) == {"slack:ev1", "slack:ev2", "slack:ev3", "slack:ev4"}
+    assert [m.id for m in state.transcript] == ["u1", "a1", "t1", "t2", "a2", "u2", "u3", "a3", "t3"]
+
+
+def test_snapshot_round_trip_equals_original() -> None:
+    state = fold(realistic_events())
+    text = state.to_json()
+    json.loads(text)  # it is JSON
+    restored = SessionState.from_json(text)
+    assert restored == state
+    assert restored.transcript[1].tool_calls == (CALL_A, CALL_B)
+    assert restored.transcript[1].thinking == "need the clock"
+    assert restored.transcript[3].is_error is True
+    # and restoring is stable: encode(decode(x)) == x
+    assert restored.to_json() == text
+
+
+def test_snapshot_round_trip_of_empty_state() -> None:
+    state = SessionState("cli:x")
+    assert SessionState.from_json(state.to_json()) == state
+
+
+def test_snapshot_round_trip_keeps_marker_kinds_and_unicode() -> None:
+    crumb = ChatMessage(
+        id="b1",
+        role="user",
+        content="[earlier turns dropped] — ünïcødé ✓",
+        ts=1.0,
+        kind=MessageKind.TRIM_BREADCRUMB,
+    )
+    state = fold([InputAdmitted(crumb), TurnStarted(1, "b1"), SessionTitleSet("日本語")])
+    restored = SessionState.from_json(state.to_json())
+    assert restored == state
+    assert restored.transcript[0].kind is MessageKind.TRIM_BREADCRUMB
+
+
+def test_snapshot_round_trip_of_a_trimmed_state() -> None:
+    if _HistoryTrimmed is None:
+        pytest.skip("no HistoryTrimmed event yet")
+    trim = _HistoryTrimmed(
+        first_kept_id="u2",
+        dropped_messages=5,
+        dropped_turns=1,
+        kept_turns=1,
+        tokens_before=10,
+        tokens_after=5,
+        budget=8,
+        reason="budget",
+    )
+    state = fold([*realistic_events(), trim])
+    assert state != fold(realistic_events())
+    assert SessionState.from_json(state.to_json()) == state
+
+
+def test_snapshot_then_later_events_equals_full_fold() -> None:
+    events = realistic_events()
+    for cut in range(len(events) + 1):
+        head = fold(events[:cut])
+        resumed = SessionState.from_json(head.to_json()).apply_all(
+            (event, seq, 1000.0 + seq) for seq, event in enumerate(events[cut:], start=cut + 1)
+        )
+        assert resumed == fold(events), f"cut at {cut}"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "not json",
+        "{",
+        "{}",
+        '{"v": 99}',
+        json.dumps({"v": 1, "session_id": "x"}),  # missing fields
+    ],
+)
+def test_corrupt_snapshot_raises_journal_corrupt(text: str) -> None:
+    with pytest.raises(JournalCorrupt):
+        SessionState.from_json(text)
+
+
+def test_snapshot_with_wrong_field_types_raises_journal_corrupt() -> None:
+    data = json.loads(fold(realistic_events()).to_json())
+    data["turns"] = "many"
+    with pytest.raises(JournalCorrupt):
+        SessionState.from_json(json.dumps(data))
+    data = json.loads(fold(realistic_events()).to_json())
+    data["transcript"][0]["role"] = "robot"
+    with pytest.raises(JournalCorrupt):
+        SessionState.from_json(json.dumps(data))
+
+
+@pytest.mark.parametrize("text", ["null", "[]", "42", '"snapshot"'])
+def test_non_object_snapshot_raises_journal_corrupt(text: str) -> None:
+    with pytest.raises(JournalCorrupt):
+        SessionState.from_json(text)
+
+
+def test_snapshot_with_list_identities_raises_journal_corrupt() -> None:
+    data = json.loads(fold(realistic_events()).to_json())
+    data["identities"] = []
+    with pytest.raises(JournalCorrupt):
+        SessionState.from_json(json.dumps(data))
+
+
+# -- event encoding -----------------------------------------------------------------------------
+
+
+ALL_EVENTS: list[SessionEvent] = [
+    InputAdmitted(user("u1", "héllo", identity="idem")),
+    InputAdmitted(
+        ChatMessage(
+            id="c1",
+            role="user",
+            content="[summary]",
+            ts=3.5,
+            kind=MessageKind.COMPACTION_SUMMARY,
+            extra={"n": 1},
+        )
+    ),
+    TurnStarted(7, "u1"),
+    StepRecorded(
+        7,
+        (
+            assistant("a1", "", calls=(CALL_A, CALL_B)),
+            tool("t1", CALL_A, "r"),
+            tool("t2", CALL_B, "e", is_error=True),
+        ),
+    ),
+    StepRecorded(8, ()),
+    TurnRecorded(
+        7,
+        "u1",
+        "completed",
+        (assistant("a2", "done", thinking="hmm"),),
+        usage={"input_tokens": 9, "output_tokens": 3},
+    ),
+    TurnRecorded(8, "u2", "timed_out", error={"code": "turn_timeout", "message": "too slow"}),
+    TurnRecorded(9, "u3", "interrupted"),
+    SessionTitleSet("A title ✓"),
+]
+
+# Events added to _events.py later get an example here (the coverage test below insists).
+_HistoryTrimmed = getattr(_events, "HistoryTrimmed", None)
+if _HistoryTrimmed is not None:
+    ALL_EVENTS += [
+        _HistoryTrimmed(
+            first_kept_id="u1",
+            dropped_messages=4,
+            dropped_turns=2,
+            kept_turns=1,
+            tokens_before=9000,
+            tokens_after=3000,
+            budget=4000,
+            reason="budget",
+        )
+    ]
+
+EVENT_TYPES = set(typing.get_args(SessionEvent))
+
+
+def test_all_event_types_are_covered() -> None:
+    assert {InputAdmitted, TurnStarted, StepRecorded, TurnRecorded, SessionTitleSet} <= EVENT_TYPES
+    assert {type(e) for e in ALL_EVENTS} == EVENT_TYPES
+
+
+@pytest.mark.parametrize("event", ALL_EVENTS, ids=lambda e: type(e).__name__)
+def test_encode_decode_round_trip(event: SessionEvent) -> None:
+    type_name, payload = encode(event)
+    assert type_name == type(event).__name__
+    assert isinstance(json.loads(payload), dict)
+    assert decode(type_name, payload) == event
+
+
+def test_decode_unknown_type_raises() -> None:
+    with pytest.raises(JournalCorrupt, match="FutureEvent"):
+        decode("FutureEvent", "{}")
+
+
+@pytest.mark.parametrize(
+    ("type_name", "payload"),
+    [
+        ("TurnStarted", "not json"),
+        ("TurnStarted", '{"turn": 1}'),
+        ("TurnStarted", '{"turn": "x", "message_id": "m"}'),
+        ("InputAdmitted", '{"message": {"id": "m"}}'),
+        ("InputAdmitted", "[]"),
+        ("StepRecorded", '{"turn": 1, "messages": [{"id": "m", "role": "alien", "ts": 1}]}'),
+        ("TurnRecorded", "null"),
+        ("SessionTitleSet", "{}"),
+    ],
+)
+def test_decode_broken_payload_raises_journal_corrupt(type_name: str, payload: str) -> None:
+    with pytest.raises(JournalCorrupt):
+        decode(type_name, payload)
+
+
+def test_one_fold_equals_one_by_one_and_encoded_replay() -> None:
+    events = realistic_events()
+    folded = fold(events)
+    state = SessionState(SID)
+    for seq, event in enumerate(events, start=1):
+        state = state.apply(event, seq, 1000.0 + seq)
+    assert state == folded
+    # the same through the journal encoding
+    replayed = SessionState(SID).apply_all(
+        (decode(*encode(event)), seq, 1000.0 + seq) for seq, event in enumerate(events, start=1)
+    )
+    assert replayed == folded
+    assert folded.seq == len(events)
+
+
+def test_re_recorded_identity_counts_as_newest_for_eviction(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_state, "MAX_IDENTITIES", 2)
+    far = 1000.0 + IDENTITY_RETENTION_S + 10  # "id1" has expired: a redelivery is admitted again
+    state = fold(
+        [
+            InputAdmitted(user("u1", ts=1000.0, identity="id1")),
+            InputAdmitted(user("u2", ts=far, identity="id2")),
+            InputAdmitted(user("u3", ts=far + 1, identity="id1")),
+            InputAdmitted(user("u4", ts=far + 2, identity="id3")),
+        ]
+    )
+    # the oldest live entry is id2; id1 was recorded again after it
+    assert state.seen("id1", now=far + 3) == "u3"
+    assert state.seen("id2", now=far + 3) is None
