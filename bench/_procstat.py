@@ -50,7 +50,9 @@ def thread_cpu() -> dict[int, tuple[str, float]]:
     return out
 
 
-def delta_by_group(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]]) -> dict[str, float]:
+def delta_by_group(
+    before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]]
+) -> dict[str, float]:
     """CPU seconds spent per group between two :func:`thread_cpu` snapshots
     (threads that exited in between are lost; threads born in between count from 0)."""
     groups: dict[str, float] = defaultdict(float)

@@ -128,9 +128,7 @@ class RawWriter:
                 items.append(item)
             now = time.time()
             events = [(pid, seq, "InputAdmitted", payload, now) for pid, seq, payload, _, _ in items]
-            rows = [
-                (pid, "api", "bench", seq, now, 0, seq) for pid, seq, _, _, _ in items
-            ]
+            rows = [(pid, "api", "bench", seq, now, 0, seq) for pid, seq, _, _, _ in items]
             conn.execute("BEGIN IMMEDIATE")
             conn.executemany(INSERT_EVENT, events)
             conn.executemany(UPSERT_SESSION, rows)
@@ -242,7 +240,9 @@ async def journal_async(path: Path, sessions: int, seconds: float) -> Result:
     journal = await SqliteJournal(path, synchronous="full").open()
     try:
         for i in range(sessions):  # warm-up: also fills the journal's last-seq cache
-            await journal.append(f"s{i}", 0, [NewEvent("InputAdmitted", PAYLOADS[i % len(PAYLOADS)])], row_for(f"s{i}", 1))
+            await journal.append(
+                f"s{i}", 0, [NewEvent("InputAdmitted", PAYLOADS[i % len(PAYLOADS)])], row_for(f"s{i}", 1)
+            )
         commits0 = journal.commits
         deadline = time.perf_counter() + seconds
 
@@ -267,7 +267,9 @@ def journal_threads(path: Path, sessions: int, seconds: float) -> Result:
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, name="journal-loop", daemon=True)
     thread.start()
-    journal = asyncio.run_coroutine_threadsafe(SqliteJournal(path, synchronous="full").open(), loop).result(30)
+    journal = asyncio.run_coroutine_threadsafe(SqliteJournal(path, synchronous="full").open(), loop).result(
+        30
+    )
     seqs: dict[str, int] = {}
 
     def append(pid: str, seq: int, payload: str) -> None:
@@ -318,7 +320,9 @@ def main() -> int:
             for name, fn in order:
                 res = fn(fresh_db(tmp, name))
                 runs.setdefault(name, []).append(res)
-                log(f"round {r + 1} {name:16s} {res.rate:8.0f} appends/s  {res.per_commit:6.1f} appends/commit")
+                log(
+                    f"round {r + 1} {name:16s} {res.rate:8.0f} appends/s  {res.per_commit:6.1f} appends/commit"
+                )
 
     def med(name: str) -> Result:
         results = sorted(runs[name], key=lambda x: x.rate)
@@ -332,10 +336,20 @@ def main() -> int:
     info("journal_vs_raw_ratio", ratio * 100, "%")
     rs, js = med("raw_single"), med("journal_single")
     info("raw_single_writer_appends_per_s", rs.rate, "appends/s", "1 session, sequential")
-    info("journal_single_writer_appends_per_s", js.rate, "appends/s", f"1 session, sequential; {js.rate / rs.rate * 100:.0f}% of raw")
+    info(
+        "journal_single_writer_appends_per_s",
+        js.rate,
+        "appends/s",
+        f"1 session, sequential; {js.rate / rs.rate * 100:.0f}% of raw",
+    )
     if not args.no_threads:
         rt, jt = med("raw_threads"), med("journal_threads")
-        info("raw_threads_appends_per_s", rt.rate, "appends/s", f"{n} blocking threads; {rt.per_commit:.1f} appends/commit")
+        info(
+            "raw_threads_appends_per_s",
+            rt.rate,
+            "appends/s",
+            f"{n} blocking threads; {rt.per_commit:.1f} appends/commit",
+        )
         info(
             "journal_threads_appends_per_s",
             jt.rate,

@@ -298,13 +298,17 @@ async def latency_run(daemon: Daemon, ref: Reference, sid: str, texts: list[str]
     return out
 
 
-def http_latency(daemon: Daemon, ref: Reference, sid: str, texts: list[str], warm: int) -> tuple[list[float], list[float]]:
+def http_latency(
+    daemon: Daemon, ref: Reference, sid: str, texts: list[str], warm: int
+) -> tuple[list[float], list[float]]:
     token = (daemon.settings.data_dir / "control.token").read_text().strip()
     e2e: list[float] = []
     refs: list[float] = []
     history: list[tuple[str, str]] = []
     with (
-        httpx.Client(base_url=daemon.base_url, headers={"Authorization": f"Bearer {token}"}, timeout=30) as api,
+        httpx.Client(
+            base_url=daemon.base_url, headers={"Authorization": f"Bearer {token}"}, timeout=30
+        ) as api,
         httpx.Client(timeout=30) as direct,
     ):
         for k, text in enumerate(texts):
@@ -434,7 +438,9 @@ def profile_round(daemon: Daemon, sessions: int, seconds: float, texts: list[str
     finally:
         io_loop.run(toggle(False))
     buf = io.StringIO()
-    buf.write(f"cProfile of the loop thread: {result.turns} turns ({result.rate:.0f} turns/s under the profiler)\n")
+    buf.write(
+        f"cProfile of the loop thread: {result.turns} turns ({result.rate:.0f} turns/s under the profiler)\n"
+    )
     stats = pstats.Stats(prof, stream=buf)
     stats.sort_stats("tottime").print_stats(20)
     stats.sort_stats("cumulative").print_stats(30)
@@ -449,7 +455,14 @@ def settings_for(data_dir: Path, base_url: str) -> Settings:
     return Settings(
         data_dir=str(data_dir),
         providers={"local": {"type": "openai", "base_url": base_url, "timeout_s": 10, "max_retries": 2}},
-        models={"main": {"provider": "local", "model": MODEL, "context_window": 32768, "max_output_tokens": MAX_OUTPUT}},
+        models={
+            "main": {
+                "provider": "local",
+                "model": MODEL,
+                "context_window": 32768,
+                "max_output_tokens": MAX_OUTPUT,
+            }
+        },
         gateway={"host": "127.0.0.1", "port": 0},
         journal={"synchronous": "full"},
     )
@@ -475,7 +488,9 @@ def main() -> int:
     parser.add_argument("--sessions", type=int, default=100, help="concurrent sessions for throughput")
     parser.add_argument("--seconds", type=float, default=4.0, help="per N-session throughput round")
     parser.add_argument("--single-turns", type=int, default=150, help="turns per 1-session throughput round")
-    parser.add_argument("--rounds", type=int, default=3, help="throughput repetitions; the median is reported")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="throughput repetitions; the median is reported"
+    )
     parser.add_argument("--profile", action="store_true", help="cProfile the loop thread in one extra round")
     parser.add_argument("--stub-sniffio", action="store_true", help="what-if: an in-memory sniffio (see doc)")
     parser.add_argument("--dir", default=None, help="where the temporary data_dir goes")
@@ -513,32 +528,56 @@ def main() -> int:
             n = args.sessions
             for r in range(args.rounds):
                 single.append(
-                    measured(provider, lambda r=r: on_loop(daemon_throughput(daemon, f"one{r}", 1, texts, count=args.single_turns)))
+                    measured(
+                        provider,
+                        lambda r=r: on_loop(
+                            daemon_throughput(daemon, f"one{r}", 1, texts, count=args.single_turns)
+                        ),
+                    )
                 )
                 single_ref.append(
                     measured(
                         provider,
-                        lambda: on_loop(provider_throughput(ref, 1, short_body, count=args.single_turns, client="httpx")),
+                        lambda: on_loop(
+                            provider_throughput(ref, 1, short_body, count=args.single_turns, client="httpx")
+                        ),
                     )
                 )
                 many.append(
-                    measured(provider, lambda r=r: on_loop(daemon_throughput(daemon, f"many{r}", n, texts, seconds=args.seconds)))
+                    measured(
+                        provider,
+                        lambda r=r: on_loop(
+                            daemon_throughput(daemon, f"many{r}", n, texts, seconds=args.seconds)
+                        ),
+                    )
                 )
                 many_ref.append(
-                    measured(provider, lambda: on_loop(provider_throughput(ref, n, short_body, seconds=args.seconds / 2)))
+                    measured(
+                        provider,
+                        lambda: on_loop(provider_throughput(ref, n, short_body, seconds=args.seconds / 2)),
+                    )
                 )
                 log(
                     f"round {r + 1}: 1 session {single[-1].rate:.0f} turns/s (provider alone {single_ref[-1].rate:.0f}/s); "
                     f"{n} sessions {many[-1].rate:.0f} turns/s (provider alone {many_ref[-1].rate:.0f}/s)"
                 )
             httpx_keep = measured(
-                provider, lambda: on_loop(provider_throughput(ref, n, short_body, seconds=args.seconds / 2, client="httpx"))
+                provider,
+                lambda: on_loop(
+                    provider_throughput(ref, n, short_body, seconds=args.seconds / 2, client="httpx")
+                ),
             )
             httpx_like = measured(
                 provider,
                 lambda: on_loop(
                     provider_throughput(
-                        ref, n, short_body, seconds=args.seconds / 2, client="httpx", keepalive=20, close_at_done=True
+                        ref,
+                        n,
+                        short_body,
+                        seconds=args.seconds / 2,
+                        client="httpx",
+                        keepalive=20,
+                        close_at_done=True,
                     )
                 ),
             )
@@ -554,12 +593,27 @@ def main() -> int:
     p = percentile
     added = [e - r for e, r in zip(lat.e2e, lat.ref, strict=True)]
     turns_n = len(lat.e2e)
-    info("provider_ref_latency_p50", ms(p(lat.ref, 50)), "ms", "direct httpx stream read to the end, same request, same server")
+    info(
+        "provider_ref_latency_p50",
+        ms(p(lat.ref, 50)),
+        "ms",
+        "direct httpx stream read to the end, same request, same server",
+    )
     info("provider_ref_latency_p99", ms(p(lat.ref, 99)), "ms")
-    info("e2e_turn_latency_p50", ms(p(lat.e2e, 50)), "ms", f"Gateway.submit(wait=True) on the daemon loop, 1 session, {turns_n} turns")
+    info(
+        "e2e_turn_latency_p50",
+        ms(p(lat.e2e, 50)),
+        "ms",
+        f"Gateway.submit(wait=True) on the daemon loop, 1 session, {turns_n} turns",
+    )
     info("e2e_turn_latency_p99", ms(p(lat.e2e, 99)), "ms")
     info("added_latency_p50", ms(p(added, 50)), "ms", "paired per turn: e2e - reference")
-    info("added_latency_p99_of_quantiles", ms(p(lat.e2e, 99) - p(lat.ref, 99)), "ms", "p99(e2e) - p99(ref), for comparison")
+    info(
+        "added_latency_p99_of_quantiles",
+        ms(p(lat.e2e, 99) - p(lat.ref, 99)),
+        "ms",
+        "p99(e2e) - p99(ref), for comparison",
+    )
     other = [e - j - pr for e, j, pr in zip(lat.e2e, lat.journal, lat.provider, strict=True)]
     info(
         "turn_breakdown_p50",
@@ -574,13 +628,20 @@ def main() -> int:
         f"actors/hops/gateway {ms(p(other, 99)):.2f} ms",
     )
     h_added = [e - r for e, r in zip(h_e2e, h_ref, strict=True)]
-    info("http_e2e_turn_latency_p50", ms(p(h_e2e, 50)), "ms", f"POST ?wait=1, sync httpx client in-process, {len(h_e2e)} turns")
+    info(
+        "http_e2e_turn_latency_p50",
+        ms(p(h_e2e, 50)),
+        "ms",
+        f"POST ?wait=1, sync httpx client in-process, {len(h_e2e)} turns",
+    )
     info("http_e2e_turn_latency_p99", ms(p(h_e2e, 99)), "ms")
     info("http_added_latency_p50", ms(p(h_added, 50)), "ms", "paired: HTTP e2e - direct sync provider call")
     info("http_added_latency_p99", ms(p(h_added, 99)), "ms")
 
     s, sr, m, mr = med(single), med(single_ref), med(many), med(many_ref)
-    info("provider_alone_turns_per_s_1", sr.rate, "turns/s", "sequential direct httpx calls, ~10-turn context")
+    info(
+        "provider_alone_turns_per_s_1", sr.rate, "turns/s", "sequential direct httpx calls, ~10-turn context"
+    )
     info(
         "turns_per_s_1_session",
         s.rate,
@@ -588,7 +649,12 @@ def main() -> int:
         f"{args.single_turns} sequential turns, median of {args.rounds}; {s.rate / sr.rate * 100:.0f}% of provider alone",
     )
     info("one_session_cpu", cpu_note(s))
-    info(f"provider_alone_turns_per_s_{n}", mr.rate, "turns/s", f"{n} concurrent aiohttp callers: the provider's capacity")
+    info(
+        f"provider_alone_turns_per_s_{n}",
+        mr.rate,
+        "turns/s",
+        f"{n} concurrent aiohttp callers: the provider's capacity",
+    )
     info(
         f"provider_alone_turns_per_s_{n}_httpx",
         httpx_keep.rate,

@@ -124,7 +124,8 @@ def turn_starts(messages: Sequence[ChatMessage]) -> list[int]:
 
     Tool results, system messages, summaries and breadcrumbs never start one.
     """
-    return [i for i, m in enumerate(messages) if m.is_real_user]
+    chat = MessageKind.CHAT  # inlined is_real_user: this runs over every message per prompt
+    return [i for i, m in enumerate(messages) if m.role == "user" and m.kind is chat]
 
 
 def split_turns(

@@ -37,6 +37,27 @@ def synthetic_result(call_id: str, name: str, ts: float) -> ChatMessage:
     )
 
 
+def _well_formed(messages: Sequence[ChatMessage]) -> bool:
+    """Every assistant tool call answered right after it, in order; no other tool results."""
+    seen: set[str] = set()
+    i, n = 0, len(messages)
+    while i < n:
+        m = messages[i]
+        i += 1
+        if m.role == "tool":
+            return False
+        if m.tool_calls:
+            for call in m.tool_calls:
+                if i >= n:
+                    return False
+                r = messages[i]
+                if r.role != "tool" or r.tool_call_id != call.id or call.id in seen:
+                    return False
+                seen.add(call.id)
+                i += 1
+    return True
+
+
 def sweep_orphans(messages: Sequence[ChatMessage]) -> SweepResult:
     """Make every tool call answered and every tool result answer a call.
 
@@ -47,6 +68,8 @@ def sweep_orphans(messages: Sequence[ChatMessage]) -> SweepResult:
     results keep the first. A call with no result gets a synthetic error result.
     """
     original = tuple(messages)
+    if _well_formed(original):  # the normal case: one tight pass, nothing to do
+        return SweepResult(messages=original, removed_results=(), synthesized=(), changed=False)
 
     owner: dict[str, int] = {}  # call id -> index of the first assistant issuing it
     results: dict[str, ChatMessage] = {}

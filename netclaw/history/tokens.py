@@ -148,6 +148,16 @@ class TokenCounter:
             del self._messages[next(iter(self._messages))]
         return n
 
+    def count_all(self, messages: Sequence[ChatMessage]) -> list[int]:
+        """``count_message`` for each message; the cache hit is inlined (prompt hot path)."""
+        cache = self._messages
+        return [
+            hit[1]
+            if (hit := cache.get(m.id)) is not None and hit[0] == len(m.content)
+            else self.count_message(m)
+            for m in messages
+        ]
+
     def _count_uncached(self, message: ChatMessage) -> int:
         # `thinking` and `extra` are not counted: providers do not bill prior
         # turns' reasoning as input, and calibration absorbs what remains.

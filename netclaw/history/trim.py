@@ -71,16 +71,18 @@ def trim_to_budget(
     budget: int,
     count_message: Callable[[ChatMessage], int],
     fixed: int = 0,
+    counts: Sequence[int] | None = None,
 ) -> TrimResult:
     """Drop the oldest whole turns until the projection's tokens fit ``budget``.
 
     The projection's tokens are ``fixed`` (priming, tool schemas) plus the sum of
     ``count_message`` over its messages. Each message is counted once and the
     cut is found with suffix sums, so a trim is one pass over the history.
+    ``counts``, if given, are the messages' counts already computed (in order).
     Idempotent: trimming the output again with the same budget changes nothing.
     """
     original = tuple(messages)
-    counts = list(map(count_message, original))
+    counts = list(map(count_message, original)) if counts is None else list(counts)
     tokens_before = fixed + sum(counts)
     starts = turn_starts(original)
 
@@ -110,11 +112,14 @@ def trim_to_budget(
 
     body = original[starts[0] :]
     body_counts = counts[starts[0] :]
-    if any(is_breadcrumb(m) for m in body):  # never inside turns; strip so the output has one
-        kept = [(m, n) for m, n in zip(body, body_counts, strict=True) if not is_breadcrumb(m)]
+    crumb = MessageKind.TRIM_BREADCRUMB
+    if any(m.kind is crumb for m in body):  # never inside turns; strip so the output has one
+        kept = [(m, n) for m, n in zip(body, body_counts, strict=True) if m.kind is not crumb]
         body = tuple(m for m, _ in kept)
         body_counts = [n for _, n in kept]
-    body_starts = turn_starts(body)
+        body_starts = turn_starts(body)
+    else:
+        body_starts = [i - starts[0] for i in starts]
 
     # cum[i] = tokens of body[:i]; keeping turns k.. costs cum[-1] - cum[start_k]. The
     # cost falls as k grows, so the first k that fits is found by bisection over the

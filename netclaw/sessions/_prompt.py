@@ -73,12 +73,19 @@ class PromptBuilder:
         self.calibration.observe(estimate, reported_input_tokens)
 
     def _fit(self, state: SessionState, tools: Sequence[ToolSchema], budget: int) -> Prompt:
-        swept = self._sweep(state, build_context(state, self.system_prompt))
+        # Trim before the sweep: a trim cuts only at turn starts, so it never splits a
+        # call from its result, and the sweep then walks just the kept part.
         fixed = self.counter.fixed_overhead(tool_dicts(tools))
-        result = trim_to_budget(swept.messages, budget, self.counter.count_message, fixed)
-        return Prompt(result.messages, result.tokens_after, result if result.trimmed else None)
+        result = trim_to_budget(
+            build_context(state, self.system_prompt), budget, self.counter.count_message, fixed
+        )
+        swept = self._sweep(state, result.messages)
+        estimate = result.tokens_after
+        if swept.changed:
+            estimate = fixed + sum(map(self.counter.count_message, swept.messages))
+        return Prompt(swept.messages, estimate, result if result.trimmed else None)
 
-    def _sweep(self, state: SessionState, messages: list[ChatMessage]) -> SweepResult:
+    def _sweep(self, state: SessionState, messages: Sequence[ChatMessage]) -> SweepResult:
         swept = sweep_orphans(messages)
         if swept.changed:  # a safety net: recorded history should never need it
             log.warning(

@@ -180,6 +180,7 @@ def test_sigterm_stops_cleanly_and_restart_sees_everything(
     log = daemon.stderr()
     assert "Traceback" not in log, log
     assert "survived shutdown" not in log, log
+    assert [ln for ln in log.splitlines() if " ERROR " in ln] == [], log
 
     again = start()
     session = wait_until(
@@ -195,8 +196,8 @@ def test_sigterm_stops_cleanly_and_restart_sees_everything(
 
 @pytest.mark.xfail(
     strict=True,
-    reason="BUG: SIGTERM while a ?wait=1 client waits on a turn blocks 10 s in runner.cleanup, then "
-    "skips the rest of shutdown (actors survive, journal left open)",
+    reason="BUG: SIGTERM while a ?wait=1 client (netclaw chat -p) waits on a turn takes ~10 s: "
+    "runner.cleanup waits out shutdown_timeout for a handler that only ends once sessions stop",
 )
 def test_sigterm_with_a_waiting_client_stops_promptly(
     scripted: ScriptedOpenAIThread, setup: Setup, start: Callable[[], DaemonProcess]
@@ -223,11 +224,13 @@ def test_sigterm_with_a_waiting_client_stops_promptly(
     )
     code, took = daemon.sigterm(timeout=6)
     assert code == 0, f"exit code {code} after {took:.1f}s:\n{daemon.stderr()}"
+    assert took < 5, f"SIGTERM took {took:.1f}s to stop the daemon"
     waiter.join(5)
     assert answer, "the waiting client got neither an answer nor a closed connection"
     log = daemon.stderr()
-    assert "error during shutdown" not in log, log
+    assert "shutdown: could not" not in log, log
     assert "survived shutdown" not in log, log
+    assert "never retrieved" not in log, log
 
     again = start()
     session = wait_until(

@@ -13,7 +13,6 @@ import pytest
 
 from netclaw.config import ProviderConfig
 from netclaw.errors import (
-    ConfigError,
     ContextOverflow,
     ProviderAuthError,
     ProviderBadRequest,
@@ -23,6 +22,7 @@ from netclaw.errors import (
 )
 from netclaw.messages import ChatMessage, MessageKind, ToolCall
 from netclaw.providers import (
+    AnthropicProvider,
     Delta,
     OpenAIProvider,
     ProviderRequest,
@@ -343,8 +343,11 @@ async def test_make_provider() -> None:
         assert provider.name == "local"
     finally:
         await provider.aclose()
-    with pytest.raises(ConfigError, match="Anthropic provider is not available yet"):
-        make_provider("claude", ProviderConfig.model_validate({"type": "anthropic"}))
+    claude = make_provider("claude", ProviderConfig.model_validate({"type": "anthropic"}))
+    try:
+        assert isinstance(claude, AnthropicProvider)
+    finally:
+        await claude.aclose()
 
 
 # --------------------------------------------------------------------------- server quirks
