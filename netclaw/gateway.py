@@ -59,6 +59,17 @@ def check_session_id(session_id: str) -> str:
     return session_id
 
 
+def _check_encodable(field: str, value: str) -> None:
+    # JSON can carry lone surrogates ("\\ud800") that no UTF-8 store accepts; refuse them
+    # here rather than fail the journal write after the message was routed.
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidInput(
+            field, f"{field} contains characters that are not valid Unicode ({exc.reason})"
+        ) from exc
+
+
 class Gateway:
     def __init__(self, manager: SessionManager) -> None:
         self.manager = manager
@@ -72,6 +83,11 @@ class Gateway:
             raise InvalidInput("text", "text is empty")
         if len(inbound.text) > MAX_TEXT_CHARS:
             raise InvalidInput("text", f"text is longer than {MAX_TEXT_CHARS} characters")
+        _check_encodable("text", inbound.text)
+        if inbound.user is not None:
+            _check_encodable("user", inbound.user)
+        if inbound.identity is not None:
+            _check_encodable("identity", inbound.identity)
         loop = asyncio.get_running_loop()
         ack: Reply[Admission] = Reply(loop)
         done: Reply[TurnOutcome] | None = Reply(loop) if wait else None

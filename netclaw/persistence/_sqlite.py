@@ -216,7 +216,7 @@ class SqliteJournal:
                     batch.snapshots,
                 )
             await conn.execute("COMMIT")
-        except sqlite3.Error as exc:
+        except Exception as exc:  # anything (even a value sqlite cannot bind) must not leave BEGIN open
             with contextlib.suppress(sqlite3.Error):
                 await conn.execute("ROLLBACK")
             for pid in staged:  # re-read from disk next time; the cache may be ahead

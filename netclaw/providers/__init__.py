@@ -15,12 +15,14 @@ from netclaw.providers._base import (
     Usage,
 )
 from netclaw.providers._classify import classify_http_error, classify_transport_error
+from netclaw.providers._http import HttpStreamingProvider
 from netclaw.providers._openai import OpenAIProvider
 
 __all__ = [
     "AnthropicProvider",
     "Completion",
     "Delta",
+    "HttpStreamingProvider",
     "OnDelta",
     "OpenAIProvider",
     "Provider",

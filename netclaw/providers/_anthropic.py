@@ -15,29 +15,24 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import httpx
 
 from netclaw.config import ProviderConfig
-from netclaw.errors import ProviderError, ProviderProtocolError, ProviderUnavailable
+from netclaw.errors import ProviderError, ProviderProtocolError
 from netclaw.messages import ChatMessage, ToolCall, new_id
 from netclaw.providers._base import (
     Completion,
     Delta,
-    OnDelta,
     ProviderRequest,
     ToolSchema,
     Usage,
 )
-from netclaw.providers._classify import (
-    classify_http_error,
-    classify_transport_error,
-    looks_like_overflow,
-)
-from netclaw.providers._retry import with_retries
+from netclaw.providers._classify import classify_http_error, looks_like_overflow
+from netclaw.providers._http import HttpStreamingProvider, StreamAssembly, _int, _plain
 
 log = logging.getLogger("netclaw.providers")
 
@@ -58,15 +53,6 @@ _TOOL_ID_BAD_CHARS = re.compile(r"[^A-Za-z0-9_-]")
 
 
 # --------------------------------------------------------------------------- wire format
-
-
-def _plain(value: Any) -> Any:
-    """Deep-copy mappings/sequences into dicts/lists so ``json`` can encode them."""
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    return value
 
 
 def _has_text(text: str) -> bool:
@@ -275,18 +261,7 @@ def request_body(request: ProviderRequest) -> dict[str, Any]:
     return body
 
 
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
 # --------------------------------------------------------------------------- assembly
-
-
-@dataclass
-class _Progress:
-    """Shared across attempts: once anything was shown, no more retries."""
-
-    streamed: bool = False
 
 
 @dataclass
@@ -312,12 +287,9 @@ _STREAM_ERROR_STATUS = {"rate_limit_error": 429, "overloaded_error": 529}
 
 
 @dataclass
-class _Assembly:
+class _Assembly(StreamAssembly):
     """One attempt's answer as it arrives."""
 
-    provider: str
-    on_delta: OnDelta | None
-    progress: _Progress
     blocks: dict[int, _Block] = field(default_factory=dict)
     input_tokens: int = 0
     output_tokens: int = 0
@@ -480,57 +452,30 @@ class _Assembly:
         )
 
 
-# --------------------------------------------------------------------------- SSE
-
-
-async def _sse_events(lines: AsyncIterator[str]) -> AsyncIterator[tuple[str, str]]:
-    """``(event, data)`` of each server-sent event; ``event`` is "" when not named."""
-    event = ""
-    data: list[str] = []
-    async for line in lines:
-        if not line:
-            if data:
-                yield event, "\n".join(data)
-            event, data = "", []
-            continue
-        if line.startswith(":"):
-            continue
-        fieldname, _, value = line.partition(":")
-        value = value[1:] if value.startswith(" ") else value
-        if fieldname == "event":
-            event = value
-        elif fieldname == "data":
-            data.append(value)
-    if data:  # a final event without its blank line
-        yield event, "\n".join(data)
-
-
 # --------------------------------------------------------------------------- provider
 
 
-class AnthropicProvider:
+class AnthropicProvider(HttpStreamingProvider[_Assembly]):
     """A :class:`~netclaw.providers.Provider` for the Anthropic Messages API."""
 
-    def __init__(
-        self,
-        name: str,
-        config: ProviderConfig,
-        *,
-        transport: httpx.AsyncBaseTransport | None = None,
-        retry_base_delay: float = 0.5,
-    ) -> None:
-        self.name = name
-        self._retry_base_delay = retry_base_delay  # tests shrink the backoff
-        self.config = config
+    assembly_type = _Assembly
+    MODELS_LABEL = "/v1/models"
+
+    def _configured_base_url(self, config: ProviderConfig) -> str:
         # The config's built-in base_url is the local OpenAI-compatible default;
         # an Anthropic provider without its own base_url means Anthropic's API.
-        base = config.base_url if "base_url" in config.model_fields_set else DEFAULT_BASE_URL
-        self.base_url = base.rstrip("/")
-        self.api_url = self.base_url if self.base_url.endswith("/v1") else f"{self.base_url}/v1"
-        self._client = httpx.AsyncClient(
-            timeout=httpx.Timeout(config.timeout_s, connect=min(10.0, config.timeout_s)),
-            transport=transport,
-        )
+        return config.base_url if "base_url" in config.model_fields_set else DEFAULT_BASE_URL
+
+    @property
+    def api_url(self) -> str:
+        """The API root: :attr:`base_url` ending in ``/v1``."""
+        return self.base_url if self.base_url.endswith("/v1") else f"{self.base_url}/v1"
+
+    def _endpoint(self) -> str:
+        return f"{self.api_url}/messages"
+
+    def _models_url(self) -> str:
+        return f"{self.api_url}/models"
 
     def _headers(self) -> dict[str, str]:
         headers = {
@@ -543,129 +488,28 @@ class AnthropicProvider:
             headers["x-api-key"] = key
         return headers
 
-    def _http_error(self, response: httpx.Response, body: bytes) -> ProviderError:
-        return classify_http_error(
-            response.status_code,
-            body.decode("utf-8", errors="replace"),
-            response.headers,
-            self.name,
-            api_key_env=self.config.api_key_env,
-        )
-
-    def _transport_error(self, exc: httpx.HTTPError) -> ProviderError:
-        return classify_transport_error(exc, self.name, self.base_url, timeout_s=self.config.timeout_s)
-
-    async def complete(self, request: ProviderRequest, on_delta: OnDelta | None = None) -> Completion:
-        body = request_body(request)
-        progress = _Progress()
-
-        async def attempt() -> Completion:
-            answer = _Assembly(self.name, on_delta, progress)
-            try:
-                async with self._client.stream(
-                    "POST",
-                    f"{self.api_url}/messages",
-                    json=body,
-                    headers=self._headers(),
-                ) as response:
-                    if not response.is_success:
-                        raise self._http_error(response, await response.aread())
-                    ctype = response.headers.get("content-type", "").lower()
-                    if "json" in ctype and "event-stream" not in ctype:
-                        await self._read_whole(response, answer)
-                    else:
-                        await self._read_stream(response, answer)
-            except httpx.HTTPError as exc:
-                raise self._transport_error(exc) from exc
-            return answer.completion()
-
-        return await with_retries(
-            attempt,
-            max_retries=self.config.max_retries,
-            can_retry=lambda: not progress.streamed,
-            base_delay=self._retry_base_delay,
-        )
+    def _request_body(self, request: ProviderRequest) -> dict[str, Any]:
+        return request_body(request)
 
     async def _read_whole(self, response: httpx.Response, answer: _Assembly) -> None:
         """A proxy that ignored ``stream: true`` and sent one Message object."""
-        raw = await response.aread()
-        try:
-            data = json.loads(raw)
-        except ValueError as exc:
-            raise ProviderProtocolError(
-                f"provider {self.name!r}: response is not valid JSON: "
-                f"{raw[:200].decode('utf-8', errors='replace')}"
-            ) from exc
-        if not isinstance(data, Mapping):
-            raise ProviderProtocolError(f"provider {self.name!r}: response is not a JSON object")
+        data = self._parse_json_object(await response.aread())
         if data.get("type") == "error" or data.get("error"):
             raise answer.stream_error(data)
         if not isinstance(data.get("content"), list):
             raise ProviderProtocolError(f"provider {self.name!r}: response has no content")
         answer.add_message(data)
 
-    async def _read_stream(self, response: httpx.Response, answer: _Assembly) -> None:
-        saw_data = False
-        stray: list[str] = []  # non-SSE text, to report a body that is not a stream
-
-        async def lines() -> AsyncIterator[str]:
-            async for line in response.aiter_lines():
-                is_sse = line.startswith(("data", ":", "event", "id", "retry"))
-                if line and not is_sse and sum(map(len, stray)) < 300:
-                    stray.append(line)
-                yield line
-
+    def _take_event(self, answer: _Assembly, event: str, payload: str) -> bool:
         try:
-            async for event, payload in _sse_events(lines()):
-                saw_data = True
-                try:
-                    data = json.loads(payload)
-                except ValueError as exc:
-                    raise ProviderProtocolError(
-                        f"provider {self.name!r}: stream event {event or '?'!r} is not JSON: {payload[:200]}"
-                    ) from exc
-                answer.add_event(event, data)
-                if answer.done:
-                    break
-        except httpx.TimeoutException as exc:
-            raise ProviderUnavailable(
-                f"provider {self.name!r}: stream stalled: no data from {self.base_url} for "
-                f"{self.config.timeout_s:g} s"
-            ) from exc
-        except httpx.TransportError as exc:
-            raise ProviderUnavailable(
-                f"provider {self.name!r}: stream ended early: connection to {self.base_url} "
-                f"lost ({str(exc) or type(exc).__name__})"
-            ) from exc
-        if not saw_data and stray:
-            ctype = response.headers.get("content-type", "?")
+            data = json.loads(payload)
+        except ValueError as exc:
             raise ProviderProtocolError(
-                f"provider {self.name!r}: answer is not an event stream ({ctype}): {' '.join(stray)[:300]}"
-            )
+                f"provider {self.name!r}: stream event {event or '?'!r} is not JSON: {payload[:200]}"
+            ) from exc
+        answer.add_event(event, data)
+        return answer.done
+
+    def _check_complete(self, answer: _Assembly) -> None:
         if not answer.done:
-            raise ProviderUnavailable(
-                f"provider {self.name!r}: stream ended early: the connection to "
-                f"{self.base_url} closed before message_stop"
-            )
-
-    async def check(self) -> str:
-        try:
-            response = await self._client.get(f"{self.api_url}/models", headers=self._headers())
-        except httpx.HTTPError as exc:
-            raise self._transport_error(exc) from exc
-        if response.status_code in (404, 405):
-            # A proxy without the models listing; it answered, which is the point.
-            return f"reachable, GET /v1/models answered HTTP {response.status_code}"
-        if not response.is_success:
-            raise self._http_error(response, response.content)
-        try:
-            data = response.json()
-        except ValueError:
-            return f"reachable (HTTP {response.status_code})"
-        models = data.get("data") if isinstance(data, Mapping) else None
-        if not isinstance(models, list):
-            return f"reachable (HTTP {response.status_code})"
-        return f"reachable, {len(models)} model{'' if len(models) == 1 else 's'}"
-
-    async def aclose(self) -> None:
-        await self._client.aclose()
+            raise self._ended_early("message_stop")

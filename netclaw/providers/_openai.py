@@ -16,36 +16,23 @@ from typing import Any
 
 import httpx
 
-from netclaw.config import ProviderConfig
-from netclaw.errors import ProviderError, ProviderProtocolError, ProviderUnavailable
+from netclaw.errors import ProviderProtocolError
 from netclaw.messages import ChatMessage, ToolCall, new_id
 from netclaw.providers._base import (
     Completion,
     Delta,
-    OnDelta,
     ProviderRequest,
     ToolSchema,
     Usage,
 )
-from netclaw.providers._classify import (
-    classify_http_error,
-    classify_transport_error,
-)
-from netclaw.providers._retry import with_retries
+from netclaw.providers._classify import classify_http_error
+from netclaw.providers._http import HttpStreamingProvider, StreamAssembly, _int, _plain, sse_events
+from netclaw.providers._http import _Progress as _Progress  # for code assembling answers by hand
 
 log = logging.getLogger("netclaw.providers")
 
 
 # --------------------------------------------------------------------------- wire format
-
-
-def _plain(value: Any) -> Any:
-    """Deep-copy mappings/sequences into dicts/lists so ``json`` can encode them."""
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    return value
 
 
 def message_to_wire(msg: ChatMessage) -> dict[str, Any]:
@@ -99,10 +86,6 @@ def request_body(request: ProviderRequest) -> dict[str, Any]:
     return body
 
 
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
 def usage_from_wire(data: Mapping[str, Any]) -> Usage:
     # prompt_tokens already includes cached tokens on OpenAI-style APIs, which is
     # what context accounting wants (the whole prompt's size).
@@ -121,13 +104,6 @@ def usage_from_wire(data: Mapping[str, Any]) -> Usage:
 
 
 @dataclass
-class _Progress:
-    """Shared across attempts: once anything was shown, no more retries."""
-
-    streamed: bool = False
-
-
-@dataclass
 class _PartialCall:
     id: str = ""
     name: str = ""
@@ -135,12 +111,9 @@ class _PartialCall:
 
 
 @dataclass
-class _Assembly:
+class _Assembly(StreamAssembly):
     """One attempt's answer as it arrives."""
 
-    provider: str
-    on_delta: OnDelta | None
-    progress: _Progress
     text: list[str] = field(default_factory=list)
     thinking: list[str] = field(default_factory=list)
     calls: dict[int, _PartialCall] = field(default_factory=dict)
@@ -247,21 +220,8 @@ class _Assembly:
 
 async def _sse_data(lines: AsyncIterator[str]) -> AsyncIterator[str]:
     """The ``data`` payload of each server-sent event (comments and other fields dropped)."""
-    data: list[str] = []
-    async for line in lines:
-        if not line:
-            if data:
-                yield "\n".join(data)
-                data = []
-            continue
-        if line.startswith(":"):
-            continue
-        fieldname, _, value = line.partition(":")
-        if fieldname != "data":
-            continue
-        data.append(value[1:] if value.startswith(" ") else value)
-    if data:  # some servers omit the final blank line
-        yield "\n".join(data)
+    async for _, payload in sse_events(lines):
+        yield payload
 
 
 def _decode_event(payload: str) -> list[Any]:
@@ -277,25 +237,17 @@ def _decode_event(payload: str) -> list[Any]:
 # --------------------------------------------------------------------------- provider
 
 
-class OpenAIProvider:
+class OpenAIProvider(HttpStreamingProvider[_Assembly]):
     """A :class:`~netclaw.providers.Provider` for OpenAI-compatible servers."""
 
-    def __init__(
-        self,
-        name: str,
-        config: ProviderConfig,
-        *,
-        transport: httpx.AsyncBaseTransport | None = None,
-        retry_base_delay: float = 0.5,
-    ) -> None:
-        self.name = name
-        self._retry_base_delay = retry_base_delay  # tests shrink the backoff
-        self.config = config
-        self.base_url = config.base_url.rstrip("/")
-        self._client = httpx.AsyncClient(
-            timeout=httpx.Timeout(config.timeout_s, connect=min(10.0, config.timeout_s)),
-            transport=transport,
-        )
+    assembly_type = _Assembly
+    MODEL_LIST_KEYS = ("data", "models")  # "models": Ollama-native
+
+    def _endpoint(self) -> str:
+        return f"{self.base_url}/chat/completions"
+
+    def _models_url(self) -> str:
+        return f"{self.base_url}/models"
 
     def _headers(self) -> dict[str, str]:
         headers = {"Accept": "text/event-stream, application/json"}
@@ -304,61 +256,11 @@ class OpenAIProvider:
             headers["Authorization"] = f"Bearer {key}"
         return headers
 
-    def _http_error(self, response: httpx.Response, body: bytes) -> ProviderError:
-        return classify_http_error(
-            response.status_code,
-            body.decode("utf-8", errors="replace"),
-            response.headers,
-            self.name,
-            api_key_env=self.config.api_key_env,
-        )
-
-    def _transport_error(self, exc: httpx.HTTPError) -> ProviderError:
-        return classify_transport_error(exc, self.name, self.base_url, timeout_s=self.config.timeout_s)
-
-    async def complete(self, request: ProviderRequest, on_delta: OnDelta | None = None) -> Completion:
-        body = request_body(request)
-        progress = _Progress()
-
-        async def attempt() -> Completion:
-            answer = _Assembly(self.name, on_delta, progress)
-            try:
-                async with self._client.stream(
-                    "POST",
-                    f"{self.base_url}/chat/completions",
-                    json=body,
-                    headers=self._headers(),
-                ) as response:
-                    if not response.is_success:
-                        raise self._http_error(response, await response.aread())
-                    ctype = response.headers.get("content-type", "").lower()
-                    if "json" in ctype and "event-stream" not in ctype:
-                        # The server ignored stream=true.
-                        await self._read_whole(response, answer)
-                    else:
-                        await self._read_stream(response, answer)
-            except httpx.HTTPError as exc:
-                raise self._transport_error(exc) from exc
-            return answer.completion()
-
-        return await with_retries(
-            attempt,
-            max_retries=self.config.max_retries,
-            can_retry=lambda: not progress.streamed,
-            base_delay=self._retry_base_delay,
-        )
+    def _request_body(self, request: ProviderRequest) -> dict[str, Any]:
+        return request_body(request)
 
     async def _read_whole(self, response: httpx.Response, answer: _Assembly) -> None:
-        raw = await response.aread()
-        try:
-            data = json.loads(raw)
-        except ValueError as exc:
-            raise ProviderProtocolError(
-                f"provider {self.name!r}: response is not valid JSON: "
-                f"{raw[:200].decode('utf-8', errors='replace')}"
-            ) from exc
-        if not isinstance(data, Mapping):
-            raise ProviderProtocolError(f"provider {self.name!r}: response is not a JSON object")
+        data = self._parse_json_object(await response.aread())
         if data.get("error"):
             raise classify_http_error(500, json.dumps(_plain(data)), {}, self.name)
         choices = data.get("choices")
@@ -370,74 +272,20 @@ class OpenAIProvider:
             answer.usage = usage_from_wire(usage)
         answer.done = True
 
-    async def _read_stream(self, response: httpx.Response, answer: _Assembly) -> None:
-        saw_data = False
-        stray: list[str] = []  # non-SSE text, to report a body that is not a stream
-
-        async def lines() -> AsyncIterator[str]:
-            async for line in response.aiter_lines():
-                is_sse = line.startswith(("data", ":", "event", "id", "retry"))
-                if line and not is_sse and sum(map(len, stray)) < 300:
-                    stray.append(line)
-                yield line
-
+    def _take_event(self, answer: _Assembly, event: str, payload: str) -> bool:
+        if payload.strip() == "[DONE]":
+            answer.done = True
+            return True
         try:
-            async for payload in _sse_data(lines()):
-                saw_data = True
-                if payload.strip() == "[DONE]":
-                    answer.done = True
-                    break
-                try:
-                    chunks = _decode_event(payload)
-                except ValueError as exc:
-                    raise ProviderProtocolError(
-                        f"provider {self.name!r}: stream event is not JSON: {payload[:200]}"
-                    ) from exc
-                for chunk in chunks:
-                    answer.add_chunk(chunk)
-        except httpx.TimeoutException as exc:
-            raise ProviderUnavailable(
-                f"provider {self.name!r}: stream stalled: no data from {self.base_url} for "
-                f"{self.config.timeout_s:g} s"
-            ) from exc
-        except httpx.TransportError as exc:
-            # The connection broke under an answer that was under way.
-            raise ProviderUnavailable(
-                f"provider {self.name!r}: stream ended early: connection to {self.base_url} "
-                f"lost ({str(exc) or type(exc).__name__})"
-            ) from exc
-        if not saw_data and stray:
-            ctype = response.headers.get("content-type", "?")
+            chunks = _decode_event(payload)
+        except ValueError as exc:
             raise ProviderProtocolError(
-                f"provider {self.name!r}: answer is not an event stream ({ctype}): {' '.join(stray)[:300]}"
-            )
+                f"provider {self.name!r}: stream event is not JSON: {payload[:200]}"
+            ) from exc
+        for chunk in chunks:
+            answer.add_chunk(chunk)
+        return False
+
+    def _check_complete(self, answer: _Assembly) -> None:
         if not answer.done and answer.finish_reason is None:
-            raise ProviderUnavailable(
-                f"provider {self.name!r}: stream ended early: the connection to "
-                f"{self.base_url} closed before the answer was complete"
-            )
-
-    async def check(self) -> str:
-        url = f"{self.base_url}/models"
-        try:
-            response = await self._client.get(url, headers=self._headers())
-        except httpx.HTTPError as exc:
-            raise self._transport_error(exc) from exc
-        if response.status_code in (404, 405):
-            # Not every compatible server lists models; it answered, which is the point.
-            return f"reachable, GET /models answered HTTP {response.status_code}"
-        if not response.is_success:
-            raise self._http_error(response, response.content)
-        try:
-            data = response.json()
-        except ValueError:
-            return f"reachable (HTTP {response.status_code})"
-        models = data.get("data") if isinstance(data, Mapping) else None
-        if not isinstance(models, list):
-            models = data.get("models") if isinstance(data, Mapping) else None  # Ollama-native
-        if not isinstance(models, list):
-            return f"reachable (HTTP {response.status_code})"
-        return f"reachable, {len(models)} model{'' if len(models) == 1 else 's'}"
-
-    async def aclose(self) -> None:
-        await self._client.aclose()
+            raise self._ended_early("the answer was complete")

@@ -142,6 +142,7 @@ class SessionActor(pykka.ThreadingActor):
         return None
 
     def on_stop(self) -> None:
+        self.subscribers.close_all()
         self._cancel_timers()
         if self.run is not None and self.run.future is not None:
             self.run.future.cancel()
@@ -626,6 +627,7 @@ class SessionActor(pykka.ThreadingActor):
                 reply.fail(error)
         self.waiters.clear()
         self.subscribers.publish(self._output("error", code="session_failed", message=reason))
+        self.subscribers.close_all()
         self.deps.io.call(self.deps.manager.actor_failed, self.session_id, self.actor_ref, reason)
 
     def _refuse(self, message: Any) -> None:

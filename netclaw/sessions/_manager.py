@@ -47,13 +47,15 @@ class SessionManager:
     # -- routing (loop thread) ----------------------------------------------------------------
 
     def route(self, session_id: str, command: Routed) -> None:
-        entry = self._resident.get(session_id) or self._start(session_id)
-        try:
-            self._tell(entry, command)
-        except pykka.ActorDeadError:
-            log.warning("%s: actor was dead; recovering a new one", session_id)
-            self._resident.pop(session_id, None)
-            self._tell(self._start(session_id), command)
+        entry = self._resident.get(session_id)
+        if entry is not None:
+            try:
+                self._tell(entry, command)
+                return
+            except pykka.ActorDeadError:
+                log.warning("%s: actor was dead; recovering a new one", session_id)
+                self._resident.pop(session_id, None)
+        self._tell(self._start(session_id), command)
 
     def warm(self, session_id: str) -> None:
         """Start (recover) a session without a command: it resumes any unfinished turn."""
@@ -84,12 +86,17 @@ class SessionManager:
             return
         # Ask the least recently used idle sessions to passivate now; busy ones are left
         # alone, so the bound is soft under load rather than losing anyone's turn.
+        for session_id, entry in list(self._resident.items()):
+            if not entry.ref.is_alive():  # stopped behind our back: it holds no room
+                del self._resident[session_id]
+        excess = len(self._resident) + 1 - limit
         idle = sorted(
             (e for e in self._resident.values() if e.phase is Phase.READY),
             key=lambda e: e.last_used,
         )
-        for entry in idle[:excess]:
-            self._tell(entry, PassivateNow())
+        for entry in idle[: max(excess, 0)]:
+            with contextlib.suppress(pykka.ActorDeadError):
+                self._tell(entry, PassivateNow())
 
     # -- what sessions tell us (ManagerPort; run on the loop) ---------------------------------
 

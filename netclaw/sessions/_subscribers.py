@@ -12,6 +12,7 @@ without bound or lose a ``text`` or lifecycle output silently.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import deque
 from dataclasses import dataclass
@@ -25,6 +26,11 @@ log = logging.getLogger(__name__)
 class Sink(Protocol):
     def offer(self, output: Output) -> bool:
         """Queue ``output`` for delivery without blocking; False once the sink is gone."""
+        ...
+
+    def close(self) -> None:
+        """The session is going away: end the stream once what was offered is delivered.
+        Callable from any thread."""
         ...
 
 
@@ -65,6 +71,12 @@ class SubscriberSet:
             log.info("subscriber %s disconnected; removed", sub_id)
             self._subs.pop(sub_id, None)
 
+    def close_all(self) -> None:
+        """The actor stops: end every stream, so clients reconnect to its successor."""
+        for sub in self._subs.values():
+            sub.sink.close()
+        self._subs.clear()
+
     def send_to(self, sub_id: str, output: Output) -> None:
         sub = self._subs.get(sub_id)
         if sub is not None and not sub.sink.offer(output):
@@ -87,13 +99,14 @@ class OutputQueue:
         self._soft_limit = soft_limit
         self._hard_limit = hard_limit
         self.closed = False
+        self._closing = False  # close() was called; outputs offered before it still arrive
         self.overflowed = False
         self.dropped = 0
 
     # -- producer side (any thread) -----------------------------------------------------------
 
     def offer(self, output: Output) -> bool:
-        if self.closed:
+        if self.closed or self._closing:
             return False
         try:
             self._loop.call_soon_threadsafe(self._push, output)
@@ -132,9 +145,17 @@ class OutputQueue:
             # Too far behind even on must-deliver outputs: cut it loose, visibly.
             log.warning("subscriber fell %d outputs behind; disconnecting it", len(self._items))
             self.overflowed = True
-            self.close()
+            self._close_now()
 
     def close(self) -> None:
+        """End the stream after everything offered so far (callable from any thread)."""
+        self._closing = True
+        # Queued behind the pushes already scheduled, so a last `error` still arrives.
+        # A closed loop means nobody is waiting.
+        with contextlib.suppress(RuntimeError):
+            self._loop.call_soon_threadsafe(self._close_now)
+
+    def _close_now(self) -> None:
         self.closed = True
         self._ready.set()
 

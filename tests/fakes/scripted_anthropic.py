@@ -23,25 +23,27 @@ which prints ``LISTENING http://127.0.0.1:PORT`` on one line and serves until SI
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import collections
-import contextlib
-import inspect
-import itertools
 import json
-import logging
 import re
-import signal
 import sys
-import threading
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Any, TypeAlias
 
 from aiohttp import web
+
+from tests.fakes._scripted_server import (
+    ScriptedServer,
+    ScriptedServerThread,
+    ToolCallSpec,
+    error_fields,
+    load_steps,
+    pieces,
+    reply_fields,
+    request_messages,
+    run_cli,
+)
 
 __all__ = [
     "ErrorReply",
@@ -62,29 +64,12 @@ __all__ = [
     "validate_request",
 ]
 
-log = logging.getLogger(__name__)
-
 MODEL_ID = "claude-scripted"
 API_VERSION = "2023-06-01"
 _TOOL_ID = re.compile(r"^[a-zA-Z0-9_-]+$")
 
 
 # --------------------------------------------------------------------------- script steps
-
-
-@dataclass
-class ToolCallSpec:
-    """One ``tool_use`` block in a scripted reply; string ``arguments`` are sent as-is."""
-
-    name: str
-    arguments: str | dict[str, Any] = field(default_factory=dict)
-    id: str | None = None  # auto "toolu_<n>" (unique per server) when None
-
-    def arguments_json(self) -> str:
-        """The input as the JSON text streamed in ``input_json_delta`` pieces."""
-        if isinstance(self.arguments, str):
-            return self.arguments
-        return json.dumps(self.arguments)
 
 
 @dataclass
@@ -172,61 +157,30 @@ def step_from_dict(data: dict[str, Any]) -> Step:
     if data.get("overloaded"):
         return overloaded()
     if "error" in data:
-        retry = data.get("retry_after")
-        return ErrorReply(
-            status=int(data["error"]),
-            type=str(data.get("type", "invalid_request_error")),
-            message=str(data.get("message", "scripted error")),
-            retry_after=None if retry is None else float(retry),
-            body=data.get("body"),
-            delay_s=float(data.get("delay_s", 0.0)),
-        )
-    usage = data.get("usage")
-    drop = data.get("drop_after_chunks")
+        return ErrorReply(**error_fields(data))
     stream_error = data.get("stream_error")
     return Reply(
-        text=str(data.get("text", "")),
-        tool_calls=[
-            ToolCallSpec(name=tc["name"], arguments=tc.get("arguments", {}), id=tc.get("id"))
-            for tc in data.get("tool_calls", [])
-        ],
-        thinking=str(data.get("thinking", "")),
+        **reply_fields(data),
         signature=str(data.get("signature", "sig-scripted")),
         redacted_thinking=data.get("redacted_thinking"),
-        usage=None if usage is None else (int(usage[0]), int(usage[1])),
         cache_read=int(data.get("cache_read", 0)),
         cache_write=int(data.get("cache_write", 0)),
-        delay_s=float(data.get("delay_s", 0.0)),
-        chunk_delay_s=float(data.get("chunk_delay_s", 0.0)),
-        chunk_size=int(data.get("chunk_size", 8)),
         stop_reason=data.get("stop_reason"),
-        drop_after_chunks=None if drop is None else int(drop),
         stream_error=None
         if stream_error is None
         else StreamError(
             type=str(stream_error.get("type", "overloaded_error")),
             message=str(stream_error.get("message", "Overloaded")),
         ),
-        hang=bool(data.get("hang", False)),
     )
 
 
 def load_script(path: str | Path) -> list[Step]:
     """Read a JSON list of step objects from ``path``."""
-    raw = json.loads(Path(path).read_text(encoding="utf-8"))
-    if not isinstance(raw, list):
-        raise ValueError(f"{path}: a script must be a JSON list of steps")
-    return [step_from_dict(item) for item in raw]
+    return load_steps(path, step_from_dict)
 
 
 # --------------------------------------------------------------------------- request helpers
-
-
-def _messages(request: dict[str, Any]) -> list[dict[str, Any]]:
-    msgs = request.get("messages")
-    if not isinstance(msgs, list):
-        return []
-    return [m for m in msgs if isinstance(m, dict)]
 
 
 def _blocks(content: Any) -> list[dict[str, Any]]:
@@ -258,28 +212,19 @@ def _system_text(request: dict[str, Any]) -> str:
 def estimate_prompt_tokens(request: dict[str, Any]) -> int:
     """Rough prompt size: chars of the system prompt and all content blocks, // 4."""
     chars = len(_system_text(request))
-    for msg in _messages(request):
+    for msg in request_messages(request):
         chars += sum(len(_block_text(b)) for b in _blocks(msg.get("content")))
     return chars // 4
 
 
 def _last_user_text(request: dict[str, Any]) -> str:
-    for msg in reversed(_messages(request)):
+    for msg in reversed(request_messages(request)):
         if msg.get("role") != "user":
             continue
         for block in reversed(_blocks(msg.get("content"))):
             if block.get("type") == "text":
                 return str(block.get("text") or "")
     return ""
-
-
-def _echo(request: dict[str, Any]) -> Step:
-    return Reply(text=f"echo: {_last_user_text(request)}")
-
-
-def _pieces(text: str, size: int) -> list[str]:
-    size = max(1, size)
-    return [text[i : i + size] for i in range(0, len(text), size)]
 
 
 def _error_json(type_: str, message: str) -> dict[str, Any]:
@@ -430,8 +375,17 @@ def validate_request(body: Any) -> str | None:
 # --------------------------------------------------------------------------- the server
 
 
-class ScriptedAnthropic:
-    """The scripted server; use ``async with ScriptedAnthropic() as fake: fake.base_url``."""
+class ScriptedAnthropic(ScriptedServer[Reply, ErrorReply]):
+    """The scripted server; use ``async with ScriptedAnthropic() as fake: fake.base_url``.
+
+    :attr:`base_url` is ``http://127.0.0.1:PORT`` (the API lives under ``/v1``).
+    """
+
+    reply_type = Reply
+    error_type = ErrorReply
+    POST_PATH = "/v1/messages"
+    CALL_ID_FORMAT = "toolu_{:024d}"
+    RETRY_AFTER_HEADER = "retry-after"
 
     def __init__(
         self,
@@ -442,102 +396,12 @@ class ScriptedAnthropic:
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
-        self.context_window = context_window
+        super().__init__(default=default, context_window=context_window, host=host, port=port)
         self.api_key = api_key  # when set, requests must carry it in x-api-key
-        self.host = host
-        self.requests: list[dict[str, Any]] = []  # every valid request body, in arrival order
         self.headers: list[dict[str, str]] = []  # the headers of each valid request
         self.rejected: list[tuple[Any, str]] = []  # (body, reason) of invalid requests
-        self.errors: list[BaseException] = []  # exceptions raised by responders
-        self._port = port
-        self._default = default
-        self._queue: collections.deque[Step] = collections.deque()
-        self._routes: list[tuple[str, Responder]] = []
-        self._lock = threading.Lock()  # guards queue/routes/default (ScriptedAnthropicThread)
-        self._ids = itertools.count(1)
-        self._call_ids = itertools.count(1)
-        self._tasks: set[asyncio.Task[Any]] = set()
-        self._runner: web.AppRunner | None = None
-        self._base_url: str | None = None
 
-    # ----- scripting
-
-    def enqueue(self, *steps: Step) -> None:
-        """Append steps to the FIFO queue; each request consumes one."""
-        with self._lock:
-            self._queue.extend(steps)
-
-    def set_responder(self, fn: Responder | None) -> None:
-        """Responder used when the queue is empty (None restores the echo default)."""
-        with self._lock:
-            self._default = fn
-
-    def route(self, marker: str, fn: Responder) -> None:
-        """Send requests with ``marker`` in any content block to ``fn``, before the queue."""
-        with self._lock:
-            self._routes.append((marker, fn))
-
-    def pending(self) -> int:
-        """Steps left in the queue."""
-        with self._lock:
-            return len(self._queue)
-
-    # ----- lifecycle
-
-    @property
-    def base_url(self) -> str:
-        """``http://127.0.0.1:PORT`` (the API lives under ``/v1``); valid after :meth:`start`."""
-        if self._base_url is None:
-            raise RuntimeError("ScriptedAnthropic is not started")
-        return self._base_url
-
-    @property
-    def port(self) -> int:
-        """The bound port; valid after :meth:`start`."""
-        self.base_url  # noqa: B018  (raises when not started)
-        return self._port
-
-    async def start(self) -> str:
-        """Bind and serve; returns :attr:`base_url`."""
-        if self._runner is not None:
-            return self.base_url
-        app = web.Application()
-        app.router.add_post("/v1/messages", self._handle_messages)
-        app.router.add_get("/v1/models", self._handle_models)
-        runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
-        await runner.setup()
-        site = web.TCPSite(runner, self.host, self._port)
-        await site.start()
-        self._runner = runner
-        self._port = int(runner.addresses[0][1])
-        self._base_url = f"http://{self.host}:{self._port}"
-        return self._base_url
-
-    async def stop(self) -> None:
-        """Stop serving; cancels in-flight (hanging, delayed, streaming) requests."""
-        runner, self._runner = self._runner, None
-        if runner is None:
-            return
-        tasks = [t for t in self._tasks if not t.done()]
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.wait(tasks, timeout=2.0)
-        await runner.cleanup()
-
-    async def __aenter__(self) -> ScriptedAnthropic:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
-
-    # ----- request handling
+    # ----- protocol hooks
 
     def _auth_problem(self, request: web.Request) -> web.Response | None:
         if self.api_key is not None and request.headers.get("x-api-key") != self.api_key:
@@ -560,17 +424,7 @@ class ScriptedAnthropic:
             {"data": [model], "has_more": False, "first_id": MODEL_ID, "last_id": MODEL_ID}
         )
 
-    async def _handle_messages(self, request: web.Request) -> web.StreamResponse:
-        task = asyncio.current_task()
-        if task is not None:
-            self._tasks.add(task)
-        try:
-            return await self._messages(request)
-        finally:
-            if task is not None:
-                self._tasks.discard(task)
-
-    async def _messages(self, request: web.Request) -> web.StreamResponse:
+    async def _answer(self, request: web.Request) -> web.StreamResponse:
         problem = self._auth_problem(request)
         if problem is not None:
             return problem
@@ -582,65 +436,36 @@ class ScriptedAnthropic:
         if reason is not None:
             self.rejected.append((body, reason))
             return _bad_request(reason)
+        return await self._respond(request, body)
 
-        self.requests.append(body)
+    def _record(self, request: web.Request, body: dict[str, Any]) -> None:
+        super()._record(request, body)
         self.headers.append(dict(request.headers))
-        try:
-            step = await self._pick_step(body)
-        except Exception as exc:
-            log.exception("scripted responder failed")
-            self.errors.append(exc)
-            return web.json_response(
-                _error_json("api_error", f"scripted responder raised {exc!r}"), status=500
-            )
 
-        if isinstance(step, ErrorReply):
-            return await self._send_error(step)
-        if step.hang:
-            await asyncio.get_running_loop().create_future()  # until cancelled by stop()
-        if step.delay_s > 0:
-            await asyncio.sleep(step.delay_s)
-        if body.get("stream"):
-            return await self._send_stream(request, body, step)
-        return self._send_json(request, body, step)
+    def _estimate_prompt_tokens(self, body: dict[str, Any]) -> int:
+        return estimate_prompt_tokens(body)
 
-    async def _pick_step(self, body: dict[str, Any]) -> Step:
-        if self.context_window is not None and estimate_prompt_tokens(body) > self.context_window:
-            return overflow(
-                f"prompt is too long: {estimate_prompt_tokens(body)} tokens > {self.context_window} maximum"
-            )
-        texts = [_system_text(body)] + [
-            _block_text(b) for m in _messages(body) for b in _blocks(m.get("content"))
+    def _overflow(self, prompt_tokens: int) -> ErrorReply:
+        return overflow(f"prompt is too long: {prompt_tokens} tokens > {self.context_window} maximum")
+
+    def _texts(self, body: dict[str, Any]) -> list[str]:
+        return [_system_text(body)] + [
+            _block_text(b) for m in request_messages(body) for b in _blocks(m.get("content"))
         ]
-        fn: Responder | None = None
-        with self._lock:
-            for marker, route_fn in self._routes:
-                if any(marker in t for t in texts):
-                    fn = route_fn
-                    break
-            if fn is None:
-                if self._queue:
-                    return self._queue.popleft()
-                fn = self._default or _echo
-        result = fn(body)
-        if inspect.isawaitable(result):
-            result = await result
-        if not isinstance(result, Reply | ErrorReply):
-            raise TypeError(f"responder returned {type(result).__name__}, not a Reply/ErrorReply")
-        return result
 
-    async def _send_error(self, step: ErrorReply) -> web.Response:
-        if step.delay_s > 0:
-            await asyncio.sleep(step.delay_s)
-        headers: dict[str, str] = {"request-id": f"req_scripted_{next(self._ids)}"}
-        if step.retry_after is not None:
-            ra = step.retry_after
-            headers["retry-after"] = str(int(ra)) if float(ra).is_integer() else str(ra)
-        if step.body is not None:
-            return web.Response(
-                status=step.status, text=step.body, content_type="text/plain", headers=headers
-            )
-        return web.json_response(_error_json(step.type, step.message), status=step.status, headers=headers)
+    def _echo(self, body: dict[str, Any]) -> Reply:
+        return Reply(text=f"echo: {_last_user_text(body)}")
+
+    def _responder_failed(self, exc: Exception) -> web.Response:
+        return web.json_response(_error_json("api_error", f"scripted responder raised {exc!r}"), status=500)
+
+    def _error_headers(self) -> dict[str, str]:
+        return {"request-id": f"req_scripted_{next(self._ids)}"}
+
+    def _error_body(self, step: ErrorReply) -> dict[str, Any]:
+        return _error_json(step.type, step.message)
+
+    # ----- answers
 
     def _usage(self, body: dict[str, Any], step: Reply, calls: list[tuple[str, str, str]]) -> tuple[int, int]:
         if step.usage is not None:
@@ -648,24 +473,11 @@ class ScriptedAnthropic:
         out_chars = len(step.text) + len(step.thinking) + sum(len(a) for _, _, a in calls)
         return estimate_prompt_tokens(body), out_chars // 4 + 1
 
-    def _resolve_calls(self, step: Reply) -> list[tuple[str, str, str]]:
-        """(id, name, input JSON) per tool call, allocating ids."""
-        return [
-            (tc.id or f"toolu_{next(self._call_ids):024d}", tc.name, tc.arguments_json())
-            for tc in step.tool_calls
-        ]
-
     @staticmethod
     def _stop_reason(step: Reply) -> str:
         if step.stop_reason is not None:
             return step.stop_reason
         return "tool_use" if step.tool_calls else "end_turn"
-
-    @staticmethod
-    def _drop(request: web.Request) -> None:
-        """Close the TCP connection under the response (flushing what was written)."""
-        if request.transport is not None:
-            request.transport.close()
 
     def _content(self, step: Reply, calls: list[tuple[str, str, str]]) -> list[dict[str, Any]]:
         """The message's content blocks, whole."""
@@ -757,7 +569,7 @@ class ScriptedAnthropic:
         if step.thinking:
             block(
                 {"type": "thinking", "thinking": ""},
-                [{"type": "thinking_delta", "thinking": p} for p in _pieces(step.thinking, size)]
+                [{"type": "thinking_delta", "thinking": p} for p in pieces(step.thinking, size)]
                 + [{"type": "signature_delta", "signature": step.signature}],
             )
         if step.redacted_thinking is not None:
@@ -765,13 +577,13 @@ class ScriptedAnthropic:
         if step.text:
             block(
                 {"type": "text", "text": ""},
-                [{"type": "text_delta", "text": p} for p in _pieces(step.text, size)],
+                [{"type": "text_delta", "text": p} for p in pieces(step.text, size)],
             )
         for call_id, name, args in calls:
             block(
                 {"type": "tool_use", "id": call_id, "name": name, "input": {}},
                 [{"type": "input_json_delta", "partial_json": ""}]
-                + [{"type": "input_json_delta", "partial_json": p} for p in _pieces(args, size)],
+                + [{"type": "input_json_delta", "partial_json": p} for p in pieces(args, size)],
             )
         if step.stream_error is not None:
             events.append(("error", _error_json(step.stream_error.type, step.stream_error.message)))
@@ -793,37 +605,30 @@ class ScriptedAnthropic:
         self, request: web.Request, body: dict[str, Any], step: Reply
     ) -> web.StreamResponse:
         events = self._events(body, step)
-        resp = web.StreamResponse(
-            status=200,
-            headers={
-                "Content-Type": "text/event-stream; charset=utf-8",
-                "Cache-Control": "no-cache",
-                "request-id": f"req_scripted_{next(self._ids)}",
-            },
+        headers = {
+            "Content-Type": "text/event-stream; charset=utf-8",
+            "Cache-Control": "no-cache",
+            "request-id": f"req_scripted_{next(self._ids)}",
+        }
+        # Dropped after N events: no message_stop, an incomplete stream.
+        return await self._stream(
+            request,
+            step,
+            headers,
+            [f"event: {name}\ndata: {json.dumps(data)}\n\n".encode() for name, data in events],
         )
-        await resp.prepare(request)
-        drop = step.drop_after_chunks
-        for i, (name, data) in enumerate(events):
-            if drop is not None and i >= drop:
-                break
-            if i > 0 and step.chunk_delay_s > 0:
-                await asyncio.sleep(step.chunk_delay_s)
-            await resp.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
-        if drop is not None:
-            self._drop(request)  # no message_stop: an incomplete stream
-            return resp
-        await resp.write_eof()
-        return resp
 
 
 # --------------------------------------------------------------------------- threaded variant
 
 
-class ScriptedAnthropicThread:
+class ScriptedAnthropicThread(ScriptedServerThread[Reply, ErrorReply]):
     """A :class:`ScriptedAnthropic` on its own event loop in a daemon thread, for sync code.
 
     Responders run on the server thread.
     """
+
+    server: ScriptedAnthropic
 
     def __init__(
         self,
@@ -834,109 +639,30 @@ class ScriptedAnthropicThread:
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
-        self.server = ScriptedAnthropic(
-            default=default, context_window=context_window, api_key=api_key, host=host, port=port
+        super().__init__(
+            ScriptedAnthropic(
+                default=default, context_window=context_window, api_key=api_key, host=host, port=port
+            ),
+            "scripted-anthropic",
         )
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-
-    @property
-    def base_url(self) -> str:
-        """``http://127.0.0.1:PORT``; valid after :meth:`start`."""
-        return self.server.base_url
-
-    @property
-    def requests(self) -> list[dict[str, Any]]:
-        """A snapshot of the request bodies received so far."""
-        return list(self.server.requests)
 
     @property
     def rejected(self) -> list[tuple[Any, str]]:
         """A snapshot of the rejected requests so far."""
         return list(self.server.rejected)
 
-    def enqueue(self, *steps: Step) -> None:
-        """See :meth:`ScriptedAnthropic.enqueue`."""
-        self.server.enqueue(*steps)
-
-    def set_responder(self, fn: Responder | None) -> None:
-        """See :meth:`ScriptedAnthropic.set_responder`."""
-        self.server.set_responder(fn)
-
-    def route(self, marker: str, fn: Responder) -> None:
-        """See :meth:`ScriptedAnthropic.route`."""
-        self.server.route(marker, fn)
-
-    def pending(self) -> int:
-        """See :meth:`ScriptedAnthropic.pending`."""
-        return self.server.pending()
-
-    def start(self, timeout: float = 10.0) -> str:
-        """Start the loop thread and the server; returns the base URL."""
-        if self._loop is not None:
-            return self.base_url
-        loop = asyncio.new_event_loop()
-        thread = threading.Thread(target=loop.run_forever, name="scripted-anthropic", daemon=True)
-        thread.start()
-        self._loop, self._thread = loop, thread
-        return asyncio.run_coroutine_threadsafe(self.server.start(), loop).result(timeout)
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """Stop the server, the loop and the thread."""
-        loop, thread = self._loop, self._thread
-        if loop is None or thread is None:
-            return
-        self._loop = self._thread = None
-        try:
-            asyncio.run_coroutine_threadsafe(self.server.stop(), loop).result(timeout)
-        finally:
-            loop.call_soon_threadsafe(loop.stop)
-            thread.join(timeout)
-            if not thread.is_alive():
-                loop.close()
-
-    def __enter__(self) -> ScriptedAnthropicThread:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
 
 # --------------------------------------------------------------------------- CLI
 
 
-async def _serve(port: int, steps: Iterable[Step], context_window: int | None) -> None:
-    server = ScriptedAnthropic(context_window=context_window, port=port)
-    server.enqueue(*steps)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, stop.set)
-    url = await server.start()
-    print(f"LISTENING {url}", flush=True)
-    try:
-        await stop.wait()
-    finally:
-        await server.stop()
-
-
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m tests.fakes.scripted_anthropic``."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--port", type=int, default=0, help="port to bind (0: a free one)")
-    parser.add_argument("--script", type=Path, help="JSON list of steps to enqueue")
-    parser.add_argument("--context-window", type=int, default=None, help="overflow above N")
-    args = parser.parse_args(argv)
-    steps = load_script(args.script) if args.script else []
-    asyncio.run(_serve(args.port, steps, args.context_window))
-    return 0
+    return run_cli(
+        argv,
+        doc=__doc__,
+        make_server=lambda port, window: ScriptedAnthropic(context_window=window, port=port),
+        load_script=load_script,
+    )
 
 
 if __name__ == "__main__":

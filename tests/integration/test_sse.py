@@ -409,11 +409,6 @@ def test_stream_dropped_mid_reply_fails_the_turn_visibly(
 # -- subscribers of a failed session ----------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: when a session actor fails (or is stopped), its SSE streams stay open but receive "
-    "nothing from the recovered actor",
-)
 def test_subscriber_of_a_failed_session_is_not_left_on_a_silent_stream(
     daemon: DaemonHandle, scripted: ScriptedOpenAIThread, sse: Callable[..., SseStream]
 ) -> None:

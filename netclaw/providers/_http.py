@@ -1,0 +1,287 @@
+"""What the HTTP providers share: one streamed POST per attempt, retried while nothing was shown.
+
+:class:`HttpStreamingProvider` owns the HTTP client, the error translation, the
+retry loop and the reading of a server-sent event stream (stray non-SSE text,
+stalls, broken connections). A subclass supplies the wire format through small
+hooks: where to POST, which headers, the request body, the per-attempt answer
+assembly, a whole (non-streamed) JSON answer, and each streamed event.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, Generic, TypeVar
+
+import httpx
+
+from netclaw.config import ProviderConfig
+from netclaw.errors import ProviderError, ProviderProtocolError, ProviderUnavailable
+from netclaw.providers._base import Completion, OnDelta, ProviderRequest
+from netclaw.providers._classify import classify_http_error, classify_transport_error
+from netclaw.providers._retry import with_retries
+
+# --------------------------------------------------------------------------- wire helpers
+
+
+def _plain(value: Any) -> Any:
+    """Deep-copy mappings/sequences into dicts/lists so ``json`` can encode them."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+# --------------------------------------------------------------------------- SSE
+
+
+async def sse_events(lines: AsyncIterator[str]) -> AsyncIterator[tuple[str, str]]:
+    """``(event, data)`` of each server-sent event; ``event`` is "" when not named.
+
+    Comments and other fields are dropped; a final event without its blank line
+    still counts (some servers omit it).
+    """
+    event = ""
+    data: list[str] = []
+    async for line in lines:
+        if not line:
+            if data:
+                yield event, "\n".join(data)
+            event, data = "", []
+            continue
+        if line.startswith(":"):
+            continue
+        fieldname, _, value = line.partition(":")
+        value = value[1:] if value.startswith(" ") else value
+        if fieldname == "event":
+            event = value
+        elif fieldname == "data":
+            data.append(value)
+    if data:
+        yield event, "\n".join(data)
+
+
+# --------------------------------------------------------------------------- provider
+
+
+@dataclass
+class _Progress:
+    """Shared across attempts: once anything was shown, no more retries."""
+
+    streamed: bool = False
+
+
+@dataclass
+class StreamAssembly(ABC):
+    """One attempt's answer as it arrives; each provider adds the state its wire format needs."""
+
+    provider: str
+    on_delta: OnDelta | None
+    progress: _Progress
+
+    @abstractmethod
+    def completion(self) -> Completion:
+        """The answer assembled so far."""
+
+
+AnswerT = TypeVar("AnswerT", bound=StreamAssembly)
+
+
+class HttpStreamingProvider(ABC, Generic[AnswerT]):
+    """A :class:`~netclaw.providers.Provider` that streams one HTTP POST per attempt.
+
+    Transient failures are retried only while nothing has been streamed.
+    """
+
+    #: The provider's :class:`StreamAssembly`, made afresh for each attempt.
+    assembly_type: type[AnswerT]
+    #: The path shown when the models listing answers 404/405.
+    MODELS_LABEL: ClassVar[str] = "/models"
+    #: Keys of the models listing's JSON object tried in turn for the list of models.
+    MODEL_LIST_KEYS: ClassVar[tuple[str, ...]] = ("data",)
+
+    def __init__(
+        self,
+        name: str,
+        config: ProviderConfig,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        retry_base_delay: float = 0.5,
+    ) -> None:
+        self.name = name
+        self._retry_base_delay = retry_base_delay  # tests shrink the backoff
+        self.config = config
+        self.base_url = self._configured_base_url(config).rstrip("/")
+        self._client = httpx.AsyncClient(
+            timeout=httpx.Timeout(config.timeout_s, connect=min(10.0, config.timeout_s)),
+            transport=transport,
+        )
+
+    # ----- hooks
+
+    def _configured_base_url(self, config: ProviderConfig) -> str:
+        """The base URL before its trailing slash is dropped."""
+        return config.base_url
+
+    @abstractmethod
+    def _endpoint(self) -> str:
+        """The URL each attempt POSTs to."""
+
+    @abstractmethod
+    def _models_url(self) -> str:
+        """The URL :meth:`check` GETs."""
+
+    @abstractmethod
+    def _headers(self) -> dict[str, str]: ...
+
+    @abstractmethod
+    def _request_body(self, request: ProviderRequest) -> dict[str, Any]: ...
+
+    def _new_assembly(self, on_delta: OnDelta | None, progress: _Progress) -> AnswerT:
+        return self.assembly_type(self.name, on_delta, progress)
+
+    @abstractmethod
+    async def _read_whole(self, response: httpx.Response, answer: AnswerT) -> None:
+        """A server that ignored ``stream: true`` and answered with one JSON object."""
+
+    @abstractmethod
+    def _take_event(self, answer: AnswerT, event: str, payload: str) -> bool:
+        """Add one server-sent event to ``answer``; True when the answer is complete."""
+
+    @abstractmethod
+    def _check_complete(self, answer: AnswerT) -> None:
+        """Raise (see :meth:`_ended_early`) when the stream ended before the answer did."""
+
+    # ----- shared pieces
+
+    def _http_error(self, response: httpx.Response, body: bytes) -> ProviderError:
+        return classify_http_error(
+            response.status_code,
+            body.decode("utf-8", errors="replace"),
+            response.headers,
+            self.name,
+            api_key_env=self.config.api_key_env,
+        )
+
+    def _transport_error(self, exc: httpx.HTTPError) -> ProviderError:
+        return classify_transport_error(exc, self.name, self.base_url, timeout_s=self.config.timeout_s)
+
+    def _parse_json_object(self, raw: bytes) -> Mapping[str, Any]:
+        """A whole answer's body as a JSON object, or :class:`ProviderProtocolError`."""
+        try:
+            data = json.loads(raw)
+        except ValueError as exc:
+            raise ProviderProtocolError(
+                f"provider {self.name!r}: response is not valid JSON: "
+                f"{raw[:200].decode('utf-8', errors='replace')}"
+            ) from exc
+        if not isinstance(data, Mapping):
+            raise ProviderProtocolError(f"provider {self.name!r}: response is not a JSON object")
+        return data
+
+    def _ended_early(self, before: str) -> ProviderUnavailable:
+        return ProviderUnavailable(
+            f"provider {self.name!r}: stream ended early: the connection to "
+            f"{self.base_url} closed before {before}"
+        )
+
+    # ----- the Provider protocol
+
+    async def complete(self, request: ProviderRequest, on_delta: OnDelta | None = None) -> Completion:
+        body = self._request_body(request)
+        progress = _Progress()
+
+        async def attempt() -> Completion:
+            answer = self._new_assembly(on_delta, progress)
+            try:
+                async with self._client.stream(
+                    "POST",
+                    self._endpoint(),
+                    json=body,
+                    headers=self._headers(),
+                ) as response:
+                    if not response.is_success:
+                        raise self._http_error(response, await response.aread())
+                    ctype = response.headers.get("content-type", "").lower()
+                    if "json" in ctype and "event-stream" not in ctype:
+                        # The server ignored stream=true.
+                        await self._read_whole(response, answer)
+                    else:
+                        await self._read_stream(response, answer)
+            except httpx.HTTPError as exc:
+                raise self._transport_error(exc) from exc
+            return answer.completion()
+
+        return await with_retries(
+            attempt,
+            max_retries=self.config.max_retries,
+            can_retry=lambda: not progress.streamed,
+            base_delay=self._retry_base_delay,
+        )
+
+    async def _read_stream(self, response: httpx.Response, answer: AnswerT) -> None:
+        saw_data = False
+        stray: list[str] = []  # non-SSE text, to report a body that is not a stream
+
+        async def lines() -> AsyncIterator[str]:
+            async for line in response.aiter_lines():
+                is_sse = line.startswith(("data", ":", "event", "id", "retry"))
+                if line and not is_sse and sum(map(len, stray)) < 300:
+                    stray.append(line)
+                yield line
+
+        try:
+            async for event, payload in sse_events(lines()):
+                saw_data = True
+                if self._take_event(answer, event, payload):
+                    break
+        except httpx.TimeoutException as exc:
+            raise ProviderUnavailable(
+                f"provider {self.name!r}: stream stalled: no data from {self.base_url} for "
+                f"{self.config.timeout_s:g} s"
+            ) from exc
+        except httpx.TransportError as exc:
+            # The connection broke under an answer that was under way.
+            raise ProviderUnavailable(
+                f"provider {self.name!r}: stream ended early: connection to {self.base_url} "
+                f"lost ({str(exc) or type(exc).__name__})"
+            ) from exc
+        if not saw_data and stray:
+            ctype = response.headers.get("content-type", "?")
+            raise ProviderProtocolError(
+                f"provider {self.name!r}: answer is not an event stream ({ctype}): {' '.join(stray)[:300]}"
+            )
+        self._check_complete(answer)
+
+    async def check(self) -> str:
+        try:
+            response = await self._client.get(self._models_url(), headers=self._headers())
+        except httpx.HTTPError as exc:
+            raise self._transport_error(exc) from exc
+        if response.status_code in (404, 405):
+            # Not every server (or proxy) lists models; it answered, which is the point.
+            return f"reachable, GET {self.MODELS_LABEL} answered HTTP {response.status_code}"
+        if not response.is_success:
+            raise self._http_error(response, response.content)
+        try:
+            data = response.json()
+        except ValueError:
+            return f"reachable (HTTP {response.status_code})"
+        models = None
+        for key in self.MODEL_LIST_KEYS:
+            models = data.get(key) if isinstance(data, Mapping) else None
+            if isinstance(models, list):
+                break
+        if not isinstance(models, list):
+            return f"reachable (HTTP {response.status_code})"
+        return f"reachable, {len(models)} model{'' if len(models) == 1 else 's'}"
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
