@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from types import MappingProxyType
 from typing import Any, Literal
 
 Role = Literal["system", "user", "assistant", "tool"]
@@ -25,6 +26,9 @@ class MessageKind(StrEnum):
     CHAT = "chat"
     TRIM_BREADCRUMB = "trim_breadcrumb"
     COMPACTION_SUMMARY = "compaction_summary"
+
+
+_NO_EXTRA: Mapping[str, Any] = MappingProxyType({})
 
 
 def new_id(prefix: str = "m") -> str:
@@ -59,7 +63,7 @@ class ChatMessage:
     identity: str | None = None  # role="user": replay identity (see history.identity)
     user: str | None = None  # role="user": who sent it, as the channel names them
     kind: MessageKind = MessageKind.CHAT
-    extra: Mapping[str, Any] = field(default_factory=dict)  # provider-specific round-trip data
+    extra: Mapping[str, Any] = field(default_factory=lambda: _NO_EXTRA)  # provider round-trip data
 
     @property
     def is_real_user(self) -> bool:
@@ -95,23 +99,28 @@ class ChatMessage:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ChatMessage:
+        # Hot on recovery (thousands per session): skip work for the absent optional keys.
         role = data["role"]
         if role not in ROLES:
             raise ValueError(f"unknown message role {role!r}")
+        get = data.get
+        calls = get("tool_calls")
+        kind = get("kind")
+        extra = get("extra")
         return cls(
-            id=str(data["id"]),
-            role=role,
-            content=str(data.get("content") or ""),
-            ts=float(data["ts"]),
-            tool_calls=tuple(ToolCall.from_dict(c) for c in data.get("tool_calls") or ()),
-            tool_call_id=data.get("tool_call_id"),
-            name=data.get("name"),
-            is_error=bool(data.get("is_error", False)),
-            thinking=data.get("thinking"),
-            identity=data.get("identity"),
-            user=data.get("user"),
-            kind=MessageKind(data.get("kind", MessageKind.CHAT.value)),
-            extra=dict(data.get("extra") or {}),
+            str(data["id"]),
+            role,
+            get("content") or "",
+            float(data["ts"]),
+            tuple(ToolCall.from_dict(c) for c in calls) if calls else (),
+            get("tool_call_id"),
+            get("name"),
+            bool(get("is_error", False)),
+            get("thinking"),
+            get("identity"),
+            get("user"),
+            MessageKind.CHAT if kind is None else MessageKind(kind),
+            _NO_EXTRA if not extra else dict(extra),
         )
 
 

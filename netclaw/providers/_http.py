@@ -122,6 +122,9 @@ class HttpStreamingProvider(ABC, Generic[AnswerT]):
         self._client = httpx.AsyncClient(
             timeout=httpx.Timeout(config.timeout_s, connect=min(10.0, config.timeout_s)),
             transport=transport,
+            # One keep-alive connection per concurrently talking session, within reason
+            # (httpx keeps only 20 by default, so busy daemons reconnected every turn).
+            limits=httpx.Limits(max_connections=256, max_keepalive_connections=128),
         )
 
     # ----- hooks
@@ -237,11 +240,14 @@ class HttpStreamingProvider(ABC, Generic[AnswerT]):
                     stray.append(line)
                 yield line
 
+        done = False
         try:
             async for event, payload in sse_events(lines()):
                 saw_data = True
-                if self._take_event(answer, event, payload):
-                    break
+                if not done:
+                    done = self._take_event(answer, event, payload)
+                # After the answer is complete, keep reading to the end of the body: a
+                # response closed half-read takes its connection with it (no reuse).
         except httpx.TimeoutException as exc:
             raise ProviderUnavailable(
                 f"provider {self.name!r}: stream stalled: no data from {self.base_url} for "

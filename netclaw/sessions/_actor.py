@@ -10,6 +10,7 @@ applying events — so what it acknowledges is never lost.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -23,7 +24,7 @@ from netclaw.errors import ContextOverflow, ProviderError, SessionUnavailable
 from netclaw.history import TrimResult
 from netclaw.messages import ChatMessage, new_id
 from netclaw.persistence import Journal, NewEvent, SessionRow
-from netclaw.providers import Completion, Provider, ProviderRequest, ToolSchema
+from netclaw.providers import Completion, Delta, Provider, ProviderRequest, ToolSchema
 from netclaw.runtime import IoLoop, Reply, Timer
 from netclaw.sessions._commands import (
     Admission,
@@ -32,7 +33,7 @@ from netclaw.sessions._commands import (
     IdleTick,
     OpFailed,
     PassivateNow,
-    ProviderDelta,
+    ProviderDeltas,
     ProviderDone,
     Routed,
     SendUserMessage,
@@ -178,9 +179,10 @@ class SessionActor(pykka.ThreadingActor):
             case PassivateNow():
                 if self._idle():
                     self._begin_passivation(grace=0.0)
-            case ProviderDelta(op_id=op_id, delta=delta):
+            case ProviderDeltas(op_id=op_id, deltas=deltas):
                 if self._current(op_id):
-                    self._on_delta(delta.kind, delta.text)
+                    for delta in deltas:
+                        self._on_delta(delta.kind, delta.text)
             case ProviderDone(op_id=op_id, completion=completion):
                 if self._current(op_id):
                     self._on_completion(completion)
@@ -260,7 +262,11 @@ class SessionActor(pykka.ThreadingActor):
             PERSIST_TIMEOUT_S,
         )
         self.state = state
-        if state.seq - self._snapshot_seq >= self.deps.settings.session.snapshot_interval:
+
+    def _snapshot_if_due(self) -> None:
+        # Called once a turn's reply is out: serialising a long session is not free,
+        # and nobody should wait for it.
+        if self.state.seq - self._snapshot_seq >= self.cfg.snapshot_interval:
             self._snapshot(wait=False)
 
     def _snapshot(self, *, wait: bool) -> None:
@@ -359,14 +365,10 @@ class SessionActor(pykka.ThreadingActor):
             tools=tools,
             max_output_tokens=model.max_output_tokens,
         )
-        ref = self.actor_ref
-
-        def on_delta(delta: Any) -> None:  # runs on the loop: a queue put, never blocks
-            ref.tell(ProviderDelta(op_id, delta))
-
+        relay = _DeltaRelay(self.actor_ref, op_id)
         run.future = self.deps.io.submit_and_tell(
-            self.deps.provider.complete(request, on_delta),
-            ref,
+            relay.stream(self.deps.provider, request),
+            self.actor_ref,
             lambda completion: ProviderDone(op_id, completion),
             lambda error: OpFailed(op_id, error),
         )
@@ -543,6 +545,7 @@ class SessionActor(pykka.ThreadingActor):
         if self._turn_timer is not None:
             self._turn_timer.cancel()
             self._turn_timer = None
+        self._snapshot_if_due()
         self._set_phase(Phase.READY)
         self._start_next_turn()
 
@@ -637,6 +640,38 @@ class SessionActor(pykka.ThreadingActor):
         error = SessionUnavailable(f"session {self.session_id} is unavailable: {self.broken}")
         for reply in _replies_in(message):
             reply.fail(error)
+
+
+class _DeltaRelay:
+    """Runs a provider call on the loop and forwards its deltas to the actor, coalesced:
+    every delta that arrives in one loop iteration travels in one ``tell``."""
+
+    __slots__ = ("_op_id", "_pending", "_ref", "_scheduled")
+
+    def __init__(self, ref: Any, op_id: int) -> None:
+        self._ref = ref
+        self._op_id = op_id
+        self._pending: list[Delta] = []
+        self._scheduled = False
+
+    async def stream(self, provider: Provider, request: ProviderRequest) -> Completion:
+        try:
+            return await provider.complete(request, self._on_delta)
+        finally:
+            self._flush()  # the last deltas travel before the completion does
+
+    def _on_delta(self, delta: Delta) -> None:
+        self._pending.append(delta)
+        if not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._scheduled = False
+        if self._pending:
+            batch, self._pending = tuple(self._pending), []
+            with contextlib.suppress(pykka.ActorDeadError):
+                self._ref.tell(ProviderDeltas(self._op_id, batch))
 
 
 def _replies_in(message: Any) -> list[Reply[Any]]:

@@ -75,9 +75,11 @@ class Shutdown:
 
 
 @dataclass(frozen=True, slots=True)
-class ProviderDelta:
+class ProviderDeltas:
+    """Deltas streamed since the last batch (coalesced on the loop: one tell per batch)."""
+
     op_id: int
-    delta: Delta
+    deltas: tuple[Delta, ...]
 
 
 @dataclass(frozen=True, slots=True)

@@ -312,11 +312,16 @@ async def test_offer_after_close_returns_false_and_get_ends() -> None:
     assert not queue.overflowed
 
 
-async def test_push_scheduled_before_close_is_discarded() -> None:
+async def test_output_offered_before_close_is_still_delivered() -> None:
+    # A session that fails publishes a last `error`, then closes its subscribers: the
+    # error must reach them before the stream ends.
     queue = OutputQueue(asyncio.get_running_loop())
-    assert queue.offer(out("text", text="in flight"))  # scheduled, not yet pushed
+    assert queue.offer(out("error", code="session_failed", message="x"))  # not yet pushed
     queue.close()
+    assert not queue.offer(out("text", text="after close"))
     await settle()
+    first = await queue.get()
+    assert first is not None and first.event == "error"
     assert await queue.get() is None
 
 
