@@ -59,6 +59,16 @@ def info(name: str, value: float | str, unit: str = "", note: str = "") -> None:
     print(f"info: {name} = {shown}{(' ' + unit) if unit else ''}{tail}", flush=True)
 
 
+def machine_load() -> str:
+    """``"3.52/2"``: the 1-minute load average over the CPU count (noise context for a run)."""
+    try:
+        with open("/proc/loadavg") as fh:
+            load = fh.read().split()[0]
+    except OSError:
+        load = "?"
+    return f"{load}/{os.cpu_count()}"
+
+
 def log(message: str) -> None:
     """Progress goes to stderr so stdout stays the result lines."""
     print(message, file=sys.stderr, flush=True)

@@ -22,10 +22,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from netclaw.history import TokenCounter, sweep_orphans  # noqa: E402
-from netclaw.messages import ChatMessage, ToolCall  # noqa: E402
-from netclaw.providers import ToolSchema  # noqa: E402
-from netclaw.sessions import PromptBuilder, SessionState  # noqa: E402
+from netclaw.history import TokenCounter, sweep_orphans
+from netclaw.messages import ChatMessage, ToolCall
+from netclaw.providers import ToolSchema
+from netclaw.sessions import PromptBuilder, SessionState
 
 MESSAGES = 10_000
 BUDGET = 28_672  # the default 32k window minus 4k of output

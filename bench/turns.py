@@ -26,9 +26,11 @@ Throughput (the figure: 100 sessions)
 Also printed: journal commits (= fsyncs) per turn, CPU per turn by thread group of this
 process (loop / actors / sqlite threads) and of the provider process, from /proc.
 ``--profile`` adds a cProfile of the loop thread during one extra N-session round.
-``--stub-sniffio`` is a what-if: it puts an in-memory ``sniffio`` module in place before
-anything runs (httpcore imports it on every pool lock; it is not installed here, and a
-failed import is retried, with a sys.path scan, every time).
+``--what-if sniffio,aiohttp,onehop`` measures proposed fixes instead of the shipped code
+(see bench/_whatif.py; results are printed as ``info: what_if_...`` lines, not figures):
+``sniffio`` an in-memory sniffio (httpcore retries a failing ``import sniffio`` on every
+pool lock when the package is missing), ``aiohttp`` the provider client on aiohttp with
+keep-alive, ``onehop`` one aiosqlite thread hop per group commit.
 
 Run from the repo root: ``python bench/turns.py [--turns 300] [--seconds 4] [--rounds 3]``.
 """
@@ -42,12 +44,8 @@ import io
 import json
 import pstats
 import random
-import signal
-import subprocess
 import sys
-import threading
 import time
-import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,15 +53,26 @@ from typing import Any
 
 import _common as c
 import _procstat as ps
-from _common import figure, info, log, median, percentile
+from _common import figure, info, log, machine_load, median, percentile
+from _provider import ProviderProcess
 
-if "--stub-sniffio" in sys.argv and "sniffio" not in sys.modules:  # before httpx is imported
-    try:
-        import sniffio  # noqa: F401
-    except ImportError:
-        _stub = types.ModuleType("sniffio")
-        _stub.current_async_library = lambda: "asyncio"  # type: ignore[attr-defined]
-        sys.modules["sniffio"] = _stub
+
+def _what_ifs(argv: list[str]) -> set[str]:
+    """``--what-if a,b`` (read early: the sniffio stub must precede importing httpx)."""
+    found: set[str] = set()
+    for i, arg in enumerate(argv):
+        if arg == "--what-if" and i + 1 < len(argv):
+            found |= set(argv[i + 1].split(","))
+        elif arg.startswith("--what-if="):
+            found |= set(arg.split("=", 1)[1].split(","))
+    return found
+
+
+WHAT_IFS = _what_ifs(sys.argv)
+if "sniffio" in WHAT_IFS:
+    import _whatif
+
+    _whatif.stub_sniffio()
 
 import aiohttp
 import httpx
@@ -103,71 +112,6 @@ def echo(text: str) -> str:
 
 def ms(seconds: float) -> float:
     return seconds * 1000.0
-
-
-# --------------------------------------------------------------------------- the provider process
-
-
-class ProviderProcess:
-    """``python -m tests.fakes.scripted_openai --port 0``, started from the repo root."""
-
-    def __init__(self, log_path: Path) -> None:
-        self.log_path = log_path
-        self.proc: subprocess.Popen[str] | None = None
-        self._log: Any = None
-        self.base_url = ""
-        self.port = 0
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    def start(self, timeout: float = 20.0) -> ProviderProcess:
-        self._log = open(self.log_path, "w")  # noqa: SIM115  (closed in stop)
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.fakes.scripted_openai", "--port", "0"],
-            cwd=c.REPO_ROOT,
-            stdout=subprocess.PIPE,
-            stderr=self._log,
-            stdin=subprocess.DEVNULL,
-            text=True,
-        )
-        found: list[str] = []
-
-        def read() -> None:
-            assert self.proc is not None and self.proc.stdout is not None
-            for line in self.proc.stdout:
-                if line.startswith("LISTENING "):
-                    found.append(line.split()[1])
-                    return
-
-        reader = threading.Thread(target=read, daemon=True)
-        reader.start()
-        reader.join(timeout)
-        if not found:
-            self.stop()
-            tail = self.log_path.read_text()[-2000:] if self.log_path.exists() else ""
-            raise RuntimeError(f"scripted provider did not start within {timeout}s:\n{tail}")
-        self.base_url = found[0]
-        self.port = int(self.base_url.rsplit(":", 1)[1].split("/")[0])
-        return self
-
-    def stop(self) -> None:
-        proc, self.proc = self.proc, None
-        if proc is not None:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(5)
-            if proc.stdout is not None:
-                proc.stdout.close()
-        if self._log is not None:
-            self._log.close()
-            self._log = None
 
 
 # --------------------------------------------------------------------------- reference calls
@@ -224,6 +168,8 @@ class LatencyRun:
     journal: list[float] = field(default_factory=list)  # sum of the turn's journal.append waits
     appends: int = 0
     commits: int = 0
+    snapshot_turn: list[bool] = field(default_factory=list)  # the turn saved a snapshot
+    snapshot_bytes: int = 0
 
 
 class _Timed:
@@ -234,6 +180,8 @@ class _Timed:
         self.journal_s = 0.0
         self.provider_s = 0.0
         self.appends = 0
+        self.snapshots = 0
+        self.snapshot_bytes = 0
 
     def __enter__(self) -> _Timed:
         orig_append, orig_complete = self.journal.append, self.provider.complete  # type: ignore[union-attr]
@@ -253,12 +201,24 @@ class _Timed:
             finally:
                 self.provider_s += time.perf_counter() - t0
 
+        orig_snapshot = self.journal.save_snapshot  # type: ignore[union-attr]
+
+        async def save_snapshot(pid: str, seq: int, state: str) -> None:
+            self.snapshots += 1
+            self.snapshot_bytes += len(state)
+            await orig_snapshot(pid, seq, state)
+
         self.journal.append = append  # type: ignore[method-assign,union-attr]
+        self.journal.save_snapshot = save_snapshot  # type: ignore[method-assign,union-attr]
         self.provider.complete = complete  # type: ignore[method-assign,union-attr]
         return self
 
     def __exit__(self, *exc: object) -> None:
-        for obj, name in ((self.journal, "append"), (self.provider, "complete")):
+        for obj, name in (
+            (self.journal, "append"),
+            (self.journal, "save_snapshot"),
+            (self.provider, "complete"),
+        ):
             obj.__dict__.pop(name, None)
 
     def take(self) -> tuple[float, float]:
@@ -283,6 +243,7 @@ async def latency_run(daemon: Daemon, ref: Reference, sid: str, texts: list[str]
                 await ref.call(client, body)
                 t1 = time.perf_counter()
                 timed.take()
+                snaps0, bytes0 = timed.snapshots, timed.snapshot_bytes
                 _, outcome = await gateway.submit(Inbound(sid, text), wait=True)
                 t2 = time.perf_counter()
                 journal_s, provider_s = timed.take()
@@ -293,6 +254,8 @@ async def latency_run(daemon: Daemon, ref: Reference, sid: str, texts: list[str]
                     out.e2e.append(t2 - t1)
                     out.journal.append(journal_s)
                     out.provider.append(provider_s)
+                    out.snapshot_turn.append(timed.snapshots > snaps0)
+                    out.snapshot_bytes += timed.snapshot_bytes - bytes0
             out.commits = journal.commits - commits0
             out.appends = timed.appends - appends0
     return out
@@ -492,19 +455,34 @@ def main() -> int:
         "--rounds", type=int, default=3, help="throughput repetitions; the median is reported"
     )
     parser.add_argument("--profile", action="store_true", help="cProfile the loop thread in one extra round")
-    parser.add_argument("--stub-sniffio", action="store_true", help="what-if: an in-memory sniffio (see doc)")
+    parser.add_argument("--what-if", default="", help="comma list of sniffio, aiohttp, onehop (see doc)")
     parser.add_argument("--dir", default=None, help="where the temporary data_dir goes")
     args = parser.parse_args()
 
     texts = make_texts(max(args.warm + args.turns, 400))
     started = time.perf_counter()
+    load_before = machine_load()
     with c.temp_dir("netclaw-bench-turns-", args.dir) as tmp:
         provider = ProviderProcess(tmp / "provider.log")
         daemon: Daemon | None = None
         try:
             provider.start()
             settings = settings_for(tmp / "data", provider.base_url)
-            daemon = Daemon(settings)
+            factory = None
+            if WHAT_IFS - {"sniffio"}:
+                import _whatif
+
+                import netclaw.daemon
+
+                if "onehop" in WHAT_IFS:
+                    netclaw.daemon.SqliteJournal = _whatif.OneHopJournal  # type: ignore[misc]
+                if "aiohttp" in WHAT_IFS:
+
+                    def factory(s: Settings) -> Any:
+                        name = s.models.main.provider
+                        return _whatif.AiohttpOpenAIProvider(name, s.providers[name])
+
+            daemon = Daemon(settings, provider_factory=factory)
             daemon.start()
             io_loop = daemon.io
             assert io_loop is not None
@@ -627,6 +605,17 @@ def main() -> int:
         f"provider.complete {ms(p(lat.provider, 99)):.2f} ms, journal appends {ms(p(lat.journal, 99)):.2f} ms, "
         f"actors/hops/gateway {ms(p(other, 99)):.2f} ms",
     )
+    with_snap = [a for a, snap in zip(added, lat.snapshot_turn, strict=True) if snap]
+    without = [a for a, snap in zip(added, lat.snapshot_turn, strict=True) if not snap]
+    if with_snap:
+        info(
+            "added_latency_snapshot_turns_p50",
+            ms(median(with_snap)),
+            "ms",
+            f"{len(with_snap)} of {turns_n} turns saved a snapshot (avg {lat.snapshot_bytes / len(with_snap) / 1e3:.0f} kB, "
+            f"growing with the transcript); other turns p50 {ms(median(without)):.2f} ms, "
+            f"p99 {ms(p(without, 99)):.2f} ms",
+        )
     h_added = [e - r for e, r in zip(h_e2e, h_ref, strict=True)]
     info(
         "http_e2e_turn_latency_p50",
@@ -646,7 +635,8 @@ def main() -> int:
         "turns_per_s_1_session",
         s.rate,
         "turns/s",
-        f"{args.single_turns} sequential turns, median of {args.rounds}; {s.rate / sr.rate * 100:.0f}% of provider alone",
+        f"{args.single_turns} sequential turns, median of {args.rounds}; {s.rate / sr.rate * 100:.0f}% of provider alone; "
+        f"{s.closed} provider connections closed in {s.turns} turns",
     )
     info("one_session_cpu", cpu_note(s))
     info(
@@ -677,12 +667,18 @@ def main() -> int:
     info(f"sessions_{n}_cpu", cpu_note(m))
     if profile_text:
         print(profile_text)
+    info(
+        "machine_load",
+        f"{load_before} at start, {machine_load()} at end",
+        note="1-min loadavg / cores; other load skews p99",
+    )
     log(f"wall time {time.perf_counter() - started:.0f} s")
 
     lat99, rate = ms(p(added, 99)), m.rate
-    if args.stub_sniffio:  # a what-if is not the product's figure
-        info("what_if_sniffio_added_latency_p99", lat99, "ms", "target <= 10 ms")
-        info(f"what_if_sniffio_turns_per_s_{n}_sessions", rate, "turns/s", "target >= 500 turns/s")
+    if WHAT_IFS:  # a what-if is not the product's figure
+        tag = "+".join(sorted(WHAT_IFS))
+        info(f"what_if[{tag}]_added_latency_p99", lat99, "ms", "target <= 10 ms")
+        info(f"what_if[{tag}]_turns_per_s_{n}_sessions", rate, "turns/s", "target >= 500 turns/s")
     else:
         figure("added_latency_p99", lat99, "ms", "<= 10 ms", lat99 <= 10.0)
         figure(f"turns_per_s_{n}_sessions", rate, "turns/s", ">= 500 turns/s", rate >= 500)

@@ -109,7 +109,7 @@ def _chat_once(args: argparse.Namespace) -> int:
     session_id = args.session or args.session_id or "cli:default"
     with _client(args) as client:
         try:
-            answer = client.send(session_id, args.prompt, wait=True, user="cli", timeout=None)
+            answer = client.send(session_id, args.prompt, wait=True, user="cli")
         except ClientError as exc:
             print(f"netclaw: {exc}", file=sys.stderr)
             return 1
@@ -277,6 +277,7 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
         report(False, "config", str(exc))
         return 1
     report(True, "config", str(path) if path else "no file; built-in defaults")
+    ok = _doctor_install(report) and ok
     ok = _doctor_database(settings, report) and ok
     ok = _doctor_provider(settings, report) and ok
     from netclaw.client import ClientError, DaemonClient
@@ -288,6 +289,18 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
         except ClientError:
             print(f"[info] daemon: not running at {client.base_url}")
     return 0 if ok else 1
+
+
+def _doctor_install(report: Any) -> bool:
+    from netclaw.persistence import load_migrations
+
+    try:
+        migrations = load_migrations()
+    except NetclawError as exc:
+        report(False, "install", str(exc))
+        return False
+    report(True, "install", f"netclaw {__version__}, {len(migrations)} migration(s)")
+    return True
 
 
 def _doctor_database(settings: Settings, report: Any) -> bool:

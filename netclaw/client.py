@@ -34,6 +34,8 @@ class DaemonClient:
             else str(settings.data_dir / "control.token")
         )
         self._http = httpx.Client(base_url=self.base_url, timeout=timeout)
+        # A waited-for turn may run up to the session's turn timeout, plus the daemon's margin.
+        self.turn_timeout = settings.session.turn_timeout_s + 60
 
     def close(self) -> None:
         self._http.close()
@@ -46,6 +48,7 @@ class DaemonClient:
 
     def _headers(self, extra: dict[str, str] | None = None) -> dict[str, str]:
         if not self._token:
+            self.health()  # no token is most often "never started": say that if it is so
             raise ClientError(
                 f"no control token found in {self._token_source}; start the daemon once with this "
                 "config (`netclaw run`) so it creates one, or point --config at the daemon's config"
@@ -79,15 +82,14 @@ class DaemonClient:
         wait: bool = False,
         user: str | None = None,
         idempotency_key: str | None = None,
-        timeout: float | None = None,
     ) -> dict[str, Any]:
         extra = {"Idempotency-Key": idempotency_key} if idempotency_key else None
         body: dict[str, Any] = {"text": text}
         if user:
             body["user"] = user
         kwargs: dict[str, Any] = {"json": body, "headers": self._headers(extra)}
-        if timeout is not None:
-            kwargs["timeout"] = timeout
+        if wait:
+            kwargs["timeout"] = httpx.Timeout(30.0, read=self.turn_timeout)
         result: dict[str, Any] = self._request(
             "POST", f"/api/sessions/{session_id}/messages", params={"wait": "1"} if wait else None, **kwargs
         ).json()

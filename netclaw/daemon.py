@@ -179,11 +179,15 @@ class Daemon:
         io = self.io
         if io is not None:
             if self._runner is not None:
-                _step("stop the HTTP server", io.run, self._runner.cleanup(), 15)
+                _step("stop listening", io.run, _stop_sites(self._runner), 5)
             if self.manager is not None:
+                # Before the HTTP server finishes: a request waiting for a turn (?wait=1) is
+                # answered now ("accepted; the reply comes after restart"), not at a timeout.
                 refs = _step("stop sessions", io.run, _call(self.manager.shutdown), 5) or []
                 for ref in refs:
                     ref.actor_stopped.wait(ACTOR_STOP_TIMEOUT_S)
+            if self._runner is not None:
+                _step("stop the HTTP server", io.run, self._runner.cleanup(), 15)
             if self.provider is not None:
                 _step("close the provider", io.run, self.provider.aclose(), 5)
             if self.journal is not None:
@@ -256,6 +260,11 @@ def _step(what: str, fn: Callable[..., Any], *args: Any) -> Any:
     except Exception:
         log.exception("shutdown: could not %s", what)
         return None
+
+
+async def _stop_sites(runner: web.AppRunner) -> None:
+    for site in list(runner.sites):
+        await site.stop()
 
 
 async def _call(fn: Callable[..., Any], *args: Any) -> Any:

@@ -113,6 +113,11 @@ class Gateway:
         limit = turn_timeout or self.manager.deps.settings.session.turn_timeout_s + 30
         try:
             outcome = await done.wait(limit)
+        except SessionUnavailable as exc:
+            raise SessionUnavailable(
+                f"message {admission.message_id} is accepted, but its session stopped before "
+                f"the turn finished ({exc}); the turn resumes when the session recovers"
+            ) from exc
         except TimeoutError as exc:
             raise SessionUnavailable(
                 f"message {admission.message_id} is accepted, but its turn did not finish "

@@ -170,6 +170,9 @@ class Reply(Generic[T]):
             return
         if exc is not None:
             self._future.set_exception(exc)
+            # The waiter may have given up (timeout, cancelled request); don't let asyncio
+            # log "exception was never retrieved" for an answer nobody is waiting for.
+            self._future.exception()
         else:
             self._future.set_result(value)  # type: ignore[arg-type]
 

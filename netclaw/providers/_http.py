@@ -22,6 +22,7 @@ from netclaw.errors import ProviderError, ProviderProtocolError, ProviderUnavail
 from netclaw.providers._base import Completion, OnDelta, ProviderRequest
 from netclaw.providers._classify import classify_http_error, classify_transport_error
 from netclaw.providers._retry import with_retries
+from netclaw.providers._transport import PooledTransport
 
 # --------------------------------------------------------------------------- wire helpers
 
@@ -119,12 +120,13 @@ class HttpStreamingProvider(ABC, Generic[AnswerT]):
         self._retry_base_delay = retry_base_delay  # tests shrink the backoff
         self.config = config
         self.base_url = self._configured_base_url(config).rstrip("/")
+        # One keep-alive connection per concurrently talking session, within reason
+        # (httpx keeps only 20 by default, so busy daemons reconnected every turn).
+        limits = httpx.Limits(max_connections=256, max_keepalive_connections=128)
         self._client = httpx.AsyncClient(
             timeout=httpx.Timeout(config.timeout_s, connect=min(10.0, config.timeout_s)),
-            transport=transport,
-            # One keep-alive connection per concurrently talking session, within reason
-            # (httpx keeps only 20 by default, so busy daemons reconnected every turn).
-            limits=httpx.Limits(max_connections=256, max_keepalive_connections=128),
+            transport=transport or PooledTransport(limits=limits),  # see _transport.py
+            limits=limits,
         )
 
     # ----- hooks

@@ -19,6 +19,7 @@ from typing import Any
 import pykka
 
 from netclaw.config import Settings
+from netclaw.errors import SessionUnavailable
 from netclaw.sessions._actor import SessionActor, SessionDeps
 from netclaw.sessions._commands import ConfirmStop, PassivateNow, Routed, Shutdown
 from netclaw.sessions._phases import Phase
@@ -39,6 +40,7 @@ class SessionManager:
         self._deps = make_deps(self)
         self._resident: dict[str, _Resident] = {}
         self.started = 0  # actors started (recoveries), for /healthz and tests
+        self.closed = False  # set by shutdown(): no new sessions may start
 
     @property
     def deps(self) -> SessionDeps:
@@ -47,6 +49,8 @@ class SessionManager:
     # -- routing (loop thread) ----------------------------------------------------------------
 
     def route(self, session_id: str, command: Routed) -> None:
+        if self.closed:
+            raise SessionUnavailable("netclaw is shutting down; send the message again after it restarts")
         entry = self._resident.get(session_id)
         if entry is not None:
             try:
@@ -136,6 +140,7 @@ class SessionManager:
 
     def shutdown(self) -> list[Any]:
         """Tell every session to stop; returns their refs so the caller can wait."""
+        self.closed = True
         refs = [e.ref for e in self._resident.values()]
         self._resident.clear()
         for ref in refs:

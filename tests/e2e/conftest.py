@@ -58,7 +58,7 @@ def subprocess_env(*, source_tree: bool = True, **extra: str) -> dict[str, str]:
 def config_data(data_dir: Path, base_url: str, port: int, **sections: Any) -> dict[str, Any]:
     data: dict[str, Any] = {
         "data_dir": str(data_dir),
-        "providers": {"local": {"type": "openai", "base_url": base_url, "timeout_s": 30, "max_retries": 1}},
+        "providers": {"local": {"type": "openai", "base_url": base_url, "timeout_s": 60, "max_retries": 1}},
         "models": {
             "main": {
                 "provider": "local",
@@ -143,6 +143,15 @@ def admitted_inputs(db_path: Path, session_id: str) -> list[dict[str, Any]]:
     finally:
         conn.close()
     return [json.loads(payload)["message"] for (payload,) in rows]
+
+
+def snapshot_count(db_path: Path, session_id: str) -> int:
+    conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+    try:
+        row = conn.execute("SELECT COUNT(*) FROM snapshots WHERE persistence_id=?", (session_id,)).fetchone()
+    finally:
+        conn.close()
+    return int(row[0])
 
 
 def journal_rows(db_path: Path, session_id: str, type_name: str) -> list[dict[str, Any]]:
@@ -231,18 +240,25 @@ class DaemonProcess:
         return self.http
 
     def post(
-        self, session_id: str, text: str, *, wait: bool = False, timeout: float = 30.0
+        self,
+        session_id: str,
+        text: str,
+        *,
+        wait: bool = False,
+        timeout: float = 30.0,
+        idempotency_key: str | None = None,
     ) -> httpx.Response:
         return self._client().post(
             f"/api/sessions/{session_id}/messages",
             json={"text": text, "user": "e2e"},
             params={"wait": "1"} if wait else None,
+            headers={"Idempotency-Key": idempotency_key} if idempotency_key else None,
             timeout=timeout,
         )
 
-    def acked(self, session_id: str, text: str) -> str:
+    def acked(self, session_id: str, text: str, *, idempotency_key: str | None = None) -> str:
         """POST without waiting; assert the 202 and return the message id."""
-        response = self.post(session_id, text)
+        response = self.post(session_id, text, idempotency_key=idempotency_key)
         assert response.status_code == 202, (response.status_code, response.text)
         body = response.json()
         assert body["session_id"] == session_id
@@ -252,6 +268,10 @@ class DaemonProcess:
         response = self._client().get(f"/api/sessions/{session_id}", params={"view": view})
         response.raise_for_status()
         result: dict[str, Any] = response.json()
+        return result
+
+    def sessions(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self._client().get("/api/sessions").json()
         return result
 
     def health(self) -> dict[str, Any]:
@@ -339,8 +359,10 @@ class Setup:
 
 
 @pytest.fixture
-def setup(tmp_path: Path, scripted: ScriptedOpenAIThread) -> Setup:
-    return Setup(tmp_path / "site", scripted.base_url)
+def setup(request: pytest.FixtureRequest, tmp_path: Path, scripted: ScriptedOpenAIThread) -> Setup:
+    """Config sections can come from indirect parametrization: ``parametrize("setup", [{...}])``."""
+    sections: dict[str, Any] = getattr(request, "param", None) or {}
+    return Setup(tmp_path / "site", scripted.base_url, **sections)
 
 
 @pytest.fixture
@@ -352,3 +374,64 @@ def start(setup: Setup, daemons: Daemons) -> Callable[[], DaemonProcess]:
         return daemons.start(setup.config, setup.data_dir, setup.port)
 
     return start_one
+
+
+# -- a plain install into a fresh venv, started early --------------------------------------------
+
+_INSTALL_SCRIPT = """
+import subprocess, sys, venv
+target, repo = sys.argv[1], sys.argv[2]
+venv.EnvBuilder(with_pip=True).create(target)
+sys.exit(subprocess.call([target + "/bin/pip", "install", "--quiet", repo]))
+"""
+
+
+class BackgroundInstall:
+    """``python -m venv V && V/bin/pip install <repo>`` (non-editable, default index) in a
+    subprocess started when the first e2e test starts, so its ~20-60 s overlap the daemon tests;
+    test_install waits for it."""
+
+    def __init__(self, root: Path) -> None:
+        self.venv = root / "venv"
+        self.log_path = root / "install.log"
+        self._log = self.log_path.open("wb")
+        self.started = time.monotonic()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _INSTALL_SCRIPT, str(self.venv), str(REPO_ROOT)],
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=subprocess_env(source_tree=False),
+            cwd=root,
+        )
+
+    def wait(self, timeout: float) -> Path:
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"pip install {REPO_ROOT} took longer than {timeout:g}s") from None
+        self._log.flush()
+        log = self.log_path.read_text(encoding="utf-8", errors="replace")
+        assert code == 0, f"venv + pip install {REPO_ROOT} failed ({code}):\n{log}"
+        return self.venv
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        self._log.close()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def background_install(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[BackgroundInstall | None]:
+    """Started only when test_install.py is among the selected tests."""
+    if not any(item.path.name == "test_install.py" for item in request.session.items):
+        yield None
+        return
+    job = BackgroundInstall(tmp_path_factory.mktemp("install"))
+    try:
+        yield job
+    finally:
+        job.close()

@@ -6,8 +6,10 @@ session ids); tests that need no daemon, or a broken one, make their own.
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import socket
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +19,7 @@ import pytest
 
 import netclaw
 from tests.e2e.conftest import (
+    REPO_ROOT,
     SYSTEM_PROMPT,
     DaemonProcess,
     Daemons,
@@ -27,10 +30,11 @@ from tests.e2e.conftest import (
     subprocess_env,
     write_json,
 )
-from tests.fakes.scripted_openai import ErrorReply, ScriptedOpenAIThread
+from tests.fakes.scripted_openai import ErrorReply, Reply, ScriptedOpenAIThread
 
 pytestmark = pytest.mark.slow
 
+LONG_TURN_S = 33.0
 AUTH_FAILURE = "Incorrect API key provided: sk-e2e***. You can find your API key in your account."
 
 
@@ -39,6 +43,8 @@ def provider() -> Iterator[ScriptedOpenAIThread]:
     with ScriptedOpenAIThread() as server:
         # Any request whose context mentions the marker is refused as unauthorised.
         server.route("[auth-fail]", lambda body: ErrorReply(status=401, message=AUTH_FAILURE))
+        # A turn longer than the CLI's default HTTP timeout (30 s), well inside turn_timeout_s.
+        server.route("[long-turn]", lambda body: Reply(text="worth the wait", delay_s=LONG_TURN_S))
         yield server
 
 
@@ -59,6 +65,30 @@ def daemon(site: Setup, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Da
 def cli(site: Setup, *args: str, input: str | None = None) -> tuple[int, str, str]:
     done = run_cli(*args, "--config", str(site.config), input=input)
     return done.returncode, done.stdout, done.stderr
+
+
+@pytest.fixture(scope="module", autouse=True)
+def long_chat(daemon: DaemonProcess, site: Setup) -> Iterator[subprocess.Popen[str]]:
+    """`chat -p` on a turn that takes LONG_TURN_S, started with the module so its wait overlaps
+    the other tests; test_chat_prompt_waits_out_a_long_turn (last) collects the result."""
+    proc = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "netclaw.cli", "chat", "-p", "take your time [long-turn]"),
+            *("--session", "cli:long", "--config", str(site.config)),
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=subprocess_env(),
+        cwd=REPO_ROOT,
+    )
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=10)
 
 
 # -- chat -p ------------------------------------------------------------------------------------
@@ -89,7 +119,19 @@ def test_session_option_targets_that_session_and_sessions_lists_it(
     assert daemon.post("cli:abc", "second words for abc", wait=True).status_code == 200
     assert daemon.session("cli:abc")["turns"] == 2  # both went to cli:abc, not cli:default
 
-    code, out, err = cli(site, "sessions", "--json")
+    # Read-only commands, run side by side to save start-up time.
+    commands = {
+        "list-json": ("sessions", "--json"),
+        "list": ("sessions",),
+        "show": ("sessions", "show", "cli:abc"),
+        "show-json": ("sessions", "show", "cli:abc", "--json"),
+        "context": ("sessions", "show", "cli:abc", "--context"),
+    }
+    with concurrent.futures.ThreadPoolExecutor(len(commands)) as pool:
+        futures = {name: pool.submit(cli, site, *args) for name, args in commands.items()}
+        results = {name: future.result() for name, future in futures.items()}
+
+    code, out, err = results["list-json"]
     assert code == 0, err
     rows = {row["id"]: row for row in json.loads(out)}
     assert "cli:abc" in rows, rows
@@ -99,20 +141,20 @@ def test_session_option_targets_that_session_and_sessions_lists_it(
     title = abc["title"]
     assert title and "first words" in title
 
-    code, out, err = cli(site, "sessions")
+    code, out, err = results["list"]
     assert code == 0, err
     line = next((ln for ln in out.splitlines() if ln.startswith("cli:abc ")), None)
     assert line is not None, out
     assert title in line
 
-    code, out, err = cli(site, "sessions", "show", "cli:abc")
+    code, out, err = results["show"]
     assert code == 0, err
     for text in ("first words for abc", "echo: first words for abc", "second words for abc"):
         assert text in out
     assert out.index("first words for abc") < out.index("second words for abc")
     assert SYSTEM_PROMPT not in out  # the transcript, not the model's view
 
-    code, out, err = cli(site, "sessions", "show", "cli:abc", "--json")
+    code, out, err = results["show-json"]
     assert code == 0, err
     session = json.loads(out)
     assert session["id"] == "cli:abc"
@@ -123,10 +165,11 @@ def test_session_option_targets_that_session_and_sessions_lists_it(
         ("assistant", "echo: second words for abc"),
     ]
 
-    code, out, err = cli(site, "sessions", "show", "cli:abc", "--context")
+    code, out, err = results["context"]
     assert code == 0, err
-    assert SYSTEM_PROMPT in out
-    assert out.index(SYSTEM_PROMPT) < out.index("first words for abc") < out.index("second words for abc")
+    body = out.split("\n", 1)[1]  # after the header line (which holds the title)
+    assert SYSTEM_PROMPT in body
+    assert body.index(SYSTEM_PROMPT) < body.index("first words for abc") < body.index("second words for abc")
 
 
 def test_sessions_show_unknown_session_fails(daemon: DaemonProcess, site: Setup) -> None:
@@ -179,11 +222,6 @@ def test_chat_when_daemon_stopped_says_it_cannot_be_reached(tmp_path: Path) -> N
         assert "Traceback" not in done.stderr
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: with no daemon ever started, chat -p reports a missing control token, not that the "
-    "daemon is not running",
-)
 def test_chat_when_daemon_never_started_says_it_is_not_running(tmp_path: Path) -> None:
     site = Setup(tmp_path / "fresh", "http://127.0.0.1:9/v1")
     done = run_cli("chat", "-p", "anyone there?", "--config", str(site.config))
@@ -305,3 +343,9 @@ def test_version() -> None:
     done = run_cli("--version", executable=executable, env=subprocess_env())
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"netclaw {netclaw.__version__}"
+
+
+def test_chat_prompt_waits_out_a_long_turn(long_chat: subprocess.Popen[str]) -> None:
+    out, err = long_chat.communicate(timeout=LONG_TURN_S + 30)
+    assert long_chat.returncode == 0, err
+    assert out.strip() == "worth the wait"
