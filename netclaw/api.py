@@ -23,6 +23,7 @@ from aiohttp import web
 from netclaw.config import Settings
 from netclaw.errors import ConfigError, JournalError, NetclawError, SessionUnavailable
 from netclaw.gateway import Gateway, Inbound, InvalidInput, check_session_id
+from netclaw.messages import ChatMessage
 from netclaw.persistence import Journal
 from netclaw.sessions import (
     OutputFilter,
@@ -369,18 +370,10 @@ def _session_summary(state: SessionState, phase: Any) -> dict[str, Any]:
     }
 
 
-def _message_json(m: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {"id": m.id, "role": m.role, "content": m.content, "ts": m.ts}
-    if m.tool_calls:
-        out["tool_calls"] = [c.to_dict() for c in m.tool_calls]
-    if m.tool_call_id is not None:
-        out["tool_call_id"] = m.tool_call_id
-    if m.name is not None:
-        out["name"] = m.name
-    if m.is_error:
-        out["is_error"] = True
-    if m.kind.value != "chat":
-        out["kind"] = m.kind.value
-    if m.user is not None:
-        out["user"] = m.user
+def _message_json(m: ChatMessage) -> dict[str, Any]:
+    """A message as the API shows it: the stored form without internal bookkeeping
+    (replay identities, provider round-trip data)."""
+    out = m.to_dict()
+    out.pop("identity", None)
+    out.pop("extra", None)
     return out
