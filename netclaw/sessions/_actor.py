@@ -398,7 +398,6 @@ class SessionActor(pykka.ThreadingActor):
     def _on_delta(self, kind: str, text: str) -> None:
         assert self.run is not None
         if kind == "text" and text:
-            self.run.deltas += 1
             self.subscribers.publish(self._output("text_delta", turn=self.run.turn, delta=text))
 
     def _on_completion(self, completion: Completion) -> None:
@@ -478,7 +477,8 @@ class SessionActor(pykka.ThreadingActor):
                 "failed",
             )
             return
-        # Rung 1, compaction, arrives with the compaction issue; run.compacted marks it used.
+        # Rung 1 (compact once per turn, then retry) arrives with the compaction issue;
+        # until then the ladder starts at rung 2.
         window = self.deps.settings.models.main.context_window
         self.prompts.observe_usage(run.estimate, max(window, run.estimate + 1))
         trim = self.prompts.shrink_after_overflow(self.state, self._tools_for(run), run.estimate)

@@ -27,10 +27,8 @@ class TurnRun:
     op_id: int = 0  # the one async result we accept; anything else is stale
     pending_calls: ChatMessage | None = None  # assistant message whose tools are running
     future: Any = None  # the loop future of the op in flight (to cancel it)
-    deltas: int = 0
     estimate: int = 0  # our token estimate of the prompt in flight
     overflow_passes: int = 0  # overflow recovery passes this turn (at most MAX_OVERFLOW_PASSES)
-    compacted: bool = False  # the overflow ladder's first rung ran this turn
 
 
 def build_context(state: SessionState, system_prompt: str) -> list[ChatMessage]:
