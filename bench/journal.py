@@ -236,10 +236,8 @@ def _run_threads(
 # --------------------------------------------------------------------------- the journal
 
 
-async def journal_async(
-    path: Path, sessions: int, seconds: float, cls: type[SqliteJournal] = SqliteJournal
-) -> Result:
-    journal = await cls(path, synchronous="full").open()
+async def journal_async(path: Path, sessions: int, seconds: float) -> Result:
+    journal = await SqliteJournal(path, synchronous="full").open()
     try:
         for i in range(sessions):  # warm-up: also fills the journal's last-seq cache
             await journal.append(
@@ -264,14 +262,13 @@ async def journal_async(
         await journal.close()
 
 
-def journal_threads(
-    path: Path, sessions: int, seconds: float, cls: type[SqliteJournal] = SqliteJournal
-) -> Result:
+def journal_threads(path: Path, sessions: int, seconds: float) -> Result:
     """The journal on its own loop thread; N threads call it as actors do (block on each)."""
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, name="journal-loop", daemon=True)
     thread.start()
-    journal = asyncio.run_coroutine_threadsafe(cls(path, synchronous="full").open(), loop).result(30)
+    opening = SqliteJournal(path, synchronous="full").open()
+    journal = asyncio.run_coroutine_threadsafe(opening, loop).result(30)
     seqs: dict[str, int] = {}
 
     def append(pid: str, seq: int, payload: str) -> None:
@@ -301,11 +298,6 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3, help="repetitions; the median is reported")
     parser.add_argument("--no-threads", action="store_true", help="skip the thread-caller variants")
     parser.add_argument("--dir", default=None, help="where the temporary databases go (same disk matters)")
-    parser.add_argument(
-        "--what-if",
-        default="",
-        help="'onehop': also measure bench/_whatif.OneHopJournal (one aiosqlite hop per commit), info only",
-    )
     args = parser.parse_args()
 
     runs: dict[str, list[Result]] = {}
@@ -321,16 +313,6 @@ def main() -> int:
             ("raw_threads", lambda p: raw_threads(p, n, secs)),
             ("journal_threads", lambda p: journal_threads(p, n, secs)),
         ]
-    onehop = "onehop" in args.what_if.split(",")
-    if onehop:
-        from _whatif import OneHopJournal
-
-        cases += [
-            ("onehop", lambda p: asyncio.run(journal_async(p, n, secs, OneHopJournal))),
-            ("onehop_single", lambda p: asyncio.run(journal_async(p, 1, single, OneHopJournal))),
-        ]
-        if not args.no_threads:
-            cases.append(("onehop_threads", lambda p: journal_threads(p, n, secs, OneHopJournal)))
     load_before = c.machine_load()
     with c.temp_dir("netclaw-bench-journal-", args.dir) as tmp:
         for r in range(args.rounds):
@@ -374,23 +356,6 @@ def main() -> int:
             "appends/s",
             f"{n} actor-like threads; {jt.per_commit:.1f} appends/commit; {jt.rate / rt.rate * 100:.0f}% of raw_threads",
         )
-    if onehop:
-        oh, ohs = med("onehop"), med("onehop_single")
-        info("what_if_onehop_appends_per_s", oh.rate, "appends/s", f"{oh.rate / raw.rate * 100:.0f}% of raw")
-        info(
-            "what_if_onehop_single_writer_appends_per_s",
-            ohs.rate,
-            "appends/s",
-            f"{ohs.rate / rs.rate * 100:.0f}% of raw single (shipped journal: {js.rate / rs.rate * 100:.0f}%)",
-        )
-        if not args.no_threads:
-            oht = med("onehop_threads")
-            info(
-                "what_if_onehop_threads_appends_per_s",
-                oht.rate,
-                "appends/s",
-                f"{oht.rate / rt.rate * 100:.0f}% of raw_threads",
-            )
     info("machine_load", f"{load_before} at start, {c.machine_load()} at end", note="1-min loadavg / cores")
     figure("journal_appends_per_s", jr.rate, "appends/s", ">= 50% of raw", ratio >= 0.5)
     return 0

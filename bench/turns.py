@@ -19,18 +19,14 @@ Throughput (the figure: 100 sessions)
     Turns/s with 1 session (sequential) and with N concurrent sessions (each sends its
     next message when its previous turn completes), next to the provider's own rate at
     the same concurrency, measured with a light aiohttp client (the provider's capacity)
-    and, once, with httpx (netclaw's client library) both with keep-alive and the way
-    netclaw's client uses it (default pool of 20 keep-alive connections, stream left at
-    ``[DONE]``).
+    and, once, with httpx (netclaw's client library) both on its own pool with keep-alive
+    and the way netclaw's providers use it (aiohttp's pool under httpx through
+    ``netclaw.providers._transport.PooledTransport``, netclaw's pool limits, each stream
+    read to its end).
 
 Also printed: journal commits (= fsyncs) per turn, CPU per turn by thread group of this
 process (loop / actors / sqlite threads) and of the provider process, from /proc.
 ``--profile`` adds a cProfile of the loop thread during one extra N-session round.
-``--what-if sniffio,aiohttp,onehop`` measures proposed fixes instead of the shipped code
-(see bench/_whatif.py; results are printed as ``info: what_if_...`` lines, not figures):
-``sniffio`` an in-memory sniffio (httpcore retries a failing ``import sniffio`` on every
-pool lock when the package is missing), ``aiohttp`` the provider client on aiohttp with
-keep-alive, ``onehop`` one aiosqlite thread hop per group commit.
 
 Run from the repo root: ``python bench/turns.py [--turns 300] [--seconds 4] [--rounds 3]``.
 """
@@ -44,7 +40,6 @@ import io
 import json
 import pstats
 import random
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -53,29 +48,10 @@ from typing import Any
 
 import _common as c
 import _procstat as ps
-from _common import figure, info, log, machine_load, median, percentile
-from _provider import ProviderProcess
-
-
-def _what_ifs(argv: list[str]) -> set[str]:
-    """``--what-if a,b`` (read early: the sniffio stub must precede importing httpx)."""
-    found: set[str] = set()
-    for i, arg in enumerate(argv):
-        if arg == "--what-if" and i + 1 < len(argv):
-            found |= set(argv[i + 1].split(","))
-        elif arg.startswith("--what-if="):
-            found |= set(arg.split("=", 1)[1].split(","))
-    return found
-
-
-WHAT_IFS = _what_ifs(sys.argv)
-if "sniffio" in WHAT_IFS:
-    import _whatif
-
-    _whatif.stub_sniffio()
-
 import aiohttp
 import httpx
+from _common import figure, info, log, machine_load, median, percentile
+from _provider import ProviderProcess
 
 from netclaw.config import Settings
 from netclaw.daemon import Daemon
@@ -83,6 +59,7 @@ from netclaw.gateway import Inbound
 from netclaw.messages import ChatMessage, system
 from netclaw.providers import ProviderRequest
 from netclaw.providers._openai import request_body
+from netclaw.providers._transport import PooledTransport
 from netclaw.tools import default_registry
 
 WORDS = (
@@ -135,14 +112,12 @@ class Reference:
         req = ProviderRequest(model=MODEL, messages=messages, tools=self.tools, max_output_tokens=MAX_OUTPUT)
         return json.dumps(request_body(req)).encode()
 
-    async def call(self, client: httpx.AsyncClient, body: bytes, *, close_at_done: bool = False) -> None:
-        """Read the whole stream, so the connection is reused. ``close_at_done`` stops at
-        ``[DONE]`` as netclaw's OpenAI client does, which makes httpx drop the connection."""
+    async def call(self, client: httpx.AsyncClient, body: bytes) -> None:
+        """Read the whole stream, so the connection is reused."""
         async with client.stream("POST", self.url, content=body, headers=self.headers) as response:
             response.raise_for_status()
-            async for line in response.aiter_lines():
-                if close_at_done and line.startswith("data: [DONE]"):
-                    break
+            async for _line in response.aiter_lines():
+                pass
 
     async def call_aiohttp(self, session: aiohttp.ClientSession, body: bytes) -> None:
         async with session.post(self.url, data=body, headers=self.headers) as response:
@@ -342,21 +317,27 @@ async def provider_throughput(
     seconds: float = 0.0,
     count: int = 0,
     client: str = "aiohttp",
-    keepalive: int | None = None,
-    close_at_done: bool = False,
 ) -> Throughput:
-    """The provider alone: ``sessions`` concurrent callers of direct streaming requests."""
+    """The provider alone: ``sessions`` concurrent callers of direct streaming requests.
+
+    ``client``: ``aiohttp`` (a light client: the provider's capacity), ``httpx`` (httpx on
+    its own pool, keep-alive), ``netclaw`` (httpx as netclaw's providers set it up)."""
     if client == "aiohttp":
         holder: Any = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=sessions))
 
         def call() -> Any:
             return ref.call_aiohttp(holder, body)
     else:
-        limits = httpx.Limits(max_connections=max(100, sessions), max_keepalive_connections=keepalive)
-        holder = httpx.AsyncClient(timeout=30, limits=limits)
+        if client == "netclaw":
+            # As HttpStreamingProvider.__init__ (netclaw/providers/_http.py) builds its client.
+            limits = httpx.Limits(max_connections=256, max_keepalive_connections=128)
+            holder = httpx.AsyncClient(timeout=30, transport=PooledTransport(limits=limits), limits=limits)
+        else:
+            limits = httpx.Limits(max_connections=max(100, sessions), max_keepalive_connections=None)
+            holder = httpx.AsyncClient(timeout=30, limits=limits)
 
         def call() -> Any:
-            return ref.call(holder, body, close_at_done=close_at_done)
+            return ref.call(holder, body)
 
     async with holder:
         await asyncio.gather(*(call() for _ in range(sessions)))  # open the connections
@@ -455,7 +436,6 @@ def main() -> int:
         "--rounds", type=int, default=3, help="throughput repetitions; the median is reported"
     )
     parser.add_argument("--profile", action="store_true", help="cProfile the loop thread in one extra round")
-    parser.add_argument("--what-if", default="", help="comma list of sniffio, aiohttp, onehop (see doc)")
     parser.add_argument("--dir", default=None, help="where the temporary data_dir goes")
     args = parser.parse_args()
 
@@ -468,21 +448,7 @@ def main() -> int:
         try:
             provider.start()
             settings = settings_for(tmp / "data", provider.base_url)
-            factory = None
-            if WHAT_IFS - {"sniffio"}:
-                import _whatif
-
-                import netclaw.daemon
-
-                if "onehop" in WHAT_IFS:
-                    netclaw.daemon.SqliteJournal = _whatif.OneHopJournal  # type: ignore[misc]
-                if "aiohttp" in WHAT_IFS:
-
-                    def factory(s: Settings) -> Any:
-                        name = s.models.main.provider
-                        return _whatif.AiohttpOpenAIProvider(name, s.providers[name])
-
-            daemon = Daemon(settings, provider_factory=factory)
+            daemon = Daemon(settings)
             daemon.start()
             io_loop = daemon.io
             assert io_loop is not None
@@ -548,15 +514,7 @@ def main() -> int:
             httpx_like = measured(
                 provider,
                 lambda: on_loop(
-                    provider_throughput(
-                        ref,
-                        n,
-                        short_body,
-                        seconds=args.seconds / 2,
-                        client="httpx",
-                        keepalive=20,
-                        close_at_done=True,
-                    )
+                    provider_throughput(ref, n, short_body, seconds=args.seconds / 2, client="netclaw")
                 ),
             )
             profile_text = profile_round(daemon, n, args.seconds, texts) if args.profile else ""
@@ -655,8 +613,9 @@ def main() -> int:
         f"provider_alone_turns_per_s_{n}_httpx_like_netclaw",
         httpx_like.rate,
         "turns/s",
-        f"default pool (20 keep-alive), stream left at [DONE]: {httpx_like.closed} connections closed in "
-        f"{httpx_like.turns} calls (keep-alive run: {httpx_keep.closed} in {httpx_keep.turns})",
+        f"aiohttp's pool under httpx (PooledTransport, 256/128 keep-alive), stream read to its end: "
+        f"{httpx_like.closed} connections closed in {httpx_like.turns} calls "
+        f"(keep-alive run: {httpx_keep.closed} in {httpx_keep.turns}); {cpu_note(httpx_like)}",
     )
     info(
         f"turns_per_s_{n}_sessions_vs_provider_alone",
@@ -675,13 +634,8 @@ def main() -> int:
     log(f"wall time {time.perf_counter() - started:.0f} s")
 
     lat99, rate = ms(p(added, 99)), m.rate
-    if WHAT_IFS:  # a what-if is not the product's figure
-        tag = "+".join(sorted(WHAT_IFS))
-        info(f"what_if[{tag}]_added_latency_p99", lat99, "ms", "target <= 10 ms")
-        info(f"what_if[{tag}]_turns_per_s_{n}_sessions", rate, "turns/s", "target >= 500 turns/s")
-    else:
-        figure("added_latency_p99", lat99, "ms", "<= 10 ms", lat99 <= 10.0)
-        figure(f"turns_per_s_{n}_sessions", rate, "turns/s", ">= 500 turns/s", rate >= 500)
+    figure("added_latency_p99", lat99, "ms", "<= 10 ms", lat99 <= 10.0)
+    figure(f"turns_per_s_{n}_sessions", rate, "turns/s", ">= 500 turns/s", rate >= 500)
     return 0
 
 
