@@ -88,6 +88,7 @@ class SessionConfig(_Section):
     max_tool_iterations: int = Field(25, ge=1)
     turn_timeout_s: float = Field(300.0, gt=0)
     max_resident_sessions: int = Field(1000, ge=1)
+    compaction_timeout_s: float = Field(120.0, gt=0)  # extension: time budget of one compaction
 
 
 class HistoryConfig(_Section):

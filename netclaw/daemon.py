@@ -24,11 +24,11 @@ from netclaw.api import Api, load_control_token
 from netclaw.config import Settings, load_settings
 from netclaw.errors import ConfigError, DaemonError
 from netclaw.gateway import Gateway
-from netclaw.persistence import SqliteJournal, prepare_database
+from netclaw.persistence import SqliteJournal, SqliteMemoryStore, prepare_database
 from netclaw.providers import Provider, make_provider
 from netclaw.runtime import IoLoop
 from netclaw.sessions import SessionDeps, SessionManager
-from netclaw.tools import default_registry
+from netclaw.tools import default_registry, memory_tools
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +98,8 @@ class Daemon:
         self.io: IoLoop | None = None
         self.journal: SqliteJournal | None = None
         self.provider: Provider | None = None
+        self.compaction_provider: Provider | None = None
+        self.memory: SqliteMemoryStore | None = None
         self.manager: SessionManager | None = None
         self.gateway: Gateway | None = None
         self._runner: web.AppRunner | None = None
@@ -123,11 +125,22 @@ class Daemon:
                     self.settings.database_path, synchronous=self.settings.journal.synchronous
                 ).open()
             )
+            self.memory = self.io.run(
+                SqliteMemoryStore(
+                    self.settings.database_path, synchronous=self.settings.journal.synchronous
+                ).open()
+            )
             self.provider = self._provider_factory(self.settings)
+            self.compaction_provider = _compaction_provider(self.settings)
             tools = default_registry()
-            io, journal, provider = self.io, self.journal, self.provider
+            for tool in memory_tools(self.memory):
+                tools.register(tool)
+            io, journal, provider, memory = self.io, self.journal, self.provider, self.memory
+            compaction_provider = self.compaction_provider
             self.manager = SessionManager(
-                lambda manager: SessionDeps(io, journal, provider, tools, self.settings, manager)
+                lambda manager: SessionDeps(
+                    io, journal, provider, tools, self.settings, manager, memory, compaction_provider
+                )
             )
             self.gateway = Gateway(self.manager)
             api = Api(self.settings, self.gateway, self.manager, self.journal, token)
@@ -188,14 +201,19 @@ class Daemon:
                     ref.actor_stopped.wait(ACTOR_STOP_TIMEOUT_S)
             if self._runner is not None:
                 _step("stop the HTTP server", io.run, self._runner.cleanup(), 15)
-            if self.provider is not None:
-                _step("close the provider", io.run, self.provider.aclose(), 5)
+            for provider in (self.provider, self.compaction_provider):
+                if provider is not None:
+                    _step("close a provider", io.run, provider.aclose(), 5)
+            if self.memory is not None:
+                _step("close the memory store", io.run, self.memory.close(), 5)
             if self.journal is not None:
                 _step("close the journal", io.run, self.journal.close(), 10)
         self._runner = None
         self.manager = None
         self.journal = None
         self.provider = None
+        self.compaction_provider = None
+        self.memory = None
         if io is not None:
             io.stop()
         self.io = None
@@ -276,6 +294,14 @@ def _is_ours(ref: Any) -> bool:
     from netclaw.sessions import SessionActor
 
     return bool(ref.actor_class is SessionActor)
+
+
+def _compaction_provider(settings: Settings) -> Provider | None:
+    """A separate provider only when models.compaction names a different one."""
+    compaction = settings.models.compaction
+    if compaction is None or compaction.provider == settings.models.main.provider:
+        return None
+    return make_provider(compaction.provider, settings.providers[compaction.provider])
 
 
 def _default_provider(settings: Settings) -> Provider:

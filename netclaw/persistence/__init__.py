@@ -1,17 +1,23 @@
 """Persistence: the event journal, snapshots and session index (SQLite by default)."""
 
 from netclaw.persistence._journal import Journal, NewEvent, SessionRow, Snapshot, StoredEvent
+from netclaw.persistence._memory import Memory, MemoryStore, NewMemory, SqliteMemoryStore, format_recall
 from netclaw.persistence._migrations import apply_migrations, load_migrations, migrations_dir
 from netclaw.persistence._sqlite import SqliteJournal, prepare_database
 
 __all__ = [
     "Journal",
+    "Memory",
+    "MemoryStore",
     "NewEvent",
+    "NewMemory",
     "SessionRow",
     "Snapshot",
     "SqliteJournal",
+    "SqliteMemoryStore",
     "StoredEvent",
     "apply_migrations",
+    "format_recall",
     "load_migrations",
     "migrations_dir",
     "prepare_database",

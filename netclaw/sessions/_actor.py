@@ -14,7 +14,7 @@ import contextlib
 import json
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import pykka
@@ -22,12 +22,14 @@ import pykka
 from netclaw.config import Settings
 from netclaw.errors import ContextOverflow, ProviderError, SessionUnavailable
 from netclaw.history import TrimResult
-from netclaw.messages import ChatMessage, new_id
-from netclaw.persistence import Journal, NewEvent, SessionRow
+from netclaw.messages import ChatMessage, new_id, system
+from netclaw.persistence import Journal, MemoryStore, NewEvent, SessionRow, format_recall
+from netclaw.policy import audience_of, recall_allowed
 from netclaw.providers import Completion, Delta, Provider, ProviderRequest, ToolSchema
 from netclaw.runtime import IoLoop, Reply, Timer
 from netclaw.sessions._commands import (
     Admission,
+    CompactionDone,
     ConfirmStop,
     GraceElapsed,
     IdleTick,
@@ -42,6 +44,13 @@ from netclaw.sessions._commands import (
     ToolsDone,
     TurnTimeout,
     Unsubscribe,
+)
+from netclaw.sessions._compaction import (
+    CompactionOutcome,
+    CompactionStart,
+    compaction_event,
+    plan_compaction,
+    run_compaction,
 )
 from netclaw.sessions._events import (
     HistoryTrimmed,
@@ -63,11 +72,12 @@ from netclaw.sessions._subscribers import Subscriber, SubscriberSet
 from netclaw.sessions._turn import (
     TurnRun,
     assistant_message,
+    build_context,
     interrupted_results,
     make_title,
     tool_message,
 )
-from netclaw.tools import ToolRegistry
+from netclaw.tools import ToolContext, ToolRegistry
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +85,7 @@ PERSIST_TIMEOUT_S = 30.0
 RECOVERY_TIMEOUT_S = 60.0
 TOOL_TIMEOUT_S = 120.0
 MAX_OVERFLOW_PASSES = 3
+RECALL_TIMEOUT_S = 0.5
 
 
 class ManagerPort(Protocol):
@@ -95,6 +106,8 @@ class SessionDeps:
     tools: ToolRegistry
     settings: Settings
     manager: ManagerPort
+    memory: MemoryStore | None = None
+    compaction_provider: Provider | None = None  # models.compaction's; None: the main provider
 
 
 class SessionActor(pykka.ThreadingActor):
@@ -107,7 +120,10 @@ class SessionActor(pykka.ThreadingActor):
         self.phases = PhaseMachine()
         self.subscribers = SubscriberSet()
         self.prompts = PromptBuilder(deps.settings.agent.system_prompt, deps.settings.trim_budget_tokens)
+        self.audience = audience_of(session_id, deps.settings)
         self.run: TurnRun | None = None
+        self.compacting: _Compacting | None = None
+        self.last_input_tokens: int | None = None  # the provider's latest count of our prompt
         self.waiters: dict[str, list[Reply[TurnOutcome]]] = {}
         self.received = 0  # routed commands received (compared with the manager's count)
         self.broken: str | None = None
@@ -145,6 +161,7 @@ class SessionActor(pykka.ThreadingActor):
     def on_stop(self) -> None:
         self.subscribers.close_all()
         self._cancel_timers()
+        self._abandon_compaction()
         if self.run is not None and self.run.future is not None:
             self.run.future.cancel()
         reason = SessionUnavailable(f"session {self.session_id} stopped")
@@ -189,8 +206,14 @@ class SessionActor(pykka.ThreadingActor):
             case ToolsDone(op_id=op_id, results=results):
                 if self._current(op_id):
                     self._on_tool_results(results)
+            case CompactionDone(op_id=op_id, outcome=outcome):
+                if self.compacting is not None and self.compacting.op_id == op_id:
+                    self._finish_compaction(self.compacting, outcome)
             case OpFailed(op_id=op_id, error=error):
-                if self._current(op_id):
+                if self.compacting is not None and self.compacting.op_id == op_id:
+                    log.error("%s: compaction failed: %r", self.session_id, error)
+                    self._finish_compaction(self.compacting, None, note=f"compaction failed: {error}")
+                elif self._current(op_id):
                     self._on_op_failed(error)
             case TurnTimeout(turn=turn):
                 if self.run is not None and self.run.turn == turn:
@@ -227,6 +250,7 @@ class SessionActor(pykka.ThreadingActor):
         state = self.deps.io.run(load_state(self.deps.journal, self.session_id), RECOVERY_TIMEOUT_S)
         self.state = state
         self._snapshot_seq = state.seq
+        self.last_input_tokens = state.last_input_tokens
         self._set_phase(Phase.READY)
         log.debug(
             "%s: recovered at seq %d in %.1f ms",
@@ -345,8 +369,8 @@ class SessionActor(pykka.ThreadingActor):
 
     def _next_op(self) -> int:
         self._op_counter += 1
-        assert self.run is not None
-        self.run.op_id = self._op_counter
+        if self.run is not None:
+            self.run.op_id = self._op_counter
         return self._op_counter
 
     def _call_provider(self) -> None:
@@ -365,13 +389,21 @@ class SessionActor(pykka.ThreadingActor):
             tools=tools,
             max_output_tokens=model.max_output_tokens,
         )
-        relay = _DeltaRelay(self.actor_ref, op_id)
+        relay = _DeltaRelay(self.actor_ref, op_id, self._recall_for(run))
         run.future = self.deps.io.submit_and_tell(
             relay.stream(self.deps.provider, request),
             self.actor_ref,
             lambda completion: ProviderDone(op_id, completion),
             lambda error: OpFailed(op_id, error),
         )
+
+    def _recall_for(self, run: TurnRun) -> _Recall | None:
+        """Memories relevant to the turn's message, for the first call of a turn only."""
+        memory = self.deps.memory
+        if memory is None or run.iteration > 0 or not recall_allowed(self.audience, self.deps.settings):
+            return None
+        message = self.state.find_message(run.message_id)
+        return _Recall(memory, message.content, self.audience) if message is not None else None
 
     def _tools_for(self, run: TurnRun) -> list[ToolSchema]:
         # Past the iteration limit the model gets no tools, so it must answer.
@@ -404,6 +436,7 @@ class SessionActor(pykka.ThreadingActor):
         run = self.run
         assert run is not None
         if completion.usage is not None:
+            self.last_input_tokens = completion.usage.input_tokens
             self.prompts.observe_usage(run.estimate, completion.usage.input_tokens)
             self.subscribers.publish(
                 self._output(
@@ -428,7 +461,11 @@ class SessionActor(pykka.ThreadingActor):
         run.pending_calls = assistant
         op_id = self._next_op()
         run.future = self.deps.io.submit_and_tell(
-            self.deps.tools.run_batch(assistant.tool_calls, min(TOOL_TIMEOUT_S, self.cfg.turn_timeout_s)),
+            self.deps.tools.run_batch(
+                assistant.tool_calls,
+                min(TOOL_TIMEOUT_S, self.cfg.turn_timeout_s),
+                context=ToolContext(self.session_id, self.audience),
+            ),
             self.actor_ref,
             lambda results: ToolsDone(op_id, results),
             lambda error: OpFailed(op_id, error),
@@ -452,7 +489,10 @@ class SessionActor(pykka.ThreadingActor):
                 )
             )
         run.iteration += 1
-        self._call_provider()
+        if self._compaction_due():
+            self._begin_compaction(resume_turn=True)
+        else:
+            self._call_provider()
 
     def _on_op_failed(self, error: BaseException) -> None:
         if isinstance(error, ContextOverflow):
@@ -477,8 +517,18 @@ class SessionActor(pykka.ThreadingActor):
                 "failed",
             )
             return
-        # Rung 1 (compact once per turn, then retry) arrives with the compaction issue;
-        # until then the ladder starts at rung 2.
+        if not run.compacted:  # rung 1: compact (once per turn), then retry
+            run.compacted = True
+            log.warning("%s: provider reported context overflow; compacting and retrying", self.session_id)
+            self._begin_compaction(resume_turn=True, forced=True)
+            return
+        self._overflow_trim()
+
+    def _overflow_trim(self) -> None:
+        """Rung 2: trim whole turns to ~2/3 of the refused prompt and retry; rung 3: give up
+        when only the newest turn is left."""
+        run = self.run
+        assert run is not None
         window = self.deps.settings.models.main.context_window
         self.prompts.observe_usage(run.estimate, max(window, run.estimate + 1))
         trim = self.prompts.shrink_after_overflow(self.state, self._tools_for(run), run.estimate)
@@ -525,6 +575,7 @@ class SessionActor(pykka.ThreadingActor):
         if run.future is not None:
             run.future.cancel()
         run.op_id = -1  # whatever the cancelled op still reports is stale
+        self._abandon_compaction()
         if run.pending_calls is not None:  # every call still gets its result
             calls = run.pending_calls
             self._persist(StepRecorded(run.turn, (calls, *interrupted_results(calls.tool_calls))))
@@ -547,7 +598,108 @@ class SessionActor(pykka.ThreadingActor):
             self._turn_timer = None
         self._snapshot_if_due()
         self._set_phase(Phase.READY)
-        self._start_next_turn()
+        if self._compaction_due():
+            self._begin_compaction(resume_turn=False)
+        else:
+            self._start_next_turn()
+
+    # -- compaction ---------------------------------------------------------------------------
+
+    def _compaction_due(self) -> bool:
+        window = self.deps.settings.models.main.context_window
+        tokens = self.last_input_tokens
+        return tokens is not None and tokens >= self.cfg.compaction_threshold * window
+
+    def _begin_compaction(self, *, resume_turn: bool, forced: bool = False) -> None:
+        """Tier 1 here; tiers 2 and 3 (LLM calls) on the loop if still over the threshold.
+        Messages arriving meanwhile are acknowledged and buffered (phase Compacting)."""
+        self._set_phase(Phase.COMPACTING)
+        settings = self.deps.settings
+        start = plan_compaction(
+            self.state,
+            self.prompts,
+            self.deps.tools.schemas(),
+            keep_recent=self.cfg.keep_recent_tool_results,
+            threshold_tokens=int(self.cfg.compaction_threshold * settings.models.main.context_window),
+            audience=self.audience,
+            model=settings.compaction_model,
+            budget_s=self.cfg.compaction_timeout_s,
+            forced=forced,
+        )
+        compacting = _Compacting(op_id=self._new_op_id(), start=start, resume_turn=resume_turn, forced=forced)
+        self.compacting = compacting
+        if start.plan is None:
+            self._finish_compaction(compacting, None)
+            return
+        provider = self.deps.compaction_provider or self.deps.provider
+        op_id = compacting.op_id
+        compacting.future = self.deps.io.submit_and_tell(
+            run_compaction(start.plan, provider, self.deps.memory),
+            self.actor_ref,
+            lambda outcome: CompactionDone(op_id, outcome),
+            lambda error: OpFailed(op_id, error),
+        )
+
+    def _finish_compaction(
+        self, compacting: _Compacting, outcome: CompactionOutcome | None, note: str | None = None
+    ) -> None:
+        self.compacting = None
+        start = compacting.start
+        if note is not None:
+            start = replace(start, note=note)
+        tools = self.deps.tools.schemas()
+        # What the projection will look like once the event is applied.
+        preview = self.state.apply(compaction_event(start, outcome, 0, 0), self.state.seq + 1, time.time())
+        event = compaction_event(
+            start,
+            outcome,
+            len(build_context(preview, self.prompts.system_prompt)),
+            self.prompts.estimate(preview, tools),
+        )
+        self._persist(event)
+        self._snapshot(wait=False)
+        self.last_input_tokens = None  # the provider's count described the old prompt
+        log.info(
+            "%s: compaction %s",
+            self.session_id,
+            json.dumps(
+                {k: v for k, v in event.to_payload().items() if k != "summary" and k != "cleared"},
+                sort_keys=True,
+            ),
+        )
+        self.subscribers.publish(
+            self._output(
+                "compaction",
+                messages_before=event.messages_before,
+                messages_after=event.messages_after,
+                tool_results_cleared=len(event.cleared),
+                summarized=event.summary is not None,
+                memories_saved=event.memories_saved,
+                tokens_before=event.tokens_before,
+                tokens_after=event.tokens_after,
+                tiers=list(event.tiers),
+                note=event.note,
+            )
+        )
+        if compacting.resume_turn and self.run is not None:
+            self._set_phase(Phase.PROCESSING)
+            if compacting.forced and not event.cleared and event.summary is None:
+                self._overflow_trim()  # compaction freed nothing: the same prompt would overflow again
+            else:
+                self._call_provider()
+        else:
+            self._set_phase(Phase.READY)
+            self._start_next_turn()
+
+    def _abandon_compaction(self) -> None:
+        if self.compacting is not None:
+            if self.compacting.future is not None:
+                self.compacting.future.cancel()
+            self.compacting = None
+
+    def _new_op_id(self) -> int:
+        self._op_counter += 1
+        return self._op_counter
 
     # -- idle and passivation -----------------------------------------------------------------
 
@@ -646,15 +798,18 @@ class _DeltaRelay:
     """Runs a provider call on the loop and forwards its deltas to the actor, coalesced:
     every delta that arrives in one loop iteration travels in one ``tell``."""
 
-    __slots__ = ("_op_id", "_pending", "_ref", "_scheduled")
+    __slots__ = ("_op_id", "_pending", "_recall", "_ref", "_scheduled")
 
-    def __init__(self, ref: Any, op_id: int) -> None:
+    def __init__(self, ref: Any, op_id: int, recall: _Recall | None = None) -> None:
         self._ref = ref
         self._op_id = op_id
+        self._recall = recall
         self._pending: list[Delta] = []
         self._scheduled = False
 
     async def stream(self, provider: Provider, request: ProviderRequest) -> Completion:
+        if self._recall is not None:
+            request = await self._recall.into(request)
         try:
             return await provider.complete(request, self._on_delta)
         finally:
@@ -672,6 +827,39 @@ class _DeltaRelay:
             batch, self._pending = tuple(self._pending), []
             with contextlib.suppress(pykka.ActorDeadError):
                 self._ref.tell(ProviderDeltas(self._op_id, batch))
+
+
+@dataclass(slots=True)
+class _Compacting:
+    op_id: int
+    start: CompactionStart
+    resume_turn: bool  # a tool loop (or an overflow retry) continues afterwards
+    forced: bool = False  # the overflow ladder's rung 1, not the threshold
+    future: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Recall:
+    """Relevant memories, put in a volatile block after the system prompt (never journaled)."""
+
+    memory: MemoryStore
+    query: str
+    audience: str
+
+    async def into(self, request: ProviderRequest) -> ProviderRequest:
+        try:
+            found = await asyncio.wait_for(
+                self.memory.search(self.query, audience=self.audience), RECALL_TIMEOUT_S
+            )
+        except Exception as exc:  # slow or broken recall means no recall, never a failed turn
+            log.warning("memory recall skipped: %s", exc)
+            return request
+        block = format_recall(found)
+        if block is None:
+            return request
+        messages = list(request.messages)
+        messages.insert(1, system(block, id="recall"))
+        return replace(request, messages=messages)
 
 
 def _replies_in(message: Any) -> list[Reply[Any]]:

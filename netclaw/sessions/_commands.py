@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from netclaw.providers import Completion, Delta
 from netclaw.runtime import Reply
+from netclaw.sessions._compaction import CompactionOutcome
 from netclaw.sessions._outputs import OutputFilter
 from netclaw.sessions._state import TurnOutcome
 from netclaw.sessions._subscribers import Sink
@@ -86,6 +87,12 @@ class ProviderDeltas:
 class ProviderDone:
     op_id: int
     completion: Completion
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionDone:
+    op_id: int
+    outcome: CompactionOutcome
 
 
 @dataclass(frozen=True, slots=True)

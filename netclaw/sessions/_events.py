@@ -84,7 +84,47 @@ class HistoryTrimmed:
         }
 
 
-SessionEvent = InputAdmitted | TurnStarted | StepRecorded | TurnRecorded | SessionTitleSet | HistoryTrimmed
+@dataclass(frozen=True, slots=True)
+class SessionCompacted:
+    """Tiered compaction ran. Like a trim, it changes the model-visible projection only:
+    cleared tool results show as placeholders, and with a summary the projection starts
+    at ``first_kept_id`` behind the summary. The transcript keeps every message."""
+
+    cleared: tuple[str, ...]  # tool_call_ids whose results are now placeholders
+    summary: str | None  # the merged summary (None: no summary this time)
+    first_kept_id: str | None  # with a summary: the first message it does not cover
+    tiers: tuple[str, ...]  # "clear_tool_results", "memory_flush", "summary"
+    memories_saved: int
+    messages_before: int
+    messages_after: int
+    tokens_before: int
+    tokens_after: int
+    note: str | None = None  # why a tier was skipped or cancelled, for people
+
+    def to_payload(self) -> dict[str, Any]:
+        return {
+            "cleared": list(self.cleared),
+            "summary": self.summary,
+            "first_kept_id": self.first_kept_id,
+            "tiers": list(self.tiers),
+            "memories_saved": self.memories_saved,
+            "messages_before": self.messages_before,
+            "messages_after": self.messages_after,
+            "tokens_before": self.tokens_before,
+            "tokens_after": self.tokens_after,
+            "note": self.note,
+        }
+
+
+SessionEvent = (
+    InputAdmitted
+    | TurnStarted
+    | StepRecorded
+    | TurnRecorded
+    | SessionTitleSet
+    | HistoryTrimmed
+    | SessionCompacted
+)
 
 
 def encode(event: SessionEvent) -> tuple[str, str]:
@@ -110,7 +150,7 @@ def encode(event: SessionEvent) -> tuple[str, str]:
                 payload["usage"] = dict(event.usage)
         case SessionTitleSet(title=title):
             payload = {"title": title}
-        case HistoryTrimmed():
+        case HistoryTrimmed() | SessionCompacted():
             payload = event.to_payload()
     return type(event).__name__, json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
 
@@ -138,6 +178,10 @@ def decode(type_name: str, payload: str) -> SessionEvent:
                 return SessionTitleSet(str(data["title"]))
             case "HistoryTrimmed":
                 return HistoryTrimmed(**data)
+            case "SessionCompacted":
+                data["cleared"] = tuple(data["cleared"])
+                data["tiers"] = tuple(data["tiers"])
+                return SessionCompacted(**data)
     except (ValueError, KeyError, TypeError) as exc:
         raise JournalCorrupt(f"cannot decode {type_name} event: {exc}") from exc
     raise JournalCorrupt(f"unknown event type {type_name!r} (written by a newer netclaw?)")

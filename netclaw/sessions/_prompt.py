@@ -66,8 +66,18 @@ class PromptBuilder:
 
         None when nothing can go (only the newest turn is left).
         """
-        prompt = self._fit(state, tools, trim_fraction_target(estimate))
+        # Two thirds of the conversation, not of the whole prompt: the system prompt and tool
+        # schemas cannot be trimmed, and counting them would cut far more than a third.
+        fixed = self.counter.fixed_overhead(tool_dicts(tools)) + self.counter.count_message(
+            build_context(state, self.system_prompt)[0]
+        )
+        prompt = self._fit(state, tools, fixed + trim_fraction_target(max(estimate - fixed, 0)))
         return prompt.trim
+
+    def estimate(self, state: SessionState, tools: Sequence[ToolSchema]) -> int:
+        """Our token estimate of the projection as recorded (no trim)."""
+        context = build_context(state, self.system_prompt)
+        return self.counter.fixed_overhead(tool_dicts(tools)) + sum(self.counter.count_all(context))
 
     def observe_usage(self, estimate: int, reported_input_tokens: int) -> None:
         self.calibration.observe(estimate, reported_input_tokens)

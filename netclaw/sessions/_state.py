@@ -16,6 +16,7 @@ from netclaw.messages import ChatMessage
 from netclaw.sessions._events import (
     HistoryTrimmed,
     InputAdmitted,
+    SessionCompacted,
     SessionEvent,
     SessionTitleSet,
     StepRecorded,
@@ -69,12 +70,13 @@ class SessionState:
     outcomes: Mapping[str, TurnOutcome] = field(default_factory=dict)  # user message id → outcome
     last_activity: float = 0.0
     last_input_tokens: int | None = None
-    # The model sees transcript[kept_from:]; earlier turns were trimmed (never deleted).
+    # The model sees transcript[kept_from:] (never deleted from the record). Earlier turns
+    # were either summarised (`summary`) or, if `trimmed`, dropped behind a breadcrumb.
     kept_from: int = 0
-
-    @property
-    def trimmed(self) -> bool:
-        return self.kept_from > 0
+    trimmed: bool = False
+    summary: str | None = None
+    cleared: frozenset[str] = frozenset()  # tool_call_ids shown as placeholders
+    compactions: int = 0
 
     @property
     def visible(self) -> tuple[ChatMessage, ...]:
@@ -162,11 +164,32 @@ class SessionState:
             case SessionTitleSet(title=title):
                 return replace(self, seq=seq, title=title, last_activity=ts)
             case HistoryTrimmed(first_kept_id=first):
-                index = next((i for i, m in enumerate(self.transcript) if m.id == first), None)
-                if index is None:
-                    raise JournalCorrupt(f"{self.session_id}: trim keeps from unknown message {first}")
-                return replace(self, seq=seq, kept_from=index)
+                return replace(self, seq=seq, kept_from=self._index_of(first), trimmed=True)
+            case SessionCompacted():
+                state = replace(
+                    self,
+                    seq=seq,
+                    cleared=self.cleared | frozenset(event.cleared),
+                    compactions=self.compactions + 1,
+                    last_input_tokens=None,  # the provider's count no longer describes the prompt
+                    last_activity=ts,
+                )
+                if event.summary is not None and event.first_kept_id is not None:
+                    # The summary covers everything before the kept part: no breadcrumb.
+                    state = replace(
+                        state,
+                        summary=event.summary,
+                        kept_from=self._index_of(event.first_kept_id),
+                        trimmed=False,
+                    )
+                return state
         raise TypeError(f"not a session event: {event!r}")
+
+    def _index_of(self, message_id: str) -> int:
+        index = next((i for i, m in enumerate(self.transcript) if m.id == message_id), None)
+        if index is None:
+            raise JournalCorrupt(f"{self.session_id}: projection keeps from unknown message {message_id}")
+        return index
 
     def apply_all(self, events: Iterable[tuple[SessionEvent, int, float]]) -> SessionState:
         state = self
@@ -193,6 +216,10 @@ class SessionState:
             "last_activity": self.last_activity,
             "last_input_tokens": self.last_input_tokens,
             "kept_from": self.kept_from,
+            "trimmed": self.trimmed,
+            "summary": self.summary,
+            "cleared": sorted(self.cleared),
+            "compactions": self.compactions,
         }
         return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
 
@@ -221,6 +248,10 @@ class SessionState:
                 last_activity=float(d["last_activity"]),
                 last_input_tokens=d["last_input_tokens"],
                 kept_from=int(d.get("kept_from", 0)),
+                trimmed=bool(d.get("trimmed", d.get("kept_from", 0) > 0)),
+                summary=d.get("summary"),
+                cleared=frozenset(d.get("cleared", ())),
+                compactions=int(d.get("compactions", 0)),
             )
         except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
             raise JournalCorrupt(f"cannot decode snapshot: {exc}") from exc

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from netclaw.history import INTERRUPTED_TEXT, make_breadcrumb
+from netclaw.history.compaction import apply_clearing, summary_message
 from netclaw.messages import ChatMessage, ToolCall, new_id, system
 from netclaw.providers import Completion
 from netclaw.sessions._state import SessionState
@@ -29,15 +30,26 @@ class TurnRun:
     future: Any = None  # the loop future of the op in flight (to cancel it)
     estimate: int = 0  # our token estimate of the prompt in flight
     overflow_passes: int = 0  # overflow recovery passes this turn (at most MAX_OVERFLOW_PASSES)
+    compacted: bool = False  # the overflow ladder's first rung (compaction) ran this turn
 
 
 def build_context(state: SessionState, system_prompt: str) -> list[ChatMessage]:
-    """The model-visible projection as recorded: system prompt, a breadcrumb where
-    earlier turns were trimmed, then the transcript from the first kept turn."""
+    """The model-visible projection as recorded: the system prompt, the compaction
+    summary, a breadcrumb where turns were trimmed, then the kept transcript with
+    cleared tool results shown as placeholders."""
+    head = [system(system_prompt)]
     visible = state.visible
+    if state.summary is not None:
+        head.append(
+            summary_message(
+                state.summary, id=f"summary:{state.compactions}", ts=visible[0].ts if visible else 0.0
+            )
+        )
     if state.trimmed and visible:
-        return [system(system_prompt), make_breadcrumb(visible[0]), *visible]
-    return [system(system_prompt), *visible]
+        head.append(make_breadcrumb(visible[0]))
+    if state.cleared:
+        return [*head, *apply_clearing(visible, state.cleared)]
+    return [*head, *visible]
 
 
 def assistant_message(completion: Completion, *, with_tool_calls: bool) -> ChatMessage:

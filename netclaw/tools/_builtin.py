@@ -8,10 +8,10 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from netclaw.errors import ToolError
-from netclaw.tools._registry import Tool
+from netclaw.tools._registry import Tool, ToolContext
 
 
-async def _current_time(args: Mapping[str, Any]) -> str:
+async def _current_time(args: Mapping[str, Any], ctx: ToolContext) -> str:
     name = args.get("timezone") or "UTC"
     if not isinstance(name, str):
         raise ToolError("timezone must be a string such as 'Europe/Berlin'")

@@ -15,7 +15,19 @@ from netclaw.providers import ToolSchema
 
 log = logging.getLogger(__name__)
 
-ToolHandler = Callable[[Mapping[str, Any]], Awaitable[str]]
+
+@dataclass(frozen=True, slots=True)
+class ToolContext:
+    """Who is calling: tools that keep state (memory) scope it by session and audience."""
+
+    session_id: str
+    audience: str  # personal / team / public
+
+
+# Used when the caller passes no context (callers that predate it).
+DEFAULT_CONTEXT = ToolContext("", "personal")
+
+ToolHandler = Callable[[Mapping[str, Any], ToolContext], Awaitable[str]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +67,13 @@ class ToolRegistry:
         keep = None if allowed is None else set(allowed)
         return [t.schema for n, t in sorted(self._tools.items()) if keep is None or n in keep]
 
-    async def run(self, call: ToolCall, timeout_s: float, allowed: Iterable[str] | None = None) -> ToolResult:
+    async def run(
+        self,
+        call: ToolCall,
+        timeout_s: float,
+        allowed: Iterable[str] | None = None,
+        context: ToolContext | None = None,
+    ) -> ToolResult:
         """Run one call. Never raises: every failure becomes an error result the model sees."""
         tool = self._tools.get(call.name)
         if tool is None or (allowed is not None and call.name not in set(allowed)):
@@ -68,7 +86,7 @@ class ToolRegistry:
             return ToolResult(call, "error: arguments must be a JSON object", True)
         try:
             async with asyncio.timeout(timeout_s) as deadline:
-                content = await tool.handler(args)
+                content = await tool.handler(args, context or DEFAULT_CONTEXT)
         except TimeoutError as exc:
             if not deadline.expired():  # the tool's own timeout (e.g. an upstream call), not ours
                 return ToolResult(call, f"error: tool {call.name} failed: TimeoutError: {exc}", True)
@@ -81,8 +99,12 @@ class ToolRegistry:
         return ToolResult(call, content)
 
     async def run_batch(
-        self, calls: Sequence[ToolCall], timeout_s: float, allowed: Iterable[str] | None = None
+        self,
+        calls: Sequence[ToolCall],
+        timeout_s: float,
+        allowed: Iterable[str] | None = None,
+        context: ToolContext | None = None,
     ) -> list[ToolResult]:
         """All calls concurrently; results in call order."""
         allowed_list = None if allowed is None else list(allowed)
-        return list(await asyncio.gather(*(self.run(c, timeout_s, allowed_list) for c in calls)))
+        return list(await asyncio.gather(*(self.run(c, timeout_s, allowed_list, context) for c in calls)))

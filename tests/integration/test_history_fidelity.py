@@ -15,7 +15,7 @@ import pytest
 
 from netclaw.config import Settings
 from netclaw.daemon import Daemon
-from netclaw.history import BREADCRUMB_TEXT
+from netclaw.history import BREADCRUMB_TEXT, FLUSH_MARKER, REQUIRED_SECTIONS, SUMMARY_MARKER
 from tests.conftest import DaemonHandle, settings_data
 from tests.fakes.scripted_openai import ErrorReply, Reply, ScriptedOpenAIThread, overflow
 
@@ -161,7 +161,47 @@ def test_projection_survives_restart(small_window: Callable[[], DaemonHandle]) -
     assert len(user_rows(again)) == 11
 
 
-def test_overflow_is_recovered_by_trimming_once(daemon: DaemonHandle, scripted: ScriptedOpenAIThread) -> None:
+GOOD_SUMMARY = "\n".join(f"## {section}\n- noted" for section in REQUIRED_SECTIONS)
+
+
+def route_compaction(scripted: ScriptedOpenAIThread, summary: str = GOOD_SUMMARY) -> None:
+    """Answer compaction's LLM calls (recognised by their markers) apart from the chat queue."""
+    scripted.route(FLUSH_MARKER, lambda body: Reply(text="[]"))
+    scripted.route(SUMMARY_MARKER, lambda body: Reply(text=summary))
+
+
+def chat_requests(scripted: ScriptedOpenAIThread) -> list[dict[str, Any]]:
+    def is_compaction(body: dict[str, Any]) -> bool:
+        text = " ".join(str(m.get("content")) for m in body["messages"])
+        return FLUSH_MARKER in text or SUMMARY_MARKER in text
+
+    return [r for r in scripted.requests if not is_compaction(r)]
+
+
+def test_overflow_is_recovered_by_compacting_first(
+    daemon: DaemonHandle, scripted: ScriptedOpenAIThread
+) -> None:
+    route_compaction(scripted)
+    for n in range(4):
+        assert daemon.send("cli:ofc", f"turn {n}", wait=True).status_code == 200
+    sse = SseReader(daemon, "cli:ofc")
+    try:
+        scripted.enqueue(overflow(), Reply(text="recovered"))
+        response = daemon.send("cli:ofc", "this one overflows", wait=True)
+    finally:
+        sse.close()
+    assert response.status_code == 200, response.text
+    assert response.json()["reply"] == "recovered"
+    compactions = sse.named("compaction")
+    assert len(compactions) == 1 and compactions[0]["summarized"] is True
+    assert not sse.named("history_trimmed")  # rung 1 was enough
+    assert [text for _, text in user_rows(daemon)].count("this one overflows") == 1
+
+
+def test_overflow_trims_when_compaction_cannot_help(
+    daemon: DaemonHandle, scripted: ScriptedOpenAIThread
+) -> None:
+    route_compaction(scripted, summary="not a structured summary")  # the quality guard cancels it
     for n in range(4):
         assert daemon.send("cli:of", f"turn {n}", wait=True).status_code == 200
     sse = SseReader(daemon, "cli:of")
@@ -172,10 +212,11 @@ def test_overflow_is_recovered_by_trimming_once(daemon: DaemonHandle, scripted: 
         sse.close()
     assert response.status_code == 200, response.text
     assert response.json()["reply"] == "recovered"
-    trims = sse.named("history_trimmed")
-    assert [t["reason"] for t in trims] == ["overflow"]
+    [compaction] = sse.named("compaction")
+    assert compaction["summarized"] is False and "cancelled" in compaction["note"]
+    assert [t["reason"] for t in sse.named("history_trimmed")] == ["overflow"]
     # The retried request carried the user message once, and the journal has it once.
-    last = scripted.requests[-1]["messages"]
+    last = chat_requests(scripted)[-1]["messages"]
     assert [m["content"] for m in last if m["role"] == "user"].count("this one overflows") == 1
     assert [text for _, text in user_rows(daemon)].count("this one overflows") == 1
 
@@ -183,14 +224,15 @@ def test_overflow_is_recovered_by_trimming_once(daemon: DaemonHandle, scripted: 
 def test_three_recovery_passes_then_a_clear_error_and_one_copy(
     daemon: DaemonHandle, scripted: ScriptedOpenAIThread
 ) -> None:
+    route_compaction(scripted, summary="not a structured summary")
     for n in range(8):
         assert daemon.send("cli:of3", f"turn {n} " + "words " * 30, wait=True).status_code == 200
     scripted.enqueue(overflow(), overflow(), overflow(), overflow())
-    requests_before = len(scripted.requests)
+    before = len(chat_requests(scripted))
     response = daemon.send("cli:of3", "never fits", wait=True)
     assert response.status_code == 502
     assert response.json()["error"]["code"] == "context_overflow"
-    assert len(scripted.requests) - requests_before == 4  # the first try + 3 recovery passes, no loop
+    assert len(chat_requests(scripted)) - before == 4  # the first try + 3 recovery passes, no loop
     assert [text for _, text in user_rows(daemon)].count("never fits") == 1
     transcript = daemon.transcript("cli:of3")
     assert [m["content"] for m in transcript].count("never fits") == 1

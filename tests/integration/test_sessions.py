@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from netclaw.sessions._commands import ProviderDone
-from netclaw.tools import Tool
+from netclaw.tools import Tool, ToolContext
 from tests.conftest import DaemonHandle
 from tests.fakes.scripted_openai import (
     Reply,
@@ -344,7 +344,7 @@ def test_tool_in_flight_at_timeout_still_gets_a_result(
     handle = start_daemon(session={"turn_timeout_s": 1})
     assert handle.daemon.manager is not None
 
-    async def sleepy(args: Mapping[str, Any]) -> str:
+    async def sleepy(args: Mapping[str, Any], ctx: ToolContext) -> str:
         await asyncio.sleep(30)
         return "woke up"
 

@@ -452,6 +452,32 @@ if _HistoryTrimmed is not None:
             reason="budget",
         )
     ]
+ALL_EVENTS += [
+    _events.SessionCompacted(
+        cleared=("c1",),
+        summary="## Primary request and intent\n- x",
+        first_kept_id="u1",
+        tiers=("clear_tool_results", "memory_flush", "summary"),
+        memories_saved=2,
+        messages_before=9,
+        messages_after=4,
+        tokens_before=9000,
+        tokens_after=2500,
+        note=None,
+    ),
+    _events.SessionCompacted(
+        cleared=(),
+        summary=None,
+        first_kept_id=None,
+        tiers=(),
+        memories_saved=0,
+        messages_before=3,
+        messages_after=3,
+        tokens_before=100,
+        tokens_after=100,
+        note="nothing to do",
+    ),
+]
 
 EVENT_TYPES = set(typing.get_args(SessionEvent))
 

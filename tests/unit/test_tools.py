@@ -12,7 +12,7 @@ import pytest
 
 from netclaw.errors import ToolError
 from netclaw.messages import ToolCall
-from netclaw.tools import BUILTIN_TOOLS, CURRENT_TIME, Tool, ToolRegistry, default_registry
+from netclaw.tools import BUILTIN_TOOLS, CURRENT_TIME, Tool, ToolContext, ToolRegistry, default_registry
 
 OBJ = {"type": "object", "properties": {}}
 
@@ -21,19 +21,19 @@ def make_tool(name: str, handler: Any, description: str = "") -> Tool:
     return Tool(name=name, description=description or f"the {name} tool", parameters=OBJ, handler=handler)
 
 
-async def echo(args: Mapping[str, Any]) -> str:
+async def echo(args: Mapping[str, Any], ctx: ToolContext) -> str:
     return f"echo:{sorted(args.items())}"
 
 
-async def boom(args: Mapping[str, Any]) -> str:
+async def boom(args: Mapping[str, Any], ctx: ToolContext) -> str:
     raise KeyError("missing thing")
 
 
-async def tool_error(args: Mapping[str, Any]) -> str:
+async def tool_error(args: Mapping[str, Any], ctx: ToolContext) -> str:
     raise ToolError("the file is too large to read")
 
 
-async def slow(args: Mapping[str, Any]) -> str:
+async def slow(args: Mapping[str, Any], ctx: ToolContext) -> str:
     await asyncio.sleep(float(args.get("s", 5)))
     return "slept"
 
@@ -146,7 +146,7 @@ async def test_allowed_hides_tools_from_run(registry: ToolRegistry) -> None:
 
 
 async def test_run_batch_preserves_order_and_runs_concurrently() -> None:
-    async def sleeper(args: Mapping[str, Any]) -> str:
+    async def sleeper(args: Mapping[str, Any], ctx: ToolContext) -> str:
         await asyncio.sleep(0.2)
         return f"done {args['n']}"
 
@@ -230,7 +230,7 @@ async def test_current_time_non_string_timezone_is_an_error_result() -> None:
 
 
 async def test_handler_own_timeout_error_is_not_reported_as_the_registry_timeout() -> None:
-    async def upstream_timeout(args: Mapping[str, Any]) -> str:
+    async def upstream_timeout(args: Mapping[str, Any], ctx: ToolContext) -> str:
         raise TimeoutError("upstream API did not answer")
 
     reg = ToolRegistry([make_tool("fetch", upstream_timeout)])
@@ -238,3 +238,37 @@ async def test_handler_own_timeout_error_is_not_reported_as_the_registry_timeout
     assert result.is_error
     assert "upstream API did not answer" in result.content
     assert "after 30s" not in result.content
+
+
+# -- the tool context ---------------------------------------------------------------------------
+
+
+async def whoami(args: Mapping[str, Any], ctx: ToolContext) -> str:
+    return f"{ctx.session_id}|{ctx.audience}"
+
+
+async def test_run_passes_the_context_to_the_handler() -> None:
+    reg = ToolRegistry([make_tool("whoami", whoami)])
+    result = await reg.run(call("whoami"), timeout_s=1, context=ToolContext("slack:T1:C1:1.0", "team"))
+    assert not result.is_error
+    assert result.content == "slack:T1:C1:1.0|team"
+
+
+async def test_without_a_context_handlers_get_the_default_one() -> None:
+    reg = ToolRegistry([make_tool("whoami", whoami)])
+    assert (await reg.run(call("whoami"), timeout_s=1)).content == "|personal"
+    assert [r.content for r in await reg.run_batch([call("whoami")], 1)] == ["|personal"]
+
+
+async def test_run_batch_passes_the_context_to_every_call() -> None:
+    reg = ToolRegistry([make_tool("whoami", whoami), make_tool("echo", echo)])
+    calls = [call("whoami", id="a"), call("echo", id="b"), call("whoami", id="c")]
+    results = await reg.run_batch(calls, timeout_s=1, context=ToolContext("cli:x", "public"))
+    assert [r.content for r in results] == ["cli:x|public", "echo:[]", "cli:x|public"]
+
+
+async def test_context_does_not_change_the_timeout_semantics() -> None:
+    reg = ToolRegistry([make_tool("slow", slow)])
+    result = await reg.run(call("slow", '{"s": 5}'), timeout_s=0.05, context=ToolContext("s", "team"))
+    assert result.is_error
+    assert "timed out after 0.05s" in result.content

@@ -1,0 +1,225 @@
+"""Durable memory: facts worth keeping beyond one conversation, searchable with FTS5.
+
+Memories are written by the compaction flush and the ``remember`` tool, and
+recalled into the volatile context before a turn. Each belongs to one audience
+(personal / team / public) and is only ever found by searches in that audience,
+so what was said in a private session cannot surface in a shared one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import sqlite3
+import time
+import unicodedata
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import aiosqlite
+
+from netclaw.errors import JournalError
+
+MEMORY_KINDS = ("fact", "decision", "action_item", "preference", "note")
+MAX_TEXT_CHARS = 2000
+MAX_QUERY_TERMS = 16
+RECALL_HEADER = "Relevant memories (from earlier conversations):"
+
+_ROWS_PER_INSERT = 100  # 7 bound values a row; far below SQLite's variable limit
+_MAX_LIMIT = 100
+
+# Common English words that would match nearly every memory and only add noise to bm25.
+_STOP_WORDS = frozenset(
+    """
+    a about above after again against all am an and any are as at be because been before being
+    below between both but by can could did do does doing down during each few for from further
+    had has have having he her here hers herself him himself his how i if in into is it its itself
+    just me more most my myself no nor not now of off on once only or other our ours ourselves out
+    over own same she should so some such than that the their theirs them themselves then there
+    these they this those through to too under until up very was we were what when where which
+    while who whom why will with would you your yours yourself yourselves
+    ok okay please thanks thank hi hello hey yes yeah also us let lets get got
+    """.split()
+)
+# Letters and digits only: the same split as FTS5's unicode61 tokenizer (underscore separates).
+_WORD = re.compile(r"[^\W_]+")
+
+
+@dataclass(frozen=True, slots=True)
+class Memory:
+    id: int
+    text: str
+    kind: str
+    session_id: str
+    audience: str
+    created: float  # unix seconds
+
+
+@dataclass(frozen=True, slots=True)
+class NewMemory:
+    text: str
+    kind: str = "fact"
+
+    def __post_init__(self) -> None:
+        # Fail where the bad value is made, not later as a CHECK constraint error.
+        if self.kind not in MEMORY_KINDS:
+            raise ValueError(f"unknown memory kind {self.kind!r}; expected one of {', '.join(MEMORY_KINDS)}")
+
+
+class MemoryStore(Protocol):
+    async def add(self, items: Sequence[NewMemory], *, session_id: str, audience: str) -> list[Memory]:
+        """Store new items; returns only those newly stored (duplicates and blanks are skipped)."""
+        ...
+
+    async def search(self, query: str, *, audience: str | None = None, limit: int = 5) -> list[Memory]:
+        """The most relevant memories for free text, best first; ``audience=None`` searches all."""
+        ...
+
+    async def count(self) -> int: ...
+
+    async def close(self) -> None: ...
+
+
+def normalise(text: str) -> str:
+    """The dedup key: casefolded, whitespace collapsed, trailing punctuation stripped."""
+    collapsed = " ".join(text.casefold().split())
+    end = len(collapsed)
+    while end and (collapsed[end - 1].isspace() or unicodedata.category(collapsed[end - 1]).startswith("P")):
+        end -= 1
+    # Punctuation-only text still needs a key of its own.
+    return collapsed[:end] or collapsed
+
+
+def fts_query(text: str) -> str | None:
+    """A safe FTS5 query for free user text: its distinct words, each quoted, OR-ed.
+
+    Quoting makes every term a literal phrase, so operators (``NEAR``, ``AND``,
+    ``*``, ``:``, ``-``, ``^``) and stray quotes in the text are just words.
+    None when nothing searchable is left.
+    """
+    terms: list[str] = []
+    seen: set[str] = set()
+    for match in _WORD.finditer(text):
+        word = match.group().casefold()
+        if len(word) < 2 or word in _STOP_WORDS or word in seen:
+            continue
+        seen.add(word)
+        terms.append(f'"{word}"')  # the pattern excludes '"', so no escaping is needed
+        if len(terms) >= MAX_QUERY_TERMS:
+            break
+    return " OR ".join(terms) if terms else None
+
+
+def format_recall(memories: Sequence[Memory], char_budget: int = 1500) -> str | None:
+    """The recall block for the volatile context: whole items within ``char_budget`` chars.
+
+    Items are taken in the given (relevance) order; one that does not fit is left
+    out and smaller ones after it may still fit. None when nothing fits.
+    """
+    out = RECALL_HEADER
+    added = 0
+    for memory in memories:
+        line = f"\n- [{memory.kind}] {' '.join(memory.text.split())}"  # one line per memory
+        if len(out) + len(line) <= char_budget:
+            out += line
+            added += 1
+    return out if added else None
+
+
+_COLUMNS = "id, text, kind, session_id, audience, created"
+
+
+class SqliteMemoryStore:
+    """Implements :class:`MemoryStore` on its own connection to the daemon's SQLite file."""
+
+    def __init__(self, path: Path, *, synchronous: str = "full") -> None:
+        self.path = path
+        self._synchronous = synchronous
+        self._conn: aiosqlite.Connection | None = None
+
+    async def open(self) -> SqliteMemoryStore:
+        """Open the connection. Migrations (``prepare_database``) must have run."""
+        try:
+            self._conn = await aiosqlite.connect(self.path, isolation_level=None)
+            mode = await (await self._conn.execute("PRAGMA journal_mode")).fetchone()
+            if not mode or str(mode[0]).lower() != "wal":
+                raise JournalError(f"{self.path} is not in WAL mode; run migrations first")
+            sync = "FULL" if self._synchronous == "full" else "NORMAL"
+            await self._conn.execute(f"PRAGMA synchronous={sync}")
+            await self._conn.execute("PRAGMA busy_timeout=5000")
+            await self._conn.execute("SELECT 1 FROM memories_fts LIMIT 0")  # fail now, not on first use
+        except JournalError:
+            await self.close()
+            raise
+        except (sqlite3.Error, ValueError) as exc:
+            await self.close()
+            raise JournalError(f"cannot open the memory store {self.path}: {exc}") from exc
+        return self
+
+    async def _fetch(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
+        if self._conn is None:
+            raise JournalError("the memory store is closed")
+        try:
+            # One job on the connection's thread: a cancelled caller cannot split a statement.
+            return list(await self._conn.execute_fetchall(sql, params))
+        except (sqlite3.Error, ValueError) as exc:  # ValueError: aiosqlite's "Connection closed"
+            raise JournalError(f"memory store failed: {exc}") from exc
+
+    async def add(self, items: Sequence[NewMemory], *, session_id: str, audience: str) -> list[Memory]:
+        now = time.time()
+        rows: list[tuple[str, str, str, str, float, str]] = []
+        for item in items:
+            text = item.text.strip()[:MAX_TEXT_CHARS].rstrip()
+            if text:
+                rows.append((text, item.kind, session_id, audience, now, normalise(text)))
+        stored: list[Memory] = []
+        for start in range(0, len(rows), _ROWS_PER_INSERT):
+            chunk = rows[start : start + _ROWS_PER_INSERT]
+            # One statement, so atomic without an explicit transaction; DO NOTHING also
+            # skips duplicates within the chunk, and RETURNING yields only inserted rows.
+            sql = (
+                "INSERT INTO memories (text, kind, session_id, audience, created, norm) VALUES "
+                + ", ".join(["(?, ?, ?, ?, ?, ?)"] * len(chunk))
+                + f" ON CONFLICT (audience, norm) DO NOTHING RETURNING {_COLUMNS}"
+            )
+            found = await self._fetch(sql, [value for row in chunk for value in row])
+            # RETURNING's row order is unspecified; callers get insertion order.
+            stored.extend(sorted((_memory(r) for r in found), key=lambda m: m.id))
+        return stored
+
+    async def search(self, query: str, *, audience: str | None = None, limit: int = 5) -> list[Memory]:
+        match = fts_query(query)
+        if match is None or limit < 1:
+            return []
+        where = "memories_fts MATCH ?" + ("" if audience is None else " AND m.audience = ?")
+        params: list[Any] = [match] if audience is None else [match, audience]
+        rows = await self._fetch(
+            f"SELECT m.id, m.text, m.kind, m.session_id, m.audience, m.created"
+            f" FROM memories_fts JOIN memories AS m ON m.id = memories_fts.rowid"
+            f" WHERE {where} ORDER BY bm25(memories_fts), m.id DESC LIMIT ?",  # bm25: lower is better
+            [*params, min(limit, _MAX_LIMIT)],
+        )
+        return [_memory(r) for r in rows]
+
+    async def count(self) -> int:
+        rows = await self._fetch("SELECT COUNT(*) FROM memories")
+        return int(rows[0][0])
+
+    async def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                await conn.close()
+
+
+def _memory(r: sqlite3.Row) -> Memory:
+    return Memory(
+        id=int(r[0]),
+        text=str(r[1]),
+        kind=str(r[2]),
+        session_id=str(r[3]),
+        audience=str(r[4]),
+        created=float(r[5]),
+    )

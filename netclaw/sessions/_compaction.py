@@ -1,0 +1,198 @@
+"""Tiers 2 and 3 of compaction, as one operation on the I/O loop.
+
+The actor plans (tier 1, choosing the boundary) and records; this runs the LLM
+calls: first the memory flush — so what the summary may lose is already durable —
+then the structured summary, retried once if it lacks required sections and
+cancelled if it still does. The whole operation has a time budget; running out
+cancels the summary, never the turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from netclaw.config import ModelConfig
+from netclaw.errors import NetclawError
+from netclaw.history.compaction import (
+    SUMMARY_MAX_CHARS,
+    apply_clearing,
+    bound_summary,
+    clearable_results,
+    flush_request,
+    missing_sections,
+    parse_flush,
+    summary_boundary,
+    summary_request,
+)
+from netclaw.messages import ChatMessage
+from netclaw.persistence import MemoryStore, NewMemory
+from netclaw.providers import Provider, ProviderRequest, ToolSchema
+from netclaw.sessions._events import SessionCompacted
+from netclaw.sessions._prompt import PromptBuilder
+from netclaw.sessions._state import SessionState
+from netclaw.sessions._turn import build_context
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionPlan:
+    session_id: str
+    audience: str
+    to_summarise: tuple[ChatMessage, ...]  # older visible messages, cleared results as placeholders
+    prior_summary: str | None
+    model: ModelConfig
+    max_chars: int
+    budget_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionOutcome:
+    summary: str | None  # None: no summary (cancelled; `note` says why)
+    memories_saved: int
+    flushed: bool
+    note: str | None = None
+
+
+async def run_compaction(
+    plan: CompactionPlan, provider: Provider, memory: MemoryStore | None
+) -> CompactionOutcome:
+    saved, flushed = 0, False
+    try:
+        async with asyncio.timeout(plan.budget_s):
+            try:
+                saved = await _flush(plan, provider, memory)
+                flushed = True
+            except NetclawError as exc:
+                # Nothing lossy may happen before the flush: without it, no summary either.
+                return CompactionOutcome(None, saved, False, f"memory flush failed ({exc}); summary skipped")
+            return await _summarise(plan, provider, saved)
+    except TimeoutError:
+        return CompactionOutcome(
+            None, saved, flushed, f"compaction took longer than {plan.budget_s:g}s and was abandoned"
+        )
+
+
+async def _flush(plan: CompactionPlan, provider: Provider, memory: MemoryStore | None) -> int:
+    completion = await provider.complete(_request(plan, flush_request(plan.to_summarise)))
+    items = parse_flush(completion.text)
+    if memory is None or not items:
+        return 0
+    stored = await memory.add(
+        [NewMemory(text, kind) for text, kind in items], session_id=plan.session_id, audience=plan.audience
+    )
+    return len(stored)
+
+
+async def _summarise(plan: CompactionPlan, provider: Provider, saved: int) -> CompactionOutcome:
+    missing: Sequence[str] = ()
+    for _attempt in range(2):  # the quality guard: one retry naming what was missing
+        messages = summary_request(plan.to_summarise, plan.prior_summary, plan.max_chars, missing)
+        completion = await provider.complete(_request(plan, messages))
+        text = completion.text.strip()
+        missing = missing_sections(text)
+        if not missing:
+            return CompactionOutcome(bound_summary(text, plan.max_chars), saved, True)
+        log.warning("%s: summary lacks sections %s", plan.session_id, list(missing))
+    return CompactionOutcome(
+        None,
+        saved,
+        True,
+        f"summary cancelled: still missing {', '.join(missing)} after a retry; history kept as it was",
+    )
+
+
+def _request(plan: CompactionPlan, messages: list[ChatMessage]) -> ProviderRequest:
+    return ProviderRequest(
+        model=plan.model.model, messages=messages, tools=(), max_output_tokens=plan.model.max_output_tokens
+    )
+
+
+# -- planning (pure; runs on the actor) ---------------------------------------------------
+
+# The kept (unsummarised) part aims at this fraction of the compaction threshold, so a
+# compaction buys room for several turns before the next one.
+KEEP_FRACTION = 0.3
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionStart:
+    """What tier 1 decided, and the LLM tiers' plan if they must run."""
+
+    cleared: tuple[str, ...]  # tool_call_ids newly cleared
+    tokens_before: int
+    messages_before: int
+    plan: CompactionPlan | None  # None: stop after tier 1
+    first_kept_id: str | None
+    note: str | None = None
+
+
+def plan_compaction(
+    state: SessionState,
+    prompts: PromptBuilder,
+    tools: Sequence[ToolSchema],
+    *,
+    keep_recent: int,
+    threshold_tokens: int,
+    audience: str,
+    model: ModelConfig,
+    budget_s: float,
+    forced: bool,
+) -> CompactionStart:
+    """Tier 1 (clear old tool results) and, if still needed, the plan for tiers 2 and 3.
+
+    ``forced``: the provider refused the prompt as too large, so summarise even if our
+    estimate says clearing was enough.
+    """
+    before = build_context(state, prompts.system_prompt)
+    tokens_before = prompts.estimate(state, tools)  # same units as tokens_after
+    cleared = tuple(clearable_results(state.visible, keep_recent, state.cleared))
+    after_clear = replace(state, cleared=state.cleared | frozenset(cleared))
+    # Our estimate, scaled by how much this session's provider has counted above it.
+    provider_view = prompts.estimate(after_clear, tools) / prompts.calibration.ratio
+    start = CompactionStart(cleared, tokens_before, len(before), None, None)
+    if provider_view < threshold_tokens and not forced:
+        return start
+    visible = apply_clearing(after_clear.visible, after_clear.cleared)
+    keep_tokens = int(threshold_tokens * KEEP_FRACTION)
+    if forced:  # the provider refused this prompt: keep at most a third of the conversation
+        keep_tokens = min(keep_tokens, sum(prompts.counter.count_all(visible)) // 3)
+    boundary = summary_boundary(visible, keep_tokens, prompts.counter.count_message)
+    if boundary is None:
+        return replace(start, note="nothing older than the newest turn to summarise")
+    plan = CompactionPlan(
+        session_id=state.session_id,
+        audience=audience,
+        to_summarise=tuple(visible[:boundary]),
+        prior_summary=state.summary,
+        model=model,
+        max_chars=SUMMARY_MAX_CHARS,
+        budget_s=budget_s,
+    )
+    return replace(start, plan=plan, first_kept_id=visible[boundary].id)
+
+
+def compaction_event(
+    start: CompactionStart, outcome: CompactionOutcome | None, messages_after: int, tokens_after: int
+) -> SessionCompacted:
+    tiers = ["clear_tool_results"] if start.cleared else []
+    if outcome is not None and outcome.flushed:
+        tiers.append("memory_flush")
+    summary = outcome.summary if outcome is not None else None
+    if summary is not None:
+        tiers.append("summary")
+    return SessionCompacted(
+        cleared=start.cleared,
+        summary=summary,
+        first_kept_id=start.first_kept_id if summary is not None else None,
+        tiers=tuple(tiers),
+        memories_saved=outcome.memories_saved if outcome is not None else 0,
+        messages_before=start.messages_before,
+        messages_after=messages_after,
+        tokens_before=start.tokens_before,
+        tokens_after=tokens_after,
+        note=(outcome.note if outcome is not None else None) or start.note,
+    )

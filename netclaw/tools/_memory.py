@@ -1,0 +1,114 @@
+"""The memory tools: ``remember`` a fact, ``search_memory`` for earlier ones.
+
+Both act in the calling session's audience, so a team channel neither sees nor
+writes personal memories; public sessions get neither.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from typing import Any
+
+from netclaw.errors import JournalError, ToolError
+from netclaw.persistence import Memory, MemoryStore, NewMemory
+from netclaw.persistence._memory import MAX_TEXT_CHARS, MEMORY_KINDS
+from netclaw.tools._registry import Tool, ToolContext
+
+SEARCH_DEFAULT_LIMIT = 5
+SEARCH_MAX_LIMIT = 10
+
+
+def memory_tools(store: MemoryStore) -> list[Tool]:
+    """``remember`` and ``search_memory`` on ``store``."""
+
+    async def remember(args: Mapping[str, Any], ctx: ToolContext) -> str:
+        _refuse_public(ctx)
+        text = args.get("text")
+        if not isinstance(text, str) or not text.strip():
+            raise ToolError("'text' is required: the fact to remember, as a short sentence")
+        kind = args.get("kind", "fact")
+        if kind not in MEMORY_KINDS:
+            raise ToolError(f"'kind' must be one of {', '.join(MEMORY_KINDS)} (got {kind!r})")
+        try:
+            stored = await store.add(
+                [NewMemory(text, kind)], session_id=ctx.session_id, audience=ctx.audience
+            )
+        except JournalError as exc:
+            raise ToolError(f"memory is unavailable right now: {exc}") from exc
+        return "remembered" if stored else "already remembered"
+
+    async def search_memory(args: Mapping[str, Any], ctx: ToolContext) -> str:
+        _refuse_public(ctx)
+        query = args.get("query")
+        if not isinstance(query, str) or not query.strip():
+            raise ToolError("'query' is required: words to look for in saved memories")
+        limit = args.get("limit", SEARCH_DEFAULT_LIMIT)
+        # bool is an int subclass; `true` is not a limit.
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= SEARCH_MAX_LIMIT:
+            raise ToolError(f"'limit' must be an integer from 1 to {SEARCH_MAX_LIMIT} (got {limit!r})")
+        try:
+            found = await store.search(query, audience=ctx.audience, limit=limit)
+        except JournalError as exc:
+            raise ToolError(f"memory is unavailable right now: {exc}") from exc
+        return "\n".join(_line(m) for m in found) if found else "no memories match"
+
+    return [
+        Tool(
+            name="remember",
+            description=(
+                "Save a fact, decision, action item or user preference to long-term memory so it "
+                "can be recalled in later conversations. One self-contained sentence per call."
+            ),
+            parameters={
+                "type": "object",
+                "properties": {
+                    "text": {
+                        "type": "string",
+                        "description": "What to remember, as a self-contained sentence.",
+                        "maxLength": MAX_TEXT_CHARS,
+                    },
+                    "kind": {
+                        "type": "string",
+                        "enum": list(MEMORY_KINDS),
+                        "default": "fact",
+                        "description": "What sort of memory this is.",
+                    },
+                },
+                "required": ["text"],
+                "additionalProperties": False,
+            },
+            handler=remember,
+        ),
+        Tool(
+            name="search_memory",
+            description="Search long-term memory from earlier conversations; the most relevant first.",
+            parameters={
+                "type": "object",
+                "properties": {
+                    "query": {"type": "string", "description": "Keywords to look for."},
+                    "limit": {
+                        "type": "integer",
+                        "minimum": 1,
+                        "maximum": SEARCH_MAX_LIMIT,
+                        "default": SEARCH_DEFAULT_LIMIT,
+                        "description": "How many memories to return at most.",
+                    },
+                },
+                "required": ["query"],
+                "additionalProperties": False,
+            },
+            handler=search_memory,
+        ),
+    ]
+
+
+def _refuse_public(ctx: ToolContext) -> None:
+    # Anyone can talk to a public session: it must neither read nor plant memories.
+    if ctx.audience == "public":
+        raise ToolError("memory is not available in public sessions")
+
+
+def _line(memory: Memory) -> str:
+    day = dt.datetime.fromtimestamp(memory.created, dt.UTC).date().isoformat()
+    return f"- [{memory.kind}] {' '.join(memory.text.split())} (saved {day})"

@@ -1,0 +1,323 @@
+"""The durable memory store: schema, dedup, audience-scoped FTS5 search, recall formatting."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from netclaw.errors import JournalError
+from netclaw.persistence import (
+    Memory,
+    NewMemory,
+    SqliteMemoryStore,
+    format_recall,
+    prepare_database,
+)
+from netclaw.persistence._memory import fts_query, normalise
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    path = tmp_path / "netclaw.db"
+    prepare_database(path)
+    return path
+
+
+@pytest.fixture
+async def store(db: Path) -> AsyncIterator[SqliteMemoryStore]:
+    s = await SqliteMemoryStore(db).open()
+    yield s
+    await s.close()
+
+
+def facts(*texts: str, kind: str = "fact") -> list[NewMemory]:
+    return [NewMemory(t, kind) for t in texts]
+
+
+# -- schema --------------------------------------------------------------------------------
+
+
+def test_migrations_create_the_memory_tables(tmp_path: Path) -> None:
+    path = tmp_path / "fresh.db"
+    assert prepare_database(path) == [1, 2]
+    with sqlite3.connect(path) as conn:
+        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+        assert {"events", "memories", "memories_fts", "memories_audience_norm"} <= names
+        assert {"memories_fts_insert", "memories_fts_delete"} <= names
+        sql = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'memories_fts'").fetchone()[0]
+        assert "fts5" in sql.lower() and "porter unicode61" in sql
+    assert prepare_database(path) == []
+
+
+def test_the_kind_check_constraint_holds(db: Path) -> None:
+    with sqlite3.connect(db) as conn, pytest.raises(sqlite3.IntegrityError):
+        conn.execute(
+            "INSERT INTO memories (text, kind, session_id, audience, created, norm)"
+            " VALUES ('x', 'gossip', 's', 'personal', 0, 'x')"
+        )
+
+
+def test_deleting_a_memory_removes_it_from_the_index(db: Path) -> None:
+    with sqlite3.connect(db) as conn:
+        conn.execute(
+            "INSERT INTO memories (text, kind, session_id, audience, created, norm)"
+            " VALUES ('zebra crossing', 'fact', 's', 'personal', 0, 'zebra crossing')"
+        )
+        hits = "SELECT COUNT(*) FROM memories_fts WHERE memories_fts MATCH 'zebra'"
+        assert conn.execute(hits).fetchone()[0] == 1
+        conn.execute("DELETE FROM memories")
+        assert conn.execute(hits).fetchone()[0] == 0
+
+
+async def test_open_before_migrations_is_a_journal_error(tmp_path: Path) -> None:
+    with pytest.raises(JournalError):
+        await SqliteMemoryStore(tmp_path / "never-prepared.db").open()
+
+
+async def test_a_closed_store_raises_journal_error(db: Path) -> None:
+    s = await SqliteMemoryStore(db).open()
+    await s.close()
+    await s.close()  # idempotent
+    with pytest.raises(JournalError, match="closed"):
+        await s.search("anything")
+    with pytest.raises(JournalError):
+        await s.add(facts("x"), session_id="s", audience="personal")
+
+
+# -- add -----------------------------------------------------------------------------------
+
+
+async def test_add_returns_the_stored_memories(store: SqliteMemoryStore) -> None:
+    stored = await store.add(
+        [NewMemory("  The user lives in Lisbon.  ", "fact"), NewMemory("Ship v2 on Friday", "decision")],
+        session_id="cli:one",
+        audience="personal",
+    )
+    assert [(m.text, m.kind, m.session_id, m.audience) for m in stored] == [
+        ("The user lives in Lisbon.", "fact", "cli:one", "personal"),
+        ("Ship v2 on Friday", "decision", "cli:one", "personal"),
+    ]
+    assert stored[0].id < stored[1].id
+    assert stored[0].created > 0
+    assert await store.count() == 2
+
+
+async def test_blank_texts_are_skipped_and_long_ones_truncated(store: SqliteMemoryStore) -> None:
+    stored = await store.add(facts("", "   \n\t", "x" * 5000), session_id="s", audience="personal")
+    assert len(stored) == 1
+    assert stored[0].text == "x" * 2000
+    assert await store.count() == 1
+    assert await store.add([], session_id="s", audience="personal") == []
+
+
+def test_unknown_kind_is_refused_when_made() -> None:
+    with pytest.raises(ValueError, match="gossip"):
+        NewMemory("x", "gossip")
+
+
+async def test_identical_facts_are_stored_once_per_audience(store: SqliteMemoryStore) -> None:
+    first = await store.add(facts("The user prefers dark mode."), session_id="a", audience="personal")
+    assert len(first) == 1
+    variants = facts(
+        "The user prefers dark mode.",
+        "the user prefers dark mode",
+        "  THE   USER prefers\ndark mode!! ",
+        "The user prefers dark mode...",
+    )
+    assert await store.add(variants, session_id="b", audience="personal") == []
+    # Duplicates within one batch collapse too.
+    again = await store.add(facts("Coffee, black", "coffee, BLACK."), session_id="b", audience="personal")
+    assert [m.text for m in again] == ["Coffee, black"]
+    # Another audience keeps its own copy.
+    team = await store.add(facts("The user prefers dark mode."), session_id="c", audience="team")
+    assert len(team) == 1 and team[0].audience == "team"
+    assert await store.count() == 3
+
+
+def test_normalise() -> None:
+    assert normalise("  Hello,   World!! ") == "hello, world"
+    assert normalise("Straße.") == normalise("STRASSE")
+    assert normalise("?!") == "?!"  # punctuation-only keeps a key
+
+
+async def test_concurrent_adds_do_not_fail(store: SqliteMemoryStore) -> None:
+    results = await asyncio.gather(
+        *(
+            store.add(facts(f"fact number {i}", "shared fact"), session_id=f"s{i}", audience="personal")
+            for i in range(20)
+        )
+    )
+    assert sum(len(r) for r in results) == 21  # 20 distinct + "shared fact" once
+    assert await store.count() == 21
+    ids = [m.id for r in results for m in r]
+    assert len(set(ids)) == 21
+
+
+async def test_memories_survive_close_and_reopen(db: Path) -> None:
+    s = await SqliteMemoryStore(db).open()
+    await s.add(facts("The deploy key rotates every ninety days"), session_id="s", audience="team")
+    await s.close()
+    reopened = await SqliteMemoryStore(db).open()
+    try:
+        assert await reopened.count() == 1
+        found = await reopened.search("when does the deploy key rotate?", audience="team")
+        assert [m.text for m in found] == ["The deploy key rotates every ninety days"]
+        # Still deduplicated against what was stored before the restart.
+        again = facts("the deploy key rotates every ninety days.")
+        assert await reopened.add(again, session_id="t", audience="team") == []
+    finally:
+        await reopened.close()
+
+
+# -- search --------------------------------------------------------------------------------
+
+
+async def test_search_ranks_the_most_relevant_first(store: SqliteMemoryStore) -> None:
+    await store.add(
+        facts(
+            "The user's favourite database is PostgreSQL",
+            "Backups of the PostgreSQL database run nightly; the PostgreSQL replica is in Frankfurt",
+            "The office plants need water on Mondays",
+            "Lunch is at noon",
+        ),
+        session_id="s",
+        audience="personal",
+    )
+    found = await store.search("Where is the PostgreSQL replica?", audience="personal")
+    assert found[0].text.startswith("Backups of the PostgreSQL")
+    assert {m.text for m in found} == {
+        "Backups of the PostgreSQL database run nightly; the PostgreSQL replica is in Frankfurt",
+        "The user's favourite database is PostgreSQL",
+    }
+    # Porter stemming: "watering" finds "water".
+    assert [m.text for m in await store.search("watering plants")] == [
+        "The office plants need water on Mondays"
+    ]
+    assert await store.search("kubernetes") == []
+
+
+async def test_search_respects_the_limit(store: SqliteMemoryStore) -> None:
+    await store.add(
+        facts(*(f"project alpha milestone {i}" for i in range(8))), session_id="s", audience="team"
+    )
+    assert len(await store.search("alpha", audience="team")) == 5
+    assert len(await store.search("alpha", audience="team", limit=2)) == 2
+    assert await store.search("alpha", audience="team", limit=0) == []
+
+
+async def test_search_is_audience_scoped(store: SqliteMemoryStore) -> None:
+    await store.add(facts("Salary negotiation notes for Alice"), session_id="cli:me", audience="personal")
+    await store.add(facts("Alice owns the billing service"), session_id="slack:x", audience="team")
+    await store.add(facts("Alice is our public spokesperson"), session_id="webhook:y", audience="public")
+    assert [m.text for m in await store.search("alice", audience="team")] == [
+        "Alice owns the billing service"
+    ]
+    assert [m.text for m in await store.search("alice", audience="personal")] == [
+        "Salary negotiation notes for Alice"
+    ]
+    assert [m.audience for m in await store.search("alice", audience="public")] == ["public"]
+    assert await store.search("alice", audience="nobody") == []
+    assert len(await store.search("alice")) == 3  # no audience: everything (admin, tests)
+
+
+HOSTILE = [
+    '"',
+    '""',
+    '"unterminated phrase',
+    "NEAR(",
+    "NEAR(a b, 2)",
+    "*",
+    "data*",
+    "a:b",
+    "text:secret",
+    "-x",
+    "NOT x",
+    "x AND",
+    "OR OR OR",
+    "^start",
+    "(((",
+    "col:{text kind}",
+    "the and of to a",
+    "",
+    "   ",
+    "\x00\x01",
+    "🦀 émoji ünïcode 日本語",
+    "q" * 10_000,
+    " ".join(f"word{i}" for i in range(3000)),
+]
+
+
+@pytest.mark.parametrize("query", HOSTILE, ids=range(len(HOSTILE)))
+async def test_hostile_queries_never_raise(store: SqliteMemoryStore, query: str) -> None:
+    await store.add(
+        facts("near the secret data center", "x marks the spot"), session_id="s", audience="personal"
+    )
+    found = await store.search(query, audience="personal")
+    assert isinstance(found, list)
+
+
+async def test_operators_in_the_query_are_plain_words(store: SqliteMemoryStore) -> None:
+    await store.add(facts("Meet NEAR the station", "Nothing here"), session_id="s", audience="personal")
+    assert [m.text for m in await store.search("NEAR(")] == ["Meet NEAR the station"]
+    assert await store.search("the and of to a") == []  # only stop words: nothing to look for
+
+
+def test_fts_query_is_quoted_deduplicated_and_capped() -> None:
+    assert fts_query('text:"secret" NEAR(x* -y') == '"text" OR "secret" OR "near"'
+    assert fts_query("Deploy deploy DEPLOY keys") == '"deploy" OR "keys"'
+    assert fts_query("the a of") is None
+    assert fts_query("") is None
+    many = fts_query(" ".join(f"term{i}" for i in range(100)))
+    assert many is not None and many.count(" OR ") == 15
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(query=st.text(max_size=300))
+async def test_any_text_is_a_safe_query(db: Path, query: str) -> None:
+    s = await SqliteMemoryStore(db).open()
+    try:
+        assert isinstance(await s.search(query, audience="personal"), list)
+    finally:
+        await s.close()
+
+
+# -- recall formatting -----------------------------------------------------------------------
+
+
+def mem(i: int, text: str, kind: str = "fact") -> Memory:
+    return Memory(id=i, text=text, kind=kind, session_id="s", audience="personal", created=0.0)
+
+
+def test_format_recall_lists_memories_in_order() -> None:
+    block = format_recall([mem(1, "The user is vegetarian", "preference"), mem(2, "Launch is\n on May 3")])
+    assert block == (
+        "Relevant memories (from earlier conversations):\n"
+        "- [preference] The user is vegetarian\n"
+        "- [fact] Launch is on May 3"
+    )
+
+
+def test_format_recall_is_none_when_empty() -> None:
+    assert format_recall([]) is None
+    assert format_recall([mem(1, "x" * 500)], char_budget=100) is None
+
+
+def test_format_recall_keeps_whole_items_within_the_budget() -> None:
+    items = [mem(i, f"memory number {i} " + "y" * 60) for i in range(50)]
+    for budget in (150, 200, 500, 1500):
+        block = format_recall(items, char_budget=budget)
+        assert block is not None
+        assert len(block) <= budget
+        lines = block.splitlines()[1:]
+        assert lines, budget
+        for line in lines:  # whole items only: every line is one complete memory
+            assert any(line == f"- [fact] {m.text}" for m in items)
+    # An item too big for the budget is left out; smaller ones after it still fit.
+    block = format_recall([mem(1, "z" * 2000), mem(2, "small")], char_budget=200)
+    assert block is not None and block.endswith("- [fact] small") and "zzz" not in block
