@@ -628,6 +628,13 @@ class SessionActor(pykka.ThreadingActor):
         )
         compacting = _Compacting(op_id=self._new_op_id(), start=start, resume_turn=resume_turn, forced=forced)
         self.compacting = compacting
+        if start.plan is None and not start.cleared and not forced:
+            # Nothing to clear and nothing old enough to summarise: record nothing, say
+            # nothing (it would repeat after every turn), and carry on.
+            log.debug("%s: compaction due but nothing to compact (%s)", self.session_id, start.note)
+            self.last_input_tokens = None
+            self._resume_after_compaction(compacting)
+            return
         if start.plan is None:
             self._finish_compaction(compacting, None)
             return
@@ -681,10 +688,15 @@ class SessionActor(pykka.ThreadingActor):
                 note=event.note,
             )
         )
+        freed_nothing = not event.cleared and event.summary is None
+        self._resume_after_compaction(compacting, freed_nothing)
+
+    def _resume_after_compaction(self, compacting: _Compacting, freed_nothing: bool = False) -> None:
+        self.compacting = None
         if compacting.resume_turn and self.run is not None:
             self._set_phase(Phase.PROCESSING)
-            if compacting.forced and not event.cleared and event.summary is None:
-                self._overflow_trim()  # compaction freed nothing: the same prompt would overflow again
+            if compacting.forced and freed_nothing:
+                self._overflow_trim()  # the same prompt would overflow again
             else:
                 self._call_provider()
         else:
