@@ -132,6 +132,7 @@ class SessionActor(pykka.ThreadingActor):
         self._idle_timer: Timer | None = None
         self._turn_timer: Timer | None = None
         self._snapshot_seq = 0
+        self._compaction_checked_at = -1  # state.seq of the last pre-call threshold check
 
     # -- pykka hooks --------------------------------------------------------------------------
 
@@ -376,9 +377,14 @@ class SessionActor(pykka.ThreadingActor):
     def _call_provider(self) -> None:
         run = self.run
         assert run is not None
+        tools = self._tools_for(run)
+        if self._prompt_needs_compaction(tools):
+            # Compact before trimming: what a trim drops is neither summarised nor flushed
+            # to memory. Afterwards we come back here and trim only if still over budget.
+            self._begin_compaction(resume_turn=True)
+            return
         op_id = self._next_op()
         model = self.deps.settings.models.main
-        tools = self._tools_for(run)
         prompt = self.prompts.build(self.state, tools)
         if prompt.trim is not None:
             self._record_trim(prompt.trim, "budget")
@@ -605,10 +611,23 @@ class SessionActor(pykka.ThreadingActor):
 
     # -- compaction ---------------------------------------------------------------------------
 
+    def _threshold_tokens(self) -> int:
+        return int(self.cfg.compaction_threshold * self.deps.settings.models.main.context_window)
+
     def _compaction_due(self) -> bool:
-        window = self.deps.settings.models.main.context_window
+        """After a call: did the provider count our prompt past the threshold?"""
         tokens = self.last_input_tokens
-        return tokens is not None and tokens >= self.cfg.compaction_threshold * window
+        return tokens is not None and tokens >= self._threshold_tokens()
+
+    def _prompt_needs_compaction(self, tools: list[ToolSchema]) -> bool:
+        """Before a call: would the prompt about to be sent (our estimate, scaled by how much
+        this provider counts above it) cross the threshold? Once per history state, so a
+        compaction that could not shrink enough is not retried in a loop."""
+        if self.state.seq == self._compaction_checked_at:
+            return False
+        self._compaction_checked_at = self.state.seq
+        estimate = self.prompts.estimate(self.state, tools) / self.prompts.calibration.ratio
+        return estimate >= self._threshold_tokens()
 
     def _begin_compaction(self, *, resume_turn: bool, forced: bool = False) -> None:
         """Tier 1 here; tiers 2 and 3 (LLM calls) on the loop if still over the threshold.
@@ -620,7 +639,7 @@ class SessionActor(pykka.ThreadingActor):
             self.prompts,
             self.deps.tools.schemas(),
             keep_recent=self.cfg.keep_recent_tool_results,
-            threshold_tokens=int(self.cfg.compaction_threshold * settings.models.main.context_window),
+            threshold_tokens=self._threshold_tokens(),
             audience=self.audience,
             model=settings.compaction_model,
             budget_s=self.cfg.compaction_timeout_s,
@@ -693,6 +712,7 @@ class SessionActor(pykka.ThreadingActor):
 
     def _resume_after_compaction(self, compacting: _Compacting, freed_nothing: bool = False) -> None:
         self.compacting = None
+        self._compaction_checked_at = self.state.seq  # this history state was just compacted
         if compacting.resume_turn and self.run is not None:
             self._set_phase(Phase.PROCESSING)
             if compacting.forced and freed_nothing:
