@@ -86,6 +86,7 @@ RECOVERY_TIMEOUT_S = 60.0
 TOOL_TIMEOUT_S = 120.0
 MAX_OVERFLOW_PASSES = 3
 RECALL_TIMEOUT_S = 0.5
+SUMMARY_RETRY_TURNS = 3
 
 
 class ManagerPort(Protocol):
@@ -133,6 +134,7 @@ class SessionActor(pykka.ThreadingActor):
         self._turn_timer: Timer | None = None
         self._snapshot_seq = 0
         self._compaction_checked_at = -1  # state.seq of the last pre-call threshold check
+        self._summary_retry_at = 0  # after a failed summary, the LLM tiers wait until this turn
 
     # -- pykka hooks --------------------------------------------------------------------------
 
@@ -262,6 +264,8 @@ class SessionActor(pykka.ThreadingActor):
         if state.active is not None:
             log.info("%s: resuming turn %d interrupted by a restart", self.session_id, state.active.turn)
             self._begin_turn()
+        elif self._compaction_due():  # it was over the threshold when it stopped (a crash mid-compaction)
+            self._begin_compaction(resume_turn=False)
         else:
             self._start_next_turn()
 
@@ -644,6 +648,7 @@ class SessionActor(pykka.ThreadingActor):
             model=settings.compaction_model,
             budget_s=self.cfg.compaction_timeout_s,
             forced=forced,
+            summarise=forced or self.state.turns >= self._summary_retry_at,
         )
         compacting = _Compacting(op_id=self._new_op_id(), start=start, resume_turn=resume_turn, forced=forced)
         self.compacting = compacting
@@ -707,6 +712,10 @@ class SessionActor(pykka.ThreadingActor):
                 note=event.note,
             )
         )
+        if start.plan is not None and event.summary is None:
+            # A summary that failed (provider, quality guard, time budget) is not retried on
+            # every message: tier 1 and the trim backstop carry on meanwhile.
+            self._summary_retry_at = self.state.turns + SUMMARY_RETRY_TURNS
         freed_nothing = not event.cleared and event.summary is None
         self._resume_after_compaction(compacting, freed_nothing)
 

@@ -63,13 +63,21 @@ async def run_compaction(
     saved, flushed = 0, False
     try:
         async with asyncio.timeout(plan.budget_s):
+            if plan.audience != "public":  # public sessions neither read nor plant memories
+                try:
+                    saved = await _flush(plan, provider, memory)
+                    flushed = True
+                except NetclawError as exc:
+                    # Nothing lossy may happen before the flush: without it, no summary either.
+                    return CompactionOutcome(
+                        None, saved, False, f"memory flush failed ({exc}); summary skipped"
+                    )
             try:
-                saved = await _flush(plan, provider, memory)
-                flushed = True
+                return await _summarise(plan, provider, saved, flushed)
             except NetclawError as exc:
-                # Nothing lossy may happen before the flush: without it, no summary either.
-                return CompactionOutcome(None, saved, False, f"memory flush failed ({exc}); summary skipped")
-            return await _summarise(plan, provider, saved)
+                return CompactionOutcome(
+                    None, saved, flushed, f"summary failed ({exc}); history kept as it was"
+                )
     except TimeoutError:
         return CompactionOutcome(
             None, saved, flushed, f"compaction took longer than {plan.budget_s:g}s and was abandoned"
@@ -87,7 +95,9 @@ async def _flush(plan: CompactionPlan, provider: Provider, memory: MemoryStore |
     return len(stored)
 
 
-async def _summarise(plan: CompactionPlan, provider: Provider, saved: int) -> CompactionOutcome:
+async def _summarise(
+    plan: CompactionPlan, provider: Provider, saved: int, flushed: bool
+) -> CompactionOutcome:
     missing: Sequence[str] = ()
     for _attempt in range(2):  # the quality guard: one retry naming what was missing
         messages = summary_request(plan.to_summarise, plan.prior_summary, plan.max_chars, missing)
@@ -95,12 +105,12 @@ async def _summarise(plan: CompactionPlan, provider: Provider, saved: int) -> Co
         text = completion.text.strip()
         missing = missing_sections(text)
         if not missing:
-            return CompactionOutcome(bound_summary(text, plan.max_chars), saved, True)
+            return CompactionOutcome(bound_summary(text, plan.max_chars), saved, flushed)
         log.warning("%s: summary lacks sections %s", plan.session_id, list(missing))
     return CompactionOutcome(
         None,
         saved,
-        True,
+        flushed,
         f"summary cancelled: still missing {', '.join(missing)} after a retry; history kept as it was",
     )
 
@@ -141,6 +151,7 @@ def plan_compaction(
     model: ModelConfig,
     budget_s: float,
     forced: bool,
+    summarise: bool = True,
 ) -> CompactionStart:
     """Tier 1 (clear old tool results) and, if still needed, the plan for tiers 2 and 3.
 
@@ -156,8 +167,11 @@ def plan_compaction(
     start = CompactionStart(cleared, tokens_before, len(before), None, None)
     if provider_view < threshold_tokens and not forced:
         return start
+    if not summarise:
+        return replace(start, note="summary paused after a recent failure; clearing only")
     visible = apply_clearing(after_clear.visible, after_clear.cleared)
-    keep_tokens = int(threshold_tokens * KEEP_FRACTION)
+    # The threshold is in the provider's tokens; the boundary is measured in ours.
+    keep_tokens = int(threshold_tokens * KEEP_FRACTION * prompts.calibration.ratio)
     if forced:  # the provider refused this prompt: keep at most a third of the conversation
         keep_tokens = min(keep_tokens, sum(prompts.counter.count_all(visible)) // 3)
     boundary = summary_boundary(visible, keep_tokens, prompts.counter.count_message)
