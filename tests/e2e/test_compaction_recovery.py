@@ -121,7 +121,9 @@ def test_sigkill_during_compaction_loses_no_buffered_message(
     assert [m["content"] for m in users] == [big(n) for n in range(5)] + ["sent while compacting"]
     assert users[-1]["id"] == buffered
     assert [m["content"] for m in admitted_inputs(setup.db_path, sid)].count("sent while compacting") == 1
-    # The interrupted compaction left no trace in the projection: nothing summarised, nothing lost.
+    # The interrupted compaction left nothing half-done: no summary, no message lost. (The
+    # restarted session compacts again because it was over the threshold; its first tier may
+    # show old tool results as placeholders of the same messages.)
     context = second.session(sid, "context")["messages"]
     assert not any(m.get("kind") == "compaction_summary" for m in context)
-    assert [m["id"] for m in context[1:]] == [m["id"] for m in session["messages"]]
+    assert [m["id"].removeprefix("cleared:") for m in context[1:]] == [m["id"] for m in session["messages"]]
