@@ -10,7 +10,6 @@ applying events — so what it acknowledges is never lost.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import time
@@ -22,10 +21,10 @@ import pykka
 from netclaw.config import Settings
 from netclaw.errors import ContextOverflow, ProviderError, SessionUnavailable
 from netclaw.history import TrimResult
-from netclaw.messages import ChatMessage, new_id, system
-from netclaw.persistence import Journal, MemoryStore, NewEvent, SessionRow, format_recall
+from netclaw.messages import ChatMessage, new_id
+from netclaw.persistence import Journal, MemoryStore, NewEvent, SessionRow
 from netclaw.policy import audience_of, recall_allowed
-from netclaw.providers import Completion, Delta, Provider, ProviderRequest, ToolSchema
+from netclaw.providers import Completion, Provider, ProviderRequest, ToolSchema
 from netclaw.runtime import IoLoop, Reply, Timer
 from netclaw.sessions._commands import (
     Admission,
@@ -63,6 +62,7 @@ from netclaw.sessions._events import (
     TurnStatus,
     encode,
 )
+from netclaw.sessions._loop_ops import DeltaRelay, Recall
 from netclaw.sessions._outputs import Output
 from netclaw.sessions._phases import Phase, PhaseMachine
 from netclaw.sessions._prompt import PromptBuilder
@@ -85,7 +85,6 @@ PERSIST_TIMEOUT_S = 30.0
 RECOVERY_TIMEOUT_S = 60.0
 TOOL_TIMEOUT_S = 120.0
 MAX_OVERFLOW_PASSES = 3
-RECALL_TIMEOUT_S = 0.5
 SUMMARY_RETRY_TURNS = 3
 
 
@@ -399,7 +398,7 @@ class SessionActor(pykka.ThreadingActor):
             tools=tools,
             max_output_tokens=model.max_output_tokens,
         )
-        relay = _DeltaRelay(self.actor_ref, op_id, self._recall_for(run))
+        relay = DeltaRelay(self.actor_ref, op_id, self._recall_for(run))
         run.future = self.deps.io.submit_and_tell(
             relay.stream(self.deps.provider, request),
             self.actor_ref,
@@ -407,13 +406,13 @@ class SessionActor(pykka.ThreadingActor):
             lambda error: OpFailed(op_id, error),
         )
 
-    def _recall_for(self, run: TurnRun) -> _Recall | None:
+    def _recall_for(self, run: TurnRun) -> Recall | None:
         """Memories relevant to the turn's message, for the first call of a turn only."""
         memory = self.deps.memory
         if memory is None or run.iteration > 0 or not recall_allowed(self.audience, self.deps.settings):
             return None
         message = self.state.find_message(run.message_id)
-        return _Recall(memory, message.content, self.audience) if message is not None else None
+        return Recall(memory, message.content, self.audience) if message is not None else None
 
     def _tools_for(self, run: TurnRun) -> list[ToolSchema]:
         # Past the iteration limit the model gets no tools, so it must answer.
@@ -835,41 +834,6 @@ class SessionActor(pykka.ThreadingActor):
             reply.fail(error)
 
 
-class _DeltaRelay:
-    """Runs a provider call on the loop and forwards its deltas to the actor, coalesced:
-    every delta that arrives in one loop iteration travels in one ``tell``."""
-
-    __slots__ = ("_op_id", "_pending", "_recall", "_ref", "_scheduled")
-
-    def __init__(self, ref: Any, op_id: int, recall: _Recall | None = None) -> None:
-        self._ref = ref
-        self._op_id = op_id
-        self._recall = recall
-        self._pending: list[Delta] = []
-        self._scheduled = False
-
-    async def stream(self, provider: Provider, request: ProviderRequest) -> Completion:
-        if self._recall is not None:
-            request = await self._recall.into(request)
-        try:
-            return await provider.complete(request, self._on_delta)
-        finally:
-            self._flush()  # the last deltas travel before the completion does
-
-    def _on_delta(self, delta: Delta) -> None:
-        self._pending.append(delta)
-        if not self._scheduled:
-            self._scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush)
-
-    def _flush(self) -> None:
-        self._scheduled = False
-        if self._pending:
-            batch, self._pending = tuple(self._pending), []
-            with contextlib.suppress(pykka.ActorDeadError):
-                self._ref.tell(ProviderDeltas(self._op_id, batch))
-
-
 @dataclass(slots=True)
 class _Compacting:
     op_id: int
@@ -877,30 +841,6 @@ class _Compacting:
     resume_turn: bool  # a tool loop (or an overflow retry) continues afterwards
     forced: bool = False  # the overflow ladder's rung 1, not the threshold
     future: Any = None
-
-
-@dataclass(frozen=True, slots=True)
-class _Recall:
-    """Relevant memories, put in a volatile block after the system prompt (never journaled)."""
-
-    memory: MemoryStore
-    query: str
-    audience: str
-
-    async def into(self, request: ProviderRequest) -> ProviderRequest:
-        try:
-            found = await asyncio.wait_for(
-                self.memory.search(self.query, audience=self.audience), RECALL_TIMEOUT_S
-            )
-        except Exception as exc:  # slow or broken recall means no recall, never a failed turn
-            log.warning("memory recall skipped: %s", exc)
-            return request
-        block = format_recall(found)
-        if block is None:
-            return request
-        messages = list(request.messages)
-        messages.insert(1, system(block, id="recall"))
-        return replace(request, messages=messages)
 
 
 def _replies_in(message: Any) -> list[Reply[Any]]:

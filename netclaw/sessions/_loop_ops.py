@@ -1,0 +1,81 @@
+"""Work a session actor hands to the I/O loop: a provider call whose streamed deltas
+are relayed back (coalesced), with relevant memories recalled into its prompt first.
+Runs on the loop; talks to the actor only by ``tell``."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass, replace
+from typing import Any
+
+import pykka
+
+from netclaw.messages import system
+from netclaw.persistence import MemoryStore, format_recall
+from netclaw.providers import Completion, Delta, Provider, ProviderRequest
+from netclaw.sessions._commands import ProviderDeltas
+
+log = logging.getLogger(__name__)
+
+RECALL_TIMEOUT_S = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class Recall:
+    """Relevant memories, put in a volatile block after the system prompt (never journaled)."""
+
+    memory: MemoryStore
+    query: str
+    audience: str
+
+    async def into(self, request: ProviderRequest) -> ProviderRequest:
+        try:
+            found = await asyncio.wait_for(
+                self.memory.search(self.query, audience=self.audience), RECALL_TIMEOUT_S
+            )
+        except Exception as exc:  # slow or broken recall means no recall, never a failed turn
+            log.warning("memory recall skipped: %s", exc)
+            return request
+        block = format_recall(found)
+        if block is None:
+            return request
+        messages = list(request.messages)
+        messages.insert(1, system(block, id="recall"))
+        return replace(request, messages=messages)
+
+
+class DeltaRelay:
+    """Runs a provider call on the loop and forwards its deltas to the actor, coalesced:
+    every delta that arrives in one loop iteration travels in one ``tell``."""
+
+    __slots__ = ("_op_id", "_pending", "_recall", "_ref", "_scheduled")
+
+    def __init__(self, ref: Any, op_id: int, recall: Recall | None = None) -> None:
+        self._ref = ref
+        self._op_id = op_id
+        self._recall = recall
+        self._pending: list[Delta] = []
+        self._scheduled = False
+
+    async def stream(self, provider: Provider, request: ProviderRequest) -> Completion:
+        if self._recall is not None:
+            request = await self._recall.into(request)
+        try:
+            return await provider.complete(request, self._on_delta)
+        finally:
+            self._flush()  # the last deltas travel before the completion does
+
+    def _on_delta(self, delta: Delta) -> None:
+        self._pending.append(delta)
+        if not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._scheduled = False
+        if self._pending:
+            batch, self._pending = tuple(self._pending), []
+            with contextlib.suppress(pykka.ActorDeadError):
+                self._ref.tell(ProviderDeltas(self._op_id, batch))
