@@ -65,7 +65,7 @@ from netclaw.sessions._events import (
 from netclaw.sessions._loop_ops import DeltaRelay, Recall
 from netclaw.sessions._outputs import Output
 from netclaw.sessions._phases import Phase, PhaseMachine
-from netclaw.sessions._prompt import PromptBuilder
+from netclaw.sessions._prompt import Prompt, PromptBuilder
 from netclaw.sessions._recovery import load_state
 from netclaw.sessions._state import SessionState, TurnOutcome
 from netclaw.sessions._subscribers import Subscriber, SubscriberSet
@@ -381,14 +381,14 @@ class SessionActor(pykka.ThreadingActor):
         run = self.run
         assert run is not None
         tools = self._tools_for(run)
-        if self._prompt_needs_compaction(tools):
+        prompt = self.prompts.build(self.state, tools)
+        if self._prompt_needs_compaction(prompt):
             # Compact before trimming: what a trim drops is neither summarised nor flushed
             # to memory. Afterwards we come back here and trim only if still over budget.
             self._begin_compaction(resume_turn=True)
             return
         op_id = self._next_op()
         model = self.deps.settings.models.main
-        prompt = self.prompts.build(self.state, tools)
         if prompt.trim is not None:
             self._record_trim(prompt.trim, "budget")
         run.estimate = prompt.estimate
@@ -622,15 +622,15 @@ class SessionActor(pykka.ThreadingActor):
         tokens = self.last_input_tokens
         return tokens is not None and tokens >= self._threshold_tokens()
 
-    def _prompt_needs_compaction(self, tools: list[ToolSchema]) -> bool:
-        """Before a call: would the prompt about to be sent (our estimate, scaled by how much
-        this provider counts above it) cross the threshold? Once per history state, so a
+    def _prompt_needs_compaction(self, prompt: Prompt) -> bool:
+        """Before a call: would the prompt (untrimmed; our estimate, scaled by how much this
+        provider counts above it) cross the threshold? Once per history state, so a
         compaction that could not shrink enough is not retried in a loop."""
         if self.state.seq == self._compaction_checked_at:
             return False
         self._compaction_checked_at = self.state.seq
-        estimate = self.prompts.estimate(self.state, tools) / self.prompts.calibration.ratio
-        return estimate >= self._threshold_tokens()
+        untrimmed = prompt.trim.tokens_before if prompt.trim is not None else prompt.estimate
+        return untrimmed / self.prompts.calibration.ratio >= self._threshold_tokens()
 
     def _begin_compaction(self, *, resume_turn: bool, forced: bool = False) -> None:
         """Tier 1 here; tiers 2 and 3 (LLM calls) on the loop if still over the threshold.
