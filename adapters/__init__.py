@@ -1,1 +1,67 @@
-"""Channel adapters: each turns platform events into gateway messages."""
+"""Channel adapters: each turns platform events into gateway messages.
+
+``build_adapters`` makes the ones the config enables. Adapters depend on the gateway,
+never the reverse; the daemon starts them after the sessions and before the HTTP API.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from adapters.base import Adapter, AdapterStatus
+from netclaw.config import Settings
+from netclaw.gateway import Gateway
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Adapter", "AdapterStatus", "build_adapters"]
+
+
+def build_adapters(settings: Settings, gateway: Gateway) -> list[Adapter]:
+    """The enabled adapters, not yet checked or started. Platform libraries are imported
+    only for enabled adapters, so a missing optional library disables just that one."""
+    found: list[Adapter] = []
+    if settings.webhooks.routes:
+        from adapters.webhook import WebhookAdapter
+
+        found.append(WebhookAdapter(settings, gateway))
+    if settings.slack.enabled:
+        found.append(_optional("adapters.slack", "SlackAdapter", "slack", settings, gateway))
+    if settings.discord.enabled:
+        found.append(_optional("adapters.discord_bot", "DiscordAdapter", "discord", settings, gateway))
+    return found
+
+
+def _optional(module: str, cls: str, name: str, settings: Settings, gateway: Gateway) -> Adapter:
+    try:
+        imported = __import__(module, fromlist=[cls])
+        adapter: Adapter = getattr(imported, cls)(settings, gateway)
+    except Exception as exc:  # an adapter that cannot even be built is reported, not fatal
+        log.exception("adapter %s cannot be loaded", name)
+        return _Broken(name, f"cannot load: {type(exc).__name__}: {exc}")
+    return adapter
+
+
+class _Broken:
+    """Stands in for an adapter that failed to load, so it shows up as failed in /healthz."""
+
+    def __init__(self, name: str, detail: str) -> None:
+        self.name = name
+        self._detail = detail
+
+    def check(self) -> None:
+        from netclaw.errors import AdapterError
+
+        raise AdapterError(self._detail)
+
+    def routes(self) -> list:  # type: ignore[type-arg]
+        return []
+
+    async def start(self) -> None:
+        return None
+
+    async def stop(self) -> None:
+        return None
+
+    def status(self) -> AdapterStatus:
+        return AdapterStatus("failed", self._detail)

@@ -49,6 +49,11 @@ class ApiError(Exception):
         self.status = status
         self.code = code
         self.message = message
+        self.headers: dict[str, str] = {}
+
+    def with_header(self, name: str, value: str) -> ApiError:
+        self.headers[name] = value
+        return self
 
 
 def error_response(
@@ -143,7 +148,9 @@ class Api:
         try:
             return await handler(request)
         except ApiError as exc:
-            return error_response(exc.status, exc.code, exc.message)
+            response = error_response(exc.status, exc.code, exc.message)
+            response.headers.update(exc.headers)
+            return response
         except InvalidInput as exc:
             return error_response(400, "invalid_" + exc.field, str(exc))
         except SessionUnavailable as exc:
@@ -324,7 +331,11 @@ async def _sse(response: web.StreamResponse, event: str, data: Mapping[str, Any]
 
 
 async def _json_object(request: web.Request) -> dict[str, Any]:
-    raw = await request.read()
+    return read_json_object(await request.read())
+
+
+def read_json_object(raw: bytes) -> dict[str, Any]:
+    """A request body that must be a JSON object; ApiError 400 naming what is wrong."""
     if not raw.strip():
         raise ApiError(400, "invalid_json", "the request body is empty; send a JSON object")
     try:

@@ -123,17 +123,43 @@ class WebhooksConfig(_Section):
     routes: dict[str, WebhookRoute] = {}
 
 
-class SlackConfig(_Section):
-    enabled: bool = False
+class ChannelAccess(_Section):
+    """Who may talk to the bot on a chat platform. Empty allowlists mean nobody."""
+
+    channels: list[str] = []  # channel ids where the bot listens
+    users: list[str] | None = None  # None: anyone in an allowed channel; else only these user ids
+    require_mention: bool = True  # a thread starts only when the bot is mentioned
+    allow_dms: bool = False
 
 
-class DiscordConfig(_Section):
+class SlackConfig(ChannelAccess):
     enabled: bool = False
+    bot_token_env: str = "SLACK_BOT_TOKEN"  # xoxb-…
+    app_token_env: str = "SLACK_APP_TOKEN"  # xapp-… (Socket Mode)
+    api_url: str | None = None  # Web API base, e.g. for a local test double; None: Slack's
+
+    _env = field_validator("bot_token_env", "app_token_env")(_check_env_name)
+
+
+class DiscordConfig(ChannelAccess):
+    enabled: bool = False
+    token_env: str = "DISCORD_BOT_TOKEN"
+
+    _env = field_validator("token_env")(_check_env_name)
 
 
 class AudienceConfig(_Section):
     tools: list[str] | None = None  # None: every tool
     memory_recall: bool = True
+
+
+# Per-audience defaults when `audiences` does not name one: a public session (webhooks)
+# sees only harmless tools and never recalls memories.
+DEFAULT_AUDIENCES: dict[str, AudienceConfig] = {
+    "personal": AudienceConfig(),
+    "team": AudienceConfig(),
+    "public": AudienceConfig(tools=["current_time"], memory_recall=False),
+}
 
 
 class AgentConfig(_Section):
@@ -171,7 +197,7 @@ class Settings(BaseSettings):
     webhooks: WebhooksConfig = WebhooksConfig()
     slack: SlackConfig = SlackConfig()
     discord: DiscordConfig = DiscordConfig()
-    audiences: dict[str, AudienceConfig] = {}
+    audiences: dict[Literal["personal", "team", "public"], AudienceConfig] = {}
     agent: AgentConfig = AgentConfig()
     journal: JournalConfig = JournalConfig()
 
@@ -204,6 +230,9 @@ class Settings(BaseSettings):
     def trim_budget_tokens(self) -> int:
         main = self.models.main
         return self.history.trim_budget_tokens or main.context_window - main.max_output_tokens
+
+    def audience(self, name: str) -> AudienceConfig:
+        return self.audiences.get(name) or DEFAULT_AUDIENCES.get(name, AudienceConfig())  # type: ignore[call-overload]
 
     @property
     def compaction_model(self) -> ModelConfig:

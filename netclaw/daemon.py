@@ -6,6 +6,7 @@ reloads the config. After shutdown, check that no actor survived.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import logging
 import os
@@ -20,6 +21,7 @@ from typing import Any, TextIO
 import pykka
 from aiohttp import web
 
+from adapters import Adapter, AdapterStatus, build_adapters
 from netclaw.api import Api, load_control_token
 from netclaw.config import Settings, load_settings
 from netclaw.errors import ConfigError, DaemonError
@@ -104,6 +106,8 @@ class Daemon:
         self.gateway: Gateway | None = None
         self._runner: web.AppRunner | None = None
         self.port: int | None = None
+        self.adapters: list[Adapter] = []  # checked and started (or starting)
+        self._disabled: dict[str, AdapterStatus] = {}  # failed their check or start
         self._stop = threading.Event()
         self._reload = threading.Event()
 
@@ -143,8 +147,20 @@ class Daemon:
                 )
             )
             self.gateway = Gateway(self.manager)
-            api = Api(self.settings, self.gateway, self.manager, self.journal, token)
-            self.io.run(self._serve(api.app()))
+            api = Api(
+                self.settings,
+                self.gateway,
+                self.manager,
+                self.journal,
+                token,
+                health_extra=lambda: {"adapters": self.adapter_statuses()},
+            )
+            app = api.app()
+            self._check_adapters(build_adapters(self.settings, self.gateway))
+            for adapter in self.adapters:
+                app.router.add_routes(adapter.routes())
+            self.io.run(self._start_adapters())
+            self.io.run(self._serve(app))
             warmed = self.io.run(self._warm_sessions())
         except BaseException:
             self.stop()
@@ -156,6 +172,40 @@ class Daemon:
             warmed,
             (time.perf_counter() - started) * 1000,
         )
+
+    def _check_adapters(self, candidates: list[Adapter]) -> None:
+        for adapter in candidates:
+            try:
+                adapter.check()
+            except Exception as exc:  # one misconfigured channel must not stop the daemon
+                log.error("adapter %s disabled: %s", adapter.name, exc)
+                self._disabled[adapter.name] = AdapterStatus("disabled", str(exc))
+                continue
+            self.adapters.append(adapter)
+
+    async def _start_adapters(self) -> None:
+        for adapter in list(self.adapters):
+            try:
+                await adapter.start()
+            except Exception as exc:
+                log.error("adapter %s failed to start and is disabled: %s", adapter.name, exc)
+                self.adapters.remove(adapter)
+                self._disabled[adapter.name] = AdapterStatus("failed", str(exc))
+                with contextlib.suppress(Exception):
+                    await adapter.stop()
+
+    async def _stop_adapters(self) -> None:
+        for adapter in reversed(self.adapters):
+            try:
+                await adapter.stop()
+            except Exception:
+                log.exception("adapter %s did not stop cleanly", adapter.name)
+        self.adapters = []
+
+    def adapter_statuses(self) -> dict[str, dict[str, str]]:
+        statuses = {a.name: a.status().to_json() for a in self.adapters}
+        statuses.update({name: status.to_json() for name, status in self._disabled.items()})
+        return statuses
 
     async def _serve(self, app: web.Application) -> None:
         # handler_cancellation: a client that disconnects (an SSE subscriber) ends its
@@ -193,6 +243,8 @@ class Daemon:
         if io is not None:
             if self._runner is not None:
                 _step("stop listening", io.run, _stop_sites(self._runner), 5)
+            if self.adapters:
+                _step("stop adapters", io.run, self._stop_adapters(), 15)
             if self.manager is not None:
                 # Before the HTTP server finishes: a request waiting for a turn (?wait=1) is
                 # answered now ("accepted; the reply comes after restart"), not at a timeout.

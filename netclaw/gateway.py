@@ -8,12 +8,15 @@ Adapters depend on the gateway, never the reverse. Runs on the I/O loop.
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import time
 import uuid
 from dataclasses import dataclass
 
+from netclaw.config import ChannelAccess
 from netclaw.errors import NetclawError, SessionUnavailable
+from netclaw.policy import ChatEvent, denial_reason
 from netclaw.runtime import Reply
 from netclaw.sessions import (
     Admission,
@@ -25,6 +28,8 @@ from netclaw.sessions import (
 )
 from netclaw.sessions._outputs import OutputFilter
 from netclaw.sessions._subscribers import Sink
+
+log = logging.getLogger(__name__)
 
 SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9:._\-]{0,199}$")
 MAX_TEXT_CHARS = 200_000
@@ -124,6 +129,26 @@ class Gateway:
                 f"within {limit:g}s; its reply will appear in the session"
             ) from exc
         return admission, outcome
+
+    async def submit_chat(
+        self, event: ChatEvent, access: ChannelAccess, inbound: Inbound
+    ) -> Admission | None:
+        """A chat-platform message: the channel/user/mention policy first, then admission.
+        A denied message gets no turn; it is logged with the reason and None returned."""
+        reason = denial_reason(access, event)
+        if reason is not None:
+            log.info(
+                "%s message from %s in %s denied: %s", event.platform, event.user_id, event.channel_id, reason
+            )
+            return None
+        admission, _ = await self.submit(inbound)
+        return admission
+
+    async def knows(self, session_id: str) -> bool:
+        """Is this an existing session (a thread the bot already takes part in)?"""
+        if self.manager.is_resident(session_id):
+            return True
+        return await self.manager.deps.journal.get_session(session_id) is not None
 
     def subscribe(self, session_id: str, mask: OutputFilter, sink: Sink) -> str:
         check_session_id(session_id)

@@ -7,12 +7,18 @@ session takes its route's ``audience`` (``public`` unless configured).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
-from netclaw.config import AudienceConfig, Settings
-from netclaw.sessions._state import channel_of
+from netclaw.config import ChannelAccess, Settings
 
 Audience = Literal["personal", "team", "public"]
+
+
+def channel_of(session_id: str) -> str:
+    """``slack:C1:123.4`` → ``slack``; ids without a prefix are ``api`` sessions."""
+    head, sep, _ = session_id.partition(":")
+    return head if sep else "api"
 
 
 def audience_of(session_id: str, settings: Settings) -> Audience:
@@ -29,4 +35,39 @@ def recall_allowed(audience: Audience, settings: Settings) -> bool:
     """Public sessions never see recalled memories; others unless their audience opts out."""
     if audience == "public":
         return False
-    return settings.audiences.get(audience, AudienceConfig()).memory_recall
+    return settings.audience(audience).memory_recall
+
+
+def allowed_tools(audience: Audience, settings: Settings) -> list[str] | None:
+    """Tool names the audience may use (None: all). A tool not granted is invisible to the
+    model, and a call to it is refused."""
+    return settings.audience(audience).tools
+
+
+@dataclass(frozen=True, slots=True)
+class ChatEvent:
+    """What the policy needs to know about one platform message."""
+
+    platform: str  # "slack", "discord"
+    channel_id: str
+    user_id: str
+    is_dm: bool = False
+    mentioned: bool = False  # the bot was mentioned in this message
+    thread_known: bool = False  # it continues a thread that is already a session
+    from_bot: bool = False  # sent by a bot (ours or another): never a turn
+
+
+def denial_reason(access: ChannelAccess, event: ChatEvent) -> str | None:
+    """Why this message gets no turn, or None when it may start or continue a session."""
+    if event.from_bot:
+        return "sent by a bot"
+    if event.is_dm:
+        if not access.allow_dms:
+            return "direct messages are off (allow_dms)"
+    elif event.channel_id not in access.channels:
+        return f"channel {event.channel_id} is not in the allowlist"
+    if access.users is not None and event.user_id not in access.users:
+        return f"user {event.user_id} is not in the allowlist"
+    if access.require_mention and not event.mentioned and not event.thread_known and not event.is_dm:
+        return "a new thread needs a mention of the bot"
+    return None

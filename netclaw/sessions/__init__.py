@@ -4,6 +4,7 @@ The pure parts (phases, state, events, outputs, turn pieces) import no pykka,
 aiohttp or aiosqlite; only ``_actor`` and ``_manager`` touch pykka.
 """
 
+from netclaw.policy import channel_of
 from netclaw.sessions._actor import ManagerPort, SessionActor, SessionDeps
 from netclaw.sessions._commands import Admission, SendUserMessage, Subscribe, Unsubscribe
 from netclaw.sessions._events import (
@@ -20,7 +21,7 @@ from netclaw.sessions._outputs import EVENT_FILTER, LIFECYCLE_EVENTS, Output, Ou
 from netclaw.sessions._phases import LEGAL_TRANSITIONS, Phase, PhaseMachine
 from netclaw.sessions._prompt import Prompt, PromptBuilder
 from netclaw.sessions._recovery import load_state
-from netclaw.sessions._state import SessionState, TurnOutcome, channel_of
+from netclaw.sessions._state import SessionState, TurnOutcome
 from netclaw.sessions._subscribers import OutputQueue, Sink, Subscriber, SubscriberSet
 from netclaw.sessions._turn import build_context
 

@@ -23,7 +23,7 @@ from netclaw.errors import ContextOverflow, ProviderError, SessionUnavailable
 from netclaw.history import TrimResult
 from netclaw.messages import ChatMessage, new_id
 from netclaw.persistence import Journal, MemoryStore, NewEvent, SessionRow
-from netclaw.policy import audience_of, recall_allowed
+from netclaw.policy import allowed_tools, audience_of, recall_allowed
 from netclaw.providers import Completion, Provider, ProviderRequest, ToolSchema
 from netclaw.runtime import IoLoop, Reply, Timer
 from netclaw.sessions._commands import (
@@ -121,6 +121,7 @@ class SessionActor(pykka.ThreadingActor):
         self.subscribers = SubscriberSet()
         self.prompts = PromptBuilder(deps.settings.agent.system_prompt, deps.settings.trim_budget_tokens)
         self.audience = audience_of(session_id, deps.settings)
+        self.allowed_tools = allowed_tools(self.audience, deps.settings)  # None: every tool
         self.run: TurnRun | None = None
         self.compacting: _Compacting | None = None
         self.last_input_tokens: int | None = None  # the provider's latest count of our prompt
@@ -416,7 +417,9 @@ class SessionActor(pykka.ThreadingActor):
 
     def _tools_for(self, run: TurnRun) -> list[ToolSchema]:
         # Past the iteration limit the model gets no tools, so it must answer.
-        return self.deps.tools.schemas() if run.iteration < self.cfg.max_tool_iterations else []
+        if run.iteration >= self.cfg.max_tool_iterations:
+            return []
+        return self.deps.tools.schemas(self.allowed_tools)
 
     def _record_trim(self, trim: TrimResult, reason: str) -> None:
         """Never silent: journal it, tell every subscriber, log one line."""
@@ -473,6 +476,7 @@ class SessionActor(pykka.ThreadingActor):
             self.deps.tools.run_batch(
                 assistant.tool_calls,
                 min(TOOL_TIMEOUT_S, self.cfg.turn_timeout_s),
+                allowed=self.allowed_tools,
                 context=ToolContext(self.session_id, self.audience),
             ),
             self.actor_ref,
@@ -640,7 +644,7 @@ class SessionActor(pykka.ThreadingActor):
         start = plan_compaction(
             self.state,
             self.prompts,
-            self.deps.tools.schemas(),
+            self.deps.tools.schemas(self.allowed_tools),
             keep_recent=self.cfg.keep_recent_tool_results,
             threshold_tokens=self._threshold_tokens(),
             audience=self.audience,
@@ -677,7 +681,7 @@ class SessionActor(pykka.ThreadingActor):
         start = compacting.start
         if note is not None:
             start = replace(start, note=note)
-        tools = self.deps.tools.schemas()
+        tools = self.deps.tools.schemas(self.allowed_tools)
         # What the projection will look like once the event is applied.
         preview = self.state.apply(compaction_event(start, outcome, 0, 0), self.state.seq + 1, time.time())
         event = compaction_event(

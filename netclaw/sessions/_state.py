@@ -13,6 +13,7 @@ from typing import Any
 
 from netclaw.errors import JournalCorrupt
 from netclaw.messages import ChatMessage
+from netclaw.policy import channel_of
 from netclaw.sessions._events import (
     HistoryTrimmed,
     InputAdmitted,
@@ -31,12 +32,6 @@ IDENTITY_RETENTION_S = 7 * 24 * 3600.0
 MAX_IDENTITIES = 10_000
 MAX_OUTCOMES = 1_000
 SNAPSHOT_VERSION = 1
-
-
-def channel_of(session_id: str) -> str:
-    """``slack:C1:123.4`` → ``slack``; ids without a prefix are ``api`` sessions."""
-    head, sep, _ = session_id.partition(":")
-    return head if sep else "api"
 
 
 @dataclass(frozen=True, slots=True)

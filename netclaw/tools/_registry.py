@@ -76,8 +76,13 @@ class ToolRegistry:
     ) -> ToolResult:
         """Run one call. Never raises: every failure becomes an error result the model sees."""
         tool = self._tools.get(call.name)
-        if tool is None or (allowed is not None and call.name not in set(allowed)):
+        if tool is None:
             return ToolResult(call, f"error: there is no tool named {call.name!r}", True)
+        if allowed is not None and call.name not in set(allowed):
+            audience = (context or DEFAULT_CONTEXT).audience
+            return ToolResult(
+                call, f"error: tool {call.name!r} is not available to {audience} sessions", True
+            )
         try:
             args = json.loads(call.arguments or "{}")
         except json.JSONDecodeError as exc:

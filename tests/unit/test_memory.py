@@ -17,6 +17,7 @@ from netclaw.persistence import (
     NewMemory,
     SqliteMemoryStore,
     format_recall,
+    load_migrations,
     prepare_database,
 )
 from netclaw.persistence._memory import fts_query, normalise
@@ -45,7 +46,7 @@ def facts(*texts: str, kind: str = "fact") -> list[NewMemory]:
 
 def test_migrations_create_the_memory_tables(tmp_path: Path) -> None:
     path = tmp_path / "fresh.db"
-    assert prepare_database(path) == [1, 2]
+    assert prepare_database(path) == [m.version for m in load_migrations()]  # all, incl. 0002
     with sqlite3.connect(path) as conn:
         names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
         assert {"events", "memories", "memories_fts", "memories_audience_norm"} <= names

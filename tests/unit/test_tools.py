@@ -172,7 +172,7 @@ async def test_run_batch_with_allowed_and_failures_never_raises(registry: ToolRe
     results = await registry.run_batch(calls, timeout_s=0.05, allowed=(n for n in ["boom", "echo", "slow"]))
     assert [r.call.id for r in results] == ["1", "2", "3", "4"]
     assert [r.is_error for r in results] == [True, False, True, True]
-    assert "no tool" in results[2].content  # tool_error was not allowed (a generator works too)
+    assert "not available" in results[2].content  # tool_error was not allowed (a generator works too)
 
 
 async def test_run_batch_of_nothing() -> None:

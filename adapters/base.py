@@ -1,0 +1,47 @@
+"""The adapter contract: what every channel adapter provides to the daemon.
+
+An adapter turns one platform's events into gateway messages and renders the
+session's outputs back on that platform. It runs on the I/O loop. The daemon
+starts adapters after the sessions and before the HTTP API, stops them in
+reverse, and a broken or misconfigured adapter is reported and disabled — the
+daemon and the other adapters keep running.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from aiohttp import web
+
+AdapterState = Literal["starting", "running", "disabled", "failed", "stopped"]
+
+
+@dataclass(frozen=True, slots=True)
+class AdapterStatus:
+    state: AdapterState
+    detail: str = ""
+
+    def to_json(self) -> dict[str, str]:
+        return {"state": self.state, "detail": self.detail} if self.detail else {"state": self.state}
+
+
+class Adapter(Protocol):
+    name: str
+
+    def check(self) -> None:
+        """Validate the environment (tokens present, library importable) without I/O.
+        Raises AdapterError naming what is missing."""
+        ...
+
+    def routes(self) -> list[web.RouteDef]:
+        """HTTP routes to add to the daemon's server (webhooks); most adapters have none."""
+        ...
+
+    async def start(self) -> None:
+        """Connect and begin serving. Raises AdapterError if it cannot."""
+        ...
+
+    async def stop(self) -> None: ...
+
+    def status(self) -> AdapterStatus: ...

@@ -1,0 +1,265 @@
+"""Everything that touches discord.py: the client, the real port, message normalisation and
+the translation of discord.py's exceptions into netclaw's (imported only when the adapter
+starts, so a daemon without discord.py installed still runs; ``check()`` reports it).
+
+Rate limits: discord.py's HTTP client already honours Discord's rate-limit headers (it waits
+pre-emptively when a bucket is exhausted) and, on an HTTP 429, sleeps ``retry_after`` and
+retries the request itself (up to 5 tries). We cap that sleep with ``max_ratelimit_timeout``:
+a longer limit raises :class:`discord.RateLimited` instead of blocking a renderer, and it
+reaches the adapter as a transient :class:`DiscordApiError` carrying ``retry_after``, which
+``with_retry`` honours. 5xx answers are retried by discord.py as well and arrive here only
+when they persist.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+from collections.abc import Iterator
+from typing import Any, Protocol
+
+import aiohttp
+import discord
+
+from adapters.discord._port import (
+    MESSAGE_LIMIT,
+    THREAD_NAME_LIMIT,
+    DiscordApiError,
+    DiscordMessage,
+    rate_limited,
+)
+
+log = logging.getLogger("adapters.discord")
+
+MAX_RATELIMIT_WAIT_S = 30.0  # discord.py's minimum for max_ratelimit_timeout
+USER_MESSAGE_TYPES = frozenset({discord.MessageType.default, discord.MessageType.reply})
+NO_PINGS = discord.AllowedMentions.none()  # model output never pings anyone (@everyone included)
+
+
+def intents() -> discord.Intents:
+    """Server list and channels (guilds), messages in servers and DMs, and their text
+    (message_content: privileged, enable it in the Developer Portal)."""
+    wanted = discord.Intents.none()
+    wanted.guilds = True
+    wanted.guild_messages = True
+    wanted.dm_messages = True
+    wanted.message_content = True
+    return wanted
+
+
+class Handler(Protocol):
+    """What the client needs of the adapter."""
+
+    async def handle(self, message: DiscordMessage) -> str | None: ...
+
+    def connected(self, *, resumed: bool) -> None: ...
+
+
+class NetclawClient(discord.Client):
+    """A discord.py client that hands every message to the adapter, normalised."""
+
+    def __init__(self, handler: Handler) -> None:
+        super().__init__(
+            intents=intents(),
+            allowed_mentions=NO_PINGS,
+            max_ratelimit_timeout=MAX_RATELIMIT_WAIT_S,
+        )
+        self.handler = handler
+
+    async def on_message(self, message: discord.Message) -> None:
+        me = self.user
+        if me is None or message.author.id == me.id:
+            return
+        channel: Any = message.channel
+        if isinstance(channel, discord.PartialMessageable) and message.guild is not None:
+            # Not in the cache (e.g. a thread that was archived): ask Discord what it is.
+            try:
+                channel = await self.fetch_channel(channel.id)
+            except (discord.DiscordException, aiohttp.ClientError, OSError) as exc:
+                log.warning("discord: cannot look up channel %s: %s", message.channel.id, exc)
+                return
+        event = normalise(message, me.id, channel=channel)
+        if event is not None:
+            await self.handler.handle(event)
+
+    async def on_ready(self) -> None:
+        log.info(
+            "discord: connected as %s (id %s) in %d server(s)",
+            self.user,
+            self.user and self.user.id,
+            len(self.guilds),
+        )
+        self.handler.connected(resumed=False)
+
+    async def on_resumed(self) -> None:
+        self.handler.connected(resumed=True)
+
+    async def on_error(self, event_method: str, /, *args: Any, **kwargs: Any) -> None:
+        log.exception("discord: unhandled error in %s", event_method)
+
+
+def normalise(message: discord.Message, bot_id: int, *, channel: Any = None) -> DiscordMessage | None:
+    """A discord.py message as the adapter sees it; None for system messages (pins, joins,
+    "started a thread", …). ``channel`` overrides ``message.channel`` when it was resolved."""
+    if message.type not in USER_MESSAGE_TYPES:
+        return None
+    where = channel if channel is not None else message.channel
+    author = message.author
+    guild = message.guild
+    role = guild.self_role if guild is not None else None
+    mentioned = any(user.id == bot_id for user in message.mentions) or (
+        role is not None and any(r.id == role.id for r in message.role_mentions)
+    )
+    parent_id = getattr(where, "parent_id", None) if isinstance(where, discord.Thread) else None
+    return DiscordMessage(
+        message_id=str(message.id),
+        channel_id=str(where.id),
+        author_id=str(author.id),
+        text=message_text(message, bot_id, role.id if role is not None else None),
+        parent_id=str(parent_id) if parent_id is not None else None,
+        is_dm=guild is None,
+        mentioned=mentioned,
+        from_bot=author.bot or message.webhook_id is not None,
+        from_self=author.id == bot_id,
+    )
+
+
+def message_text(message: discord.Message, bot_id: int, bot_role_id: int | None = None) -> str:
+    """The content with the bot's own mention removed, other people's mentions as @names,
+    and attachments as links (the model cannot open Discord's attachment objects)."""
+    text = re.sub(rf"<@!?{bot_id}>", "", message.content)
+    if bot_role_id is not None:
+        text = text.replace(f"<@&{bot_role_id}>", "")
+    for user in message.mentions:
+        if user.id != bot_id:
+            text = re.sub(rf"<@!?{user.id}>", f"@{user.display_name}", text)
+    lines = [text.strip()]
+    lines += [f"[attachment: {a.filename} {a.url}]" for a in message.attachments]
+    return "\n".join(line for line in lines if line)
+
+
+# -- errors -------------------------------------------------------------------------------------
+
+
+def translate_error(exc: BaseException, what: str, *, token_env: str | None = None) -> DiscordApiError:
+    """discord.py's (and aiohttp's) exceptions as netclaw's: a message a person can act on,
+    and whether a retry may help."""
+    if isinstance(exc, DiscordApiError):
+        return exc
+    if isinstance(exc, discord.RateLimited):
+        return rate_limited(exc.retry_after, what)
+    if isinstance(exc, discord.LoginFailure):
+        where = f" in {token_env}" if token_env else ""
+        return DiscordApiError(
+            f"Discord rejected the bot token{where}: {exc}. Copy the token again from the Developer "
+            "Portal (Bot → Reset Token)",
+            status=401,
+        )
+    if isinstance(exc, discord.PrivilegedIntentsRequired):
+        return DiscordApiError(
+            "Discord refused the connection because the Message Content intent is not enabled "
+            "for this bot: Developer Portal → your application → Bot → Privileged Gateway Intents "
+            "→ turn on Message Content Intent, then restart netclaw"
+        )
+    if isinstance(exc, discord.Forbidden):
+        return DiscordApiError(
+            f"Discord refused to {what} (403: {exc.text or 'missing permission'}); give the bot "
+            "View Channel, Send Messages, Send Messages in Threads, Create Public Threads, "
+            "Read Message History and Add Reactions in that channel",
+            status=403,
+        )
+    if isinstance(exc, discord.NotFound):
+        return DiscordApiError(
+            f"could not {what}: Discord says it does not exist (404: {exc.text})", status=404
+        )
+    if isinstance(exc, discord.HTTPException):
+        status = exc.status
+        return DiscordApiError(
+            f"could not {what}: Discord answered {status} ({exc.text or 'no details'})",
+            status=status,
+            transient=status == 429 or status >= 500,
+        )
+    if isinstance(exc, discord.ConnectionClosed):
+        return DiscordApiError(
+            f"could not {what}: the Discord gateway closed the connection (code {exc.code}: "
+            f"{exc.reason or 'no reason'})",
+            transient=exc.code not in (4004, 4010, 4011, 4012, 4013, 4014),
+        )
+    if isinstance(exc, discord.GatewayNotFound | aiohttp.ClientError | OSError | TimeoutError):
+        return DiscordApiError(
+            f"could not {what}: cannot reach Discord ({type(exc).__name__}: {exc})", transient=True
+        )
+    return DiscordApiError(f"could not {what}: {type(exc).__name__}: {exc}")
+
+
+@contextlib.contextmanager
+def translated(what: str) -> Iterator[None]:
+    try:
+        yield
+    except DiscordApiError:
+        raise
+    except (discord.DiscordException, aiohttp.ClientError, OSError, TimeoutError) as exc:
+        raise translate_error(exc, what) from exc
+
+
+# -- the real port ------------------------------------------------------------------------------
+
+
+class ClientPort:
+    """:class:`~adapters.discord._port.DiscordPort` over a logged-in discord.py client. Uses
+    partial objects (no fetch before each call): one REST request per call."""
+
+    def __init__(self, client: discord.Client) -> None:
+        self._client = client
+
+    def _channel(self, channel_id: str) -> discord.PartialMessageable:
+        return self._client.get_partial_messageable(int(channel_id))
+
+    def _message(self, channel_id: str, message_id: str) -> discord.PartialMessage:
+        return self._channel(channel_id).get_partial_message(int(message_id))
+
+    async def create_thread(self, channel_id: str, message_id: str, name: str) -> str:
+        with translated("create a thread"):
+            channel: Any = self._client.get_channel(int(channel_id))
+            if channel is None:
+                channel = await self._client.fetch_channel(int(channel_id))
+            if not isinstance(channel, discord.TextChannel):
+                raise DiscordApiError(
+                    f"channel {channel_id} is a {type(channel).__name__}; netclaw starts threads "
+                    "only in text channels (list text channels in discord.channels)"
+                )
+            thread = await channel.get_partial_message(int(message_id)).create_thread(
+                name=name[:THREAD_NAME_LIMIT]
+            )
+            return str(thread.id)
+
+    async def send(self, channel_id: str, text: str) -> str:
+        with translated("send a message"):
+            message = await self._channel(channel_id).send(text[:MESSAGE_LIMIT], allowed_mentions=NO_PINGS)
+            return str(message.id)
+
+    async def edit(self, channel_id: str, message_id: str, text: str) -> None:
+        with translated("edit a message"):
+            await self._message(channel_id, message_id).edit(
+                content=text[:MESSAGE_LIMIT], allowed_mentions=NO_PINGS
+            )
+
+    async def delete(self, channel_id: str, message_id: str) -> None:
+        with translated("delete a message"):
+            await self._message(channel_id, message_id).delete()
+
+    async def add_reaction(self, channel_id: str, message_id: str, emoji: str) -> None:
+        with translated("add a reaction"):
+            await self._message(channel_id, message_id).add_reaction(emoji)
+
+    async def remove_reaction(self, channel_id: str, message_id: str, emoji: str) -> None:
+        me = self._client.user
+        if me is None:
+            raise DiscordApiError("could not remove a reaction: not logged in")
+        with translated("remove a reaction"):
+            await self._message(channel_id, message_id).remove_reaction(emoji, me)
+
+    async def typing(self, channel_id: str) -> None:
+        with translated("show typing"):
+            await self._channel(channel_id).typing()
