@@ -280,6 +280,7 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     ok = _doctor_install(report) and ok
     ok = _doctor_database(settings, report) and ok
     ok = _doctor_provider(settings, report) and ok
+    ok = _doctor_adapters(settings, report) and ok
     from netclaw.client import ClientError, DaemonClient
 
     with DaemonClient(settings, timeout=3) as client:
@@ -331,6 +332,22 @@ def _doctor_database(settings: Settings, report: Any) -> bool:
         return False
     report(True, "database", f"{db} (schema {version}, {mode}, {sessions} session(s))")
     return True
+
+
+def _doctor_adapters(settings: Settings, report: Any) -> bool:
+    from adapters import build_adapters
+
+    good = True
+    # check() validates the environment only; no gateway or connection is needed for it.
+    for adapter in build_adapters(settings, None):  # type: ignore[arg-type]
+        try:
+            adapter.check()
+        except NetclawError as exc:
+            report(False, f"adapter {adapter.name}", str(exc))
+            good = False
+        else:
+            report(True, f"adapter {adapter.name}", "configured")
+    return good
 
 
 def _doctor_provider(settings: Settings, report: Any) -> bool:

@@ -1,0 +1,617 @@
+"""A local fake of Slack: the Web API methods netclaw uses and the Socket Mode WebSocket.
+
+:class:`FakeSlack` is a real aiohttp server on 127.0.0.1:
+
+- ``/api/<method>`` answers ``auth.test``, ``apps.connections.open``, ``chat.postMessage``,
+  ``chat.update``, ``chat.delete``, ``reactions.add``, ``reactions.remove`` and
+  ``conversations.replies`` the way Slack does (query, form or JSON arguments; the token
+  in ``Authorization: Bearer``; HTTP 200 with ``{"ok": false, "error"}`` for errors, 429
+  with ``Retry-After`` for rate limits). It keeps the channels' messages, so a
+  post, an edit and a reply lookup agree with each other, and records every call.
+- ``/socket`` is the Socket Mode WebSocket that ``apps.connections.open`` hands out. It
+  sends ``hello`` on connect; tests push real ``events_api`` envelopes and the fake
+  records the acknowledgements (``{"envelope_id": ...}``) the client sends back.
+
+Scripting: :meth:`FakeSlack.fail_next` answers the next N calls of a method with an
+error (a 429 with Retry-After by default); :meth:`FakeSlack.drop_next` carries out the
+next N calls of a method and then drops the connection instead of answering (a lost
+response). :meth:`FakeSlack.redeliver` sends an envelope's event again as Slack does
+after a slow ack (same ``event_id``, ``retry_attempt`` set); :meth:`FakeSlack.close_socket`
+closes the WebSocket to force a reconnect.
+
+:class:`FakeSlackThread` runs one on its own loop for sync tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import threading
+import time
+import uuid
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Self, TypeVar
+
+from aiohttp import WSMsgType, web
+
+T = TypeVar("T")
+
+BOT_TOKEN = "xoxb-fake-bot-token"
+APP_TOKEN = "xapp-fake-app-token"
+BOT_USER_ID = "UBOT"
+BOT_ID = "BBOT"
+TEAM_ID = "TFAKE"
+APP_ID = "AFAKE"
+
+
+@dataclass
+class ApiCall:
+    """One Web API request as the fake saw it."""
+
+    method: str
+    args: dict[str, Any]
+    token: str | None
+    status: int  # the HTTP status answered (0: the connection was dropped)
+    error: str | None  # the ``error`` answered, if not ok
+    at: float  # time.monotonic() on arrival
+
+
+@dataclass
+class _Failure:
+    count: int
+    status: int
+    error: str
+    retry_after: float | None
+
+
+@dataclass
+class Socket:
+    """One Socket Mode connection."""
+
+    ws: web.WebSocketResponse
+    number: int
+    received: list[dict[str, Any]] = field(default_factory=list)
+
+
+class FakeSlack:
+    def __init__(
+        self,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        bot_token: str = BOT_TOKEN,
+        app_token: str = APP_TOKEN,
+    ) -> None:
+        self.host = host
+        self.bot_token = bot_token
+        self.app_token = app_token
+        self._port = port
+        self._runner: web.AppRunner | None = None
+        self.calls: list[ApiCall] = []
+        self.acks: list[dict[str, Any]] = []
+        self.envelopes: list[dict[str, Any]] = []  # every envelope pushed, in order
+        self.messages: dict[str, list[dict[str, Any]]] = {}  # channel -> messages
+        self.connections = 0
+        self._sockets: list[Socket] = []
+        self._failures: dict[str, list[_Failure]] = {}
+        self._drops: dict[str, int] = {}
+        self._clock = itertools.count(1)
+        self._base_ts = int(time.time())
+        self._events = itertools.count(1)
+        self._changed = asyncio.Condition()
+
+    # ----- lifecycle
+
+    @property
+    def port(self) -> int:
+        if self._runner is None:
+            raise RuntimeError("FakeSlack is not started")
+        return self._port
+
+    @property
+    def api_url(self) -> str:
+        """The Web API base URL (``slack.api_url`` in netclaw's config)."""
+        return f"http://{self.host}:{self.port}/api/"
+
+    async def start(self) -> str:
+        app = web.Application()
+        app.router.add_route("*", "/api/{method}", self._api)
+        app.router.add_get("/socket", self._socket)
+        runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+        await runner.setup()
+        site = web.TCPSite(runner, self.host, self._port)
+        await site.start()
+        self._runner = runner
+        self._port = int(runner.addresses[0][1])
+        return self.api_url
+
+    async def stop(self) -> None:
+        runner, self._runner = self._runner, None
+        if runner is None:
+            return
+        for sock in list(self._sockets):
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(sock.ws.close(), 1.0)
+        await runner.cleanup()
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    # ----- scripting
+
+    def fail_next(
+        self,
+        method: str,
+        *,
+        count: int = 1,
+        status: int = 429,
+        error: str = "ratelimited",
+        retry_after: float | None = 1.0,
+    ) -> None:
+        """Answer the next ``count`` calls of ``method`` with an error instead of doing them."""
+        self._failures.setdefault(method, []).append(
+            _Failure(count, status, error, retry_after if status == 429 else None)
+        )
+
+    def drop_next(self, method: str, *, count: int = 1) -> None:
+        """Carry out the next ``count`` calls of ``method``, then drop the connection unanswered."""
+        self._drops[method] = self._drops.get(method, 0) + count
+
+    def next_ts(self) -> str:
+        """A new, increasing message timestamp in Slack's ``seconds.micros`` form."""
+        n = next(self._clock)
+        return f"{self._base_ts + n // 1000}.{(n % 1000) * 100:06d}"
+
+    # ----- people writing (events pushed over the socket)
+
+    def user_message(
+        self,
+        channel: str,
+        text: str,
+        *,
+        user: str = "U1",
+        thread_ts: str | None = None,
+        channel_type: str = "channel",
+    ) -> dict[str, Any]:
+        """Store a person's message and return its ``message`` event (not yet sent)."""
+        ts = self.next_ts()
+        event: dict[str, Any] = {
+            "type": "message",
+            "channel": channel,
+            "user": user,
+            "text": text,
+            "ts": ts,
+            "event_ts": ts,
+            "channel_type": channel_type,
+            "client_msg_id": str(uuid.uuid4()),
+            "team": TEAM_ID,
+            "blocks": [],
+        }
+        if thread_ts is not None:
+            event["thread_ts"] = thread_ts
+        stored = {k: v for k, v in event.items() if k not in ("channel", "event_ts", "channel_type")}
+        self.messages.setdefault(channel, []).append(stored)
+        return event
+
+    async def say(
+        self,
+        channel: str,
+        text: str,
+        *,
+        user: str = "U1",
+        thread_ts: str | None = None,
+        channel_type: str = "channel",
+    ) -> tuple[str, list[dict[str, Any]]]:
+        """A person writes: store the message and push the events Slack would send for it —
+        a ``message`` event and, when it mentions the bot outside a DM, an ``app_mention``
+        (each with its own event id). Returns the message ts and the envelopes pushed."""
+        event = self.user_message(channel, text, user=user, thread_ts=thread_ts, channel_type=channel_type)
+        envelopes = []
+        if f"<@{BOT_USER_ID}" in text and channel_type != "im":
+            mention = {
+                k: v for k, v in event.items() if k not in ("channel_type", "blocks") and k != "type"
+            }
+            envelopes.append(await self.push({"type": "app_mention", **mention}))
+        envelopes.append(await self.push(event))
+        return str(event["ts"]), envelopes
+
+    def envelope(self, event: dict[str, Any], *, event_id: str | None = None) -> dict[str, Any]:
+        """An ``events_api`` envelope carrying ``event``, as Slack sends it over Socket Mode."""
+        event_id = event_id or f"Ev{next(self._events):010d}"
+        return {
+            "envelope_id": str(uuid.uuid4()),
+            "type": "events_api",
+            "accepts_response_payload": False,
+            "retry_attempt": 0,
+            "retry_reason": "",
+            "payload": {
+                "token": "fake-verification-token",
+                "team_id": TEAM_ID,
+                "api_app_id": APP_ID,
+                "event": event,
+                "type": "event_callback",
+                "event_id": event_id,
+                "event_time": int(time.time()),
+                "authorizations": [
+                    {
+                        "enterprise_id": None,
+                        "team_id": TEAM_ID,
+                        "user_id": BOT_USER_ID,
+                        "is_bot": True,
+                        "is_enterprise_install": False,
+                    }
+                ],
+                "is_ext_shared_channel": False,
+                "event_context": f"4-{uuid.uuid4().hex}",
+            },
+        }
+
+    async def push(self, event: dict[str, Any], *, event_id: str | None = None) -> dict[str, Any]:
+        """Send ``event`` in a new envelope on the current socket; returns the envelope."""
+        envelope = self.envelope(event, event_id=event_id)
+        await self.send_envelope(envelope)
+        return envelope
+
+    async def redeliver(self, envelope: dict[str, Any], *, reason: str = "timeout") -> dict[str, Any]:
+        """Deliver ``envelope``'s event again (same event_id, a new envelope id, the next
+        ``retry_attempt``), as Slack does when an ack came too late."""
+        again = {
+            **envelope,
+            "envelope_id": str(uuid.uuid4()),
+            "retry_attempt": int(envelope.get("retry_attempt") or 0) + 1,
+            "retry_reason": reason,
+        }
+        await self.send_envelope(again)
+        return again
+
+    async def send_envelope(self, envelope: dict[str, Any], timeout: float = 10.0) -> None:
+        sock = await self._current_socket(timeout)
+        self.envelopes.append(envelope)
+        await sock.ws.send_str(json.dumps(envelope))
+
+    async def close_socket(self) -> None:
+        """Close the current WebSocket (the client should reconnect)."""
+        sock = await self._current_socket(5.0)
+        await sock.ws.close()
+
+    async def request_disconnect(self, reason: str = "refresh_requested") -> None:
+        """Send Slack's ``disconnect`` message (the client should reconnect)."""
+        sock = await self._current_socket(5.0)
+        await sock.ws.send_str(json.dumps({"type": "disconnect", "reason": reason}))
+
+    async def _current_socket(self, timeout: float) -> Socket:
+        async def ready() -> Socket:
+            async with self._changed:
+                while True:
+                    live = [s for s in self._sockets if not s.ws.closed]
+                    if live:
+                        return live[-1]
+                    await self._changed.wait()
+
+        return await asyncio.wait_for(ready(), timeout)
+
+    # ----- queries
+
+    def calls_of(self, method: str) -> list[ApiCall]:
+        return [c for c in self.calls if c.method == method]
+
+    def bot_messages(self, channel: str, thread_ts: str | None = None) -> list[dict[str, Any]]:
+        """The bot's messages in ``channel`` (in thread ``thread_ts`` if given), oldest first."""
+        return [
+            m
+            for m in self.messages.get(channel, [])
+            if m.get("user") == BOT_USER_ID and (thread_ts is None or m.get("thread_ts") == thread_ts)
+        ]
+
+    def find(self, channel: str, ts: str) -> dict[str, Any] | None:
+        return next((m for m in self.messages.get(channel, []) if m["ts"] == ts), None)
+
+    # ----- the WebSocket
+
+    async def _socket(self, request: web.Request) -> web.StreamResponse:
+        ws = web.WebSocketResponse(autoping=True)
+        await ws.prepare(request)
+        self.connections += 1
+        sock = Socket(ws, self.connections)
+        async with self._changed:
+            self._sockets.append(sock)
+            self._changed.notify_all()
+        await ws.send_str(
+            json.dumps(
+                {
+                    "type": "hello",
+                    "num_connections": len([s for s in self._sockets if not s.ws.closed]),
+                    "debug_info": {"host": "fake-applink", "approximate_connection_time": 18060},
+                    "connection_info": {"app_id": APP_ID},
+                }
+            )
+        )
+        try:
+            async for msg in ws:
+                if msg.type != WSMsgType.TEXT:
+                    continue
+                data = json.loads(msg.data)
+                sock.received.append(data)
+                if "envelope_id" in data:
+                    self.acks.append(data)
+        finally:
+            async with self._changed:
+                self._changed.notify_all()
+        return ws
+
+    # ----- the Web API
+
+    async def _api(self, request: web.Request) -> web.StreamResponse:
+        method = request.match_info["method"]
+        args: dict[str, Any] = dict(request.query)
+        if request.method == "POST" and request.can_read_body:
+            if request.content_type == "application/json":
+                body = await request.json()
+                if isinstance(body, dict):
+                    args.update(body)
+            else:
+                args.update({k: v for k, v in (await request.post()).items() if isinstance(v, str)})
+        token = args.pop("token", None)
+        auth = request.headers.get("Authorization", "")
+        if auth.startswith("Bearer "):
+            token = auth[len("Bearer ") :]
+        call = ApiCall(method, args, token, 200, None, time.monotonic())
+        self.calls.append(call)
+
+        failures = self._failures.get(method)
+        if failures:
+            failure = failures[0]
+            failure.count -= 1
+            if failure.count <= 0:
+                failures.pop(0)
+            call.status, call.error = failure.status, failure.error
+            headers = {}
+            if failure.retry_after is not None:
+                headers["Retry-After"] = _seconds(failure.retry_after)
+            return web.json_response({"ok": False, "error": failure.error}, status=failure.status, headers=headers)
+
+        handler = self._METHODS.get(method)
+        if handler is None:
+            result: dict[str, Any] = {"ok": False, "error": "unknown_method"}
+        else:
+            expected = self.app_token if method == "apps.connections.open" else self.bot_token
+            if token != expected:
+                wrong = token is not None and token.startswith("xox") and method == "apps.connections.open"
+                result = {"ok": False, "error": "not_allowed_token_type" if wrong else "invalid_auth"}
+            else:
+                result = handler(self, args)
+        if not result.get("ok"):
+            call.error = str(result.get("error"))
+        if self._drops.get(method, 0) > 0:
+            self._drops[method] -= 1
+            call.status = 0
+            if request.transport is not None:
+                request.transport.close()  # done, but the answer never arrives
+            raise ConnectionResetError("fake: answer dropped")
+        return web.json_response(result)
+
+    def _auth_test(self, args: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "ok": True,
+            "url": "https://fake.slack.test/",
+            "team": "Fake Team",
+            "user": "netclaw",
+            "team_id": TEAM_ID,
+            "user_id": BOT_USER_ID,
+            "bot_id": BOT_ID,
+            "is_enterprise_install": False,
+        }
+
+    def _connections_open(self, args: dict[str, Any]) -> dict[str, Any]:
+        return {"ok": True, "url": f"ws://{self.host}:{self.port}/socket?ticket={uuid.uuid4().hex}"}
+
+    def _post_message(self, args: dict[str, Any]) -> dict[str, Any]:
+        channel = args.get("channel")
+        text = args.get("text")
+        if not channel:
+            return {"ok": False, "error": "channel_not_found"}
+        if not text and not args.get("blocks"):
+            return {"ok": False, "error": "no_text"}
+        metadata = args.get("metadata")
+        if isinstance(metadata, str):
+            metadata = json.loads(metadata)
+        message: dict[str, Any] = {
+            "type": "message",
+            "user": BOT_USER_ID,
+            "bot_id": BOT_ID,
+            "app_id": APP_ID,
+            "text": text,
+            "ts": self.next_ts(),
+            "team": TEAM_ID,
+        }
+        if args.get("thread_ts"):
+            message["thread_ts"] = str(args["thread_ts"])
+        if metadata:
+            message["metadata"] = metadata
+        message["edits"] = []
+        self.messages.setdefault(str(channel), []).append(message)
+        return {"ok": True, "channel": channel, "ts": message["ts"], "message": _public(message)}
+
+    def _update(self, args: dict[str, Any]) -> dict[str, Any]:
+        message = self.find(str(args.get("channel")), str(args.get("ts")))
+        if message is None:
+            return {"ok": False, "error": "message_not_found"}
+        if message.get("user") != BOT_USER_ID:
+            return {"ok": False, "error": "cant_update_message"}
+        message["edits"].append(message["text"])
+        message["text"] = args.get("text")
+        return {"ok": True, "channel": args["channel"], "ts": message["ts"], "text": message["text"]}
+
+    def _delete(self, args: dict[str, Any]) -> dict[str, Any]:
+        channel = str(args.get("channel"))
+        message = self.find(channel, str(args.get("ts")))
+        if message is None:
+            return {"ok": False, "error": "message_not_found"}
+        self.messages[channel].remove(message)
+        return {"ok": True, "channel": channel, "ts": message["ts"]}
+
+    def _reaction(self, args: dict[str, Any], *, add: bool) -> dict[str, Any]:
+        message = self.find(str(args.get("channel")), str(args.get("timestamp")))
+        if message is None:
+            return {"ok": False, "error": "message_not_found"}
+        names: list[str] = message.setdefault("reactions_by_bot", [])
+        name = str(args.get("name"))
+        if add:
+            if name in names:
+                return {"ok": False, "error": "already_reacted"}
+            names.append(name)
+        else:
+            if name not in names:
+                return {"ok": False, "error": "no_reaction"}
+            names.remove(name)
+        return {"ok": True}
+
+    def _replies(self, args: dict[str, Any]) -> dict[str, Any]:
+        channel = str(args.get("channel"))
+        root = str(args.get("ts"))
+        if channel not in self.messages:
+            return {"ok": False, "error": "channel_not_found"}
+        oldest = float(args.get("oldest") or 0)
+        with_metadata = str(args.get("include_all_metadata", "")).lower() in ("1", "true")
+        found = [
+            m
+            for m in self.messages[channel]
+            if m["ts"] == root or (m.get("thread_ts") == root and float(m["ts"]) >= oldest)
+        ]
+        if not any(m["ts"] == root for m in found):
+            return {"ok": False, "error": "thread_not_found"}
+        shown = [_public(m, with_metadata=with_metadata) for m in sorted(found, key=lambda m: float(m["ts"]))]
+        return {"ok": True, "messages": shown, "has_more": False, "response_metadata": {"next_cursor": ""}}
+
+    _METHODS: dict[str, Callable[[FakeSlack, dict[str, Any]], dict[str, Any]]] = {
+        "auth.test": _auth_test,
+        "apps.connections.open": _connections_open,
+        "chat.postMessage": _post_message,
+        "chat.update": _update,
+        "chat.delete": _delete,
+        "reactions.add": lambda self, args: self._reaction(args, add=True),
+        "reactions.remove": lambda self, args: self._reaction(args, add=False),
+        "conversations.replies": _replies,
+    }
+
+
+def _public(message: dict[str, Any], *, with_metadata: bool = True) -> dict[str, Any]:
+    hidden = {"edits", "reactions_by_bot"} | (set() if with_metadata else {"metadata"})
+    return {k: v for k, v in message.items() if k not in hidden}
+
+
+def _seconds(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+class FakeSlackThread:
+    """A :class:`FakeSlack` on its own event loop in a daemon thread, for sync tests.
+
+    Attribute reads (``calls``, ``messages``, ``acks``) are snapshots of live lists; the
+    async methods have sync twins that run on the fake's loop."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        self.server = FakeSlack(**kwargs)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+
+    def _run(self, coro: Coroutine[Any, Any, T], timeout: float = 15.0) -> T:
+        if self._loop is None:
+            raise RuntimeError("FakeSlackThread is not started")
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+
+    def _call(self, fn: Callable[[], T]) -> T:
+        async def run() -> T:
+            return fn()
+
+        return self._run(run())
+
+    def start(self) -> str:
+        loop = asyncio.new_event_loop()
+        thread = threading.Thread(target=loop.run_forever, name="fake-slack", daemon=True)
+        thread.start()
+        self._loop, self._thread = loop, thread
+        self.server._changed = self._run(_new_condition())
+        return self._run(self.server.start())
+
+    def stop(self) -> None:
+        loop, thread = self._loop, self._thread
+        if loop is None or thread is None:
+            return
+        try:
+            self._run(self.server.stop())
+        finally:
+            self._loop = self._thread = None
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(5)
+            if not thread.is_alive():
+                loop.close()
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    @property
+    def api_url(self) -> str:
+        return self.server.api_url
+
+    # sync twins, run on the fake's loop
+
+    def say(self, channel: str, text: str, **kwargs: Any) -> tuple[str, list[dict[str, Any]]]:
+        return self._run(self.server.say(channel, text, **kwargs))
+
+    def push(self, event: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        return self._run(self.server.push(event, **kwargs))
+
+    def redeliver(self, envelope: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        return self._run(self.server.redeliver(envelope, **kwargs))
+
+    def close_socket(self) -> None:
+        self._run(self.server.close_socket())
+
+    def request_disconnect(self, reason: str = "refresh_requested") -> None:
+        self._run(self.server.request_disconnect(reason))
+
+    def fail_next(self, method: str, **kwargs: Any) -> None:
+        self._call(lambda: self.server.fail_next(method, **kwargs))
+
+    def drop_next(self, method: str, **kwargs: Any) -> None:
+        self._call(lambda: self.server.drop_next(method, **kwargs))
+
+    def calls_of(self, method: str) -> list[ApiCall]:
+        return self._call(lambda: self.server.calls_of(method))
+
+    def bot_messages(self, channel: str, thread_ts: str | None = None) -> list[dict[str, Any]]:
+        return self._call(lambda: [dict(m) for m in self.server.bot_messages(channel, thread_ts)])
+
+    def find(self, channel: str, ts: str) -> dict[str, Any] | None:
+        return self._call(lambda: _copy(self.server.find(channel, ts)))
+
+    @property
+    def acks(self) -> list[dict[str, Any]]:
+        return self._call(lambda: list(self.server.acks))
+
+    @property
+    def connections(self) -> int:
+        return self.server.connections
+
+
+def _copy(message: dict[str, Any] | None) -> dict[str, Any] | None:
+    return None if message is None else json.loads(json.dumps(message))
+
+
+async def _new_condition() -> asyncio.Condition:
+    return asyncio.Condition()
