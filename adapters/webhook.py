@@ -24,7 +24,7 @@ from typing import Any
 from aiohttp import web
 
 from adapters.base import AdapterStatus
-from netclaw.api import ApiError, read_json_object
+from netclaw.api import ApiError, error_response, read_json_object
 from netclaw.config import Settings, WebhookRoute
 from netclaw.errors import AdapterError
 from netclaw.gateway import Gateway, Inbound
@@ -182,7 +182,7 @@ class WebhookAdapter:
         answer["turn"] = outcome.turn
         if outcome.status != "completed":
             err = outcome.error or {"code": "turn_failed", "message": f"the turn {outcome.status}"}
-            raise ApiError(502, err["code"], err["message"])
+            return error_response(502, err["code"], err["message"], {**answer, "status": outcome.status})
         answer["reply"] = outcome.reply
         return web.json_response(answer, status=200)
 
@@ -192,30 +192,41 @@ class WebhookAdapter:
             raise ApiError(503, "route_disabled", "this route's secret is not configured on the server")
         if route.auth.type == "bearer":
             scheme, _, given = request.headers.get("Authorization", "").partition(" ")
-            if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), secret):
+            if scheme.lower() != "bearer" or not hmac.compare_digest(_header_bytes(given.strip()), secret):
                 raise ApiError(401, "unauthorized", "missing or wrong 'Authorization: Bearer <secret>'")
             return
         stamp = request.headers.get("X-Netclaw-Timestamp", "")
         signature = request.headers.get("X-Netclaw-Signature", "")
         try:
-            age = abs(time.time() - int(stamp))
+            age = abs(int(time.time()) - int(stamp))
         except ValueError:
             raise ApiError(401, "unauthorized", "X-Netclaw-Timestamp must be unix seconds") from None
         if age > TIMESTAMP_TOLERANCE_S:
             raise ApiError(
                 401,
                 "unauthorized",
-                f"X-Netclaw-Timestamp is {age:.0f}s off; allowed ±{TIMESTAMP_TOLERANCE_S}s",
+                f"X-Netclaw-Timestamp is more than {TIMESTAMP_TOLERANCE_S}s away from the server's clock",
             )
         expected = "sha256=" + hmac.new(secret, stamp.encode() + b"." + body, hashlib.sha256).hexdigest()
-        if not hmac.compare_digest(signature.encode(), expected.encode()):
+        if not hmac.compare_digest(_header_bytes(signature), expected.encode()):
             raise ApiError(401, "unauthorized", "X-Netclaw-Signature does not match the body")
 
 
+def _header_bytes(value: str) -> bytes:
+    # aiohttp decodes non-UTF-8 header bytes with surrogateescape; get the bytes back.
+    return value.encode("utf-8", "surrogateescape")
+
+
 async def _read_limited(request: web.Request, limit: int) -> bytes:
+    too_large = ApiError(413, "body_too_large", f"the body is larger than this route's {limit} bytes")
     if request.content_length is not None and request.content_length > limit:
-        raise ApiError(413, "body_too_large", f"the body is larger than this route's {limit} bytes")
-    body = await request.content.read(limit + 1)
-    if len(body) > limit:
-        raise ApiError(413, "body_too_large", f"the body is larger than this route's {limit} bytes")
-    return body
+        raise too_large
+    # Chunks arrive as they come (chunked or slow senders): read to the end, within the limit.
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.content.iter_any():
+        size += len(chunk)
+        if size > limit:
+            raise too_large
+        chunks.append(chunk)
+    return b"".join(chunks)

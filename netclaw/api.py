@@ -175,7 +175,7 @@ class Api:
             scheme, _, given = header.partition(" ")
             if scheme.lower() != "bearer" or not given:
                 raise ApiError(401, "unauthorized", "missing 'Authorization: Bearer <token>' header")
-            if not hmac.compare_digest(given.strip().encode(), self._token):
+            if not hmac.compare_digest(given.strip().encode("utf-8", "surrogateescape"), self._token):
                 raise ApiError(401, "unauthorized", "the control token is wrong")
         return await handler(request)
 

@@ -122,6 +122,16 @@ class WebhookRoute(_Section):
 class WebhooksConfig(_Section):
     routes: dict[str, WebhookRoute] = {}
 
+    @field_validator("routes")
+    @classmethod
+    def _route_names(cls, routes: dict[str, WebhookRoute]) -> dict[str, WebhookRoute]:
+        # Route names go into URLs and session ids (webhook:<route>:<key>); a ":" would let
+        # one route's sessions pass for another's (and take its audience).
+        for name in routes:
+            if not re.fullmatch(r"[A-Za-z0-9._-]{1,64}", name):
+                raise ValueError(f"route name {name!r} must be 1-64 letters, digits, '.', '_' or '-'")
+        return routes
+
 
 class ChannelAccess(_Section):
     """Who may talk to the bot on a chat platform. Empty allowlists mean nobody."""
