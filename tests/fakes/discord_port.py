@@ -1,21 +1,33 @@
-"""A fake :class:`~adapters.discord.DiscordPort`: records what the adapter does on "Discord".
+"""Fakes for the Discord adapter's two sides of the port.
 
+:class:`FakeDiscordPort` replaces the port: it records what the adapter does on "Discord".
 It runs on whatever loop calls it (the daemon's I/O loop in the integration tests) and is
 read from the test thread; every record is appended under a lock. Failures are scriptable
 per operation: ``fail("send", rate_limited(0.05))`` makes the next ``send`` raise that
 error (before doing anything), as the real port does when Discord answers 429.
+
+:class:`FakeDiscordServer` stands in for Discord itself behind the *real* port: a small REST
+API (``/api/v10``: login, application info, threads, messages, reactions, typing) and a
+gateway websocket (HELLO → IDENTIFY → READY + GUILD_CREATE, then the dispatches a test
+pushes), on its own loop thread. :meth:`FakeDiscordServer.install` points discord.py at it.
+Only what netclaw's client uses is implemented.
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+import json
 import threading
 import time
 from collections import defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
-from adapters.discord import MESSAGE_LIMIT, DiscordApiError
+from aiohttp import web
+
+from adapters.discord_bot import MESSAGE_LIMIT, DiscordApiError
 
 OPS = ("create_thread", "send", "edit", "delete", "add_reaction", "remove_reaction", "typing")
 
@@ -50,6 +62,8 @@ class FakeDiscordPort:
         self.calls: list[tuple[str, float]] = []  # every attempt, failed ones included
         self.failures: list[tuple[str, DiscordApiError]] = []  # errors raised so far
         self._scripted: dict[str, deque[DiscordApiError]] = defaultdict(deque)
+        self._lost: dict[str, deque[DiscordApiError]] = defaultdict(deque)
+        self._by_nonce: dict[str, str] = {}
 
     # -- scripting ------------------------------------------------------------------------------
 
@@ -58,6 +72,21 @@ class FakeDiscordPort:
         assert op in OPS, op
         with self._lock:
             self._scripted[op].extend(errors)
+
+    def lose_answer(self, op: str, *errors: DiscordApiError) -> None:
+        """The next calls of ``op`` take effect, and then raise these errors (the answer was
+        lost on the way back, e.g. a timeout)."""
+        assert op in OPS, op
+        with self._lock:
+            self._lost[op].extend(errors)
+
+    def _leave(self, op: str) -> None:
+        with self._lock:
+            pending = self._lost[op]
+            if pending:
+                error = pending.popleft()
+                self.failures.append((op, error))
+                raise error
 
     def _enter(self, op: str) -> None:
         with self._lock:
@@ -78,13 +107,20 @@ class FakeDiscordPort:
             self.threads.append(thread)
         return thread.id
 
-    async def send(self, channel_id: str, text: str) -> str:
+    async def send(self, channel_id: str, text: str, *, nonce: str | None = None) -> str:
         self._enter("send")
         if not text or len(text) > MESSAGE_LIMIT:
             raise DiscordApiError(f"400: message length {len(text)} not in 1..{MESSAGE_LIMIT}", status=400)
+        if nonce is not None and len(nonce) > 25:
+            raise DiscordApiError("400: nonce longer than 25 characters", status=400)
         with self._lock:
+            if nonce is not None and nonce in self._by_nonce:  # enforce_nonce: the same message again
+                return self._by_nonce[nonce]
             message = FakeMessage(str(next(self._ids)), channel_id, text, time.monotonic())
             self.messages[message.id] = message
+            if nonce is not None:
+                self._by_nonce[nonce] = message.id
+        self._leave("send")
         return message.id
 
     async def edit(self, channel_id: str, message_id: str, text: str) -> None:
@@ -144,3 +180,340 @@ class FakeDiscordPort:
             if time.monotonic() > deadline:
                 raise AssertionError(f"timed out after {timeout}s waiting for {what}")
             time.sleep(0.02)
+
+
+# -- a stand-in for Discord itself ------------------------------------------------------------
+
+TIMESTAMP = "2025-01-01T00:00:00+00:00"
+
+
+def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    # discord.py parses a body as JSON only for exactly "application/json" (no charset).
+    return web.Response(
+        body=json.dumps(data).encode(),
+        status=status,
+        headers={"Content-Type": "application/json", **(headers or {})},
+    )
+
+
+def user_payload(user_id: str, name: str, *, bot: bool = False) -> dict[str, Any]:
+    return {
+        "id": user_id,
+        "username": name,
+        "discriminator": "0",
+        "avatar": None,
+        "global_name": name,
+        "bot": bot,
+    }
+
+
+class FakeDiscordServer:
+    """See the module docstring. One guild ``guild_id`` with one text channel ``channel_id``."""
+
+    def __init__(
+        self,
+        *,
+        token: str = "good-token",
+        bot_id: str = "999",
+        guild_id: str = "1",
+        channel_id: str = "100",
+        refuse_intents: bool = False,
+        announce_threads: bool = True,
+    ) -> None:
+        self.token = token
+        self.bot_id = bot_id
+        self.guild_id = guild_id
+        self.channel_id = channel_id
+        self.refuse_intents = refuse_intents  # close the gateway with 4014 after IDENTIFY
+        self.announce_threads = announce_threads  # THREAD_CREATE on the gateway (else: fetched)
+        self.bot = user_payload(bot_id, "netclaw", bot=True)
+        self.messages: dict[str, dict[str, Any]] = {}
+        self.threads: list[dict[str, Any]] = []
+        self.reactions: list[tuple[str, str, str]] = []  # (PUT|DELETE, message id, emoji)
+        self.typing: list[str] = []
+        self.requests: list[tuple[str, str]] = []  # (method, path) of every REST call
+        self.identify: dict[str, Any] | None = None  # the IDENTIFY payload the client sent
+        self.rate_limited: list[str] = []  # paths answered with 429
+        self._limits: deque[float] = deque()  # retry_after for the next message POSTs
+        self._nonces: dict[str, str] = {}
+        self._ids = itertools.count(800_001)
+        self._seq = itertools.count(1)
+        self._ws: web.WebSocketResponse | None = None
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="fake-discord", daemon=True)
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+
+    # -- control (test thread) ------------------------------------------------------------------
+
+    def start(self) -> FakeDiscordServer:
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self._serve(), self._loop).result(10)
+        return self
+
+    def stop(self) -> None:
+        """Stop serving (stop the daemon first: its client would only try to reconnect)."""
+        if self._runner is not None:
+            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+    def install(self, monkeypatch: Any) -> None:
+        """Point discord.py's REST base and default gateway at this server."""
+        import discord.gateway
+        import discord.http
+        import yarl
+
+        monkeypatch.setattr(discord.http.Route, "BASE", f"http://127.0.0.1:{self.port}/api/v10")
+        monkeypatch.setattr(
+            discord.gateway.DiscordWebSocket,
+            "DEFAULT_GATEWAY",
+            yarl.URL(f"ws://127.0.0.1:{self.port}/gateway"),
+        )
+
+    def rate_limit_next_send(self, retry_after: float) -> None:
+        """The next message POST is answered 429 with this ``retry_after`` (as Discord does)."""
+        self._limits.append(retry_after)
+
+    def post_message(
+        self,
+        content: str,
+        *,
+        channel_id: str | None = None,
+        author_id: str = "42",
+        mentions_bot: bool = False,
+    ) -> str:
+        """A person writes a message: MESSAGE_CREATE on the gateway. Returns its id."""
+        message = self._message(channel_id or self.channel_id, content, user_payload(author_id, "alice"))
+        if mentions_bot:
+            message["mentions"] = [self.bot]
+        asyncio.run_coroutine_threadsafe(self._dispatch("MESSAGE_CREATE", message), self._loop).result(10)
+        return str(message["id"])
+
+    def bot_messages(self, channel_id: str) -> list[str]:
+        return [
+            m["content"]
+            for m in list(self.messages.values())
+            if m["channel_id"] == channel_id and m["author"]["id"] == self.bot_id
+        ]
+
+    def wait_for(self, predicate: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+            time.sleep(0.02)
+
+    # -- the server (its own loop) --------------------------------------------------------------
+
+    async def _serve(self) -> None:
+        app = web.Application(middlewares=[self._auth])
+        api = "/api/v10"
+        app.router.add_get(f"{api}/users/@me", self._me)
+        app.router.add_get(f"{api}/oauth2/applications/@me", self._application)
+        app.router.add_post(f"{api}/channels/{{cid}}/messages/{{mid}}/threads", self._create_thread)
+        app.router.add_post(f"{api}/channels/{{cid}}/messages", self._send)
+        app.router.add_patch(f"{api}/channels/{{cid}}/messages/{{mid}}", self._edit)
+        app.router.add_delete(f"{api}/channels/{{cid}}/messages/{{mid}}", self._delete)
+        app.router.add_put(f"{api}/channels/{{cid}}/messages/{{mid}}/reactions/{{emoji}}/@me", self._react)
+        app.router.add_delete(f"{api}/channels/{{cid}}/messages/{{mid}}/reactions/{{emoji}}/@me", self._react)
+        app.router.add_post(f"{api}/channels/{{cid}}/typing", self._typing)
+        app.router.add_get(f"{api}/channels/{{cid}}", self._channel)
+        app.router.add_get("/gateway", self._gateway)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+    @web.middleware
+    async def _auth(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        if request.path.startswith("/api/"):
+            self.requests.append((request.method, request.path[len("/api/v10") :]))
+            if request.headers.get("Authorization") != f"Bot {self.token}":
+                return _json({"message": "401: Unauthorized", "code": 0}, status=401)
+        response: web.StreamResponse = await handler(request)
+        return response
+
+    async def _me(self, request: web.Request) -> web.Response:
+        return _json(self.bot)
+
+    async def _application(self, request: web.Request) -> web.Response:
+        return _json(
+            {
+                "id": self.bot_id,
+                "name": "netclaw",
+                "description": "",
+                "icon": None,
+                "bot_public": False,
+                "bot_require_code_grant": False,
+                "verify_key": "k",
+                "owner": user_payload("42", "alice"),
+                "flags": 0,
+            }
+        )
+
+    def _message(self, channel_id: str, content: str, author: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "id": str(next(self._ids)),
+            "channel_id": channel_id,
+            "guild_id": self.guild_id,
+            "author": author,
+            "content": content,
+            "timestamp": TIMESTAMP,
+            "edited_timestamp": None,
+            "tts": False,
+            "mention_everyone": False,
+            "mentions": [],
+            "mention_roles": [],
+            "attachments": [],
+            "embeds": [],
+            "pinned": False,
+            "type": 0,
+            "flags": 0,
+        }
+
+    async def _create_thread(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        thread = {
+            "id": str(next(self._ids)),
+            "type": 11,
+            "name": body["name"],
+            "guild_id": self.guild_id,
+            "parent_id": request.match_info["cid"],
+            "owner_id": self.bot_id,
+            "message_count": 0,
+            "member_count": 1,
+            "rate_limit_per_user": 0,
+            "flags": 0,
+            "thread_metadata": {
+                "archived": False,
+                "auto_archive_duration": body.get("auto_archive_duration", 1440),
+                "archive_timestamp": TIMESTAMP,
+                "locked": False,
+            },
+            "starter_message_id": request.match_info["mid"],
+        }
+        self.threads.append(thread)
+        if self.announce_threads:
+            await self._dispatch("THREAD_CREATE", {**thread, "newly_created": True})
+        return _json(thread, status=201)
+
+    async def _send(self, request: web.Request) -> web.Response:
+        if self._limits:
+            retry_after = self._limits.popleft()
+            self.rate_limited.append(request.path)
+            return _json(
+                {"message": "You are being rate limited.", "retry_after": retry_after, "global": False},
+                status=429,
+                headers={"Via": "1.1 google", "Retry-After": str(max(1, round(retry_after)))},
+            )
+        body = await request.json()
+        nonce = body.get("nonce")
+        if nonce is not None and body.get("enforce_nonce") and nonce in self._nonces:
+            return _json(self.messages[self._nonces[nonce]])
+        message = self._message(request.match_info["cid"], body["content"], self.bot)
+        if nonce is not None:
+            message["nonce"] = nonce
+            self._nonces[nonce] = message["id"]
+        self.messages[message["id"]] = message
+        return _json(message)
+
+    async def _edit(self, request: web.Request) -> web.Response:
+        message = self.messages.get(request.match_info["mid"])
+        if message is None:
+            return _json({"message": "Unknown Message", "code": 10008}, status=404)
+        message["content"] = (await request.json())["content"]
+        message["edited_timestamp"] = TIMESTAMP
+        return _json(message)
+
+    async def _delete(self, request: web.Request) -> web.Response:
+        self.messages.pop(request.match_info["mid"], None)
+        return web.Response(status=204)
+
+    async def _react(self, request: web.Request) -> web.Response:
+        self.reactions.append((request.method, request.match_info["mid"], request.match_info["emoji"]))
+        return web.Response(status=204)
+
+    async def _channel(self, request: web.Request) -> web.Response:
+        cid = request.match_info["cid"]
+        for thread in self.threads:
+            if thread["id"] == cid:
+                return _json(thread)
+        if cid == self.channel_id:
+            return _json(self._guild()["channels"][0])
+        return _json({"message": "Unknown Channel", "code": 10003}, status=404)
+
+    async def _typing(self, request: web.Request) -> web.Response:
+        self.typing.append(request.match_info["cid"])
+        return web.Response(status=204)
+
+    # -- the gateway ----------------------------------------------------------------------------
+
+    async def _gateway(self, request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        await ws.send_str(json.dumps({"op": 10, "d": {"heartbeat_interval": 45_000}}))
+        async for frame in ws:
+            payload = json.loads(frame.data)
+            if payload["op"] == 1:  # heartbeat
+                await ws.send_str(json.dumps({"op": 11}))
+            elif payload["op"] == 2:  # identify
+                self.identify = payload["d"]
+                if self.refuse_intents:
+                    await ws.close(code=4014, message=b"Disallowed intent(s).")
+                    break
+                self._ws = ws
+                await self._dispatch(
+                    "READY",
+                    {
+                        "v": 10,
+                        "user": self.bot,
+                        "guilds": [{"id": self.guild_id, "unavailable": True}],
+                        "session_id": "fake-session",
+                        "resume_gateway_url": f"ws://127.0.0.1:{self.port}/gateway",
+                        "application": {"id": self.bot_id, "flags": 0},
+                    },
+                )
+                await self._dispatch("GUILD_CREATE", self._guild())
+        if self._ws is ws:
+            self._ws = None
+        return ws
+
+    def _guild(self) -> dict[str, Any]:
+        everyone = {"id": self.guild_id, "name": "@everyone", "permissions": "0", "position": 0}
+        own = {
+            "id": "888",
+            "name": "netclaw",
+            "permissions": "0",
+            "position": 1,
+            "managed": True,
+            "tags": {"bot_id": self.bot_id},
+        }
+        channel = {
+            "id": self.channel_id,
+            "type": 0,
+            "name": "general",
+            "position": 0,
+            "guild_id": self.guild_id,
+            "permission_overwrites": [],
+        }
+        return {
+            "id": self.guild_id,
+            "name": "team",
+            "unavailable": False,
+            "member_count": 2,
+            "roles": [everyone, own],
+            "channels": [channel],
+            "threads": [],
+            "members": [],
+            "emojis": [],
+            "stickers": [],
+            "features": [],
+            "joined_at": TIMESTAMP,
+            "large": False,
+        }
+
+    async def _dispatch(self, event: str, data: dict[str, Any]) -> None:
+        if self._ws is not None and not self._ws.closed:
+            await self._ws.send_str(json.dumps({"op": 0, "t": event, "s": next(self._seq), "d": data}))

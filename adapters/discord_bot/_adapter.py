@@ -35,12 +35,13 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from adapters.base import AdapterStatus
-from adapters.discord._port import (
+from adapters.discord_bot._port import (
     MESSAGE_LIMIT,
     THREAD_NAME_LIMIT,
     DiscordApiError,
     DiscordMessage,
     DiscordPort,
+    new_nonce,
     with_retry,
 )
 from adapters.render import lifecycle_note, split_message
@@ -52,15 +53,16 @@ from netclaw.sessions._outputs import Output, OutputFilter
 from netclaw.sessions._subscribers import OutputQueue
 
 if TYPE_CHECKING:
-    from adapters.discord._client import NetclawClient
+    from adapters.discord_bot._client import NetclawClient
 
-log = logging.getLogger("adapters.discord")
+log = logging.getLogger("adapters.discord_bot")
 
 RENDER_FILTER = OutputFilter.TEXT | OutputFilter.TEXT_STREAMING
 EDIT_INTERVAL_S = 1.5  # Discord allows ~5 edits per 5 s per channel; stay well under it
 CONNECT_TIMEOUT_S = 10.0  # how long start() waits for READY before returning "starting"
 SEEN_EMOJI = "\N{EYES}"  # on a message while its turn runs
-MAX_REVIVES = 3  # re-subscriptions in a row that bring no output before we give up
+MAX_REVIVES = 3  # re-subscriptions in a row that bring no progress before we give up
+PROGRESS_EVENTS = frozenset({"text_delta", "text", "turn_completed", "error"})
 REVIVE_DELAY_S = 0.2
 
 
@@ -101,6 +103,7 @@ class _Stream:
     turn: Any = None
     buffer: str = ""
     posted: list[_Posted] = field(default_factory=list)
+    nonces: dict[int, tuple[str, str]] = field(default_factory=dict)  # piece -> (nonce, first text)
     dirty: bool = False  # buffer changed since it was last shown
     last_sync: float = 0.0
 
@@ -125,8 +128,8 @@ class DiscordAdapter:
         connect_timeout_s: float = CONNECT_TIMEOUT_S,
     ) -> None:
         self.settings = settings
-        self.config: DiscordConfig = settings.discord
         self.gateway = gateway
+        self.token_env = settings.discord.token_env
         self.edit_interval_s = edit_interval_s
         idle = settings.session.idle_timeout_s
         # Let go well before the session's own idle timer would want to passivate it.
@@ -139,7 +142,15 @@ class DiscordAdapter:
         self._connect_task: asyncio.Task[None] | None = None
         self._renderers: dict[str, _Renderer] = {}
         self._running = False
+        self._starting = False  # start() reports connection failures itself
+        self._gateway_up: asyncio.Event | None = None
         self._status = AdapterStatus("stopped", "not started")
+
+    @property
+    def config(self) -> DiscordConfig:
+        """The current ``discord`` section: allowlists follow a config reload (SIGHUP); the
+        token and ``enabled`` need a restart."""
+        return self.gateway.manager.deps.settings.discord
 
     # -- the Adapter protocol -----------------------------------------------------------------
 
@@ -165,7 +176,7 @@ class DiscordAdapter:
             return
         self.check()
         token = self._token()
-        from adapters.discord._client import ClientPort, NetclawClient, translate_error
+        from adapters.discord_bot._client import ClientPort, NetclawClient, translate_error
 
         self._status = AdapterStatus("starting", "connecting to Discord")
         client = NetclawClient(self)
@@ -174,33 +185,41 @@ class DiscordAdapter:
         except Exception as exc:
             with contextlib.suppress(Exception):
                 await client.close()
-            error = translate_error(exc, "log in", token_env=self.config.token_env)
+            error = translate_error(exc, "log in", token_env=self.token_env)
             self._status = AdapterStatus("failed", str(error))
             raise error from exc
         self._client = client
         self._port = ClientPort(client)
         self._running = True
-        task = asyncio.create_task(client.connect(reconnect=True), name="discord-gateway")
-        task.add_done_callback(self._connection_ended)
-        self._connect_task = task
-        ready = asyncio.create_task(client.wait_until_ready())
-        done, _ = await asyncio.wait(
-            {ready, task}, timeout=self.connect_timeout_s, return_when=asyncio.FIRST_COMPLETED
-        )
-        if ready not in done:
-            ready.cancel()
-        if task in done:  # the gateway refused us: bad intents, bad token, no gateway
-            failure = task.exception() if not task.cancelled() else None
-            await self.stop()
-            error = translate_error(
-                failure or RuntimeError("the connection ended"), "connect to the Discord gateway"
+        # Wait for the gateway's READY (token and intents accepted), not for on_ready (which
+        # discord.py delays until every server has streamed in), or for an early refusal.
+        gateway_up = self._gateway_up = asyncio.Event()
+        self._starting = True
+        try:
+            task = asyncio.create_task(client.connect(reconnect=True), name="discord-gateway")
+            task.add_done_callback(self._connection_ended)
+            self._connect_task = task
+            up = asyncio.create_task(gateway_up.wait())
+            done, _ = await asyncio.wait(
+                {up, task}, timeout=self.connect_timeout_s, return_when=asyncio.FIRST_COMPLETED
             )
-            self._status = AdapterStatus("failed", str(error))
-            raise error from failure
-        if ready not in done:
-            log.warning(
-                "discord: not connected after %.0fs; still trying in the background", self.connect_timeout_s
-            )
+            if up not in done:
+                up.cancel()
+            if task in done:  # refused: Message Content intent off, token revoked, no gateway
+                failure = task.exception() if not task.cancelled() else None
+                await self.stop()
+                error = translate_error(
+                    failure or RuntimeError("the connection ended"), "connect to the Discord gateway"
+                )
+                self._status = AdapterStatus("failed", str(error))
+                raise error from failure
+            if up not in done:
+                log.warning(
+                    "discord: not connected after %.0fs; still trying in the background",
+                    self.connect_timeout_s,
+                )
+        finally:
+            self._starting = False
 
     async def stop(self) -> None:
         self._running = False
@@ -236,18 +255,25 @@ class DiscordAdapter:
         if not self._running:
             return
         self._status = AdapterStatus("running")
-        log.info("discord: gateway %s", "resumed" if resumed else "ready")
+        if self._gateway_up is not None:
+            self._gateway_up.set()
+        log.info("discord: gateway session %s", "resumed" if resumed else "established")
         for renderer in list(self._renderers.values()):
             renderer.ensure_listening()
 
+    def disconnected(self) -> None:
+        """The gateway connection dropped; discord.py reconnects by itself."""
+        if self._running and self._status.state == "running":
+            self._status = AdapterStatus("starting", "reconnecting to Discord")
+
     def _connection_ended(self, task: asyncio.Task[None]) -> None:
-        if task.cancelled() or not self._running:
+        if task.cancelled() or not self._running or self._starting:
             return
         exc = task.exception()
         if exc is None:
             self._status = AdapterStatus("stopped", "the Discord connection was closed")
             return
-        from adapters.discord._client import translate_error
+        from adapters.discord_bot._client import translate_error
 
         error = translate_error(exc, "stay connected to the Discord gateway")
         log.error("discord: the gateway connection failed for good: %s", error)
@@ -330,7 +356,7 @@ class DiscordAdapter:
         port = self._require_port()
         for piece in split_message(text, MESSAGE_LIMIT):
             try:
-                await with_retry("send a note", partial(port.send, channel_id, piece))
+                await with_retry("send a note", partial(port.send, channel_id, piece, nonce=new_nonce()))
             except DiscordApiError as exc:
                 log.warning("discord: could not post a note in %s: %s", channel_id, exc)
                 return
@@ -363,7 +389,7 @@ class DiscordAdapter:
         return self._port
 
     def _token(self) -> str:
-        env = self.config.token_env
+        env = self.token_env
         token = os.environ.get(env, "").strip()
         if not token:
             raise AdapterError(
@@ -467,7 +493,7 @@ class _Renderer:
                         continue
                     break
                 self.last_activity = time.monotonic()
-                if output.event != "joined":
+                if output.event in PROGRESS_EVENTS:
                     self.revives = 0
                 try:
                     await self._render(output)
@@ -527,8 +553,9 @@ class _Renderer:
                     self.stream = stream = _Stream(turn=data.get("turn"))
                 stream.buffer += str(data.get("delta", ""))
                 stream.dirty = True
-                due = time.monotonic() - stream.last_sync >= self.adapter.edit_interval_s
-                if not stream.posted or due:
+                # The first delta shows at once; later ones (and a retry after a failed first
+                # send) wait for the interval, while the queue coalesces what arrives meanwhile.
+                if time.monotonic() - stream.last_sync >= self.adapter.edit_interval_s:
                     await self._sync()
             case "text":
                 await self._finish(str(data.get("text") or ""))
@@ -581,24 +608,35 @@ class _Renderer:
         """Make the posted messages read ``pieces``: edit what changed, send what is new and,
         for the final text, delete what is left over. Final calls retry transient errors."""
         port = self.adapter._require_port()
-        posted = self.stream.posted
+        stream = self.stream
+        posted = stream.posted
         channel = self.channel_id
         attempts = 4 if final else 1
         for index, piece in enumerate(pieces):
-            if index < len(posted):
-                shown = posted[index]
-                if shown.text != piece:
-                    await with_retry(
-                        "edit a reply",
-                        partial(port.edit, channel, shown.message_id, piece),
-                        attempts=attempts,
-                    )
-                    shown.text = piece
-            else:
+            if index >= len(posted):
+                # One nonce per piece for the whole turn: Discord answers a repeated nonce with
+                # the message it already made (its text is the first one sent with that nonce).
+                nonce, first = stream.nonces.setdefault(index, (new_nonce(), piece))
                 message_id = await with_retry(
-                    "send a reply", partial(port.send, channel, piece), attempts=attempts
+                    "send a reply", partial(port.send, channel, piece, nonce=nonce), attempts=attempts
                 )
-                posted.append(_Posted(message_id, piece))
+                posted.append(_Posted(message_id, first))
+            shown = posted[index]
+            if shown.text == piece:
+                continue
+            try:
+                await with_retry(
+                    "edit a reply", partial(port.edit, channel, shown.message_id, piece), attempts=attempts
+                )
+            except DiscordApiError as exc:
+                if exc.status != 404:
+                    raise
+                # Someone deleted our message: post the piece anew rather than lose it.
+                stream.nonces[index] = (nonce := new_nonce(), piece)
+                shown.message_id = await with_retry(
+                    "send a reply", partial(port.send, channel, piece, nonce=nonce), attempts=attempts
+                )
+            shown.text = piece
         if final:
             while len(posted) > len(pieces):
                 extra = posted.pop()

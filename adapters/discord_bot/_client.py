@@ -22,15 +22,16 @@ from typing import Any, Protocol
 import aiohttp
 import discord
 
-from adapters.discord._port import (
+from adapters.discord_bot._port import (
     MESSAGE_LIMIT,
     THREAD_NAME_LIMIT,
     DiscordApiError,
     DiscordMessage,
+    new_nonce,
     rate_limited,
 )
 
-log = logging.getLogger("adapters.discord")
+log = logging.getLogger("adapters.discord_bot")
 
 MAX_RATELIMIT_WAIT_S = 30.0  # discord.py's minimum for max_ratelimit_timeout
 USER_MESSAGE_TYPES = frozenset({discord.MessageType.default, discord.MessageType.reply})
@@ -55,11 +56,16 @@ class Handler(Protocol):
 
     def connected(self, *, resumed: bool) -> None: ...
 
+    def disconnected(self) -> None: ...
+
 
 class NetclawClient(discord.Client):
     """A discord.py client that hands every message to the adapter, normalised."""
 
     def __init__(self, handler: Handler) -> None:
+        # netclaw never joins voice: skip discord.py's start-up warnings about voice libraries.
+        discord.VoiceClient.warn_nacl = False
+        discord.VoiceClient.warn_dave = False
         super().__init__(
             intents=intents(),
             allowed_mentions=NO_PINGS,
@@ -72,8 +78,9 @@ class NetclawClient(discord.Client):
         if me is None or message.author.id == me.id:
             return
         channel: Any = message.channel
-        if isinstance(channel, discord.PartialMessageable) and message.guild is not None:
-            # Not in the cache (e.g. a thread that was archived): ask Discord what it is.
+        if isinstance(channel, discord.PartialMessageable) and channel.guild_id is not None:
+            # A server channel that is not in the cache (an archived thread coming back, a
+            # server still streaming in): ask Discord what it is, thread or channel.
             try:
                 channel = await self.fetch_channel(channel.id)
             except (discord.DiscordException, aiohttp.ClientError, OSError) as exc:
@@ -90,10 +97,15 @@ class NetclawClient(discord.Client):
             self.user and self.user.id,
             len(self.guilds),
         )
+
+    async def on_connect(self) -> None:  # READY: a new gateway session (first or after a reconnect)
         self.handler.connected(resumed=False)
 
-    async def on_resumed(self) -> None:
+    async def on_resumed(self) -> None:  # RESUMED: the old session goes on, missed events replayed
         self.handler.connected(resumed=True)
+
+    async def on_disconnect(self) -> None:
+        self.handler.disconnected()
 
     async def on_error(self, event_method: str, /, *args: Any, **kwargs: Any) -> None:
         log.exception("discord: unhandled error in %s", event_method)
@@ -105,20 +117,24 @@ def normalise(message: discord.Message, bot_id: int, *, channel: Any = None) -> 
     if message.type not in USER_MESSAGE_TYPES:
         return None
     where = channel if channel is not None else message.channel
+    if isinstance(where, discord.PartialMessageable):
+        is_dm = where.guild_id is None
+    else:
+        is_dm = isinstance(where, discord.abc.PrivateChannel)
     author = message.author
     guild = message.guild
     role = guild.self_role if guild is not None else None
     mentioned = any(user.id == bot_id for user in message.mentions) or (
         role is not None and any(r.id == role.id for r in message.role_mentions)
     )
-    parent_id = getattr(where, "parent_id", None) if isinstance(where, discord.Thread) else None
+    parent_id = where.parent_id if isinstance(where, discord.Thread) else None
     return DiscordMessage(
         message_id=str(message.id),
         channel_id=str(where.id),
         author_id=str(author.id),
         text=message_text(message, bot_id, role.id if role is not None else None),
         parent_id=str(parent_id) if parent_id is not None else None,
-        is_dm=guild is None,
+        is_dm=is_dm,
         mentioned=mentioned,
         from_bot=author.bot or message.webhook_id is not None,
         from_self=author.id == bot_id,
@@ -152,8 +168,8 @@ def translate_error(exc: BaseException, what: str, *, token_env: str | None = No
     if isinstance(exc, discord.LoginFailure):
         where = f" in {token_env}" if token_env else ""
         return DiscordApiError(
-            f"Discord rejected the bot token{where}: {exc}. Copy the token again from the Developer "
-            "Portal (Bot → Reset Token)",
+            f"Discord rejected the bot token{where} ({str(exc).rstrip('.')}); copy it again from the "
+            "Developer Portal (your application → Bot → Reset Token)",
             status=401,
         )
     if isinstance(exc, discord.PrivilegedIntentsRequired):
@@ -207,7 +223,7 @@ def translated(what: str) -> Iterator[None]:
 
 
 class ClientPort:
-    """:class:`~adapters.discord._port.DiscordPort` over a logged-in discord.py client. Uses
+    """:class:`~adapters.discord_bot._port.DiscordPort` over a logged-in discord.py client. Uses
     partial objects (no fetch before each call): one REST request per call."""
 
     def __init__(self, client: discord.Client) -> None:
@@ -234,9 +250,14 @@ class ClientPort:
             )
             return str(thread.id)
 
-    async def send(self, channel_id: str, text: str) -> str:
+    async def send(self, channel_id: str, text: str, *, nonce: str | None = None) -> str:
+        # discord.py sends the nonce with enforce_nonce=true: Discord de-duplicates retries.
         with translated("send a message"):
-            message = await self._channel(channel_id).send(text[:MESSAGE_LIMIT], allowed_mentions=NO_PINGS)
+            message = await self._channel(channel_id).send(
+                text[:MESSAGE_LIMIT],
+                allowed_mentions=NO_PINGS,
+                nonce=nonce if nonce is not None else new_nonce(),
+            )
             return str(message.id)
 
     async def edit(self, channel_id: str, message_id: str, text: str) -> None:

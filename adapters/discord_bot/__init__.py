@@ -1,10 +1,10 @@
 """The Discord channel adapter (discord.py): one Discord thread is one session.
 
-This is a package, ``adapters.discord``, inside ``adapters``; the discord.py library is the
-top-level ``discord``. Python 3 imports are absolute, so ``import discord`` anywhere in
-netclaw — including ``adapters/discord/_client.py`` — always means the library; only code
-that runs with ``adapters/`` itself on ``sys.path`` (``python adapters/x.py``) would see this
-package instead, and nothing does. The modules:
+Named ``discord_bot``, not ``discord``: a package ``adapters/discord/`` would be safe for
+Python itself (imports are absolute, so ``import discord`` always means the library), but it
+would shadow the library for anything that puts ``adapters/`` on ``sys.path`` and make every
+``discord`` in tracebacks, logs and tool output ambiguous. ``adapters.build_adapters`` loads
+this package by that name. The modules:
 
 - ``_port``: the narrow platform port, its error type, normalised messages, rate-limit retry.
 - ``_adapter``: :class:`DiscordAdapter` — policy, thread ↔ session mapping, rendering.
@@ -14,8 +14,8 @@ package instead, and nothing does. The modules:
 Set-up for people: docs/channels/discord.md.
 """
 
-from adapters.discord._adapter import DiscordAdapter, session_id_for, thread_name
-from adapters.discord._port import (
+from adapters.discord_bot._adapter import DiscordAdapter, session_id_for, thread_name
+from adapters.discord_bot._port import (
     MESSAGE_LIMIT,
     DiscordApiError,
     DiscordMessage,

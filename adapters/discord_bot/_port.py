@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from netclaw.errors import AdapterError
 
-log = logging.getLogger("adapters.discord")
+log = logging.getLogger("adapters.discord_bot")
 
 T = TypeVar("T")
 
@@ -84,8 +85,10 @@ class DiscordPort(Protocol):
         """Start a public thread from a message; returns the thread id."""
         ...
 
-    async def send(self, channel_id: str, text: str) -> str:
-        """Post ``text`` (at most 2,000 characters, mentions never ping); returns the message id."""
+    async def send(self, channel_id: str, text: str, *, nonce: str | None = None) -> str:
+        """Post ``text`` (at most 2,000 characters, mentions never ping); returns the message id.
+        Discord enforces ``nonce`` (≤25 characters): a retry with the same nonce within a few
+        minutes returns the message already made instead of posting it twice."""
         ...
 
     async def edit(self, channel_id: str, message_id: str, text: str) -> None: ...
@@ -101,6 +104,10 @@ class DiscordPort(Protocol):
     async def typing(self, channel_id: str) -> None:
         """Show "is typing…" in the channel (Discord clears it after ~10 s or at our next message)."""
         ...
+
+
+def new_nonce() -> str:
+    return secrets.token_hex(10)
 
 
 def retry_delay(error: DiscordApiError, attempt: int) -> float:
