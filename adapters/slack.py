@@ -358,6 +358,7 @@ class SlackAdapter:
 
     async def start(self) -> None:
         self._stopping = False
+        self._hellos = 0
         self._state, self._detail = "starting", ""
         try:
             await self._start()
@@ -432,7 +433,6 @@ class SlackAdapter:
     async def _start(self) -> None:
         from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
         from slack_bolt.app.async_app import AsyncApp
-        from slack_sdk.errors import SlackApiError
         from slack_sdk.web.async_client import AsyncWebClient
 
         bot_token, app_token = self._tokens()
@@ -456,10 +456,13 @@ class SlackAdapter:
         self.bot_id = str(_get(auth, "bot_id") or "") or None
         self._mention = re.compile(rf"<@{re.escape(self.bot_user_id)}(?:\|[^>]*)?>")
 
+        bolt_log = logging.getLogger(f"{__name__}.bolt")
+        if not any(isinstance(f, _TokenWarningFilter) for f in bolt_log.filters):
+            bolt_log.addFilter(_TokenWarningFilter())
         app = AsyncApp(
             client=client,
             name="netclaw",
-            logger=logging.getLogger(f"{__name__}.bolt"),
+            logger=bolt_log,
             request_verification_enabled=False,  # Socket Mode: nothing to verify
         )
 
@@ -475,17 +478,18 @@ class SlackAdapter:
         handler = AsyncSocketModeHandler(app, app_token, logger=logging.getLogger(f"{__name__}.socket"))
         self._handler = handler
         handler.client.message_listeners.append(self._on_socket_message)
-        # Ask for the WebSocket URL ourselves: the client would retry a rejected app token
-        # forever, where we want to report it.
+        # Ask for the first WebSocket URL ourselves: the SDK would retry a rejected app token
+        # forever, where we want to report it (later reconnects are the SDK's).
         try:
-            handler.client.wss_uri = await handler.client.issue_new_wss_url()
-        except SlackApiError as exc:
+            opened = await api.call(
+                "apps.connections.open", client.apps_connections_open, app_token=app_token
+            )
+        except SlackCallFailed as exc:
             raise AdapterError(
                 f"Slack refused a Socket Mode connection for the token in {self.config.app_token_env} "
-                f"({_get(exc.response, 'error')}); is Socket Mode on and the token's scope connections:write?"
+                f"({exc.error}); is Socket Mode on, and does the token have connections:write?"
             ) from exc
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise AdapterError(f"cannot reach Slack to open Socket Mode: {exc}") from exc
+        handler.client.wss_uri = str(opened["url"])
         try:
             await asyncio.wait_for(handler.connect_async(), CONNECT_TIMEOUT_S)  # type: ignore[no-untyped-call]
         except TimeoutError as exc:
@@ -509,7 +513,7 @@ class SlackAdapter:
         """A Slack session whose turn a restart interrupted resumes now: watch it, so its
         reply reaches the thread."""
         try:
-            pending = await self.gateway.manager.deps.journal.sessions_with_pending_input()
+            pending = await self.gateway.sessions_with_pending_input()
         except Exception as exc:  # best effort: the next message subscribes anyway
             log.warning("slack: cannot list interrupted sessions: %s", exc)
             return
@@ -536,7 +540,7 @@ class SlackAdapter:
         for link in list(self._links.values()):
             queue = link.queue
             gone = queue is None or queue.closed or link.task is None or link.task.done()
-            if not gone and self.gateway.manager.is_resident(link.session_id):
+            if not gone and self.gateway.is_resident(link.session_id):
                 continue
             if link.idle():
                 self._drop(link)  # the next message subscribes again
@@ -603,6 +607,8 @@ class SlackAdapter:
             log.info("slack message from %s in %s gets no turn: %s", user, channel, reason)
             return
         clean = slack_unescape(self._mention.sub("", text) if self._mention else text).strip()
+        if not clean and not mentioned:
+            return  # nothing to answer (a file without a comment, say)
         inbound = Inbound(
             session_id=session_id,
             text=clean or EMPTY_MENTION_TEXT,
@@ -656,6 +662,12 @@ class SlackAdapter:
         """The session's link, subscribed; created (and subscribed) on demand."""
         link = self._links.get(session_id)
         if link is not None and link.task is not None and not link.task.done():
+            if link.queue is None:  # between two subscriptions (its stream just closed)
+                try:
+                    self._subscribe(link)
+                except NetclawError as exc:
+                    log.warning("slack: cannot subscribe to %s: %s", session_id, exc)
+                    return None
             return link
         where = _thread_of(session_id)
         if where is None:
@@ -685,7 +697,8 @@ class SlackAdapter:
         queue, link.queue = link.queue, None
         if queue is not None:
             queue.close()
-        if sub_id is not None:
+        # A session that is not resident has no subscribers: routing to it would only wake it.
+        if sub_id is not None and self.gateway.is_resident(link.session_id):
             try:
                 self.gateway.unsubscribe(link.session_id, sub_id)
             except NetclawError as exc:  # shutting down: the session goes away anyway
@@ -759,10 +772,10 @@ class SlackAdapter:
         await asyncio.sleep(0.2 * link.resubscribes)
         if self._stopping or self._links.get(link.session_id) is not link:
             return False
+        if link.queue is not None:  # a new message subscribed it meanwhile
+            return True
         try:
-            queue = OutputQueue(asyncio.get_running_loop())
-            link.sub_id = self.gateway.subscribe(link.session_id, SUBSCRIPTION, queue)
-            link.queue = queue
+            self._subscribe(link)
         except NetclawError as exc:
             log.warning("slack: cannot re-subscribe to %s: %s", link.session_id, exc)
             self._drop(link)
@@ -791,7 +804,9 @@ class SlackAdapter:
                 await self._flush(link)
         elif event == "text":
             reply = self._reply_for(link, data.get("turn"))
-            reply.text = str(data.get("text", ""))
+            final = str(data.get("text", ""))
+            if final.strip() or not reply.posted:  # an empty answer leaves what streamed
+                reply.text = final
             reply.dirty = True
             await self._flush(link, final=True)
         elif event == "turn_completed":
@@ -838,6 +853,8 @@ class SlackAdapter:
                 while len(reply.posted) > len(pieces):  # the final reply is shorter than the stream
                     await api.delete(link.channel, reply.posted.pop())
                     reply.shown.pop()
+        except AdapterError as exc:  # the next flush (or the final text) tries again
+            log.warning("slack: showing the reply in %s failed: %s", link.session_id, exc)
         finally:
             reply.last_edit = time.monotonic()
 
@@ -851,3 +868,11 @@ class SlackAdapter:
 
 
 _TICK = object()
+
+
+class _TokenWarningFilter(logging.Filter):
+    """AsyncApp reads SLACK_BOT_TOKEN from the environment even when given a client, then
+    warns that it ignores it; the client does carry that very token."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("As you gave `client` as well")

@@ -14,7 +14,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from netclaw.config import ChannelAccess
+from netclaw.config import ChannelAccess, Settings
 from netclaw.errors import NetclawError, SessionUnavailable
 from netclaw.policy import ChatEvent, denial_reason
 from netclaw.runtime import Reply
@@ -143,6 +143,18 @@ class Gateway:
             return None
         admission, _ = await self.submit(inbound)
         return admission
+
+    @property
+    def settings(self) -> Settings:
+        """The running config (follows a reload)."""
+        return self.manager.deps.settings
+
+    def is_resident(self, session_id: str) -> bool:
+        return self.manager.is_resident(session_id)
+
+    async def sessions_with_pending_input(self) -> list[str]:
+        """Sessions with admitted messages not yet answered (e.g. interrupted by a restart)."""
+        return await self.manager.deps.journal.sessions_with_pending_input()
 
     async def knows(self, session_id: str) -> bool:
         """Is this an existing session (a thread the bot already takes part in)?"""

@@ -60,6 +60,7 @@ class DaemonHandle:
 
     def __init__(self, daemon: Daemon) -> None:
         self.daemon = daemon
+        self._stopped = False
         token = (daemon.settings.data_dir / "control.token").read_text().strip()
         self.token = token
         self.http = httpx.Client(
@@ -83,6 +84,9 @@ class DaemonHandle:
         return messages
 
     def stop(self) -> None:
+        if self._stopped:  # tests that restart stop a daemon early; teardown stops it again
+            return
+        self._stopped = True
         self.http.close()
         self.daemon.stop()
 

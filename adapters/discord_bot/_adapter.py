@@ -150,7 +150,7 @@ class DiscordAdapter:
     def config(self) -> DiscordConfig:
         """The current ``discord`` section: allowlists follow a config reload (SIGHUP); the
         token and ``enabled`` need a restart."""
-        return self.gateway.manager.deps.settings.discord
+        return self.gateway.settings.discord
 
     # -- the Adapter protocol -----------------------------------------------------------------
 

@@ -216,9 +216,7 @@ class FakeSlack:
         event = self.user_message(channel, text, user=user, thread_ts=thread_ts, channel_type=channel_type)
         envelopes = []
         if f"<@{BOT_USER_ID}" in text and channel_type != "im":
-            mention = {
-                k: v for k, v in event.items() if k not in ("channel_type", "blocks") and k != "type"
-            }
+            mention = {k: v for k, v in event.items() if k not in ("channel_type", "blocks") and k != "type"}
             envelopes.append(await self.push({"type": "app_mention", **mention}))
         envelopes.append(await self.push(event))
         return str(event["ts"]), envelopes
@@ -376,7 +374,9 @@ class FakeSlack:
             headers = {}
             if failure.retry_after is not None:
                 headers["Retry-After"] = _seconds(failure.retry_after)
-            return web.json_response({"ok": False, "error": failure.error}, status=failure.status, headers=headers)
+            return web.json_response(
+                {"ok": False, "error": failure.error}, status=failure.status, headers=headers
+            )
 
         handler = self._METHODS.get(method)
         if handler is None:
@@ -395,7 +395,7 @@ class FakeSlack:
             call.status = 0
             if request.transport is not None:
                 request.transport.close()  # done, but the answer never arrives
-            raise ConnectionResetError("fake: answer dropped")
+            return web.Response(status=500)  # never reaches the client
         return web.json_response(result)
 
     def _auth_test(self, args: dict[str, Any]) -> dict[str, Any]:
@@ -539,7 +539,6 @@ class FakeSlackThread:
         thread = threading.Thread(target=loop.run_forever, name="fake-slack", daemon=True)
         thread.start()
         self._loop, self._thread = loop, thread
-        self.server._changed = self._run(_new_condition())
         return self._run(self.server.start())
 
     def stop(self) -> None:
@@ -611,7 +610,3 @@ class FakeSlackThread:
 
 def _copy(message: dict[str, Any] | None) -> dict[str, Any] | None:
     return None if message is None else json.loads(json.dumps(message))
-
-
-async def _new_condition() -> asyncio.Condition:
-    return asyncio.Condition()

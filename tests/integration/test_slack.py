@@ -1,0 +1,381 @@
+"""The Slack adapter end to end: the real daemon, the real slack-bolt/slack-sdk stack, and
+a local fake of Slack's Web API and Socket Mode WebSocket (tests/fakes/slack_api.py)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Coroutine, Iterator
+from typing import Any, TypeVar
+
+import httpx
+import pytest
+
+import adapters.slack as slack_module
+from adapters.slack import SlackAdapter
+from netclaw.errors import AdapterError
+from tests.conftest import DaemonHandle
+from tests.fakes.scripted_openai import ErrorReply, Reply, ScriptedOpenAIThread
+from tests.fakes.slack_api import APP_TOKEN, BOT_TOKEN, BOT_USER_ID, FakeSlackThread
+
+T = TypeVar("T")
+MENTION = f"<@{BOT_USER_ID}>"
+
+StartSlack = Callable[..., tuple[DaemonHandle, SlackAdapter]]
+
+
+def wait_for(predicate: Callable[[], T], what: str, timeout: float = 10.0) -> T:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def on_loop(handle: DaemonHandle, fn: Callable[[], T]) -> T:
+    """Run ``fn`` on the daemon's I/O loop (where the adapter's state lives)."""
+
+    async def call() -> T:
+        return fn()
+
+    assert handle.daemon.io is not None
+    return handle.daemon.io.run(call(), 10)
+
+
+def run(handle: DaemonHandle, coro: Coroutine[Any, Any, T]) -> T:
+    assert handle.daemon.io is not None
+    return handle.daemon.io.run(coro, 30)
+
+
+@pytest.fixture
+def fake_slack() -> Iterator[FakeSlackThread]:
+    with FakeSlackThread() as fake:
+        yield fake
+
+
+@pytest.fixture
+def start_slack(
+    fake_slack: FakeSlackThread,
+    start_daemon: Callable[..., DaemonHandle],
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[StartSlack]:
+    """Start a daemon with Slack enabled against the fake; returns it and its adapter."""
+    monkeypatch.setenv("SLACK_BOT_TOKEN", BOT_TOKEN)
+    monkeypatch.setenv("SLACK_APP_TOKEN", APP_TOKEN)
+    ours: list[tuple[DaemonHandle, SlackAdapter]] = []
+
+    def start(**slack: Any) -> tuple[DaemonHandle, SlackAdapter]:
+        config = {"enabled": True, "channels": ["C1"], "api_url": fake_slack.api_url, **slack}
+        handle = start_daemon(slack=config)
+        adapter = next(
+            (a for a in getattr(handle.daemon, "adapters", []) if isinstance(a, SlackAdapter)), None
+        )
+        if adapter is None:  # a daemon that does not start adapters itself
+            assert handle.daemon.gateway is not None
+            adapter = SlackAdapter(handle.daemon.settings, handle.daemon.gateway)
+            adapter.check()
+            run(handle, adapter.start())
+            ours.append((handle, adapter))
+        assert adapter.status().state == "running", adapter.status()
+        return handle, adapter
+
+    yield start
+    for handle, adapter in ours:  # before the daemon (and the fake) stop
+        run(handle, adapter.stop())
+
+
+def reply_in(fake: FakeSlackThread, channel: str, thread_ts: str, text: str) -> list[dict[str, Any]]:
+    """Wait until the thread's bot messages end with one showing ``text``."""
+    return wait_for(
+        lambda: (msgs := fake.bot_messages(channel, thread_ts)) and msgs[-1]["text"] == text and msgs,
+        f"reply {text[:40]!r} in {channel}/{thread_ts}",
+    )
+
+
+def user_texts(handle: DaemonHandle, session_id: str) -> list[str]:
+    return [m["content"] for m in handle.transcript(session_id) if m["role"] == "user"]
+
+
+def session_ids(handle: DaemonHandle) -> list[str]:
+    response = handle.http.get("/api/sessions")
+    response.raise_for_status()
+    return sorted(s["id"] for s in response.json())
+
+
+def all_acked(fake: FakeSlackThread) -> None:
+    wait_for(
+        lambda: {a["envelope_id"] for a in fake.acks} >= {e["envelope_id"] for e in fake.server.envelopes},
+        "every envelope acknowledged",
+    )
+
+
+# --------------------------------------------------------------------------- threads and sessions
+
+
+def test_mention_starts_thread_session_and_thread_reply_continues_it(
+    start_slack: StartSlack, fake_slack: FakeSlackThread, scripted: ScriptedOpenAIThread
+) -> None:
+    handle, _adapter = start_slack()
+
+    ts, envelopes = fake_slack.say("C1", f"{MENTION} hello there")
+    assert [e["payload"]["event"]["type"] for e in envelopes] == ["app_mention", "message"]
+    reply_in(fake_slack, "C1", ts, "echo: hello there")
+    session_id = f"slack:C1:{ts}"
+    assert user_texts(handle, session_id) == ["hello there"]  # the mention is stripped
+    # The bot answers in the thread, and marks the message while working on it.
+    (post,) = [c for c in fake_slack.calls_of("chat.postMessage") if c.status == 200]
+    assert post.args["thread_ts"] == ts and post.args["channel"] == "C1"
+    wait_for(lambda: fake_slack.calls_of("reactions.remove"), "the reaction removed")
+    assert [c.args["timestamp"] for c in fake_slack.calls_of("reactions.add")] == [ts]
+    assert fake_slack.find("C1", ts)["reactions_by_bot"] == []  # type: ignore[index]
+
+    # A reply in the thread continues the session without a mention.
+    fake_slack.say("C1", "and a follow-up", thread_ts=ts)
+    reply_in(fake_slack, "C1", ts, "echo: and a follow-up")
+    assert user_texts(handle, session_id) == ["hello there", "and a follow-up"]
+    assert len(scripted.requests) == 2  # the mention's twin `message` event started no turn
+    all_acked(fake_slack)
+    assert session_ids(handle) == [session_id]
+
+
+def test_mention_gating_and_allowlists(
+    start_slack: StartSlack, fake_slack: FakeSlackThread, scripted: ScriptedOpenAIThread
+) -> None:
+    handle, _adapter = start_slack(users=["U1"])
+
+    fake_slack.say("C1", "no mention, not in a thread")
+    loose, _ = fake_slack.say("C1", "also not for the bot", user="U1")
+    fake_slack.say("C1", "a reply in a thread that is no session", thread_ts=loose)
+    fake_slack.say("C2", f"{MENTION} a channel not in the allowlist")
+    fake_slack.say("C1", f"{MENTION} a user not in the allowlist", user="U2")
+    fake_slack.say("D1", "a direct message with allow_dms off", channel_type="im")
+    all_acked(fake_slack)
+    ok, _ = fake_slack.say("C1", f"{MENTION} allowed")
+    reply_in(fake_slack, "C1", ok, "echo: allowed")
+
+    time.sleep(0.2)
+    assert len(scripted.requests) == 1
+    assert session_ids(handle) == [f"slack:C1:{ok}"]
+    assert len([c for c in fake_slack.calls_of("chat.postMessage") if c.status == 200]) == 1
+
+
+def test_direct_messages_when_allowed(start_slack: StartSlack, fake_slack: FakeSlackThread) -> None:
+    handle, _adapter = start_slack(allow_dms=True)
+    ts, _ = fake_slack.say("D1", "hi in private", channel_type="im")
+    reply_in(fake_slack, "D1", ts, "echo: hi in private")
+    assert session_ids(handle) == [f"slack:D1:{ts}"]
+
+
+def test_redelivered_event_starts_one_turn(
+    start_slack: StartSlack, fake_slack: FakeSlackThread, scripted: ScriptedOpenAIThread
+) -> None:
+    handle, adapter = start_slack()
+    ts, envelopes = fake_slack.say("C1", f"{MENTION} only once")
+    reply_in(fake_slack, "C1", ts, "echo: only once")
+    mention = envelopes[0]
+
+    fake_slack.redeliver(mention)  # caught by the adapter's recent-event set
+    on_loop(handle, adapter._recent.clear)  # as after a restart: only the session remembers
+    fake_slack.redeliver(mention)
+    all_acked(fake_slack)
+    time.sleep(0.5)
+
+    assert len(scripted.requests) == 1
+    assert len(fake_slack.bot_messages("C1", ts)) == 1
+    assert user_texts(handle, f"slack:C1:{ts}") == ["only once"]
+    assert len(fake_slack.calls_of("reactions.add")) == 1
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def test_streaming_posts_then_edits_at_most_once_a_second(
+    start_slack: StartSlack, fake_slack: FakeSlackThread, scripted: ScriptedOpenAIThread
+) -> None:
+    _handle, _adapter = start_slack()
+    text = " ".join(f"word{i}" for i in range(60))
+    scripted.enqueue(Reply(text=text, chunk_size=20, chunk_delay_s=0.08))  # ~2.2 s of deltas
+    ts, _ = fake_slack.say("C1", f"{MENTION} stream please")
+    (message,) = reply_in(fake_slack, "C1", ts, text)
+
+    posts = [c for c in fake_slack.calls_of("chat.postMessage") if c.status == 200]
+    updates = [c for c in fake_slack.calls_of("chat.update") if c.status == 200]
+    assert len(posts) == 1 and len(text) > len(posts[0].args["text"]) > 0  # posted on the first delta
+    assert all(u.args["ts"] == message["ts"] for u in updates)
+    streaming_s = updates[-1].at - posts[0].at
+    assert 2 <= len(updates) <= streaming_s / 0.9 + 2, [u.args["text"] for u in updates]
+    streamed = [u.at for u in updates[:-1]]  # the final edit is not throttled
+    assert all(b - a >= 0.9 for a, b in zip([posts[0].at, *streamed], streamed, strict=False))
+    assert updates[-1].args["text"] == text
+    assert message["edits"][0] == posts[0].args["text"]  # the message grew in place
+
+
+def test_long_reply_is_split_at_paragraphs(
+    start_slack: StartSlack, fake_slack: FakeSlackThread, scripted: ScriptedOpenAIThread
+) -> None:
+    _handle, _adapter = start_slack()
+    paragraphs = [f"Paragraph {i:02d}. " + "lorem ipsum " * 24 for i in range(30)]
+    text = "\n\n".join(p.strip() for p in paragraphs)
+    assert 8500 < len(text) < 9500
+    scripted.enqueue(Reply(text=text, chunk_size=1500, chunk_delay_s=0.02))
+    ts, _ = fake_slack.say("C1", f"{MENTION} write a lot")
+
+    def three() -> list[dict[str, Any]]:
+        msgs = fake_slack.bot_messages("C1", ts)
+        return msgs if len(msgs) == 3 and "\n\n".join(m["text"] for m in msgs) == text else []
+
+    messages = wait_for(three, "the reply in three messages")
+    for message in messages:
+        assert len(message["text"]) <= 4000
+        assert message["text"].startswith("Paragraph ") and message["text"].endswith("ipsum")
+
+
+def test_rate_limited_edit_is_retried_after_retry_after(
+    start_slack: StartSlack, fake_slack: FakeSlackThread, scripted: ScriptedOpenAIThread
+) -> None:
+    _handle, _adapter = start_slack()
+    text = "first part of the answer, then the rest of it."
+    scripted.enqueue(Reply(text=text, chunk_size=24, chunk_delay_s=0.2))
+    fake_slack.fail_next("chat.update", retry_after=1)
+    ts, _ = fake_slack.say("C1", f"{MENTION} hurry")
+    reply_in(fake_slack, "C1", ts, text)
+
+    updates = fake_slack.calls_of("chat.update")
+    assert [u.status for u in updates][:2] == [429, 200]
+    assert updates[1].at - updates[0].at >= 0.95
+    assert len([c for c in fake_slack.calls_of("chat.postMessage") if c.status == 200]) == 1
+
+
+def test_lost_post_answer_is_not_posted_twice(
+    start_slack: StartSlack, fake_slack: FakeSlackThread, scripted: ScriptedOpenAIThread
+) -> None:
+    _handle, _adapter = start_slack()
+    fake_slack.drop_next("chat.postMessage")
+    ts, _ = fake_slack.say("C1", f"{MENTION} are you there?")
+    # The fake stored the post before dropping its answer; wait for the turn to be done.
+    wait_for(lambda: fake_slack.calls_of("reactions.remove"), "the turn completed")
+    (message,) = reply_in(fake_slack, "C1", ts, "echo: are you there?")
+
+    (lookup,) = fake_slack.calls_of("conversations.replies")
+    assert lookup.args["ts"] == ts
+    (post,) = fake_slack.calls_of("chat.postMessage")  # one post, whose answer was lost
+    assert post.status == 0
+    assert message["metadata"]["event_payload"]["marker"]
+
+
+def test_provider_error_becomes_a_readable_note(
+    start_slack: StartSlack, fake_slack: FakeSlackThread, scripted: ScriptedOpenAIThread
+) -> None:
+    _handle, _adapter = start_slack()
+    scripted.enqueue(ErrorReply(status=400, message="the model refused the request"))
+    ts, _ = fake_slack.say("C1", f"{MENTION} break")
+    (note,) = wait_for(lambda: fake_slack.bot_messages("C1", ts), "an error note")
+    assert note["text"].startswith(":warning: Sorry, that did not work:")
+    wait_for(lambda: fake_slack.calls_of("reactions.remove"), "the reaction removed")
+
+
+# --------------------------------------------------------------------------- subscriptions
+
+
+def test_idle_session_is_let_go_and_resubscribed(
+    start_slack: StartSlack, fake_slack: FakeSlackThread, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(slack_module, "IDLE_UNSUBSCRIBE_S", 0.3)
+    handle, adapter = start_slack()
+    ts, _ = fake_slack.say("C1", f"{MENTION} one")
+    reply_in(fake_slack, "C1", ts, "echo: one")
+    wait_for(lambda: on_loop(handle, adapter.subscribed_sessions) == [], "the subscription let go")
+
+    fake_slack.say("C1", "two", thread_ts=ts)
+    reply_in(fake_slack, "C1", ts, "echo: two")
+
+
+def test_turn_interrupted_by_a_restart_still_answers_in_the_thread(
+    start_slack: StartSlack, fake_slack: FakeSlackThread, scripted: ScriptedOpenAIThread
+) -> None:
+    handle, _adapter = start_slack()
+    scripted.enqueue(Reply(hang=True))
+    ts, _ = fake_slack.say("C1", f"{MENTION} a long question")
+    wait_for(lambda: scripted.requests, "the provider call")
+    wait_for(lambda: fake_slack.calls_of("reactions.add"), "the reaction")
+    handle.stop()  # mid-turn
+    assert fake_slack.find("C1", ts)["reactions_by_bot"] == []  # type: ignore[index]
+
+    start_slack()  # the same data_dir: the session resumes its turn
+    reply_in(fake_slack, "C1", ts, "echo: a long question")
+
+
+def test_socket_reconnect_keeps_sessions_talking(
+    start_slack: StartSlack, fake_slack: FakeSlackThread
+) -> None:
+    handle, adapter = start_slack()
+    ts, _ = fake_slack.say("C1", f"{MENTION} before")
+    reply_in(fake_slack, "C1", ts, "echo: before")
+    assert on_loop(handle, adapter.subscribed_sessions) == [f"slack:C1:{ts}"]
+
+    fake_slack.close_socket()
+    wait_for(lambda: fake_slack.connections == 2, "a second Socket Mode connection")
+    assert len(fake_slack.calls_of("apps.connections.open")) == 2
+    fake_slack.say("C1", "after", thread_ts=ts)
+    reply_in(fake_slack, "C1", ts, "echo: after")
+
+    fake_slack.request_disconnect()  # Slack's "refresh_requested"
+    wait_for(lambda: fake_slack.connections == 3, "a third Socket Mode connection")
+    fake_slack.say("C1", "and again", thread_ts=ts)
+    reply_in(fake_slack, "C1", ts, "echo: and again")
+    assert on_loop(handle, adapter.subscribed_sessions) == [f"slack:C1:{ts}"]
+
+
+# --------------------------------------------------------------------------- configuration
+
+
+def test_missing_token_disables_the_adapter_and_the_daemon_keeps_serving(
+    fake_slack: FakeSlackThread,
+    start_daemon: Callable[..., DaemonHandle],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("SLACK_BOT_TOKEN", raising=False)
+    monkeypatch.setenv("SLACK_APP_TOKEN", APP_TOKEN)
+    handle = start_daemon(slack={"enabled": True, "channels": ["C1"], "api_url": fake_slack.api_url})
+    assert handle.daemon.gateway is not None
+
+    adapter = SlackAdapter(handle.daemon.settings, handle.daemon.gateway)
+    with pytest.raises(AdapterError, match="SLACK_BOT_TOKEN"):
+        adapter.check()
+    assert not [a for a in getattr(handle.daemon, "adapters", []) if isinstance(a, SlackAdapter)]
+
+    health = httpx.get(f"{handle.base_url}/healthz", timeout=5)
+    assert health.status_code == 200
+    slack_status = (health.json().get("adapters") or {}).get("slack")
+    if slack_status is not None:  # a daemon that reports adapters in /healthz
+        assert slack_status["state"] in ("disabled", "failed")
+        assert "SLACK_BOT_TOKEN" in slack_status.get("detail", "")
+    reply = handle.send("cli:still-here", "ping", wait=True)
+    assert reply.status_code == 200 and reply.json()["reply"] == "echo: ping"
+    assert not fake_slack.calls_of("apps.connections.open")
+
+
+def test_wrong_app_token_fails_start_with_a_clear_error(
+    fake_slack: FakeSlackThread,
+    start_daemon: Callable[..., DaemonHandle],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SLACK_BOT_TOKEN", BOT_TOKEN)
+    monkeypatch.setenv("NETCLAW_TEST_APP_TOKEN", "xapp-not-the-right-one")
+    handle = start_daemon(
+        slack={
+            "enabled": True,
+            "channels": ["C1"],
+            "api_url": fake_slack.api_url,
+            "app_token_env": "NETCLAW_TEST_APP_TOKEN",
+        }
+    )
+    assert handle.daemon.gateway is not None
+    adapter = SlackAdapter(handle.daemon.settings, handle.daemon.gateway)
+    adapter.check()
+    with pytest.raises(AdapterError, match="NETCLAW_TEST_APP_TOKEN"):
+        run(handle, adapter.start())
+    assert adapter.status().state == "failed"
+    run(handle, adapter.stop())
