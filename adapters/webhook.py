@@ -24,7 +24,7 @@ from typing import Any
 from aiohttp import web
 
 from adapters.base import AdapterStatus
-from netclaw.api import ApiError, error_response, read_json_object
+from netclaw.api import ApiError, read_json_object, submission_response
 from netclaw.config import Settings, WebhookRoute
 from netclaw.errors import AdapterError
 from netclaw.gateway import Gateway, Inbound
@@ -174,17 +174,7 @@ class WebhookAdapter:
         admission, outcome = await self.gateway.submit(
             Inbound(session_id, external(name, text), user=f"webhook:{name}", identity=identity), wait=wait
         )
-        answer: dict[str, Any] = {"session_id": session_id, "message_id": admission.message_id}
-        if admission.duplicate:
-            answer["duplicate"] = True
-        if outcome is None:
-            return web.json_response(answer, status=202)
-        answer["turn"] = outcome.turn
-        if outcome.status != "completed":
-            err = outcome.error or {"code": "turn_failed", "message": f"the turn {outcome.status}"}
-            return error_response(502, err["code"], err["message"], {**answer, "status": outcome.status})
-        answer["reply"] = outcome.reply
-        return web.json_response(answer, status=200)
+        return submission_response(admission, outcome)
 
     def _authenticate(self, request: web.Request, route: WebhookRoute, body: bytes) -> None:
         secret = os.environ.get(route.auth.secret_env, "").encode()

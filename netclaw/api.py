@@ -26,10 +26,12 @@ from netclaw.gateway import Gateway, Inbound, InvalidInput, check_session_id
 from netclaw.messages import ChatMessage
 from netclaw.persistence import Journal
 from netclaw.sessions import (
+    Admission,
     OutputFilter,
     OutputQueue,
     SessionManager,
     SessionState,
+    TurnOutcome,
     build_context,
     load_state,
 )
@@ -54,6 +56,22 @@ class ApiError(Exception):
     def with_header(self, name: str, value: str) -> ApiError:
         self.headers[name] = value
         return self
+
+
+def submission_response(admission: Admission, outcome: TurnOutcome | None) -> web.Response:
+    """The answer to a submitted message: 202 once durable; with ``wait``, 200 and the reply,
+    or 502 with the turn's error."""
+    answer: dict[str, Any] = {"session_id": admission.session_id, "message_id": admission.message_id}
+    if admission.duplicate:
+        answer["duplicate"] = True
+    if outcome is None:
+        return web.json_response(answer, status=202)
+    answer["turn"] = outcome.turn
+    if outcome.status != "completed":
+        err = outcome.error or {"code": "turn_failed", "message": f"the turn {outcome.status}"}
+        return error_response(502, err["code"], err["message"], {**answer, "status": outcome.status})
+    answer["reply"] = outcome.reply
+    return web.json_response(answer, status=200)
 
 
 def error_response(
@@ -256,17 +274,7 @@ class Api:
         admission, outcome = await self.gateway.submit(
             Inbound(session_id, text, user=user, identity=identity), wait=wait
         )
-        answer: dict[str, Any] = {"session_id": session_id, "message_id": admission.message_id}
-        if admission.duplicate:
-            answer["duplicate"] = True
-        if outcome is None:
-            return web.json_response(answer, status=202)
-        answer["turn"] = outcome.turn
-        if outcome.status != "completed":
-            err = outcome.error or {"code": "turn_failed", "message": f"the turn {outcome.status}"}
-            return error_response(502, err["code"], err["message"], {**answer, "status": outcome.status})
-        answer["reply"] = outcome.reply
-        return web.json_response(answer, status=200)
+        return submission_response(admission, outcome)
 
     async def events(self, request: web.Request) -> web.StreamResponse:
         session_id = check_session_id(request.match_info["id"])
