@@ -138,6 +138,10 @@ class SqliteMemoryStore:
         self.path = path
         self._synchronous = synchronous
         self._conn: aiosqlite.Connection | None = None
+        # Audiences with at least one memory. Recall runs before every turn; a search that
+        # cannot match skips the database round trip. Exact because this process is the
+        # only writer (the daemon holds the data_dir lock).
+        self._audiences: set[str] = set()
 
     async def open(self) -> SqliteMemoryStore:
         """Open the connection. Migrations (``prepare_database``) must have run."""
@@ -150,6 +154,8 @@ class SqliteMemoryStore:
             await self._conn.execute(f"PRAGMA synchronous={sync}")
             await self._conn.execute("PRAGMA busy_timeout=5000")
             await self._conn.execute("SELECT 1 FROM memories_fts LIMIT 0")  # fail now, not on first use
+            rows = await self._conn.execute_fetchall("SELECT DISTINCT audience FROM memories")
+            self._audiences = {str(r[0]) for r in rows}
         except JournalError:
             await self.close()
             raise
@@ -187,11 +193,17 @@ class SqliteMemoryStore:
             found = await self._fetch(sql, [value for row in chunk for value in row])
             # RETURNING's row order is unspecified; callers get insertion order.
             stored.extend(sorted((_memory(r) for r in found), key=lambda m: m.id))
+        if stored:
+            self._audiences.add(audience)
         return stored
 
     async def search(self, query: str, *, audience: str | None = None, limit: int = 5) -> list[Memory]:
+        if self._conn is None:
+            raise JournalError("the memory store is closed")
         match = fts_query(query)
-        if match is None or limit < 1:
+        if match is None or limit < 1 or not self._audiences:
+            return []
+        if audience is not None and audience not in self._audiences:
             return []
         where = "memories_fts MATCH ?" + ("" if audience is None else " AND m.audience = ?")
         params: list[Any] = [match] if audience is None else [match, audience]
