@@ -68,7 +68,6 @@ from typing import Any
 
 import _common as c
 from _common import figure, info, log, machine_load
-from aiohttp import web
 
 from netclaw.config import Settings
 from netclaw.daemon import Daemon
@@ -235,7 +234,7 @@ class CountingOpenAI(ScriptedOpenAI):
     the reference's turns, not measure anything)."""
 
     def __init__(self, *, count: str = "content", **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+        super().__init__(max_body_bytes=MAX_BODY, **kwargs)
         self.count = count  # "content": the fake's chars//4; "body": chars//4 of messages + tools JSON
         self.sent: list[Sent] = []
         self.sent_lock = threading.Lock()
@@ -251,22 +250,6 @@ class CountingOpenAI(ScriptedOpenAI):
             usage["prompt_tokens"] = self._estimate_prompt_tokens(body)
             usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
         return usage
-
-    async def start(self) -> str:
-        # ScriptedServer.start with client_max_size raised (the only change).
-        if self._runner is not None:
-            return self.base_url
-        app = web.Application(client_max_size=MAX_BODY)
-        app.router.add_post(self.POST_PATH, self._handle_post)
-        app.router.add_get("/v1/models", self._handle_models)
-        runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
-        await runner.setup()
-        site = web.TCPSite(runner, self.host, self._port)
-        await site.start()
-        self._runner = runner
-        self._port = int(runner.addresses[0][1])
-        self._base_url = f"http://{self.host}:{self._port}{self.URL_PATH}"
-        return self._base_url
 
     def _record(self, request: Any, body: dict[str, Any]) -> None:
         messages = request_messages(body)

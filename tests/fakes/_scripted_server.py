@@ -187,8 +187,10 @@ class ScriptedServer(ABC, Generic[R, E]):
         context_window: int | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
+        max_body_bytes: int = 1024**2,  # aiohttp's default; benchmarks send bigger prompts
     ) -> None:
         self.context_window = context_window
+        self.max_body_bytes = max_body_bytes
         self.host = host
         self.requests: list[dict[str, Any]] = []  # every valid request body, in arrival order
         self.errors: list[BaseException] = []  # exceptions raised by responders
@@ -245,7 +247,7 @@ class ScriptedServer(ABC, Generic[R, E]):
         """Bind and serve; returns :attr:`base_url`."""
         if self._runner is not None:
             return self.base_url
-        app = web.Application()
+        app = web.Application(client_max_size=self.max_body_bytes)
         app.router.add_post(self.POST_PATH, self._handle_post)
         app.router.add_get("/v1/models", self._handle_models)
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
