@@ -24,11 +24,11 @@ from typing import Any
 from aiohttp import web
 
 from adapters.base import AdapterStatus
-from netclaw.api import ApiError, read_json_object, submission_response
 from netclaw.config import Settings, WebhookRoute
-from netclaw.errors import AdapterError
+from netclaw.errors import AdapterError, ApiError
 from netclaw.gateway import Gateway, Inbound
 from netclaw.persistence import DeliveryLog
+from netclaw.web import idempotency_key, identity_for, read_json_object, submission_response, wait_flag
 
 log = logging.getLogger(__name__)
 
@@ -92,12 +92,22 @@ class WebhookAdapter:
     name = "webhooks"
 
     def __init__(self, settings: Settings, gateway: Gateway) -> None:
-        self.settings = settings
+        self.settings = settings  # start-up values: the database path
         self.gateway = gateway
-        self.routes_config = settings.webhooks.routes
-        self._limits = {name: _RateLimit(r.rate_limit_per_minute) for name, r in self.routes_config.items()}
+        self._limits: dict[str, _RateLimit] = {}
         self._deliveries: DeliveryLog | None = None
         self._status = AdapterStatus("starting")
+
+    @property
+    def routes_config(self) -> dict[str, WebhookRoute]:
+        """The live routes: a reload (SIGHUP) adds, changes and removes routes at once."""
+        return self.gateway.settings.webhooks.routes
+
+    def _limit(self, name: str, route: WebhookRoute) -> _RateLimit:
+        limit = self._limits.get(name)
+        if limit is None or limit.per_minute != route.rate_limit_per_minute:
+            limit = self._limits[name] = _RateLimit(route.rate_limit_per_minute)
+        return limit
 
     # -- the Adapter contract ---------------------------------------------------------------
 
@@ -139,7 +149,7 @@ class WebhookAdapter:
             raise ApiError(404, "unknown_route", f"no webhook route {name!r}")
         body_bytes = await _read_limited(request, route.max_body_bytes)
         self._authenticate(request, route, body_bytes)
-        wait_after = self._limits[name].retry_after(time.monotonic())
+        wait_after = self._limit(name, route).retry_after(time.monotonic())
         if wait_after is not None:
             raise ApiError(
                 429, "rate_limited", f"route {name!r} allows {route.rate_limit_per_minute} requests a minute"
@@ -159,20 +169,15 @@ class WebhookAdapter:
             session_id = f"webhook:{name}:{session_key(key_value)}"
         else:
             session_id = f"webhook:{name}:{uuid.uuid4().hex[:16]}"  # each delivery its own session
-        identity = None
-        idem = request.headers.get("Idempotency-Key")
-        if idem is not None:
-            idem = idem.strip()
-            if not idem or len(idem) > 200 or not idem.isprintable():
-                raise ApiError(
-                    400, "invalid_idempotency_key", "Idempotency-Key must be 1-200 printable characters"
-                )
+        # Every delivery has a key (the sender's, or one we make): a delivery whose answer
+        # was lost can be retried with it and reaches the same session, recorded once.
+        key = idempotency_key(request)
+        if "Idempotency-Key" in request.headers or route.session_key is None:
             assert self._deliveries is not None
-            session_id = await self._deliveries.session_for(name, idem, session_id)
-            identity = f"idem:{idem}"
-        wait = request.query.get("wait") in ("1", "true", "yes")
+            session_id = await self._deliveries.session_for(name, key, session_id)
         admission, outcome = await self.gateway.submit(
-            Inbound(session_id, external(name, text), user=f"webhook:{name}", identity=identity), wait=wait
+            Inbound(session_id, external(name, text), user=f"webhook:{name}", identity=identity_for(key)),
+            wait=wait_flag(request),
         )
         return submission_response(admission, outcome)
 

@@ -14,9 +14,10 @@ import uuid
 from typing import Any
 
 from netclaw import __version__
+from netclaw import outputs as out
 from netclaw.config import Settings, find_config_path, load_settings
 from netclaw.errors import NetclawError
-from netclaw.sessions import OutputFilter
+from netclaw.outputs import OutputFilter
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -104,7 +105,7 @@ def _cmd_chat(args: argparse.Namespace) -> int:
 
 
 def _chat_once(args: argparse.Namespace) -> int:
-    from netclaw.client import ClientError
+    from netclaw.errors import ClientError
 
     session_id = args.session or args.session_id or "cli:default"
     with _client(args) as client:
@@ -121,7 +122,7 @@ def _chat_once(args: argparse.Namespace) -> int:
 
 
 def _chat_interactive(args: argparse.Namespace) -> int:
-    from netclaw.client import ClientError
+    from netclaw.errors import ClientError
 
     session_id = args.session_id or f"cli:{dt.datetime.now():%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:4]}"
     mask = f"text,{args.filter}"
@@ -165,49 +166,54 @@ class _ChatView:
         self.joined = threading.Event()
         self.turn_done = threading.Event()
         self.failure: str | None = None
-        self._streamed: set[Any] = set()
+        self._streamed: set[int] = set()
 
     def follow(self, client: Any, mask: str) -> None:
         try:
             for event, data in client.events(self.session_id, mask):
-                self.show(event, data)
-        except Exception as exc:  # shown by the main thread
+                try:
+                    output = out.parse(event, data)
+                except ValueError:  # an event a newer daemon added: nothing to show
+                    continue
+                self.show(output)
+        except Exception as exc:
             self.failure = str(exc)
         self.joined.set()
         self.turn_done.set()
 
-    def show(self, event: str, data: dict[str, Any]) -> None:
-        out = sys.stdout
-        turn = data.get("turn")
-        if event == "joined":
-            self.joined.set()
-        elif event == "text_delta":
-            if turn not in self._streamed:
-                self._streamed.add(turn)
-                out.write("agent> ")
-            out.write(data["delta"])
-        elif event == "text":
-            out.write("\n" if turn in self._streamed else f"agent> {data['text']}\n")
-        elif event == "thinking":
-            out.write(f"  (thinking) {data['text'][:500]}\n")
-        elif event == "tool_call":
-            out.write(f"  [tool] {data['name']}({data['arguments']})\n")
-        elif event == "tool_result":
-            mark = "error" if data.get("is_error") else "result"
-            out.write(f"  [{mark}] {str(data['content'])[:300]}\n")
-        elif event == "usage":
-            out.write(f"  [usage] in {data['input_tokens']} / out {data['output_tokens']} tokens\n")
-        elif event == "error":
-            sys.stderr.write(f"error: {data['message']} ({data['code']})\n")
-        elif event == "history_trimmed":
-            out.write(
-                f"  [earlier turns omitted: {data['dropped_turns']} turn(s) dropped to fit the window]\n"
-            )
-        elif event == "compaction":
-            out.write("  [history compacted]\n")
-        elif event == "turn_completed":
-            self.turn_done.set()
-        out.flush()
+    def show(self, output: out.Output) -> None:
+        stream = sys.stdout
+        match output:
+            case out.Joined():
+                self.joined.set()
+            case out.TextDelta(turn=turn, delta=delta):
+                if turn not in self._streamed:
+                    self._streamed.add(turn)
+                    stream.write("agent> ")
+                stream.write(delta)
+            case out.Text(turn=turn, text=text):
+                stream.write("\n" if turn in self._streamed else f"agent> {text}\n")
+            case out.Thinking(text=text):
+                stream.write(f"  (thinking) {text[:500]}\n")
+            case out.ToolCall(name=name, arguments=arguments):
+                stream.write(f"  [tool] {name}({arguments})\n")
+            case out.ToolResult(content=content, is_error=is_error):
+                stream.write(f"  [{'error' if is_error else 'result'}] {content[:300]}\n")
+            case out.Usage(input_tokens=tokens_in, output_tokens=tokens_out):
+                stream.write(f"  [usage] in {tokens_in} / out {tokens_out} tokens\n")
+            case out.Error(code=code, message=message):
+                sys.stderr.write(f"error: {message} ({code})\n")
+            case out.HistoryTrimmed(dropped_turns=dropped):
+                stream.write(f"  [earlier turns omitted: {dropped} turn(s) dropped to fit the window]\n")
+            case out.Compaction():
+                stream.write("  [history compacted]\n")
+            case out.Notice(text=text):
+                stream.write(f"  [{text}]\n")
+            case out.TurnCompleted():
+                self.turn_done.set()
+            case _:
+                pass
+        stream.flush()
 
 
 # -- sessions -----------------------------------------------------------------------------------
@@ -281,7 +287,8 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     ok = _doctor_database(settings, report) and ok
     ok = _doctor_provider(settings, report) and ok
     ok = _doctor_adapters(settings, report) and ok
-    from netclaw.client import ClientError, DaemonClient
+    from netclaw.client import DaemonClient
+    from netclaw.errors import ClientError
 
     with DaemonClient(settings, timeout=3) as client:
         try:

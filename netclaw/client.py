@@ -8,17 +8,9 @@ from typing import Any
 
 import httpx
 
-from netclaw.api import read_control_token
 from netclaw.config import Settings
-from netclaw.errors import NetclawError
-
-
-class ClientError(NetclawError):
-    code = "client_error"
-
-
-class DaemonNotRunning(ClientError):
-    code = "daemon_not_running"
+from netclaw.control_token import read_control_token
+from netclaw.errors import ClientError, DaemonNotRunning
 
 
 class DaemonClient:

@@ -12,6 +12,7 @@ import json
 import os
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -341,3 +342,101 @@ def format_validation_error(exc: ValidationError) -> str:
 def redacted(settings: Settings) -> Mapping[str, Any]:
     """The effective config as JSON-able data (it holds no secrets by design)."""
     return settings.model_dump(mode="json")
+
+
+# -- the running config and reloads -------------------------------------------------------------
+
+# Key paths a reload cannot change in a running daemon: what they configure was opened,
+# bound or connected at start-up. Everything else applies at once.
+RESTART_KEYS = (
+    "data_dir",
+    "gateway",
+    "providers",
+    "models",
+    "journal",
+    "slack.enabled",
+    "slack.bot_token_env",
+    "slack.app_token_env",
+    "slack.api_url",
+    "discord.enabled",
+    "discord.token_env",
+)
+
+
+def changed_keys(old: Settings, new: Settings) -> list[str]:
+    """Dotted key paths whose values differ (down to a section's own keys)."""
+    return _diff(old.model_dump(mode="json"), new.model_dump(mode="json"), "")
+
+
+def _diff(old: Any, new: Any, prefix: str) -> list[str]:
+    if isinstance(old, dict) and isinstance(new, dict) and prefix.count(".") < 2:
+        found: list[str] = []
+        for key in sorted(set(old) | set(new), key=str):
+            path = f"{prefix}.{key}" if prefix else str(key)
+            if key not in old or key not in new:
+                found.append(path)
+            elif old[key] != new[key]:
+                found.extend(_diff(old[key], new[key], path))
+        return found
+    return [prefix] if old != new else []
+
+
+def needs_restart(key: str, extra: tuple[str, ...] = ()) -> bool:
+    return any(key == k or key.startswith(k + ".") for k in (*RESTART_KEYS, *extra))
+
+
+@dataclass(frozen=True, slots=True)
+class Reload:
+    """What a reload changed: what applied at once, and what waits for a restart."""
+
+    applied: tuple[str, ...]
+    restart: tuple[str, ...]
+
+    def describe(self) -> str:
+        if not self.applied and not self.restart:
+            return "config reloaded: nothing changed"
+        parts = [f"applied: {', '.join(self.applied) or 'nothing'}"]
+        if self.restart:
+            parts.append(f"needs a restart (running values kept): {', '.join(self.restart)}")
+        return "config reloaded; " + "; ".join(parts)
+
+
+class LiveSettings:
+    """The running configuration. A reload swaps it; every component reads
+    :attr:`current` when it needs a value, so whatever can change live does. Keys that
+    need a restart keep their running values until then, so nothing reads a port or a
+    provider the daemon is not actually using."""
+
+    __slots__ = ("_current",)
+
+    def __init__(self, settings: Settings) -> None:
+        self._current = settings
+
+    @property
+    def current(self) -> Settings:
+        return self._current
+
+    def reload(self, new: Settings, *, restart_keys: tuple[str, ...] = ()) -> Reload:
+        """Apply ``new``; ``restart_keys`` adds keys the caller cannot apply live."""
+        old = self._current
+        changed = changed_keys(old, new)
+        restart = tuple(k for k in changed if needs_restart(k, restart_keys))
+        applied = tuple(k for k in changed if k not in restart)
+        self._current = _keep_running(old, new, restart)
+        return Reload(applied, restart)
+
+
+def _keep_running(old: Settings, new: Settings, restart: tuple[str, ...]) -> Settings:
+    """``new`` with the values at ``restart`` paths taken from ``old``."""
+    data = new.model_dump()
+    running = old.model_dump()
+    for path in restart:
+        *parents, leaf = path.split(".")
+        target, source = data, running
+        for part in parents:
+            target, source = target[part], source[part]
+        if leaf in source:
+            target[leaf] = source[leaf]
+        else:
+            target.pop(leaf, None)
+    return Settings.model_validate(data) if data != running else old

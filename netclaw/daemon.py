@@ -22,15 +22,17 @@ import pykka
 from aiohttp import web
 
 from adapters import Adapter, AdapterStatus, build_adapters
-from netclaw.api import Api, load_control_token
-from netclaw.config import Settings, load_settings
+from netclaw.api import Api
+from netclaw.config import LiveSettings, Settings, load_settings
+from netclaw.control_token import load_control_token
 from netclaw.errors import ConfigError, DaemonError
 from netclaw.gateway import Gateway
+from netclaw.history import preload_encoding
 from netclaw.persistence import SqliteJournal, SqliteMemoryStore, prepare_database
 from netclaw.providers import Provider, make_provider
 from netclaw.runtime import IoLoop
-from netclaw.sessions import SessionDeps, SessionManager
-from netclaw.tools import default_registry, memory_tools
+from netclaw.sessions import SessionActor, SessionDeps, SessionManager
+from netclaw.tools import ToolRegistry, default_registry, memory_tools
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +95,7 @@ class Daemon:
         config_path: str | None = None,
         provider_factory: Callable[[Settings], Provider] | None = None,
     ) -> None:
-        self.settings = settings
+        self.live = LiveSettings(settings)
         self.config_path = config_path
         self._provider_factory = provider_factory or _default_provider
         self._lock = DataDirLock(settings.data_dir)
@@ -102,6 +104,7 @@ class Daemon:
         self.provider: Provider | None = None
         self.compaction_provider: Provider | None = None
         self.memory: SqliteMemoryStore | None = None
+        self.tools: ToolRegistry | None = None
         self.manager: SessionManager | None = None
         self.gateway: Gateway | None = None
         self._runner: web.AppRunner | None = None
@@ -110,6 +113,11 @@ class Daemon:
         self._disabled: dict[str, AdapterStatus] = {}  # failed their check or start
         self._stop = threading.Event()
         self._reload = threading.Event()
+
+    @property
+    def settings(self) -> Settings:
+        """The running config (follows a reload)."""
+        return self.live.current
 
     @property
     def base_url(self) -> str:
@@ -123,6 +131,7 @@ class Daemon:
             self._lock.acquire()
             prepare_database(self.settings.database_path, synchronous=self.settings.journal.synchronous)
             token = load_control_token(self.settings)
+            preload_encoding()  # here, not in the first session's actor on the I/O loop
             self.io = IoLoop().start()
             self.journal = self.io.run(
                 SqliteJournal(
@@ -136,25 +145,18 @@ class Daemon:
             )
             self.provider = self._provider_factory(self.settings)
             self.compaction_provider = _compaction_provider(self.settings)
-            tools = default_registry()
+            self.tools = tools = default_registry()
             for tool in memory_tools(self.memory):
                 tools.register(tool)
             io, journal, provider, memory = self.io, self.journal, self.provider, self.memory
             compaction_provider = self.compaction_provider
             self.manager = SessionManager(
                 lambda manager: SessionDeps(
-                    io, journal, provider, tools, self.settings, manager, memory, compaction_provider
+                    io, journal, provider, tools, self.live, manager, memory, compaction_provider
                 )
             )
-            self.gateway = Gateway(self.manager)
-            api = Api(
-                self.settings,
-                self.gateway,
-                self.manager,
-                self.journal,
-                token,
-                health_extra=lambda: {"adapters": self.adapter_statuses()},
-            )
+            self.gateway = Gateway(self.manager, self.journal, self.live)
+            api = Api(self.gateway, token, health_extra=lambda: {"adapters": self.adapter_statuses()})
             app = api.app()
             self._check_adapters(build_adapters(self.settings, self.gateway))
             for adapter in self.adapters:
@@ -222,9 +224,8 @@ class Daemon:
                 f"cannot listen on {self.settings.gateway.host}:{self.settings.gateway.port}: "
                 f"{exc.strerror} (is another netclaw running? change gateway.port)"
             ) from exc
-        server = site._server  # the bound port, when gateway.port is 0
-        sockets = getattr(server, "sockets", None) or []
-        self.port = sockets[0].getsockname()[1] if sockets else self.settings.gateway.port
+        addresses = self._runner.addresses  # the bound port, when gateway.port is 0
+        self.port = int(addresses[0][1]) if addresses else self.settings.gateway.port
 
     async def _warm_sessions(self) -> int:
         """Sessions with admitted input whose turn never finished (a crash) resume now."""
@@ -301,8 +302,9 @@ class Daemon:
         (self._reload if signum == signal.SIGHUP else self._stop).set()
 
     def reload(self) -> None:
-        """Re-read the config. Session settings apply to sessions started from now on;
-        data_dir, gateway and provider changes need a restart (logged)."""
+        """Re-read the config and apply what can change in a running daemon: sessions
+        (at their next turn), audiences, agent, history, webhook routes, chat allowlists.
+        The log line says what changed, what applied and what needs a restart."""
         sd_notify("RELOADING=1")
         try:
             new = load_settings(self.config_path)
@@ -310,17 +312,11 @@ class Daemon:
             log.error("config reload failed; keeping the running config:\n%s", exc)
             sd_notify("READY=1")
             return
-        restart_needed = [
-            key
-            for key in ("data_dir", "gateway", "providers", "models")
-            if getattr(new, key) != getattr(self.settings, key)
-        ]
-        if restart_needed:
-            log.warning("config reload: %s changed; restart netclaw to apply", ", ".join(restart_needed))
-        self.settings = new
-        if self.manager is not None and self.io is not None:
-            self.io.run(_call(self.manager.update_settings, new))
-        log.info("config reloaded")
+        # Routes are served by the webhook adapter, which only runs if it had routes at start.
+        webhooks_running = any(a.name == "webhooks" for a in self.adapters)
+        extra = () if webhooks_running else ("webhooks",)
+        change = self.live.reload(new, restart_keys=extra)
+        (log.warning if change.restart else log.info)("%s", change.describe())
         sd_notify("READY=1")
 
 
@@ -342,10 +338,8 @@ async def _call(fn: Callable[..., Any], *args: Any) -> Any:
     return fn(*args)
 
 
-def _is_ours(ref: Any) -> bool:
-    from netclaw.sessions import SessionActor
-
-    return bool(ref.actor_class is SessionActor)
+def _is_ours(ref: pykka.ActorRef[Any]) -> bool:
+    return ref.actor_class is SessionActor
 
 
 def _compaction_provider(settings: Settings) -> Provider | None:

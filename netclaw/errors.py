@@ -16,8 +16,13 @@
     ├── SessionError
     │   ├── IllegalTransition       a phase change the phase machine forbids
     │   └── SessionUnavailable      the session could not be started or recovered
+    │       └── OutcomeUnknown      a write was not confirmed in time; it may still land
+    ├── InvalidInput                an inbound message is wrong; ``field`` names what
+    ├── ApiError                    an HTTP answer other than 2xx: status, code, message
     ├── AdapterError                a channel adapter failed; it is disabled, not the daemon
-    └── DaemonError                 start-up problems (port in use, data_dir locked)
+    ├── DaemonError                 start-up problems (port in use, data_dir locked)
+    └── ClientError                 the CLI could not get an answer from the daemon
+        └── DaemonNotRunning        nothing listens at the configured address
 
 Third-party exceptions are translated at the boundary with ``raise ... from``.
 """
@@ -107,9 +112,53 @@ class SessionUnavailable(SessionError):
     code = "session_unavailable"
 
 
+class OutcomeUnknown(SessionUnavailable):
+    """The journal did not confirm a write in time, and it may still land. Retrying
+    with the same identity (``Idempotency-Key``) is safe and tells which it was."""
+
+    code = "outcome_unknown"
+
+    def __init__(self, message: str, identity: str | None = None) -> None:
+        super().__init__(message)
+        self.identity = identity
+
+
+class InvalidInput(NetclawError):
+    """The inbound message itself is wrong; ``field`` names what."""
+
+    code = "invalid_input"
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class ApiError(NetclawError):
+    """An HTTP error answer: ``{"error": {"code", "message"}}`` with ``status``."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.headers: dict[str, str] = {}
+
+    def with_header(self, name: str, value: str) -> ApiError:
+        self.headers[name] = value
+        return self
+
+
 class AdapterError(NetclawError):
     code = "adapter_error"
 
 
 class DaemonError(NetclawError):
     code = "daemon_error"
+
+
+class ClientError(NetclawError):
+    code = "client_error"
+
+
+class DaemonNotRunning(ClientError):
+    code = "daemon_not_running"

@@ -1,8 +1,20 @@
-"""The gateway: every inbound message, from any channel, enters here.
+"""The gateway: the one surface every channel, the API and the CLI use to reach sessions.
 
-It normalises the message, checks it (policy grows here: audiences, allowlists),
-and hands it to the SessionManager as the same ``SendUserMessage`` command.
-Adapters depend on the gateway, never the reverse. Runs on the I/O loop.
+- **Input.** :meth:`Gateway.submit` normalises and checks a message and hands it to
+  the SessionManager as the same ``SendUserMessage`` command whatever its channel;
+  it returns once the message is durable (and, with ``wait``, once its turn is
+  recorded). Chat-platform messages first get a :class:`ChatPermit` from
+  :meth:`Gateway.permit` — the channel/user/mention policy, run once per message,
+  here and nowhere else.
+- **Output.** :meth:`Gateway.subscribe` returns a :class:`~netclaw.sessions.Subscription`:
+  an async iterator of typed outputs (:mod:`netclaw.outputs`) whose ``close()``
+  unsubscribes without waking a session that has stopped.
+- **Reads.** Session listings and views; decoding and replay run in a worker thread,
+  never on the I/O loop.
+
+It reads the live settings (a reload applies at once) and never reaches into the
+manager's dependencies. Runs on the I/O loop. Adapters depend on the gateway, never
+the reverse.
 """
 
 from __future__ import annotations
@@ -11,23 +23,25 @@ import asyncio
 import logging
 import re
 import time
-import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from netclaw.config import ChannelAccess, Settings
-from netclaw.errors import NetclawError, SessionUnavailable
-from netclaw.policy import ChatEvent, denial_reason
+from netclaw.config import ChannelAccess, LiveSettings, Settings
+from netclaw.errors import InvalidInput, OutcomeUnknown, SessionUnavailable
+from netclaw.messages import ChatMessage
+from netclaw.outputs import OutputFilter
+from netclaw.persistence import Journal
+from netclaw.policy import ChatEvent, channel_of, denial_reason
 from netclaw.runtime import Reply
 from netclaw.sessions import (
     Admission,
     SendUserMessage,
     SessionManager,
-    Subscribe,
+    Subscription,
     TurnOutcome,
-    Unsubscribe,
+    build_context,
+    load_state,
 )
-from netclaw.sessions._outputs import OutputFilter
-from netclaw.sessions._subscribers import Sink
 
 log = logging.getLogger(__name__)
 
@@ -36,22 +50,39 @@ MAX_TEXT_CHARS = 200_000
 ACK_TIMEOUT_S = 30.0
 
 
-class InvalidInput(NetclawError):
-    """The inbound message itself is wrong; ``field`` names what."""
-
-    code = "invalid_input"
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(message)
-        self.field = field
-
-
 @dataclass(frozen=True, slots=True)
 class Inbound:
     session_id: str
     text: str
     user: str | None = None
     identity: str | None = None  # inbound event id or idempotency key, if the channel has one
+
+
+@dataclass(frozen=True, slots=True)
+class ChatPermit:
+    """A chat-platform message that passed the access policy (:meth:`Gateway.permit`)."""
+
+    event: ChatEvent
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSummary:
+    id: str
+    channel: str
+    title: str | None
+    phase: str  # a resident session's phase, or "passivated"
+    turns: int
+    last_activity: float
+    resident: bool
+    pending: int = 0  # admitted messages not yet answered
+
+
+@dataclass(frozen=True, slots=True)
+class SessionView:
+    summary: SessionSummary
+    view: str  # "transcript" or "context"
+    messages: Sequence[ChatMessage]  # the transcript, or what the model sees now
+    queued: Sequence[ChatMessage] = ()  # admitted, waiting for their turn (transcript view)
 
 
 def check_session_id(session_id: str) -> str:
@@ -75,28 +106,43 @@ def _check_encodable(field: str, value: str) -> None:
         ) from exc
 
 
+def check_inbound(inbound: Inbound) -> None:
+    check_session_id(inbound.session_id)
+    if not inbound.text.strip():
+        raise InvalidInput("text", "text is empty")
+    if len(inbound.text) > MAX_TEXT_CHARS:
+        raise InvalidInput("text", f"text is longer than {MAX_TEXT_CHARS} characters")
+    _check_encodable("text", inbound.text)
+    if inbound.user is not None:
+        _check_encodable("user", inbound.user)
+    if inbound.identity is not None:
+        _check_encodable("identity", inbound.identity)
+
+
 class Gateway:
-    def __init__(self, manager: SessionManager) -> None:
-        self.manager = manager
+    def __init__(self, manager: SessionManager, journal: Journal, live: LiveSettings) -> None:
+        self._manager = manager
+        self._journal = journal
+        self._live = live
+
+    @property
+    def settings(self) -> Settings:
+        """The running config (follows a reload)."""
+        return self._live.current
+
+    # -- input --------------------------------------------------------------------------------
 
     async def submit(
         self, inbound: Inbound, *, wait: bool = False, turn_timeout: float | None = None
     ) -> tuple[Admission, TurnOutcome | None]:
-        """Admit a message; returns once it is durable (and, with ``wait``, once its turn is recorded)."""
-        check_session_id(inbound.session_id)
-        if not inbound.text.strip():
-            raise InvalidInput("text", "text is empty")
-        if len(inbound.text) > MAX_TEXT_CHARS:
-            raise InvalidInput("text", f"text is longer than {MAX_TEXT_CHARS} characters")
-        _check_encodable("text", inbound.text)
-        if inbound.user is not None:
-            _check_encodable("user", inbound.user)
-        if inbound.identity is not None:
-            _check_encodable("identity", inbound.identity)
+        """Admit a message; returns once it is durable (and, with ``wait``, once its turn
+        is recorded). If durability cannot be confirmed in time the answer is
+        :class:`OutcomeUnknown`: sending again with the same identity is safe."""
+        check_inbound(inbound)
         loop = asyncio.get_running_loop()
         ack: Reply[Admission] = Reply(loop)
         done: Reply[TurnOutcome] | None = Reply(loop) if wait else None
-        self.manager.route(
+        self._manager.route(
             inbound.session_id,
             SendUserMessage(
                 text=inbound.text,
@@ -110,12 +156,14 @@ class Gateway:
         try:
             admission = await ack.wait(ACK_TIMEOUT_S)
         except TimeoutError as exc:
-            raise SessionUnavailable(
-                f"session {inbound.session_id} did not confirm the message within {ACK_TIMEOUT_S:g}s"
+            raise OutcomeUnknown(
+                f"session {inbound.session_id} did not confirm the message within {ACK_TIMEOUT_S:g}s; "
+                "it may still be recorded",
+                identity=inbound.identity,
             ) from exc
         if done is None:
             return admission, None
-        limit = turn_timeout or self.manager.deps.settings.session.turn_timeout_s + 30
+        limit = turn_timeout or self.settings.session.turn_timeout_s + 30
         try:
             outcome = await done.wait(limit)
         except SessionUnavailable as exc:
@@ -130,43 +178,91 @@ class Gateway:
             ) from exc
         return admission, outcome
 
-    async def submit_chat(
-        self, event: ChatEvent, access: ChannelAccess, inbound: Inbound
-    ) -> Admission | None:
-        """A chat-platform message: the channel/user/mention policy first, then admission.
-        A denied message gets no turn; it is logged with the reason and None returned."""
-        reason = denial_reason(access, event)
+    def permit(self, event: ChatEvent) -> ChatPermit | None:
+        """The chat access policy for one platform message, from the live settings. A
+        denied message gets no turn: it is logged with the reason and None returned."""
+        reason = denial_reason(self._access(event.platform), event)
         if reason is not None:
             log.info(
                 "%s message from %s in %s denied: %s", event.platform, event.user_id, event.channel_id, reason
             )
             return None
+        return ChatPermit(event)
+
+    async def submit_chat(self, permit: ChatPermit, inbound: Inbound) -> Admission:
+        """A chat-platform message that has its permit."""
         admission, _ = await self.submit(inbound)
         return admission
 
-    @property
-    def settings(self) -> Settings:
-        """The running config (follows a reload)."""
-        return self.manager.deps.settings
+    def _access(self, platform: str) -> ChannelAccess:
+        settings = self.settings
+        if platform == "slack":
+            return settings.slack
+        if platform == "discord":
+            return settings.discord
+        raise ValueError(f"no chat access policy for platform {platform!r}")
 
-    def is_resident(self, session_id: str) -> bool:
-        return self.manager.is_resident(session_id)
+    # -- output -------------------------------------------------------------------------------
 
-    async def sessions_with_pending_input(self) -> list[str]:
-        """Sessions with admitted messages not yet answered (e.g. interrupted by a restart)."""
-        return await self.manager.deps.journal.sessions_with_pending_input()
+    def subscribe(self, session_id: str, mask: OutputFilter) -> Subscription:
+        """Watch a session's outputs (it starts if it is not resident). Close the
+        subscription when done; that never wakes a session that has stopped."""
+        check_session_id(session_id)
+        return self._manager.subscribe(session_id, mask)
+
+    # -- reads --------------------------------------------------------------------------------
+
+    async def list_sessions(self) -> list[SessionSummary]:
+        resident = self._manager.resident()
+        rows = await self._journal.list_sessions()
+        return [
+            SessionSummary(
+                id=r.id,
+                channel=r.channel,
+                title=r.title,
+                phase=resident[r.id].value if r.id in resident else "passivated",
+                turns=r.turns,
+                last_activity=r.last_activity,
+                resident=r.id in resident,
+                pending=r.pending,
+            )
+            for r in rows
+        ]
+
+    async def get_session(self, session_id: str, *, context: bool = False) -> SessionView | None:
+        """One session: its transcript (and queued input), or with ``context`` what the
+        model sees now (under the live system prompt). None when it does not exist."""
+        check_session_id(session_id)
+        state = await load_state(self._journal, session_id)
+        if state.seq == 0:
+            return None
+        phase = self._manager.resident().get(session_id)
+        summary = SessionSummary(
+            id=state.session_id,
+            channel=state.channel,
+            title=state.title,
+            phase=phase.value if phase is not None else "passivated",
+            turns=state.turns,
+            last_activity=state.last_activity,
+            resident=phase is not None,
+            pending=state.pending_inputs,
+        )
+        if context:
+            system_prompt = self.settings.agent.system_prompt
+            messages = await asyncio.to_thread(build_context, state, system_prompt)
+            return SessionView(summary, "context", messages)
+        return SessionView(summary, "transcript", state.transcript, state.inbox)
 
     async def knows(self, session_id: str) -> bool:
         """Is this an existing session (a thread the bot already takes part in)?"""
-        if self.manager.is_resident(session_id):
+        if self._manager.is_resident(session_id):
             return True
-        return await self.manager.deps.journal.get_session(session_id) is not None
+        return await self._journal.get_session(session_id) is not None
 
-    def subscribe(self, session_id: str, mask: OutputFilter, sink: Sink) -> str:
-        check_session_id(session_id)
-        sub_id = f"sub_{uuid.uuid4().hex[:12]}"
-        self.manager.route(session_id, Subscribe(sub_id, mask, sink))
-        return sub_id
+    async def sessions_with_pending_input(self, channel: str | None = None) -> list[str]:
+        """Sessions with admitted messages not yet answered (e.g. interrupted by a restart)."""
+        found = await self._journal.sessions_with_pending_input()
+        return [s for s in found if channel is None or channel_of(s) == channel]
 
-    def unsubscribe(self, session_id: str, sub_id: str) -> None:
-        self.manager.route(session_id, Unsubscribe(sub_id))
+    def resident_phases(self) -> dict[str, str]:
+        return {sid: phase.value for sid, phase in self._manager.resident().items()}

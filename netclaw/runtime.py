@@ -27,6 +27,12 @@ class Tellable(Protocol):
     def tell(self, message: Any) -> None: ...
 
 
+class Cancellable(Protocol):
+    """Work in flight on the loop that its owner may call off (a ``Future``)."""
+
+    def cancel(self) -> bool: ...
+
+
 class IoLoop:
     """One asyncio event loop running in its own daemon thread."""
 

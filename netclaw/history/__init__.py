@@ -4,6 +4,7 @@ No I/O and no actor or network imports: everything here is testable in isolation
 """
 
 from netclaw.history.compaction import (
+    FLUSH_KINDS,
     FLUSH_MARKER,
     MEMORY_KINDS,
     REQUIRED_SECTIONS,
@@ -28,6 +29,7 @@ from netclaw.history.tokens import (
     BudgetCalibration,
     TokenCounter,
     fallback_count,
+    preload_encoding,
 )
 from netclaw.history.trim import (
     BREADCRUMB_TEXT,
@@ -42,6 +44,7 @@ from netclaw.history.trim import (
 __all__ = [
     "BREADCRUMB_TEXT",
     "FALLBACK_ENCODING",
+    "FLUSH_KINDS",
     "FLUSH_MARKER",
     "INTERRUPTED_TEXT",
     "MEMORY_KINDS",
@@ -64,6 +67,7 @@ __all__ = [
     "missing_sections",
     "parse_flush",
     "placeholder",
+    "preload_encoding",
     "render_for_summary",
     "summary_boundary",
     "summary_message",

@@ -32,7 +32,10 @@ REQUIRED_SECTIONS: Final[tuple[str, ...]] = (
     "Pending tasks and open questions",
     "Current work and next step",
 )
-MEMORY_KINDS: Final[tuple[str, ...]] = ("fact", "decision", "action_item", "preference")
+# Every kind a durable memory may have (the memory store checks it; defined once, here).
+MEMORY_KINDS: Final[tuple[str, ...]] = ("fact", "decision", "action_item", "preference", "note")
+# What the memory flush asks the model to extract; "note" is the `remember` tool's.
+FLUSH_KINDS: Final[tuple[str, ...]] = ("fact", "decision", "action_item", "preference")
 SUMMARY_MAX_CHARS: Final = 6000
 
 SUMMARY_PREFIX: Final = "Summary of the earlier conversation (compacted):\n\n"
@@ -209,7 +212,7 @@ def _request_ts(messages: Sequence[ChatMessage]) -> float:
 
 def flush_request(messages_to_summarise: Sequence[ChatMessage]) -> list[ChatMessage]:
     """The memory-flush LLM request: extract durable memories as a JSON array."""
-    kinds = ", ".join(f'"{k}"' for k in MEMORY_KINDS)
+    kinds = ", ".join(f'"{k}"' for k in FLUSH_KINDS)
     instructions = (
         f"{FLUSH_MARKER}\n"
         "You extract durable memories from a conversation between a user and an AI assistant, "

@@ -2,11 +2,19 @@
 
 from netclaw.persistence._deliveries import DeliveryLog
 from netclaw.persistence._journal import Journal, NewEvent, SessionRow, Snapshot, StoredEvent
-from netclaw.persistence._memory import Memory, MemoryStore, NewMemory, SqliteMemoryStore, format_recall
+from netclaw.persistence._memory import (
+    MAX_MEMORY_CHARS,
+    Memory,
+    MemoryStore,
+    NewMemory,
+    SqliteMemoryStore,
+    format_recall,
+)
 from netclaw.persistence._migrations import apply_migrations, load_migrations, migrations_dir
 from netclaw.persistence._sqlite import SqliteJournal, prepare_database
 
 __all__ = [
+    "MAX_MEMORY_CHARS",
     "DeliveryLog",
     "Journal",
     "Memory",

@@ -21,9 +21,9 @@ from typing import Any, Protocol
 import aiosqlite
 
 from netclaw.errors import JournalError
+from netclaw.history import MEMORY_KINDS
 
-MEMORY_KINDS = ("fact", "decision", "action_item", "preference", "note")
-MAX_TEXT_CHARS = 2000
+MAX_MEMORY_CHARS = 2000
 MAX_QUERY_TERMS = 16
 RECALL_HEADER = "Relevant memories (from earlier conversations):"
 
@@ -177,7 +177,7 @@ class SqliteMemoryStore:
         now = time.time()
         rows: list[tuple[str, str, str, str, float, str]] = []
         for item in items:
-            text = item.text.strip()[:MAX_TEXT_CHARS].rstrip()
+            text = item.text.strip()[:MAX_MEMORY_CHARS].rstrip()
             if text:
                 rows.append((text, item.kind, session_id, audience, now, normalise(text)))
         stored: list[Memory] = []

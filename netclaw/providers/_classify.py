@@ -26,6 +26,7 @@ from netclaw.errors import (
     ProviderUnavailable,
     RateLimited,
 )
+from netclaw.retry import Retry
 
 MAX_DETAIL_CHARS = 300
 
@@ -246,3 +247,15 @@ def classify_transport_error(
         )
     # Decoding errors, redirects, local protocol misuse: the answer is not usable.
     return ProviderProtocolError(f"{who}: bad answer from {base_url}: {reason}")
+
+
+def retry_verdict(exc: BaseException) -> Retry | None:
+    """The retry classifier for provider calls: transient errors are retried, a rate
+    limit after the server's Retry-After when it gave one."""
+    if isinstance(exc, ProviderError) and exc.retryable:
+        return Retry(exc.retry_after if isinstance(exc, RateLimited) else None)
+    return None
+
+
+# Longest server-requested wait a turn sits through; beyond it the error goes to the user.
+PROVIDER_MAX_RETRY_AFTER_S = 120.0

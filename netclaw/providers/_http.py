@@ -10,6 +10,7 @@ assembly, a whole (non-streamed) JSON answer, and each streamed event.
 from __future__ import annotations
 
 import json
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
@@ -20,9 +21,16 @@ import httpx
 from netclaw.config import ProviderConfig
 from netclaw.errors import ProviderError, ProviderProtocolError, ProviderUnavailable
 from netclaw.providers._base import Completion, OnDelta, ProviderRequest
-from netclaw.providers._classify import classify_http_error, classify_transport_error
-from netclaw.providers._retry import with_retries
+from netclaw.providers._classify import (
+    PROVIDER_MAX_RETRY_AFTER_S,
+    classify_http_error,
+    classify_transport_error,
+    retry_verdict,
+)
 from netclaw.providers._transport import PooledTransport
+from netclaw.retry import RetryPolicy, with_retries
+
+log = logging.getLogger("netclaw.providers")
 
 # --------------------------------------------------------------------------- wire helpers
 
@@ -224,11 +232,19 @@ class HttpStreamingProvider(ABC, Generic[AnswerT]):
                 raise self._transport_error(exc) from exc
             return answer.completion()
 
+        policy = RetryPolicy(
+            max_retries=self.config.max_retries,
+            base_delay_s=self._retry_base_delay,
+            max_retry_after_s=PROVIDER_MAX_RETRY_AFTER_S,
+        )
         return await with_retries(
             attempt,
-            max_retries=self.config.max_retries,
+            classify=retry_verdict,
+            policy=policy,
+            what=f"provider {self.name!r}",
+            # A retry after the user saw part of an answer would show (and record) it twice.
             can_retry=lambda: not progress.streamed,
-            base_delay=self._retry_base_delay,
+            logger=log,
         )
 
     async def _read_stream(self, response: httpx.Response, answer: AnswerT) -> None:

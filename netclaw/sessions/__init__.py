@@ -1,12 +1,18 @@
 """Sessions: one persistent actor per conversation, and the manager that routes to them.
 
-The pure parts (phases, state, events, outputs, turn pieces) import no pykka,
-aiohttp or aiosqlite; only ``_actor`` and ``_manager`` touch pykka.
+The pure parts (phases, state, events, the context ladder, turn pieces) import no
+pykka, aiohttp, aiosqlite or httpx; only ``_actor`` and ``_manager`` touch pykka.
+This face imports the pure parts eagerly and everything else on first use
+(PEP 562), so ``import netclaw.sessions._state`` stays light — the import-linter
+contracts and ``tests/unit/test_layering.py`` hold it to that. Nothing outside
+``netclaw/sessions/`` imports ``netclaw.sessions._*``: take names from here.
 """
 
-from netclaw.policy import channel_of
-from netclaw.sessions._actor import ManagerPort, SessionActor, SessionDeps
-from netclaw.sessions._commands import Admission, SendUserMessage, Subscribe, Unsubscribe
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from netclaw.sessions._events import (
     HistoryTrimmed,
     InputAdmitted,
@@ -16,25 +22,54 @@ from netclaw.sessions._events import (
     TurnRecorded,
     TurnStarted,
 )
-from netclaw.sessions._manager import SessionManager
-from netclaw.sessions._outputs import EVENT_FILTER, LIFECYCLE_EVENTS, Output, OutputFilter
 from netclaw.sessions._phases import LEGAL_TRANSITIONS, Phase, PhaseMachine
-from netclaw.sessions._prompt import Prompt, PromptBuilder
-from netclaw.sessions._recovery import load_state
 from netclaw.sessions._state import SessionState, TurnOutcome
-from netclaw.sessions._subscribers import OutputQueue, Sink, Subscriber, SubscriberSet
-from netclaw.sessions._turn import build_context
+
+if TYPE_CHECKING:
+    from netclaw.sessions._actor import ManagerPort, SessionActor, SessionDeps
+    from netclaw.sessions._commands import Admission, SendUserMessage, Subscribe, Unsubscribe
+    from netclaw.sessions._manager import SessionManager
+    from netclaw.sessions._prompt import Prompt, PromptBuilder
+    from netclaw.sessions._recovery import load_state
+    from netclaw.sessions._subscribers import OutputQueue, Sink, Subscriber, SubscriberSet, Subscription
+    from netclaw.sessions._turn import build_context
+
+_LAZY = {
+    "ManagerPort": "_actor",
+    "SessionActor": "_actor",
+    "SessionDeps": "_actor",
+    "Admission": "_commands",
+    "SendUserMessage": "_commands",
+    "Subscribe": "_commands",
+    "Unsubscribe": "_commands",
+    "SessionManager": "_manager",
+    "Prompt": "_prompt",
+    "PromptBuilder": "_prompt",
+    "load_state": "_recovery",
+    "OutputQueue": "_subscribers",
+    "Sink": "_subscribers",
+    "Subscriber": "_subscribers",
+    "SubscriberSet": "_subscribers",
+    "Subscription": "_subscribers",
+    "build_context": "_turn",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
-    "EVENT_FILTER",
     "LEGAL_TRANSITIONS",
-    "LIFECYCLE_EVENTS",
     "Admission",
     "HistoryTrimmed",
     "InputAdmitted",
     "ManagerPort",
-    "Output",
-    "OutputFilter",
     "OutputQueue",
     "Phase",
     "PhaseMachine",
@@ -52,11 +87,11 @@ __all__ = [
     "Subscribe",
     "Subscriber",
     "SubscriberSet",
+    "Subscription",
     "TurnOutcome",
     "TurnRecorded",
     "TurnStarted",
     "Unsubscribe",
     "build_context",
-    "channel_of",
     "load_state",
 ]

@@ -3,8 +3,12 @@
 It owns the session's state and phase, processes one turn at a time, and does
 no I/O itself: provider and tool work runs on the I/O loop and comes back as
 messages carrying an op id (anything else is stale and dropped). The one
-blocking call it makes is persist — wait for the journal's durable ack before
-applying events — so what it acknowledges is never lost.
+blocking call it makes is persist (:mod:`._recorder`) — wait for the journal's
+durable ack before applying events — so what it acknowledges is never lost.
+
+What to do about the prompt's size is decided by the pure context ladder
+(:mod:`._ladder`); compaction is planned here, run on the loop and recorded here
+(:mod:`._compaction`); idle and passivation timing is :mod:`._idle`'s.
 """
 
 from __future__ import annotations
@@ -13,19 +17,22 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Protocol
 
 import pykka
 
-from netclaw.config import Settings
-from netclaw.errors import ContextOverflow, ProviderError, SessionUnavailable
+from netclaw import outputs as out
+from netclaw.config import LiveSettings, Settings
+from netclaw.errors import ContextOverflow, NetclawError, OutcomeUnknown, ProviderError, SessionUnavailable
 from netclaw.history import TrimResult
 from netclaw.messages import ChatMessage, new_id
-from netclaw.persistence import Journal, MemoryStore, NewEvent, SessionRow
+from netclaw.persistence import Journal, MemoryStore
 from netclaw.policy import allowed_tools, audience_of, recall_allowed
 from netclaw.providers import Completion, Provider, ProviderRequest, ToolSchema
-from netclaw.runtime import IoLoop, Reply, Timer
+from netclaw.runtime import Cancellable, IoLoop, Reply, Timer
+from netclaw.sessions import _ladder as ladder
 from netclaw.sessions._commands import (
     Admission,
     CompactionDone,
@@ -48,6 +55,7 @@ from netclaw.sessions._compaction import (
     CompactionOutcome,
     CompactionStart,
     compaction_event,
+    compaction_output,
     plan_compaction,
     run_compaction,
 )
@@ -60,13 +68,13 @@ from netclaw.sessions._events import (
     TurnRecorded,
     TurnStarted,
     TurnStatus,
-    encode,
 )
+from netclaw.sessions._idle import IdleClock
 from netclaw.sessions._loop_ops import DeltaRelay, Recall
-from netclaw.sessions._outputs import Output
 from netclaw.sessions._phases import Phase, PhaseMachine
-from netclaw.sessions._prompt import Prompt, PromptBuilder
-from netclaw.sessions._recovery import load_state
+from netclaw.sessions._prompt import PromptBuilder
+from netclaw.sessions._recorder import Recorder
+from netclaw.sessions._recovery import fetch_journal, rebuild_state
 from netclaw.sessions._state import SessionState, TurnOutcome
 from netclaw.sessions._subscribers import Subscriber, SubscriberSet
 from netclaw.sessions._turn import (
@@ -75,27 +83,28 @@ from netclaw.sessions._turn import (
     build_context,
     interrupted_results,
     make_title,
+    text_deltas,
     tool_message,
+    turn_end,
 )
-from netclaw.tools import ToolContext, ToolRegistry
+from netclaw.tools import ToolContext, ToolRegistry, ToolResult
 
 log = logging.getLogger(__name__)
 
-PERSIST_TIMEOUT_S = 30.0
 RECOVERY_TIMEOUT_S = 60.0
 TOOL_TIMEOUT_S = 120.0
-MAX_OVERFLOW_PASSES = 3
-SUMMARY_RETRY_TURNS = 3
+
+SessionRef = pykka.ActorRef["SessionActor"]
 
 
 class ManagerPort(Protocol):
     """What a session tells its manager. Called on the I/O loop (via ``IoLoop.call``)."""
 
-    def phase_changed(self, session_id: str, ref: Any, phase: Phase) -> None: ...
+    def phase_changed(self, session_id: str, ref: SessionRef, phase: Phase) -> None: ...
 
-    def stop_requested(self, session_id: str, ref: Any, received: int, epoch: int) -> None: ...
+    def stop_requested(self, session_id: str, ref: SessionRef, received: int, epoch: int) -> None: ...
 
-    def actor_failed(self, session_id: str, ref: Any, reason: str) -> None: ...
+    def actor_failed(self, session_id: str, ref: SessionRef, reason: str) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,10 +113,19 @@ class SessionDeps:
     journal: Journal
     provider: Provider
     tools: ToolRegistry
-    settings: Settings
+    live: LiveSettings
     manager: ManagerPort
     memory: MemoryStore | None = None
     compaction_provider: Provider | None = None  # models.compaction's; None: the main provider
+
+
+@dataclass(slots=True)
+class _Compacting:
+    op_id: int
+    start: CompactionStart
+    resume_turn: bool  # a tool loop (or an overflow retry) continues afterwards
+    forced: bool = False  # the overflow ladder's rung 1, not the threshold
+    future: Cancellable | None = None
 
 
 class SessionActor(pykka.ThreadingActor):
@@ -115,26 +133,23 @@ class SessionActor(pykka.ThreadingActor):
         super().__init__()
         self.session_id = session_id
         self.deps = deps
-        self.cfg = deps.settings.session
+        self.settings: Settings = deps.live.current
         self.state = SessionState(session_id)
         self.phases = PhaseMachine()
         self.subscribers = SubscriberSet()
-        self.prompts = PromptBuilder(deps.settings.agent.system_prompt, deps.settings.trim_budget_tokens)
-        self.audience = audience_of(session_id, deps.settings)
-        self.allowed_tools = allowed_tools(self.audience, deps.settings)  # None: every tool
+        self.recorder = Recorder(deps.io, deps.journal)
+        self.clock = IdleClock(deps.io, self.actor_ref)
+        self.ladder = ladder.Ladder()
+        self.prompts: PromptBuilder | None = None  # built on the actor's thread (on_start)
+        self.audience = audience_of(session_id, self.settings)
+        self.allowed_tools = allowed_tools(self.audience, self.settings)  # None: every tool
         self.run: TurnRun | None = None
         self.compacting: _Compacting | None = None
-        self.last_input_tokens: int | None = None  # the provider's latest count of our prompt
         self.waiters: dict[str, list[Reply[TurnOutcome]]] = {}
         self.received = 0  # routed commands received (compared with the manager's count)
         self.broken: str | None = None
         self._op_counter = 0
-        self._epoch = 0  # idle/passivation generation; bumps invalidate old timers
-        self._idle_timer: Timer | None = None
         self._turn_timer: Timer | None = None
-        self._snapshot_seq = 0
-        self._compaction_checked_at = -1  # state.seq of the last pre-call threshold check
-        self._summary_retry_at = 0  # after a failed summary, the LLM tiers wait until this turn
 
     # -- pykka hooks --------------------------------------------------------------------------
 
@@ -142,24 +157,24 @@ class SessionActor(pykka.ThreadingActor):
         # on_start failures call neither on_failure nor on_stop in pykka: catch them here and
         # stay alive in a "broken" mode that fails whatever was routed to us, until retired.
         try:
+            self.prompts = PromptBuilder(self.settings.agent.system_prompt, self.settings.trim_budget_tokens)
             self._recover()
         except Exception as exc:
             self._break(f"recovery failed: {exc}", exc)
 
-    def on_receive(self, message: Any) -> Any:
+    def on_receive(self, message: object) -> None:
         if isinstance(message, Routed):
             self.received += 1
         if self.broken is not None:
             self._refuse(message)
-            return None
+            return
         try:
             self._dispatch(message)
         except (Exception, asyncio.CancelledError) as exc:  # a BaseException would stop ALL actors
             # Keep pykka out of it (it would stop us with commands still queued, leaving their
-            # callers hanging). Fail what waits on us; the manager retires us and the next
-            # command recovers a fresh actor from the journal.
+            # callers hanging). Fail what waits on us; the manager retires us and recovers a
+            # fresh actor from the journal.
             self._break(f"{type(exc).__name__}: {exc}", exc)
-        return None
 
     def on_stop(self) -> None:
         self.subscribers.close_all()
@@ -167,15 +182,11 @@ class SessionActor(pykka.ThreadingActor):
         self._abandon_compaction()
         if self.run is not None and self.run.future is not None:
             self.run.future.cancel()
-        reason = SessionUnavailable(f"session {self.session_id} stopped")
-        for replies in self.waiters.values():
-            for reply in replies:
-                reply.fail(reason)
-        self.waiters.clear()
+        self._fail_waiters(SessionUnavailable(f"session {self.session_id} stopped"))
 
     # -- dispatch -----------------------------------------------------------------------------
 
-    def _dispatch(self, message: Any) -> None:
+    def _dispatch(self, message: object) -> None:
         passivating = self.phases.phase is Phase.PASSIVATING
         if passivating and isinstance(message, Routed) and not isinstance(message, PassivateNow):
             self._set_phase(Phase.READY)  # anything routed to us aborts passivation
@@ -184,15 +195,13 @@ class SessionActor(pykka.ThreadingActor):
                 self._admit(message)
             case Subscribe(sub_id=sub_id, filter=mask, sink=sink):
                 self.subscribers.add(Subscriber(sub_id, mask, sink))
-                self.subscribers.send_to(
-                    sub_id,
-                    self._output(
-                        "joined",
-                        title=self.state.title,
-                        turns=self.state.turns,
-                        phase=self.phases.phase.value,
-                    ),
+                joined = out.Joined(
+                    session_id=self.session_id,
+                    title=self.state.title,
+                    turns=self.state.turns,
+                    phase=self.phases.phase.value,
                 )
+                self.subscribers.send_to(sub_id, joined)
             case Unsubscribe(sub_id=sub_id):
                 self.subscribers.remove(sub_id)
                 self._arm_idle()
@@ -201,8 +210,9 @@ class SessionActor(pykka.ThreadingActor):
                     self._begin_passivation(grace=0.0)
             case ProviderDeltas(op_id=op_id, deltas=deltas):
                 if self._current(op_id):
-                    for delta in deltas:
-                        self._on_delta(delta.kind, delta.text)
+                    assert self.run is not None
+                    for delta in text_deltas(self.session_id, self.run.turn, deltas):
+                        self.subscribers.publish(delta)
             case ProviderDone(op_id=op_id, completion=completion):
                 if self._current(op_id):
                     self._on_completion(completion)
@@ -213,27 +223,21 @@ class SessionActor(pykka.ThreadingActor):
                 if self.compacting is not None and self.compacting.op_id == op_id:
                     self._finish_compaction(self.compacting, outcome)
             case OpFailed(op_id=op_id, error=error):
-                if self.compacting is not None and self.compacting.op_id == op_id:
-                    log.error("%s: compaction failed: %r", self.session_id, error)
-                    self._finish_compaction(self.compacting, None, note=f"compaction failed: {error}")
-                elif self._current(op_id):
-                    self._on_op_failed(error)
+                self._on_op_failed(op_id, error)
             case TurnTimeout(turn=turn):
                 if self.run is not None and self.run.turn == turn:
-                    limit = self.cfg.turn_timeout_s
+                    limit = self.settings.session.turn_timeout_s
                     self._fail_turn(
-                        "turn_timeout",
-                        f"the turn took longer than {limit:g}s and was stopped",
-                        "timed_out",
+                        "turn_timeout", f"the turn took longer than {limit:g}s and was stopped", "timed_out"
                     )
             case IdleTick(epoch=epoch):
-                if epoch == self._epoch and self._idle():
-                    self._begin_passivation(grace=self.cfg.passivation_grace_s)
+                if self.clock.current(epoch) and self._idle():
+                    self._begin_passivation(grace=self.settings.session.passivation_grace_s)
             case GraceElapsed(epoch=epoch):
-                if epoch == self._epoch and self.phases.phase is Phase.PASSIVATING:
+                if self.clock.current(epoch) and self.phases.phase is Phase.PASSIVATING:
                     self._finish_passivation()
             case ConfirmStop(epoch=epoch):
-                if epoch == self._epoch and self.phases.phase is Phase.PASSIVATING:
+                if self.clock.current(epoch) and self.phases.phase is Phase.PASSIVATING:
                     self.stop()
             case Shutdown():
                 self.stop()
@@ -246,14 +250,20 @@ class SessionActor(pykka.ThreadingActor):
         log.debug("%s: dropping stale result of op %d", self.session_id, op_id)
         return False
 
-    # -- recovery -----------------------------------------------------------------------------
+    # -- recovery and settings ----------------------------------------------------------------
 
     def _recover(self) -> None:
         started = time.perf_counter()
-        state = self.deps.io.run(load_state(self.deps.journal, self.session_id), RECOVERY_TIMEOUT_S)
+        io, journal = self.deps.io, self.deps.journal
+        # I/O on the loop; decoding and the fold here, on our own thread.
+        state = rebuild_state(io.run(fetch_journal(journal, self.session_id), RECOVERY_TIMEOUT_S))
+        if state is None:  # unreadable snapshot: replay everything
+            rows = io.run(fetch_journal(journal, self.session_id, use_snapshot=False), RECOVERY_TIMEOUT_S)
+            state = rebuild_state(rows)
+            assert state is not None
         self.state = state
-        self._snapshot_seq = state.seq
-        self.last_input_tokens = state.last_input_tokens
+        self.recorder.snapshot_seq = state.seq
+        self.ladder = ladder.Ladder(last_input_tokens=state.last_input_tokens)
         self._set_phase(Phase.READY)
         log.debug(
             "%s: recovered at seq %d in %.1f ms",
@@ -264,52 +274,26 @@ class SessionActor(pykka.ThreadingActor):
         if state.active is not None:
             log.info("%s: resuming turn %d interrupted by a restart", self.session_id, state.active.turn)
             self._begin_turn()
-        elif self._compaction_due():  # it was over the threshold when it stopped (a crash mid-compaction)
-            self._begin_compaction(resume_turn=False)
-        else:
+        elif not self._compact_if_due(resume_turn=False):  # e.g. a crash mid-compaction
             self._start_next_turn()
 
-    # -- persistence --------------------------------------------------------------------------
+    def _refresh_settings(self) -> None:
+        """Pick up a config reload at a turn boundary (SIGHUP applies to running sessions)."""
+        current = self.deps.live.current
+        if current is self.settings:
+            return
+        self.settings = current
+        self.audience = audience_of(self.session_id, current)
+        self.allowed_tools = allowed_tools(self.audience, current)
+        assert self.prompts is not None
+        self.prompts.system_prompt = current.agent.system_prompt
+        self.prompts.budget = current.trim_budget_tokens
 
-    def _persist(self, *events: SessionEvent) -> None:
-        """Append durably, then apply. Raises (and applies nothing) if the write fails."""
-        now = time.time()
-        state = self.state
-        for event in events:
-            state = state.apply(event, state.seq + 1, now)
-        row = SessionRow(
-            id=state.session_id,
-            channel=state.channel,
-            title=state.title,
-            turns=state.turns,
-            last_activity=now,
-            pending=state.pending_inputs,
-        )
-        encoded = [NewEvent(*encode(e)) for e in events]
-        self.deps.io.run(
-            self.deps.journal.append(self.session_id, self.state.seq, encoded, row),
-            PERSIST_TIMEOUT_S,
-        )
-        self.state = state
-
-    def _snapshot_if_due(self) -> None:
-        # Called once a turn's reply is out: serialising a long session is not free,
-        # and nobody should wait for it.
-        if self.state.seq - self._snapshot_seq >= self.cfg.snapshot_interval:
-            self._snapshot(wait=False)
-
-    def _snapshot(self, *, wait: bool) -> None:
-        seq, data = self.state.seq, self.state.to_json()
-        future = self.deps.io.submit(self.deps.journal.save_snapshot(self.session_id, seq, data))
-        self._snapshot_seq = seq
-        if wait:
-            future.result(PERSIST_TIMEOUT_S)
-        else:
-            future.add_done_callback(self._log_snapshot_failure)
-
-    def _log_snapshot_failure(self, future: Any) -> None:
-        if not future.cancelled() and future.exception() is not None:
-            log.warning("%s: snapshot failed: %s", self.session_id, future.exception())
+    def _budget(self) -> ladder.Budget:
+        assert self.prompts is not None
+        window = self.settings.models.main.context_window
+        threshold = int(self.settings.session.compaction_threshold * window)
+        return ladder.Budget(threshold, self.prompts.calibration.ratio, window)
 
     # -- admission ----------------------------------------------------------------------------
 
@@ -336,6 +320,9 @@ class SessionActor(pykka.ThreadingActor):
             events.append(TurnStarted(self.state.turns + 1, message.id))
         try:
             self._persist(*events)
+        except OutcomeUnknown as exc:
+            cmd.ack.fail(OutcomeUnknown(str(exc), identity=cmd.identity))
+            raise
         except Exception as exc:
             cmd.ack.fail(exc)  # not durable, so not acknowledged
             raise
@@ -352,6 +339,9 @@ class SessionActor(pykka.ThreadingActor):
         else:
             self.waiters.setdefault(message_id, []).append(reply)
 
+    def _persist(self, *events: SessionEvent) -> None:
+        self.state = self.recorder.persist(self.state, *events)
+
     # -- the turn -----------------------------------------------------------------------------
 
     def _start_next_turn(self) -> None:
@@ -364,11 +354,13 @@ class SessionActor(pykka.ThreadingActor):
     def _begin_turn(self) -> None:
         active = self.state.active
         assert active is not None
-        self._cancel_idle()
+        self._refresh_settings()
+        self.clock.cancel()
         self._set_phase(Phase.PROCESSING)
         self.run = TurnRun(turn=active.turn, message_id=active.message_id, iteration=active.steps)
+        self.ladder = self.ladder.new_turn()
         self._turn_timer = Timer(
-            self.deps.io, self.cfg.turn_timeout_s, self.actor_ref, TurnTimeout(active.turn)
+            self.deps.io, self.settings.session.turn_timeout_s, self.actor_ref, TurnTimeout(active.turn)
         )
         self._call_provider()
 
@@ -379,19 +371,26 @@ class SessionActor(pykka.ThreadingActor):
         return self._op_counter
 
     def _call_provider(self) -> None:
-        run = self.run
-        assert run is not None
+        """Build the prompt, let the ladder decide (compact first?), record a trim, send."""
+        run, prompts = self.run, self.prompts
+        assert run is not None and prompts is not None
         tools = self._tools_for(run)
-        prompt = self.prompts.build(self.state, tools)
-        if self._prompt_needs_compaction(prompt):
-            # Compact before trimming: what a trim drops is neither summarised nor flushed
-            # to memory. Afterwards we come back here and trim only if still over budget.
-            self._begin_compaction(resume_turn=True)
+        prompt = prompts.build(self.state, tools)
+        decision, self.ladder = ladder.before_call(
+            self.ladder,
+            seq=self.state.seq,
+            untrimmed_estimate=prompt.trim.tokens_before if prompt.trim is not None else prompt.estimate,
+            trim=prompt.trim,
+            turns=self.state.turns,
+            budget=self._budget(),
+        )
+        if isinstance(decision, ladder.Compact):
+            self._begin_compaction(decision, resume_turn=True)
             return
+        if decision.trim is not None:
+            self._record_trim(decision.trim, "budget")
         op_id = self._next_op()
-        model = self.deps.settings.models.main
-        if prompt.trim is not None:
-            self._record_trim(prompt.trim, "budget")
+        model = self.settings.models.main
         run.estimate = prompt.estimate
         request = ProviderRequest(
             model=model.model,
@@ -410,14 +409,14 @@ class SessionActor(pykka.ThreadingActor):
     def _recall_for(self, run: TurnRun) -> Recall | None:
         """Memories relevant to the turn's message, for the first call of a turn only."""
         memory = self.deps.memory
-        if memory is None or run.iteration > 0 or not recall_allowed(self.audience, self.deps.settings):
+        if memory is None or run.iteration > 0 or not recall_allowed(self.audience, self.settings):
             return None
         message = self.state.find_message(run.message_id)
         return Recall(memory, message.content, self.audience) if message is not None else None
 
     def _tools_for(self, run: TurnRun) -> list[ToolSchema]:
         # Past the iteration limit the model gets no tools, so it must answer.
-        if run.iteration >= self.cfg.max_tool_iterations:
+        if run.iteration >= self.settings.session.max_tool_iterations:
             return []
         return self.deps.tools.schemas(self.allowed_tools)
 
@@ -437,45 +436,50 @@ class SessionActor(pykka.ThreadingActor):
         self._persist(event)
         payload = event.to_payload()
         log.info("%s: history_trimmed %s", self.session_id, json.dumps(payload, sort_keys=True))
-        self.subscribers.publish(self._output("history_trimmed", **payload))
-
-    def _on_delta(self, kind: str, text: str) -> None:
-        assert self.run is not None
-        if kind == "text" and text:
-            self.subscribers.publish(self._output("text_delta", turn=self.run.turn, delta=text))
+        self.subscribers.publish(out.HistoryTrimmed(session_id=self.session_id, **payload))
 
     def _on_completion(self, completion: Completion) -> None:
         run = self.run
-        assert run is not None
+        assert run is not None and self.prompts is not None
         if completion.usage is not None:
-            self.last_input_tokens = completion.usage.input_tokens
             self.prompts.observe_usage(run.estimate, completion.usage.input_tokens)
             self.subscribers.publish(
-                self._output(
-                    "usage",
+                out.Usage(
+                    session_id=self.session_id,
                     turn=run.turn,
                     input_tokens=completion.usage.input_tokens,
                     output_tokens=completion.usage.output_tokens,
-                    context_window=self.deps.settings.models.main.context_window,
+                    context_window=self.settings.models.main.context_window,
                 )
             )
+            self.ladder = replace(self.ladder, last_input_tokens=completion.usage.input_tokens)
         if completion.thinking:
-            self.subscribers.publish(self._output("thinking", turn=run.turn, text=completion.thinking))
-        wants_tools = bool(completion.tool_calls) and run.iteration < self.cfg.max_tool_iterations
+            self.subscribers.publish(
+                out.Thinking(session_id=self.session_id, turn=run.turn, text=completion.thinking)
+            )
+        wants_tools = (
+            bool(completion.tool_calls) and run.iteration < self.settings.session.max_tool_iterations
+        )
         if not wants_tools:
             self._complete_turn(completion)
             return
         assistant = assistant_message(completion, with_tool_calls=True)
         for call in assistant.tool_calls:
             self.subscribers.publish(
-                self._output("tool_call", turn=run.turn, id=call.id, name=call.name, arguments=call.arguments)
+                out.ToolCall(
+                    session_id=self.session_id,
+                    turn=run.turn,
+                    id=call.id,
+                    name=call.name,
+                    arguments=call.arguments,
+                )
             )
         run.pending_calls = assistant
         op_id = self._next_op()
         run.future = self.deps.io.submit_and_tell(
             self.deps.tools.run_batch(
                 assistant.tool_calls,
-                min(TOOL_TIMEOUT_S, self.cfg.turn_timeout_s),
+                min(TOOL_TIMEOUT_S, self.settings.session.turn_timeout_s),
                 allowed=self.allowed_tools,
                 context=ToolContext(self.session_id, self.audience),
             ),
@@ -484,7 +488,7 @@ class SessionActor(pykka.ThreadingActor):
             lambda error: OpFailed(op_id, error),
         )
 
-    def _on_tool_results(self, results: Any) -> None:
+    def _on_tool_results(self, results: Sequence[ToolResult]) -> None:
         run = self.run
         assert run is not None and run.pending_calls is not None
         messages = [tool_message(r.call, r.content, r.is_error) for r in results]
@@ -492,8 +496,8 @@ class SessionActor(pykka.ThreadingActor):
         run.pending_calls = None
         for result, message in zip(results, messages, strict=True):
             self.subscribers.publish(
-                self._output(
-                    "tool_result",
+                out.ToolResult(
+                    session_id=self.session_id,
                     turn=run.turn,
                     id=result.call.id,
                     name=result.call.name,
@@ -502,60 +506,50 @@ class SessionActor(pykka.ThreadingActor):
                 )
             )
         run.iteration += 1
-        if self._compaction_due():
-            self._begin_compaction(resume_turn=True)
-        else:
+        if not self._compact_if_due(resume_turn=True):
             self._call_provider()
 
-    def _on_op_failed(self, error: BaseException) -> None:
-        if isinstance(error, ContextOverflow):
-            self._recover_from_overflow(error)
+    def _on_op_failed(self, op_id: int, error: BaseException) -> None:
+        if self.compacting is not None and self.compacting.op_id == op_id:
+            log.error("%s: compaction failed: %r", self.session_id, error)
+            self._finish_compaction(self.compacting, None, note=f"compaction failed: {error}")
+        elif not self._current(op_id):
+            return
+        elif isinstance(error, ContextOverflow):
+            self._on_overflow(error)
         elif isinstance(error, ProviderError):
             self._fail_turn(error.code, str(error), "failed")
         else:
             log.error("%s: turn work failed: %r", self.session_id, error)
             self._fail_turn("internal", f"the turn failed unexpectedly: {type(error).__name__}", "failed")
 
-    def _recover_from_overflow(self, error: ContextOverflow) -> None:
-        """The overflow ladder: compact (once per turn), else trim to ~2/3, then retry;
-        give up when only the newest turn is left. Never more than MAX_OVERFLOW_PASSES."""
-        run = self.run
-        assert run is not None
-        run.overflow_passes += 1
-        if run.overflow_passes > MAX_OVERFLOW_PASSES:
-            self._fail_turn(
-                "context_overflow",
-                f"the prompt still exceeds the model's context window after {MAX_OVERFLOW_PASSES} "
-                f"recovery passes: {error}",
-                "failed",
-            )
-            return
-        if not run.compacted:  # rung 1: compact (once per turn), then retry
-            run.compacted = True
-            log.warning("%s: provider reported context overflow; compacting and retrying", self.session_id)
-            self._begin_compaction(resume_turn=True, forced=True)
-            return
-        self._overflow_trim()
+    def _on_overflow(self, error: ContextOverflow) -> None:
+        decision, self.ladder = ladder.on_overflow(self.ladder, turns=self.state.turns, error=str(error))
+        match decision:
+            case ladder.Fail(code=code, message=message):
+                self._fail_turn(code, message, "failed")
+            case ladder.Compact():
+                log.warning(
+                    "%s: provider reported context overflow; compacting and retrying", self.session_id
+                )
+                self._begin_compaction(decision, resume_turn=True)
+            case ladder.Trim():
+                self._overflow_trim()
 
     def _overflow_trim(self) -> None:
-        """Rung 2: trim whole turns to ~2/3 of the refused prompt and retry; rung 3: give up
-        when only the newest turn is left."""
-        run = self.run
-        assert run is not None
-        window = self.deps.settings.models.main.context_window
-        self.prompts.observe_usage(run.estimate, max(window, run.estimate + 1))
-        trim = self.prompts.shrink_after_overflow(self.state, self._tools_for(run), run.estimate)
-        if trim is None:
-            self._fail_turn(
-                "context_overflow",
-                "the newest turn alone does not fit the model's context window "
-                f"({window} tokens; this prompt was estimated at {run.estimate}); "
-                "shorten the message or use a model with a larger window",
-                "failed",
-            )
+        """The trim rung: shrink to ~2/3 of the refused prompt and retry, or give up."""
+        run, prompts = self.run, self.prompts
+        assert run is not None and prompts is not None
+        window = self.settings.models.main.context_window
+        prompts.observe_usage(run.estimate, max(window, run.estimate + 1))
+        trim = prompts.shrink_after_overflow(self.state, self._tools_for(run), run.estimate)
+        decision = ladder.overflow_trim(trim, estimate=run.estimate, budget=self._budget())
+        if isinstance(decision, ladder.Fail):
+            self._fail_turn(decision.code, decision.message, "failed")
             return
+        assert decision.trim is not None
         log.warning("%s: provider reported context overflow; trimming and retrying", self.session_id)
-        self._record_trim(trim, "overflow")
+        self._record_trim(decision.trim, "overflow")
         self._call_provider()
 
     def _complete_turn(self, completion: Completion) -> None:
@@ -577,10 +571,12 @@ class SessionActor(pykka.ThreadingActor):
             new_title = make_title(first.content if first else reply.content)
             events.append(SessionTitleSet(new_title))
         self._persist(*events)
-        self.subscribers.publish(self._output("text", turn=run.turn, message_id=reply.id, text=reply.content))
+        self.subscribers.publish(
+            out.Text(session_id=self.session_id, turn=run.turn, message_id=reply.id, text=reply.content)
+        )
         if new_title is not None:
-            self.subscribers.publish(self._output("title", title=new_title))
-        self._end_turn(run)
+            self.subscribers.publish(out.Title(session_id=self.session_id, title=new_title))
+        self._end_turn(run, "completed")
 
     def _fail_turn(self, code: str, message: str, status: TurnStatus) -> None:
         run = self.run
@@ -593,14 +589,21 @@ class SessionActor(pykka.ThreadingActor):
             calls = run.pending_calls
             self._persist(StepRecorded(run.turn, (calls, *interrupted_results(calls.tool_calls))))
             run.pending_calls = None
-        error = {"code": code, "message": message}
-        self._persist(TurnRecorded(run.turn, run.message_id, status, error=error))
+        self._persist(
+            TurnRecorded(run.turn, run.message_id, status, error={"code": code, "message": message})
+        )
         log.warning("%s: turn %d %s: %s", self.session_id, run.turn, status, message)
-        self.subscribers.publish(self._output("error", turn=run.turn, code=code, message=message))
-        self._end_turn(run)
+        self.subscribers.publish(
+            out.Error(session_id=self.session_id, turn=run.turn, code=code, message=message)
+        )
+        self._end_turn(run, status)
 
-    def _end_turn(self, run: TurnRun) -> None:
-        self.subscribers.publish(self._output("turn_completed", turn=run.turn))
+    def _end_turn(self, run: TurnRun, status: TurnStatus) -> None:
+        self.subscribers.publish(
+            out.TurnCompleted(
+                session_id=self.session_id, turn=run.turn, message_id=run.message_id, status=turn_end(status)
+            )
+        )
         outcome = self.state.outcomes.get(run.message_id)
         for reply in self.waiters.pop(run.message_id, []):
             if outcome is not None:
@@ -609,58 +612,50 @@ class SessionActor(pykka.ThreadingActor):
         if self._turn_timer is not None:
             self._turn_timer.cancel()
             self._turn_timer = None
-        self._snapshot_if_due()
+        # Once the reply is out: serialising a long session is not free, and nobody waits for it.
+        if self.recorder.snapshot_due(self.state, self.settings.session.snapshot_interval):
+            self.recorder.snapshot(self.state, wait=False)
         self._set_phase(Phase.READY)
-        if self._compaction_due():
-            self._begin_compaction(resume_turn=False)
-        else:
+        if not self._compact_if_due(resume_turn=False):
             self._start_next_turn()
 
     # -- compaction ---------------------------------------------------------------------------
 
-    def _threshold_tokens(self) -> int:
-        return int(self.cfg.compaction_threshold * self.deps.settings.models.main.context_window)
-
-    def _compaction_due(self) -> bool:
-        """After a call: did the provider count our prompt past the threshold?"""
-        tokens = self.last_input_tokens
-        return tokens is not None and tokens >= self._threshold_tokens()
-
-    def _prompt_needs_compaction(self, prompt: Prompt) -> bool:
-        """Before a call: would the prompt (untrimmed; our estimate, scaled by how much this
-        provider counts above it) cross the threshold? Once per history state, so a
-        compaction that could not shrink enough is not retried in a loop."""
-        if self.state.seq == self._compaction_checked_at:
+    def _compact_if_due(self, *, resume_turn: bool) -> bool:
+        """After a call (or at recovery): compact when the provider's count crossed the threshold."""
+        if self.prompts is None:
             return False
-        self._compaction_checked_at = self.state.seq
-        untrimmed = prompt.trim.tokens_before if prompt.trim is not None else prompt.estimate
-        return untrimmed / self.prompts.calibration.ratio >= self._threshold_tokens()
+        decision = ladder.compaction_due(self.ladder, turns=self.state.turns, budget=self._budget())
+        if isinstance(decision, ladder.Compact):
+            self._begin_compaction(decision, resume_turn=resume_turn)
+            return True
+        return False
 
-    def _begin_compaction(self, *, resume_turn: bool, forced: bool = False) -> None:
+    def _begin_compaction(self, decision: ladder.Compact, *, resume_turn: bool) -> None:
         """Tier 1 here; tiers 2 and 3 (LLM calls) on the loop if still over the threshold.
         Messages arriving meanwhile are acknowledged and buffered (phase Compacting)."""
+        assert self.prompts is not None
         self._set_phase(Phase.COMPACTING)
-        settings = self.deps.settings
+        budget = self._budget()
         start = plan_compaction(
             self.state,
             self.prompts,
             self.deps.tools.schemas(self.allowed_tools),
-            keep_recent=self.cfg.keep_recent_tool_results,
-            threshold_tokens=self._threshold_tokens(),
+            keep_recent=self.settings.session.keep_recent_tool_results,
+            threshold_tokens=budget.threshold_tokens,
             audience=self.audience,
-            model=settings.compaction_model,
-            budget_s=self.cfg.compaction_timeout_s,
-            forced=forced,
-            summarise=forced or self.state.turns >= self._summary_retry_at,
+            model=self.settings.compaction_model,
+            budget_s=self.settings.session.compaction_timeout_s,
+            forced=decision.forced,
+            summarise=decision.summarise,
         )
-        compacting = _Compacting(op_id=self._new_op_id(), start=start, resume_turn=resume_turn, forced=forced)
+        compacting = _Compacting(self._new_op_id(), start, resume_turn=resume_turn, forced=decision.forced)
         self.compacting = compacting
-        if start.plan is None and not start.cleared and not forced:
+        if start.plan is None and not start.cleared and not decision.forced:
             # Nothing to clear and nothing old enough to summarise: record nothing, say
             # nothing (it would repeat after every turn), and carry on.
             log.debug("%s: compaction due but nothing to compact (%s)", self.session_id, start.note)
-            self.last_input_tokens = None
-            self._resume_after_compaction(compacting)
+            self._resume_after_compaction(compacting, summary_failed=False, freed_nothing=False)
             return
         if start.plan is None:
             self._finish_compaction(compacting, None)
@@ -677,10 +672,9 @@ class SessionActor(pykka.ThreadingActor):
     def _finish_compaction(
         self, compacting: _Compacting, outcome: CompactionOutcome | None, note: str | None = None
     ) -> None:
+        assert self.prompts is not None
         self.compacting = None
-        start = compacting.start
-        if note is not None:
-            start = replace(start, note=note)
+        start = compacting.start if note is None else replace(compacting.start, note=note)
         tools = self.deps.tools.schemas(self.allowed_tools)
         # What the projection will look like once the event is applied.
         preview = self.state.apply(compaction_event(start, outcome, 0, 0), self.state.seq + 1, time.time())
@@ -691,44 +685,32 @@ class SessionActor(pykka.ThreadingActor):
             self.prompts.estimate(preview, tools),
         )
         self._persist(event)
-        self._snapshot(wait=False)
-        self.last_input_tokens = None  # the provider's count described the old prompt
-        log.info(
-            "%s: compaction %s",
-            self.session_id,
-            json.dumps(
-                {k: v for k, v in event.to_payload().items() if k != "summary" and k != "cleared"},
-                sort_keys=True,
-            ),
+        self.recorder.snapshot(self.state, wait=False)
+        summary = {k: v for k, v in event.to_payload().items() if k not in ("summary", "cleared")}
+        log.info("%s: compaction %s", self.session_id, json.dumps(summary, sort_keys=True))
+        self.subscribers.publish(compaction_output(self.session_id, event))
+        self._resume_after_compaction(
+            compacting,
+            summary_failed=start.plan is not None and event.summary is None,
+            freed_nothing=not event.cleared and event.summary is None,
         )
-        self.subscribers.publish(
-            self._output(
-                "compaction",
-                messages_before=event.messages_before,
-                messages_after=event.messages_after,
-                tool_results_cleared=len(event.cleared),
-                summarized=event.summary is not None,
-                memories_saved=event.memories_saved,
-                tokens_before=event.tokens_before,
-                tokens_after=event.tokens_after,
-                tiers=list(event.tiers),
-                note=event.note,
-            )
-        )
-        if start.plan is not None and event.summary is None:
-            # A summary that failed (provider, quality guard, time budget) is not retried on
-            # every message: tier 1 and the trim backstop carry on meanwhile.
-            self._summary_retry_at = self.state.turns + SUMMARY_RETRY_TURNS
-        freed_nothing = not event.cleared and event.summary is None
-        self._resume_after_compaction(compacting, freed_nothing)
 
-    def _resume_after_compaction(self, compacting: _Compacting, freed_nothing: bool = False) -> None:
+    def _resume_after_compaction(
+        self, compacting: _Compacting, *, summary_failed: bool, freed_nothing: bool
+    ) -> None:
         self.compacting = None
-        self._compaction_checked_at = self.state.seq  # this history state was just compacted
+        decision, self.ladder = ladder.after_compaction(
+            self.ladder,
+            seq=self.state.seq,
+            turns=self.state.turns,
+            forced=compacting.forced,
+            summary_failed=summary_failed,
+            freed_nothing=freed_nothing,
+        )
         if compacting.resume_turn and self.run is not None:
             self._set_phase(Phase.PROCESSING)
-            if compacting.forced and freed_nothing:
-                self._overflow_trim()  # the same prompt would overflow again
+            if isinstance(decision, ladder.Trim):
+                self._overflow_trim()
             else:
                 self._call_provider()
         else:
@@ -756,60 +738,41 @@ class SessionActor(pykka.ThreadingActor):
         )
 
     def _arm_idle(self) -> None:
-        self._cancel_idle()
-        self._epoch += 1
-        if self._idle():
-            self._idle_timer = Timer(
-                self.deps.io, self.cfg.idle_timeout_s, self.actor_ref, IdleTick(self._epoch)
-            )
-
-    def _cancel_idle(self) -> None:
-        if self._idle_timer is not None:
-            self._idle_timer.cancel()
-            self._idle_timer = None
+        self.clock.arm(self._idle(), self.settings.session.idle_timeout_s)
 
     def _begin_passivation(self, grace: float) -> None:
         self._set_phase(Phase.PASSIVATING)
-        self._epoch += 1
-        if grace > 0:
-            self._idle_timer = Timer(self.deps.io, grace, self.actor_ref, GraceElapsed(self._epoch))
-        else:
+        if not self.clock.begin_grace(grace):
             self._finish_passivation()
 
     def _finish_passivation(self) -> None:
-        if self._snapshot_seq != self.state.seq:
-            self._snapshot(wait=True)
+        if self.recorder.snapshot_seq != self.state.seq:
+            self.recorder.snapshot(self.state, wait=True)
+        manager = self.deps.manager
         self.deps.io.call(
-            self.deps.manager.stop_requested,
-            self.session_id,
-            self.actor_ref,
-            self.received,
-            self._epoch,
+            manager.stop_requested, self.session_id, self.actor_ref, self.received, self.clock.epoch
         )
 
     def _cancel_timers(self) -> None:
-        self._cancel_idle()
+        self.clock.cancel()
         if self._turn_timer is not None:
             self._turn_timer.cancel()
             self._turn_timer = None
 
-    # -- phases and outputs -------------------------------------------------------------------
+    # -- phases -------------------------------------------------------------------------------
 
     def _set_phase(self, new: Phase) -> None:
         old = self.phases.phase
         try:
             self.phases.transition_to(new)
-        except Exception:
+        except NetclawError:
             log.exception("%s: refused phase change", self.session_id)
             raise
         if new is Phase.READY and old is Phase.PASSIVATING:
-            self._epoch += 1  # invalidates the grace timer and any stop confirmation
+            self.clock.abort()  # invalidates the grace timer and any stop confirmation
             self._arm_idle()
-        self.subscribers.publish(self._output("phase", **{"from": old.value, "to": new.value}))
+        self.subscribers.publish(out.Phase(session_id=self.session_id, from_=old.value, to=new.value))
         self.deps.io.call(self.deps.manager.phase_changed, self.session_id, self.actor_ref, new)
-
-    def _output(self, event: str, **data: Any) -> Output:
-        return Output(event, {"session_id": self.session_id, **data})
 
     # -- failure ------------------------------------------------------------------------------
 
@@ -820,37 +783,35 @@ class SessionActor(pykka.ThreadingActor):
         if self.run is not None and self.run.future is not None:
             self.run.future.cancel()
         self.run = None
-        error = SessionUnavailable(f"session {self.session_id} failed: {reason}")
+        self._fail_waiters(SessionUnavailable(f"session {self.session_id} failed: {reason}"))
+        self.subscribers.publish(out.Error(session_id=self.session_id, code="session_failed", message=reason))
+        self.subscribers.close_all()
+        self.deps.io.call(self.deps.manager.actor_failed, self.session_id, self.actor_ref, reason)
+
+    def _fail_waiters(self, error: SessionUnavailable) -> None:
         for replies in self.waiters.values():
             for reply in replies:
                 reply.fail(error)
         self.waiters.clear()
-        self.subscribers.publish(self._output("error", code="session_failed", message=reason))
-        self.subscribers.close_all()
-        self.deps.io.call(self.deps.manager.actor_failed, self.session_id, self.actor_ref, reason)
 
-    def _refuse(self, message: Any) -> None:
-        if isinstance(message, Shutdown | ConfirmStop):
-            self.stop()
-            return
-        error = SessionUnavailable(f"session {self.session_id} is unavailable: {self.broken}")
-        for reply in _replies_in(message):
-            reply.fail(error)
-
-
-@dataclass(slots=True)
-class _Compacting:
-    op_id: int
-    start: CompactionStart
-    resume_turn: bool  # a tool loop (or an overflow retry) continues afterwards
-    forced: bool = False  # the overflow ladder's rung 1, not the threshold
-    future: Any = None
-
-
-def _replies_in(message: Any) -> list[Reply[Any]]:
-    found: list[Reply[Any]] = []
-    for name in ("ack", "done"):
-        reply = getattr(message, name, None)
-        if isinstance(reply, Reply):
-            found.append(reply)
-    return found
+    def _refuse(self, message: object) -> None:
+        """Broken: whatever reaches us before we are retired gets an answer, never silence."""
+        match message:
+            case Shutdown() | ConfirmStop():
+                self.stop()
+            case SendUserMessage(ack=ack, done=done):
+                error = SessionUnavailable(f"session {self.session_id} is unavailable: {self.broken}")
+                ack.fail(error)
+                if done is not None:
+                    done.fail(error)
+            case Subscribe(sink=sink):  # end the stream, so its client reconnects to our successor
+                sink.offer(
+                    out.Error(
+                        session_id=self.session_id,
+                        code="session_failed",
+                        message=f"session {self.session_id} is unavailable: {self.broken}",
+                    )
+                )
+                sink.close()
+            case _:
+                pass

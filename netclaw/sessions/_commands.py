@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from netclaw.outputs import OutputFilter
 from netclaw.providers import Completion, Delta
 from netclaw.runtime import Reply
 from netclaw.sessions._compaction import CompactionOutcome
-from netclaw.sessions._outputs import OutputFilter
 from netclaw.sessions._state import TurnOutcome
 from netclaw.sessions._subscribers import Sink
 from netclaw.tools import ToolResult

@@ -14,6 +14,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from netclaw import outputs as out
 from netclaw.config import ModelConfig
 from netclaw.errors import NetclawError
 from netclaw.history.compaction import (
@@ -209,4 +210,19 @@ def compaction_event(
         tokens_before=start.tokens_before,
         tokens_after=tokens_after,
         note=(outcome.note if outcome is not None else None) or start.note,
+    )
+
+
+def compaction_output(session_id: str, event: SessionCompacted) -> out.Compaction:
+    return out.Compaction(
+        session_id=session_id,
+        messages_before=event.messages_before,
+        messages_after=event.messages_after,
+        tool_results_cleared=len(event.cleared),
+        summarized=event.summary is not None,
+        memories_saved=event.memories_saved,
+        tokens_before=event.tokens_before,
+        tokens_after=event.tokens_after,
+        tiers=event.tiers,
+        note=event.note,
     )

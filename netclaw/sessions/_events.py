@@ -14,7 +14,7 @@ from typing import Any, Literal
 from netclaw.errors import JournalCorrupt
 from netclaw.messages import ChatMessage
 
-TurnStatus = Literal["completed", "failed", "timed_out", "interrupted"]
+TurnStatus = Literal["completed", "failed", "timed_out", "interrupted", "cancelled"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,13 +8,13 @@ import asyncio
 import contextlib
 import logging
 from dataclasses import dataclass, replace
-from typing import Any
 
 import pykka
 
 from netclaw.messages import system
 from netclaw.persistence import MemoryStore, format_recall
 from netclaw.providers import Completion, Delta, Provider, ProviderRequest
+from netclaw.runtime import Tellable
 from netclaw.sessions._commands import ProviderDeltas
 
 log = logging.getLogger(__name__)
@@ -35,7 +35,7 @@ class Recall:
             found = await asyncio.wait_for(
                 self.memory.search(self.query, audience=self.audience), RECALL_TIMEOUT_S
             )
-        except Exception as exc:  # slow or broken recall means no recall, never a failed turn
+        except Exception as exc:
             log.warning("memory recall skipped: %s", exc)
             return request
         block = format_recall(found)
@@ -52,7 +52,7 @@ class DeltaRelay:
 
     __slots__ = ("_op_id", "_pending", "_recall", "_ref", "_scheduled")
 
-    def __init__(self, ref: Any, op_id: int, recall: Recall | None = None) -> None:
+    def __init__(self, ref: Tellable, op_id: int, recall: Recall | None = None) -> None:
         self._ref = ref
         self._op_id = op_id
         self._recall = recall

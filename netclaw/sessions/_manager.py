@@ -4,71 +4,99 @@ It lives on the I/O loop (every method runs there), so routing is a dict lookup
 and a queue put — no extra actor hop per message, and no locks. It counts the
 commands it routes to each actor; an actor asking to stop reports how many it
 received, and only when the counts match (nothing in flight) is it retired.
-A command routed to an actor that died is re-routed to a freshly recovered one.
+A command routed to an actor that died is re-routed to a freshly recovered one,
+and an actor that broke while it still owed replies (queued input, a turn the
+journal says is unfinished) is restarted from the journal, with backoff.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
+import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import dataclass, field
 
 import pykka
 
-from netclaw.config import Settings
-from netclaw.errors import SessionUnavailable
-from netclaw.sessions._actor import SessionActor, SessionDeps
-from netclaw.sessions._commands import ConfirmStop, PassivateNow, Routed, Shutdown
+from netclaw.errors import NetclawError, SessionUnavailable
+from netclaw.outputs import OutputFilter
+from netclaw.sessions._actor import SessionActor, SessionDeps, SessionRef
+from netclaw.sessions._commands import ConfirmStop, PassivateNow, Routed, Shutdown, Subscribe, Unsubscribe
 from netclaw.sessions._phases import Phase
+from netclaw.sessions._subscribers import OutputQueue, Subscription
 
 log = logging.getLogger(__name__)
+
+RESTART_BACKOFF_S = (0.5, 2.0, 10.0, 30.0, 60.0)  # after the 1st, 2nd, ... failure in a row
+FAILURES_FORGOTTEN_AFTER_S = 600.0  # a session that ran this long without failing starts afresh
 
 
 @dataclass(slots=True)
 class _Resident:
-    ref: Any  # pykka.ActorRef[SessionActor]
+    ref: SessionRef
     routed: int = 0
     phase: Phase = Phase.RECOVERING
     last_used: float = field(default_factory=time.monotonic)
+
+
+@dataclass(slots=True)
+class _Failures:
+    count: int = 0
+    last: float = 0.0
+    restart: asyncio.TimerHandle | None = None
 
 
 class SessionManager:
     def __init__(self, make_deps: Callable[[SessionManager], SessionDeps]) -> None:
         self._deps = make_deps(self)
         self._resident: dict[str, _Resident] = {}
+        self._failures: dict[str, _Failures] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
         self.started = 0  # actors started (recoveries), for /healthz and tests
+        self.restarts = 0  # broken actors restarted because they owed replies
         self.closed = False  # set by shutdown(): no new sessions may start
-
-    @property
-    def deps(self) -> SessionDeps:
-        return self._deps
 
     # -- routing (loop thread) ----------------------------------------------------------------
 
-    def route(self, session_id: str, command: Routed) -> None:
+    def route(self, session_id: str, command: Routed) -> SessionRef:
+        """Tell ``command`` to the session's actor, starting (recovering) it if needed."""
         if self.closed:
             raise SessionUnavailable("netclaw is shutting down; send the message again after it restarts")
         entry = self._resident.get(session_id)
         if entry is not None:
             try:
                 self._tell(entry, command)
-                return
+                return entry.ref
             except pykka.ActorDeadError:
                 log.warning("%s: actor was dead; recovering a new one", session_id)
                 self._resident.pop(session_id, None)
-        self._tell(self._start(session_id), command)
+        entry = self._start(session_id)
+        self._tell(entry, command)
+        return entry.ref
+
+    def subscribe(self, session_id: str, mask: OutputFilter) -> Subscription:
+        """Watch a session (starting it if it is not resident)."""
+        queue = OutputQueue(asyncio.get_running_loop())
+        sub_id = f"sub_{uuid.uuid4().hex[:12]}"
+        ref = self.route(session_id, Subscribe(sub_id, mask, queue))
+        return Subscription(session_id, sub_id, queue, lambda: self._unsubscribe(session_id, sub_id, ref))
+
+    def _unsubscribe(self, session_id: str, sub_id: str, ref: SessionRef) -> None:
+        # Only the actor we subscribed to has us; one that stopped took its subscribers
+        # with it, and waking the session (a full recovery) just to remove us is waste.
+        entry = self._resident.get(session_id)
+        if entry is None or entry.ref is not ref:
+            return
+        with contextlib.suppress(pykka.ActorDeadError):
+            self._tell(entry, Unsubscribe(sub_id))
 
     def warm(self, session_id: str) -> None:
         """Start (recover) a session without a command: it resumes any unfinished turn."""
-        if session_id not in self._resident:
+        if session_id not in self._resident and not self.closed:
             self._start(session_id)
-
-    def update_settings(self, settings: Settings) -> None:
-        """Sessions started from now on use ``settings`` (a config reload)."""
-        self._deps = replace(self._deps, settings=settings)
 
     def _tell(self, entry: _Resident, command: Routed) -> None:
         entry.ref.tell(command)
@@ -84,7 +112,7 @@ class SessionManager:
         return entry
 
     def _make_room(self) -> None:
-        limit = self._deps.settings.session.max_resident_sessions
+        limit = self._deps.live.current.session.max_resident_sessions
         excess = len(self._resident) + 1 - limit
         if excess <= 0:
             return
@@ -104,27 +132,81 @@ class SessionManager:
 
     # -- what sessions tell us (ManagerPort; run on the loop) ---------------------------------
 
-    def phase_changed(self, session_id: str, ref: Any, phase: Phase) -> None:
+    def phase_changed(self, session_id: str, ref: SessionRef, phase: Phase) -> None:
         entry = self._resident.get(session_id)
         if entry is not None and entry.ref is ref:
             entry.phase = phase
 
-    def stop_requested(self, session_id: str, ref: Any, received: int, epoch: int) -> None:
+    def stop_requested(self, session_id: str, ref: SessionRef, received: int, epoch: int) -> None:
         entry = self._resident.get(session_id)
         if entry is None or entry.ref is not ref:
             return
         if entry.routed != received:
             return  # a command is in flight; receiving it aborts the passivation
         del self._resident[session_id]
+        self._failures.pop(session_id, None)
         ref.tell(ConfirmStop(epoch))
         log.info("%s: passivated", session_id)
 
-    def actor_failed(self, session_id: str, ref: Any, reason: str) -> None:
+    def actor_failed(self, session_id: str, ref: SessionRef, reason: str) -> None:
         entry = self._resident.get(session_id)
         if entry is not None and entry.ref is ref:
             del self._resident[session_id]
         # Queued behind whatever was already routed to it, which it fails rather than drops.
         ref.tell(Shutdown())
+        if not self.closed:
+            self._schedule_restart(session_id)
+
+    # -- restarting a broken session ----------------------------------------------------------
+
+    def _schedule_restart(self, session_id: str) -> None:
+        """A client was told its accepted message resumes: make that true without waiting
+        for the next message. Backs off, so a broken journal is not hammered."""
+        now = time.monotonic()
+        failures = self._failures.setdefault(session_id, _Failures())
+        if now - failures.last > FAILURES_FORGOTTEN_AFTER_S:
+            failures.count = 0
+        failures.count += 1
+        failures.last = now
+        if failures.restart is not None:
+            failures.restart.cancel()
+            failures.restart = None
+        if failures.count > len(RESTART_BACKOFF_S):
+            log.error(
+                "%s: failed %d times in a row; not restarting it until its next message",
+                session_id,
+                failures.count,
+            )
+            return
+        delay = RESTART_BACKOFF_S[failures.count - 1]
+        failures.restart = asyncio.get_running_loop().call_later(delay, self._spawn_restart, session_id)
+
+    def _spawn_restart(self, session_id: str) -> None:
+        task = asyncio.get_running_loop().create_task(self._restart_if_owed(session_id))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _restart_if_owed(self, session_id: str) -> None:
+        failures = self._failures.get(session_id)
+        if failures is not None:
+            failures.restart = None
+        if self.closed or session_id in self._resident:
+            return  # shutting down, or a new message already recovered it
+        try:
+            row = await self._deps.journal.get_session(session_id)
+        except NetclawError as exc:
+            log.warning("%s: cannot tell whether the failed session owes replies: %s", session_id, exc)
+            self._schedule_restart(session_id)
+            return
+        if row is None or row.pending == 0:
+            return
+        if self.closed or session_id in self._resident:
+            return
+        log.info(
+            "%s: restarting the failed session: %d message(s) still owe a reply", session_id, row.pending
+        )
+        self.restarts += 1
+        self._start(session_id)
 
     # -- views and shutdown -------------------------------------------------------------------
 
@@ -134,13 +216,19 @@ class SessionManager:
     def is_resident(self, session_id: str) -> bool:
         return session_id in self._resident
 
-    def ref_of(self, session_id: str) -> Any:
+    def ref_of(self, session_id: str) -> SessionRef | None:
         entry = self._resident.get(session_id)
         return entry.ref if entry else None
 
-    def shutdown(self) -> list[Any]:
+    def shutdown(self) -> list[SessionRef]:
         """Tell every session to stop; returns their refs so the caller can wait."""
         self.closed = True
+        for failures in self._failures.values():
+            if failures.restart is not None:
+                failures.restart.cancel()
+        self._failures.clear()
+        for task in self._tasks:
+            task.cancel()
         refs = [e.ref for e in self._resident.values()]
         self._resident.clear()
         for ref in refs:

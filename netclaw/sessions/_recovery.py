@@ -1,31 +1,63 @@
-"""Rebuild a session's state from its latest snapshot plus the events after it."""
+"""Rebuild a session's state from its latest snapshot plus the events after it.
+
+Two halves, so the CPU work stays off the I/O loop: :func:`fetch_journal` reads the
+rows (I/O, on the loop), :func:`rebuild_state` decodes and folds them (CPU, on the
+actor's thread, or in a worker thread for :func:`load_state`, which API reads use).
+"""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from dataclasses import dataclass
 
 from netclaw.errors import JournalCorrupt
-from netclaw.persistence import Journal
+from netclaw.persistence import Journal, Snapshot, StoredEvent
 from netclaw.sessions._events import decode
 from netclaw.sessions._state import SessionState
 
 log = logging.getLogger(__name__)
 
 
-async def load_state(journal: Journal, session_id: str) -> SessionState:
-    """Runs on the I/O loop. A snapshot that cannot be read is skipped (full replay);
-    an event that cannot be read is fatal — silently skipping it would lose history."""
-    state = SessionState(session_id)
-    snapshot = await journal.load_snapshot(session_id)
-    if snapshot is not None:
+@dataclass(frozen=True, slots=True)
+class JournalRows:
+    session_id: str
+    snapshot: Snapshot | None
+    events: list[StoredEvent]  # after the snapshot (all of them without one)
+
+
+async def fetch_journal(journal: Journal, session_id: str, *, use_snapshot: bool = True) -> JournalRows:
+    """The latest snapshot and every event after it. Runs on the I/O loop."""
+    snapshot = await journal.load_snapshot(session_id) if use_snapshot else None
+    events = await journal.replay(session_id, snapshot.seq if snapshot is not None else 0)
+    return JournalRows(session_id, snapshot, events)
+
+
+def rebuild_state(rows: JournalRows) -> SessionState | None:
+    """Decode and fold; CPU only. None when the snapshot cannot be read: fetch again
+    without it (a full replay). An event that cannot be read raises JournalCorrupt —
+    silently skipping it would lose history."""
+    state = SessionState(rows.session_id)
+    if rows.snapshot is not None:
         try:
-            state = SessionState.from_json(snapshot.state)
+            state = SessionState.from_json(rows.snapshot.state)
         except JournalCorrupt as exc:
             log.warning(
                 "%s: ignoring unreadable snapshot at seq %d (%s); replaying all events",
-                session_id,
-                snapshot.seq,
+                rows.session_id,
+                rows.snapshot.seq,
                 exc,
             )
-    events = await journal.replay(session_id, state.seq)
-    return state.apply_all((decode(e.type, e.payload), e.seq, e.ts) for e in events)
+            return None
+    return state.apply_all((decode(e.type, e.payload), e.seq, e.ts) for e in rows.events)
+
+
+async def load_state(journal: Journal, session_id: str) -> SessionState:
+    """Fetch on the loop, rebuild in a worker thread (for reads outside an actor)."""
+    rows = await fetch_journal(journal, session_id)
+    state = await asyncio.to_thread(rebuild_state, rows)
+    if state is None:
+        rows = await fetch_journal(journal, session_id, use_snapshot=False)
+        state = await asyncio.to_thread(rebuild_state, rows)
+    assert state is not None  # without a snapshot there is nothing to skip
+    return state

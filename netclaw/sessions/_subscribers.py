@@ -1,12 +1,13 @@
-"""Subscribers: who watches a session, with which filter, and the queue that
-keeps a slow one from stalling it.
+"""Subscribers: who watches a session, with which filter, and the queue that keeps a
+slow one from stalling it.
 
-The actor owns a :class:`SubscriberSet` and calls :meth:`Sink.offer` from its
-own thread; offering never blocks. :class:`OutputQueue` is the sink used by
-loop-side consumers (SSE streams, adapters): it hops each output onto the loop,
-coalesces consecutive text deltas, and — if the consumer still falls too far
-behind — drops only droppable outputs, then disconnects it rather than grow
-without bound or lose a ``text`` or lifecycle output silently.
+The actor owns a :class:`SubscriberSet` and calls :meth:`Sink.offer` from its own
+thread; offering never blocks. :class:`OutputQueue` is the sink of every loop-side
+consumer: it hops each output onto the loop, coalesces consecutive text deltas, and —
+if the consumer still falls too far behind — drops only droppable outputs, then
+disconnects it rather than grow without bound or lose a ``text`` or lifecycle output
+silently. :class:`Subscription` is what the gateway hands out: an async iterator over
+such a queue whose ``close()`` unsubscribes.
 """
 
 from __future__ import annotations
@@ -15,16 +16,17 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Protocol
 
-from netclaw.sessions._outputs import DROPPABLE_EVENTS, Output, OutputFilter
+from netclaw import outputs as out
 
 log = logging.getLogger(__name__)
 
 
 class Sink(Protocol):
-    def offer(self, output: Output) -> bool:
+    def offer(self, output: out.Output) -> bool:
         """Queue ``output`` for delivery without blocking; False once the sink is gone."""
         ...
 
@@ -37,7 +39,7 @@ class Sink(Protocol):
 @dataclass(slots=True)
 class Subscriber:
     id: str
-    filter: OutputFilter
+    filter: out.OutputFilter
     sink: Sink
 
 
@@ -61,7 +63,7 @@ class SubscriberSet:
     def __contains__(self, sub_id: object) -> bool:
         return sub_id in self._subs
 
-    def publish(self, output: Output) -> None:
+    def publish(self, output: out.Output) -> None:
         gone = [
             sub.id
             for sub in self._subs.values()
@@ -77,7 +79,7 @@ class SubscriberSet:
             sub.sink.close()
         self._subs.clear()
 
-    def send_to(self, sub_id: str, output: Output) -> None:
+    def send_to(self, sub_id: str, output: out.Output) -> None:
         sub = self._subs.get(sub_id)
         if sub is not None and not sub.sink.offer(output):
             self._subs.pop(sub_id, None)
@@ -94,7 +96,7 @@ class OutputQueue:
         hard_limit: int = 4096,
     ) -> None:
         self._loop = loop
-        self._items: deque[Output] = deque()
+        self._items: deque[out.Output] = deque()
         self._ready = asyncio.Event()
         self._soft_limit = soft_limit
         self._hard_limit = hard_limit
@@ -105,7 +107,7 @@ class OutputQueue:
 
     # -- producer side (any thread) -----------------------------------------------------------
 
-    def offer(self, output: Output) -> bool:
+    def offer(self, output: out.Output) -> bool:
         if self.closed or self._closing:
             return False
         try:
@@ -117,20 +119,13 @@ class OutputQueue:
 
     # -- loop side ----------------------------------------------------------------------------
 
-    def _push(self, output: Output) -> None:
+    def _push(self, output: out.Output) -> None:
         if self.closed:
             return
         items = self._items
         last = items[-1] if items else None
-        if (
-            last is not None
-            and output.event == "text_delta"
-            and last.event == "text_delta"
-            and last.data.get("turn") == output.data.get("turn")
-        ):
-            items[-1] = Output(
-                "text_delta", {**last.data, "delta": last.data["delta"] + output.data["delta"]}
-            )
+        if isinstance(output, out.TextDelta) and isinstance(last, out.TextDelta) and last.turn == output.turn:
+            items[-1] = replace(last, delta=last.delta + output.delta)
         else:
             items.append(output)
         if len(items) > self._soft_limit:
@@ -139,7 +134,7 @@ class OutputQueue:
 
     def _shed(self) -> None:
         before = len(self._items)
-        self._items = deque(o for o in self._items if o.event not in DROPPABLE_EVENTS)
+        self._items = deque(o for o in self._items if not o.droppable)
         self.dropped += before - len(self._items)
         if len(self._items) > self._hard_limit:
             # Too far behind even on must-deliver outputs: cut it loose, visibly.
@@ -159,7 +154,7 @@ class OutputQueue:
         self.closed = True
         self._ready.set()
 
-    async def get(self) -> Output | None:
+    async def get(self) -> out.Output | None:
         """Next output, or None once closed and drained."""
         while not self._items:
             if self.closed:
@@ -170,3 +165,55 @@ class OutputQueue:
 
     def __len__(self) -> int:
         return len(self._items)
+
+
+class Subscription:
+    """One subscriber's view of a session: ``async for output in subscription``.
+
+    The first output is always :class:`~netclaw.outputs.Joined`. The stream ends (the
+    iterator stops, :meth:`get` returns None) when the session's actor stops — it was
+    passivated, evicted or failed; a consumer that still expects output subscribes
+    again — or when this subscriber fell too far behind (:attr:`overflowed`).
+    :meth:`close` unsubscribes; it never starts a session that has stopped.
+    Loop-confined, like everything that consumes outputs.
+    """
+
+    def __init__(
+        self, session_id: str, sub_id: str, queue: OutputQueue, unsubscribe: Callable[[], None]
+    ) -> None:
+        self.session_id = session_id
+        self.id = sub_id
+        self._queue = queue
+        self._unsubscribe: Callable[[], None] | None = unsubscribe
+
+    @property
+    def ended(self) -> bool:
+        """No more outputs will come (closed, or the session ended the stream) and none wait."""
+        return self._queue.closed and not len(self._queue)
+
+    @property
+    def overflowed(self) -> bool:
+        return self._queue.overflowed
+
+    async def get(self, timeout: float | None = None) -> out.Output | None:
+        """The next output; None once the stream has ended. Raises TimeoutError after
+        ``timeout`` seconds without one (the subscription stays open)."""
+        if timeout is None:
+            return await self._queue.get()
+        return await asyncio.wait_for(self._queue.get(), timeout)
+
+    def __aiter__(self) -> Subscription:
+        return self
+
+    async def __anext__(self) -> out.Output:
+        output = await self._queue.get()
+        if output is None:
+            raise StopAsyncIteration
+        return output
+
+    def close(self) -> None:
+        """Stop receiving and unsubscribe (idempotent)."""
+        self._queue.close()
+        unsubscribe, self._unsubscribe = self._unsubscribe, None
+        if unsubscribe is not None:
+            unsubscribe()

@@ -7,12 +7,14 @@ import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
+from netclaw import outputs as out
 from netclaw.history import INTERRUPTED_TEXT, make_breadcrumb
 from netclaw.history.compaction import apply_clearing, summary_message
 from netclaw.messages import ChatMessage, ToolCall, new_id, system
-from netclaw.providers import Completion
+from netclaw.providers import Completion, Delta
+from netclaw.runtime import Cancellable
+from netclaw.sessions._events import TurnStatus
 from netclaw.sessions._state import SessionState
 
 TITLE_MAX = 60
@@ -27,7 +29,7 @@ class TurnRun:
     iteration: int  # tool iterations done
     op_id: int = 0  # the one async result we accept; anything else is stale
     pending_calls: ChatMessage | None = None  # assistant message whose tools are running
-    future: Any = None  # the loop future of the op in flight (to cancel it)
+    future: Cancellable | None = None  # the loop future of the op in flight (to cancel it)
     estimate: int = 0  # our token estimate of the prompt in flight
     overflow_passes: int = 0  # overflow recovery passes this turn (at most MAX_OVERFLOW_PASSES)
     compacted: bool = False  # the overflow ladder's first rung (compaction) ran this turn
@@ -89,3 +91,18 @@ def make_title(text: str) -> str:
     if len(words) <= TITLE_MAX:
         return words or "untitled"
     return words[: TITLE_MAX - 1].rsplit(" ", 1)[0].rstrip(",.;:") + "…"
+
+
+def text_deltas(session_id: str, turn: int, deltas: Sequence[Delta]) -> list[out.TextDelta]:
+    """One ``text_delta`` output for a batch of provider deltas (empty when none is text)."""
+    text = "".join(d.text for d in deltas if d.kind == "text")
+    return [out.TextDelta(session_id=session_id, turn=turn, delta=text)] if text else []
+
+
+def turn_end(status: TurnStatus) -> out.TurnEnd:
+    """How a recorded turn ended, as ``turn_completed`` reports it to channels."""
+    if status == "completed":
+        return "completed"
+    if status == "cancelled":
+        return "cancelled"
+    return "failed"  # failed, timed out, interrupted

@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from netclaw.errors import JournalError, ToolError
-from netclaw.persistence import Memory, MemoryStore, NewMemory
-from netclaw.persistence._memory import MAX_TEXT_CHARS, MEMORY_KINDS
+from netclaw.history import MEMORY_KINDS
+from netclaw.persistence import MAX_MEMORY_CHARS, Memory, MemoryStore, NewMemory
 from netclaw.tools._registry import Tool, ToolContext
 
 SEARCH_DEFAULT_LIMIT = 5
@@ -66,7 +66,7 @@ def memory_tools(store: MemoryStore) -> list[Tool]:
                     "text": {
                         "type": "string",
                         "description": "What to remember, as a self-contained sentence.",
-                        "maxLength": MAX_TEXT_CHARS,
+                        "maxLength": MAX_MEMORY_CHARS,
                     },
                     "kind": {
                         "type": "string",

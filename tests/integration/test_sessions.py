@@ -348,7 +348,8 @@ def test_tool_in_flight_at_timeout_still_gets_a_result(
         await asyncio.sleep(30)
         return "woke up"
 
-    handle.daemon.manager.deps.tools.register(
+    assert handle.daemon.tools is not None
+    handle.daemon.tools.register(
         Tool("sleepy", "Sleeps for a long time.", {"type": "object", "properties": {}}, sleepy)
     )
     scripted.enqueue(Reply(tool_calls=[ToolCallSpec("sleepy", id="call_zz")]))

@@ -216,7 +216,10 @@ def test_two_subscribers_see_only_their_filtered_outputs_plus_lifecycle(
         for name, data in stream.events:
             assert data["session_id"] == sid, (name, data)
         assert stream.of("title") == [{"session_id": sid, "title": "What time is it?"}]
-        assert stream.of("turn_completed") == [{"session_id": sid, "turn": 1}]
+        [completed] = stream.of("turn_completed")
+        assert completed["session_id"] == sid and completed["turn"] == 1
+        assert completed["status"] == "completed"
+        assert completed["message_id"].startswith("u_")  # the user message that started the turn
         phases = [(d["from"], d["to"]) for d in stream.of("phase")]
         assert phases[0] == ("ready", "processing")
         assert ("processing", "ready") in phases

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import logging
 from email.utils import formatdate
-from typing import Any
 
 import httpx
 import pytest
@@ -14,7 +12,6 @@ from netclaw.errors import (
     ContextOverflow,
     ProviderAuthError,
     ProviderBadRequest,
-    ProviderError,
     ProviderProtocolError,
     ProviderUnavailable,
     RateLimited,
@@ -24,7 +21,6 @@ from netclaw.providers._classify import (
     classify_transport_error,
     parse_retry_after,
 )
-from netclaw.providers._retry import with_retries
 
 
 def openai_body(message: str, code: str | None = None, type_: str = "invalid_request_error") -> str:
@@ -227,128 +223,3 @@ def test_transport_errors() -> None:
     assert isinstance(decoding, ProviderProtocolError)
     scheme = classify_transport_error(httpx.UnsupportedProtocol("ftp"), "local", url)
     assert type(scheme) is ProviderBadRequest
-
-
-# --------------------------------------------------------------------------- with_retries
-
-
-class Script:
-    """An attempt function failing with the given errors, then returning "ok"."""
-
-    def __init__(self, *errors: ProviderError | Exception) -> None:
-        self.errors = list(errors)
-        self.calls = 0
-
-    async def __call__(self) -> str:
-        self.calls += 1
-        if self.errors:
-            raise self.errors.pop(0)
-        return "ok"
-
-
-class Sleeps:
-    def __init__(self) -> None:
-        self.delays: list[float] = []
-
-    async def __call__(self, delay: float) -> None:
-        self.delays.append(delay)
-
-
-def unavailable() -> ProviderUnavailable:
-    return ProviderUnavailable("down")
-
-
-async def run(script: Script, sleeps: Sleeps, **kw: Any) -> str:
-    kw.setdefault("max_retries", 4)
-    kw.setdefault("can_retry", lambda: True)
-    return await with_retries(script, sleep=sleeps, **kw)
-
-
-async def test_backoff_is_exponential_with_full_jitter() -> None:
-    sleeps = Sleeps()
-    script = Script(*(unavailable() for _ in range(4)))
-    result = await run(script, sleeps, base_delay=0.5, max_delay=3.0, rand=lambda: 0.5)
-    assert result == "ok"
-    assert script.calls == 5
-    assert sleeps.delays == [0.25, 0.5, 1.0, 1.5]  # half of 0.5, 1, 2, min(4, 3)
-
-
-async def test_jitter_bounds_with_real_random() -> None:
-    for _ in range(20):
-        sleeps = Sleeps()
-        await run(Script(*(unavailable() for _ in range(4))), sleeps, base_delay=0.1)
-        for attempt, delay in enumerate(sleeps.delays):
-            assert 0.0 <= delay <= 0.1 * 2**attempt
-
-
-async def test_retry_after_honoured_exactly() -> None:
-    sleeps = Sleeps()
-    script = Script(RateLimited("slow", retry_after=7.5), RateLimited("slow"))
-    assert await run(script, sleeps, rand=lambda: 0.0) == "ok"
-    assert sleeps.delays == [7.5, 0.0]  # the second had no retry_after: backoff
-
-
-async def test_retry_after_above_cap_gives_up() -> None:
-    sleeps = Sleeps()
-    script = Script(RateLimited("slow", retry_after=3600))
-    with pytest.raises(RateLimited):
-        await run(script, sleeps)
-    assert sleeps.delays == []
-    assert script.calls == 1
-
-
-async def test_can_retry_false_stops_retries() -> None:
-    sleeps = Sleeps()
-    script = Script(unavailable())
-    with pytest.raises(ProviderUnavailable):
-        await run(script, sleeps, can_retry=lambda: False)
-    assert script.calls == 1
-    assert sleeps.delays == []
-
-
-async def test_can_retry_checked_per_failure() -> None:
-    sleeps = Sleeps()
-    script = Script(unavailable(), unavailable())
-    flags = iter([True, False])
-    with pytest.raises(ProviderUnavailable):
-        await run(script, sleeps, can_retry=lambda: next(flags))
-    assert script.calls == 2
-
-
-async def test_retries_bounded() -> None:
-    sleeps = Sleeps()
-    script = Script(*(unavailable() for _ in range(3)))
-    with pytest.raises(ProviderUnavailable):
-        await run(script, sleeps, max_retries=2)
-    assert script.calls == 3
-    assert len(sleeps.delays) == 2
-
-
-async def test_zero_retries() -> None:
-    script = Script(unavailable())
-    with pytest.raises(ProviderUnavailable):
-        await run(script, Sleeps(), max_retries=0)
-    assert script.calls == 1
-
-
-@pytest.mark.parametrize(
-    "error",
-    [ContextOverflow("big"), ProviderAuthError("key"), ProviderBadRequest("no"), ValueError("x")],
-)
-async def test_non_retryable_raised_at_once(error: Exception) -> None:
-    sleeps = Sleeps()
-    script = Script(error)
-    with pytest.raises(type(error)):
-        await run(script, sleeps)
-    assert script.calls == 1
-    assert sleeps.delays == []
-
-
-async def test_retries_logged(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.WARNING, logger="netclaw.providers")
-    await run(Script(ProviderUnavailable("HTTP 503 down")), Sleeps())
-    assert len(caplog.records) == 1
-    record = caplog.records[0]
-    assert record.levelno == logging.WARNING
-    assert "retry 1/4" in record.getMessage()
-    assert "HTTP 503 down" in record.getMessage()

@@ -1,27 +1,40 @@
-"""Output filters, SubscriberSet fan-out and the coalescing, bounded OutputQueue."""
+"""Typed outputs and their filters, SubscriberSet fan-out and the coalescing, bounded
+OutputQueue."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
+import typing
 from typing import Any
 
 import pytest
 
-from netclaw.sessions._outputs import (
-    DROPPABLE_EVENTS,
-    EVENT_FILTER,
-    LIFECYCLE_EVENTS,
-    Output,
-    OutputFilter,
-)
-from netclaw.sessions._subscribers import OutputQueue, Subscriber, SubscriberSet
+from netclaw import outputs
+from netclaw.outputs import OUTPUT_TYPES, Output, OutputFilter
+from netclaw.sessions import OutputQueue, Subscriber, SubscriberSet
 
 F = OutputFilter
 
+EVENT_FILTER = {e: cls.bit for e, cls in OUTPUT_TYPES.items() if cls.bit is not None}
+LIFECYCLE_EVENTS = frozenset(e for e, cls in OUTPUT_TYPES.items() if cls.bit is None)
+DROPPABLE_EVENTS = frozenset(e for e, cls in OUTPUT_TYPES.items() if cls.droppable)
+_DEFAULTS: dict[Any, Any] = {int: 0, str: "", bool: False, float: 0.0}
+
 
 def out(event: str, **data: Any) -> Output:
-    return Output(event, {"session_id": "s", **data})
+    """An output of ``event`` with ``data``; fields not given get an empty value."""
+    cls = OUTPUT_TYPES[event]
+    hints = typing.get_type_hints(cls)
+    fields: dict[str, Any] = {"session_id": "s"}
+    for f in dataclasses.fields(cls):
+        if f.name in data:
+            fields[f.name] = data[f.name]
+        elif f.name not in fields and f.default is dataclasses.MISSING:
+            hint = hints[f.name]
+            fields[f.name] = _DEFAULTS.get(hint, "approve" if "approve" in str(hint) else "completed")
+    return cls(**fields)
 
 
 # -- OutputFilter.parse -------------------------------------------------------------------------
@@ -74,9 +87,12 @@ CONTRACT_FILTERED = {
 CONTRACT_LIFECYCLE = {"joined", "turn_completed", "title", "error", "compaction", "history_trimmed", "phase"}
 
 
+CONTRACT_LIFECYCLE_ADDITIONS = {"approval_requested", "approval_decided", "notice", "session_reset"}
+
+
 def test_tables_match_the_contract() -> None:
     assert dict(EVENT_FILTER) == CONTRACT_FILTERED
-    assert LIFECYCLE_EVENTS == CONTRACT_LIFECYCLE
+    assert LIFECYCLE_EVENTS == CONTRACT_LIFECYCLE | CONTRACT_LIFECYCLE_ADDITIONS
     assert not set(EVENT_FILTER) & LIFECYCLE_EVENTS
     assert not DROPPABLE_EVENTS & LIFECYCLE_EVENTS
     assert "text" not in DROPPABLE_EVENTS
@@ -211,9 +227,7 @@ async def test_consecutive_deltas_of_a_turn_coalesce() -> None:
     await settle()
     assert len(queue) == 1
     item = await queue.get()
-    assert item is not None
-    assert item.event == "text_delta"
-    assert item.data == {"session_id": "s", "turn": 1, "delta": "Hello, world"}
+    assert item == outputs.TextDelta(session_id="s", turn=1, delta="Hello, world")
 
 
 async def test_deltas_of_different_turns_or_separated_do_not_coalesce() -> None:
@@ -225,7 +239,7 @@ async def test_deltas_of_different_turns_or_separated_do_not_coalesce() -> None:
     queue.offer(out("text_delta", turn=2, delta="d"))
     await settle()
     got = await drain(queue)
-    assert [(o.event, o.data.get("turn"), o.data.get("delta")) for o in got] == [
+    assert [(o.event, getattr(o, "turn", None), getattr(o, "delta", None)) for o in got] == [
         ("text_delta", 1, "a"),
         ("text_delta", 2, "bc"),
         ("usage", 2, None),
@@ -243,7 +257,8 @@ async def test_delta_already_consumed_is_not_extended() -> None:
     second = await queue.get()
     assert first is not None
     assert second is not None
-    assert (first.data["delta"], second.data["delta"]) == ("a", "b")
+    assert isinstance(first, outputs.TextDelta) and isinstance(second, outputs.TextDelta)
+    assert (first.delta, second.delta) == ("a", "b")
 
 
 async def test_past_soft_limit_droppables_are_shed_and_the_rest_kept_in_order() -> None:
@@ -292,7 +307,7 @@ async def test_past_hard_limit_the_queue_closes_overflowed() -> None:
     while (item := await queue.get()) is not None:
         got.append(item)
     # what was queued before the cut is delivered in order, then the end
-    assert [o.data["turn"] for o in got] == list(range(len(got)))
+    assert [getattr(o, "turn", None) for o in got] == list(range(len(got)))
     assert 4 < len(got) <= 10
     assert await queue.get() is None
     assert not queue.offer(out("text", text="late"))
@@ -307,7 +322,7 @@ async def test_offer_after_close_returns_false_and_get_ends() -> None:
     await settle()
     first = await queue.get()
     assert first is not None
-    assert first.data["text"] == "kept"
+    assert isinstance(first, outputs.Text) and first.text == "kept"
     assert await queue.get() is None
     assert not queue.overflowed
 
@@ -362,7 +377,7 @@ async def test_offer_from_another_thread_arrives_in_order() -> None:
             got.append(item)
     thread.join(5)
     assert results == [True] * 20
-    assert [o.data["turn"] for o in got] == list(range(20))
+    assert [getattr(o, "turn", None) for o in got] == list(range(20))
 
 
 def test_offer_to_a_closed_loop_returns_false_and_closes() -> None:
@@ -371,3 +386,34 @@ def test_offer_to_a_closed_loop_returns_false_and_closes() -> None:
     loop.close()
     assert not queue.offer(out("text", text="x"))
     assert queue.closed
+
+
+# -- the wire shape -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("event", sorted(OUTPUT_TYPES))
+def test_payload_round_trips_and_carries_the_session(event: str) -> None:
+    output = out(event)
+    data = outputs.payload(output)
+    assert data["session_id"] == "s"
+    assert outputs.parse(event, data) == output
+
+
+def test_payload_names_follow_the_contract() -> None:
+    assert outputs.payload(out("phase", from_="ready", to="processing")) == {
+        "session_id": "s",
+        "from": "ready",
+        "to": "processing",
+    }
+    assert "turn" not in outputs.payload(out("error", code="x", message="m"))
+    assert outputs.payload(out("error", code="x", message="m", turn=3))["turn"] == 3
+    completed = outputs.payload(out("turn_completed", turn=2, message_id="u_1", status="cancelled"))
+    assert completed == {"session_id": "s", "turn": 2, "message_id": "u_1", "status": "cancelled"}
+
+
+def test_parse_refuses_unknown_events_and_missing_fields_and_ignores_extra_keys() -> None:
+    with pytest.raises(ValueError, match="bogus"):
+        outputs.parse("bogus", {"session_id": "s"})
+    with pytest.raises(ValueError, match="title"):
+        outputs.parse("title", {"session_id": "s"})
+    assert outputs.parse("title", {"session_id": "s", "title": "t", "new_key": 1}) == out("title", title="t")

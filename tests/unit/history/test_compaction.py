@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from netclaw.history import (
+    FLUSH_KINDS,
     FLUSH_MARKER,
     MEMORY_KINDS,
     REQUIRED_SECTIONS,
@@ -263,7 +264,7 @@ def test_flush_request_has_marker_and_transcript() -> None:
     assert [x.role for x in req] == ["system", "user"]
     assert FLUSH_MARKER in req[0].content
     assert SUMMARY_MARKER not in req[0].content
-    for kind in MEMORY_KINDS:
+    for kind in FLUSH_KINDS:
         assert kind in req[0].content
     assert "JSON array" in req[0].content
     assert "User: my name is Ada" in req[1].content

@@ -1,0 +1,176 @@
+"""The context ladder: what to do about the prompt's size before, after and between
+provider calls (pure; the actor only carries the decisions out).
+
+Rungs, in order of cost to the conversation:
+
+1. **Compact** — tier 1 clears old tool results, tiers 2 and 3 flush memories and
+   summarise. Nothing is lost that was not first summarised and flushed.
+2. **Trim** — drop whole old turns behind a breadcrumb (visible, journaled).
+3. **Fail** — only the newest turn is left and it still does not fit: say so.
+
+Decisions:
+
+- :func:`before_call` — the calibrated estimate of the untrimmed prompt crosses the
+  compaction threshold → :class:`Compact`, once per history state (a compaction that
+  could not shrink enough is not retried in a loop); else :class:`Send` (with the
+  budget trim the prompt builder computed, if any).
+- :func:`after_call` — the provider counted our prompt past the threshold →
+  :class:`Compact` before the next call or turn.
+- :func:`on_overflow` — the provider refused the prompt: compact once per turn, then
+  trim to ~2/3, at most :data:`MAX_OVERFLOW_PASSES` passes, then :class:`Fail`.
+- :func:`after_compaction` — a forced compaction that freed nothing goes straight to
+  the trim rung (the same prompt would overflow again); a failed summary pauses the
+  LLM tiers for :data:`SUMMARY_RETRY_TURNS` turns (tier 1 and trimming carry on).
+
+Invariants (property-tested in ``tests/unit/test_ladder.py``): a turn never loops —
+at most ``MAX_OVERFLOW_PASSES`` overflow recoveries, at most one compaction per
+history state before a call; compaction is chosen before trimming whenever the
+threshold is crossed; a failed summary backs off.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from netclaw.history import TrimResult
+
+MAX_OVERFLOW_PASSES = 3
+SUMMARY_RETRY_TURNS = 3
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    threshold_tokens: int  # compaction_threshold * context_window, in the provider's tokens
+    calibration_ratio: float  # provider tokens per token of our estimate (≥ 1 in practice)
+    context_window: int
+
+
+@dataclass(frozen=True, slots=True)
+class Ladder:
+    """What the session already tried; one value instead of flags across objects."""
+
+    last_input_tokens: int | None = None  # the provider's latest count of our prompt
+    checked_at_seq: int = -1  # the history state last checked (or compacted) before a call
+    summary_paused_until: int = 0  # after a failed summary: the turn the LLM tiers resume
+    overflow_passes: int = 0  # this turn
+    compacted_this_turn: bool = False  # the overflow ladder's first rung ran this turn
+
+    def new_turn(self) -> Ladder:
+        return replace(self, overflow_passes=0, compacted_this_turn=False)
+
+
+# -- decisions ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    """Call the provider with this prompt; record ``trim`` first if there is one."""
+
+    trim: TrimResult | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Compact:
+    forced: bool  # the provider refused the prompt: summarise even if clearing looks enough
+    summarise: bool  # the LLM tiers may run (not paused after a failed summary)
+
+
+@dataclass(frozen=True, slots=True)
+class Trim:
+    """Shrink the refused prompt to ~2/3 of the conversation, then send it again."""
+
+
+@dataclass(frozen=True, slots=True)
+class Fail:
+    code: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Proceed:
+    """Nothing to do: carry on (call again, or go to the next turn)."""
+
+
+Decision = Send | Compact | Trim | Fail | Proceed
+
+
+def _summarise(ladder: Ladder, turns: int, forced: bool) -> bool:
+    return forced or turns >= ladder.summary_paused_until
+
+
+def before_call(
+    ladder: Ladder, *, seq: int, untrimmed_estimate: int, trim: TrimResult | None, turns: int, budget: Budget
+) -> tuple[Send | Compact, Ladder]:
+    """Before each provider call. ``untrimmed_estimate`` is our count of the whole
+    projection (before any budget trim); ``trim`` the trim the builder would apply."""
+    if seq == ladder.checked_at_seq:
+        return Send(trim), ladder
+    ladder = replace(ladder, checked_at_seq=seq)
+    if untrimmed_estimate / budget.calibration_ratio >= budget.threshold_tokens:
+        # Compact before trimming: what a trim drops is neither summarised nor flushed.
+        return Compact(forced=False, summarise=_summarise(ladder, turns, False)), ladder
+    return Send(trim), ladder
+
+
+def after_call(
+    ladder: Ladder, *, reported_input_tokens: int | None, turns: int, budget: Budget
+) -> tuple[Compact | Proceed, Ladder]:
+    """After a call that answered: did the provider count our prompt past the threshold?"""
+    if reported_input_tokens is not None:
+        ladder = replace(ladder, last_input_tokens=reported_input_tokens)
+    return compaction_due(ladder, turns=turns, budget=budget), ladder
+
+
+def compaction_due(ladder: Ladder, *, turns: int, budget: Budget) -> Compact | Proceed:
+    """Between turns and at recovery: the last count we have is over the threshold."""
+    tokens = ladder.last_input_tokens
+    if tokens is not None and tokens >= budget.threshold_tokens:
+        return Compact(forced=False, summarise=_summarise(ladder, turns, False))
+    return Proceed()
+
+
+def on_overflow(ladder: Ladder, *, turns: int, error: str) -> tuple[Compact | Trim | Fail, Ladder]:
+    """The provider refused the prompt as too large."""
+    passes = ladder.overflow_passes + 1
+    ladder = replace(ladder, overflow_passes=passes)
+    if passes > MAX_OVERFLOW_PASSES:
+        return Fail(
+            "context_overflow",
+            f"the prompt still exceeds the model's context window after {MAX_OVERFLOW_PASSES} "
+            f"recovery passes: {error}",
+        ), ladder
+    if not ladder.compacted_this_turn:
+        return Compact(forced=True, summarise=True), replace(ladder, compacted_this_turn=True)
+    return Trim(), ladder
+
+
+def overflow_trim(trim: TrimResult | None, *, estimate: int, budget: Budget) -> Send | Fail:
+    """The trim rung, once the builder computed what ~2/3 of the conversation keeps."""
+    if trim is None:
+        return Fail(
+            "context_overflow",
+            "the newest turn alone does not fit the model's context window "
+            f"({budget.context_window} tokens; this prompt was estimated at {estimate}); "
+            "shorten the message or use a model with a larger window",
+        )
+    return Send(trim)
+
+
+def after_compaction(
+    ladder: Ladder,
+    *,
+    seq: int,
+    turns: int,
+    forced: bool,
+    summary_failed: bool,
+    freed_nothing: bool,
+) -> tuple[Trim | Proceed, Ladder]:
+    """A compaction ended (``seq``: the history state it left). The provider's count
+    described the old prompt, so it is forgotten."""
+    ladder = replace(ladder, checked_at_seq=seq, last_input_tokens=None)
+    if summary_failed:
+        # Not retried on every message: tier 1 and the trim backstop carry on meanwhile.
+        ladder = replace(ladder, summary_paused_until=turns + SUMMARY_RETRY_TURNS)
+    if forced and freed_nothing:
+        return Trim(), ladder  # the same prompt would overflow again
+    return Proceed(), ladder

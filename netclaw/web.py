@@ -1,0 +1,155 @@
+"""HTTP plumbing shared by the control API and the webhook routes (aiohttp).
+
+One error shape — ``{"error": {"code", "message"}}`` — produced by one middleware;
+one reading of JSON bodies, ``?wait=`` and ``Idempotency-Key``; one answer to a
+submitted message. Bad input is a 4xx naming what was wrong, never a 500.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from aiohttp import web
+
+from netclaw.errors import (
+    ApiError,
+    InvalidInput,
+    JournalError,
+    NetclawError,
+    OutcomeUnknown,
+    SessionUnavailable,
+)
+from netclaw.sessions import Admission, TurnOutcome
+
+log = logging.getLogger(__name__)
+
+MAX_IDEMPOTENCY_KEY = 200
+IDEMPOTENCY_PREFIX = "idem:"  # a key's replay identity in the session
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def error_response(
+    http_status: int, code: str, message: str, extra: Mapping[str, Any] | None = None
+) -> web.Response:
+    body = {"error": {"code": code, "message": message}, **(extra or {})}
+    return web.json_response(body, status=http_status)
+
+
+def submission_response(admission: Admission, outcome: TurnOutcome | None) -> web.Response:
+    """The answer to a submitted message: 202 once durable; with ``wait``, 200 and the reply,
+    or 502 with the turn's error."""
+    answer: dict[str, Any] = {"session_id": admission.session_id, "message_id": admission.message_id}
+    if admission.duplicate:
+        answer["duplicate"] = True
+    if outcome is None:
+        return web.json_response(answer, status=202)
+    answer["turn"] = outcome.turn
+    if outcome.status != "completed":
+        err = outcome.error or {"code": "turn_failed", "message": f"the turn {outcome.status}"}
+        return error_response(502, err["code"], err["message"], {**answer, "status": outcome.status})
+    answer["reply"] = outcome.reply
+    return web.json_response(answer, status=200)
+
+
+@web.middleware
+async def errors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Every failure answered in the JSON error shape; only a bug is a 500."""
+    try:
+        return await handler(request)
+    except ApiError as exc:
+        response = error_response(exc.status, exc.code, exc.message)
+        response.headers.update(exc.headers)
+        return response
+    except InvalidInput as exc:
+        return error_response(400, "invalid_" + exc.field, str(exc))
+    except OutcomeUnknown as exc:
+        return _outcome_unknown(exc)
+    except SessionUnavailable as exc:
+        return error_response(503, exc.code, str(exc))
+    except JournalError as exc:
+        log.error("journal error answering %s %s: %s", request.method, request.path, exc)
+        return error_response(503, exc.code, f"the journal is unavailable: {exc}")
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return error_response(exc.status, _http_code(exc.status), exc.reason)
+    except NetclawError as exc:
+        return error_response(500, exc.code, str(exc))
+    except Exception:
+        log.exception("unhandled error answering %s %s", request.method, request.path)
+        return error_response(500, "internal", "internal error; see the daemon log")
+
+
+def _outcome_unknown(exc: OutcomeUnknown) -> web.Response:
+    identity = exc.identity or ""
+    if not identity.startswith(IDEMPOTENCY_PREFIX):
+        return error_response(503, exc.code, str(exc))
+    key = identity[len(IDEMPOTENCY_PREFIX) :]
+    message = (
+        f"{exc}. Send the same request again with the header 'Idempotency-Key: {key}': if the "
+        "message was recorded you get its answer, otherwise it is recorded then"
+    )
+    return error_response(503, exc.code, message, {"idempotency_key": key})
+
+
+def _http_code(status: int) -> str:
+    return {
+        400: "bad_request",
+        401: "unauthorized",
+        404: "not_found",
+        405: "method_not_allowed",
+        413: "body_too_large",
+    }.get(status, f"http_{status}")
+
+
+def read_json_object(raw: bytes) -> dict[str, Any]:
+    """A request body that must be a JSON object; ApiError 400 naming what is wrong."""
+    if not raw.strip():
+        raise ApiError(400, "invalid_json", "the request body is empty; send a JSON object")
+    try:
+        body = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ApiError(400, "invalid_json", f"the request body is not valid JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise ApiError(400, "invalid_json", "the request body is not valid JSON: nested too deeply") from exc
+    if not isinstance(body, dict):
+        raise ApiError(400, "invalid_json", "the request body must be a JSON object")
+    return body
+
+
+def wait_flag(request: web.Request) -> bool:
+    """``?wait=1`` (also ``true``, ``yes`` or bare ``?wait``); ``0``/``false``/``no`` or absent: no."""
+    value = request.query.get("wait")
+    if value is None:
+        return False
+    if value.lower() in ("1", "true", "yes", ""):
+        return True
+    if value.lower() in ("0", "false", "no"):
+        return False
+    raise ApiError(400, "invalid_wait", f"wait must be 1 or 0, not {value!r}")
+
+
+def idempotency_key(request: web.Request) -> str:
+    """The request's ``Idempotency-Key``, or a fresh one when it has none: every message
+    has an identity, so an answer that was lost (a timeout, a dropped connection) can be
+    retried safely with the key the error names."""
+    header = request.headers.get("Idempotency-Key")
+    if header is None:
+        return f"auto-{uuid.uuid4().hex}"
+    key = header.strip()
+    if not key or len(key) > MAX_IDEMPOTENCY_KEY or not key.isprintable():
+        raise ApiError(
+            400,
+            "invalid_idempotency_key",
+            f"Idempotency-Key must be 1-{MAX_IDEMPOTENCY_KEY} printable characters",
+        )
+    return key
+
+
+def identity_for(key: str) -> str:
+    return IDEMPOTENCY_PREFIX + key
