@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 class Tellable(Protocol):
     """What the bridge needs of an actor: pykka's ``ActorRef.tell``."""
 
-    def tell(self, message: Any) -> None: ...
+    def tell(self, message: object) -> None: ...
 
 
 class Cancellable(Protocol):
@@ -70,7 +70,7 @@ class IoLoop:
         """Run ``coro`` on the loop; callable from any thread."""
         return asyncio.run_coroutine_threadsafe(coro, self._loop)
 
-    def call(self, fn: Callable[..., Any], *args: Any) -> None:
+    def call(self, fn: Callable[..., object], *args: object) -> None:
         """Run ``fn(*args)`` on the loop soon; callable from any thread."""
         self._loop.call_soon_threadsafe(fn, *args)
 
@@ -89,8 +89,8 @@ class IoLoop:
         self,
         coro: Coroutine[Any, Any, T],
         actor: Tellable,
-        on_result: Callable[[T], Any],
-        on_error: Callable[[BaseException], Any],
+        on_result: Callable[[T], object],
+        on_error: Callable[[BaseException], object],
     ) -> concurrent.futures.Future[T]:
         """Run ``coro`` on the loop and tell ``actor`` the message built from its outcome."""
         future = self.submit(coro)
@@ -123,7 +123,7 @@ class Timer:
 
     __slots__ = ("_cancelled", "_handle", "_io")
 
-    def __init__(self, io: IoLoop, delay: float, actor: Tellable, message: Any) -> None:
+    def __init__(self, io: IoLoop, delay: float, actor: Tellable, message: object) -> None:
         self._io = io
         self._handle: asyncio.TimerHandle | None = None
         self._cancelled = False
@@ -132,7 +132,7 @@ class Timer:
         except RuntimeError:  # the loop is closed: the daemon is stopping, the tick is moot
             self._cancelled = True
 
-    def _schedule(self, delay: float, actor: Tellable, message: Any) -> None:
+    def _schedule(self, delay: float, actor: Tellable, message: object) -> None:
         if not self._cancelled:
             self._handle = self._io.loop.call_later(delay, _tell_quietly, actor, message)
 
@@ -147,7 +147,7 @@ class Timer:
             self._handle.cancel()
 
 
-def _tell_quietly(actor: Tellable, message: Any) -> None:
+def _tell_quietly(actor: Tellable, message: object) -> None:
     with contextlib.suppress(Exception):  # a stopped actor has no use for its timer
         actor.tell(message)
 

@@ -26,8 +26,9 @@ from netclaw.sessions._phases import LEGAL_TRANSITIONS, Phase, PhaseMachine
 from netclaw.sessions._state import SessionState, TurnOutcome
 
 if TYPE_CHECKING:
-    from netclaw.sessions._actor import ManagerPort, SessionActor, SessionDeps
+    from netclaw.sessions._actor import SessionActor
     from netclaw.sessions._commands import Admission, SendUserMessage, Subscribe, Unsubscribe
+    from netclaw.sessions._deps import ManagerPort, SessionDeps
     from netclaw.sessions._manager import SessionManager
     from netclaw.sessions._prompt import Prompt, PromptBuilder
     from netclaw.sessions._recovery import load_state
@@ -35,9 +36,9 @@ if TYPE_CHECKING:
     from netclaw.sessions._turn import build_context
 
 _LAZY = {
-    "ManagerPort": "_actor",
+    "ManagerPort": "_deps",
     "SessionActor": "_actor",
-    "SessionDeps": "_actor",
+    "SessionDeps": "_deps",
     "Admission": "_commands",
     "SendUserMessage": "_commands",
     "Subscribe": "_commands",

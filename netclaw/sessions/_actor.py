@@ -18,114 +18,43 @@ import json
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
-from typing import Protocol
+from dataclasses import replace
 
 import pykka
 
 from netclaw import outputs as out
-from netclaw.config import LiveSettings, Settings
+from netclaw.config import Settings
 from netclaw.errors import ContextOverflow, NetclawError, OutcomeUnknown, ProviderError, SessionUnavailable
 from netclaw.history import TrimResult
-from netclaw.messages import ChatMessage, new_id
-from netclaw.persistence import Journal, MemoryStore
 from netclaw.policy import allowed_tools, audience_of, recall_allowed
-from netclaw.providers import Completion, Provider, ProviderRequest, ToolSchema
-from netclaw.runtime import Cancellable, IoLoop, Reply, Timer
+from netclaw.providers import Completion, ProviderRequest, ToolSchema
+from netclaw.sessions import _commands as cmd
 from netclaw.sessions import _ladder as ladder
-from netclaw.sessions._commands import (
-    Admission,
-    CompactionDone,
-    ConfirmStop,
-    GraceElapsed,
-    IdleTick,
-    OpFailed,
-    PassivateNow,
-    ProviderDeltas,
-    ProviderDone,
-    Routed,
-    SendUserMessage,
-    Shutdown,
-    Subscribe,
-    ToolsDone,
-    TurnTimeout,
-    Unsubscribe,
-)
+from netclaw.sessions import _turn as turn
+from netclaw.sessions._clock import SessionClock
 from netclaw.sessions._compaction import (
     CompactionOutcome,
-    CompactionStart,
-    compaction_event,
+    CompactionRun,
     compaction_output,
+    compaction_record,
     plan_compaction,
-    run_compaction,
 )
-from netclaw.sessions._events import (
-    HistoryTrimmed,
-    InputAdmitted,
-    SessionEvent,
-    SessionTitleSet,
-    StepRecorded,
-    TurnRecorded,
-    TurnStarted,
-    TurnStatus,
-)
-from netclaw.sessions._idle import IdleClock
-from netclaw.sessions._loop_ops import DeltaRelay, Recall
+from netclaw.sessions._deps import SessionDeps
+from netclaw.sessions._events import SessionEvent, TurnStarted, TurnStatus
+from netclaw.sessions._loop_ops import Recall, start_compaction, start_provider_call, start_tool_batch
 from netclaw.sessions._phases import Phase, PhaseMachine
 from netclaw.sessions._prompt import PromptBuilder
 from netclaw.sessions._recorder import Recorder
-from netclaw.sessions._recovery import fetch_journal, rebuild_state
-from netclaw.sessions._state import SessionState, TurnOutcome
-from netclaw.sessions._subscribers import Subscriber, SubscriberSet
-from netclaw.sessions._turn import (
-    TurnRun,
-    assistant_message,
-    build_context,
-    interrupted_results,
-    make_title,
-    text_deltas,
-    tool_message,
-    turn_end,
-)
-from netclaw.tools import ToolContext, ToolRegistry, ToolResult
+from netclaw.sessions._recovery import recover_state
+from netclaw.sessions._state import SessionState
+from netclaw.sessions._subscribers import Subscriber, SubscriberSet, Waiters
+from netclaw.sessions._turn import TurnRun
+from netclaw.tools import ToolContext, ToolResult
 
 log = logging.getLogger(__name__)
 
 RECOVERY_TIMEOUT_S = 60.0
 TOOL_TIMEOUT_S = 120.0
-
-SessionRef = pykka.ActorRef["SessionActor"]
-
-
-class ManagerPort(Protocol):
-    """What a session tells its manager. Called on the I/O loop (via ``IoLoop.call``)."""
-
-    def phase_changed(self, session_id: str, ref: SessionRef, phase: Phase) -> None: ...
-
-    def stop_requested(self, session_id: str, ref: SessionRef, received: int, epoch: int) -> None: ...
-
-    def actor_failed(self, session_id: str, ref: SessionRef, reason: str) -> None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class SessionDeps:
-    io: IoLoop
-    journal: Journal
-    provider: Provider
-    tools: ToolRegistry
-    live: LiveSettings
-    manager: ManagerPort
-    memory: MemoryStore | None = None
-    compaction_provider: Provider | None = None  # models.compaction's; None: the main provider
-
-
-@dataclass(slots=True)
-class _Compacting:
-    op_id: int
-    start: CompactionStart
-    resume_turn: bool  # a tool loop (or an overflow retry) continues afterwards
-    forced: bool = False  # the overflow ladder's rung 1, not the threshold
-    future: Cancellable | None = None
 
 
 class SessionActor(pykka.ThreadingActor):
@@ -138,18 +67,17 @@ class SessionActor(pykka.ThreadingActor):
         self.phases = PhaseMachine()
         self.subscribers = SubscriberSet()
         self.recorder = Recorder(deps.io, deps.journal)
-        self.clock = IdleClock(deps.io, self.actor_ref)
+        self.clock = SessionClock(deps.io, self.actor_ref)
         self.ladder = ladder.Ladder()
         self.prompts: PromptBuilder | None = None  # built on the actor's thread (on_start)
         self.audience = audience_of(session_id, self.settings)
         self.allowed_tools = allowed_tools(self.audience, self.settings)  # None: every tool
         self.run: TurnRun | None = None
-        self.compacting: _Compacting | None = None
-        self.waiters: dict[str, list[Reply[TurnOutcome]]] = {}
+        self.compacting: CompactionRun | None = None
+        self.waiters = Waiters()
         self.received = 0  # routed commands received (compared with the manager's count)
         self.broken: str | None = None
         self._op_counter = 0
-        self._turn_timer: Timer | None = None
 
     # -- pykka hooks --------------------------------------------------------------------------
 
@@ -163,7 +91,7 @@ class SessionActor(pykka.ThreadingActor):
             self._break(f"recovery failed: {exc}", exc)
 
     def on_receive(self, message: object) -> None:
-        if isinstance(message, Routed):
+        if isinstance(message, cmd.Routed):
             self.received += 1
         if self.broken is not None:
             self._refuse(message)
@@ -178,22 +106,22 @@ class SessionActor(pykka.ThreadingActor):
 
     def on_stop(self) -> None:
         self.subscribers.close_all()
-        self._cancel_timers()
+        self.clock.cancel()
         self._abandon_compaction()
         if self.run is not None and self.run.future is not None:
             self.run.future.cancel()
-        self._fail_waiters(SessionUnavailable(f"session {self.session_id} stopped"))
+        self.waiters.fail_all(SessionUnavailable(f"session {self.session_id} stopped"))
 
     # -- dispatch -----------------------------------------------------------------------------
 
     def _dispatch(self, message: object) -> None:
         passivating = self.phases.phase is Phase.PASSIVATING
-        if passivating and isinstance(message, Routed) and not isinstance(message, PassivateNow):
+        if passivating and isinstance(message, cmd.Routed) and not isinstance(message, cmd.PassivateNow):
             self._set_phase(Phase.READY)  # anything routed to us aborts passivation
         match message:
-            case SendUserMessage():
+            case cmd.SendUserMessage():
                 self._admit(message)
-            case Subscribe(sub_id=sub_id, filter=mask, sink=sink):
+            case cmd.Subscribe(sub_id=sub_id, filter=mask, sink=sink):
                 self.subscribers.add(Subscriber(sub_id, mask, sink))
                 joined = out.Joined(
                     session_id=self.session_id,
@@ -202,44 +130,44 @@ class SessionActor(pykka.ThreadingActor):
                     phase=self.phases.phase.value,
                 )
                 self.subscribers.send_to(sub_id, joined)
-            case Unsubscribe(sub_id=sub_id):
+            case cmd.Unsubscribe(sub_id=sub_id):
                 self.subscribers.remove(sub_id)
                 self._arm_idle()
-            case PassivateNow():
+            case cmd.PassivateNow():
                 if self._idle():
                     self._begin_passivation(grace=0.0)
-            case ProviderDeltas(op_id=op_id, deltas=deltas):
+            case cmd.ProviderDeltas(op_id=op_id, deltas=deltas):
                 if self._current(op_id):
                     assert self.run is not None
-                    for delta in text_deltas(self.session_id, self.run.turn, deltas):
+                    for delta in turn.text_deltas(self.session_id, self.run.turn, deltas):
                         self.subscribers.publish(delta)
-            case ProviderDone(op_id=op_id, completion=completion):
+            case cmd.ProviderDone(op_id=op_id, completion=completion):
                 if self._current(op_id):
                     self._on_completion(completion)
-            case ToolsDone(op_id=op_id, results=results):
+            case cmd.ToolsDone(op_id=op_id, results=results):
                 if self._current(op_id):
                     self._on_tool_results(results)
-            case CompactionDone(op_id=op_id, outcome=outcome):
+            case cmd.CompactionDone(op_id=op_id, outcome=outcome):
                 if self.compacting is not None and self.compacting.op_id == op_id:
                     self._finish_compaction(self.compacting, outcome)
-            case OpFailed(op_id=op_id, error=error):
+            case cmd.OpFailed(op_id=op_id, error=error):
                 self._on_op_failed(op_id, error)
-            case TurnTimeout(turn=turn):
-                if self.run is not None and self.run.turn == turn:
+            case cmd.TurnTimeout(turn=timed_out):
+                if self.run is not None and self.run.turn == timed_out:
                     limit = self.settings.session.turn_timeout_s
                     self._fail_turn(
                         "turn_timeout", f"the turn took longer than {limit:g}s and was stopped", "timed_out"
                     )
-            case IdleTick(epoch=epoch):
+            case cmd.IdleTick(epoch=epoch):
                 if self.clock.current(epoch) and self._idle():
                     self._begin_passivation(grace=self.settings.session.passivation_grace_s)
-            case GraceElapsed(epoch=epoch):
+            case cmd.GraceElapsed(epoch=epoch):
                 if self.clock.current(epoch) and self.phases.phase is Phase.PASSIVATING:
                     self._finish_passivation()
-            case ConfirmStop(epoch=epoch):
+            case cmd.ConfirmStop(epoch=epoch):
                 if self.clock.current(epoch) and self.phases.phase is Phase.PASSIVATING:
                     self.stop()
-            case Shutdown():
+            case cmd.Shutdown():
                 self.stop()
             case _:
                 log.warning("%s: ignoring unknown message %r", self.session_id, message)
@@ -254,23 +182,14 @@ class SessionActor(pykka.ThreadingActor):
 
     def _recover(self) -> None:
         started = time.perf_counter()
-        io, journal = self.deps.io, self.deps.journal
         # I/O on the loop; decoding and the fold here, on our own thread.
-        state = rebuild_state(io.run(fetch_journal(journal, self.session_id), RECOVERY_TIMEOUT_S))
-        if state is None:  # unreadable snapshot: replay everything
-            rows = io.run(fetch_journal(journal, self.session_id, use_snapshot=False), RECOVERY_TIMEOUT_S)
-            state = rebuild_state(rows)
-            assert state is not None
+        state = recover_state(self.deps.io, self.deps.journal, self.session_id, RECOVERY_TIMEOUT_S)
         self.state = state
         self.recorder.snapshot_seq = state.seq
         self.ladder = ladder.Ladder(last_input_tokens=state.last_input_tokens)
         self._set_phase(Phase.READY)
-        log.debug(
-            "%s: recovered at seq %d in %.1f ms",
-            self.session_id,
-            state.seq,
-            (time.perf_counter() - started) * 1000,
-        )
+        elapsed_ms = (time.perf_counter() - started) * 1000
+        log.debug("%s: recovered at seq %d in %.1f ms", self.session_id, state.seq, elapsed_ms)
         if state.active is not None:
             log.info("%s: resuming turn %d interrupted by a restart", self.session_id, state.active.turn)
             self._begin_turn()
@@ -291,56 +210,47 @@ class SessionActor(pykka.ThreadingActor):
 
     def _budget(self) -> ladder.Budget:
         assert self.prompts is not None
-        window = self.settings.models.main.context_window
-        threshold = int(self.settings.session.compaction_threshold * window)
-        return ladder.Budget(threshold, self.prompts.calibration.ratio, window)
+        return ladder.budget_of(self.settings, self.prompts.calibration.ratio)
 
     # -- admission ----------------------------------------------------------------------------
 
-    def _admit(self, cmd: SendUserMessage) -> None:
+    def _admit(self, send: cmd.SendUserMessage) -> None:
         now = time.time()
-        known = self.state.seen(cmd.identity, now) if cmd.identity else None
+        known = self.state.seen(send.identity, now) if send.identity else None
         if known is not None:
-            cmd.ack.resolve(Admission(self.session_id, known, duplicate=True))
-            if cmd.done is not None:
-                self._wait_for_outcome(known, cmd.done)
+            send.ack.resolve(cmd.Admission(self.session_id, known, duplicate=True))
+            if send.done is not None:
+                self.waiters.add(self.state, known, send.done)
             return
-        message_id = new_id("u")
-        message = ChatMessage(
-            id=message_id,
-            role="user",
-            content=cmd.text,
-            ts=cmd.ts,
-            identity=cmd.identity or f"{message_id}@{cmd.ts:.6f}",  # id + timestamp
-            user=cmd.user,
+        start = self.phases.phase is Phase.READY and self.state.active is None and not self.state.inbox
+        message, events = turn.admitted(
+            self.state, text=send.text, ts=send.ts, identity=send.identity, user=send.user, start=start
         )
-        events: list[SessionEvent] = [InputAdmitted(message)]
-        start_now = self.phases.phase is Phase.READY and self.state.active is None and not self.state.inbox
-        if start_now:  # one write for "admitted" and "started" when nothing is queued
-            events.append(TurnStarted(self.state.turns + 1, message.id))
         try:
             self._persist(*events)
         except OutcomeUnknown as exc:
-            cmd.ack.fail(OutcomeUnknown(str(exc), identity=cmd.identity))
+            send.ack.fail(OutcomeUnknown(str(exc), identity=send.identity))
             raise
         except Exception as exc:
-            cmd.ack.fail(exc)  # not durable, so not acknowledged
+            send.ack.fail(exc)  # not durable, so not acknowledged
             raise
-        cmd.ack.resolve(Admission(self.session_id, message.id, duplicate=False))
-        if cmd.done is not None:
-            self.waiters.setdefault(message.id, []).append(cmd.done)
-        if start_now:
+        send.ack.resolve(cmd.Admission(self.session_id, message.id, duplicate=False))
+        if send.done is not None:
+            self.waiters.add(self.state, message.id, send.done)
+        if start:
             self._begin_turn()
-
-    def _wait_for_outcome(self, message_id: str, reply: Reply[TurnOutcome]) -> None:
-        outcome = self.state.outcomes.get(message_id)
-        if outcome is not None:
-            reply.resolve(outcome)
-        else:
-            self.waiters.setdefault(message_id, []).append(reply)
 
     def _persist(self, *events: SessionEvent) -> None:
         self.state = self.recorder.persist(self.state, *events)
+
+    def _record(self, step: turn.Step) -> None:
+        """Persist a step's events, then tell subscribers what happened."""
+        self._persist(*step.events)
+        self._publish(*step.outputs)
+
+    def _publish(self, *outputs: out.Output) -> None:
+        for output in outputs:
+            self.subscribers.publish(output)
 
     # -- the turn -----------------------------------------------------------------------------
 
@@ -355,20 +265,17 @@ class SessionActor(pykka.ThreadingActor):
         active = self.state.active
         assert active is not None
         self._refresh_settings()
-        self.clock.cancel()
+        self.clock.start_turn(active.turn, self.settings.session.turn_timeout_s)
         self._set_phase(Phase.PROCESSING)
         self.run = TurnRun(turn=active.turn, message_id=active.message_id, iteration=active.steps)
         self.ladder = self.ladder.new_turn()
-        self._turn_timer = Timer(
-            self.deps.io, self.settings.session.turn_timeout_s, self.actor_ref, TurnTimeout(active.turn)
-        )
         self._call_provider()
 
     def _next_op(self) -> int:
-        self._op_counter += 1
-        if self.run is not None:
-            self.run.op_id = self._op_counter
-        return self._op_counter
+        """A new op id for the turn: results of any earlier op are stale from now on."""
+        assert self.run is not None
+        self.run.op_id = self._new_op()
+        return self.run.op_id
 
     def _call_provider(self) -> None:
         """Build the prompt, let the ladder decide (compact first?), record a trim, send."""
@@ -389,7 +296,6 @@ class SessionActor(pykka.ThreadingActor):
             return
         if decision.trim is not None:
             self._record_trim(decision.trim, "budget")
-        op_id = self._next_op()
         model = self.settings.models.main
         run.estimate = prompt.estimate
         request = ProviderRequest(
@@ -398,12 +304,8 @@ class SessionActor(pykka.ThreadingActor):
             tools=tools,
             max_output_tokens=model.max_output_tokens,
         )
-        relay = DeltaRelay(self.actor_ref, op_id, self._recall_for(run))
-        run.future = self.deps.io.submit_and_tell(
-            relay.stream(self.deps.provider, request),
-            self.actor_ref,
-            lambda completion: ProviderDone(op_id, completion),
-            lambda error: OpFailed(op_id, error),
+        run.future = start_provider_call(
+            self.deps.io, self.actor_ref, self._next_op(), self.deps.provider, request, self._recall_for(run)
         )
 
     def _recall_for(self, run: TurnRun) -> Recall | None:
@@ -422,89 +324,42 @@ class SessionActor(pykka.ThreadingActor):
 
     def _record_trim(self, trim: TrimResult, reason: str) -> None:
         """Never silent: journal it, tell every subscriber, log one line."""
-        assert trim.first_kept_id is not None
-        event = HistoryTrimmed(
-            first_kept_id=trim.first_kept_id,
-            dropped_messages=trim.dropped_messages,
-            dropped_turns=trim.dropped_turns,
-            kept_turns=trim.kept_turns,
-            tokens_before=trim.tokens_before,
-            tokens_after=trim.tokens_after,
-            budget=trim.budget,
-            reason=reason,
-        )
+        event, output = turn.trim_step(self.session_id, trim, reason)
         self._persist(event)
-        payload = event.to_payload()
-        log.info("%s: history_trimmed %s", self.session_id, json.dumps(payload, sort_keys=True))
-        self.subscribers.publish(out.HistoryTrimmed(session_id=self.session_id, **payload))
+        log.info("%s: history_trimmed %s", self.session_id, json.dumps(event.to_payload(), sort_keys=True))
+        self._publish(output)
 
     def _on_completion(self, completion: Completion) -> None:
         run = self.run
         assert run is not None and self.prompts is not None
+        window = self.settings.models.main.context_window
+        self._publish(*turn.answer_outputs(self.session_id, run.turn, completion, window))
         if completion.usage is not None:
             self.prompts.observe_usage(run.estimate, completion.usage.input_tokens)
-            self.subscribers.publish(
-                out.Usage(
-                    session_id=self.session_id,
-                    turn=run.turn,
-                    input_tokens=completion.usage.input_tokens,
-                    output_tokens=completion.usage.output_tokens,
-                    context_window=self.settings.models.main.context_window,
-                )
-            )
             self.ladder = replace(self.ladder, last_input_tokens=completion.usage.input_tokens)
-        if completion.thinking:
-            self.subscribers.publish(
-                out.Thinking(session_id=self.session_id, turn=run.turn, text=completion.thinking)
-            )
-        wants_tools = (
-            bool(completion.tool_calls) and run.iteration < self.settings.session.max_tool_iterations
-        )
-        if not wants_tools:
-            self._complete_turn(completion)
+        if not completion.tool_calls or run.iteration >= self.settings.session.max_tool_iterations:
+            self._record(turn.completed_turn(self.session_id, self.state, run, completion))
+            self._end_turn(run, "completed")
             return
-        assistant = assistant_message(completion, with_tool_calls=True)
-        for call in assistant.tool_calls:
-            self.subscribers.publish(
-                out.ToolCall(
-                    session_id=self.session_id,
-                    turn=run.turn,
-                    id=call.id,
-                    name=call.name,
-                    arguments=call.arguments,
-                )
-            )
+        assistant = turn.assistant_message(completion, with_tool_calls=True)
+        self._publish(*turn.tool_call_outputs(self.session_id, run.turn, assistant))
         run.pending_calls = assistant
-        op_id = self._next_op()
-        run.future = self.deps.io.submit_and_tell(
-            self.deps.tools.run_batch(
-                assistant.tool_calls,
-                min(TOOL_TIMEOUT_S, self.settings.session.turn_timeout_s),
-                allowed=self.allowed_tools,
-                context=ToolContext(self.session_id, self.audience),
-            ),
+        run.future = start_tool_batch(
+            self.deps.io,
             self.actor_ref,
-            lambda results: ToolsDone(op_id, results),
-            lambda error: OpFailed(op_id, error),
+            self._next_op(),
+            self.deps.tools,
+            assistant.tool_calls,
+            timeout_s=min(TOOL_TIMEOUT_S, self.settings.session.turn_timeout_s),
+            allowed=self.allowed_tools,
+            context=ToolContext(self.session_id, self.audience),
         )
 
     def _on_tool_results(self, results: Sequence[ToolResult]) -> None:
         run = self.run
-        assert run is not None and run.pending_calls is not None
-        messages = [tool_message(r.call, r.content, r.is_error) for r in results]
-        self._persist(StepRecorded(run.turn, (run.pending_calls, *messages)))
+        assert run is not None
+        self._record(turn.tool_step(self.session_id, run, results))
         run.pending_calls = None
-        for result, message in zip(results, messages, strict=True):
-            self.subscribers.publish(
-                out.ToolResult(
-                    session_id=self.session_id,
-                    turn=run.turn,
-                    id=result.call.id,
-                    name=result.call.name,
-                    content=message.content,
-                    is_error=message.is_error,
-                )
-            )
         run.iteration += 1
         if not self._compact_if_due(resume_turn=True):
             self._call_provider()
@@ -552,32 +407,6 @@ class SessionActor(pykka.ThreadingActor):
         self._record_trim(decision.trim, "overflow")
         self._call_provider()
 
-    def _complete_turn(self, completion: Completion) -> None:
-        run = self.run
-        assert run is not None
-        reply = assistant_message(completion, with_tool_calls=False)
-        usage = None
-        if completion.usage is not None:
-            usage = {
-                "input_tokens": completion.usage.input_tokens,
-                "output_tokens": completion.usage.output_tokens,
-            }
-        events: list[SessionEvent] = [
-            TurnRecorded(run.turn, run.message_id, "completed", (reply,), usage=usage)
-        ]
-        new_title = None
-        if self.state.title is None:
-            first = self.state.find_message(run.message_id)
-            new_title = make_title(first.content if first else reply.content)
-            events.append(SessionTitleSet(new_title))
-        self._persist(*events)
-        self.subscribers.publish(
-            out.Text(session_id=self.session_id, turn=run.turn, message_id=reply.id, text=reply.content)
-        )
-        if new_title is not None:
-            self.subscribers.publish(out.Title(session_id=self.session_id, title=new_title))
-        self._end_turn(run, "completed")
-
     def _fail_turn(self, code: str, message: str, status: TurnStatus) -> None:
         run = self.run
         assert run is not None
@@ -585,33 +414,16 @@ class SessionActor(pykka.ThreadingActor):
             run.future.cancel()
         run.op_id = -1  # whatever the cancelled op still reports is stale
         self._abandon_compaction()
-        if run.pending_calls is not None:  # every call still gets its result
-            calls = run.pending_calls
-            self._persist(StepRecorded(run.turn, (calls, *interrupted_results(calls.tool_calls))))
-            run.pending_calls = None
-        self._persist(
-            TurnRecorded(run.turn, run.message_id, status, error={"code": code, "message": message})
-        )
+        self._record(turn.failed_turn(self.session_id, run, code, message, status))
+        run.pending_calls = None
         log.warning("%s: turn %d %s: %s", self.session_id, run.turn, status, message)
-        self.subscribers.publish(
-            out.Error(session_id=self.session_id, turn=run.turn, code=code, message=message)
-        )
         self._end_turn(run, status)
 
     def _end_turn(self, run: TurnRun, status: TurnStatus) -> None:
-        self.subscribers.publish(
-            out.TurnCompleted(
-                session_id=self.session_id, turn=run.turn, message_id=run.message_id, status=turn_end(status)
-            )
-        )
-        outcome = self.state.outcomes.get(run.message_id)
-        for reply in self.waiters.pop(run.message_id, []):
-            if outcome is not None:
-                reply.resolve(outcome)
+        self._publish(turn.turn_completed(self.session_id, run, status))
+        self.waiters.resolve(self.state, run.message_id)
         self.run = None
-        if self._turn_timer is not None:
-            self._turn_timer.cancel()
-            self._turn_timer = None
+        self.clock.end_turn()
         # Once the reply is out: serialising a long session is not free, and nobody waits for it.
         if self.recorder.snapshot_due(self.state, self.settings.session.snapshot_interval):
             self.recorder.snapshot(self.state, wait=False)
@@ -636,20 +448,19 @@ class SessionActor(pykka.ThreadingActor):
         Messages arriving meanwhile are acknowledged and buffered (phase Compacting)."""
         assert self.prompts is not None
         self._set_phase(Phase.COMPACTING)
-        budget = self._budget()
+        tools = self.deps.tools.schemas(self.allowed_tools)
+        threshold = self._budget().threshold_tokens
         start = plan_compaction(
             self.state,
             self.prompts,
-            self.deps.tools.schemas(self.allowed_tools),
-            keep_recent=self.settings.session.keep_recent_tool_results,
-            threshold_tokens=budget.threshold_tokens,
+            tools,
+            self.settings,
+            threshold_tokens=threshold,
             audience=self.audience,
-            model=self.settings.compaction_model,
-            budget_s=self.settings.session.compaction_timeout_s,
             forced=decision.forced,
             summarise=decision.summarise,
         )
-        compacting = _Compacting(self._new_op_id(), start, resume_turn=resume_turn, forced=decision.forced)
+        compacting = CompactionRun(self._new_op(), start, resume_turn=resume_turn, forced=decision.forced)
         self.compacting = compacting
         if start.plan is None and not start.cleared and not decision.forced:
             # Nothing to clear and nothing old enough to summarise: record nothing, say
@@ -661,34 +472,23 @@ class SessionActor(pykka.ThreadingActor):
             self._finish_compaction(compacting, None)
             return
         provider = self.deps.compaction_provider or self.deps.provider
-        op_id = compacting.op_id
-        compacting.future = self.deps.io.submit_and_tell(
-            run_compaction(start.plan, provider, self.deps.memory),
-            self.actor_ref,
-            lambda outcome: CompactionDone(op_id, outcome),
-            lambda error: OpFailed(op_id, error),
+        compacting.future = start_compaction(
+            self.deps.io, self.actor_ref, compacting.op_id, start.plan, provider, self.deps.memory
         )
 
     def _finish_compaction(
-        self, compacting: _Compacting, outcome: CompactionOutcome | None, note: str | None = None
+        self, compacting: CompactionRun, outcome: CompactionOutcome | None, note: str | None = None
     ) -> None:
         assert self.prompts is not None
         self.compacting = None
         start = compacting.start if note is None else replace(compacting.start, note=note)
         tools = self.deps.tools.schemas(self.allowed_tools)
-        # What the projection will look like once the event is applied.
-        preview = self.state.apply(compaction_event(start, outcome, 0, 0), self.state.seq + 1, time.time())
-        event = compaction_event(
-            start,
-            outcome,
-            len(build_context(preview, self.prompts.system_prompt)),
-            self.prompts.estimate(preview, tools),
-        )
+        event = compaction_record(self.state, start, outcome, self.prompts, tools)
         self._persist(event)
         self.recorder.snapshot(self.state, wait=False)
         summary = {k: v for k, v in event.to_payload().items() if k not in ("summary", "cleared")}
         log.info("%s: compaction %s", self.session_id, json.dumps(summary, sort_keys=True))
-        self.subscribers.publish(compaction_output(self.session_id, event))
+        self._publish(compaction_output(self.session_id, event))
         self._resume_after_compaction(
             compacting,
             summary_failed=start.plan is not None and event.summary is None,
@@ -696,7 +496,7 @@ class SessionActor(pykka.ThreadingActor):
         )
 
     def _resume_after_compaction(
-        self, compacting: _Compacting, *, summary_failed: bool, freed_nothing: bool
+        self, compacting: CompactionRun, *, summary_failed: bool, freed_nothing: bool
     ) -> None:
         self.compacting = None
         decision, self.ladder = ladder.after_compaction(
@@ -723,7 +523,7 @@ class SessionActor(pykka.ThreadingActor):
                 self.compacting.future.cancel()
             self.compacting = None
 
-    def _new_op_id(self) -> int:
+    def _new_op(self) -> int:
         self._op_counter += 1
         return self._op_counter
 
@@ -753,12 +553,6 @@ class SessionActor(pykka.ThreadingActor):
             manager.stop_requested, self.session_id, self.actor_ref, self.received, self.clock.epoch
         )
 
-    def _cancel_timers(self) -> None:
-        self.clock.cancel()
-        if self._turn_timer is not None:
-            self._turn_timer.cancel()
-            self._turn_timer = None
-
     # -- phases -------------------------------------------------------------------------------
 
     def _set_phase(self, new: Phase) -> None:
@@ -779,39 +573,23 @@ class SessionActor(pykka.ThreadingActor):
     def _break(self, reason: str, exc: BaseException) -> None:
         log.error("%s: session actor failed: %s", self.session_id, reason, exc_info=exc)
         self.broken = reason
-        self._cancel_timers()
+        self.clock.cancel()
         if self.run is not None and self.run.future is not None:
             self.run.future.cancel()
         self.run = None
-        self._fail_waiters(SessionUnavailable(f"session {self.session_id} failed: {reason}"))
+        self.waiters.fail_all(SessionUnavailable(f"session {self.session_id} failed: {reason}"))
         self.subscribers.publish(out.Error(session_id=self.session_id, code="session_failed", message=reason))
         self.subscribers.close_all()
         self.deps.io.call(self.deps.manager.actor_failed, self.session_id, self.actor_ref, reason)
 
-    def _fail_waiters(self, error: SessionUnavailable) -> None:
-        for replies in self.waiters.values():
-            for reply in replies:
-                reply.fail(error)
-        self.waiters.clear()
-
     def _refuse(self, message: object) -> None:
         """Broken: whatever reaches us before we are retired gets an answer, never silence."""
-        match message:
-            case Shutdown() | ConfirmStop():
-                self.stop()
-            case SendUserMessage(ack=ack, done=done):
-                error = SessionUnavailable(f"session {self.session_id} is unavailable: {self.broken}")
-                ack.fail(error)
-                if done is not None:
-                    done.fail(error)
-            case Subscribe(sink=sink):  # end the stream, so its client reconnects to our successor
-                sink.offer(
-                    out.Error(
-                        session_id=self.session_id,
-                        code="session_failed",
-                        message=f"session {self.session_id} is unavailable: {self.broken}",
-                    )
-                )
-                sink.close()
-            case _:
-                pass
+        if isinstance(message, cmd.Shutdown | cmd.ConfirmStop):
+            self.stop()
+            return
+        reason = f"session {self.session_id} is unavailable: {self.broken}"
+        cmd.refuse(
+            message,
+            SessionUnavailable(reason),
+            out.Error(session_id=self.session_id, code="session_failed", message=reason),
+        )

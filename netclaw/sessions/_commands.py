@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from netclaw.outputs import OutputFilter
+from netclaw.outputs import Error, OutputFilter
 from netclaw.providers import Completion, Delta
 from netclaw.runtime import Reply
 from netclaw.sessions._compaction import CompactionOutcome
@@ -120,3 +120,19 @@ class GraceElapsed:
 @dataclass(frozen=True, slots=True)
 class TurnTimeout:
     turn: int
+
+
+def refuse(message: object, error: Exception, notice: Error) -> None:
+    """Answer a command that cannot be carried out (its actor is broken): every reply
+    fails with ``error`` and a subscription gets ``notice`` and ends, so nothing that
+    waits on the command hangs."""
+    match message:
+        case SendUserMessage(ack=ack, done=done):
+            ack.fail(error)
+            if done is not None:
+                done.fail(error)
+        case Subscribe(sink=sink):
+            sink.offer(notice)
+            sink.close()
+        case _:
+            pass

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from netclaw import outputs as out
-from netclaw.config import ModelConfig
+from netclaw.config import ModelConfig, Settings
 from netclaw.errors import NetclawError
 from netclaw.history.compaction import (
     SUMMARY_MAX_CHARS,
@@ -31,6 +32,7 @@ from netclaw.history.compaction import (
 from netclaw.messages import ChatMessage
 from netclaw.persistence import MemoryStore, NewMemory
 from netclaw.providers import Provider, ProviderRequest, ToolSchema
+from netclaw.runtime import Cancellable
 from netclaw.sessions._events import SessionCompacted
 from netclaw.sessions._prompt import PromptBuilder
 from netclaw.sessions._state import SessionState
@@ -145,20 +147,20 @@ def plan_compaction(
     state: SessionState,
     prompts: PromptBuilder,
     tools: Sequence[ToolSchema],
+    settings: Settings,
     *,
-    keep_recent: int,
     threshold_tokens: int,
     audience: str,
-    model: ModelConfig,
-    budget_s: float,
     forced: bool,
     summarise: bool = True,
 ) -> CompactionStart:
     """Tier 1 (clear old tool results) and, if still needed, the plan for tiers 2 and 3.
 
     ``forced``: the provider refused the prompt as too large, so summarise even if our
-    estimate says clearing was enough.
+    estimate says clearing was enough. ``summarise``: False while the LLM tiers are
+    paused after a failed summary.
     """
+    keep_recent = settings.session.keep_recent_tool_results
     before = build_context(state, prompts.system_prompt)
     tokens_before = prompts.estimate(state, tools)  # same units as tokens_after
     cleared = tuple(clearable_results(state.visible, keep_recent, state.cleared))
@@ -183,11 +185,23 @@ def plan_compaction(
         audience=audience,
         to_summarise=tuple(visible[:boundary]),
         prior_summary=state.summary,
-        model=model,
+        model=settings.compaction_model,
         max_chars=SUMMARY_MAX_CHARS,
-        budget_s=budget_s,
+        budget_s=settings.session.compaction_timeout_s,
     )
     return replace(start, plan=plan, first_kept_id=visible[boundary].id)
+
+
+@dataclass(slots=True)
+class CompactionRun:
+    """A compaction in flight on the actor: its op id, what tier 1 decided, and what
+    happens afterwards."""
+
+    op_id: int
+    start: CompactionStart
+    resume_turn: bool  # a tool loop (or an overflow retry) continues afterwards
+    forced: bool = False  # the overflow ladder's rung 1, not the threshold
+    future: Cancellable | None = None
 
 
 def compaction_event(
@@ -210,6 +224,24 @@ def compaction_event(
         tokens_before=start.tokens_before,
         tokens_after=tokens_after,
         note=(outcome.note if outcome is not None else None) or start.note,
+    )
+
+
+def compaction_record(
+    state: SessionState,
+    start: CompactionStart,
+    outcome: CompactionOutcome | None,
+    prompts: PromptBuilder,
+    tools: Sequence[ToolSchema],
+) -> SessionCompacted:
+    """The event for a compaction that ran (or was cancelled), measured on the
+    projection it leaves behind."""
+    preview = state.apply(compaction_event(start, outcome, 0, 0), state.seq + 1, time.time())
+    return compaction_event(
+        start,
+        outcome,
+        len(build_context(preview, prompts.system_prompt)),
+        prompts.estimate(preview, tools),
     )
 
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from netclaw.config import Settings
 from netclaw.history import TrimResult
 
 MAX_OVERFLOW_PASSES = 3
@@ -43,6 +44,11 @@ class Budget:
     threshold_tokens: int  # compaction_threshold * context_window, in the provider's tokens
     calibration_ratio: float  # provider tokens per token of our estimate (≥ 1 in practice)
     context_window: int
+
+
+def budget_of(settings: Settings, calibration_ratio: float) -> Budget:
+    window = settings.models.main.context_window
+    return Budget(int(settings.session.compaction_threshold * window), calibration_ratio, window)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,10 @@
-"""Work a session actor hands to the I/O loop: a provider call whose streamed deltas
-are relayed back (coalesced), with relevant memories recalled into its prompt first.
-Runs on the loop; talks to the actor only by ``tell``."""
+"""Work a session actor hands to the I/O loop, and how its outcome comes back.
+
+Each ``start_*`` submits one operation and returns at once; its result (or failure)
+is told to the actor as a message carrying the ``op_id`` (``ProviderDone``,
+``ToolsDone``, ``CompactionDone``, ``OpFailed``). A provider call relays its streamed
+deltas back coalesced, with relevant memories recalled into its prompt first. The
+coroutines run on the loop and talk to the actor only by ``tell``."""
 
 from __future__ import annotations
 
@@ -11,11 +15,13 @@ from dataclasses import dataclass, replace
 
 import pykka
 
-from netclaw.messages import system
+from netclaw.messages import ToolCall, system
 from netclaw.persistence import MemoryStore, format_recall
 from netclaw.providers import Completion, Delta, Provider, ProviderRequest
-from netclaw.runtime import Tellable
-from netclaw.sessions._commands import ProviderDeltas
+from netclaw.runtime import Cancellable, IoLoop, Tellable
+from netclaw.sessions._commands import CompactionDone, OpFailed, ProviderDeltas, ProviderDone, ToolsDone
+from netclaw.sessions._compaction import CompactionPlan, run_compaction
+from netclaw.tools import ToolContext, ToolRegistry
 
 log = logging.getLogger(__name__)
 
@@ -79,3 +85,55 @@ class DeltaRelay:
             batch, self._pending = tuple(self._pending), []
             with contextlib.suppress(pykka.ActorDeadError):
                 self._ref.tell(ProviderDeltas(self._op_id, batch))
+
+
+def start_provider_call(
+    io: IoLoop,
+    actor: Tellable,
+    op_id: int,
+    provider: Provider,
+    request: ProviderRequest,
+    recall: Recall | None,
+) -> Cancellable:
+    relay = DeltaRelay(actor, op_id, recall)
+    return io.submit_and_tell(
+        relay.stream(provider, request),
+        actor,
+        lambda completion: ProviderDone(op_id, completion),
+        lambda error: OpFailed(op_id, error),
+    )
+
+
+def start_tool_batch(
+    io: IoLoop,
+    actor: Tellable,
+    op_id: int,
+    tools: ToolRegistry,
+    calls: tuple[ToolCall, ...],
+    *,
+    timeout_s: float,
+    allowed: list[str] | None,
+    context: ToolContext,
+) -> Cancellable:
+    return io.submit_and_tell(
+        tools.run_batch(calls, timeout_s, allowed=allowed, context=context),
+        actor,
+        lambda results: ToolsDone(op_id, results),
+        lambda error: OpFailed(op_id, error),
+    )
+
+
+def start_compaction(
+    io: IoLoop,
+    actor: Tellable,
+    op_id: int,
+    plan: CompactionPlan,
+    provider: Provider,
+    memory: MemoryStore | None,
+) -> Cancellable:
+    return io.submit_and_tell(
+        run_compaction(plan, provider, memory),
+        actor,
+        lambda outcome: CompactionDone(op_id, outcome),
+        lambda error: OpFailed(op_id, error),
+    )

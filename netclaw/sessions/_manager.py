@@ -23,8 +23,9 @@ import pykka
 
 from netclaw.errors import NetclawError, SessionUnavailable
 from netclaw.outputs import OutputFilter
-from netclaw.sessions._actor import SessionActor, SessionDeps, SessionRef
+from netclaw.sessions._actor import SessionActor
 from netclaw.sessions._commands import ConfirmStop, PassivateNow, Routed, Shutdown, Subscribe, Unsubscribe
+from netclaw.sessions._deps import SessionDeps, SessionRef
 from netclaw.sessions._phases import Phase
 from netclaw.sessions._subscribers import OutputQueue, Subscription
 

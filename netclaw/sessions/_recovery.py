@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from netclaw.errors import JournalCorrupt
 from netclaw.persistence import Journal, Snapshot, StoredEvent
+from netclaw.runtime import IoLoop
 from netclaw.sessions._events import decode
 from netclaw.sessions._state import SessionState
 
@@ -60,4 +61,13 @@ async def load_state(journal: Journal, session_id: str) -> SessionState:
         rows = await fetch_journal(journal, session_id, use_snapshot=False)
         state = await asyncio.to_thread(rebuild_state, rows)
     assert state is not None  # without a snapshot there is nothing to skip
+    return state
+
+
+def recover_state(io: IoLoop, journal: Journal, session_id: str, timeout_s: float) -> SessionState:
+    """For an actor's own thread: fetch on the loop (blocking this thread), rebuild here."""
+    state = rebuild_state(io.run(fetch_journal(journal, session_id), timeout_s))
+    if state is None:
+        state = rebuild_state(io.run(fetch_journal(journal, session_id, use_snapshot=False), timeout_s))
+    assert state is not None
     return state

@@ -21,6 +21,8 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from netclaw import outputs as out
+from netclaw.runtime import Reply
+from netclaw.sessions._state import SessionState, TurnOutcome
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +85,36 @@ class SubscriberSet:
         sub = self._subs.get(sub_id)
         if sub is not None and not sub.sink.offer(output):
             self._subs.pop(sub_id, None)
+
+
+class Waiters:
+    """Callers waiting for a turn's outcome (``?wait=1``), by the user message that
+    started it. Lives with the actor; every reply is answered exactly once."""
+
+    __slots__ = ("_replies",)
+
+    def __init__(self) -> None:
+        self._replies: dict[str, list[Reply[TurnOutcome]]] = {}
+
+    def add(self, state: SessionState, message_id: str, reply: Reply[TurnOutcome]) -> None:
+        """Answer at once if the turn is already recorded, else when it is."""
+        outcome = state.outcomes.get(message_id)
+        if outcome is not None:
+            reply.resolve(outcome)
+        else:
+            self._replies.setdefault(message_id, []).append(reply)
+
+    def resolve(self, state: SessionState, message_id: str) -> None:
+        outcome = state.outcomes.get(message_id)
+        for reply in self._replies.pop(message_id, []):
+            if outcome is not None:
+                reply.resolve(outcome)
+
+    def fail_all(self, error: Exception) -> None:
+        for replies in self._replies.values():
+            for reply in replies:
+                reply.fail(error)
+        self._replies.clear()
 
 
 class OutputQueue:

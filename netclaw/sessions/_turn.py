@@ -1,5 +1,7 @@
 """The agent turn, as pure pieces: what the actor is waiting for, the context the
-model sees, and the messages a turn records."""
+model sees, and — for each step of a turn — the events it records and the outputs
+it publishes. The actor persists and publishes what these return; nothing here does
+I/O or touches an actor."""
 
 from __future__ import annotations
 
@@ -9,13 +11,23 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from netclaw import outputs as out
-from netclaw.history import INTERRUPTED_TEXT, make_breadcrumb
+from netclaw.history import INTERRUPTED_TEXT, TrimResult, make_breadcrumb
 from netclaw.history.compaction import apply_clearing, summary_message
 from netclaw.messages import ChatMessage, ToolCall, new_id, system
 from netclaw.providers import Completion, Delta
 from netclaw.runtime import Cancellable
-from netclaw.sessions._events import TurnStatus
+from netclaw.sessions._events import (
+    HistoryTrimmed,
+    InputAdmitted,
+    SessionEvent,
+    SessionTitleSet,
+    StepRecorded,
+    TurnRecorded,
+    TurnStarted,
+    TurnStatus,
+)
 from netclaw.sessions._state import SessionState
+from netclaw.tools import ToolResult
 
 TITLE_MAX = 60
 
@@ -31,8 +43,14 @@ class TurnRun:
     pending_calls: ChatMessage | None = None  # assistant message whose tools are running
     future: Cancellable | None = None  # the loop future of the op in flight (to cancel it)
     estimate: int = 0  # our token estimate of the prompt in flight
-    overflow_passes: int = 0  # overflow recovery passes this turn (at most MAX_OVERFLOW_PASSES)
-    compacted: bool = False  # the overflow ladder's first rung (compaction) ran this turn
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """What one step of a turn records, and what it then tells subscribers."""
+
+    events: tuple[SessionEvent, ...]
+    outputs: tuple[out.Output, ...]
 
 
 def build_context(state: SessionState, system_prompt: str) -> list[ChatMessage]:
@@ -52,6 +70,28 @@ def build_context(state: SessionState, system_prompt: str) -> list[ChatMessage]:
     if state.cleared:
         return [*head, *apply_clearing(visible, state.cleared)]
     return [*head, *visible]
+
+
+# -- messages a turn records ----------------------------------------------------------------------
+
+
+def admitted(
+    state: SessionState, *, text: str, ts: float, identity: str | None, user: str | None, start: bool
+) -> tuple[ChatMessage, tuple[SessionEvent, ...]]:
+    """The user message an inbound text becomes, and the events that admit it — with its
+    turn's start in the same write when ``start`` (nothing else is running or queued)."""
+    message_id = new_id("u")
+    message = ChatMessage(
+        id=message_id,
+        role="user",
+        content=text,
+        ts=ts,
+        identity=identity or f"{message_id}@{ts:.6f}",  # id + timestamp
+        user=user,
+    )
+    if start:
+        return message, (InputAdmitted(message), TurnStarted(state.turns + 1, message.id))
+    return message, (InputAdmitted(message),)
 
 
 def assistant_message(completion: Completion, *, with_tool_calls: bool) -> ChatMessage:
@@ -93,10 +133,111 @@ def make_title(text: str) -> str:
     return words[: TITLE_MAX - 1].rsplit(" ", 1)[0].rstrip(",.;:") + "…"
 
 
+# -- steps: events to record, outputs to publish --------------------------------------------------
+
+
 def text_deltas(session_id: str, turn: int, deltas: Sequence[Delta]) -> list[out.TextDelta]:
     """One ``text_delta`` output for a batch of provider deltas (empty when none is text)."""
     text = "".join(d.text for d in deltas if d.kind == "text")
     return [out.TextDelta(session_id=session_id, turn=turn, delta=text)] if text else []
+
+
+def answer_outputs(session_id: str, turn: int, completion: Completion, window: int) -> list[out.Output]:
+    """What a provider answer tells subscribers before the turn goes on: usage, thinking."""
+    found: list[out.Output] = []
+    if completion.usage is not None:
+        usage = completion.usage
+        found.append(
+            out.Usage(
+                session_id=session_id,
+                turn=turn,
+                input_tokens=usage.input_tokens,
+                output_tokens=usage.output_tokens,
+                context_window=window,
+            )
+        )
+    if completion.thinking:
+        found.append(out.Thinking(session_id=session_id, turn=turn, text=completion.thinking))
+    return found
+
+
+def tool_call_outputs(session_id: str, turn: int, assistant: ChatMessage) -> list[out.Output]:
+    return [
+        out.ToolCall(session_id=session_id, turn=turn, id=c.id, name=c.name, arguments=c.arguments)
+        for c in assistant.tool_calls
+    ]
+
+
+def tool_step(session_id: str, run: TurnRun, results: Sequence[ToolResult]) -> Step:
+    """A tool round: the calls and all their results, recorded together."""
+    assert run.pending_calls is not None
+    messages = [tool_message(r.call, r.content, r.is_error) for r in results]
+    shown = tuple(
+        out.ToolResult(
+            session_id=session_id,
+            turn=run.turn,
+            id=r.call.id,
+            name=r.call.name,
+            content=m.content,
+            is_error=m.is_error,
+        )
+        for r, m in zip(results, messages, strict=True)
+    )
+    return Step((StepRecorded(run.turn, (run.pending_calls, *messages)),), shown)
+
+
+def completed_turn(session_id: str, state: SessionState, run: TurnRun, completion: Completion) -> Step:
+    """The final answer: the reply, its usage, and the session's title on its first turn."""
+    reply = assistant_message(completion, with_tool_calls=False)
+    usage = None
+    if completion.usage is not None:
+        usage = {
+            "input_tokens": completion.usage.input_tokens,
+            "output_tokens": completion.usage.output_tokens,
+        }
+    events: list[SessionEvent] = [TurnRecorded(run.turn, run.message_id, "completed", (reply,), usage=usage)]
+    outputs: list[out.Output] = [
+        out.Text(session_id=session_id, turn=run.turn, message_id=reply.id, text=reply.content)
+    ]
+    if state.title is None:
+        first = state.find_message(run.message_id)
+        title = make_title(first.content if first else reply.content)
+        events.append(SessionTitleSet(title))
+        outputs.append(out.Title(session_id=session_id, title=title))
+    return Step(tuple(events), tuple(outputs))
+
+
+def failed_turn(session_id: str, run: TurnRun, code: str, message: str, status: TurnStatus) -> Step:
+    """A turn that ends without an answer. Every tool call in flight still gets a result."""
+    events: list[SessionEvent] = []
+    if run.pending_calls is not None:
+        calls = run.pending_calls
+        events.append(StepRecorded(run.turn, (calls, *interrupted_results(calls.tool_calls))))
+    events.append(TurnRecorded(run.turn, run.message_id, status, error={"code": code, "message": message}))
+    error = out.Error(session_id=session_id, turn=run.turn, code=code, message=message)
+    return Step(tuple(events), (error,))
+
+
+def trim_step(session_id: str, trim: TrimResult, reason: str) -> tuple[HistoryTrimmed, out.HistoryTrimmed]:
+    """A whole-turn trim, as recorded (so recovery rebuilds the same projection) and shown."""
+    assert trim.first_kept_id is not None
+    event = HistoryTrimmed(
+        first_kept_id=trim.first_kept_id,
+        dropped_messages=trim.dropped_messages,
+        dropped_turns=trim.dropped_turns,
+        kept_turns=trim.kept_turns,
+        tokens_before=trim.tokens_before,
+        tokens_after=trim.tokens_after,
+        budget=trim.budget,
+        reason=reason,
+    )
+    return event, out.HistoryTrimmed(session_id=session_id, **event.to_payload())
+
+
+def turn_completed(session_id: str, run: TurnRun, status: TurnStatus) -> out.TurnCompleted:
+    return out.TurnCompleted(
+        session_id=session_id, turn=run.turn, message_id=run.message_id, status=turn_end(status)
+    )
 
 
 def turn_end(status: TurnStatus) -> out.TurnEnd:

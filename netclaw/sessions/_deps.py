@@ -1,0 +1,42 @@
+"""What a session actor needs from the daemon, and what it tells its manager."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+import pykka
+
+from netclaw.config import LiveSettings
+from netclaw.persistence import Journal, MemoryStore
+from netclaw.providers import Provider
+from netclaw.runtime import IoLoop
+from netclaw.sessions._phases import Phase
+from netclaw.tools import ToolRegistry
+
+if TYPE_CHECKING:
+    from netclaw.sessions._actor import SessionActor  # noqa: F401 - named in SessionRef
+
+SessionRef = pykka.ActorRef["SessionActor"]
+
+
+class ManagerPort(Protocol):
+    """What a session tells its manager. Called on the I/O loop (via ``IoLoop.call``)."""
+
+    def phase_changed(self, session_id: str, ref: SessionRef, phase: Phase) -> None: ...
+
+    def stop_requested(self, session_id: str, ref: SessionRef, received: int, epoch: int) -> None: ...
+
+    def actor_failed(self, session_id: str, ref: SessionRef, reason: str) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class SessionDeps:
+    io: IoLoop
+    journal: Journal
+    provider: Provider
+    tools: ToolRegistry
+    live: LiveSettings
+    manager: ManagerPort
+    memory: MemoryStore | None = None
+    compaction_provider: Provider | None = None  # models.compaction's; None: the main provider
