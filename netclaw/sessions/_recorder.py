@@ -26,12 +26,11 @@ PERSIST_TIMEOUT_S = 30.0
 
 
 class Recorder:
-    __slots__ = ("_io", "_journal", "persist_timeout_s", "snapshot_seq")
+    __slots__ = ("_io", "_journal", "snapshot_seq")
 
-    def __init__(self, io: IoLoop, journal: Journal, *, persist_timeout_s: float = PERSIST_TIMEOUT_S) -> None:
+    def __init__(self, io: IoLoop, journal: Journal) -> None:
         self._io = io
         self._journal = journal
-        self.persist_timeout_s = persist_timeout_s
         self.snapshot_seq = 0  # the seq of the latest snapshot written (or recovered from)
 
     def persist(self, state: SessionState, *events: SessionEvent) -> SessionState:
@@ -51,12 +50,13 @@ class Recorder:
         )
         encoded = [NewEvent(*encode(e)) for e in events]
         future = self._io.submit(self._journal.append(state.session_id, state.seq, encoded, row))
+        timeout = PERSIST_TIMEOUT_S  # read at each call, so tests can shorten it
         try:
-            future.result(self.persist_timeout_s)
+            future.result(timeout)
         except concurrent.futures.TimeoutError as exc:
             raise OutcomeUnknown(
-                f"the journal did not confirm a write for {state.session_id} within "
-                f"{self.persist_timeout_s:g}s; it may still land"
+                f"the journal did not confirm a write for {state.session_id} within {timeout:g}s; "
+                "it may still land"
             ) from exc
         except JournalError:
             raise
@@ -73,7 +73,7 @@ class Recorder:
         future = self._io.submit(self._journal.save_snapshot(state.session_id, seq, data))
         self.snapshot_seq = seq
         if wait:
-            future.result(self.persist_timeout_s)
+            future.result(PERSIST_TIMEOUT_S)
         else:
             session_id = state.session_id
             future.add_done_callback(lambda f: _log_failure(session_id, f))

@@ -12,9 +12,9 @@ from typing import Any
 import httpx
 import pytest
 
-from netclaw.sessions._commands import ProviderDone
 from netclaw.tools import Tool, ToolContext
 from tests.conftest import DaemonHandle
+from tests.fakes.faulty_journal import JournalFaults, has
 from tests.fakes.scripted_openai import (
     Reply,
     ScriptedOpenAIThread,
@@ -424,16 +424,17 @@ def test_actor_crash_does_not_affect_other_sessions_and_recovers(
 ) -> None:
     sid, other = "cli:crashy", "cli:bystander"
     assert daemon.send(other, "before", wait=True).status_code == 200
-    scripted.enqueue(Reply(text="too late", delay_s=1.0))
+    scripted.enqueue(Reply(text="never recorded", delay_s=0.3))
+    faults = JournalFaults(daemon)
+    faults.fail_when = has("TurnRecorded")  # the reply cannot be recorded: the actor breaks
     assert daemon.send(sid, "one").status_code == 202
     wait_until(lambda: len(scripted.requests) == 2)
     manager = daemon.daemon.manager
     assert manager is not None
     ref = manager.ref_of(sid)
-    # The first op of a fresh actor is 1: a malformed completion for it makes _dispatch raise.
-    ref.tell(ProviderDone(1, None))  # type: ignore[arg-type]
-    wait_until(lambda: sid not in resident(daemon))  # retired
-    wait_until(lambda: not ref.is_alive())
+    assert ref is not None
+    wait_until(lambda: faults.failed == 1)
+    wait_until(lambda: not ref.is_alive())  # retired
 
     bystander_ref = manager.ref_of(other)
     assert bystander_ref is not None and bystander_ref.is_alive()

@@ -13,8 +13,8 @@ from typing import Any
 import httpx
 import pytest
 
-from netclaw.sessions._commands import ProviderDone
 from tests.conftest import DaemonHandle
+from tests.fakes.faulty_journal import JournalFaults, has
 from tests.fakes.scripted_openai import ErrorReply, Reply, ScriptedOpenAIThread, ToolCallSpec
 
 Event = tuple[str, dict[str, Any]]
@@ -419,13 +419,9 @@ def test_subscriber_of_a_failed_session_is_not_left_on_a_silent_stream(
     stream = sse(daemon, sid, "text")
     stream.wait_joined()
     scripted.enqueue(Reply(text="too late", delay_s=0.5))
+    # The reply cannot be recorded: the actor fails mid-turn.
+    JournalFaults(daemon).fail_when = has("TurnRecorded")
     assert daemon.send(sid, "one").status_code == 202
-    deadline = time.monotonic() + 5
-    while not scripted.requests and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert daemon.daemon.manager is not None
-    # The first op of a fresh actor is 1: a malformed completion for it makes the actor fail.
-    daemon.daemon.manager.ref_of(sid).tell(ProviderDone(1, None))  # type: ignore[arg-type]
     assert stream.wait_event("error")["code"] == "session_failed"
 
     response = daemon.send(sid, "two", wait=True)  # recovered from the journal

@@ -649,3 +649,28 @@ def test_a_missing_secret_disables_the_webhooks_adapter_but_not_the_daemon(
 def test_a_running_adapter_shows_in_healthz(hooks: DaemonHandle) -> None:
     body = hooks.http.get("/healthz").json()
     assert body["adapters"]["webhooks"]["state"] == "running", body
+
+
+@pytest.mark.parametrize(
+    ("value", "waits"),
+    [("1", True), ("true", True), ("yes", True), ("", True), ("0", False), ("no", False), ("bogus", None)],
+)
+def test_wait_is_read_the_same_by_webhooks_and_the_api(
+    hooks: DaemonHandle, value: str, waits: bool | None
+) -> None:
+    body = json.dumps({"message": "hello"}).encode()
+    hook = httpx.post(
+        f"{hooks.base_url}/webhooks/ci",
+        content=body,
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {CI_TOKEN}"},
+        params={"wait": value},
+        timeout=30,
+    )
+    api = hooks.http.post(
+        "/api/sessions/cli:wait-parity/messages", json={"text": "hello"}, params={"wait": value}
+    )
+    for response in (hook, api):
+        if waits is None:
+            assert_error(response, 400, "invalid_wait")
+        else:
+            assert response.status_code == (200 if waits else 202), response.text

@@ -178,3 +178,18 @@ async def test_store_failures_are_error_results() -> None:
         content, is_error = await run(registry, name, args, TEAM)
         assert is_error
         assert "memory is unavailable" in content and "database is locked" in content
+
+
+def test_memory_kinds_are_one_list_everywhere() -> None:
+    # The store, the `remember` tool and the memory flush agree on what a kind may be: a
+    # flushed "note" stays a note instead of becoming a "fact", and every kind is storable.
+    from netclaw.history import FLUSH_KINDS, MEMORY_KINDS, parse_flush
+
+    for kind in MEMORY_KINDS:
+        assert NewMemory("text", kind).kind == kind
+    assert set(FLUSH_KINDS) <= set(MEMORY_KINDS)
+    assert parse_flush('[{"text": "the backup runs at 2am", "kind": "note"}]') == [
+        ("the backup runs at 2am", "note")
+    ]
+    remember = next(t for t in memory_tools(None) if t.name == "remember")  # type: ignore[arg-type]
+    assert remember.parameters["properties"]["kind"]["enum"] == list(MEMORY_KINDS)
