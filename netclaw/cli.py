@@ -176,7 +176,7 @@ class _ChatView:
                 except ValueError:  # an event a newer daemon added: nothing to show
                     continue
                 self.show(output)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any failure ends the view; the main thread shows it
             self.failure = str(exc)
         self.joined.set()
         self.turn_done.set()

@@ -179,7 +179,7 @@ class Daemon:
         for adapter in candidates:
             try:
                 adapter.check()
-            except Exception as exc:  # one misconfigured channel must not stop the daemon
+            except Exception as exc:  # noqa: BLE001 - one misconfigured channel must not stop the daemon
                 log.error("adapter %s disabled: %s", adapter.name, exc)
                 self._disabled[adapter.name] = AdapterStatus("disabled", str(exc))
                 continue
@@ -189,7 +189,7 @@ class Daemon:
         for adapter in list(self.adapters):
             try:
                 await adapter.start()
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - a failing adapter is disabled, not the daemon
                 log.error("adapter %s failed to start and is disabled: %s", adapter.name, exc)
                 self.adapters.remove(adapter)
                 self._disabled[adapter.name] = AdapterStatus("failed", str(exc))

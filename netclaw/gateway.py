@@ -43,6 +43,18 @@ from netclaw.sessions import (
     load_state,
 )
 
+__all__ = [
+    "Admission",
+    "ChatPermit",
+    "Gateway",
+    "Inbound",
+    "SessionSummary",
+    "SessionView",
+    "Subscription",
+    "TurnOutcome",
+    "check_session_id",
+]
+
 log = logging.getLogger(__name__)
 
 SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9:._\-]{0,199}$")

@@ -101,7 +101,7 @@ class IoLoop:
             except (concurrent.futures.CancelledError, asyncio.CancelledError) as exc:
                 # CancelledError is a BaseException in asyncio; it must never reach pykka.
                 message = on_error(exc)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - every failure goes back to the actor as a message
                 message = on_error(exc)
             with contextlib.suppress(Exception):  # the actor may have stopped; its result is stale
                 actor.tell(message)

@@ -23,7 +23,7 @@ from netclaw.errors import (
     OutcomeUnknown,
     SessionUnavailable,
 )
-from netclaw.sessions import Admission, TurnOutcome
+from netclaw.gateway import Admission, TurnOutcome
 
 log = logging.getLogger(__name__)
 

@@ -309,7 +309,7 @@ def parse_flush(text: str) -> list[tuple[str, str]]:
             if len(out) >= MAX_MEMORIES:
                 break
         return out
-    except Exception:  # tolerant by contract: a bad answer only means no memories
+    except Exception:  # noqa: BLE001 - tolerant by contract: a bad answer only means no memories
         return []
 
 

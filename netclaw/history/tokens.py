@@ -51,7 +51,7 @@ def _load_offline_encoding() -> tiktoken.Encoding | None:
     global _warned_fallback
     try:
         return tiktoken.get_encoding(OFFLINE_ENCODING)
-    except Exception as exc:  # any failure: missing plugin, corrupt data file, ...
+    except Exception as exc:  # noqa: BLE001 - missing plugin, corrupt data file: fall back
         if not _warned_fallback:
             _warned_fallback = True
             log.warning(

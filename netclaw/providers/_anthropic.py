@@ -160,82 +160,94 @@ def to_anthropic_messages(
     * An assistant message first in line gets a user placeholder before it.
     * Empty or whitespace-only texts are left out (the API rejects them).
     """
-    system_parts: list[str] = []
-    turns: list[_Turn] = []
-    pending: dict[str, None] = {}  # unanswered tool_use ids of the last assistant message, in order
+    conversion = _Conversion()
+    for msg in messages:
+        conversion.add(msg)
+    return conversion.finish()
 
-    def user_turn() -> _Turn:
-        if turns and turns[-1].role == "user":
-            return turns[-1]
+
+class _Conversion:
+    """netclaw's history → the Messages API, one message at a time (see above)."""
+
+    def __init__(self) -> None:
+        self.system_parts: list[str] = []
+        self.turns: list[_Turn] = []
+        self.pending: dict[str, None] = {}  # unanswered tool_use ids of the last assistant message
+
+    def add(self, msg: ChatMessage) -> None:
+        if msg.role == "system":
+            if _has_text(msg.content):
+                self.system_parts.append(msg.content)
+        elif msg.role == "user":
+            if _has_text(msg.content):
+                self._user_turn().blocks.append({"type": "text", "text": msg.content})
+        elif msg.role == "tool":
+            self._add_tool(msg)
+        else:
+            self._add_assistant(msg)
+
+    def finish(self) -> tuple[str, list[dict[str, Any]]]:
+        self._close_pending()
+        turns = self.turns
+        if not turns or turns[0].role != "user":
+            turns.insert(0, _Turn("user", [{"type": "text", "text": CONTINUES_PLACEHOLDER}]))
+        wire = [{"role": t.role, "content": t.blocks} for t in turns]
+        return "\n\n".join(self.system_parts), wire
+
+    def _user_turn(self) -> _Turn:
+        if self.turns and self.turns[-1].role == "user":
+            return self.turns[-1]
         turn = _Turn("user", [])
-        turns.append(turn)
+        self.turns.append(turn)
         return turn
 
-    def add_result(block: dict[str, Any]) -> None:
+    def _add_tool(self, msg: ChatMessage) -> None:
+        call_id = wire_tool_id(msg.tool_call_id)
+        if msg.tool_call_id is None or call_id not in self.pending:
+            self._user_turn().blocks.append({"type": "text", "text": _orphan_result_text(msg)})
+            return
+        del self.pending[call_id]
+        result: dict[str, Any] = {"type": "tool_result", "tool_use_id": call_id}
+        if msg.content:
+            result["content"] = msg.content
+        if msg.is_error:
+            result["is_error"] = True
+        self._add_result(result)
+
+    def _add_assistant(self, msg: ChatMessage) -> None:
+        self._close_pending()
+        blocks = _assistant_blocks(msg)
+        if not blocks:
+            return
+        if self.turns and self.turns[-1].role == "assistant":
+            # Merge; thinking blocks stay in front of everything else.
+            prev = self.turns[-1].blocks
+            lead = 0
+            while lead < len(prev) and _is_thinking(prev[lead]):
+                lead += 1
+            prev[lead:lead] = [b for b in blocks if _is_thinking(b)]
+            prev.extend(b for b in blocks if not _is_thinking(b))
+        else:
+            self.turns.append(_Turn("assistant", blocks))
+        for block in blocks:
+            if block["type"] == "tool_use":
+                self.pending[block["id"]] = None
+
+    def _add_result(self, block: dict[str, Any]) -> None:
         # While calls are pending, the last turn is their assistant message or the
         # user message right after it: results go there, before any text.
-        turn = user_turn()
+        turn = self._user_turn()
         pos = 0
         while pos < len(turn.blocks) and turn.blocks[pos].get("type") == "tool_result":
             pos += 1
         turn.blocks.insert(pos, block)
 
-    def close_pending() -> None:
-        for call_id in pending:
-            add_result(
-                {
-                    "type": "tool_result",
-                    "tool_use_id": call_id,
-                    "content": MISSING_RESULT,
-                    "is_error": True,
-                }
+    def _close_pending(self) -> None:
+        for call_id in self.pending:
+            self._add_result(
+                {"type": "tool_result", "tool_use_id": call_id, "content": MISSING_RESULT, "is_error": True}
             )
-        pending.clear()
-
-    for msg in messages:
-        if msg.role == "system":
-            if _has_text(msg.content):
-                system_parts.append(msg.content)
-        elif msg.role == "user":
-            if _has_text(msg.content):
-                user_turn().blocks.append({"type": "text", "text": msg.content})
-        elif msg.role == "tool":
-            call_id = wire_tool_id(msg.tool_call_id)
-            if msg.tool_call_id is not None and call_id in pending:
-                del pending[call_id]
-                result: dict[str, Any] = {"type": "tool_result", "tool_use_id": call_id}
-                if msg.content:
-                    result["content"] = msg.content
-                if msg.is_error:
-                    result["is_error"] = True
-                add_result(result)
-            else:
-                user_turn().blocks.append({"type": "text", "text": _orphan_result_text(msg)})
-        else:  # assistant
-            close_pending()
-            blocks = _assistant_blocks(msg)
-            if not blocks:
-                continue
-            if turns and turns[-1].role == "assistant":
-                # Merge; thinking blocks stay in front of everything else.
-                prev = turns[-1].blocks
-                lead = 0
-                while lead < len(prev) and _is_thinking(prev[lead]):
-                    lead += 1
-                new_thinking = [b for b in blocks if _is_thinking(b)]
-                prev[lead:lead] = new_thinking
-                prev.extend(b for b in blocks if not _is_thinking(b))
-            else:
-                turns.append(_Turn("assistant", blocks))
-            for block in blocks:
-                if block["type"] == "tool_use":
-                    pending[block["id"]] = None
-    close_pending()
-
-    if not turns or turns[0].role != "user":
-        turns.insert(0, _Turn("user", [{"type": "text", "text": CONTINUES_PLACEHOLDER}]))
-    wire = [{"role": t.role, "content": t.blocks} for t in turns]
-    return "\n\n".join(system_parts), wire
+        self.pending.clear()
 
 
 def tool_to_wire(tool: ToolSchema) -> dict[str, Any]:

@@ -87,7 +87,7 @@ class SessionActor(pykka.ThreadingActor):
         try:
             self.prompts = PromptBuilder(self.settings.agent.system_prompt, self.settings.trim_budget_tokens)
             self._recover()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any failure leaves us broken, visibly
             self._break(f"recovery failed: {exc}", exc)
 
     def on_receive(self, message: object) -> None:
@@ -98,7 +98,7 @@ class SessionActor(pykka.ThreadingActor):
             return
         try:
             self._dispatch(message)
-        except (Exception, asyncio.CancelledError) as exc:  # a BaseException would stop ALL actors
+        except (Exception, asyncio.CancelledError) as exc:  # noqa: BLE001 - a BaseException stops ALL actors
             # Keep pykka out of it (it would stop us with commands still queued, leaving their
             # callers hanging). Fail what waits on us; the manager retires us and recovers a
             # fresh actor from the journal.
@@ -114,7 +114,7 @@ class SessionActor(pykka.ThreadingActor):
 
     # -- dispatch -----------------------------------------------------------------------------
 
-    def _dispatch(self, message: object) -> None:
+    def _dispatch(self, message: object) -> None:  # noqa: C901 - one case per message type
         passivating = self.phases.phase is Phase.PASSIVATING
         if passivating and isinstance(message, cmd.Routed) and not isinstance(message, cmd.PassivateNow):
             self._set_phase(Phase.READY)  # anything routed to us aborts passivation

@@ -252,7 +252,7 @@ def test_the_token_encoding_is_loaded_before_any_session_runs(
     start_daemon: StartDaemon, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     loads: list[str] = []
-    real = tokens._load_offline_encoding
+    real = tokens._load_offline_encoding  # noqa: SLF001 - observed where it runs
 
     def load() -> Any:
         loads.append(threading.current_thread().name)

@@ -90,7 +90,7 @@ class SseStream:
                         name = None
                         if self._stop_when is not None and self._stop_when(self.events):
                             return
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - the reader reports any failure to the test
             if not self._closing:
                 self.error = exc
         finally:

@@ -121,7 +121,7 @@ def test_stop_stops_the_thread_and_cancels_pending_tasks() -> None:
     io.submit(forever())
     time.sleep(0.05)
     io.stop(timeout=2)
-    assert not io._thread.is_alive()
+    assert not io._thread.is_alive()  # noqa: SLF001 - no public handle on the loop thread
     assert cancelled.is_set()
     assert io.loop.is_closed()
     io.stop()  # twice is harmless

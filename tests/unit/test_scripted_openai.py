@@ -488,7 +488,7 @@ def test_thread_variant_from_sync_code() -> None:
         def call() -> None:
             try:
                 hung.post(f"{fake.base_url}/chat/completions", json=chat())
-            except BaseException as exc:
+            except BaseException as exc:  # noqa: BLE001 - handed to the asserting thread
                 errors.append(exc)
 
         th = threading.Thread(target=call, daemon=True)

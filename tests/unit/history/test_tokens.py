@@ -47,9 +47,9 @@ def no_network(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def fresh_loader() -> Iterator[None]:
-    tokens._load_offline_encoding.cache_clear()
+    tokens._load_offline_encoding.cache_clear()  # noqa: SLF001 - a fresh process, as far as the cache goes
     yield
-    tokens._load_offline_encoding.cache_clear()
+    tokens._load_offline_encoding.cache_clear()  # noqa: SLF001
 
 
 def test_offline_encoding_loads_without_network(no_network: None, fresh_loader: None) -> None:
