@@ -411,7 +411,8 @@ def run_once(
         daemon = Daemon(settings_for(data_dir, fake.base_url, daemon_window, max_output, session))
         daemon.start()
         assert daemon.manager is not None and daemon.io is not None
-        daemon.manager.deps.tools.register(READ_FILE)
+        assert daemon.tools is not None
+        daemon.tools.register(READ_FILE)
         t0 = time.perf_counter()
         daemon.io.run(drive(daemon, plans, result, name), 1800)
         result.wall_s = time.perf_counter() - t0

@@ -4,7 +4,7 @@ Both sides write the same thing to a fresh database on the same disk, with WAL a
 synchronous=FULL: per append one ``events`` row (payload 200-800 chars of JSON) plus the
 ``sessions`` row upsert the actors always send beside it.
 
-* journal: ``SqliteJournal.append`` (aiosqlite writer task, group commit) called by N
+* journal: ``SqliteJournal.append`` (its own writer thread, group commit) called by N
   asyncio tasks, one append at a time each, awaiting each.
 * raw: a plain ``sqlite3`` connection in one thread that takes everything queued and writes
   it with one BEGIN IMMEDIATE / executemany / COMMIT per batch, fed by the same N asyncio

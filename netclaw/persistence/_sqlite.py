@@ -1,21 +1,28 @@
 """The embedded SQLite journal and snapshot store.
 
-One writer task on the I/O loop group-commits: every append waiting when a
-transaction starts goes into that transaction, so N concurrent sessions pay
-for one fsync, not N. Reads use a second connection (WAL lets them run beside
-the writer). The expected-sequence check runs against an in-memory copy of
-each session's last seq — safe because this process is the only writer (the
-daemon holds a lock on ``data_dir``).
+Writes go to a writer thread the journal owns, with a plain ``sqlite3`` connection:
+``append`` (on the I/O loop) puts its write on a thread-safe queue and awaits a
+future; the thread takes everything queued at that moment into ONE transaction
+(group commit: N concurrent sessions pay for one fsync, not N) and settles the
+batch's futures with one ``call_soon_threadsafe`` per loop. That is one hop each
+way per commit, and it relies on no private API of aiosqlite. Reads use an
+aiosqlite connection (WAL lets them run beside the writer). The expected-sequence
+check runs on the writer thread against an in-memory copy of each session's last
+seq — safe because this process is the only writer (the daemon holds a lock on
+``data_dir``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import logging
+import queue
 import sqlite3
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +35,7 @@ from netclaw.persistence._migrations import apply_migrations, load_migrations
 
 log = logging.getLogger(__name__)
 
-_MAX_BATCH = 512  # appends per transaction; bounds one commit's latency
+_MAX_BATCH = 512  # writes per transaction; bounds one commit's latency
 
 
 @dataclass(slots=True)
@@ -79,7 +86,7 @@ def _configure(conn: sqlite3.Connection, synchronous: str) -> None:
     mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
     if str(mode).lower() != "wal":
         raise JournalError(f"could not switch the database to WAL mode (got {mode!r})")
-    conn.execute(f"PRAGMA synchronous={'FULL' if synchronous == 'full' else 'NORMAL'}")
+    conn.execute(f"PRAGMA synchronous={_sync_pragma(synchronous)}")
     conn.execute("PRAGMA busy_timeout=5000")
     conn.execute("PRAGMA foreign_keys=ON")
 
@@ -90,34 +97,44 @@ class SqliteJournal:
     def __init__(self, path: Path, *, synchronous: str = "full") -> None:
         self.path = path
         self._synchronous = synchronous
-        self._writer: aiosqlite.Connection | None = None
         self._reader: aiosqlite.Connection | None = None
-        self._queue: asyncio.Queue[_Write | None] = asyncio.Queue()  # None: stop
-        self._last_seq: dict[str, int] = {}
-        self._task: asyncio.Task[None] | None = None
+        self._writer: _Writer | None = None
         self._closing = False
         self.commits = 0  # transactions committed (benchmarks report appends per commit)
 
     async def open(self) -> SqliteJournal:
-        """Open both connections and start the writer. Migrations must have run."""
+        """Open the reader and start the writer thread. Migrations must have run."""
+        writer = _Writer(self, self._synchronous)
         try:
-            self._writer = await aiosqlite.connect(self.path, isolation_level=None)
             self._reader = await aiosqlite.connect(self.path, isolation_level=None)
-            for conn in (self._writer, self._reader):
-                mode = await (await conn.execute("PRAGMA journal_mode")).fetchone()
-                if not mode or str(mode[0]).lower() != "wal":
-                    raise JournalError(f"{self.path} is not in WAL mode; run migrations first")
-                sync = "FULL" if self._synchronous == "full" else "NORMAL"
-                await conn.execute(f"PRAGMA synchronous={sync}")
-                await conn.execute("PRAGMA busy_timeout=5000")
+            mode = await (await self._reader.execute("PRAGMA journal_mode")).fetchone()
+            if not mode or str(mode[0]).lower() != "wal":
+                raise JournalError(f"{self.path} is not in WAL mode; run migrations first")
+            await self._reader.execute(f"PRAGMA synchronous={_sync_pragma(self._synchronous)}")
+            await self._reader.execute("PRAGMA busy_timeout=5000")
+            writer.start()
+            await asyncio.wrap_future(writer.ready)
         except JournalError:
-            await self.close()
+            await self._close_after_failed_open(writer)
             raise
         except sqlite3.Error as exc:
-            await self.close()
+            await self._close_after_failed_open(writer)
             raise JournalError(f"cannot open journal {self.path}: {exc}") from exc
-        self._task = asyncio.get_running_loop().create_task(self._write_loop(), name="journal-writer")
+        self._writer = writer
         return self
+
+    async def _close_after_failed_open(self, writer: _Writer) -> None:
+        if writer.is_alive():
+            writer.inbox.put(None)
+            await asyncio.wrap_future(writer.finished)
+        if self._reader is not None:
+            with contextlib.suppress(Exception):
+                await self._reader.close()
+            self._reader = None
+
+    @property
+    def is_open(self) -> bool:
+        return self._writer is not None and not self._closing
 
     # -- writes -------------------------------------------------------------------------------
 
@@ -138,85 +155,20 @@ class SqliteJournal:
         await future
 
     def _put(self, write: _Write) -> None:
-        if self._task is None or self._task.done() or self._closing:
+        if self._writer is None or self._closing or not self._writer.is_alive():
             raise JournalError("the journal is closed")
-        self._queue.put_nowait(write)
+        self._writer.inbox.put(write)
 
-    async def _write_loop(self) -> None:
-        stopping = False
-        while not stopping:
-            first = await self._queue.get()
-            if first is None:
-                return
-            writes = [first]
-            while len(writes) < _MAX_BATCH and not self._queue.empty():
-                queued = self._queue.get_nowait()
-                if queued is None:
-                    stopping = True
-                    break
-                writes.append(queued)
-            try:
-                await self._commit(writes)
-            except Exception as exc:  # a failed commit fails its batch, not the writer
-                log.exception("journal commit failed")
-                err = exc if isinstance(exc, JournalError) else JournalError(f"journal write failed: {exc}")
-                for write in writes:
-                    if not write.future.done():
-                        write.future.set_exception(err)
-
-    async def _commit(self, writes: list[_Write]) -> None:
-        assert self._writer is not None
-        batch = _Batch()
-        now = time.time()
-        staged: dict[str, int] = {}  # seqs this batch will reach, committed to the cache on success
-        for write in writes:
-            pid = write.persistence_id
-            if isinstance(write, _SaveSnapshot):
-                batch.snapshots.append((pid, write.seq, write.state, now))
-                batch.done.append((write.future, write.seq))
-                continue
-            current = staged.get(pid)
-            if current is None:
-                current = await self._cached_last_seq(pid)
-            if write.expected_seq != current:
-                write.future.set_exception(SequenceConflict(pid, write.expected_seq, current))
-                continue
-            seq = current
-            for event in write.events:
-                seq += 1
-                batch.events.append((pid, seq, event.type, event.payload, now))
-            staged[pid] = seq
-            if write.row is not None:
-                r = write.row
-                batch.rows.append((r.id, r.channel, r.title, r.turns, r.last_activity, r.pending, seq))
-            batch.done.append((write.future, seq))
-        if not batch.done:
-            return
-        try:
-            # The whole transaction is one job on aiosqlite's thread: one hop, not four.
-            # (`_execute` is aiosqlite's own queue-a-function primitive, stable since 0.17.)
-            await self._writer._execute(_write_batch, self._writer._conn, batch)  # type: ignore[no-untyped-call]
-        except Exception as exc:
-            for pid in staged:  # re-read from disk next time; the cache may be ahead
-                self._last_seq.pop(pid, None)
-            raise JournalError(f"journal commit failed: {exc}") from exc
-        self.commits += 1
-        self._last_seq.update(staged)
-        for future, seq in batch.done:
-            if not future.done():
-                future.set_result(seq)
-
-    async def _cached_last_seq(self, persistence_id: str) -> int:
-        if (seq := self._last_seq.get(persistence_id)) is None:
-            assert self._writer is not None
-            cursor = await self._writer.execute(
-                "SELECT COALESCE(MAX(seq), 0) FROM events WHERE persistence_id = ?",
-                (persistence_id,),
-            )
-            found = await cursor.fetchone()
-            seq = int(found[0]) if found else 0
-            self._last_seq[persistence_id] = seq
-        return seq
+    async def synchronous_levels(self) -> tuple[int, int]:
+        """``PRAGMA synchronous`` of the writer and the reader (2 = FULL, 1 = NORMAL)."""
+        if self._writer is None or self._reader is None:
+            raise JournalError("the journal is closed")
+        future: concurrent.futures.Future[int] = concurrent.futures.Future()
+        self._writer.inbox.put(
+            _Query(lambda conn: int(conn.execute("PRAGMA synchronous").fetchone()[0]), future)
+        )
+        reader = await (await self._reader.execute("PRAGMA synchronous")).fetchone()
+        return await asyncio.wrap_future(future), int(reader[0]) if reader else -1
 
     # -- reads --------------------------------------------------------------------------------
 
@@ -264,18 +216,185 @@ class SqliteJournal:
         return [str(r[0]) for r in rows]
 
     async def close(self) -> None:
-        if self._task is not None:
+        writer = self._writer
+        if writer is not None and not self._closing:
             # Queued writes land before the writer stops: their callers are waiting on them.
             self._closing = True
-            self._queue.put_nowait(None)
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
-        for conn in (self._writer, self._reader):
+            writer.inbox.put(None)
+            await asyncio.wrap_future(writer.finished)
+        self._writer = None
+        self._closing = False
+        if self._reader is not None:
+            with contextlib.suppress(Exception):
+                await self._reader.close()
+            self._reader = None
+
+
+@dataclass(slots=True)
+class _Query:
+    """A read on the writer's own connection (diagnostics)."""
+
+    run: Callable[[sqlite3.Connection], int]
+    future: concurrent.futures.Future[int]
+
+
+class _Writer(threading.Thread):
+    """Owns the write connection; commits whatever is queued, one transaction at a time."""
+
+    def __init__(self, journal: SqliteJournal, synchronous: str) -> None:
+        super().__init__(name="netclaw-journal-writer", daemon=True)
+        self.journal = journal
+        self.synchronous = synchronous
+        self.inbox: queue.SimpleQueue[_Write | _Query | None] = queue.SimpleQueue()
+        self.ready: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self.finished: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._last_seq: dict[str, int] = {}
+
+    def run(self) -> None:
+        conn: sqlite3.Connection | None = None
+        try:
+            try:
+                conn = sqlite3.connect(self.journal.path, isolation_level=None, check_same_thread=False)
+                _configure(conn, self.synchronous)
+            except (sqlite3.Error, JournalError) as exc:
+                self.ready.set_exception(
+                    exc
+                    if isinstance(exc, JournalError)
+                    else JournalError(f"cannot open {self.journal.path}: {exc}")
+                )
+                return
+            self.ready.set_result(None)
+            self._serve(conn)
+        finally:
             if conn is not None:
-                with contextlib.suppress(Exception):
-                    await conn.close()
-        self._writer = self._reader = None
+                conn.close()
+            self._fail_leftovers()
+            self.finished.set_result(None)
+
+    def _serve(self, conn: sqlite3.Connection) -> None:
+        stopping = False
+        while not stopping:
+            first = self.inbox.get()
+            if first is None:
+                return
+            writes: list[_Write] = []
+            item: _Write | _Query | None = first
+            while True:
+                if isinstance(item, _Query):
+                    _answer(item, conn)
+                elif item is not None:
+                    writes.append(item)
+                if len(writes) >= _MAX_BATCH:
+                    break
+                try:
+                    item = self.inbox.get_nowait()
+                except queue.Empty:
+                    break
+                if item is None:
+                    stopping = True
+                    break
+            if writes:
+                self._commit(conn, writes)
+
+    def _commit(self, conn: sqlite3.Connection, writes: list[_Write]) -> None:
+        """One transaction for the batch; its futures are settled on their loops."""
+        conflicts: list[tuple[asyncio.Future[int], int | BaseException]] = []
+        batch = _Batch()
+        now = time.time()
+        staged: dict[str, int] = {}  # seqs this batch will reach, cached only once committed
+        for write in writes:
+            if isinstance(write, _SaveSnapshot):
+                batch.snapshots.append((write.persistence_id, write.seq, write.state, now))
+                batch.done.append((write.future, write.seq))
+                continue
+            pid = write.persistence_id
+            current = staged.get(pid)
+            if current is None:
+                try:
+                    current = self._cached_last_seq(conn, pid)
+                except sqlite3.Error as exc:
+                    conflicts.append((write.future, JournalError(f"journal read failed: {exc}")))
+                    continue
+            if write.expected_seq != current:
+                conflicts.append((write.future, SequenceConflict(pid, write.expected_seq, current)))
+                continue
+            seq = current
+            for event in write.events:
+                seq += 1
+                batch.events.append((pid, seq, event.type, event.payload, now))
+            staged[pid] = seq
+            if write.row is not None:
+                r = write.row
+                batch.rows.append((r.id, r.channel, r.title, r.turns, r.last_activity, r.pending, seq))
+            batch.done.append((write.future, seq))
+        results: list[tuple[asyncio.Future[int], int | BaseException]] = list(batch.done)
+        if batch.done:
+            try:
+                _write_batch(conn, batch)
+            except Exception as exc:  # a failed commit fails its batch, never the writer
+                log.exception("journal commit failed")
+                error = JournalError(f"journal commit failed: {exc}")
+                results = [(future, error) for future, _ in batch.done]
+            else:
+                self.journal.commits += 1
+                self._last_seq.update(staged)
+        _settle(conflicts + results)
+
+    def _cached_last_seq(self, conn: sqlite3.Connection, persistence_id: str) -> int:
+        seq = self._last_seq.get(persistence_id)
+        if seq is None:
+            found = conn.execute(
+                "SELECT COALESCE(MAX(seq), 0) FROM events WHERE persistence_id = ?", (persistence_id,)
+            ).fetchone()
+            seq = int(found[0]) if found else 0
+            self._last_seq[persistence_id] = seq
+        return seq
+
+    def _fail_leftovers(self) -> None:
+        """The writer is gone: nothing queued may wait forever."""
+        error = JournalError("the journal is closed")
+        leftovers: list[tuple[asyncio.Future[int], int | BaseException]] = []
+        while True:
+            try:
+                item = self.inbox.get_nowait()
+            except queue.Empty:
+                break
+            if isinstance(item, _Query):
+                item.future.set_exception(error)
+            elif item is not None:
+                leftovers.append((item.future, error))
+        _settle(leftovers)
+
+
+def _answer(query: _Query, conn: sqlite3.Connection) -> None:
+    try:
+        query.future.set_result(query.run(conn))
+    except sqlite3.Error as exc:
+        query.future.set_exception(JournalError(f"journal query failed: {exc}"))
+
+
+def _settle(results: list[tuple[asyncio.Future[int], int | BaseException]]) -> None:
+    """Resolve futures on their own loops: one callback per loop for the whole batch."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[int], int | BaseException]]] = {}
+    for future, result in results:
+        by_loop.setdefault(future.get_loop(), []).append((future, result))
+    for loop, items in by_loop.items():
+        with contextlib.suppress(RuntimeError):  # that loop is closed: nobody waits any more
+            loop.call_soon_threadsafe(_resolve, items)
+
+
+def _resolve(items: list[tuple[asyncio.Future[int], int | BaseException]]) -> None:
+    for future, result in items:
+        if future.done():  # the caller gave up (cancelled)
+            continue
+        if isinstance(result, BaseException):
+            future.set_exception(result)
+        else:
+            future.set_result(result)
+
+
+def _sync_pragma(synchronous: str) -> str:
+    return "FULL" if synchronous == "full" else "NORMAL"
 
 
 _INSERT_EVENTS = "INSERT INTO events (persistence_id, seq, type, payload, ts) VALUES (?,?,?,?,?)"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -332,12 +333,7 @@ async def test_writes_queued_before_close_are_committed(db: Path) -> None:
 
 
 async def test_durable_and_wal_by_default(journal: SqliteJournal, db: Path) -> None:
-    assert journal._writer is not None
-    assert journal._reader is not None
-    for conn in (journal._writer, journal._reader):
-        sync = await (await conn.execute("PRAGMA synchronous")).fetchone()
-        assert sync is not None
-        assert sync[0] == 2  # FULL
+    assert await journal.synchronous_levels() == (2, 2)  # FULL, writer and reader
     plain = sqlite3.connect(db)
     try:
         assert plain.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
@@ -348,10 +344,7 @@ async def test_durable_and_wal_by_default(journal: SqliteJournal, db: Path) -> N
 async def test_synchronous_normal_when_asked(db: Path) -> None:
     j = await SqliteJournal(db, synchronous="normal").open()
     try:
-        assert j._writer is not None
-        sync = await (await j._writer.execute("PRAGMA synchronous")).fetchone()
-        assert sync is not None
-        assert sync[0] == 1  # NORMAL
+        assert await j.synchronous_levels() == (1, 1)  # NORMAL
     finally:
         await j.close()
 
@@ -365,25 +358,78 @@ def _plain_database(tmp_path: Path) -> Path:
     return path
 
 
+def writer_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "netclaw-journal-writer"]
+
+
 async def test_open_refuses_a_database_not_in_wal_mode(tmp_path: Path) -> None:
     j = SqliteJournal(_plain_database(tmp_path))
-    try:
-        with pytest.raises(JournalError, match="WAL"):
-            await j.open()
-    finally:
-        for conn in (j._writer, j._reader):
-            if conn is not None:
-                await conn.close()
+    with pytest.raises(JournalError, match="WAL"):
+        await j.open()
+    assert not j.is_open
 
 
-async def test_failed_open_closes_its_connections(tmp_path: Path) -> None:
+async def test_failed_open_leaves_no_thread_or_connection(tmp_path: Path) -> None:
+    before = writer_threads()
     j = SqliteJournal(_plain_database(tmp_path))
-    leaked = []
-    try:
-        with pytest.raises(JournalError):
-            await j.open()
-        leaked = [c for c in (j._writer, j._reader) if c is not None]
-        assert leaked == []
-    finally:
-        for conn in leaked:
-            await conn.close()
+    with pytest.raises(JournalError):
+        await j.open()
+    assert writer_threads() == before
+    with pytest.raises(JournalError, match="closed"):
+        await j.replay("s")
+
+
+# -- the writer thread ------------------------------------------------------------------------
+
+
+async def test_many_sessions_share_few_commits_and_get_their_own_seqs(
+    journal: SqliteJournal, db: Path
+) -> None:
+    before = journal.commits
+
+    async def session(i: int) -> list[int]:
+        seqs = []
+        for n in range(5):
+            seqs.append(await journal.append(f"cli:{i}", n, [ev(n)], row(f"cli:{i}", pending=1)))
+        return seqs
+
+    results = await asyncio.gather(*(session(i) for i in range(40)))
+    assert results == [[1, 2, 3, 4, 5]] * 40
+    assert journal.commits - before < 200  # 200 appends, grouped
+    assert count_events(db) == 200
+
+
+async def test_a_commit_that_fails_fails_its_batch_and_the_writer_goes_on(journal: SqliteJournal) -> None:
+    # sqlite cannot bind a payload that is not text: the whole transaction rolls back.
+    bad = NewEvent("E", object())  # type: ignore[arg-type]
+    good, broken = await asyncio.gather(
+        journal.append("s-good", 0, [ev(1)]), journal.append("s-bad", 0, [bad]), return_exceptions=True
+    )
+    assert isinstance(broken, JournalError)
+    assert isinstance(good, (int, JournalError))  # the same transaction: it failed too, or landed alone
+    # The writer survived and the cache was not left ahead of the disk.
+    assert await journal.append("s-bad", 0, [ev(1)]) == 1
+    after_good = await journal.last_seq("s-good")
+    assert await journal.append("s-good", after_good, [ev(2)]) == after_good + 1
+
+
+async def test_close_lets_queued_writes_land_and_stops_the_thread(db: Path) -> None:
+    before = writer_threads()
+    j = await SqliteJournal(db).open()
+    assert len(writer_threads()) == len(before) + 1
+    tasks = [asyncio.create_task(j.append(f"q{i}", 0, [ev(1)])) for i in range(30)]
+    await asyncio.sleep(0)
+    await j.close()
+    assert await asyncio.gather(*tasks) == [1] * 30
+    assert count_events(db) == 30
+    assert writer_threads() == before
+    with pytest.raises(JournalError, match="closed"):
+        await j.append("q0", 1, [ev(2)])
+
+
+def test_no_private_aiosqlite_api() -> None:
+    import netclaw.persistence._sqlite as module
+
+    source = Path(module.__file__).read_text()
+    assert "_execute" not in source
+    assert "._conn" not in source
