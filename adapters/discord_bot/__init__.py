@@ -6,32 +6,35 @@ would shadow the library for anything that puts ``adapters/`` on ``sys.path`` an
 ``discord`` in tracebacks, logs and tool output ambiguous. ``adapters.build_adapters`` loads
 this package by that name. The modules:
 
-- ``_port``: the narrow platform port, its error type, normalised messages, rate-limit retry.
-- ``_adapter``: :class:`DiscordAdapter` — policy, thread ↔ session mapping, rendering.
+- ``_port``: the narrow platform port (the chat port plus threads), its error type,
+  normalised messages.
+- ``_adapter``: :class:`DiscordAdapter` — policy, thread ↔ session mapping; replies are
+  rendered by the shared :class:`~adapters.chat.ChatRenderer`.
 - ``_client``: discord.py itself (client, real port, normalisation, exception translation),
   imported only when the adapter starts, so the daemon runs without discord.py installed.
 
 Set-up for people: docs/channels/discord.md.
 """
 
-from adapters.discord_bot._adapter import DiscordAdapter, session_id_for, thread_name
+from adapters.discord_bot._adapter import DiscordAdapter, conversation_of, session_id_for, thread_name
 from adapters.discord_bot._port import (
     MESSAGE_LIMIT,
+    SEEN_EMOJI,
     DiscordApiError,
     DiscordMessage,
     DiscordPort,
     rate_limited,
-    with_retry,
 )
 
 __all__ = [
     "MESSAGE_LIMIT",
+    "SEEN_EMOJI",
     "DiscordAdapter",
     "DiscordApiError",
     "DiscordMessage",
     "DiscordPort",
+    "conversation_of",
     "rate_limited",
     "session_id_for",
     "thread_name",
-    "with_retry",
 ]

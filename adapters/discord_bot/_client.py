@@ -6,28 +6,29 @@ Rate limits: discord.py's HTTP client already honours Discord's rate-limit heade
 pre-emptively when a bucket is exhausted) and, on an HTTP 429, sleeps ``retry_after`` and
 retries the request itself (up to 5 tries). We cap that sleep with ``max_ratelimit_timeout``:
 a longer limit raises :class:`discord.RateLimited` instead of blocking a renderer, and it
-reaches the adapter as a transient :class:`DiscordApiError` carrying ``retry_after``, which
-``with_retry`` honours. 5xx answers are retried by discord.py as well and arrive here only
-when they persist.
+reaches the renderer as a transient :class:`DiscordApiError` carrying ``retry_after``, which
+its retries (:mod:`netclaw.retry`) honour. 5xx answers are retried by discord.py as well and
+arrive here only when they persist.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, Protocol
 
 import aiohttp
 import discord
 
+from adapters.chat import Button, Conversation, MessageRef
 from adapters.discord_bot._port import (
     MESSAGE_LIMIT,
     THREAD_NAME_LIMIT,
     DiscordApiError,
     DiscordMessage,
-    new_nonce,
     rate_limited,
 )
 
@@ -222,12 +223,25 @@ def translated(what: str) -> Iterator[None]:
 # -- the real port ------------------------------------------------------------------------------
 
 
+_BUTTON_STYLES = {
+    "primary": discord.ButtonStyle.primary,
+    "danger": discord.ButtonStyle.danger,
+    "default": discord.ButtonStyle.secondary,
+}
+
+
 class ClientPort:
     """:class:`~adapters.discord_bot._port.DiscordPort` over a logged-in discord.py client. Uses
     partial objects (no fetch before each call): one REST request per call."""
 
+    platform = "discord"
+    message_limit = MESSAGE_LIMIT
+
     def __init__(self, client: discord.Client) -> None:
         self._client = client
+
+    def escape(self, text: str) -> str:
+        return text  # mentions never ping (NO_PINGS); markdown is the model's to use
 
     def _channel(self, channel_id: str) -> discord.PartialMessageable:
         return self._client.get_partial_messageable(int(channel_id))
@@ -250,37 +264,58 @@ class ClientPort:
             )
             return str(thread.id)
 
-    async def send(self, channel_id: str, text: str, *, nonce: str | None = None) -> str:
-        # discord.py sends the nonce with enforce_nonce=true: Discord de-duplicates retries.
+    async def post(self, to: Conversation, text: str, *, key: str) -> str:
+        # discord.py sends the nonce with enforce_nonce=true: Discord answers a repeated
+        # nonce with the message it already made, so a retry never posts twice.
         with translated("send a message"):
-            message = await self._channel(channel_id).send(
-                text[:MESSAGE_LIMIT],
-                allowed_mentions=NO_PINGS,
-                nonce=nonce if nonce is not None else new_nonce(),
+            message = await self._channel(to.channel).send(
+                text[:MESSAGE_LIMIT], allowed_mentions=NO_PINGS, nonce=key
             )
             return str(message.id)
 
-    async def edit(self, channel_id: str, message_id: str, text: str) -> None:
+    async def edit(self, to: Conversation, message_id: str, text: str) -> None:
         with translated("edit a message"):
-            await self._message(channel_id, message_id).edit(
-                content=text[:MESSAGE_LIMIT], allowed_mentions=NO_PINGS
+            await self._message(to.channel, message_id).edit(
+                content=text[:MESSAGE_LIMIT], allowed_mentions=NO_PINGS, view=None
             )
 
-    async def delete(self, channel_id: str, message_id: str) -> None:
-        with translated("delete a message"):
-            await self._message(channel_id, message_id).delete()
+    async def delete(self, to: Conversation, message_id: str) -> None:
+        with translated("delete a message"), contextlib.suppress(discord.NotFound):
+            await self._message(to.channel, message_id).delete()
 
-    async def add_reaction(self, channel_id: str, message_id: str, emoji: str) -> None:
-        with translated("add a reaction"):
-            await self._message(channel_id, message_id).add_reaction(emoji)
-
-    async def remove_reaction(self, channel_id: str, message_id: str, emoji: str) -> None:
+    async def react(self, message: MessageRef, reaction: str, *, add: bool) -> None:
+        target = self._message(message.channel, message.message_id)
+        if add:
+            with translated("add a reaction"):
+                await target.add_reaction(reaction)
+            return
         me = self._client.user
         if me is None:
             raise DiscordApiError("could not remove a reaction: not logged in")
-        with translated("remove a reaction"):
-            await self._message(channel_id, message_id).remove_reaction(emoji, me)
+        with translated("remove a reaction"), contextlib.suppress(discord.NotFound):
+            await target.remove_reaction(reaction, me)
 
-    async def typing(self, channel_id: str) -> None:
+    async def typing(self, to: Conversation) -> None:
         with translated("show typing"):
-            await self._channel(channel_id).typing()
+            await self._channel(to.channel).typing()
+
+    async def upload(self, to: Conversation, name: str, data: bytes, mime_type: str) -> str:
+        with translated("upload a file"):
+            message = await self._channel(to.channel).send(file=discord.File(io.BytesIO(data), filename=name))
+            return str(message.id)
+
+    async def post_buttons(self, to: Conversation, text: str, buttons: Sequence[Button], *, key: str) -> str:
+        view = discord.ui.View(timeout=None)
+        for button in buttons:
+            view.add_item(
+                discord.ui.Button(
+                    label=button.label,
+                    style=_BUTTON_STYLES[button.style],
+                    custom_id=f"netclaw:{button.action_id}:{button.value}"[:100],
+                )
+            )
+        with translated("send a message"):
+            message = await self._channel(to.channel).send(
+                text[:MESSAGE_LIMIT], allowed_mentions=NO_PINGS, nonce=key, view=view
+            )
+            return str(message.id)

@@ -16,24 +16,24 @@ import asyncio
 import itertools
 import time
 from collections.abc import Callable, Coroutine, Iterator
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
 import discord
 import pytest
 
+from adapters.chat import MUST_DELIVER, retry_verdict, split_message
 from adapters.discord_bot import (
     DiscordAdapter,
     DiscordApiError,
     DiscordMessage,
     rate_limited,
     thread_name,
-    with_retry,
 )
-from adapters.discord_bot._adapter import MAX_REVIVES
 from adapters.discord_bot._client import NetclawClient, normalise, translate_error
-from adapters.render import split_message
 from netclaw.errors import AdapterError
+from netclaw.retry import with_retries
 from tests.conftest import DaemonHandle
 from tests.fakes.discord_port import FakeDiscordPort, FakeDiscordServer
 from tests.fakes.scripted_openai import Reply, ScriptedOpenAIThread
@@ -94,6 +94,21 @@ class Bot:
             lambda: len(self.fake.texts(channel_id)) >= replies and not self.fake.reactions,
             what=f"{replies} repl(ies) in {channel_id}",
         )
+
+    def following(self) -> list[str]:
+        async def read() -> list[str]:
+            return self.adapter.following()
+
+        result: list[str] = self.run(read())
+        return result
+
+    def stop_session(self, session_id: str) -> None:
+        """The session's actor stops under us (as in a crash): its streams end."""
+        manager = self.handle.daemon.manager
+        assert manager is not None
+        ref = manager.ref_of(session_id)
+        assert ref is not None
+        ref.stop()
 
     def sessions(self) -> list[str]:
         response = self.handle.http.get("/api/sessions")
@@ -254,7 +269,7 @@ def test_streaming_edits_are_throttled(start_bot: Callable[..., Bot], scripted: 
     elapsed = time.monotonic() - started
 
     [message] = bot.fake.in_channel(thread_id)
-    assert bot.fake.count("send") == 1  # one message, then edits
+    assert bot.fake.count("post") == 1  # one message, then edits
     assert len(message.text) < 2000
     edits = [at for at, _ in message.edits]
     assert 2 <= len(edits) <= elapsed / interval + 2, (len(edits), elapsed)
@@ -267,10 +282,10 @@ def test_streaming_edits_are_throttled(start_bot: Callable[..., Bot], scripted: 
 def test_rate_limited_calls_are_retried(start_bot: Callable[..., Bot]) -> None:
     bot = start_bot()
     bot.fake.fail("create_thread", rate_limited(0.05))
-    bot.fake.fail("send", rate_limited(0.05), rate_limited(0.05))
+    bot.fake.fail("post", rate_limited(0.05), rate_limited(0.05))
     thread_id, _ = bot.start_thread("despite limits")
     assert bot.fake.texts(thread_id) == ["echo: despite limits"]
-    assert [op for op, _ in bot.fake.failures] == ["create_thread", "send", "send"]
+    assert [op for op, _ in bot.fake.failures] == ["create_thread", "post", "post"]
     assert bot.fake.count("create_thread") == 2
     assert len(bot.fake.threads) == 1
 
@@ -280,15 +295,15 @@ def test_a_send_whose_answer_was_lost_is_not_posted_twice(
 ) -> None:
     scripted.enqueue(Reply(text="only once, please", chunk_size=4, chunk_delay_s=0.1))
     bot = start_bot()
-    bot.fake.lose_answer("send", DiscordApiError("timed out", transient=True))
+    bot.fake.lose_answer("post", DiscordApiError("timed out", transient=True))
     sid = bot.feed(msg("say it once"))
     assert sid is not None
     thread_id = bot.fake.threads[0].id
     bot.wait_idle(thread_id)
     # The first streamed words were posted, but the answer got lost; the final text went out
     # again with the same nonce, Discord handed back that message, and it was edited.
-    assert [op for op, _ in bot.fake.failures] == ["send"]
-    assert bot.fake.count("send") == 2
+    assert [op for op, _ in bot.fake.failures] == ["post"]
+    assert bot.fake.count("post") == 2
     assert bot.fake.texts(thread_id) == ["only once, please"]
 
 
@@ -302,7 +317,7 @@ def test_a_permanent_failure_is_reported_not_retried(start_bot: Callable[..., Bo
     assert bot.sessions() == []
 
 
-async def test_with_retry_waits_as_long_as_discord_asks() -> None:
+async def test_retries_wait_as_long_as_discord_asks() -> None:
     waits: list[float] = []
 
     async def sleep(seconds: float) -> None:
@@ -316,14 +331,18 @@ async def test_with_retry_waits_as_long_as_discord_asks() -> None:
             raise outcome
         return str(outcome)
 
-    assert await with_retry("test", call, sleep=sleep) == "ok"
-    assert waits == [2.5, 2.0]  # Discord's retry_after, then backoff
+    policy = MUST_DELIVER
+    result = await with_retries(
+        call, classify=retry_verdict, policy=policy, what="t", sleep=sleep, rand=lambda: 1.0
+    )
+    assert result == "ok"
+    assert waits == [2.5, policy.base_delay_s * 2]  # Discord's retry_after, then backoff
 
     async def forbidden() -> str:
         raise DiscordApiError("403", status=403)
 
     with pytest.raises(DiscordApiError, match="403"):
-        await with_retry("test", forbidden, sleep=sleep)
+        await with_retries(forbidden, classify=retry_verdict, policy=policy, what="t", sleep=sleep)
     assert len(waits) == 2  # a permanent error is not retried
 
 
@@ -333,7 +352,7 @@ async def test_with_retry_waits_as_long_as_discord_asks() -> None:
 def test_idle_renderer_lets_go_and_the_next_message_subscribes_again(start_bot: Callable[..., Bot]) -> None:
     bot = start_bot(adapter_options={"release_after_s": 0.3})
     thread_id, sid = bot.start_thread("first")
-    bot.fake.wait_for(lambda: sid not in bot.adapter._renderers, what="the subscription to be released")
+    bot.fake.wait_for(lambda: sid not in bot.following(), what="the subscription to be released")
     assert bot.feed(msg("second", channel_id=thread_id, parent_id=ALLOWED, mentioned=False)) == sid
     bot.wait_idle(thread_id, replies=2)
     assert bot.fake.texts(thread_id) == ["echo: first", "echo: second"]
@@ -342,45 +361,40 @@ def test_idle_renderer_lets_go_and_the_next_message_subscribes_again(start_bot: 
 def test_a_stream_closed_mid_turn_is_subscribed_again(
     start_bot: Callable[..., Bot], scripted: ScriptedOpenAIThread
 ) -> None:
-    scripted.enqueue(Reply(text="slow but sure", delay_s=0.8))
+    scripted.enqueue(Reply(text="never shown", delay_s=0.8))
     bot = start_bot()
     sid = bot.feed(msg("take your time"))
     assert sid is not None
     thread_id = bot.fake.threads[0].id
-    renderer = bot.adapter._renderers[sid]
-    first_sub = renderer.sub_id
-    bot.io.loop.call_soon_threadsafe(renderer.queue.close)  # as if the session restarted under us
+    bot.fake.wait_for(lambda: scripted.requests, what="the provider call")
+    bot.stop_session(sid)  # it restarts from its journal and resumes the turn
     bot.wait_idle(thread_id)
-    assert bot.fake.texts(thread_id) == ["slow but sure"]
-    assert renderer.sub_id != first_sub
+    assert bot.fake.texts(thread_id) == ["echo: take your time"]
 
 
 def test_a_gateway_reconnect_resubscribes_a_silent_session(
     start_bot: Callable[..., Bot], scripted: ScriptedOpenAIThread
 ) -> None:
-    scripted.enqueue(Reply(text="worth the wait", delay_s=1.0))
+    scripted.enqueue(Reply(text="never shown", delay_s=0.8))
     bot = start_bot()
+    assert bot.adapter.renderer is not None
+    bot.adapter.renderer.options = replace(bot.adapter.renderer.options, max_revives=0)  # it gives up at once
     sid = bot.feed(msg("long job"))
     assert sid is not None
     thread_id = bot.fake.threads[0].id
-    renderer = bot.adapter._renderers[sid]
-    first_sub = renderer.sub_id
-
-    def lose_stream() -> None:  # and it has given up re-subscribing by itself
-        renderer.revives = MAX_REVIVES
-        renderer.queue.close()
-
-    bot.io.loop.call_soon_threadsafe(lose_stream)
-    bot.fake.wait_for(renderer.task.done, what="the renderer to stop")
-    assert bot.adapter._renderers[sid] is renderer  # a turn is pending: still known
+    bot.fake.wait_for(lambda: scripted.requests, what="the provider call")
+    bot.stop_session(sid)
+    bot.fake.wait_for(lambda: sid not in bot.following(), what="the stream to end")
+    time.sleep(0.3)
+    assert bot.fake.texts(thread_id) == []  # silent: nobody listens
 
     async def reconnect() -> None:
         bot.adapter.connected(resumed=True)
 
     bot.run(reconnect())
-    assert renderer.sub_id != first_sub and not renderer.task.done()
+    assert sid in bot.following()
     bot.wait_idle(thread_id)
-    assert bot.fake.texts(thread_id) == ["worth the wait"]
+    assert bot.fake.texts(thread_id) == ["echo: long job"]
 
 
 # -- environment ----------------------------------------------------------------------------------
@@ -426,7 +440,8 @@ class World:
     """A discord.py client state with one server, one text channel, one thread and a DM."""
 
     def __init__(self, client: discord.Client) -> None:
-        state = client._connection
+        # discord.py's client state has no public way to seed a cache: set it up as READY would.
+        state = client._connection  # noqa: SLF001
         bot_user: Any = BOT_USER
         state.user = discord.ClientUser(state=state, data=bot_user)
         self.state = state
@@ -434,10 +449,10 @@ class World:
         everyone = {"id": "1", "name": "@everyone", "permissions": "0"}
         guild_data: Any = {"id": "1", "name": "team", "roles": [everyone, role]}
         self.guild = discord.Guild(data=guild_data, state=state)
-        state._add_guild(self.guild)
+        state._add_guild(self.guild)  # noqa: SLF001
         channel_data: Any = {"id": ALLOWED, "type": 0, "name": "general", "position": 0, "guild_id": "1"}
         self.channel = discord.TextChannel(state=state, guild=self.guild, data=channel_data)
-        self.guild._add_channel(self.channel)
+        self.guild._add_channel(self.channel)  # noqa: SLF001
         thread_meta = {
             "archived": False,
             "auto_archive_duration": 1440,
@@ -456,7 +471,7 @@ class World:
             "thread_metadata": thread_meta,
         }
         self.thread = discord.Thread(guild=self.guild, state=state, data=thread_data)
-        self.guild._add_thread(self.thread)
+        self.guild._add_thread(self.thread)  # noqa: SLF001
         dm_data: Any = {"id": "300", "type": 1, "recipients": [{"id": ALICE, **USER}]}
         self.dm = discord.DMChannel(me=state.user, state=state, data=dm_data)
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Coroutine, Iterator
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import httpx
 import pytest
 
-import adapters.slack as slack_module
 from adapters.slack import SlackAdapter
 from netclaw.errors import AdapterError
 from tests.conftest import DaemonHandle
@@ -177,7 +177,7 @@ def test_redelivered_event_starts_one_turn(
     mention = envelopes[0]
 
     fake_slack.redeliver(mention)  # caught by the adapter's recent-event set
-    on_loop(handle, adapter._recent.clear)  # as after a restart: only the session remembers
+    on_loop(handle, adapter.forget_recent_events)  # as after a restart: only the session remembers
     fake_slack.redeliver(mention)
     all_acked(fake_slack)
     time.sleep(0.5)
@@ -280,13 +280,14 @@ def test_provider_error_becomes_a_readable_note(
 
 
 def test_idle_session_is_let_go_and_resubscribed(
-    start_slack: StartSlack, fake_slack: FakeSlackThread, monkeypatch: pytest.MonkeyPatch
+    start_slack: StartSlack, fake_slack: FakeSlackThread
 ) -> None:
-    monkeypatch.setattr(slack_module, "IDLE_UNSUBSCRIBE_S", 0.3)
     handle, adapter = start_slack()
+    assert adapter.renderer is not None
+    adapter.renderer.options = replace(adapter.renderer.options, release_after_s=0.3)
     ts, _ = fake_slack.say("C1", f"{MENTION} one")
     reply_in(fake_slack, "C1", ts, "echo: one")
-    wait_for(lambda: on_loop(handle, adapter.subscribed_sessions) == [], "the subscription let go")
+    wait_for(lambda: on_loop(handle, adapter.following) == [], "the subscription let go")
 
     fake_slack.say("C1", "two", thread_ts=ts)
     reply_in(fake_slack, "C1", ts, "echo: two")
@@ -313,7 +314,7 @@ def test_socket_reconnect_keeps_sessions_talking(
     handle, adapter = start_slack()
     ts, _ = fake_slack.say("C1", f"{MENTION} before")
     reply_in(fake_slack, "C1", ts, "echo: before")
-    assert on_loop(handle, adapter.subscribed_sessions) == [f"slack:C1:{ts}"]
+    assert on_loop(handle, adapter.following) == [f"slack:C1:{ts}"]
 
     fake_slack.close_socket()
     wait_for(lambda: fake_slack.connections == 2, "a second Socket Mode connection")
@@ -325,7 +326,7 @@ def test_socket_reconnect_keeps_sessions_talking(
     wait_for(lambda: fake_slack.connections == 3, "a third Socket Mode connection")
     fake_slack.say("C1", "and again", thread_ts=ts)
     reply_in(fake_slack, "C1", ts, "echo: and again")
-    assert on_loop(handle, adapter.subscribed_sessions) == [f"slack:C1:{ts}"]
+    assert on_loop(handle, adapter.following) == [f"slack:C1:{ts}"]
 
 
 # --------------------------------------------------------------------------- configuration

@@ -1,9 +1,9 @@
-"""Rendering session outputs for people on chat platforms (shared by the adapters)."""
+"""Text for people on chat platforms: replies split to a platform's message size, and
+short notes about what happened to the conversation."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from netclaw import outputs as out
 
 FENCE = "```"
 
@@ -51,13 +51,22 @@ def _open_fence_language(piece: str) -> str:
     return piece[last + len(FENCE) : line_end if line_end != -1 else len(piece)].strip()
 
 
-def lifecycle_note(event: str, data: Mapping[str, Any]) -> str | None:
+def note_for(output: out.Output) -> str | None:
     """A short note for people about a lifecycle output, or None if it needs none."""
-    if event == "history_trimmed":
-        turns = data.get("dropped_turns", 0)
-        return f"_(Earlier context was shortened: {turns} older turn(s) no longer fit in my context window.)_"
-    if event == "compaction" and data.get("summarized"):
-        return "_(I summarised our earlier conversation to make room; key facts were saved to memory.)_"
-    if event == "error":
-        return f":warning: Sorry, that did not work: {data.get('message', 'unknown error')}"
-    return None
+    match output:
+        case out.HistoryTrimmed(dropped_turns=turns):
+            return f"_(Earlier context was shortened: {turns} older turn(s) no longer fit in my context window.)_"
+        case out.Compaction(summarized=True):
+            return "_(I summarised our earlier conversation to make room; key facts were saved to memory.)_"
+        case out.Error(message=message):
+            return error_note(message)
+        case out.Notice(text=text):
+            return text
+        case out.SessionReset():
+            return "_(This conversation starts afresh from here.)_"
+        case _:
+            return None
+
+
+def error_note(message: str) -> str:
+    return f":warning: Sorry, that did not work: {message}"

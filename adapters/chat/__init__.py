@@ -1,0 +1,44 @@
+"""What every chat platform shares: the port a platform implements, and the renderer
+that shows a session's outputs through it (streaming edits, splitting, reactions,
+notices, files, approval buttons, idle release, re-subscribing).
+
+- ``_port``: :class:`ChatPort`, the conversation and message references, the port's
+  error, and the retry policies for platform calls.
+- ``_renderer``: :class:`ChatRenderer`.
+- ``_text``: splitting replies to a platform's message size; notes for people.
+
+A new platform is a port plus its event mapping (see ``adapters/slack/`` and
+``adapters/discord_bot/``), not a copy of this.
+"""
+
+from adapters.chat._port import (
+    BEST_EFFORT,
+    MUST_DELIVER,
+    Button,
+    ChatApiError,
+    ChatPort,
+    Conversation,
+    MessageRef,
+    new_key,
+    retry_verdict,
+)
+from adapters.chat._renderer import SUBSCRIPTION, ChatRenderer, RenderOptions
+from adapters.chat._text import error_note, note_for, split_message
+
+__all__ = [
+    "BEST_EFFORT",
+    "MUST_DELIVER",
+    "SUBSCRIPTION",
+    "Button",
+    "ChatApiError",
+    "ChatPort",
+    "ChatRenderer",
+    "Conversation",
+    "MessageRef",
+    "RenderOptions",
+    "error_note",
+    "new_key",
+    "note_for",
+    "retry_verdict",
+    "split_message",
+]

@@ -1,0 +1,129 @@
+"""The narrow port between the chat renderer and a chat platform.
+
+Everything the renderer does on a platform goes through a :class:`ChatPort`: ids are
+strings, failures are :class:`ChatApiError` (an :class:`~netclaw.errors.AdapterError`)
+saying whether a retry may help and after how long. A platform library is confined to
+its port implementation (``adapters/slack/_client.py``, ``adapters/discord_bot/_client.py``);
+tests use ``tests/fakes/chat_port.py`` — httpx's transport seam, applied to a chat platform.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from netclaw.errors import AdapterError
+from netclaw.retry import Retry, RetryPolicy
+
+
+@dataclass(frozen=True, slots=True)
+class Conversation:
+    """Where a session's replies go: a channel (a Discord thread is one) and, on platforms
+    whose threads live inside a channel (Slack), the thread."""
+
+    channel: str
+    thread: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MessageRef:
+    """One platform message (to react to, edit, delete)."""
+
+    channel: str
+    message_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Button:
+    action_id: str  # what a click means ("approve", "deny", "always")
+    label: str
+    value: str  # what it is about (an approval id)
+    style: Literal["primary", "danger", "default"] = "default"
+
+
+class ChatApiError(AdapterError):
+    """A platform call failed. ``transient`` ones (rate limits, 5xx, network) may be
+    retried, after ``retry_after`` seconds when the platform said how long; ``status`` is
+    the HTTP-like status when there is one (404: the message is gone)."""
+
+    code = "chat_api_error"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        retry_after: float | None = None,
+        transient: bool = False,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.retry_after = retry_after
+        self.transient = transient
+
+
+def retry_verdict(exc: BaseException) -> Retry | None:
+    """The retry classifier for platform calls (:mod:`netclaw.retry`)."""
+    if isinstance(exc, ChatApiError) and exc.transient:
+        return Retry(exc.retry_after)
+    return None
+
+
+# What must get through (a final reply, a thread, a note) is retried; a streaming edit is
+# not — the next one, a moment later, shows the newer text anyway.
+MUST_DELIVER = RetryPolicy(max_retries=4, base_delay_s=0.5, max_delay_s=10.0, max_retry_after_s=60.0)
+BEST_EFFORT = RetryPolicy(max_retries=0)
+
+
+def new_key() -> str:
+    """An idempotency key for one post (20 hex characters: fits Discord's 25-char nonce)."""
+    return secrets.token_hex(10)
+
+
+class ChatPort(Protocol):
+    """What the renderer needs of a chat platform. Every call raises ChatApiError."""
+
+    @property
+    def platform(self) -> str:
+        """``slack``, ``discord``: the session id prefix and the chat policy's platform."""
+        ...
+
+    @property
+    def message_limit(self) -> int:
+        """Characters in one message."""
+        ...
+
+    def escape(self, text: str) -> str:
+        """Model text as the platform must receive it (control characters escaped)."""
+        ...
+
+    async def post(self, to: Conversation, text: str, *, key: str) -> str:
+        """Post ``text``; returns the message id. Posting again with the same ``key`` (a
+        retry after a lost answer) never makes a second message."""
+        ...
+
+    async def edit(self, to: Conversation, message_id: str, text: str) -> None: ...
+
+    async def delete(self, to: Conversation, message_id: str) -> None:
+        """Already gone is fine."""
+        ...
+
+    async def react(self, message: MessageRef, reaction: str, *, add: bool) -> None:
+        """Add or remove the bot's own reaction (already there / already gone is fine).
+        ``reaction`` is the platform's name for the "working on it" mark."""
+        ...
+
+    async def typing(self, to: Conversation) -> None:
+        """Show that the bot is about to answer (a no-op where the platform has no such thing)."""
+        ...
+
+    async def upload(self, to: Conversation, name: str, data: bytes, mime_type: str) -> str:
+        """Attach a file to the conversation; returns the message (or file) id."""
+        ...
+
+    async def post_buttons(self, to: Conversation, text: str, buttons: Sequence[Button], *, key: str) -> str:
+        """Post ``text`` with buttons under it; returns the message id. ``edit`` replaces
+        the message by plain text (the buttons go)."""
+        ...

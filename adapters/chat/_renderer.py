@@ -1,0 +1,536 @@
+"""The chat renderer: how a session's outputs appear on a chat platform, written once.
+
+One renderer per chat adapter, over its :class:`ChatPort`. For each session that is
+active on the platform it keeps a *link*: one gateway subscription (the assembled
+reply, its streamed deltas, files, and every lifecycle output) and one task that
+renders what arrives:
+
+- **Streaming.** The first text of a reply is posted at once; later deltas edit it at
+  most every ``edit_interval_s`` (platforms rate-limit edits), and the final ``text``
+  replaces what streamed, split at the platform's message size on paragraph and
+  code-fence boundaries, leftover pieces deleted. Each posted piece has an idempotency
+  key, so a post whose answer was lost is never shown twice.
+- **Reactions, by message id.** A user message the gateway admitted wears the
+  "working on it" reaction until the ``turn_completed`` that names it — matched by the
+  message id the turn reports, never by counting turns.
+- **Notices** for people: errors, trimmed or summarised history, command answers.
+- **Files** are uploaded; **approval requests** get buttons, edited once decided.
+- **Idle release.** A link with nothing pending lets its subscription go after
+  ``release_after_s`` (a subscriber keeps a session resident), and the next message
+  subscribes again.
+- **Re-subscribing.** If the session ends the stream while a reply is owed (it
+  restarted, or we fell behind) the link subscribes again, a few times; after a
+  platform reconnect (:meth:`ChatRenderer.reconnected`) every owed link does.
+
+Adapters map platform events to the gateway (and back to conversations); they hand a
+permitted message to :meth:`ChatRenderer.submit` and never touch a subscription.
+Runs on the I/O loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any, TypeVar
+
+from adapters.chat._port import (
+    BEST_EFFORT,
+    MUST_DELIVER,
+    Button,
+    ChatApiError,
+    ChatPort,
+    Conversation,
+    MessageRef,
+    new_key,
+    retry_verdict,
+)
+from adapters.chat._text import error_note, note_for, split_message
+from netclaw import outputs as out
+from netclaw.errors import NetclawError
+from netclaw.gateway import Admission, ChatPermit, Gateway, Inbound, Subscription
+from netclaw.retry import RetryPolicy, with_retries
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+SUBSCRIPTION = out.OutputFilter.TEXT | out.OutputFilter.TEXT_STREAMING | out.OutputFilter.FILES
+REMEMBERED_COMPLETIONS = 64  # turns that ended before their message's reaction was added
+MAX_APPROVAL_ARGUMENTS = 1500
+
+
+@dataclass(frozen=True, slots=True)
+class RenderOptions:
+    edit_interval_s: float  # at most one streaming edit per message this often
+    release_after_s: float  # let a quiet subscription go after this long
+    stale_after_s: float  # ... and one whose turn we never saw end, after this long
+    reaction: str  # the platform's name of the "working on it" mark
+    revive_delay_s: float = 0.2
+    max_revives: int = 3  # re-subscriptions in a row that bring no progress
+
+
+@dataclass(slots=True)
+class _Piece:
+    message_id: str
+    shown: str
+
+
+@dataclass(slots=True)
+class _Reply:
+    """What the conversation shows of the turn being streamed."""
+
+    turn: int | None = None
+    text: str = ""
+    pieces: list[_Piece] = field(default_factory=list)
+    keys: dict[int, tuple[str, str]] = field(default_factory=dict)  # piece → (key, text first sent)
+    dirty: bool = False  # the text changed since it was last shown
+    last_sync: float = 0.0
+
+    @property
+    def active(self) -> bool:
+        return bool(self.text or self.pieces)
+
+
+@dataclass(slots=True)
+class _Ack:
+    source: MessageRef  # the platform message wearing the reaction
+    reacted: asyncio.Task[bool] | None = None
+
+
+@dataclass(slots=True)
+class _Link:
+    session_id: str
+    conversation: Conversation
+    subscription: Subscription | None = None
+    task: asyncio.Task[None] | None = None
+    acks: dict[str, _Ack] = field(default_factory=dict)  # netclaw message id → its platform message
+    completed: list[str] = field(default_factory=list)  # turns that ended before their ack was known
+    holds: int = 0  # messages being admitted right now
+    reply: _Reply = field(default_factory=_Reply)
+    approvals: dict[str, tuple[str, str]] = field(default_factory=dict)  # approval id → (message, tool)
+    joins: int = 0
+    revives: int = 0
+    released: bool = False
+    last_activity: float = field(default_factory=time.monotonic)
+
+    def pending(self) -> bool:
+        """Is a reply owed (a message admitted, being admitted, or half shown)?"""
+        return bool(self.acks) or self.holds > 0 or self.reply.active
+
+    def listening(self) -> bool:
+        return (
+            self.subscription is not None
+            and not self.subscription.ended
+            and self.task is not None
+            and not self.task.done()
+        )
+
+
+class ChatRenderer:
+    def __init__(self, gateway: Gateway, port: ChatPort, options: RenderOptions) -> None:
+        self.gateway = gateway
+        self.port = port
+        self.options = options
+        self._links: dict[str, _Link] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._stopping = False
+
+    # -- what adapters call -------------------------------------------------------------------
+
+    async def submit(
+        self,
+        permit: ChatPermit,
+        inbound: Inbound,
+        conversation: Conversation,
+        source: MessageRef,
+    ) -> Admission | None:
+        """Admit a permitted message and follow its session: the subscription is in place
+        before the turn can speak, and the message wears the reaction until its turn ends.
+        A refused message gets a note in the conversation; None is returned."""
+        link = self._follow(inbound.session_id, conversation)
+        link.holds += 1
+        try:
+            admission = await self.gateway.submit_chat(permit, inbound)
+        except NetclawError as exc:
+            log.warning(
+                "%s: message %s not admitted to %s: %s",
+                self.port.platform,
+                source.message_id,
+                inbound.session_id,
+                exc,
+            )
+            await self.note(conversation, error_note(str(exc)))
+            return None
+        finally:
+            link.holds -= 1
+            link.last_activity = time.monotonic()
+        if not admission.duplicate:
+            self._acknowledge(link, admission.message_id, source)
+        return admission
+
+    async def note(self, conversation: Conversation, text: str) -> None:
+        """Post a note for people; a failure is logged, never raised."""
+        for piece in split_message(text, self.port.message_limit):
+            try:
+                key = new_key()
+                await self._call("post a note", partial(self.port.post, conversation, piece, key=key))
+            except ChatApiError as exc:
+                log.warning("%s: could not post a note in %s: %s", self.port.platform, conversation, exc)
+                return
+
+    async def resume(self, conversation_of: Callable[[str], Conversation | None]) -> None:
+        """Follow every session of this platform that still owes a reply (a turn a restart
+        interrupted), so its answer reaches the conversation."""
+        try:
+            pending = await self.gateway.sessions_with_pending_input(channel=self.port.platform)
+        except NetclawError as exc:  # best effort: the next message follows it anyway
+            log.warning("%s: cannot list interrupted sessions: %s", self.port.platform, exc)
+            return
+        for session_id in pending:
+            conversation = conversation_of(session_id)
+            if conversation is not None:
+                self._follow(session_id, conversation)
+
+    def reconnected(self) -> None:
+        """The platform connection is back: every link that owes a reply listens again."""
+        for link in list(self._links.values()):
+            if link.listening():
+                continue
+            if link.pending():
+                link.revives = 0
+                self._listen(link)
+            else:
+                self._drop(link)
+
+    def following(self) -> list[str]:
+        """Sessions with a live subscription (status, tests)."""
+        return sorted(sid for sid, link in self._links.items() if link.listening())
+
+    async def stop(self) -> None:
+        self._stopping = True
+        links = list(self._links.values())
+        self._links.clear()
+        for link in links:
+            link.released = True
+            if link.subscription is not None:
+                link.subscription.close()
+            if link.task is not None:
+                link.task.cancel()
+        for task in list(self._tasks):
+            task.cancel()
+        waiting = [t for t in (*self._tasks, *(link.task for link in links)) if t is not None]
+        if waiting:
+            await asyncio.wait(waiting, timeout=5.0)
+        # A turn cut short resumes after a restart: leave no "working on it" behind.
+        removals = [self._react(ack.source, add=False) for link in links for ack in link.acks.values()]
+        if removals:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.gather(*removals, return_exceptions=True), 2.0)
+
+    # -- links and subscriptions --------------------------------------------------------------
+
+    def _follow(self, session_id: str, conversation: Conversation) -> _Link:
+        link = self._links.get(session_id)
+        if link is None or link.released:
+            link = _Link(session_id, conversation)
+            self._links[session_id] = link
+        if not link.listening():
+            self._listen(link)
+        return link
+
+    def _listen(self, link: _Link) -> None:
+        """Subscribe (again) and make sure the link's render task runs."""
+        if link.subscription is not None:
+            link.subscription.close()
+        link.subscription = self.gateway.subscribe(link.session_id, SUBSCRIPTION)
+        link.last_activity = time.monotonic()
+        if link.task is None or link.task.done():
+            link.task = asyncio.create_task(self._run(link), name=f"render-{link.session_id}")
+
+    def _drop(self, link: _Link) -> None:
+        """Let go of a link for good (idle, or stale): unsubscribe, clear its marks."""
+        link.released = True
+        if self._links.get(link.session_id) is link:
+            del self._links[link.session_id]
+        if link.subscription is not None:
+            link.subscription.close()
+        for ack in link.acks.values():
+            self._spawn(self._unreact(ack))
+        link.acks.clear()
+
+    # -- the render loop ----------------------------------------------------------------------
+
+    async def _run(self, link: _Link) -> None:
+        try:
+            while not link.released and not self._stopping:
+                subscription = link.subscription
+                assert subscription is not None
+                try:
+                    output = await subscription.get(self._wait_time(link))
+                except TimeoutError:
+                    if link.reply.dirty:
+                        await self._sync(link)
+                    elif self._may_release(link):
+                        log.debug(
+                            "%s: %s is quiet; letting its subscription go",
+                            self.port.platform,
+                            link.session_id,
+                        )
+                        self._drop(link)
+                    continue
+                if output is None:
+                    if subscription is not link.subscription:  # replaced by a new subscription
+                        continue
+                    if await self._revive(link):
+                        continue
+                    break
+                await self._render_safely(link, output)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("%s: the renderer for %s failed", self.port.platform, link.session_id)
+        # The stream is over. With a reply owed, stay known: the next message or a reconnect
+        # listens again; otherwise we are done with this session.
+        if not link.released and not link.pending():
+            self._drop(link)
+
+    def _wait_time(self, link: _Link) -> float:
+        now = time.monotonic()
+        if link.reply.dirty:
+            return max(0.0, link.reply.last_sync + self.options.edit_interval_s - now)
+        hold = self.options.stale_after_s if link.pending() else self.options.release_after_s
+        return max(0.05, link.last_activity + hold - now)
+
+    def _may_release(self, link: _Link) -> bool:
+        quiet = time.monotonic() - link.last_activity
+        if quiet < self.options.release_after_s or link.holds > 0:
+            return False
+        return not link.pending() or quiet >= self.options.stale_after_s
+
+    async def _revive(self, link: _Link) -> bool:
+        """The session ended our stream. With a reply owed, subscribe again (it restarts
+        from its journal and finishes the turn); otherwise let go."""
+        if link.released or self._stopping or not link.pending():
+            return False
+        if link.revives >= self.options.max_revives:
+            log.warning(
+                "%s: %s keeps closing its stream; waiting for the next message or a reconnect",
+                self.port.platform,
+                link.session_id,
+            )
+            return False
+        link.revives += 1
+        log.info(
+            "%s: %s closed our stream with a reply owed; subscribing again",
+            self.port.platform,
+            link.session_id,
+        )
+        await asyncio.sleep(self.options.revive_delay_s * link.revives)
+        if link.released or self._stopping:
+            return False
+        try:
+            self._listen(link)
+        except NetclawError as exc:
+            log.warning("%s: cannot subscribe to %s again: %s", self.port.platform, link.session_id, exc)
+            return False
+        return True
+
+    async def _render_safely(self, link: _Link, output: out.Output) -> None:
+        link.last_activity = time.monotonic()
+        if isinstance(output, out.TextDelta | out.Text | out.TurnCompleted | out.Error):
+            link.revives = 0  # progress
+        try:
+            await self._render(link, output)
+        except ChatApiError as exc:
+            log.warning(
+                "%s: showing %s for %s failed: %s", self.port.platform, output.event, link.session_id, exc
+            )
+
+    async def _render(self, link: _Link, output: out.Output) -> None:
+        reply = link.reply
+        match output:
+            case out.Joined():
+                link.joins += 1
+                if link.joins > 1:  # a new subscription: a resumed turn streams from its start
+                    reply.text = ""
+            case out.TextDelta(turn=turn, delta=delta):
+                reply = self._reply_for(link, turn)
+                reply.text += delta
+                reply.dirty = True
+                if not reply.pieces or time.monotonic() - reply.last_sync >= self.options.edit_interval_s:
+                    await self._sync(link)
+            case out.Text(turn=turn, text=text):
+                reply = self._reply_for(link, turn)
+                if text.strip() or not reply.pieces:  # an empty answer leaves what streamed
+                    reply.text = text
+                reply.dirty = True
+                await self._sync(link, final=True)
+                link.reply = _Reply()
+            case out.TurnCompleted(message_id=message_id):
+                if reply.dirty:  # the reply never came as `text`: show what streamed
+                    await self._sync(link, final=True)
+                link.reply = _Reply()
+                self._turn_ended(link, message_id)
+            case out.Error():
+                if reply.dirty:
+                    await self._sync(link)
+                link.reply = _Reply()
+                await self._note(link, output)
+            case out.File(name=name, mime_type=mime_type, path=path):
+                data = await asyncio.to_thread(Path(path).read_bytes)
+                await self._call(
+                    "upload a file", partial(self.port.upload, link.conversation, name, data, mime_type)
+                )
+            case out.ApprovalRequested():
+                await self._ask_approval(link, output)
+            case out.ApprovalDecided(approval_id=approval_id, decision=decision, by=by):
+                shown = link.approvals.pop(approval_id, None)
+                if shown is not None:
+                    message_id, tool = shown
+                    text = self.port.escape(f"{tool}: {decision} by {by}")
+                    await self._call(
+                        "show a decision", partial(self.port.edit, link.conversation, message_id, text)
+                    )
+            case _:
+                await self._note(link, output)
+
+    def _reply_for(self, link: _Link, turn: int) -> _Reply:
+        if link.reply.turn not in (None, turn) and link.reply.active:
+            link.reply = _Reply()  # a new turn's text never lands in the last one's messages
+        link.reply.turn = turn
+        return link.reply
+
+    async def _note(self, link: _Link, output: out.Output) -> None:
+        text = note_for(output)
+        if text is not None:
+            await self.note(link.conversation, text)
+
+    async def _ask_approval(self, link: _Link, request: out.ApprovalRequested) -> None:
+        arguments = request.arguments[:MAX_APPROVAL_ARGUMENTS]
+        text = self.port.escape(f"May I run {request.tool}?\n{arguments}")
+        buttons = [
+            Button("approve", "Approve", request.approval_id, "primary"),
+            Button("deny", "Deny", request.approval_id, "danger"),
+            Button("always", "Always", request.approval_id),
+        ]
+        key = new_key()
+        message_id = await self._call(
+            "ask for approval", partial(self.port.post_buttons, link.conversation, text, buttons, key=key)
+        )
+        link.approvals[request.approval_id] = (message_id, request.tool)
+
+    # -- showing the reply --------------------------------------------------------------------
+
+    async def _sync(self, link: _Link, *, final: bool = False) -> None:
+        """Make the conversation show the reply: edit what is posted, post what is new and,
+        when final, delete what is left over. A streaming update that fails is tried again
+        at the next interval; a final one is retried before it gives up."""
+        reply = link.reply
+        reply.dirty = False
+        reply.last_sync = time.monotonic()
+        limit = self.port.message_limit
+        pieces = [self.port.escape(p) for p in split_message(reply.text, limit)] if reply.text.strip() else []
+        try:
+            await self._show(link, pieces, MUST_DELIVER if final else BEST_EFFORT)
+            if final:
+                while len(reply.pieces) > len(pieces):  # the final reply is shorter than the stream
+                    extra = reply.pieces.pop()
+                    await self._quietly(
+                        "delete a stale piece", self.port.delete(link.conversation, extra.message_id)
+                    )
+        except ChatApiError as exc:
+            if final:
+                log.error("%s: could not show the reply in %s: %s", self.port.platform, link.session_id, exc)
+            else:
+                log.info("%s: streaming update in %s skipped: %s", self.port.platform, link.session_id, exc)
+                reply.dirty = True
+        finally:
+            reply.last_sync = time.monotonic()
+
+    async def _show(self, link: _Link, pieces: Sequence[str], policy: RetryPolicy) -> None:
+        reply, to = link.reply, link.conversation
+        for index, piece in enumerate(pieces):
+            if index >= len(reply.pieces):
+                # One key per piece for the whole turn: a repeat after a lost answer finds the
+                # message already made (whose text is the first one sent with that key).
+                key, first = reply.keys.setdefault(index, (new_key(), piece))
+                message_id = await self._call(
+                    "send a reply", partial(self.port.post, to, piece, key=key), policy
+                )
+                reply.pieces.append(_Piece(message_id, first))
+            shown = reply.pieces[index]
+            if shown.shown == piece:
+                continue
+            try:
+                await self._call("edit a reply", partial(self.port.edit, to, shown.message_id, piece), policy)
+            except ChatApiError as exc:
+                if exc.status != 404:
+                    raise
+                # Someone deleted our message: post the piece anew rather than lose it.
+                key = new_key()
+                reply.keys[index] = (key, piece)
+                shown.message_id = await self._call(
+                    "send a reply", partial(self.port.post, to, piece, key=key), policy
+                )
+            shown.shown = piece
+
+    # -- reactions ----------------------------------------------------------------------------
+
+    def _acknowledge(self, link: _Link, message_id: str, source: MessageRef) -> None:
+        if message_id in link.completed:  # its turn already ended: nothing to mark
+            link.completed.remove(message_id)
+            return
+        ack = _Ack(source)
+        ack.reacted = self._spawn(self._react(source, add=True))
+        link.acks[message_id] = ack
+        if not link.reply.active:
+            self._spawn(self._quietly("show typing", self.port.typing(link.conversation)))
+
+    def _turn_ended(self, link: _Link, message_id: str) -> None:
+        ack = link.acks.pop(message_id, None)
+        if ack is not None:
+            self._spawn(self._unreact(ack))
+            return
+        link.completed.append(message_id)  # the admission is still on its way back to us
+        del link.completed[:-REMEMBERED_COMPLETIONS]
+
+    async def _unreact(self, ack: _Ack) -> bool:
+        if ack.reacted is not None:
+            with contextlib.suppress(Exception):
+                if not await ack.reacted:  # never remove before the add landed
+                    return False
+        return await self._react(ack.source, add=False)
+
+    async def _react(self, source: MessageRef, *, add: bool) -> bool:
+        what = "add a reaction" if add else "remove a reaction"
+        return await self._quietly(what, self.port.react(source, self.options.reaction, add=add))
+
+    # -- calls --------------------------------------------------------------------------------
+
+    async def _call(
+        self, what: str, call: Callable[[], Awaitable[T]], policy: RetryPolicy = MUST_DELIVER
+    ) -> T:
+        return await with_retries(
+            call, classify=retry_verdict, policy=policy, what=f"{self.port.platform}: {what}", logger=log
+        )
+
+    async def _quietly(self, what: str, call: Awaitable[object]) -> bool:
+        """A best-effort call: True if it worked; a failure is logged, not raised."""
+        try:
+            await call
+        except ChatApiError as exc:
+            log.info("%s: could not %s: %s", self.port.platform, what, exc)
+            return False
+        return True
+
+    def _spawn(self, coro: Awaitable[T]) -> asyncio.Task[T]:
+        task: asyncio.Task[T] = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task

@@ -1,0 +1,376 @@
+"""Everything that touches slack-bolt and slack-sdk: the Socket Mode connection, the Web
+API behind the :class:`~adapters.chat.ChatPort`, and the translation of their exceptions
+into netclaw's (imported only when the adapter starts, so a daemon without the Slack
+extra still runs; ``check()`` reports it).
+
+- Rate limits: a ``429``/``ratelimited`` answer becomes a transient
+  :class:`~adapters.chat.ChatApiError` carrying Slack's ``Retry-After``, which the
+  caller's retries (:mod:`netclaw.retry`) honour; meanwhile further calls of the same
+  method wait out the window here, so concurrent renderers do not hammer it.
+- Lost answers: a ``chat.postMessage`` whose answer was lost is not re-posted blindly.
+  Each post carries message metadata with its idempotency key as a marker; after a lost
+  answer the thread is searched for it (``conversations.replies``) and a found message
+  is the post's result.
+- slack_sdk/slack_bolt/aiohttp exceptions never leave this module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import aiohttp
+from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
+from slack_bolt.app.async_app import AsyncApp
+from slack_sdk.errors import SlackApiError, SlackClientError
+from slack_sdk.socket_mode.async_client import AsyncBaseSocketModeClient
+from slack_sdk.web.async_client import AsyncWebClient
+from slack_sdk.web.async_slack_response import AsyncSlackResponse
+
+from adapters.chat import Button, ChatApiError, Conversation, MessageRef, retry_verdict
+from adapters.slack._format import slack_escape
+from netclaw.errors import AdapterError
+from netclaw.retry import RetryPolicy, with_retries
+
+log = logging.getLogger("adapters.slack")
+
+DEFAULT_API_URL = "https://slack.com/api/"
+MESSAGE_LIMIT = 4000  # Slack's recommended maximum for one message's text
+CONNECT_TIMEOUT_S = 20.0
+STOP_TIMEOUT_S = 5.0
+MAX_RETRY_AFTER_S = 300.0
+MARKER_EVENT_TYPE = "netclaw_reply"
+MARKER_LOOKBACK_S = 120.0  # generous for clock skew between us and Slack
+START_POLICY = RetryPolicy(
+    max_retries=3, base_delay_s=0.5, max_delay_s=5.0, max_retry_after_s=MAX_RETRY_AFTER_S
+)
+# Error codes that mean "already so": adding a reaction twice, removing one that is gone.
+_ALREADY = frozenset({"already_reacted", "no_reaction", "message_not_found"})
+
+EventHandler = Callable[[str, dict[str, Any], dict[str, Any]], Awaitable[None]]
+
+
+class SlackCallFailed(ChatApiError):
+    """A Web API call answered ``ok: false``; ``error`` is Slack's error code."""
+
+    code = "slack_api_error"
+
+    def __init__(
+        self, method: str, error: str, *, status: int | None = None, retry_after: float | None = None
+    ) -> None:
+        rate_limited = status == 429 or error == "ratelimited"
+        super().__init__(
+            f"Slack {method} failed: {error}",
+            status=404 if error in ("message_not_found", "thread_not_found") else status,
+            retry_after=retry_after,
+            transient=rate_limited or (status is not None and status >= 500),
+        )
+        self.method = method
+        self.error = error
+
+
+class ResponseLost(ChatApiError):
+    """The request may have reached Slack, but its answer did not reach us."""
+
+
+def _retry_after(headers: Mapping[str, Any] | None) -> float:
+    for key, value in (headers or {}).items():
+        if str(key).lower() == "retry-after":
+            try:
+                return max(float(value), 0.0)
+            except (TypeError, ValueError):
+                break
+    return 1.0
+
+
+def _get(response: Any, key: str) -> Any:
+    try:
+        return response.get(key)
+    except (AttributeError, TypeError, ValueError):  # a response without a JSON body
+        return None
+
+
+class SlackPort:
+    """:class:`~adapters.chat.ChatPort` over Slack's Web API. A conversation is a channel
+    and a thread ``ts``; a message id is a ``ts``."""
+
+    platform = "slack"
+    message_limit = MESSAGE_LIMIT
+
+    def __init__(self, client: AsyncWebClient) -> None:
+        self.client = client
+        self._not_before: dict[str, float] = {}  # method -> monotonic time its rate limit ends
+        self._with_buttons: set[str] = set()  # messages whose blocks an edit must replace
+
+    def escape(self, text: str) -> str:
+        return slack_escape(text)
+
+    async def call(
+        self,
+        method: str,
+        send: Callable[..., Awaitable[AsyncSlackResponse]],
+        *,
+        idempotent: bool = True,
+        **kwargs: Any,
+    ) -> AsyncSlackResponse:
+        """One Web API call, translated: SlackCallFailed (transient for rate limits and
+        5xx), ResponseLost when a non-idempotent request may have landed, a transient
+        ChatApiError for a failure that sent nothing (or harmlessly)."""
+        wait = self._not_before.get(method, 0.0) - time.monotonic()
+        if wait > 0:
+            await asyncio.sleep(wait)
+        try:
+            return await send(**kwargs)
+        except SlackApiError as exc:
+            response: Any = exc.response
+            status = getattr(response, "status_code", None)
+            error = str(_get(response, "error") or f"HTTP {status}")
+            retry_after = None
+            if status == 429 or error == "ratelimited":
+                retry_after = _retry_after(getattr(response, "headers", None))
+                self._not_before[method] = time.monotonic() + min(retry_after, MAX_RETRY_AFTER_S)
+                log.info("slack: %s rate limited for %.1fs", method, retry_after)
+            raise SlackCallFailed(method, error, status=status, retry_after=retry_after) from exc
+        except aiohttp.ClientConnectorError as exc:  # never connected: nothing was sent
+            raise ChatApiError(f"cannot reach Slack for {method}: {exc}", transient=True) from exc
+        except (aiohttp.ClientError, TimeoutError, SlackClientError) as exc:
+            if not idempotent:
+                raise ResponseLost(f"Slack {method}: the answer was lost ({type(exc).__name__})") from exc
+            raise ChatApiError(f"Slack {method} failed: {type(exc).__name__}: {exc}", transient=True) from exc
+
+    async def call_retrying(
+        self, method: str, send: Callable[..., Awaitable[AsyncSlackResponse]], **kwargs: Any
+    ) -> AsyncSlackResponse:
+        """An idempotent call, retried like every platform call (start-up, lookups)."""
+        return await with_retries(
+            partial(self.call, method, send, **kwargs),
+            classify=retry_verdict,
+            policy=START_POLICY,
+            what=f"slack: {method}",
+            logger=log,
+        )
+
+    # -- the chat port --------------------------------------------------------------------------
+
+    async def post(self, to: Conversation, text: str, *, key: str) -> str:
+        return await self._post(to, key, text=text)
+
+    async def post_buttons(self, to: Conversation, text: str, buttons: Sequence[Button], *, key: str) -> str:
+        blocks = [
+            {"type": "section", "text": {"type": "mrkdwn", "text": text}},
+            {
+                "type": "actions",
+                "elements": [
+                    {
+                        "type": "button",
+                        "text": {"type": "plain_text", "text": b.label},
+                        "action_id": f"netclaw_{b.action_id}",
+                        "value": b.value,
+                        **({"style": b.style} if b.style != "default" else {}),
+                    }
+                    for b in buttons
+                ],
+            },
+        ]
+        ts = await self._post(to, key, text=text, blocks=blocks)
+        self._with_buttons.add(ts)
+        return ts
+
+    async def _post(self, to: Conversation, key: str, **content: Any) -> str:
+        """Post in the conversation; if the answer is lost, the post counts as made when
+        the thread holds a message with our marker."""
+        metadata = {"event_type": MARKER_EVENT_TYPE, "event_payload": {"marker": key}}
+        since = time.time() - MARKER_LOOKBACK_S
+        try:
+            response = await self.call(
+                "chat.postMessage",
+                self.client.chat_postMessage,
+                idempotent=False,
+                channel=to.channel,
+                thread_ts=to.thread,
+                metadata=metadata,
+                unfurl_links=False,
+                unfurl_media=False,
+                **content,
+            )
+            return str(response["ts"])
+        except ResponseLost as exc:
+            found = await self.find_marker(to, key, since)
+            if found is not None:
+                log.info("slack: the answer to a post was lost, but the message is there (%s)", found)
+                return found
+            raise ChatApiError(f"{exc}; the thread does not have it", transient=True) from exc
+
+    async def find_marker(self, to: Conversation, marker: str, since: float) -> str | None:
+        """The ts of the thread's message carrying ``marker`` in its metadata, if any."""
+        cursor: str | None = None
+        for _page in range(10):
+            response = await self.call_retrying(
+                "conversations.replies",
+                self.client.conversations_replies,
+                channel=to.channel,
+                ts=to.thread,
+                oldest=f"{since:.6f}",
+                include_all_metadata=True,
+                limit=200,
+                cursor=cursor,
+            )
+            for message in _get(response, "messages") or []:
+                payload = (message.get("metadata") or {}).get("event_payload") or {}
+                if payload.get("marker") == marker:
+                    return str(message["ts"])
+            cursor = (_get(response, "response_metadata") or {}).get("next_cursor") or None
+            if not cursor:
+                return None
+        return None
+
+    async def edit(self, to: Conversation, message_id: str, text: str) -> None:
+        extra: dict[str, Any] = {}
+        if message_id in self._with_buttons:  # the new text replaces the buttons too
+            extra["blocks"] = [{"type": "section", "text": {"type": "mrkdwn", "text": text[:3000]}}]
+        await self.call(
+            "chat.update", self.client.chat_update, channel=to.channel, ts=message_id, text=text, **extra
+        )
+        self._with_buttons.discard(message_id)
+
+    async def delete(self, to: Conversation, message_id: str) -> None:
+        try:
+            await self.call("chat.delete", self.client.chat_delete, channel=to.channel, ts=message_id)
+        except SlackCallFailed as exc:
+            if exc.error != "message_not_found":
+                raise
+
+    async def react(self, message: MessageRef, reaction: str, *, add: bool) -> None:
+        method = "reactions.add" if add else "reactions.remove"
+        send = self.client.reactions_add if add else self.client.reactions_remove
+        try:
+            await self.call(
+                method, send, channel=message.channel, timestamp=message.message_id, name=reaction
+            )
+        except SlackCallFailed as exc:
+            if exc.error not in _ALREADY:
+                raise
+
+    async def typing(self, to: Conversation) -> None:
+        return None  # Slack's typing indicator is not available to bots over the Web API
+
+    async def upload(self, to: Conversation, name: str, data: bytes, mime_type: str) -> str:
+        # files_upload_v2: get an upload URL, send the bytes, complete into the thread.
+        try:
+            response = await self.client.files_upload_v2(
+                channel=to.channel, thread_ts=to.thread, filename=name, content=data, title=name
+            )
+        except SlackApiError as exc:
+            raise SlackCallFailed("files.upload", str(_get(exc.response, "error") or "failed")) from exc
+        except (aiohttp.ClientError, TimeoutError, SlackClientError) as exc:
+            raise ChatApiError(
+                f"Slack file upload failed: {type(exc).__name__}: {exc}", transient=True
+            ) from exc
+        files = _get(response, "files") or [_get(response, "file") or {}]
+        return str(files[0].get("id", "")) if files else ""
+
+
+# -- the connection ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class BotIdentity:
+    user_id: str
+    bot_id: str | None
+
+
+class SlackConnection:
+    """A logged-in Web API client and a Socket Mode connection delivering events."""
+
+    def __init__(self, on_event: EventHandler, on_hello: Callable[[], None]) -> None:
+        self._on_event = on_event
+        self._on_hello = on_hello
+        self._http: aiohttp.ClientSession | None = None
+        self._handler: AsyncSocketModeHandler | None = None
+        self.port: SlackPort | None = None
+
+    async def open(
+        self, *, bot_token: str, app_token: str, api_url: str | None, bot_env: str, app_env: str
+    ) -> BotIdentity:
+        """Log in and connect; raises AdapterError naming what a person must fix."""
+        self._http = aiohttp.ClientSession()
+        client = AsyncWebClient(
+            token=bot_token,
+            base_url=api_url or DEFAULT_API_URL,
+            session=self._http,
+            timeout=30,
+            retry_handlers=[],  # retries are ours: a lost chat.postMessage must not be re-sent blindly
+            logger=logging.getLogger("adapters.slack.web"),
+        )
+        self.port = port = SlackPort(client)
+        try:
+            auth = await port.call_retrying("auth.test", client.auth_test)
+        except SlackCallFailed as exc:
+            raise AdapterError(f"Slack rejected the bot token in {bot_env} ({exc.error})") from exc
+        identity = BotIdentity(str(auth["user_id"]), str(_get(auth, "bot_id") or "") or None)
+
+        bolt_log = logging.getLogger("adapters.slack.bolt")
+        if not any(isinstance(f, _TokenWarningFilter) for f in bolt_log.filters):
+            bolt_log.addFilter(_TokenWarningFilter())
+        app = AsyncApp(client=client, name="netclaw", logger=bolt_log, request_verification_enabled=False)
+
+        async def on_mention(body: dict[str, Any], event: dict[str, Any]) -> None:
+            await self._on_event("app_mention", body, event)
+
+        async def on_message(body: dict[str, Any], event: dict[str, Any]) -> None:
+            await self._on_event("message", body, event)
+
+        app.event("app_mention")(on_mention)
+        app.event("message")(on_message)
+        handler = AsyncSocketModeHandler(app, app_token, logger=logging.getLogger("adapters.slack.socket"))
+        self._handler = handler
+        handler.client.message_listeners.append(self._on_socket_message)
+        # Ask for the first WebSocket URL ourselves: the SDK would retry a rejected app token
+        # forever, where we want to report it (later reconnects are the SDK's).
+        try:
+            opened = await port.call_retrying(
+                "apps.connections.open", client.apps_connections_open, app_token=app_token
+            )
+        except SlackCallFailed as exc:
+            raise AdapterError(
+                f"Slack refused a Socket Mode connection for the token in {app_env} ({exc.error}); "
+                "is Socket Mode on, and does the token have connections:write?"
+            ) from exc
+        handler.client.wss_uri = str(opened["url"])
+        try:
+            await asyncio.wait_for(handler.connect_async(), CONNECT_TIMEOUT_S)  # type: ignore[no-untyped-call]
+        except TimeoutError as exc:
+            raise AdapterError(
+                f"the Socket Mode WebSocket did not open within {CONNECT_TIMEOUT_S:g}s"
+            ) from exc
+        return identity
+
+    async def _on_socket_message(
+        self, client: AsyncBaseSocketModeClient, message: dict[str, Any], raw: str | None
+    ) -> None:
+        if message.get("type") == "hello":
+            self._on_hello()
+
+    async def close(self) -> None:
+        handler, self._handler = self._handler, None
+        if handler is not None:
+            try:
+                await asyncio.wait_for(handler.close_async(), STOP_TIMEOUT_S)  # type: ignore[no-untyped-call]
+            except (TimeoutError, aiohttp.ClientError, SlackClientError, OSError) as exc:
+                log.warning("slack: closing the Socket Mode connection failed: %s", exc)
+        http, self._http = self._http, None
+        if http is not None:
+            await http.close()
+
+
+class _TokenWarningFilter(logging.Filter):
+    """AsyncApp reads SLACK_BOT_TOKEN from the environment even when given a client, then
+    warns that it ignores it; the client does carry that very token."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("As you gave `client` as well")
