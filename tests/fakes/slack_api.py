@@ -103,6 +103,7 @@ class FakeSlack:
         self._base_ts = int(time.time())
         self._events = itertools.count(1)
         self._changed = asyncio.Condition()
+        self.files: dict[str, dict[str, Any]] = {}  # file id -> {"name", "length", "data"}
 
     # ----- lifecycle
 
@@ -121,6 +122,7 @@ class FakeSlack:
         app = web.Application()
         app.router.add_route("*", "/api/{method}", self._api)
         app.router.add_get("/socket", self._socket)
+        app.router.add_post("/upload/{file_id}", self._upload)
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await runner.setup()
         site = web.TCPSite(runner, self.host, self._port)
@@ -436,6 +438,9 @@ class FakeSlack:
             message["thread_ts"] = str(args["thread_ts"])
         if metadata:
             message["metadata"] = metadata
+        blocks = args.get("blocks")
+        if blocks:
+            message["blocks"] = json.loads(blocks) if isinstance(blocks, str) else blocks
         message["edits"] = []
         self.messages.setdefault(str(channel), []).append(message)
         return {"ok": True, "channel": channel, "ts": message["ts"], "message": _public(message)}
@@ -448,6 +453,9 @@ class FakeSlack:
             return {"ok": False, "error": "cant_update_message"}
         message["edits"].append(message["text"])
         message["text"] = args.get("text")
+        if "blocks" in args:
+            blocks = args["blocks"]
+            message["blocks"] = json.loads(blocks) if isinstance(blocks, str) else blocks
         return {"ok": True, "channel": args["channel"], "ts": message["ts"], "text": message["text"]}
 
     def _delete(self, args: dict[str, Any]) -> dict[str, Any]:
@@ -491,7 +499,54 @@ class FakeSlack:
         shown = [_public(m, with_metadata=with_metadata) for m in sorted(found, key=lambda m: float(m["ts"]))]
         return {"ok": True, "messages": shown, "has_more": False, "response_metadata": {"next_cursor": ""}}
 
+    def _upload_url(self, args: dict[str, Any]) -> dict[str, Any]:
+        file_id = f"F{next(self._clock):06d}"
+        self.files[file_id] = {
+            "name": args.get("filename"),
+            "length": int(args.get("length") or 0),
+            "data": None,
+        }
+        return {
+            "ok": True,
+            "file_id": file_id,
+            "upload_url": f"http://{self.host}:{self.port}/upload/{file_id}",
+        }
+
+    async def _upload(self, request: web.Request) -> web.Response:
+        entry = self.files.get(request.match_info["file_id"])
+        if entry is None:
+            return web.Response(status=404, text="unknown upload")
+        entry["data"] = await request.read()
+        return web.Response(text="OK - " + str(len(entry["data"])))
+
+    def _complete_upload(self, args: dict[str, Any]) -> dict[str, Any]:
+        files = args.get("files")
+        items = json.loads(files) if isinstance(files, str) else files or []
+        shown = []
+        for item in items:
+            entry = self.files.get(item.get("id"))
+            if entry is None or entry["data"] is None:
+                return {"ok": False, "error": "file_not_found"}
+            shown.append({"id": item["id"], "name": entry["name"], "title": item.get("title")})
+        channel = str(args.get("channel_id") or "")
+        if channel:
+            message: dict[str, Any] = {
+                "type": "message",
+                "user": BOT_USER_ID,
+                "bot_id": BOT_ID,
+                "text": "",
+                "ts": self.next_ts(),
+                "files": shown,
+                "edits": [],
+            }
+            if args.get("thread_ts"):
+                message["thread_ts"] = str(args["thread_ts"])
+            self.messages.setdefault(channel, []).append(message)
+        return {"ok": True, "files": shown}
+
     _METHODS: dict[str, Callable[[FakeSlack, dict[str, Any]], dict[str, Any]]] = {
+        "files.getUploadURLExternal": _upload_url,
+        "files.completeUploadExternal": _complete_upload,
         "auth.test": _auth_test,
         "apps.connections.open": _connections_open,
         "chat.postMessage": _post_message,

@@ -380,3 +380,40 @@ def test_wrong_app_token_fails_start_with_a_clear_error(
         run(handle, adapter.start())
     assert adapter.status().state == "failed"
     run(handle, adapter.stop())
+
+
+# --------------------------------------------------------------------------- files and buttons
+
+
+def test_files_and_approval_buttons_through_the_real_web_api(
+    start_slack: StartSlack, fake_slack: FakeSlackThread
+) -> None:
+    from adapters.chat import Button, Conversation
+
+    handle, adapter = start_slack()
+    ts, _ = fake_slack.say("C1", f"{MENTION} hello")
+    reply_in(fake_slack, "C1", ts, "echo: hello")
+    assert adapter.renderer is not None
+    port = adapter.renderer.port
+    to = Conversation("C1", ts)
+
+    file_id = run(handle, port.upload(to, "report.csv", b"a,b\n1,2\n", "text/csv"))
+    assert fake_slack.server.files[file_id]["data"] == b"a,b\n1,2\n"
+    [shared] = [m for m in fake_slack.bot_messages("C1", ts) if m.get("files")]
+    assert shared["files"][0]["name"] == "report.csv"
+
+    buttons = [Button("approve", "Approve", "ap_1", "primary"), Button("deny", "Deny", "ap_1", "danger")]
+    asked = run(handle, port.post_buttons(to, "May I run shell?", buttons, key="k1"))
+    message = fake_slack.find("C1", asked)
+    assert message is not None
+    [section, actions] = message["blocks"]
+    assert section["text"]["text"] == "May I run shell?"
+    assert [(e["action_id"], e["value"], e.get("style")) for e in actions["elements"]] == [
+        ("netclaw_approve", "ap_1", "primary"),
+        ("netclaw_deny", "ap_1", "danger"),
+    ]
+    run(handle, port.edit(to, asked, "shell: approve by U1"))
+    message = fake_slack.find("C1", asked)
+    assert message is not None
+    assert message["text"] == "shell: approve by U1"
+    assert [b["type"] for b in message["blocks"]] == ["section"]  # the buttons are gone

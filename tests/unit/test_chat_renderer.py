@@ -1,0 +1,469 @@
+"""The chat renderer (adapters/chat) over the in-memory chat port.
+
+Most tests feed typed outputs through a stand-in gateway, so every case — a turn that
+ends before its admission is back, a file, an approval — can be produced on demand.
+The last ones run the renderer against the real daemon: idle release lets a session
+passivate, and nothing the renderer does afterwards wakes it."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from adapters.chat import ChatApiError, ChatRenderer, Conversation, MessageRef, RenderOptions
+from netclaw import outputs as out
+from netclaw.errors import SessionUnavailable
+from netclaw.gateway import Admission, ChatPermit, Inbound, Subscription
+from netclaw.policy import ChatEvent
+from netclaw.sessions import OutputQueue
+from tests.conftest import DaemonHandle
+from tests.fakes.chat_port import FakeChatPort
+
+SID = "fake:1"
+TO = Conversation("C1")
+PERMIT = ChatPermit(ChatEvent(platform="fake", channel_id="C1", user_id="U1"))
+OPTIONS = RenderOptions(edit_interval_s=0.2, release_after_s=30.0, stale_after_s=60.0, reaction="eyes")
+
+
+class StandInGateway:
+    """What the renderer uses of the gateway, driven by the test: each subscribe makes a
+    stream the test pushes outputs into; each submit answers the next scripted admission."""
+
+    def __init__(self) -> None:
+        self.streams: list[tuple[str, OutputQueue]] = []
+        self.closed: list[str] = []
+        self.admissions: deque[Admission | Exception] = deque()
+        self.hold: asyncio.Event | None = None  # submit waits for it (an admission on its way)
+        self.pending: list[str] = []
+
+    def subscribe(self, session_id: str, mask: out.OutputFilter) -> Subscription:
+        queue = OutputQueue(asyncio.get_running_loop())
+        number = len(self.streams)
+        self.streams.append((session_id, queue))
+        queue.offer(out.Joined(session_id=session_id, title=None, turns=0, phase="ready"))
+        return Subscription(session_id, f"sub{number}", queue, lambda: self.closed.append(f"sub{number}"))
+
+    async def submit_chat(self, permit: ChatPermit, inbound: Inbound) -> Admission:
+        if self.hold is not None:
+            await self.hold.wait()
+        answer = self.admissions.popleft()
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    async def sessions_with_pending_input(self, channel: str | None = None) -> list[str]:
+        return list(self.pending)
+
+    def push(self, *outputs: out.Output) -> None:
+        _, queue = self.streams[-1]
+        for output in outputs:
+            queue.offer(output)
+
+    def end_stream(self) -> None:
+        """The session ends the stream (it stopped, or we fell behind)."""
+        self.streams[-1][1].close()
+
+
+@pytest.fixture
+async def harness() -> AsyncIterator[tuple[ChatRenderer, StandInGateway, FakeChatPort]]:
+    gateway = StandInGateway()
+    port = FakeChatPort()
+    renderer = ChatRenderer(gateway, port, OPTIONS)  # type: ignore[arg-type]
+    try:
+        yield renderer, gateway, port
+    finally:
+        await renderer.stop()
+
+
+async def until(predicate: Callable[[], object], timeout: float = 5.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.01)
+
+
+async def admit(
+    renderer: ChatRenderer, gateway: StandInGateway, message_id: str, source: str
+) -> Admission | None:
+    gateway.admissions.append(Admission(SID, message_id, duplicate=False))
+    return await renderer.submit(PERMIT, Inbound(SID, "hi"), TO, MessageRef("C1", source))
+
+
+def delta(text: str, turn: int = 1) -> out.TextDelta:
+    return out.TextDelta(session_id=SID, turn=turn, delta=text)
+
+
+def final(text: str, turn: int = 1) -> out.Text:
+    return out.Text(session_id=SID, turn=turn, message_id="a1", text=text)
+
+
+def done(message_id: str, turn: int = 1, status: out.TurnEnd = "completed") -> out.TurnCompleted:
+    return out.TurnCompleted(session_id=SID, turn=turn, message_id=message_id, status=status)
+
+
+# -- the reply ----------------------------------------------------------------------------------
+
+
+async def test_the_first_text_posts_at_once_and_later_edits_are_throttled(harness: Any) -> None:
+    renderer, gateway, port = harness
+    await admit(renderer, gateway, "u1", "m1")
+    gateway.push(delta("Hello"))
+    await until(lambda: port.texts("C1") == ["Hello"], what="the first post")
+    posted_at = time.monotonic()
+    for word in (" there", ",", " how", " are", " you"):
+        gateway.push(delta(word))
+        await asyncio.sleep(0.03)
+    await until(lambda: port.texts("C1") == ["Hello there, how are you"], what="the throttled edit")
+    assert time.monotonic() - posted_at >= OPTIONS.edit_interval_s - 0.02
+    gateway.push(final("Hello there, how are you?"), done("u1"))
+    await until(lambda: port.texts("C1") == ["Hello there, how are you?"], what="the final text")
+    [message] = port.in_channel("C1")
+    assert len(message.edits) <= 3  # not one edit per delta
+    assert port.count("post") == 1
+
+
+async def test_a_long_reply_is_split_and_leftover_pieces_are_deleted(harness: Any) -> None:
+    renderer, gateway, port = harness
+    await admit(renderer, gateway, "u1", "m1")
+    long = "\n\n".join(f"Paragraph {i}. " + "words " * 30 for i in range(6))
+    gateway.push(delta(long))
+    await until(lambda: len(port.texts("C1")) >= 3, what="the split stream")
+    gateway.push(final("short after all"), done("u1"))
+    await until(lambda: port.texts("C1") == ["short after all"], what="the final text")
+    assert all(len(m.text) <= port.message_limit for m in port.messages.values())
+
+
+async def test_a_new_turn_never_lands_in_the_last_ones_messages(harness: Any) -> None:
+    renderer, gateway, port = harness
+    await admit(renderer, gateway, "u1", "m1")
+    gateway.push(delta("first"), final("first"), done("u1"))
+    await admit(renderer, gateway, "u2", "m2")
+    gateway.push(delta("second", turn=2), final("second", turn=2), done("u2", turn=2))
+    await until(lambda: port.texts("C1") == ["first", "second"], what="two replies")
+
+
+async def test_an_empty_final_text_keeps_what_streamed(harness: Any) -> None:
+    renderer, gateway, port = harness
+    await admit(renderer, gateway, "u1", "m1")
+    gateway.push(delta("streamed words"), final(""), done("u1"))
+    await until(lambda: port.texts("C1") == ["streamed words"] and not port.reactions, what="the reply")
+
+
+async def test_a_deleted_message_is_posted_anew(harness: Any) -> None:
+    renderer, gateway, port = harness
+    await admit(renderer, gateway, "u1", "m1")
+    gateway.push(delta("first words"))
+    await until(lambda: port.texts("C1") == ["first words"], what="the first post")
+    [message] = port.in_channel("C1")
+    message.deleted = True  # someone deleted it
+    gateway.push(final("first words and the rest"), done("u1"))
+    await until(lambda: port.texts("C1") == ["first words and the rest"], what="a new post")
+    assert port.count("post") == 2
+
+
+# -- failures -----------------------------------------------------------------------------------
+
+
+async def test_a_final_reply_is_retried_through_transient_failures(harness: Any) -> None:
+    renderer, gateway, port = harness
+    await admit(renderer, gateway, "u1", "m1")
+    port.fail("post", ChatApiError("slow down", transient=True, retry_after=0.05))
+    port.fail("post", ChatApiError("502", status=502, transient=True, retry_after=0.05))
+    gateway.push(final("it got through"), done("u1"))
+    await until(lambda: port.texts("C1") == ["it got through"], what="the reply")
+    assert [op for op, _ in port.failures] == ["post", "post"]
+
+
+async def test_a_failed_streaming_update_waits_for_the_next_interval(harness: Any) -> None:
+    renderer, gateway, port = harness
+    await admit(renderer, gateway, "u1", "m1")
+    port.fail("post", ChatApiError("slow down", transient=True))
+    gateway.push(delta("partial"))
+    await until(lambda: port.count("post") == 2, what="the retry at the next interval")
+    assert port.texts("C1") == ["partial"]
+    [(_, first), (_, second)] = [c for c in port.calls if c[0] == "post"]
+    assert second - first >= OPTIONS.edit_interval_s - 0.02
+
+
+async def test_a_lost_answer_is_not_shown_twice(harness: Any) -> None:
+    renderer, gateway, port = harness
+    await admit(renderer, gateway, "u1", "m1")
+    port.lose_answer("post", ChatApiError("timed out", transient=True))
+    gateway.push(final("once"), done("u1"))
+    await until(lambda: not port.reactions and port.count("post") == 2, what="the retry")
+    assert port.texts("C1") == ["once"]  # the retry carried the same key
+
+
+async def test_a_refused_message_gets_a_note_and_no_reaction(harness: Any) -> None:
+    renderer, gateway, port = harness
+    gateway.admissions.append(SessionUnavailable("netclaw is shutting down"))
+    assert await renderer.submit(PERMIT, Inbound(SID, "hi"), TO, MessageRef("C1", "m1")) is None
+    await until(lambda: port.texts("C1"), what="a note")
+    assert "shutting down" in port.texts("C1")[0]
+    assert port.reaction_log == []
+
+
+# -- reactions by message id --------------------------------------------------------------------
+
+
+async def test_each_turn_unmarks_the_message_that_started_it(harness: Any) -> None:
+    renderer, gateway, port = harness
+    await admit(renderer, gateway, "u1", "m1")
+    await admit(renderer, gateway, "u2", "m2")
+    await until(lambda: len(port.reactions) == 2, what="both marked")
+    gateway.push(done("u2", turn=2))  # the second message's turn (say, the first failed to start)
+    await until(lambda: ("C1", "m2", "eyes") not in port.reactions, what="m2 unmarked")
+    assert ("C1", "m1", "eyes") in port.reactions  # not FIFO: m1 still waits
+    gateway.push(done("u1"))
+    await until(lambda: not port.reactions, what="m1 unmarked")
+
+
+async def test_a_duplicate_admission_marks_nothing(harness: Any) -> None:
+    renderer, gateway, port = harness
+    gateway.admissions.append(Admission(SID, "u1", duplicate=True))
+    admission = await renderer.submit(PERMIT, Inbound(SID, "hi"), TO, MessageRef("C1", "m1"))
+    assert admission is not None and admission.duplicate
+    await asyncio.sleep(0.1)
+    assert port.reaction_log == []
+
+
+async def test_a_turn_that_ends_before_its_admission_is_back_leaves_no_mark(harness: Any) -> None:
+    renderer, gateway, port = harness
+    gateway.hold = asyncio.Event()
+    submitting = asyncio.create_task(admit(renderer, gateway, "u1", "m1"))
+    await until(lambda: gateway.streams, what="the subscription")
+    gateway.push(final("quick"), done("u1"))
+    await until(lambda: port.texts("C1") == ["quick"], what="the reply")
+    gateway.hold.set()
+    await submitting
+    await asyncio.sleep(0.1)
+    assert port.reactions == set()
+    assert port.reaction_log == []
+
+
+async def test_the_mark_is_removed_only_after_it_was_added(harness: Any) -> None:
+    renderer, gateway, port = harness
+    port.fail("react", ChatApiError("slow down", transient=True))  # adding fails
+    await admit(renderer, gateway, "u1", "m1")
+    gateway.push(done("u1"))
+    await asyncio.sleep(0.2)
+    assert [entry[0] for entry in port.reaction_log] == []  # nothing added, so nothing removed
+
+
+# -- files, approvals, notes --------------------------------------------------------------------
+
+
+async def test_a_file_output_is_uploaded(harness: Any, tmp_path: Path) -> None:
+    renderer, gateway, port = harness
+    path = tmp_path / "report.csv"
+    path.write_bytes(b"a,b\n1,2\n")
+    await admit(renderer, gateway, "u1", "m1")
+    gateway.push(
+        out.File(session_id=SID, turn=1, name="report.csv", mime_type="text/csv", path=str(path), size=8)
+    )
+    await until(lambda: any(m.file for m in port.messages.values()), what="the upload")
+    [uploaded] = [m.file for m in port.messages.values() if m.file]
+    assert uploaded == ("report.csv", b"a,b\n1,2\n", "text/csv")
+
+
+async def test_an_approval_request_gets_buttons_and_its_decision_replaces_them(harness: Any) -> None:
+    renderer, gateway, port = harness
+    await admit(renderer, gateway, "u1", "m1")
+    gateway.push(
+        out.ApprovalRequested(
+            session_id=SID,
+            turn=1,
+            approval_id="ap_1",
+            tool="shell",
+            arguments='{"cmd": "ls"}',
+            expires_at=0.0,
+        )
+    )
+    await until(lambda: any(m.buttons for m in port.messages.values()), what="the buttons")
+    [asked] = [m for m in port.messages.values() if m.buttons]
+    assert "shell" in asked.text and '{"cmd": "ls"}' in asked.text
+    assert [(b.action_id, b.value) for b in asked.buttons] == [
+        ("approve", "ap_1"),
+        ("deny", "ap_1"),
+        ("always", "ap_1"),
+    ]
+    gateway.push(out.ApprovalDecided(session_id=SID, approval_id="ap_1", decision="deny", by="U7"))
+    await until(lambda: asked.text == "shell: deny by U7", what="the decision shown")
+    assert asked.buttons == ()
+
+
+@pytest.mark.parametrize(
+    ("output", "expected"),
+    [
+        (out.Error(session_id=SID, turn=1, code="x", message="the model refused"), ":warning: Sorry"),
+        (
+            out.HistoryTrimmed(
+                session_id=SID,
+                first_kept_id="u9",
+                dropped_messages=4,
+                dropped_turns=2,
+                kept_turns=1,
+                tokens_before=10,
+                tokens_after=5,
+                budget=6,
+                reason="budget",
+            ),
+            "2 older turn(s)",
+        ),
+        (
+            out.Compaction(
+                session_id=SID,
+                messages_before=9,
+                messages_after=3,
+                tool_results_cleared=0,
+                summarized=True,
+                memories_saved=2,
+                tokens_before=10,
+                tokens_after=4,
+            ),
+            "summarised",
+        ),
+        (out.Notice(session_id=SID, text="model: scripted", kind="command"), "model: scripted"),
+    ],
+)
+async def test_lifecycle_outputs_become_notes(harness: Any, output: out.Output, expected: str) -> None:
+    renderer, gateway, port = harness
+    await admit(renderer, gateway, "u1", "m1")
+    gateway.push(output)
+    await until(lambda: port.texts("C1"), what="a note")
+    assert expected in port.texts("C1")[0]
+
+
+async def test_clearing_tool_results_alone_is_not_worth_a_note(harness: Any) -> None:
+    renderer, gateway, port = harness
+    await admit(renderer, gateway, "u1", "m1")
+    cleared = out.Compaction(
+        session_id=SID,
+        messages_before=9,
+        messages_after=9,
+        tool_results_cleared=3,
+        summarized=False,
+        memories_saved=0,
+        tokens_before=10,
+        tokens_after=8,
+    )
+    gateway.push(cleared, final("ok"), done("u1"))
+    await until(lambda: port.texts("C1") == ["ok"], what="the reply")
+
+
+# -- subscriptions ------------------------------------------------------------------------------
+
+
+async def test_a_stream_ended_with_a_reply_owed_is_subscribed_again(harness: Any) -> None:
+    renderer, gateway, port = harness
+    await admit(renderer, gateway, "u1", "m1")
+    gateway.end_stream()
+    await until(lambda: len(gateway.streams) == 2, what="a second subscription")
+    gateway.push(final("resumed"), done("u1"))
+    await until(lambda: port.texts("C1") == ["resumed"] and not port.reactions, what="the reply")
+
+
+async def test_after_the_revives_run_out_a_reconnect_listens_again(harness: Any) -> None:
+    renderer, gateway, port = harness
+    renderer.options = replace(OPTIONS, max_revives=1, revive_delay_s=0.01)
+    await admit(renderer, gateway, "u1", "m1")
+    gateway.end_stream()
+    await until(lambda: len(gateway.streams) == 2, what="the one revive")
+    gateway.end_stream()
+    await until(lambda: renderer.following() == [], what="giving up")
+    await asyncio.sleep(0.1)
+    assert len(gateway.streams) == 2
+    renderer.reconnected()
+    assert renderer.following() == [SID]
+    gateway.push(final("after the reconnect"), done("u1"))
+    await until(lambda: port.texts("C1") == ["after the reconnect"], what="the reply")
+
+
+async def test_a_stream_that_ends_with_nothing_owed_is_let_go(harness: Any) -> None:
+    renderer, gateway, port = harness
+    await admit(renderer, gateway, "u1", "m1")
+    gateway.push(final("done"), done("u1"))
+    await until(lambda: port.texts("C1") == ["done"], what="the reply")
+    gateway.end_stream()
+    await until(lambda: renderer.following() == [], what="letting go")
+    await asyncio.sleep(0.1)
+    assert len(gateway.streams) == 1
+
+
+async def test_a_quiet_link_lets_its_subscription_go(harness: Any) -> None:
+    renderer, gateway, _port = harness
+    renderer.options = replace(OPTIONS, release_after_s=0.1)
+    await admit(renderer, gateway, "u1", "m1")
+    gateway.push(final("done"), done("u1"))
+    await until(lambda: renderer.following() == [], what="the release")
+    assert gateway.closed == ["sub0"]
+
+
+async def test_resume_follows_sessions_that_owe_a_reply(harness: Any) -> None:
+    renderer, gateway, port = harness
+    gateway.pending = [SID, "fake:unmapped"]
+    await renderer.resume(lambda sid: TO if sid == SID else None)
+    assert renderer.following() == [SID]
+    gateway.push(final("the resumed answer"), done("u0"))
+    await until(lambda: port.texts("C1") == ["the resumed answer"], what="the reply")
+
+
+# -- against the real daemon --------------------------------------------------------------------
+
+
+@pytest.fixture
+def live(
+    start_daemon: Callable[..., DaemonHandle],
+) -> Iterator[tuple[DaemonHandle, ChatRenderer, FakeChatPort]]:
+    handle = start_daemon(session={"idle_timeout_s": 0.3, "passivation_grace_s": 0.05})
+    assert handle.daemon.gateway is not None and handle.daemon.io is not None
+    port = FakeChatPort()
+    renderer = ChatRenderer(handle.daemon.gateway, port, replace(OPTIONS, release_after_s=0.2))
+    yield handle, renderer, port
+    handle.daemon.io.run(renderer.stop(), 10)
+
+
+def test_idle_release_lets_the_session_passivate_and_never_wakes_it(
+    live: tuple[DaemonHandle, ChatRenderer, FakeChatPort],
+) -> None:
+    handle, renderer, port = live
+    io, manager = handle.daemon.io, handle.daemon.manager
+    assert io is not None and manager is not None
+    sid = "fake:live"
+
+    async def submit() -> Admission | None:
+        return await renderer.submit(PERMIT, Inbound(sid, "hello"), TO, MessageRef("C1", "m1"))
+
+    admission = io.run(submit(), 10)
+    assert admission is not None
+    port.wait_for(lambda: port.texts("C1") == ["echo: hello"] and not port.reactions, what="the reply")
+
+    async def following() -> list[str]:
+        return renderer.following()
+
+    port.wait_for(lambda: io.run(following(), 5) == [], what="the release")
+    port.wait_for(lambda: not manager.is_resident(sid), what="the session to passivate")
+    started = manager.started
+    time.sleep(0.5)
+    assert manager.started == started, "something woke the passivated session"
+    assert io.run(following(), 5) == []
+
+
+async def test_a_resumed_turn_streams_afresh_into_the_same_message(harness: Any) -> None:
+    renderer, gateway, port = harness
+    await admit(renderer, gateway, "u1", "m1")
+    gateway.push(delta("The answer is"))
+    await until(lambda: port.texts("C1") == ["The answer is"], what="the first words")
+    gateway.end_stream()  # the session restarts and streams its resumed turn from the start
+    await until(lambda: len(gateway.streams) == 2, what="a second subscription")
+    gateway.push(delta("The answer is 42"))
+    await until(lambda: port.texts("C1") == ["The answer is 42"], what="the resumed stream")
+    assert port.count("post") == 1  # the same message, edited
