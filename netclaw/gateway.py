@@ -202,7 +202,12 @@ class Gateway:
         return ChatPermit(event)
 
     async def submit_chat(self, permit: ChatPermit, inbound: Inbound) -> Admission:
-        """A chat-platform message that has its permit."""
+        """A chat-platform message that has its permit (for a session of its platform)."""
+        if channel_of(inbound.session_id) != permit.event.platform:
+            raise InvalidInput(
+                "session_id",
+                f"a {permit.event.platform} message cannot go to session {inbound.session_id[:80]!r}",
+            )
         admission, _ = await self.submit(inbound)
         return admission
 

@@ -264,3 +264,24 @@ def test_the_token_encoding_is_loaded_before_any_session_runs(
     assert loads, "the encoding was never asked for"
     assert LOOP_THREAD not in loads
     assert loads[0] == threading.current_thread().name  # at start-up, by the starting thread
+
+
+def test_a_chat_permit_only_admits_to_its_own_platforms_sessions(daemon: DaemonHandle) -> None:
+    from netclaw.errors import InvalidInput
+    from netclaw.gateway import Inbound
+    from netclaw.policy import ChatEvent
+
+    gateway = daemon.daemon.gateway
+    assert gateway is not None
+    daemon.daemon.live.reload(
+        daemon.daemon.settings.model_copy(
+            update={"slack": daemon.daemon.settings.slack.model_copy(update={"channels": ["C1"]})}
+        )
+    )
+    permit = gateway.permit(ChatEvent(platform="slack", channel_id="C1", user_id="U1", mentioned=True))
+    assert permit is not None
+    assert gateway.permit(ChatEvent(platform="slack", channel_id="C2", user_id="U1", mentioned=True)) is None
+    with pytest.raises(InvalidInput, match="cannot go to session"):
+        on_loop(daemon, lambda: gateway.submit_chat(permit, Inbound("cli:elsewhere", "hi")))
+    admission = on_loop(daemon, lambda: gateway.submit_chat(permit, Inbound("slack:C1:1.0", "hi")))
+    assert admission.session_id == "slack:C1:1.0"
