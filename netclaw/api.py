@@ -16,12 +16,15 @@ from typing import Any
 from aiohttp import web
 
 from netclaw import outputs as out
+from netclaw.commands import parse_command
 from netclaw.errors import ApiError
-from netclaw.gateway import Gateway, Inbound, SessionSummary, check_session_id
+from netclaw.gateway import Gateway, Inbound, SessionSummary, TurnOutcome, check_session_id
 from netclaw.messages import ChatMessage
+from netclaw.persistence import Memory
 from netclaw.web import (
     Handler,
     errors_middleware,
+    flag,
     idempotency_key,
     identity_for,
     read_json_object,
@@ -57,6 +60,11 @@ class Api:
         app.router.add_get("/api/sessions/{id}", self.get_session)
         app.router.add_post("/api/sessions/{id}/messages", self.post_message)
         app.router.add_get("/api/sessions/{id}/events", self.events)
+        app.router.add_post("/api/sessions/{id}/cancel", self.cancel)
+        app.router.add_post("/api/sessions/{id}/reset", self.reset)
+        app.router.add_delete("/api/sessions/{id}", self.delete_session)
+        app.router.add_get("/api/memories", self.list_memories)
+        app.router.add_delete("/api/memories/{id}", self.delete_memory)
         app.on_shutdown.append(self._close_streams)
         return app
 
@@ -98,7 +106,7 @@ class Api:
         found = await self.gateway.get_session(session_id, context=view == "context")
         if found is None:
             raise ApiError(404, "session_not_found", f"no session {session_id!r}")
-        messages = [_message_json(m) for m in found.messages]
+        messages = _with_failures([_message_json(m) for m in found.messages], found.failures)
         messages += [{**_message_json(m), "pending": True} for m in found.queued]
         return web.json_response({**_summary_json(found.summary), "view": view, "messages": messages})
 
@@ -113,10 +121,63 @@ class Api:
         user = body.get("user")
         if user is not None and not isinstance(user, str):
             raise ApiError(400, "invalid_user", "'user' must be a string")
+        command = parse_command(text)
+        if command is not None:  # a chat command: answered, never model input
+            done = await self.gateway.command(session_id, command, by=user or "api")
+            return web.json_response(
+                {"session_id": session_id, "command": done.command, "notice": done.notice}
+            )
         admission, outcome = await self.gateway.submit(
             Inbound(session_id, text, user=user, identity=identity_for(key)), wait=wait
         )
         return submission_response(admission, outcome)
+
+    # -- control ----------------------------------------------------------------------------
+
+    async def _known(self, request: web.Request) -> str:
+        session_id = check_session_id(request.match_info["id"])
+        if not await self.gateway.knows(session_id):
+            raise ApiError(404, "session_not_found", f"no session {session_id!r}")
+        return session_id
+
+    async def cancel(self, request: web.Request) -> web.Response:
+        session_id = await self._known(request)
+        turn = await self.gateway.cancel(session_id, by="api")
+        return web.json_response(
+            {"cancelled": True, "turn": turn} if turn is not None else {"cancelled": False}
+        )
+
+    async def reset(self, request: web.Request) -> web.Response:
+        session_id = await self._known(request)
+        await self.gateway.reset(session_id, by="api")
+        return web.json_response({"session_id": session_id})
+
+    async def delete_session(self, request: web.Request) -> web.Response:
+        session_id = check_session_id(request.match_info["id"])
+        memories = flag(request, "memories")
+        if not await self.gateway.delete(session_id, memories=memories):
+            raise ApiError(404, "session_not_found", f"no session {session_id!r}")
+        return web.Response(status=204)
+
+    async def list_memories(self, request: web.Request) -> web.Response:
+        session = request.query.get("session")
+        if session is not None:
+            check_session_id(session)
+        audience = request.query.get("audience")
+        if audience is not None and audience not in ("personal", "team", "public"):
+            raise ApiError(400, "invalid_audience", "audience must be personal, team or public")
+        found = await self.gateway.memories(
+            query=request.query.get("q"), audience=audience, session_id=session
+        )
+        return web.json_response([_memory_json(m) for m in found])
+
+    async def delete_memory(self, request: web.Request) -> web.Response:
+        raw = request.match_info["id"]
+        if not raw.isdigit() or len(raw) > 18:
+            raise ApiError(404, "memory_not_found", f"no memory {raw[:40]!r}")
+        if not await self.gateway.forget(int(raw)):
+            raise ApiError(404, "memory_not_found", f"no memory {raw}")
+        return web.Response(status=204)
 
     async def events(self, request: web.Request) -> web.StreamResponse:
         session_id = check_session_id(request.match_info["id"])
@@ -183,6 +244,53 @@ def _summary_json(summary: SessionSummary) -> dict[str, Any]:
         "turns": summary.turns,
         "last_activity": summary.last_activity,
         "resident": summary.resident,
+    }
+
+
+def _with_failures(
+    messages: list[dict[str, Any]], failures: Mapping[str, TurnOutcome]
+) -> list[dict[str, Any]]:
+    """The transcript with an entry where a turn ended without an answer (failed, cancelled,
+    timed out), at the end of that turn, so people see what happened. Never model input."""
+    if not failures:
+        return messages
+    shown: list[dict[str, Any]] = []
+    open_failure: tuple[dict[str, Any], TurnOutcome] | None = None
+    for message in messages:
+        if message["role"] == "user" and message.get("kind", "chat") == "chat":
+            if open_failure is not None:
+                shown.append(_failure_json(*open_failure))
+            outcome = failures.get(message["id"])
+            open_failure = (message, outcome) if outcome is not None else None
+        shown.append(message)
+    if open_failure is not None:
+        shown.append(_failure_json(*open_failure))
+    return shown
+
+
+def _failure_json(user: dict[str, Any], outcome: TurnOutcome) -> dict[str, Any]:
+    error = outcome.error or {}
+    code = error.get("code", outcome.status)
+    reason = error.get("message", f"the turn {outcome.status}")
+    return {
+        "id": f"{user['id']}:outcome",
+        "role": "system",
+        "kind": "turn_outcome",
+        "content": f"turn {outcome.turn} {outcome.status}: {reason} ({code})",
+        "status": outcome.status,
+        "ts": user["ts"],
+    }
+
+
+def _memory_json(m: Memory) -> dict[str, Any]:
+    return {
+        "id": m.id,
+        "audience": m.audience,
+        "kind": m.kind,
+        "text": m.text,
+        "source_session": m.session_id,
+        "source_turn": m.turn,
+        "created_at": m.created,
     }
 
 

@@ -155,7 +155,7 @@ class Daemon:
                     io, journal, provider, tools, self.live, manager, memory, compaction_provider
                 )
             )
-            self.gateway = Gateway(self.manager, self.journal, self.live)
+            self.gateway = Gateway(self.manager, self.journal, self.live, self.memory)
             api = Api(self.gateway, token, health_extra=lambda: {"adapters": self.adapter_statuses()})
             app = api.app()
             self._check_adapters(build_adapters(self.settings, self.gateway))

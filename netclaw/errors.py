@@ -18,6 +18,7 @@
     │   └── SessionUnavailable      the session could not be started or recovered
     │       └── OutcomeUnknown      a write was not confirmed in time; it may still land
     ├── InvalidInput                an inbound message is wrong; ``field`` names what
+    │   └── IdempotencyKeyReused    an identity sent again with a different message
     ├── ApiError                    an HTTP answer other than 2xx: status, code, message
     ├── AdapterError                a channel adapter failed; it is disabled, not the daemon
     ├── DaemonError                 start-up problems (port in use, data_dir locked)
@@ -131,6 +132,16 @@ class InvalidInput(NetclawError):
     def __init__(self, field: str, message: str) -> None:
         super().__init__(message)
         self.field = field
+
+
+class IdempotencyKeyReused(InvalidInput):
+    """The same identity (``Idempotency-Key``) came with a different message: refusing it
+    is the only answer that neither loses the new message nor replays the old one."""
+
+    code = "idempotency_key_reused"
+
+    def __init__(self, message: str) -> None:
+        super().__init__("idempotency_key", message)
 
 
 class ApiError(NetclawError):

@@ -23,20 +23,29 @@ import asyncio
 import logging
 import re
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TypeVar
 
+from netclaw.commands import HELP_TEXT, Command, parse_command
 from netclaw.config import ChannelAccess, LiveSettings, Settings
 from netclaw.errors import InvalidInput, OutcomeUnknown, SessionUnavailable
 from netclaw.messages import ChatMessage
 from netclaw.outputs import OutputFilter
-from netclaw.persistence import Journal
-from netclaw.policy import ChatEvent, channel_of, denial_reason
+from netclaw.persistence import Journal, Memory, MemoryStore
+from netclaw.policy import ChatEvent, audience_of, channel_of, denial_reason
 from netclaw.runtime import Reply
 from netclaw.sessions import (
     Admission,
+    Announce,
+    Cancel,
+    CompactNow,
+    ReportStatus,
+    Reset,
+    Routed,
     SendUserMessage,
     SessionManager,
+    StatusReport,
     Subscription,
     TurnOutcome,
     build_context,
@@ -46,10 +55,12 @@ from netclaw.sessions import (
 __all__ = [
     "Admission",
     "ChatPermit",
+    "CommandDone",
     "Gateway",
     "Inbound",
     "SessionSummary",
     "SessionView",
+    "StatusReport",
     "Subscription",
     "TurnOutcome",
     "check_session_id",
@@ -60,6 +71,9 @@ log = logging.getLogger(__name__)
 SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9:._\-]{0,199}$")
 MAX_TEXT_CHARS = 200_000
 ACK_TIMEOUT_S = 30.0
+CONTROL_TIMEOUT_S = 30.0  # a control command's answer (a compaction may take a while)
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +89,16 @@ class ChatPermit:
     """A chat-platform message that passed the access policy (:meth:`Gateway.permit`)."""
 
     event: ChatEvent
+
+
+@dataclass(frozen=True, slots=True)
+class CommandDone:
+    """A chat command ran (no model turn); ``notice`` is its answer, also told to every
+    subscriber of the session."""
+
+    session_id: str
+    command: Command
+    notice: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +119,7 @@ class SessionView:
     view: str  # "transcript" or "context"
     messages: Sequence[ChatMessage]  # the transcript, or what the model sees now
     queued: Sequence[ChatMessage] = ()  # admitted, waiting for their turn (transcript view)
+    failures: Mapping[str, TurnOutcome] = field(default_factory=dict)  # user message id → failed turn
 
 
 def check_session_id(session_id: str) -> str:
@@ -132,10 +157,13 @@ def check_inbound(inbound: Inbound) -> None:
 
 
 class Gateway:
-    def __init__(self, manager: SessionManager, journal: Journal, live: LiveSettings) -> None:
+    def __init__(
+        self, manager: SessionManager, journal: Journal, live: LiveSettings, memory: MemoryStore | None = None
+    ) -> None:
         self._manager = manager
         self._journal = journal
         self._live = live
+        self._memory = memory
 
     @property
     def settings(self) -> Settings:
@@ -201,15 +229,107 @@ class Gateway:
             return None
         return ChatPermit(event)
 
-    async def submit_chat(self, permit: ChatPermit, inbound: Inbound) -> Admission:
-        """A chat-platform message that has its permit (for a session of its platform)."""
+    async def submit_chat(self, permit: ChatPermit, inbound: Inbound) -> Admission | CommandDone:
+        """A chat-platform message that has its permit (for a session of its platform). A
+        chat command runs instead of becoming model input."""
         if channel_of(inbound.session_id) != permit.event.platform:
             raise InvalidInput(
                 "session_id",
                 f"a {permit.event.platform} message cannot go to session {inbound.session_id[:80]!r}",
             )
+        command = parse_command(inbound.text)
+        if command is not None:
+            check_inbound(inbound)
+            return await self.command(inbound.session_id, command, by=inbound.user or permit.event.user_id)
         admission, _ = await self.submit(inbound)
         return admission
+
+    # -- control --------------------------------------------------------------------------------
+
+    async def command(self, session_id: str, command: Command, *, by: str) -> CommandDone:
+        """Run a chat command and tell the session's subscribers its answer."""
+        match command:
+            case "reset":
+                await self.reset(session_id, by=by)
+                notice = "Started afresh: I no longer see our earlier conversation (the transcript is kept)."
+            case "stop":
+                turn = await self.cancel(session_id, by=by)
+                notice = f"Stopped turn {turn}." if turn is not None else "Nothing is running."
+            case "compact":
+                notice = await self.compact(session_id)
+            case "status":
+                notice = await self.status_text(session_id)
+            case "help":
+                notice = HELP_TEXT
+        self._manager.route(session_id, Announce(notice, "command"))
+        return CommandDone(session_id, command, notice)
+
+    async def cancel(self, session_id: str, *, by: str = "api") -> int | None:
+        """Stop the running turn (recorded as cancelled; queued messages go on). The turn's
+        number, or None when nothing was running."""
+        return await self._ask(session_id, lambda reply: Cancel(reply, by))
+
+    async def reset(self, session_id: str, *, by: str = "api") -> None:
+        """The model-visible context starts empty; the transcript and memories stay."""
+        await self._ask(session_id, lambda reply: Reset(by, reply))
+
+    async def compact(self, session_id: str) -> str:
+        """Compact now, whatever the threshold; a sentence saying what happened."""
+        return await self._ask(session_id, CompactNow)
+
+    async def status(self, session_id: str) -> StatusReport:
+        return await self._ask(session_id, ReportStatus)
+
+    async def status_text(self, session_id: str) -> str:
+        report = await self.status(session_id)
+        used = round(100 * report.context_tokens / report.context_window) if report.context_window else 0
+        parts = [
+            f"Model {report.model}, {report.phase}",
+            f"context {report.context_tokens} of {report.context_window} tokens ({used}%)",
+            f"{report.turns} turn(s), {report.queued} queued",
+        ]
+        if self._memory is not None:
+            audience = audience_of(session_id, self.settings)
+            parts.append(f"{await self._memory.count(audience)} {audience} memorie(s)")
+        return "; ".join(parts) + "."
+
+    async def delete(self, session_id: str, *, memories: bool = False) -> bool:
+        """Erase a session: its journal, snapshot, listing row and webhook deliveries (and,
+        with ``memories``, what was learnt in it). False when there is no such session."""
+        check_session_id(session_id)
+        if not await self.knows(session_id):
+            return False
+
+        async def erase() -> None:
+            await self._journal.erase(session_id)
+            if memories and self._memory is not None:
+                await self._memory.delete_session(session_id)
+
+        await self._manager.erase(session_id, erase)
+        log.info("%s: deleted%s", session_id, " with its memories" if memories else "")
+        return True
+
+    async def memories(
+        self, *, query: str | None = None, audience: str | None = None, session_id: str | None = None
+    ) -> list[Memory]:
+        """Memories for people: matching ``query``, or newest first; with their source."""
+        if self._memory is None:
+            return []
+        return await self._memory.listing(query=query, audience=audience, session_id=session_id)
+
+    async def forget(self, memory_id: int) -> bool:
+        return self._memory is not None and await self._memory.delete(memory_id)
+
+    async def _ask(self, session_id: str, make: Callable[[Reply[T]], Routed]) -> T:
+        check_session_id(session_id)
+        reply: Reply[T] = Reply(asyncio.get_running_loop())
+        self._manager.route(session_id, make(reply))
+        try:
+            return await reply.wait(CONTROL_TIMEOUT_S)
+        except TimeoutError as exc:
+            raise SessionUnavailable(
+                f"session {session_id} did not answer within {CONTROL_TIMEOUT_S:g}s; try again"
+            ) from exc
 
     def _access(self, platform: str) -> ChannelAccess:
         settings = self.settings
@@ -268,7 +388,7 @@ class Gateway:
             system_prompt = self.settings.agent.system_prompt
             messages = await asyncio.to_thread(build_context, state, system_prompt)
             return SessionView(summary, "context", messages)
-        return SessionView(summary, "transcript", state.transcript, state.inbox)
+        return SessionView(summary, "transcript", state.transcript, state.inbox, state.failures)
 
     async def knows(self, session_id: str) -> bool:
         """Is this an existing session (a thread the bot already takes part in)?"""

@@ -17,6 +17,7 @@ from aiohttp import web
 
 from netclaw.errors import (
     ApiError,
+    IdempotencyKeyReused,
     InvalidInput,
     JournalError,
     NetclawError,
@@ -65,6 +66,8 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
         response = error_response(exc.status, exc.code, exc.message)
         response.headers.update(exc.headers)
         return response
+    except IdempotencyKeyReused as exc:
+        return error_response(409, exc.code, str(exc))
     except InvalidInput as exc:
         return error_response(400, "invalid_" + exc.field, str(exc))
     except OutcomeUnknown as exc:
@@ -122,16 +125,22 @@ def read_json_object(raw: bytes) -> dict[str, Any]:
     return body
 
 
-def wait_flag(request: web.Request) -> bool:
-    """``?wait=1`` (also ``true``, ``yes`` or bare ``?wait``); ``0``/``false``/``no`` or absent: no."""
-    value = request.query.get("wait")
+def flag(request: web.Request, name: str) -> bool:
+    """A yes/no query flag: ``1``, ``true``, ``yes`` or bare (``?name``) is yes; ``0``,
+    ``false``, ``no`` or absent is no; anything else is a 400 naming it."""
+    value = request.query.get(name)
     if value is None:
         return False
     if value.lower() in ("1", "true", "yes", ""):
         return True
     if value.lower() in ("0", "false", "no"):
         return False
-    raise ApiError(400, "invalid_wait", f"wait must be 1 or 0, not {value!r}")
+    raise ApiError(400, f"invalid_{name}", f"{name} must be 1 or 0, not {value!r}")
+
+
+def wait_flag(request: web.Request) -> bool:
+    """``?wait=1`` and its spellings (see :func:`flag`)."""
+    return flag(request, "wait")
 
 
 def idempotency_key(request: web.Request) -> str:

@@ -53,7 +53,7 @@ from adapters.chat._port import (
 from adapters.chat._text import error_note, note_for, split_message
 from netclaw import outputs as out
 from netclaw.errors import NetclawError
-from netclaw.gateway import Admission, ChatPermit, Gateway, Inbound, Subscription
+from netclaw.gateway import Admission, ChatPermit, CommandDone, Gateway, Inbound, Subscription
 from netclaw.retry import RetryPolicy, with_retries
 
 log = logging.getLogger(__name__)
@@ -149,10 +149,11 @@ class ChatRenderer:
         inbound: Inbound,
         conversation: Conversation,
         source: MessageRef,
-    ) -> Admission | None:
+    ) -> Admission | CommandDone | None:
         """Admit a permitted message and follow its session: the subscription is in place
         before the turn can speak, and the message wears the reaction until its turn ends.
-        A refused message gets a note in the conversation; None is returned."""
+        A chat command runs instead (its answer arrives as a notice). A refused message gets
+        a note in the conversation; None is returned."""
         link = self._follow(inbound.session_id, conversation)
         link.holds += 1
         try:
@@ -170,7 +171,7 @@ class ChatRenderer:
         finally:
             link.holds -= 1
             link.last_activity = time.monotonic()
-        if not admission.duplicate:
+        if isinstance(admission, Admission) and not admission.duplicate:
             self._acknowledge(link, admission.message_id, source)
         return admission
 

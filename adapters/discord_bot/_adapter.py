@@ -35,7 +35,7 @@ from adapters.discord_bot._port import (
 )
 from netclaw.config import DiscordConfig, Settings
 from netclaw.errors import AdapterError, NetclawError
-from netclaw.gateway import Gateway, Inbound
+from netclaw.gateway import Admission, Gateway, Inbound
 from netclaw.policy import ChatEvent
 from netclaw.retry import with_retries
 
@@ -274,7 +274,9 @@ class DiscordAdapter:
         except NetclawError as exc:  # cannot even subscribe (shutting down)
             log.warning("discord: cannot follow %s: %s", session_id, exc)
             return None
-        return session_id if admission is not None and not admission.duplicate else None
+        if admission is None or (isinstance(admission, Admission) and admission.duplicate):
+            return None  # refused, or a redelivery already handled
+        return session_id
 
     async def _start_thread(self, message: DiscordMessage) -> str | None:
         port, renderer = self._require_port(), self.renderer

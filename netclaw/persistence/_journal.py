@@ -74,4 +74,9 @@ class Journal(Protocol):
 
     async def sessions_with_pending_input(self) -> list[str]: ...
 
+    async def erase(self, persistence_id: str) -> None:
+        """Delete a session for good: its events, snapshot, listing row and webhook
+        deliveries, in one transaction, ordered after every write queued before it."""
+        ...
+
     async def close(self) -> None: ...

@@ -52,9 +52,10 @@ class Memory:
     id: int
     text: str
     kind: str
-    session_id: str
+    session_id: str  # where it was learnt
     audience: str
     created: float  # unix seconds
+    turn: int | None = None  # the turn of that session (None: from before provenance was kept)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +70,9 @@ class NewMemory:
 
 
 class MemoryStore(Protocol):
-    async def add(self, items: Sequence[NewMemory], *, session_id: str, audience: str) -> list[Memory]:
+    async def add(
+        self, items: Sequence[NewMemory], *, session_id: str, audience: str, turn: int | None = None
+    ) -> list[Memory]:
         """Store new items; returns only those newly stored (duplicates and blanks are skipped)."""
         ...
 
@@ -77,7 +80,24 @@ class MemoryStore(Protocol):
         """The most relevant memories for free text, best first; ``audience=None`` searches all."""
         ...
 
-    async def count(self) -> int: ...
+    async def listing(
+        self,
+        *,
+        query: str | None = None,
+        audience: str | None = None,
+        session_id: str | None = None,
+        limit: int = 100,
+    ) -> list[Memory]:
+        """Memories for people to look through: matching ``query`` (best first) or newest first."""
+        ...
+
+    async def delete(self, memory_id: int) -> bool: ...
+
+    async def delete_session(self, session_id: str) -> int:
+        """Forget everything learnt in a session; returns how many memories went."""
+        ...
+
+    async def count(self, audience: str | None = None) -> int: ...
 
     async def close(self) -> None: ...
 
@@ -128,7 +148,7 @@ def format_recall(memories: Sequence[Memory], char_budget: int = 1500) -> str | 
     return out if added else None
 
 
-_COLUMNS = "id, text, kind, session_id, audience, created"
+_COLUMNS = "id, text, kind, session_id, audience, created, turn"
 
 
 class SqliteMemoryStore:
@@ -173,21 +193,23 @@ class SqliteMemoryStore:
         except (sqlite3.Error, ValueError) as exc:  # ValueError: aiosqlite's "Connection closed"
             raise JournalError(f"memory store failed: {exc}") from exc
 
-    async def add(self, items: Sequence[NewMemory], *, session_id: str, audience: str) -> list[Memory]:
+    async def add(
+        self, items: Sequence[NewMemory], *, session_id: str, audience: str, turn: int | None = None
+    ) -> list[Memory]:
         now = time.time()
-        rows: list[tuple[str, str, str, str, float, str]] = []
+        rows: list[tuple[str, str, str, str, float, str, int | None]] = []
         for item in items:
             text = item.text.strip()[:MAX_MEMORY_CHARS].rstrip()
             if text:
-                rows.append((text, item.kind, session_id, audience, now, normalise(text)))
+                rows.append((text, item.kind, session_id, audience, now, normalise(text), turn))
         stored: list[Memory] = []
         for start in range(0, len(rows), _ROWS_PER_INSERT):
             chunk = rows[start : start + _ROWS_PER_INSERT]
             # One statement, so atomic without an explicit transaction; DO NOTHING also
             # skips duplicates within the chunk, and RETURNING yields only inserted rows.
             sql = (
-                "INSERT INTO memories (text, kind, session_id, audience, created, norm) VALUES "
-                + ", ".join(["(?, ?, ?, ?, ?, ?)"] * len(chunk))
+                "INSERT INTO memories (text, kind, session_id, audience, created, norm, turn) VALUES "
+                + ", ".join(["(?, ?, ?, ?, ?, ?, ?)"] * len(chunk))
                 + f" ON CONFLICT (audience, norm) DO NOTHING RETURNING {_COLUMNS}"
             )
             found = await self._fetch(sql, [value for row in chunk for value in row])
@@ -208,15 +230,65 @@ class SqliteMemoryStore:
         where = "memories_fts MATCH ?" + ("" if audience is None else " AND m.audience = ?")
         params: list[Any] = [match] if audience is None else [match, audience]
         rows = await self._fetch(
-            f"SELECT m.id, m.text, m.kind, m.session_id, m.audience, m.created"
+            f"SELECT m.id, m.text, m.kind, m.session_id, m.audience, m.created, m.turn"
             f" FROM memories_fts JOIN memories AS m ON m.id = memories_fts.rowid"
             f" WHERE {where} ORDER BY bm25(memories_fts), m.id DESC LIMIT ?",  # bm25: lower is better
             [*params, min(limit, _MAX_LIMIT)],
         )
         return [_memory(r) for r in rows]
 
-    async def count(self) -> int:
-        rows = await self._fetch("SELECT COUNT(*) FROM memories")
+    async def listing(
+        self,
+        *,
+        query: str | None = None,
+        audience: str | None = None,
+        session_id: str | None = None,
+        limit: int = 100,
+    ) -> list[Memory]:
+        where: list[str] = []
+        params: list[Any] = []
+        if audience is not None:
+            where.append("m.audience = ?")
+            params.append(audience)
+        if session_id is not None:
+            where.append("m.session_id = ?")
+            params.append(session_id)
+        limit = max(1, min(limit, 1000))
+        if query is not None and query.strip():
+            match = fts_query(query)
+            if match is None:
+                return []
+            sql = (
+                "SELECT m.id, m.text, m.kind, m.session_id, m.audience, m.created, m.turn"
+                " FROM memories_fts JOIN memories AS m ON m.id = memories_fts.rowid WHERE memories_fts MATCH ?"
+                + "".join(f" AND {w}" for w in where)
+                + " ORDER BY bm25(memories_fts), m.id DESC LIMIT ?"
+            )
+            rows = await self._fetch(sql, [match, *params, limit])
+        else:
+            sql = f"SELECT {_COLUMNS} FROM memories AS m" + (f" WHERE {' AND '.join(where)}" if where else "")
+            rows = await self._fetch(sql + " ORDER BY m.created DESC, m.id DESC LIMIT ?", [*params, limit])
+        return [_memory(r) for r in rows]
+
+    async def delete(self, memory_id: int) -> bool:
+        rows = await self._fetch("DELETE FROM memories WHERE id = ? RETURNING id", [memory_id])
+        await self._refresh_audiences()
+        return bool(rows)
+
+    async def delete_session(self, session_id: str) -> int:
+        rows = await self._fetch("DELETE FROM memories WHERE session_id = ? RETURNING id", [session_id])
+        await self._refresh_audiences()
+        return len(rows)
+
+    async def _refresh_audiences(self) -> None:
+        rows = await self._fetch("SELECT DISTINCT audience FROM memories")
+        self._audiences = {str(r[0]) for r in rows}
+
+    async def count(self, audience: str | None = None) -> int:
+        if audience is None:
+            rows = await self._fetch("SELECT COUNT(*) FROM memories")
+        else:
+            rows = await self._fetch("SELECT COUNT(*) FROM memories WHERE audience = ?", [audience])
         return int(rows[0][0])
 
     async def close(self) -> None:
@@ -234,4 +306,5 @@ def _memory(r: sqlite3.Row) -> Memory:
         session_id=str(r[3]),
         audience=str(r[4]),
         created=float(r[5]),
+        turn=int(r[6]) if r[6] is not None else None,
     )

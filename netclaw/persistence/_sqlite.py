@@ -55,6 +55,12 @@ class _SaveSnapshot:
     future: asyncio.Future[int]
 
 
+@dataclass(slots=True)
+class _Erase:
+    persistence_id: str
+    future: asyncio.Future[int]
+
+
 _Write = _Append | _SaveSnapshot
 
 
@@ -154,6 +160,13 @@ class SqliteJournal:
         self._put(_SaveSnapshot(persistence_id, seq, state, future))
         await future
 
+    async def erase(self, persistence_id: str) -> None:
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        if self._writer is None or self._closing or not self._writer.is_alive():
+            raise JournalError("the journal is closed")
+        self._writer.inbox.put(_Erase(persistence_id, future))
+        await future
+
     def _put(self, write: _Write) -> None:
         if self._writer is None or self._closing or not self._writer.is_alive():
             raise JournalError("the journal is closed")
@@ -245,7 +258,7 @@ class _Writer(threading.Thread):
         super().__init__(name="netclaw-journal-writer", daemon=True)
         self.journal = journal
         self.synchronous = synchronous
-        self.inbox: queue.SimpleQueue[_Write | _Query | None] = queue.SimpleQueue()
+        self.inbox: queue.SimpleQueue[_Write | _Erase | _Query | None] = queue.SimpleQueue()
         self.ready: concurrent.futures.Future[None] = concurrent.futures.Future()
         self.finished: concurrent.futures.Future[None] = concurrent.futures.Future()
         self._last_seq: dict[str, int] = {}
@@ -278,10 +291,15 @@ class _Writer(threading.Thread):
             if first is None:
                 return
             writes: list[_Write] = []
-            item: _Write | _Query | None = first
+            item: _Write | _Erase | _Query | None = first
             while True:
                 if isinstance(item, _Query):
                     _answer(item, conn)
+                elif isinstance(item, _Erase):
+                    if writes:  # what was queued before the erase lands first
+                        self._commit(conn, writes)
+                        writes = []
+                    self._erase(conn, item)
                 elif item is not None:
                     writes.append(item)
                 if len(writes) >= _MAX_BATCH:
@@ -339,6 +357,26 @@ class _Writer(threading.Thread):
                 self.journal.commits += 1
                 self._last_seq.update(staged)
         _settle(conflicts + results)
+
+    def _erase(self, conn: sqlite3.Connection, erase: _Erase) -> None:
+        pid = erase.persistence_id
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.execute("DELETE FROM events WHERE persistence_id = ?", (pid,))
+                conn.execute("DELETE FROM snapshots WHERE persistence_id = ?", (pid,))
+                conn.execute("DELETE FROM sessions WHERE id = ?", (pid,))
+                conn.execute("DELETE FROM webhook_deliveries WHERE session_id = ?", (pid,))
+                conn.execute("COMMIT")
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            _settle([(erase.future, JournalError(f"erasing {pid} failed: {exc}"))])
+            return
+        self._last_seq[pid] = 0
+        _settle([(erase.future, 0)])
 
     def _cached_last_seq(self, conn: sqlite3.Connection, persistence_id: str) -> int:
         seq = self._last_seq.get(persistence_id)

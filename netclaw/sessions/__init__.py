@@ -27,11 +27,23 @@ from netclaw.sessions._state import SessionState, TurnOutcome
 
 if TYPE_CHECKING:
     from netclaw.sessions._actor import SessionActor
-    from netclaw.sessions._commands import Admission, SendUserMessage, Subscribe, Unsubscribe
+    from netclaw.sessions._commands import (
+        Admission,
+        Announce,
+        Cancel,
+        CompactNow,
+        ReportStatus,
+        Reset,
+        Routed,
+        SendUserMessage,
+        Subscribe,
+        Unsubscribe,
+    )
     from netclaw.sessions._deps import ManagerPort, SessionDeps
     from netclaw.sessions._manager import SessionManager
     from netclaw.sessions._prompt import Prompt, PromptBuilder
     from netclaw.sessions._recovery import load_state
+    from netclaw.sessions._status import StatusReport
     from netclaw.sessions._subscribers import OutputQueue, Sink, Subscriber, SubscriberSet, Subscription
     from netclaw.sessions._turn import build_context
 
@@ -40,6 +52,13 @@ _LAZY = {
     "SessionActor": "_actor",
     "SessionDeps": "_deps",
     "Admission": "_commands",
+    "Announce": "_commands",
+    "Cancel": "_commands",
+    "CompactNow": "_commands",
+    "ReportStatus": "_commands",
+    "Reset": "_commands",
+    "Routed": "_commands",
+    "StatusReport": "_status",
     "SendUserMessage": "_commands",
     "Subscribe": "_commands",
     "Unsubscribe": "_commands",
@@ -68,6 +87,9 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "LEGAL_TRANSITIONS",
     "Admission",
+    "Announce",
+    "Cancel",
+    "CompactNow",
     "HistoryTrimmed",
     "InputAdmitted",
     "ManagerPort",
@@ -76,6 +98,9 @@ __all__ = [
     "PhaseMachine",
     "Prompt",
     "PromptBuilder",
+    "ReportStatus",
+    "Reset",
+    "Routed",
     "SendUserMessage",
     "SessionActor",
     "SessionDeps",
@@ -84,6 +109,7 @@ __all__ = [
     "SessionState",
     "SessionTitleSet",
     "Sink",
+    "StatusReport",
     "StepRecorded",
     "Subscribe",
     "Subscriber",

@@ -24,10 +24,18 @@ import pykka
 
 from netclaw import outputs as out
 from netclaw.config import Settings
-from netclaw.errors import ContextOverflow, NetclawError, OutcomeUnknown, ProviderError, SessionUnavailable
+from netclaw.errors import (
+    ContextOverflow,
+    IdempotencyKeyReused,
+    NetclawError,
+    OutcomeUnknown,
+    ProviderError,
+    SessionUnavailable,
+)
 from netclaw.history import TrimResult
 from netclaw.policy import allowed_tools, audience_of, recall_allowed
 from netclaw.providers import Completion, ProviderRequest, ToolSchema
+from netclaw.runtime import Reply
 from netclaw.sessions import _commands as cmd
 from netclaw.sessions import _ladder as ladder
 from netclaw.sessions import _turn as turn
@@ -37,16 +45,18 @@ from netclaw.sessions._compaction import (
     CompactionRun,
     compaction_output,
     compaction_record,
+    describe_compaction,
     plan_compaction,
 )
 from netclaw.sessions._deps import SessionDeps
-from netclaw.sessions._events import SessionEvent, TurnStarted, TurnStatus
+from netclaw.sessions._events import SessionEvent, SessionReset, TurnStarted, TurnStatus
 from netclaw.sessions._loop_ops import Recall, start_compaction, start_provider_call, start_tool_batch
 from netclaw.sessions._phases import Phase, PhaseMachine
 from netclaw.sessions._prompt import PromptBuilder
 from netclaw.sessions._recorder import Recorder
 from netclaw.sessions._recovery import recover_state
 from netclaw.sessions._state import SessionState
+from netclaw.sessions._status import status_report
 from netclaw.sessions._subscribers import Subscriber, SubscriberSet, Waiters
 from netclaw.sessions._turn import TurnRun
 from netclaw.tools import ToolContext, ToolResult
@@ -133,6 +143,20 @@ class SessionActor(pykka.ThreadingActor):
             case cmd.Unsubscribe(sub_id=sub_id):
                 self.subscribers.remove(sub_id)
                 self._arm_idle()
+            case cmd.Cancel(reply=reply, by=by):
+                reply.resolve(self._cancel(by))
+            case cmd.Reset(by=by, reply=reply):
+                self._reset(by)
+                reply.resolve(None)
+            case cmd.CompactNow(reply=reply):
+                self._compact_now(reply)
+            case cmd.ReportStatus(reply=reply):
+                assert self.prompts is not None
+                reply.resolve(
+                    status_report(self.state, self.phases.phase, self.prompts, self._tools(), self.settings)
+                )
+            case cmd.Announce(text=text, kind=kind):
+                self._publish(out.Notice(session_id=self.session_id, text=text, kind=kind))
             case cmd.PassivateNow():
                 if self._idle():
                     self._begin_passivation(grace=0.0)
@@ -218,6 +242,10 @@ class SessionActor(pykka.ThreadingActor):
         now = time.time()
         known = self.state.seen(send.identity, now) if send.identity else None
         if known is not None:
+            first = self.state.find_message(known)
+            if first is not None and first.content != send.text:
+                send.ack.fail(IdempotencyKeyReused(f"{send.identity} was first used for a different message"))
+                return
             send.ack.resolve(cmd.Admission(self.session_id, known, duplicate=True))
             if send.done is not None:
                 self.waiters.add(self.state, known, send.done)
@@ -320,6 +348,9 @@ class SessionActor(pykka.ThreadingActor):
         # Past the iteration limit the model gets no tools, so it must answer.
         if run.iteration >= self.settings.session.max_tool_iterations:
             return []
+        return self._tools()
+
+    def _tools(self) -> list[ToolSchema]:
         return self.deps.tools.schemas(self.allowed_tools)
 
     def _record_trim(self, trim: TrimResult, reason: str) -> None:
@@ -407,7 +438,7 @@ class SessionActor(pykka.ThreadingActor):
         self._record_trim(decision.trim, "overflow")
         self._call_provider()
 
-    def _fail_turn(self, code: str, message: str, status: TurnStatus) -> None:
+    def _fail_turn(self, code: str, message: str, status: TurnStatus, *, go_on: bool = True) -> None:
         run = self.run
         assert run is not None
         if run.future is not None:
@@ -417,9 +448,9 @@ class SessionActor(pykka.ThreadingActor):
         self._record(turn.failed_turn(self.session_id, run, code, message, status))
         run.pending_calls = None
         log.warning("%s: turn %d %s: %s", self.session_id, run.turn, status, message)
-        self._end_turn(run, status)
+        self._end_turn(run, status, go_on=go_on)
 
-    def _end_turn(self, run: TurnRun, status: TurnStatus) -> None:
+    def _end_turn(self, run: TurnRun, status: TurnStatus, *, go_on: bool = True) -> None:
         self._publish(turn.turn_completed(self.session_id, run, status))
         self.waiters.resolve(self.state, run.message_id)
         self.run = None
@@ -428,8 +459,37 @@ class SessionActor(pykka.ThreadingActor):
         if self.recorder.snapshot_due(self.state, self.settings.session.snapshot_interval):
             self.recorder.snapshot(self.state, wait=False)
         self._set_phase(Phase.READY)
-        if not self._compact_if_due(resume_turn=False):
+        if go_on and not self._compact_if_due(resume_turn=False):
             self._start_next_turn()
+
+    # -- control --------------------------------------------------------------------------------
+
+    def _cancel(self, by: str, *, go_on: bool = True) -> int | None:
+        """Stop the running turn: the provider stream is closed, running tools are cancelled
+        and get a result, the turn is recorded as cancelled; queued messages go on."""
+        run = self.run
+        if run is None:
+            return None
+        self._fail_turn("cancelled", f"the turn was cancelled by {by}", "cancelled", go_on=go_on)
+        return run.turn
+
+    def _reset(self, by: str) -> None:
+        """The model-visible context starts empty (a running turn is cancelled first, and its
+        leftovers stay out of the new context); queued messages go on afterwards."""
+        self._cancel(by, go_on=False)
+        if self.compacting is not None:  # a compaction between turns: its result is moot
+            self._abandon_compaction()
+            self._set_phase(Phase.READY)
+        self._persist(SessionReset(by))
+        self.ladder = ladder.Ladder()
+        self._publish(out.SessionReset(session_id=self.session_id, by=by))
+        self._start_next_turn()
+
+    def _compact_now(self, reply: Reply[str]) -> None:
+        if self.phases.phase is not Phase.READY or self.run is not None:
+            reply.resolve(f"not now: the session is {self.phases.phase.value}; try again when it is done")
+            return
+        self._begin_compaction(ladder.Compact(forced=True, summarise=True), resume_turn=False, reply=reply)
 
     # -- compaction ---------------------------------------------------------------------------
 
@@ -443,29 +503,32 @@ class SessionActor(pykka.ThreadingActor):
             return True
         return False
 
-    def _begin_compaction(self, decision: ladder.Compact, *, resume_turn: bool) -> None:
+    def _begin_compaction(
+        self, decision: ladder.Compact, *, resume_turn: bool, reply: Reply[str] | None = None
+    ) -> None:
         """Tier 1 here; tiers 2 and 3 (LLM calls) on the loop if still over the threshold.
         Messages arriving meanwhile are acknowledged and buffered (phase Compacting)."""
         assert self.prompts is not None
         self._set_phase(Phase.COMPACTING)
-        tools = self.deps.tools.schemas(self.allowed_tools)
         threshold = self._budget().threshold_tokens
         start = plan_compaction(
             self.state,
             self.prompts,
-            tools,
+            self._tools(),
             self.settings,
             threshold_tokens=threshold,
             audience=self.audience,
             forced=decision.forced,
             summarise=decision.summarise,
         )
-        compacting = CompactionRun(self._new_op(), start, resume_turn=resume_turn, forced=decision.forced)
+        compacting = CompactionRun(self._new_op(), start, resume_turn, decision.forced, reply=reply)
         self.compacting = compacting
-        if start.plan is None and not start.cleared and not decision.forced:
+        if start.plan is None and not start.cleared and (not decision.forced or reply is not None):
             # Nothing to clear and nothing old enough to summarise: record nothing, say
             # nothing (it would repeat after every turn), and carry on.
             log.debug("%s: compaction due but nothing to compact (%s)", self.session_id, start.note)
+            if reply is not None:
+                reply.resolve(f"Nothing to compact yet ({start.note or 'the conversation is short'}).")
             self._resume_after_compaction(compacting, summary_failed=False, freed_nothing=False)
             return
         if start.plan is None:
@@ -482,9 +545,10 @@ class SessionActor(pykka.ThreadingActor):
         assert self.prompts is not None
         self.compacting = None
         start = compacting.start if note is None else replace(compacting.start, note=note)
-        tools = self.deps.tools.schemas(self.allowed_tools)
-        event = compaction_record(self.state, start, outcome, self.prompts, tools)
+        event = compaction_record(self.state, start, outcome, self.prompts, self._tools())
         self._persist(event)
+        if compacting.reply is not None:
+            compacting.reply.resolve(describe_compaction(event))
         self.recorder.snapshot(self.state, wait=False)
         summary = {k: v for k, v in event.to_payload().items() if k not in ("summary", "cleared")}
         log.info("%s: compaction %s", self.session_id, json.dumps(summary, sort_keys=True))
@@ -521,6 +585,8 @@ class SessionActor(pykka.ThreadingActor):
         if self.compacting is not None:
             if self.compacting.future is not None:
                 self.compacting.future.cancel()
+            if self.compacting.reply is not None:
+                self.compacting.reply.resolve("The compaction was abandoned.")
             self.compacting = None
 
     def _new_op(self) -> int:

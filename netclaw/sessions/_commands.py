@@ -16,6 +16,7 @@ from netclaw.providers import Completion, Delta
 from netclaw.runtime import Reply
 from netclaw.sessions._compaction import CompactionOutcome
 from netclaw.sessions._state import TurnOutcome
+from netclaw.sessions._status import StatusReport
 from netclaw.sessions._subscribers import Sink
 from netclaw.tools import ToolResult
 
@@ -53,6 +54,42 @@ class Subscribe(Routed):
 @dataclass(frozen=True, slots=True)
 class Unsubscribe(Routed):
     sub_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel(Routed):
+    """Stop the running turn; ``reply`` gets its number, or None when nothing ran."""
+
+    reply: Reply[int | None]
+    by: str = "user"
+
+
+@dataclass(frozen=True, slots=True)
+class Reset(Routed):
+    """Start the model-visible context afresh (a running turn is cancelled first)."""
+
+    by: str
+    reply: Reply[None]
+
+
+@dataclass(frozen=True, slots=True)
+class CompactNow(Routed):
+    """Compact now, whatever the threshold; ``reply`` gets a sentence for people."""
+
+    reply: Reply[str]
+
+
+@dataclass(frozen=True, slots=True)
+class ReportStatus(Routed):
+    reply: Reply[StatusReport]
+
+
+@dataclass(frozen=True, slots=True)
+class Announce(Routed):
+    """Tell every subscriber something (a command's answer)."""
+
+    text: str
+    kind: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,5 +171,7 @@ def refuse(message: object, error: Exception, notice: Error) -> None:
         case Subscribe(sink=sink):
             sink.offer(notice)
             sink.close()
+        case Cancel(reply=reply) | Reset(reply=reply) | CompactNow(reply=reply) | ReportStatus(reply=reply):
+            reply.fail(error)
         case _:
             pass

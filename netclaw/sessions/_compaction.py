@@ -32,7 +32,7 @@ from netclaw.history.compaction import (
 from netclaw.messages import ChatMessage
 from netclaw.persistence import MemoryStore, NewMemory
 from netclaw.providers import Provider, ProviderRequest, ToolSchema
-from netclaw.runtime import Cancellable
+from netclaw.runtime import Cancellable, Reply
 from netclaw.sessions._events import SessionCompacted
 from netclaw.sessions._prompt import PromptBuilder
 from netclaw.sessions._state import SessionState
@@ -200,8 +200,9 @@ class CompactionRun:
     op_id: int
     start: CompactionStart
     resume_turn: bool  # a tool loop (or an overflow retry) continues afterwards
-    forced: bool = False  # the overflow ladder's rung 1, not the threshold
+    forced: bool = False  # the overflow ladder's rung 1 or /compact, not the threshold
     future: Cancellable | None = None
+    reply: Reply[str] | None = None  # /compact: told what happened
 
 
 def compaction_event(
@@ -258,3 +259,17 @@ def compaction_output(session_id: str, event: SessionCompacted) -> out.Compactio
         tiers=event.tiers,
         note=event.note,
     )
+
+
+def describe_compaction(event: SessionCompacted) -> str:
+    """One sentence for people about what a compaction did."""
+    done = []
+    if event.summary is not None:
+        done.append("summarised the earlier conversation")
+    if event.cleared:
+        done.append(f"cleared {len(event.cleared)} old tool result(s)")
+    if event.memories_saved:
+        done.append(f"saved {event.memories_saved} memorie(s)")
+    what = ", ".join(done) if done else "changed nothing"
+    note = f" ({event.note})" if event.note else ""
+    return f"Compacted: {what}; the context went from {event.tokens_before} to {event.tokens_after} tokens{note}."

@@ -116,6 +116,23 @@ class SessionCompacted:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class SessionReset:
+    """The model-visible context starts empty from here (``/reset``, ``/new``). The
+    transcript keeps every message, and memories stay."""
+
+    by: str
+
+
+@dataclass(frozen=True, slots=True)
+class MemoriesExtracted:
+    """Durable observations of the turns up to ``through_turn`` were saved (at passivation),
+    so the next extraction starts after them."""
+
+    through_turn: int
+    saved: int
+
+
 SessionEvent = (
     InputAdmitted
     | TurnStarted
@@ -124,6 +141,8 @@ SessionEvent = (
     | SessionTitleSet
     | HistoryTrimmed
     | SessionCompacted
+    | SessionReset
+    | MemoriesExtracted
 )
 
 
@@ -152,6 +171,10 @@ def encode(event: SessionEvent) -> tuple[str, str]:
             payload = {"title": title}
         case HistoryTrimmed() | SessionCompacted():
             payload = event.to_payload()
+        case SessionReset(by=by):
+            payload = {"by": by}
+        case MemoriesExtracted(through_turn=turn, saved=saved):
+            payload = {"through_turn": turn, "saved": saved}
     return type(event).__name__, json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
 
 
@@ -178,6 +201,10 @@ def decode(type_name: str, payload: str) -> SessionEvent:
                 return SessionTitleSet(str(data["title"]))
             case "HistoryTrimmed":
                 return HistoryTrimmed(**data)
+            case "SessionReset":
+                return SessionReset(str(data["by"]))
+            case "MemoriesExtracted":
+                return MemoriesExtracted(int(data["through_turn"]), int(data["saved"]))
             case "SessionCompacted":
                 data["cleared"] = tuple(data["cleared"])
                 data["tiers"] = tuple(data["tiers"])

@@ -16,21 +16,31 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import pykka
 
+from netclaw import outputs as out
 from netclaw.errors import NetclawError, SessionUnavailable
 from netclaw.outputs import OutputFilter
 from netclaw.sessions._actor import SessionActor
-from netclaw.sessions._commands import ConfirmStop, PassivateNow, Routed, Shutdown, Subscribe, Unsubscribe
+from netclaw.sessions._commands import (
+    ConfirmStop,
+    PassivateNow,
+    Routed,
+    Shutdown,
+    Subscribe,
+    Unsubscribe,
+    refuse,
+)
 from netclaw.sessions._deps import SessionDeps, SessionRef
 from netclaw.sessions._phases import Phase
 from netclaw.sessions._subscribers import OutputQueue, Subscription
 
 log = logging.getLogger(__name__)
 
+STOP_TIMEOUT_S = 10.0
 RESTART_BACKOFF_S = (0.5, 2.0, 10.0, 30.0, 60.0)  # after the 1st, 2nd, ... failure in a row
 FAILURES_FORGOTTEN_AFTER_S = 600.0  # a session that ran this long without failing starts afresh
 
@@ -56,16 +66,23 @@ class SessionManager:
         self._resident: dict[str, _Resident] = {}
         self._failures: dict[str, _Failures] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        # Sessions being erased: commands for them wait here, then go to a fresh session.
+        self._erasing: dict[str, list[Routed]] = {}
         self.started = 0  # actors started (recoveries), for /healthz and tests
         self.restarts = 0  # broken actors restarted because they owed replies
         self.closed = False  # set by shutdown(): no new sessions may start
 
     # -- routing (loop thread) ----------------------------------------------------------------
 
-    def route(self, session_id: str, command: Routed) -> SessionRef:
-        """Tell ``command`` to the session's actor, starting (recovering) it if needed."""
+    def route(self, session_id: str, command: Routed) -> SessionRef | None:
+        """Tell ``command`` to the session's actor, starting (recovering) it if needed.
+        None when the session is being erased: the command goes to its successor after."""
         if self.closed:
             raise SessionUnavailable("netclaw is shutting down; send the message again after it restarts")
+        waiting = self._erasing.get(session_id)
+        if waiting is not None:
+            waiting.append(command)
+            return None
         entry = self._resident.get(session_id)
         if entry is not None:
             try:
@@ -85,11 +102,11 @@ class SessionManager:
         ref = self.route(session_id, Subscribe(sub_id, mask, queue))
         return Subscription(session_id, sub_id, queue, lambda: self._unsubscribe(session_id, sub_id, ref))
 
-    def _unsubscribe(self, session_id: str, sub_id: str, ref: SessionRef) -> None:
+    def _unsubscribe(self, session_id: str, sub_id: str, ref: SessionRef | None) -> None:
         # Only the actor we subscribed to has us; one that stopped took its subscribers
         # with it, and waking the session (a full recovery) just to remove us is waste.
         entry = self._resident.get(session_id)
-        if entry is None or entry.ref is not ref:
+        if entry is None or (ref is not None and entry.ref is not ref):
             return
         with contextlib.suppress(pykka.ActorDeadError):
             self._tell(entry, Unsubscribe(sub_id))
@@ -130,6 +147,35 @@ class SessionManager:
         for entry in idle[: max(excess, 0)]:
             with contextlib.suppress(pykka.ActorDeadError):
                 self._tell(entry, PassivateNow())
+
+    async def erase(self, session_id: str, erase: Callable[[], Awaitable[None]]) -> None:
+        """Stop the session's actor, then ``erase`` its records. A command that arrives
+        meanwhile waits and then reaches a fresh session, so a concurrent message either
+        landed before (and is erased with the rest) or starts anew — never half-deleted."""
+        if session_id in self._erasing:
+            raise SessionUnavailable(f"session {session_id} is already being deleted")
+        self._erasing[session_id] = []
+        try:
+            failures = self._failures.pop(session_id, None)
+            if failures is not None and failures.restart is not None:
+                failures.restart.cancel()
+            entry = self._resident.pop(session_id, None)
+            if entry is not None:
+                with contextlib.suppress(pykka.ActorDeadError):
+                    entry.ref.tell(Shutdown())
+                # The stop is waited for on a worker thread: the loop never blocks on an actor.
+                stopped = await asyncio.to_thread(entry.ref.actor_stopped.wait, STOP_TIMEOUT_S)
+                if not stopped:
+                    raise SessionUnavailable(f"session {session_id} did not stop; nothing was deleted")
+            await erase()
+        finally:
+            waiting = self._erasing.pop(session_id)
+            for command in waiting:
+                try:
+                    self.route(session_id, command)
+                except SessionUnavailable as exc:  # shutting down meanwhile: answer, never drop
+                    notice = out.Error(session_id=session_id, code=exc.code, message=str(exc))
+                    refuse(command, exc, notice)
 
     # -- what sessions tell us (ManagerPort; run on the loop) ---------------------------------
 

@@ -17,8 +17,10 @@ from netclaw.policy import channel_of
 from netclaw.sessions._events import (
     HistoryTrimmed,
     InputAdmitted,
+    MemoriesExtracted,
     SessionCompacted,
     SessionEvent,
+    SessionReset,
     SessionTitleSet,
     StepRecorded,
     TurnRecorded,
@@ -32,6 +34,7 @@ IDENTITY_RETENTION_S = 7 * 24 * 3600.0
 MAX_IDENTITIES = 10_000
 MAX_OUTCOMES = 1_000
 SNAPSHOT_VERSION = 1
+MAX_FAILURES_SHOWN = 10_000  # failed turns remembered for the transcript view
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +75,11 @@ class SessionState:
     summary: str | None = None
     cleared: frozenset[str] = frozenset()  # tool_call_ids shown as placeholders
     compactions: int = 0
+    # Turns that ended without an answer, by the user message that started them, so the
+    # transcript can show people what happened (never part of what the model sees).
+    failures: Mapping[str, TurnOutcome] = field(default_factory=dict)
+    resets: int = 0
+    memory_through_turn: int = 0  # observations of turns up to here are saved
 
     @property
     def visible(self) -> tuple[ChatMessage, ...]:
@@ -104,7 +112,7 @@ class SessionState:
 
     # -- the fold -----------------------------------------------------------------------------
 
-    def apply(self, event: SessionEvent, seq: int, ts: float) -> SessionState:
+    def apply(self, event: SessionEvent, seq: int, ts: float) -> SessionState:  # noqa: C901 - one case per event
         if seq != self.seq + 1:
             raise JournalCorrupt(
                 f"{self.session_id}: event seq {seq} does not follow {self.seq}; journal has a gap"
@@ -143,9 +151,15 @@ class SessionState:
             case TurnRecorded():
                 outcomes = dict(self.outcomes)
                 reply = next((m.content for m in reversed(event.messages) if m.role == "assistant"), None)
-                outcomes[event.message_id] = TurnOutcome(event.turn, event.status, reply, event.error)
+                outcome = TurnOutcome(event.turn, event.status, reply, event.error)
+                outcomes[event.message_id] = outcome
                 if len(outcomes) > MAX_OUTCOMES:
                     del outcomes[next(iter(outcomes))]
+                failures = self.failures
+                if event.status != "completed":
+                    failures = {**failures, event.message_id: outcome}
+                    if len(failures) > MAX_FAILURES_SHOWN:
+                        del failures[next(iter(failures))]
                 usage = event.usage or {}
                 return replace(
                     self,
@@ -153,9 +167,24 @@ class SessionState:
                     transcript=(*self.transcript, *event.messages),
                     active=None,
                     outcomes=outcomes,
+                    failures=failures,
                     last_activity=ts,
                     last_input_tokens=usage.get("input_tokens", self.last_input_tokens),
                 )
+            case SessionReset():
+                return replace(
+                    self,
+                    seq=seq,
+                    kept_from=len(self.transcript),
+                    trimmed=False,
+                    summary=None,
+                    cleared=frozenset(),
+                    last_input_tokens=None,
+                    resets=self.resets + 1,
+                    last_activity=ts,
+                )
+            case MemoriesExtracted(through_turn=turn):
+                return replace(self, seq=seq, memory_through_turn=max(self.memory_through_turn, turn))
             case SessionTitleSet(title=title):
                 return replace(self, seq=seq, title=title, last_activity=ts)
             case HistoryTrimmed(first_kept_id=first):
@@ -215,6 +244,9 @@ class SessionState:
             "summary": self.summary,
             "cleared": sorted(self.cleared),
             "compactions": self.compactions,
+            "failures": {k: v.to_dict() for k, v in self.failures.items()},
+            "resets": self.resets,
+            "memory_through_turn": self.memory_through_turn,
         }
         return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
 
@@ -247,6 +279,12 @@ class SessionState:
                 summary=d.get("summary"),
                 cleared=frozenset(d.get("cleared", ())),
                 compactions=int(d.get("compactions", 0)),
+                failures={
+                    k: TurnOutcome(v["turn"], v["status"], v["reply"], v["error"])
+                    for k, v in d.get("failures", {}).items()
+                },
+                resets=int(d.get("resets", 0)),
+                memory_through_turn=int(d.get("memory_through_turn", 0)),
             )
         except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
             raise JournalCorrupt(f"cannot decode snapshot: {exc}") from exc

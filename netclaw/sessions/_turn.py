@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from netclaw import outputs as out
 from netclaw.history import INTERRUPTED_TEXT, TrimResult, make_breadcrumb
 from netclaw.history.compaction import apply_clearing, summary_message
-from netclaw.messages import ChatMessage, ToolCall, new_id, system
+from netclaw.messages import ChatMessage, ToolCall, new_id, system, unmarked
 from netclaw.providers import Completion, Delta
 from netclaw.runtime import Cancellable
 from netclaw.sessions._events import (
@@ -127,7 +127,7 @@ def interrupted_results(calls: Sequence[ToolCall]) -> list[ChatMessage]:
 
 
 def make_title(text: str) -> str:
-    words = re.sub(r"\s+", " ", text).strip()
+    words = re.sub(r"\s+", " ", unmarked(text)).strip()
     if len(words) <= TITLE_MAX:
         return words or "untitled"
     return words[: TITLE_MAX - 1].rsplit(" ", 1)[0].rstrip(",.;:") + "…"

@@ -479,6 +479,8 @@ ALL_EVENTS += [
     ),
 ]
 
+ALL_EVENTS += [_events.SessionReset(by="U1"), _events.MemoriesExtracted(through_turn=3, saved=2)]
+
 EVENT_TYPES = set(typing.get_args(SessionEvent))
 
 
@@ -547,3 +549,37 @@ def test_re_recorded_identity_counts_as_newest_for_eviction(monkeypatch: pytest.
     # the oldest live entry is id2; id1 was recorded again after it
     assert state.seen("id1", now=far + 3) == "u3"
     assert state.seen("id2", now=far + 3) is None
+
+
+def test_a_reset_empties_the_projection_and_keeps_the_transcript() -> None:
+    from netclaw.sessions._events import SessionReset
+    from netclaw.sessions._turn import build_context
+
+    state = SessionState("cli:r")
+    user = ChatMessage(id="u1", role="user", content="hi", ts=1.0, identity="i1")
+    reply = ChatMessage(id="a1", role="assistant", content="hello", ts=2.0)
+    state = state.apply_all(
+        [
+            (InputAdmitted(user), 1, 1.0),
+            (TurnStarted(1, "u1"), 2, 1.0),
+            (TurnRecorded(1, "u1", "completed", (reply,)), 3, 2.0),
+            (SessionReset("U7"), 4, 3.0),
+        ]
+    )
+    assert [m.id for m in state.transcript] == ["u1", "a1"]
+    assert state.visible == ()
+    assert [m.role for m in build_context(state, "sys")] == ["system"]
+    assert SessionState.from_json(state.to_json()) == state
+
+
+def test_failed_turns_are_remembered_for_people() -> None:
+    user = ChatMessage(id="u1", role="user", content="hi", ts=1.0, identity="i1")
+    state = SessionState("cli:f").apply_all(
+        [
+            (InputAdmitted(user), 1, 1.0),
+            (TurnStarted(1, "u1"), 2, 1.0),
+            (TurnRecorded(1, "u1", "cancelled", error={"code": "cancelled", "message": "stopped"}), 3, 2.0),
+        ]
+    )
+    assert state.failures["u1"].status == "cancelled"
+    assert SessionState.from_json(state.to_json()).failures == state.failures
