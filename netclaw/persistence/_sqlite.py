@@ -321,10 +321,6 @@ class _Writer(threading.Thread):
         now = time.time()
         staged: dict[str, int] = {}  # seqs this batch will reach, cached only once committed
         for write in writes:
-            if isinstance(write, _SaveSnapshot):
-                batch.snapshots.append((write.persistence_id, write.seq, write.state, now))
-                batch.done.append((write.future, write.seq))
-                continue
             pid = write.persistence_id
             current = staged.get(pid)
             if current is None:
@@ -333,6 +329,18 @@ class _Writer(threading.Thread):
                 except sqlite3.Error as exc:
                     conflicts.append((write.future, JournalError(f"journal read failed: {exc}")))
                     continue
+            if isinstance(write, _SaveSnapshot):
+                if write.seq > current:  # of events that are not there (a session erased meanwhile)
+                    conflicts.append(
+                        (
+                            write.future,
+                            JournalError(f"snapshot of {pid} at {write.seq} is ahead of its journal"),
+                        )
+                    )
+                    continue
+                batch.snapshots.append((pid, write.seq, write.state, now))
+                batch.done.append((write.future, write.seq))
+                continue
             if write.expected_seq != current:
                 conflicts.append((write.future, SequenceConflict(pid, write.expected_seq, current)))
                 continue

@@ -194,6 +194,7 @@ class ScriptedServer(ABC, Generic[R, E]):
         self.host = host
         self.requests: list[dict[str, Any]] = []  # every valid request body, in arrival order
         self.errors: list[BaseException] = []  # exceptions raised by responders
+        self.aborted = 0  # requests whose client went away before the answer was complete
         self._port = port
         self._default = default
         self._queue: collections.deque[R | E] = collections.deque()
@@ -337,6 +338,9 @@ class ScriptedServer(ABC, Generic[R, E]):
             self._tasks.add(task)
         try:
             return await self._answer(request)
+        except (ConnectionResetError, asyncio.CancelledError):
+            self.aborted += 1  # the client closed the stream (a cancelled turn), or stop()
+            raise
         finally:
             if task is not None:
                 self._tasks.discard(task)
@@ -461,6 +465,11 @@ class ScriptedServerThread(Generic[R, E]):
     def requests(self) -> list[dict[str, Any]]:
         """A snapshot of the request bodies received so far."""
         return list(self.server.requests)
+
+    @property
+    def aborted(self) -> int:
+        """Requests whose client closed the connection before the answer was complete."""
+        return self.server.aborted
 
     def enqueue(self, *steps: R | E) -> None:
         """See :meth:`ScriptedServer.enqueue`."""

@@ -73,7 +73,11 @@ def phase_of(handle: DaemonHandle, session_id: str) -> str:
 
 
 def chat_rows(transcript: list[dict[str, Any]]) -> list[tuple[str, str]]:
-    return [(m["role"], m["content"]) for m in transcript]
+    """(role, content), and ("outcome", status) where a turn ended without an answer."""
+    return [
+        ("outcome", m["status"]) if m.get("kind") == "turn_outcome" else (m["role"], m["content"])
+        for m in transcript
+    ]
 
 
 def last_message(request: Mapping[str, Any]) -> dict[str, Any]:
@@ -278,7 +282,7 @@ def test_persistent_server_error_fails_the_turn_and_the_session_goes_on(
     error = stream.wait_event("error")
     assert error["code"] == "provider_unavailable" and error["turn"] == 1
 
-    assert chat_rows(daemon.transcript(sid)) == [("user", "hello")]
+    assert chat_rows(daemon.transcript(sid)) == [("user", "hello"), ("outcome", "failed")]
     again = daemon.send(sid, "still there?", wait=True)
     assert again.status_code == 200
     assert again.json() | {"message_id": None} == {
@@ -289,6 +293,7 @@ def test_persistent_server_error_fails_the_turn_and_the_session_goes_on(
     }
     assert chat_rows(daemon.transcript(sid)) == [
         ("user", "hello"),
+        ("outcome", "failed"),
         ("user", "still there?"),
         ("assistant", "echo: still there?"),
     ]
@@ -334,7 +339,12 @@ def test_late_provider_result_after_a_timeout_is_ignored(
     assert time.monotonic() - t0 > 1.5  # the late reply was due during the second turn
     time.sleep(0.2)
     rows = chat_rows(handle.transcript(sid))
-    assert rows == [("user", "first"), ("user", "second"), ("assistant", "second reply")]
+    assert rows == [
+        ("user", "first"),
+        ("outcome", "timed_out"),
+        ("user", "second"),
+        ("assistant", "second reply"),
+    ]
     assert phase_of(handle, sid) == "ready"
 
 
@@ -358,7 +368,8 @@ def test_tool_in_flight_at_timeout_still_gets_a_result(
     assert response.json()["error"]["code"] == "turn_timeout"
 
     transcript = handle.transcript("cli:sleepy")
-    assert [m["role"] for m in transcript] == ["user", "assistant", "tool"]
+    assert [m["role"] for m in transcript] == ["user", "assistant", "tool", "system"]
+    assert transcript[3]["kind"] == "turn_outcome" and transcript[3]["status"] == "timed_out"
     assert transcript[2]["tool_call_id"] == "call_zz" and transcript[2]["is_error"] is True
     assert_tool_pairs(transcript)
 

@@ -406,7 +406,10 @@ def test_stream_dropped_mid_reply_fails_the_turn_visibly(
     stream.wait_for(_turn_completed(1))
     assert "text" not in stream.names()  # no half reply passed off as the answer
     assert len(scripted.requests) == 1  # not retried once the user saw part of it
-    assert [m["role"] for m in daemon.transcript(sid)] == ["user"]
+    assert [(m["role"], m.get("kind", "chat")) for m in daemon.transcript(sid)] == [
+        ("user", "chat"),
+        ("system", "turn_outcome"),  # the failure, for people; no half reply passed off as the answer
+    ]
 
 
 # -- subscribers of a failed session ----------------------------------------------------------

@@ -271,6 +271,7 @@ async def test_session_row_written_with_the_events(journal: SqliteJournal) -> No
 
 async def test_snapshots_save_load_and_never_go_backwards(journal: SqliteJournal) -> None:
     assert await journal.load_snapshot("s") is None
+    await journal.append("s", 0, [ev(n) for n in range(1, 11)])
     await journal.save_snapshot("s", 5, "five")
     snap = await journal.load_snapshot("s")
     assert snap is not None
@@ -288,6 +289,7 @@ async def test_snapshots_save_load_and_never_go_backwards(journal: SqliteJournal
 
 
 async def test_older_snapshot_in_the_same_batch_does_not_win(journal: SqliteJournal) -> None:
+    await journal.append("s", 0, [ev(n) for n in range(1, 11)])
     await asyncio.gather(journal.save_snapshot("s", 10, "ten"), journal.save_snapshot("s", 3, "three"))
     snap = await journal.load_snapshot("s")
     assert snap is not None
@@ -433,3 +435,26 @@ def test_no_private_aiosqlite_api() -> None:
     source = Path(module.__file__).read_text()
     assert "_execute" not in source
     assert "._conn" not in source
+
+
+async def test_a_snapshot_ahead_of_its_journal_is_refused(journal: SqliteJournal) -> None:
+    # An erased session's late snapshot must not land on its successor.
+    await journal.append("s", 0, [ev(1), ev(2)])
+    await journal.erase("s")
+    with pytest.raises(JournalError, match="ahead of its journal"):
+        await journal.save_snapshot("s", 2, "old state")
+    assert await journal.load_snapshot("s") is None
+    assert await journal.append("s", 0, [ev(1)]) == 1  # the successor starts at 1
+
+
+async def test_erase_removes_everything_of_a_session_after_what_was_queued(
+    journal: SqliteJournal, db: Path
+) -> None:
+    await journal.append("gone", 0, [ev(1)], row("gone", pending=1))
+    write = asyncio.create_task(journal.append("gone", 1, [ev(2)]))
+    await asyncio.sleep(0)
+    await journal.erase("gone")
+    assert await write == 2  # queued before the erase: it landed, then went with the rest
+    assert await journal.replay("gone") == []
+    assert await journal.get_session("gone") is None
+    assert count_events(db, "gone") == 0
