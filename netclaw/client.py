@@ -59,7 +59,7 @@ class DaemonClient:
         except httpx.HTTPError as exc:
             raise ClientError(f"talking to the daemon at {self.base_url} failed: {exc}") from exc
         if response.status_code >= 400:
-            raise ClientError(_error_text(response))
+            raise ClientError(_error_text(response), status=response.status_code)
         return response
 
     def health(self) -> dict[str, Any]:
@@ -98,6 +98,34 @@ class DaemonClient:
         ).json()
         return result
 
+    def cancel(self, session_id: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._request(
+            "POST", f"/api/sessions/{session_id}/cancel", headers=self._headers()
+        ).json()
+        return result
+
+    def reset(self, session_id: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._request(
+            "POST", f"/api/sessions/{session_id}/reset", headers=self._headers()
+        ).json()
+        return result
+
+    def delete(self, session_id: str, *, memories: bool = False) -> None:
+        params = {"memories": "1"} if memories else None
+        self._request("DELETE", f"/api/sessions/{session_id}", params=params, headers=self._headers())
+
+    def memories(
+        self, *, query: str | None = None, audience: str | None = None, session: str | None = None
+    ) -> list[dict[str, Any]]:
+        params = {k: v for k, v in (("q", query), ("audience", audience), ("session", session)) if v}
+        result: list[dict[str, Any]] = self._request(
+            "GET", "/api/memories", params=params, headers=self._headers()
+        ).json()
+        return result
+
+    def forget(self, memory_id: str) -> None:
+        self._request("DELETE", f"/api/memories/{memory_id}", headers=self._headers())
+
     def events(self, session_id: str, filter_spec: str) -> Iterator[tuple[str, dict[str, Any]]]:
         """Yield (event, data) from the session's SSE stream until the connection closes."""
         try:
@@ -110,7 +138,7 @@ class DaemonClient:
             ) as response:
                 if response.status_code >= 400:
                     response.read()
-                    raise ClientError(_error_text(response))
+                    raise ClientError(_error_text(response), status=response.status_code)
                 event = "message"
                 for line in response.iter_lines():
                     if line.startswith("event:"):

@@ -170,6 +170,10 @@ class DaemonError(NetclawError):
 class ClientError(NetclawError):
     code = "client_error"
 
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status  # the daemon's HTTP status, when it answered
+
 
 class DaemonNotRunning(ClientError):
     code = "daemon_not_running"

@@ -383,7 +383,7 @@ class SessionActor(pykka.ThreadingActor):
             assistant.tool_calls,
             timeout_s=min(TOOL_TIMEOUT_S, self.settings.session.turn_timeout_s),
             allowed=self.allowed_tools,
-            context=ToolContext(self.session_id, self.audience),
+            context=ToolContext(self.session_id, self.audience, run.turn),
         )
 
     def _on_tool_results(self, results: Sequence[ToolResult]) -> None:

@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 class CompactionPlan:
     session_id: str
     audience: str
+    turn: int  # the session's turn when it ran (provenance of the memories it saves)
     to_summarise: tuple[ChatMessage, ...]  # older visible messages, cleared results as placeholders
     prior_summary: str | None
     model: ModelConfig
@@ -93,7 +94,10 @@ async def _flush(plan: CompactionPlan, provider: Provider, memory: MemoryStore |
     if memory is None or not items:
         return 0
     stored = await memory.add(
-        [NewMemory(text, kind) for text, kind in items], session_id=plan.session_id, audience=plan.audience
+        [NewMemory(text, kind) for text, kind in items],
+        session_id=plan.session_id,
+        audience=plan.audience,
+        turn=plan.turn,
     )
     return len(stored)
 
@@ -183,6 +187,7 @@ def plan_compaction(
     plan = CompactionPlan(
         session_id=state.session_id,
         audience=audience,
+        turn=state.turns,
         to_summarise=tuple(visible[:boundary]),
         prior_summary=state.summary,
         model=settings.compaction_model,

@@ -32,7 +32,7 @@ def memory_tools(store: MemoryStore) -> list[Tool]:
             raise ToolError(f"'kind' must be one of {', '.join(MEMORY_KINDS)} (got {kind!r})")
         try:
             stored = await store.add(
-                [NewMemory(text, kind)], session_id=ctx.session_id, audience=ctx.audience
+                [NewMemory(text, kind)], session_id=ctx.session_id, audience=ctx.audience, turn=ctx.turn
             )
         except JournalError as exc:
             raise ToolError(f"memory is unavailable right now: {exc}") from exc

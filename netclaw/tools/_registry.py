@@ -22,6 +22,7 @@ class ToolContext:
 
     session_id: str
     audience: str  # personal / team / public
+    turn: int | None = None  # the turn that called (provenance of what the tool saves)
 
 
 # Used when the caller passes no context (callers that predate it).

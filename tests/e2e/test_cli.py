@@ -13,6 +13,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -30,7 +31,8 @@ from tests.e2e.conftest import (
     subprocess_env,
     write_json,
 )
-from tests.fakes.scripted_openai import ErrorReply, Reply, ScriptedOpenAIThread
+from tests.fakes.scripted_openai import ErrorReply, Reply, ScriptedOpenAIThread, ToolCallSpec
+from tests.fakes.terminal import Terminal
 
 pytestmark = pytest.mark.slow
 
@@ -45,7 +47,21 @@ def provider() -> Iterator[ScriptedOpenAIThread]:
         server.route("[auth-fail]", lambda body: ErrorReply(status=401, message=AUTH_FAILURE))
         # A turn longer than the CLI's default HTTP timeout (30 s), well inside turn_timeout_s.
         server.route("[long-turn]", lambda body: Reply(text="worth the wait", delay_s=LONG_TURN_S))
+        # A reply that streams for seconds (a turn to cancel).
+        server.route(
+            "[slow-stream]", lambda body: Reply(text="word " * 400, chunk_size=5, chunk_delay_s=0.02)
+        )
+        server.route("[remember-this]", _remember)
         yield server
+
+
+def _remember(body: dict[str, Any]) -> Reply:
+    """First call: the model saves a memory; the call after the tool result: it answers."""
+    if body["messages"][-1]["role"] == "tool":
+        return Reply(text="noted")
+    return Reply(
+        tool_calls=[ToolCallSpec("remember", {"text": "the cluster is called atlas", "kind": "fact"})]
+    )
 
 
 @pytest.fixture(scope="module")
@@ -193,6 +209,77 @@ def test_interactive_chat_answers_each_line_and_exits_on_eof(daemon: DaemonProce
         "line number one",
         "line number two",
     ]
+
+
+def test_sessions_cancel_reset_and_rm(daemon: DaemonProcess, site: Setup) -> None:
+    sid = "cli:admin"
+    assert cli(site, "chat", "-p", "one", "--session", sid)[0] == 0
+    code, out, err = cli(site, "sessions", "cancel", sid, "--json")
+    assert code == 0, err
+    assert json.loads(out) == {"cancelled": False}
+    code, out, err = cli(site, "sessions", "reset", sid)
+    assert code == 0 and "starts afresh" in out, err
+    assert [m["role"] for m in daemon.session(sid, view="context")["messages"]] == ["system"]
+    code, out, err = cli(site, "sessions", "rm", sid)
+    assert code == 0 and f"deleted {sid}" in out, err
+    code, out, err = cli(site, "sessions", "show", sid)
+    assert code != 0 and "no session" in err
+    code, _, err = cli(site, "sessions", "rm")
+    assert code == 2 and "needs a session id" in err
+
+
+def test_memory_list_search_and_rm(daemon: DaemonProcess, site: Setup) -> None:
+    sid = "cli:memories"
+    code, out, err = cli(site, "chat", "-p", "keep this in mind [remember-this]", "--session", sid)
+    assert code == 0 and out.strip() == "noted", err
+    code, out, err = cli(site, "memory", "list", "--q", "atlas", "--json")
+    assert code == 0, err
+    [memory] = json.loads(out)
+    assert memory["text"] == "the cluster is called atlas"
+    assert (memory["source_session"], memory["source_turn"], memory["audience"]) == (sid, 1, "personal")
+    code, out, err = cli(site, "memory", "--session", sid)
+    assert code == 0 and "atlas" in out and f"learnt in {sid} turn 1" in out, err
+    code, out, err = cli(site, "memory", "rm", str(memory["id"]))
+    assert code == 0, err
+    code, out, _ = cli(site, "memory", "list", "--q", "atlas", "--json")
+    assert json.loads(out) == []
+
+
+def test_interactive_chat_in_a_terminal(daemon: DaemonProcess, site: Setup) -> None:
+    sid = "cli:terminal"
+    argv = [sys.executable, "-m", "netclaw.cli", "chat", sid, "--config", str(site.config)]
+    with Terminal(argv, env=subprocess_env(), cwd=REPO_ROOT) as term:
+        term.expect("/help for commands")
+        term.type_at_prompt("hello there")
+        term.expect("echo: hello there")
+        term.type_at_prompt("/status")
+        term.expect("[Model scripted, ready")
+        term.type_at_prompt("tell me a lot [slow-stream]")
+        term.expect("agent> word")
+        term.interrupt()  # Ctrl-C: stops the reply, not the chat
+        term.expect("stopping the reply")
+        term.expect("(cancelled)")
+        term.type_at_prompt("/help")
+        term.expect("Commands: /new or /reset")
+        term.type_at_prompt("!new")
+        term.expect("Started afresh")
+        term.expect("you> ")
+        term.send_eof()
+        assert term.wait() == 0
+    # Coming back shows where the conversation stood.
+    with Terminal(argv, env=subprocess_env(), cwd=REPO_ROOT) as term:
+        term.expect(f"(resuming {sid}")
+        term.expect("you> hello there")
+        term.expect("/help for commands")
+        term.interrupt_at_prompt()  # at the prompt: once warns, twice leaves
+        term.expect("Ctrl-C again")
+        term.interrupt_at_prompt()
+        assert term.wait() == 130
+    session = daemon.session(sid)
+    users = [m["content"] for m in session["messages"] if m["role"] == "user"]
+    assert users == ["hello there", "tell me a lot [slow-stream]"]  # commands were never model input
+    outcome = [m for m in session["messages"] if m.get("kind") == "turn_outcome"]
+    assert outcome and outcome[0]["status"] == "cancelled"
 
 
 # -- failures -----------------------------------------------------------------------------------

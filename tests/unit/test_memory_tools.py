@@ -159,7 +159,9 @@ async def test_the_default_context_is_personal(registry: ToolRegistry, store: Sq
 
 
 class BrokenStore:
-    async def add(self, items: Sequence[NewMemory], *, session_id: str, audience: str) -> list[Memory]:
+    async def add(
+        self, items: Sequence[NewMemory], *, session_id: str, audience: str, turn: int | None = None
+    ) -> list[Memory]:
         raise JournalError("database is locked")
 
     async def search(self, query: str, *, audience: str | None = None, limit: int = 5) -> list[Memory]:

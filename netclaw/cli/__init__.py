@@ -1,0 +1,94 @@
+"""The ``netclaw`` command.
+
+- ``run``: the daemon in the foreground.
+- ``chat``: :mod:`._chat`.
+- ``sessions`` and ``memory``: :mod:`._admin` (the control API from the shell).
+- ``doctor``: :mod:`._doctor`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from netclaw import __version__
+from netclaw.cli._admin import cmd_memory, cmd_sessions
+from netclaw.cli._chat import cmd_chat
+from netclaw.cli._doctor import cmd_doctor
+from netclaw.errors import NetclawError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "command", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args))
+    except NetclawError as exc:
+        print(f"netclaw: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="netclaw", description="A durable home for an AI agent in chat.")
+    parser.add_argument("--version", action="version", version=f"netclaw {__version__}")
+    sub = parser.add_subparsers(dest="command")
+
+    def with_config(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        p.add_argument(
+            "--config", metavar="PATH", help="config file (default: $NETCLAW_CONFIG, ./netclaw.json)"
+        )
+        return p
+
+    run = with_config(sub.add_parser("run", help="run the daemon in the foreground"))
+    run.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
+    run.set_defaults(func=_cmd_run)
+
+    chat = with_config(sub.add_parser("chat", help="chat with a session through the running daemon"))
+    chat.add_argument("session_id", nargs="?", help="session to talk to (default: cli:default)")
+    chat.add_argument("-p", "--prompt", metavar="TEXT", help="send one message, print the reply, exit")
+    chat.add_argument("--session", metavar="ID", help="session for -p (default: cli:default)")
+    chat.add_argument("--json", action="store_true", help="with -p: print the JSON answer")
+    chat.add_argument(
+        "--filter",
+        default="text_streaming,tool_calls",
+        help="what to show: text,text_streaming,thinking,tool_calls,usage,files",
+    )
+    chat.set_defaults(func=cmd_chat)
+
+    sessions = with_config(sub.add_parser("sessions", help="list, show, reset, cancel or delete sessions"))
+    sessions.add_argument(
+        "action", nargs="?", choices=["list", "show", "reset", "cancel", "rm"], default="list"
+    )
+    sessions.add_argument("session_id", nargs="?")
+    sessions.add_argument("--json", action="store_true")
+    sessions.add_argument("--context", action="store_true", help="show: the model-visible projection")
+    sessions.add_argument("--memories", action="store_true", help="rm: also forget what was learnt in it")
+    sessions.set_defaults(func=cmd_sessions)
+
+    memory = with_config(sub.add_parser("memory", help="list, search or delete durable memories"))
+    memory.add_argument("action", nargs="?", choices=["list", "rm"], default="list")
+    memory.add_argument("memory_id", nargs="?")
+    memory.add_argument("--q", metavar="TEXT", help="search for this")
+    memory.add_argument("--audience", choices=["personal", "team", "public"])
+    memory.add_argument("--session", metavar="ID", help="only memories learnt in this session")
+    memory.add_argument("--json", action="store_true")
+    memory.set_defaults(func=cmd_memory)
+
+    doctor = with_config(sub.add_parser("doctor", help="check config, database and provider"))
+    doctor.set_defaults(func=cmd_doctor)
+    return parser
+
+
+# -- run ----------------------------------------------------------------------------------------
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from netclaw.daemon import configure_logging, run_daemon
+
+    configure_logging(args.log_level)
+    return run_daemon(args.config)

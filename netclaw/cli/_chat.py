@@ -1,0 +1,274 @@
+"""``netclaw chat``: one message (``-p``), or an interactive chat that behaves like one.
+
+Interactive: line editing and a history across runs (readline); the last few exchanges
+when resuming a session; streaming replies; chat commands (``/status``, ``/new``, …);
+Ctrl-C cancels the running turn and a second Ctrl-C leaves; when the daemon restarts
+the event stream reconnects with backoff (the interrupted turn resumes on its own).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TextIO
+
+from netclaw import outputs as out
+from netclaw.cli._connect import client_for
+from netclaw.client import DaemonClient
+from netclaw.errors import ClientError
+from netclaw.outputs import OutputFilter
+
+DEFAULT_SESSION = "cli:default"
+RESUME_EXCHANGES = 3
+RECONNECT_BACKOFF_S = (0.5, 1.0, 2.0, 5.0)
+JOIN_TIMEOUT_S = 10.0
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    try:
+        OutputFilter.parse(args.filter)
+    except ValueError as exc:
+        print(f"netclaw: --filter: {exc}", file=sys.stderr)
+        return 2
+    if args.prompt is not None:
+        return _chat_once(args)
+    return _chat_interactive(args)
+
+
+def _chat_once(args: argparse.Namespace) -> int:
+    session_id = args.session or args.session_id or DEFAULT_SESSION
+    with client_for(args) as client:
+        try:
+            answer = client.send(session_id, args.prompt, wait=True, user="cli")
+        except ClientError as exc:
+            print(f"netclaw: {exc}", file=sys.stderr)
+            return 1
+    if args.json:
+        print(json.dumps(answer, ensure_ascii=False))
+    else:
+        print(answer.get("notice") or answer.get("reply") or "")
+    return 0
+
+
+def _chat_interactive(args: argparse.Namespace) -> int:
+    session_id = args.session_id or args.session or DEFAULT_SESSION
+    with client_for(args) as client:
+        client.health()  # fail fast, and without a banner, if the daemon is not running
+        _show_recent(client, session_id)
+        view = ChatView(client, session_id, f"text,{args.filter}")
+        view.start()
+        if not view.joined.wait(JOIN_TIMEOUT_S):
+            print(
+                f"netclaw: could not subscribe to {session_id}: {view.failure or 'timed out'}",
+                file=sys.stderr,
+            )
+            return 1
+        print(
+            f"session {session_id} — /help for commands; Ctrl-C stops a reply, Ctrl-D leaves", file=sys.stderr
+        )
+        with _line_history():
+            return Conversation(client, session_id, view).run()
+
+
+def _show_recent(client: DaemonClient, session_id: str) -> None:
+    """When resuming a session, the last few exchanges (so people know where they are)."""
+    try:
+        session = client.session(session_id)
+    except ClientError as exc:
+        if exc.status == 404:
+            return  # a new session
+        raise
+    messages = [
+        m for m in session["messages"] if m["role"] in ("user", "assistant") and not m.get("tool_calls")
+    ]
+    starts = [i for i, m in enumerate(messages) if m["role"] == "user"]
+    recent = messages[starts[-RESUME_EXCHANGES] :] if len(starts) >= RESUME_EXCHANGES else messages
+    if not recent:
+        return
+    print(f"(resuming {session_id}: {session['turns']} turn(s) so far; the last ones:)", file=sys.stderr)
+    for m in recent:
+        who = "you" if m["role"] == "user" else "agent"
+        print(f"{who}> {m['content']}")
+
+
+@contextlib.contextmanager
+def _line_history() -> Any:
+    """readline editing and a history file, when the platform has readline."""
+    try:
+        import readline
+    except ImportError:  # not on every platform; input() still works without it
+        yield
+        return
+    path = (
+        Path(os.environ.get("XDG_STATE_HOME", Path.home() / ".local" / "state")) / "netclaw" / "chat_history"
+    )
+    with contextlib.suppress(OSError):
+        readline.read_history_file(path)
+    readline.set_history_length(1000)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            readline.write_history_file(path)
+
+
+class Conversation:
+    """The prompt loop: read a line, send it, wait for its turn (Ctrl-C cancels it)."""
+
+    def __init__(self, client: DaemonClient, session_id: str, view: ChatView) -> None:
+        self.client = client
+        self.session_id = session_id
+        self.view = view
+
+    def run(self) -> int:
+        interrupted = False
+        while True:
+            try:
+                line = input("you> ")
+                interrupted = False
+                if line.strip() and not self.send(line):
+                    return 130
+            except EOFError:
+                print(file=sys.stderr)
+                return 0
+            except KeyboardInterrupt:
+                if interrupted:
+                    print(file=sys.stderr)
+                    return 130
+                interrupted = True
+                print("\n(Ctrl-C again or Ctrl-D to leave)", file=sys.stderr)
+
+    def send(self, line: str) -> bool:
+        """Send one line and wait for its turn. False when the person asked to leave."""
+        self.view.turn_done.clear()
+        try:
+            answer = self.client.send(self.session_id, line, user="cli")
+        except ClientError as exc:
+            print(f"netclaw: {exc}", file=sys.stderr)
+            return True
+        if "command" in answer:  # answered at once; no turn to wait for
+            print(f"  [{answer['notice']}]")
+            return True
+        return self._wait_for_turn()
+
+    def _wait_for_turn(self) -> bool:
+        cancelling = False
+        while True:
+            try:
+                while not self.view.turn_done.wait(0.2):
+                    pass
+                return True
+            except KeyboardInterrupt:
+                if cancelling:
+                    print(file=sys.stderr)
+                    return False
+                cancelling = True
+                print("\n(stopping the reply; Ctrl-C again to leave)", file=sys.stderr)
+                with contextlib.suppress(ClientError):
+                    self.client.cancel(self.session_id)
+
+
+class ChatView:
+    """Follows the session's event stream on a thread and prints what arrives; when the
+    stream breaks (the daemon restarted) it reconnects with backoff."""
+
+    def __init__(
+        self,
+        client: DaemonClient,
+        session_id: str,
+        mask: str,
+        *,
+        stdout: TextIO | None = None,
+        stderr: TextIO | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.client = client
+        self.session_id = session_id
+        self.mask = mask
+        self.joined = threading.Event()
+        self.turn_done = threading.Event()
+        self.failure: str | None = None
+        self.stopping = threading.Event()
+        self._stdout = stdout or sys.stdout
+        self._stderr = stderr or sys.stderr
+        self._sleep = sleep
+        self._streamed: set[int] = set()
+        self._lost = False
+
+    def start(self) -> threading.Thread:
+        thread = threading.Thread(target=self.follow, name="netclaw-chat-events", daemon=True)
+        thread.start()
+        return thread
+
+    def follow(self) -> None:
+        attempt = 0
+        while not self.stopping.is_set():
+            try:
+                for event, data in self.client.events(self.session_id, self.mask):
+                    attempt = 0
+                    try:
+                        output = out.parse(event, data)
+                    except ValueError:  # an event a newer daemon added: nothing to show
+                        continue
+                    self.show(output)
+            except ClientError as exc:
+                self.failure = str(exc)
+            if self.stopping.is_set():
+                return
+            if not self._lost:
+                self._lost = True
+                self._stderr.write("\n(lost the connection to the daemon; reconnecting…)\n")
+                self._stderr.flush()
+            self._sleep(RECONNECT_BACKOFF_S[min(attempt, len(RECONNECT_BACKOFF_S) - 1)])
+            attempt += 1
+
+    def show(self, output: out.Output) -> None:  # noqa: C901 - one case per output type
+        stream = self._stdout
+        match output:
+            case out.Joined(phase=phase):
+                if self._lost:
+                    self._lost = False
+                    self._stderr.write("(reconnected)\n")
+                    if phase == "ready":  # whatever we waited for ended while we were away
+                        self.turn_done.set()
+                self.joined.set()
+            case out.TextDelta(turn=turn, delta=delta):
+                if turn not in self._streamed:
+                    self._streamed.add(turn)
+                    stream.write("agent> ")
+                stream.write(delta)
+            case out.Text(turn=turn, text=text):
+                stream.write("\n" if turn in self._streamed else f"agent> {text}\n")
+            case out.Thinking(text=text):
+                stream.write(f"  (thinking) {text[:500]}\n")
+            case out.ToolCall(name=name, arguments=arguments):
+                stream.write(f"  [tool] {name}({arguments})\n")
+            case out.ToolResult(content=content, is_error=is_error):
+                stream.write(f"  [{'error' if is_error else 'result'}] {content[:300]}\n")
+            case out.Usage(input_tokens=tokens_in, output_tokens=tokens_out):
+                stream.write(f"  [usage] in {tokens_in} / out {tokens_out} tokens\n")
+            case out.Error(code=code, message=message):
+                self._stderr.write(f"error: {message} ({code})\n")
+            case out.HistoryTrimmed(dropped_turns=dropped):
+                stream.write(f"  [earlier turns omitted: {dropped} turn(s) dropped to fit the window]\n")
+            case out.Compaction(summarized=True):
+                stream.write("  [earlier conversation summarised]\n")
+            case out.Notice(kind="command"):
+                pass  # this client prints its commands' answers itself
+            case out.Notice(text=text):
+                stream.write(f"  [{text}]\n")
+            case out.SessionReset():
+                stream.write("  [the conversation starts afresh]\n")
+            case out.TurnCompleted():
+                self.turn_done.set()
+            case _:
+                pass
+        stream.flush()

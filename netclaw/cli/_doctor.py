@@ -1,0 +1,134 @@
+"""``netclaw doctor``: is the install, the config, the database, the provider and each
+channel fit to run?"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sqlite3
+import time
+from typing import Any
+
+from netclaw import __version__
+from netclaw.config import Settings, find_config_path, load_settings
+from netclaw.errors import NetclawError
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    ok = True
+
+    def report(good: bool, what: str, detail: str) -> None:
+        nonlocal ok
+        ok = ok and good
+        print(f"[{'ok' if good else 'FAIL'}] {what}: {detail}")
+
+    path = find_config_path(args.config)
+    try:
+        settings = load_settings(args.config)
+    except NetclawError as exc:
+        report(False, "config", str(exc))
+        return 1
+    report(True, "config", str(path) if path else "no file; built-in defaults")
+    ok = _doctor_install(report) and ok
+    ok = _doctor_database(settings, report) and ok
+    ok = _doctor_provider(settings, report) and ok
+    ok = _doctor_adapters(settings, report) and ok
+    from netclaw.client import DaemonClient
+    from netclaw.errors import ClientError
+
+    with DaemonClient(settings, timeout=3) as client:
+        try:
+            health = client.health()
+            print(f"[info] daemon: running at {client.base_url}, {health['sessions']['resident']} resident")
+        except ClientError:
+            print(f"[info] daemon: not running at {client.base_url}")
+    return 0 if ok else 1
+
+
+def _doctor_install(report: Any) -> bool:
+    from netclaw.persistence import load_migrations
+
+    try:
+        migrations = load_migrations()
+    except NetclawError as exc:
+        report(False, "install", str(exc))
+        return False
+    report(True, "install", f"netclaw {__version__}, {len(migrations)} migration(s)")
+    return True
+
+
+def _doctor_database(settings: Settings, report: Any) -> bool:
+    db = settings.database_path
+    if not db.exists():
+        parent = settings.data_dir
+        while not parent.exists():
+            parent = parent.parent
+        writable = os.access(parent, os.W_OK)
+        report(
+            writable,
+            "database",
+            f"{db} does not exist yet ({'will be created' if writable else 'cannot be created: not writable'})",
+        )
+        return writable
+    try:
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        try:
+            version = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()[0]
+            sessions = conn.execute("SELECT COUNT(*) FROM sessions").fetchone()[0]
+            mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        report(False, "database", f"{db}: {exc}")
+        return False
+    report(True, "database", f"{db} (schema {version}, {mode}, {sessions} session(s))")
+    return True
+
+
+def _doctor_adapters(settings: Settings, report: Any) -> bool:
+    from adapters import build_adapters
+
+    good = True
+    # check() validates the environment only; no gateway or connection is needed for it.
+    for adapter in build_adapters(settings, None):  # type: ignore[arg-type]
+        try:
+            adapter.check()
+        except NetclawError as exc:
+            report(False, f"adapter {adapter.name}", str(exc))
+            good = False
+        else:
+            report(True, f"adapter {adapter.name}", "configured")
+    return good
+
+
+def _doctor_provider(settings: Settings, report: Any) -> bool:
+    from netclaw.providers import make_provider
+
+    main = settings.models.main
+    name = main.provider
+    try:
+        provider = make_provider(name, settings.providers[name])
+    except NetclawError as exc:
+        report(False, f"provider {name}", str(exc))
+        return False
+
+    async def probe() -> str:
+        try:
+            return await provider.check()
+        finally:
+            await provider.aclose()
+
+    started = time.perf_counter()
+    try:
+        detail = asyncio.run(probe())
+    except NetclawError as exc:
+        report(False, f"provider {name}", str(exc))
+        return False
+    elapsed = (time.perf_counter() - started) * 1000
+    report(
+        True,
+        f"provider {name}",
+        f"{settings.providers[name].base_url} {detail} ({elapsed:.0f} ms); model {main.model}",
+    )
+    return True
