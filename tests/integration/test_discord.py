@@ -681,3 +681,24 @@ def test_a_failing_connection_disables_only_the_adapter(
     assert health["state"] == "failed" and expected in health["detail"], health
     reply = handle.send("cli:fine", "still there?", wait=True)
     assert reply.status_code == 200 and reply.json()["reply"] == "echo: still there?"
+
+
+# -- chat commands --------------------------------------------------------------------------------
+
+
+def test_commands_in_a_thread_answer_without_a_turn(
+    start_bot: Callable[..., Bot], scripted: ScriptedOpenAIThread
+) -> None:
+    bot = start_bot(users=[ALICE])
+    thread_id, sid = bot.start_thread("hello")
+    calls = len(scripted.requests)
+    assert bot.feed(msg("/status", channel_id=thread_id, parent_id=ALLOWED, mentioned=False)) == sid
+    bot.fake.wait_for(lambda: len(bot.fake.texts(thread_id)) == 2, what="the status notice")
+    assert bot.fake.texts(thread_id)[1].startswith("Model scripted, ready")
+    assert bot.feed(msg("!new", channel_id=thread_id, parent_id=ALLOWED, mentioned=False)) == sid
+    bot.fake.wait_for(lambda: any("Started afresh" in t for t in bot.fake.texts(thread_id)), what="the reset")
+    assert len(scripted.requests) == calls  # no model turn for commands
+    # Only people allowed to talk may use them.
+    assert bot.feed(msg("/new", channel_id=thread_id, parent_id=ALLOWED, author_id=MALLORY)) is None
+    users = [m["content"] for m in bot.handle.transcript(sid) if m["role"] == "user"]
+    assert users == ["hello"]

@@ -417,3 +417,21 @@ def test_files_and_approval_buttons_through_the_real_web_api(
     assert message is not None
     assert message["text"] == "shell: approve by U1"
     assert [b["type"] for b in message["blocks"]] == ["section"]  # the buttons are gone
+
+
+def test_commands_after_a_mention_answer_in_the_thread(
+    start_slack: StartSlack, fake_slack: FakeSlackThread, scripted: ScriptedOpenAIThread
+) -> None:
+    handle, _adapter = start_slack()
+    ts, _ = fake_slack.say("C1", f"{MENTION} hello")
+    reply_in(fake_slack, "C1", ts, "echo: hello")
+    fake_slack.say("C1", "/status", thread_ts=ts)
+    wait_for(
+        lambda: any(m["text"].startswith("Model scripted") for m in fake_slack.bot_messages("C1", ts)),
+        "the status notice",
+    )
+    fake_slack.say("C1", f"{MENTION} !help", thread_ts=ts)
+    wait_for(lambda: any("Commands:" in m["text"] for m in fake_slack.bot_messages("C1", ts)), "the help")
+    assert len(scripted.requests) == 1
+    assert user_texts(handle, f"slack:C1:{ts}") == ["hello"]
+    assert len(fake_slack.calls_of("reactions.add")) == 1  # commands are not marked as work
