@@ -18,7 +18,7 @@ import json
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import pykka
 
@@ -33,9 +33,10 @@ from netclaw.errors import (
     SessionUnavailable,
 )
 from netclaw.history import TrimResult
+from netclaw.persistence import NewMemory
 from netclaw.policy import allowed_tools, audience_of, recall_allowed
 from netclaw.providers import Completion, ProviderRequest, ToolSchema
-from netclaw.runtime import Reply
+from netclaw.runtime import Cancellable, Reply
 from netclaw.sessions import _commands as cmd
 from netclaw.sessions import _ladder as ladder
 from netclaw.sessions import _turn as turn
@@ -49,8 +50,15 @@ from netclaw.sessions._compaction import (
     plan_compaction,
 )
 from netclaw.sessions._deps import SessionDeps
-from netclaw.sessions._events import SessionEvent, SessionReset, TurnStarted, TurnStatus
-from netclaw.sessions._loop_ops import Recall, start_compaction, start_provider_call, start_tool_batch
+from netclaw.sessions._events import MemoriesExtracted, SessionEvent, SessionReset, TurnStarted, TurnStatus
+from netclaw.sessions._extraction import ExtractionPlan, plan_extraction
+from netclaw.sessions._loop_ops import (
+    Recall,
+    start_compaction,
+    start_extraction,
+    start_provider_call,
+    start_tool_batch,
+)
 from netclaw.sessions._phases import Phase, PhaseMachine
 from netclaw.sessions._prompt import PromptBuilder
 from netclaw.sessions._recorder import Recorder
@@ -65,6 +73,13 @@ log = logging.getLogger(__name__)
 
 RECOVERY_TIMEOUT_S = 60.0
 TOOL_TIMEOUT_S = 120.0
+
+
+@dataclass(slots=True)
+class Extraction:
+    op_id: int
+    plan: ExtractionPlan
+    future: Cancellable
 
 
 class SessionActor(pykka.ThreadingActor):
@@ -84,6 +99,8 @@ class SessionActor(pykka.ThreadingActor):
         self.allowed_tools = allowed_tools(self.audience, self.settings)  # None: every tool
         self.run: TurnRun | None = None
         self.compacting: CompactionRun | None = None
+        self.extraction: Extraction | None = None  # memories being extracted at passivation
+        self.grace_over = False
         self.waiters = Waiters()
         self.received = 0  # routed commands received (compared with the manager's count)
         self.broken: str | None = None
@@ -118,6 +135,8 @@ class SessionActor(pykka.ThreadingActor):
         self.subscribers.close_all()
         self.clock.cancel()
         self._abandon_compaction()
+        if self.extraction is not None:
+            self.extraction.future.cancel()
         if self.run is not None and self.run.future is not None:
             self.run.future.cancel()
         self.waiters.fail_all(SessionUnavailable(f"session {self.session_id} stopped"))
@@ -174,6 +193,9 @@ class SessionActor(pykka.ThreadingActor):
             case cmd.CompactionDone(op_id=op_id, outcome=outcome):
                 if self.compacting is not None and self.compacting.op_id == op_id:
                     self._finish_compaction(self.compacting, outcome)
+            case cmd.ExtractionDone(op_id=op_id, observations=observations):
+                if self.extraction is not None and self.extraction.op_id == op_id:
+                    self._record_extraction(self.extraction.plan, observations)
             case cmd.OpFailed(op_id=op_id, error=error):
                 self._on_op_failed(op_id, error)
             case cmd.TurnTimeout(turn=timed_out):
@@ -187,7 +209,8 @@ class SessionActor(pykka.ThreadingActor):
                     self._begin_passivation(grace=self.settings.session.passivation_grace_s)
             case cmd.GraceElapsed(epoch=epoch):
                 if self.clock.current(epoch) and self.phases.phase is Phase.PASSIVATING:
-                    self._finish_passivation()
+                    self.grace_over = True
+                    self._passivation_step()
             case cmd.ConfirmStop(epoch=epoch):
                 if self.clock.current(epoch) and self.phases.phase is Phase.PASSIVATING:
                     self.stop()
@@ -396,7 +419,12 @@ class SessionActor(pykka.ThreadingActor):
             self._call_provider()
 
     def _on_op_failed(self, op_id: int, error: BaseException) -> None:
-        if self.compacting is not None and self.compacting.op_id == op_id:
+        if self.extraction is not None and self.extraction.op_id == op_id:
+            # Logged and let go: passivation goes on without the observations.
+            log.warning("%s: memory extraction at passivation failed: %r", self.session_id, error)
+            self.extraction = None
+            self._passivation_step()
+        elif self.compacting is not None and self.compacting.op_id == op_id:
             log.error("%s: compaction failed: %r", self.session_id, error)
             self._finish_compaction(self.compacting, None, note=f"compaction failed: {error}")
         elif not self._current(op_id):
@@ -607,9 +635,44 @@ class SessionActor(pykka.ThreadingActor):
         self.clock.arm(self._idle(), self.settings.session.idle_timeout_s)
 
     def _begin_passivation(self, grace: float) -> None:
+        """Idle and unwatched: extract memories during the grace period (when there is
+        something new and a store), snapshot, stop. Anything routed here aborts it."""
         self._set_phase(Phase.PASSIVATING)
-        if not self.clock.begin_grace(grace):
+        plan = None
+        if self.deps.memory is not None:
+            model = self.settings.compaction_model
+            plan = plan_extraction(self.state, audience=self.audience, model=model, grace_s=grace)
+        if plan is not None:
+            provider = self.deps.compaction_provider or self.deps.provider
+            op_id = self._new_op()
+            self.extraction = Extraction(
+                op_id, plan, start_extraction(self.deps.io, self.actor_ref, op_id, plan, provider)
+            )
+        self.grace_over = not self.clock.begin_grace(grace)
+        self._passivation_step()
+
+    def _passivation_step(self) -> None:
+        """Finish once the grace period is over and no extraction is still running."""
+        if self.phases.phase is Phase.PASSIVATING and self.grace_over and self.extraction is None:
             self._finish_passivation()
+
+    def _record_extraction(self, plan: ExtractionPlan, observations: Sequence[tuple[str, str]]) -> None:
+        """Still passivating: save the observations, then mark the turns as done."""
+        self.extraction = None
+        assert self.deps.memory is not None
+        items = [NewMemory(text, kind) for text, kind in observations]
+        try:
+            saved = self.deps.io.run(
+                self.deps.memory.add(
+                    items, session_id=self.session_id, audience=plan.audience, turn=plan.through_turn
+                ),
+                plan.budget_s,
+            )
+            self._persist(MemoriesExtracted(plan.through_turn, len(saved)))
+            log.info("%s: %d memorie(s) saved at passivation", self.session_id, len(saved))
+        except (NetclawError, TimeoutError) as exc:
+            log.warning("%s: saving memories at passivation failed: %s", self.session_id, exc)
+        self._passivation_step()
 
     def _finish_passivation(self) -> None:
         if self.recorder.snapshot_seq != self.state.seq:
@@ -630,6 +693,9 @@ class SessionActor(pykka.ThreadingActor):
             raise
         if new is Phase.READY and old is Phase.PASSIVATING:
             self.clock.abort()  # invalidates the grace timer and any stop confirmation
+            if self.extraction is not None:  # its result is stale now: nothing gets written
+                self.extraction.future.cancel()
+                self.extraction = None
             self._arm_idle()
         self.subscribers.publish(out.Phase(session_id=self.session_id, from_=old.value, to=new.value))
         self.deps.io.call(self.deps.manager.phase_changed, self.session_id, self.actor_ref, new)

@@ -133,6 +133,12 @@ class CompactionDone:
 
 
 @dataclass(frozen=True, slots=True)
+class ExtractionDone:
+    op_id: int
+    observations: Sequence[tuple[str, str]]  # (text, kind)
+
+
+@dataclass(frozen=True, slots=True)
 class OpFailed:
     op_id: int
     error: BaseException

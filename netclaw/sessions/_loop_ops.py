@@ -19,8 +19,16 @@ from netclaw.messages import ToolCall, system
 from netclaw.persistence import MemoryStore, format_recall
 from netclaw.providers import Completion, Delta, Provider, ProviderRequest
 from netclaw.runtime import Cancellable, IoLoop, Tellable
-from netclaw.sessions._commands import CompactionDone, OpFailed, ProviderDeltas, ProviderDone, ToolsDone
+from netclaw.sessions._commands import (
+    CompactionDone,
+    ExtractionDone,
+    OpFailed,
+    ProviderDeltas,
+    ProviderDone,
+    ToolsDone,
+)
 from netclaw.sessions._compaction import CompactionPlan, run_compaction
+from netclaw.sessions._extraction import ExtractionPlan, run_extraction
 from netclaw.tools import ToolContext, ToolRegistry
 
 log = logging.getLogger(__name__)
@@ -135,5 +143,16 @@ def start_compaction(
         run_compaction(plan, provider, memory),
         actor,
         lambda outcome: CompactionDone(op_id, outcome),
+        lambda error: OpFailed(op_id, error),
+    )
+
+
+def start_extraction(
+    io: IoLoop, actor: Tellable, op_id: int, plan: ExtractionPlan, provider: Provider
+) -> Cancellable:
+    return io.submit_and_tell(
+        run_extraction(plan, provider),
+        actor,
+        lambda observations: ExtractionDone(op_id, observations),
         lambda error: OpFailed(op_id, error),
     )

@@ -1,0 +1,126 @@
+"""Memory at passivation: a session going to sleep saves what it learnt, with its source;
+a message during the extraction aborts it and nothing half-written remains; a slow or
+failing extraction never keeps a session awake."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from netclaw.history import FLUSH_MARKER
+from tests.conftest import DaemonHandle
+from tests.e2e.conftest import journal_rows
+from tests.fakes.scripted_openai import ErrorReply, Reply, ScriptedOpenAIThread
+
+StartDaemon = Callable[..., DaemonHandle]
+SLEEPY = {"idle_timeout_s": 0.3, "passivation_grace_s": 0.5}
+OBSERVATIONS = json.dumps([{"text": "the staging database is called pg-stage-2", "kind": "fact"}])
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float = 8.0, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+    return value
+
+
+def resident(handle: DaemonHandle, session_id: str) -> bool:
+    return any(s["id"] == session_id and s["resident"] for s in handle.http.get("/api/sessions").json())
+
+
+def extraction_calls(scripted: ScriptedOpenAIThread) -> int:
+    return sum(1 for r in scripted.requests if FLUSH_MARKER in json.dumps(r))
+
+
+def test_a_passivating_session_saves_what_it_learnt_once(
+    start_daemon: StartDaemon, scripted: ScriptedOpenAIThread
+) -> None:
+    handle = start_daemon(session=SLEEPY)
+    scripted.route(FLUSH_MARKER, lambda body: Reply(text=OBSERVATIONS))
+    sid = "cli:sleepy"
+    assert handle.send(sid, "we moved staging to pg-stage-2", wait=True).status_code == 200
+    wait_until(lambda: not resident(handle, sid), what="passivation")
+    assert extraction_calls(scripted) == 1
+    [memory] = handle.http.get("/api/memories", params={"session": sid}).json()
+    assert memory["text"] == "the staging database is called pg-stage-2"
+    assert (memory["source_session"], memory["source_turn"], memory["audience"]) == (sid, 1, "personal")
+    assert journal_rows(handle.daemon.settings.database_path, sid, "MemoriesExtracted") == [
+        {"through_turn": 1, "saved": 1}
+    ]
+    # Woken and sent to sleep again with nothing new said: no second extraction.
+    handle.http.post(f"/api/sessions/{sid}/cancel")  # wakes it (nothing to cancel)
+    wait_until(lambda: not resident(handle, sid), what="passivation again")
+    assert extraction_calls(scripted) == 1
+
+
+def test_a_message_during_the_extraction_aborts_it_and_nothing_is_written(
+    start_daemon: StartDaemon, scripted: ScriptedOpenAIThread
+) -> None:
+    handle = start_daemon(session=SLEEPY)
+    slow = {"n": 0}
+
+    def extract(body: dict[str, Any]) -> Reply:
+        slow["n"] += 1
+        return Reply(text=OBSERVATIONS, delay_s=1.0 if slow["n"] == 1 else 0.0)
+
+    scripted.route(FLUSH_MARKER, extract)
+    sid = "cli:interrupted"
+    assert handle.send(sid, "remember pg-stage-2", wait=True).status_code == 200
+    wait_until(lambda: extraction_calls(scripted) == 1, what="the extraction to start")
+    assert handle.send(sid, "one more thing", wait=True).status_code == 200  # aborts passivation
+    time.sleep(1.2)  # the first extraction's answer arrives and is dropped
+    assert journal_rows(handle.daemon.settings.database_path, sid, "MemoriesExtracted")[:1] != [
+        {"through_turn": 1, "saved": 1}
+    ]
+    # The next passivation extracts both turns, once.
+    wait_until(lambda: not resident(handle, sid), what="passivation")
+    memories = handle.http.get("/api/memories", params={"session": sid}).json()
+    assert [m["source_turn"] for m in memories] == [2]
+    assert journal_rows(handle.daemon.settings.database_path, sid, "MemoriesExtracted") == [
+        {"through_turn": 2, "saved": 1}
+    ]
+
+
+def test_a_failing_or_slow_extraction_does_not_keep_the_session_awake(
+    start_daemon: StartDaemon, scripted: ScriptedOpenAIThread
+) -> None:
+    handle = start_daemon(session=SLEEPY)
+    scripted.route(FLUSH_MARKER, lambda body: ErrorReply(status=400, message="no"))
+    sid = "cli:failing"
+    assert handle.send(sid, "hello", wait=True).status_code == 200
+    wait_until(lambda: not resident(handle, sid), what="passivation despite the failure")
+    assert handle.http.get("/api/memories", params={"session": sid}).json() == []
+
+    scripted.route(FLUSH_MARKER, lambda body: Reply(text=OBSERVATIONS, delay_s=10))
+    slow = "cli:slow"
+    assert handle.send(slow, "hello", wait=True).status_code == 200
+    started = time.monotonic()
+    wait_until(lambda: not resident(handle, slow), timeout=10, what="passivation despite the timeout")
+    assert time.monotonic() - started < 0.3 + 0.5 + 2.0 + 1.5  # idle + grace + margin + slack
+    assert handle.http.get("/api/memories", params={"session": slow}).json() == []
+
+
+def test_public_sessions_extract_nothing(
+    start_daemon: StartDaemon, scripted: ScriptedOpenAIThread, monkeypatch: Any
+) -> None:
+    monkeypatch.setenv("HOOK", "hook-secret-123")
+    handle = start_daemon(
+        session=SLEEPY,
+        webhooks={
+            "routes": {"alerts": {"auth": {"type": "bearer", "secret_env": "HOOK"}, "session_key": "$.k"}}
+        },
+    )
+    answer = handle.http.post(
+        "/webhooks/alerts",
+        json={"k": "a", "text": "disk full"},
+        headers={"Authorization": "Bearer hook-secret-123"},
+    )
+    assert answer.status_code == 202
+    sid = answer.json()["session_id"]
+    wait_until(lambda: handle.transcript(sid)[-1]["role"] == "assistant", what="the reply")
+    wait_until(lambda: not resident(handle, sid), what="passivation")
+    assert extraction_calls(scripted) == 0
