@@ -28,7 +28,14 @@ from netclaw.control_token import load_control_token
 from netclaw.errors import ConfigError, DaemonError
 from netclaw.gateway import Gateway
 from netclaw.history import preload_encoding
-from netclaw.persistence import SqliteJournal, SqliteMemoryStore, prepare_database
+from netclaw.persistence import (
+    Manifest,
+    SqliteJournal,
+    SqliteMemoryStore,
+    prepare_database,
+    save_manifest,
+    take_manifest,
+)
 from netclaw.providers import Provider, make_provider
 from netclaw.runtime import IoLoop
 from netclaw.sessions import SessionActor, SessionDeps, SessionManager
@@ -37,6 +44,8 @@ from netclaw.tools import ToolRegistry, default_registry, memory_tools
 log = logging.getLogger(__name__)
 
 ACTOR_STOP_TIMEOUT_S = 10.0
+WARM_CONCURRENCY = 16  # sessions recovering at once at start-up
+WARM_TIMEOUT_S = 120.0
 
 
 def sd_notify(state: str) -> None:
@@ -158,12 +167,17 @@ class Daemon:
             self.gateway = Gateway(self.manager, self.journal, self.live, self.memory)
             api = Api(self.gateway, token, health_extra=lambda: {"adapters": self.adapter_statuses()})
             app = api.app()
+            # Sessions that were active at a graceful stop (and any with unanswered input)
+            # recover now, before channels deliver and before READY=1.
+            manifest = take_manifest(self.settings.database_path)
+            warmed = self.io.run(self._warm_sessions(manifest), WARM_TIMEOUT_S + 10)
             self._check_adapters(build_adapters(self.settings, self.gateway))
             for adapter in self.adapters:
                 app.router.add_routes(adapter.routes())
             self.io.run(self._start_adapters())
             self.io.run(self._serve(app))
-            warmed = self.io.run(self._warm_sessions())
+            # Channels listen now: the warmed sessions resume their turns (and replies reach them).
+            self.io.run(_call(self.manager.release_held))
         except BaseException:
             self.stop()
             raise
@@ -227,13 +241,21 @@ class Daemon:
         addresses = self._runner.addresses  # the bound port, when gateway.port is 0
         self.port = int(addresses[0][1]) if addresses else self.settings.gateway.port
 
-    async def _warm_sessions(self) -> int:
-        """Sessions with admitted input whose turn never finished (a crash) resume now."""
+    async def _warm_sessions(self, manifest: Manifest | None) -> int:
+        """The manifest's sessions (a graceful stop) and those with admitted input whose turn
+        never finished (a crash) recover, WARM_CONCURRENCY at a time. The manifest's learn
+        on their first model call that a restart interrupted them."""
         assert self.journal is not None and self.manager is not None
         pending = await self.journal.sessions_with_pending_input()
-        for session_id in pending:
-            self.manager.warm(session_id)
-        return len(pending)
+        resumed = frozenset(manifest.session_ids) if manifest is not None else frozenset()
+        ordered = [*sorted(resumed), *(sid for sid in pending if sid not in resumed)]
+        return await self.manager.warm_all(
+            ordered,
+            concurrency=WARM_CONCURRENCY,
+            resumed_at=manifest.stopped_at if manifest is not None else None,
+            resumed=resumed,
+            timeout_s=WARM_TIMEOUT_S,
+        )
 
     # -- shutdown, in reverse -----------------------------------------------------------------
 
@@ -246,6 +268,8 @@ class Daemon:
                 _step("stop listening", io.run, _stop_sites(self._runner), 5)
             if self.adapters:
                 _step("stop adapters", io.run, self._stop_adapters(), 15)
+            if self.manager is not None and self.journal is not None:
+                _step("save the warm-restart manifest", self._save_manifest, io)
             if self.manager is not None:
                 # Before the HTTP server finishes: a request waiting for a turn (?wait=1) is
                 # answered now ("accepted; the reply comes after restart"), not at a timeout.
@@ -274,6 +298,12 @@ class Daemon:
         survivors = [ref for ref in pykka.ActorRegistry.get_all() if _is_ours(ref)]
         if survivors:
             log.error("%d session actor(s) survived shutdown: %s", len(survivors), survivors)
+
+    def _save_manifest(self, io: IoLoop) -> None:
+        assert self.manager is not None
+        active = io.run(_call(self.manager.active_sessions), 5)
+        save_manifest(self.settings.database_path, active, time.time())
+        log.info("warm-restart manifest: %d active session(s)", len(active))
 
     # -- the foreground process ---------------------------------------------------------------
 

@@ -49,6 +49,7 @@ from netclaw.sessions import (
     Subscription,
     TurnOutcome,
     build_context,
+    continuity_notice,
     load_state,
 )
 
@@ -387,6 +388,9 @@ class Gateway:
         if context:
             system_prompt = self.settings.agent.system_prompt
             messages = await asyncio.to_thread(build_context, state, system_prompt)
+            resumed_at = self._manager.continuity_of(session_id)
+            if resumed_at is not None:  # what the next model call carries, until it has
+                messages.insert(1, continuity_notice(resumed_at, time.time()))
             return SessionView(summary, "context", messages)
         return SessionView(summary, "transcript", state.transcript, state.inbox, state.failures)
 

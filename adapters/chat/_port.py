@@ -43,6 +43,16 @@ class Button:
     style: Literal["primary", "danger", "default"] = "default"
 
 
+@dataclass(frozen=True, slots=True)
+class ButtonClick:
+    """Someone pressed one of our buttons (as the platform reported it)."""
+
+    action_id: str  # the Button's action_id
+    value: str  # the Button's value (an approval id)
+    user_id: str  # who pressed it
+    message: MessageRef | None  # the message the buttons are on, when the platform says
+
+
 class ChatApiError(AdapterError):
     """A platform call failed. ``transient`` ones (rate limits, 5xx, network) may be
     retried, after ``retry_after`` seconds when the platform said how long; ``status`` is

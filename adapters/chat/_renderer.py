@@ -14,7 +14,9 @@ renders what arrives:
   "working on it" reaction until the ``turn_completed`` that names it — matched by the
   message id the turn reports, never by counting turns.
 - **Notices** for people: errors, trimmed or summarised history, command answers.
-- **Files** are uploaded; **approval requests** get buttons, edited once decided.
+- **Files** are uploaded; **approval requests** get buttons, edited once decided. A
+  click comes back through :meth:`ChatRenderer.clicked` (logged until the approval flow
+  lands).
 - **Idle release.** A link with nothing pending lets its subscription go after
   ``release_after_s`` (a subscriber keeps a session resident), and the next message
   subscribes again.
@@ -43,6 +45,7 @@ from adapters.chat._port import (
     BEST_EFFORT,
     MUST_DELIVER,
     Button,
+    ButtonClick,
     ChatApiError,
     ChatPort,
     Conversation,
@@ -208,6 +211,22 @@ class ChatRenderer:
                 self._listen(link)
             else:
                 self._drop(link)
+
+    def clicked(self, click: ButtonClick) -> None:
+        """One of our buttons was pressed (adapters route every click here). What an
+        approval click does lands with the approval flow; until then it is only logged,
+        with the session whose request it answers."""
+        session_id = next(
+            (sid for sid, link in self._links.items() if click.value in link.approvals), "an unknown session"
+        )
+        log.info(
+            "%s: %s pressed %r for %s in %s; deciding approvals from chat is not wired up yet",
+            self.port.platform,
+            click.user_id,
+            click.action_id,
+            click.value,
+            session_id,
+        )
 
     def following(self) -> list[str]:
         """Sessions with a live subscription (status, tests)."""

@@ -25,7 +25,15 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from adapters.base import AdapterStatus
-from adapters.chat import MUST_DELIVER, ChatRenderer, Conversation, MessageRef, RenderOptions, retry_verdict
+from adapters.chat import (
+    MUST_DELIVER,
+    ButtonClick,
+    ChatRenderer,
+    Conversation,
+    MessageRef,
+    RenderOptions,
+    retry_verdict,
+)
 from adapters.discord_bot._port import (
     SEEN_EMOJI,
     THREAD_NAME_LIMIT,
@@ -217,6 +225,11 @@ class DiscordAdapter:
         log.info("discord: gateway session %s", "resumed" if resumed else "established")
         if self.renderer is not None:
             self.renderer.reconnected()
+
+    def clicked(self, click: ButtonClick) -> None:
+        """A press on one of our buttons: to the renderer."""
+        if self._running and self.renderer is not None:
+            self.renderer.clicked(click)
 
     def disconnected(self) -> None:
         """The gateway connection dropped; discord.py reconnects by itself."""

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 import aiohttp
 import discord
 
-from adapters.chat import Button, Conversation, MessageRef
+from adapters.chat import Button, ButtonClick, Conversation, MessageRef
 from adapters.discord_bot._port import (
     MESSAGE_LIMIT,
     THREAD_NAME_LIMIT,
@@ -37,6 +37,7 @@ log = logging.getLogger("adapters.discord_bot")
 MAX_RATELIMIT_WAIT_S = 30.0  # discord.py's minimum for max_ratelimit_timeout
 USER_MESSAGE_TYPES = frozenset({discord.MessageType.default, discord.MessageType.reply})
 NO_PINGS = discord.AllowedMentions.none()  # model output never pings anyone (@everyone included)
+CUSTOM_ID_PREFIX = "netclaw:"  # our buttons' custom_ids: netclaw:<action>:<value>
 
 
 def intents() -> discord.Intents:
@@ -58,6 +59,8 @@ class Handler(Protocol):
     def connected(self, *, resumed: bool) -> None: ...
 
     def disconnected(self) -> None: ...
+
+    def clicked(self, click: ButtonClick) -> None: ...
 
 
 class NetclawClient(discord.Client):
@@ -90,6 +93,19 @@ class NetclawClient(discord.Client):
         event = normalise(message, me.id, channel=channel)
         if event is not None:
             await self.handler.handle(event)
+
+    async def on_interaction(self, interaction: discord.Interaction) -> None:
+        """A press on one of our buttons (also after a restart: the custom_id says it all).
+        Acknowledged at once, or Discord shows "This interaction failed"."""
+        click = click_of(interaction)
+        if click is None:
+            return
+        try:
+            if not interaction.response.is_done():
+                await interaction.response.defer()
+        except (discord.DiscordException, aiohttp.ClientError, OSError) as exc:
+            log.warning("discord: could not acknowledge a button press: %s", translate_error(exc, "answer"))
+        self.handler.clicked(click)
 
     async def on_ready(self) -> None:
         log.info(
@@ -139,6 +155,25 @@ def normalise(message: discord.Message, bot_id: int, *, channel: Any = None) -> 
         mentioned=mentioned,
         from_bot=author.bot or message.webhook_id is not None,
         from_self=author.id == bot_id,
+    )
+
+
+def click_of(interaction: discord.Interaction) -> ButtonClick | None:
+    """A component interaction on one of our buttons as the renderer sees a click; None
+    for anything else (slash commands, other bots' components)."""
+    data: Any = interaction.data or {}
+    custom_id = str(data.get("custom_id") or "")
+    if interaction.type is not discord.InteractionType.component or not custom_id.startswith(
+        CUSTOM_ID_PREFIX
+    ):
+        return None
+    action, _, value = custom_id.removeprefix(CUSTOM_ID_PREFIX).partition(":")
+    message, channel_id = interaction.message, interaction.channel_id
+    return ButtonClick(
+        action_id=action,
+        value=value,
+        user_id=str(interaction.user.id) if interaction.user else "",
+        message=MessageRef(str(channel_id), str(message.id)) if message and channel_id else None,
     )
 
 
@@ -311,7 +346,7 @@ class ClientPort:
                 discord.ui.Button(
                     label=button.label,
                     style=_BUTTON_STYLES[button.style],
-                    custom_id=f"netclaw:{button.action_id}:{button.value}"[:100],
+                    custom_id=f"{CUSTOM_ID_PREFIX}{button.action_id}:{button.value}"[:100],
                 )
             )
         with translated("send a message"):

@@ -11,7 +11,8 @@ Slack redelivers an envelope whose ack was slow; a small in-memory set of recent
 ids skips the obvious repeat, and the event id doubles as the message's replay identity
 (``slack:<event_id>``), so a repeat that gets past the set (after a restart, say) is
 recognised by the session and starts no second turn. After a Socket Mode reconnect every
-session that owes a reply listens again.
+session that owes a reply listens again. A press on one of our buttons goes to the
+renderer (:meth:`~adapters.chat.ChatRenderer.clicked`).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from adapters.base import AdapterState, AdapterStatus
-from adapters.chat import ChatRenderer, Conversation, MessageRef, RenderOptions
+from adapters.chat import ButtonClick, ChatRenderer, Conversation, MessageRef, RenderOptions
 from adapters.slack._format import slack_unescape
 from netclaw.config import Settings, SlackConfig
 from netclaw.errors import AdapterError, NetclawError
@@ -108,7 +109,7 @@ class SlackAdapter:
         self._hellos = 0
         self._state, self._detail = "starting", ""
         bot_token, app_token = self._tokens()
-        connection = SlackConnection(self._on_event, self._on_hello)
+        connection = SlackConnection(self._on_event, self._on_hello, self._on_click)
         self._connection = connection
         start_up = self.settings.slack
         try:
@@ -193,6 +194,10 @@ class SlackAdapter:
             await self._handle_event(kind, body, event)
         except Exception:
             log.exception("slack: handling a %s event failed", kind)
+
+    def _on_click(self, click: ButtonClick) -> None:
+        if self.renderer is not None:
+            self.renderer.clicked(click)
 
     def _seen(self, *keys: str) -> bool:
         """Was any of these seen recently? Remembers them all either way."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -32,7 +33,7 @@ from slack_sdk.socket_mode.async_client import AsyncBaseSocketModeClient
 from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
-from adapters.chat import Button, ChatApiError, Conversation, MessageRef, retry_verdict
+from adapters.chat import Button, ButtonClick, ChatApiError, Conversation, MessageRef, retry_verdict
 from adapters.slack._format import slack_escape
 from netclaw.errors import AdapterError
 from netclaw.retry import RetryPolicy, with_retries
@@ -53,6 +54,7 @@ START_POLICY = RetryPolicy(
 _ALREADY = frozenset({"already_reacted", "no_reaction", "message_not_found"})
 
 EventHandler = Callable[[str, dict[str, Any], dict[str, Any]], Awaitable[None]]
+ACTION_PREFIX = "netclaw_"  # our buttons' action_ids: netclaw_approve, netclaw_deny, ...
 
 
 class SlackCallFailed(ChatApiError):
@@ -169,7 +171,7 @@ class SlackPort:
                     {
                         "type": "button",
                         "text": {"type": "plain_text", "text": b.label},
-                        "action_id": f"netclaw_{b.action_id}",
+                        "action_id": f"{ACTION_PREFIX}{b.action_id}",
                         "value": b.value,
                         **({"style": b.style} if b.style != "default" else {}),
                     }
@@ -275,6 +277,19 @@ class SlackPort:
         return str(files[0].get("id", "")) if files else ""
 
 
+def click_of(body: dict[str, Any], action: dict[str, Any]) -> ButtonClick:
+    """A ``block_actions`` payload and the action in it, as the renderer sees a click."""
+    container = body.get("container") or {}
+    channel = (body.get("channel") or {}).get("id") or container.get("channel_id")
+    ts = (body.get("message") or {}).get("ts") or container.get("message_ts")
+    return ButtonClick(
+        action_id=str(action.get("action_id") or "").removeprefix(ACTION_PREFIX),
+        value=str(action.get("value") or ""),
+        user_id=str((body.get("user") or {}).get("id") or ""),
+        message=MessageRef(str(channel), str(ts)) if channel and ts else None,
+    )
+
+
 # -- the connection ---------------------------------------------------------------------------
 
 
@@ -287,9 +302,12 @@ class BotIdentity:
 class SlackConnection:
     """A logged-in Web API client and a Socket Mode connection delivering events."""
 
-    def __init__(self, on_event: EventHandler, on_hello: Callable[[], None]) -> None:
+    def __init__(
+        self, on_event: EventHandler, on_hello: Callable[[], None], on_click: Callable[[ButtonClick], None]
+    ) -> None:
         self._on_event = on_event
         self._on_hello = on_hello
+        self._on_click = on_click
         self._http: aiohttp.ClientSession | None = None
         self._handler: AsyncSocketModeHandler | None = None
         self.port: SlackPort | None = None
@@ -325,8 +343,15 @@ class SlackConnection:
         async def on_message(body: dict[str, Any], event: dict[str, Any]) -> None:
             await self._on_event("message", body, event)
 
+        async def on_button(
+            ack: Callable[[], Awaitable[Any]], body: dict[str, Any], action: dict[str, Any]
+        ) -> None:
+            await ack()  # within Slack's 3 s, whatever the click leads to
+            self._on_click(click_of(body, action))
+
         app.event("app_mention")(on_mention)
         app.event("message")(on_message)
+        app.action(re.compile(f"^{re.escape(ACTION_PREFIX)}"))(on_button)
         handler = AsyncSocketModeHandler(app, app_token, logger=logging.getLogger("adapters.slack.socket"))
         self._handler = handler
         handler.client.message_listeners.append(self._on_socket_message)

@@ -2,6 +2,7 @@
 
 from netclaw.persistence._deliveries import DeliveryLog
 from netclaw.persistence._journal import Journal, NewEvent, SessionRow, Snapshot, StoredEvent
+from netclaw.persistence._manifest import Manifest, save_manifest, take_manifest
 from netclaw.persistence._memory import (
     MAX_MEMORY_CHARS,
     Memory,
@@ -17,6 +18,7 @@ __all__ = [
     "MAX_MEMORY_CHARS",
     "DeliveryLog",
     "Journal",
+    "Manifest",
     "Memory",
     "MemoryStore",
     "NewEvent",
@@ -31,4 +33,6 @@ __all__ = [
     "load_migrations",
     "migrations_dir",
     "prepare_database",
+    "save_manifest",
+    "take_manifest",
 ]

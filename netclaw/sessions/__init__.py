@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from netclaw.sessions._recovery import load_state
     from netclaw.sessions._status import StatusReport
     from netclaw.sessions._subscribers import OutputQueue, Sink, Subscriber, SubscriberSet, Subscription
-    from netclaw.sessions._turn import build_context
+    from netclaw.sessions._turn import build_context, continuity_notice
 
 _LAZY = {
     "ManagerPort": "_deps",
@@ -72,6 +72,7 @@ _LAZY = {
     "SubscriberSet": "_subscribers",
     "Subscription": "_subscribers",
     "build_context": "_turn",
+    "continuity_notice": "_turn",
 }
 
 
@@ -120,5 +121,6 @@ __all__ = [
     "TurnStarted",
     "Unsubscribe",
     "build_context",
+    "continuity_notice",
     "load_state",
 ]

@@ -83,8 +83,12 @@ class Extraction:
 
 
 class SessionActor(pykka.ThreadingActor):
-    def __init__(self, session_id: str, deps: SessionDeps) -> None:
+    def __init__(
+        self, session_id: str, deps: SessionDeps, resumed_at: float | None = None, *, held: bool = False
+    ) -> None:
         super().__init__()
+        self.resumed_at = resumed_at  # warmed after a graceful restart: tell the model once
+        self.held = held  # warmed at start-up: recovered, but going on only when released
         self.session_id = session_id
         self.deps = deps
         self.settings: Settings = deps.live.current
@@ -176,6 +180,9 @@ class SessionActor(pykka.ThreadingActor):
                 )
             case cmd.Announce(text=text, kind=kind):
                 self._publish(out.Notice(session_id=self.session_id, text=text, kind=kind))
+            case cmd.Release():
+                if self.held:
+                    self._go_on()
             case cmd.PassivateNow():
                 if self._idle():
                     self._begin_passivation(grace=0.0)
@@ -237,6 +244,14 @@ class SessionActor(pykka.ThreadingActor):
         self._set_phase(Phase.READY)
         elapsed_ms = (time.perf_counter() - started) * 1000
         log.debug("%s: recovered at seq %d in %.1f ms", self.session_id, state.seq, elapsed_ms)
+        if not self.held:
+            self._go_on()
+
+    def _go_on(self) -> None:
+        """After recovery: resume an interrupted turn, finish a compaction, or take the next
+        queued message."""
+        self.held = False
+        state = self.state
         if state.active is not None:
             log.info("%s: resuming turn %d interrupted by a restart", self.session_id, state.active.turn)
             self._begin_turn()
@@ -273,7 +288,12 @@ class SessionActor(pykka.ThreadingActor):
             if send.done is not None:
                 self.waiters.add(self.state, known, send.done)
             return
-        start = self.phases.phase is Phase.READY and self.state.active is None and not self.state.inbox
+        start = (
+            self.phases.phase is Phase.READY
+            and self.state.active is None
+            and not self.state.inbox
+            and not self.held
+        )
         message, events = turn.admitted(
             self.state, text=send.text, ts=send.ts, identity=send.identity, user=send.user, start=start
         )
@@ -349,11 +369,13 @@ class SessionActor(pykka.ThreadingActor):
             self._record_trim(decision.trim, "budget")
         model = self.settings.models.main
         run.estimate = prompt.estimate
+        messages = prompt.messages
+        if self.resumed_at is not None:  # transient: in this request only, never journaled
+            messages = (messages[0], turn.continuity_notice(self.resumed_at, time.time()), *messages[1:])
+            self.resumed_at = None
+            self.deps.io.call(self.deps.manager.continuity_delivered, self.session_id, self.actor_ref)
         request = ProviderRequest(
-            model=model.model,
-            messages=prompt.messages,
-            tools=tools,
-            max_output_tokens=model.max_output_tokens,
+            model=model.model, messages=messages, tools=tools, max_output_tokens=model.max_output_tokens
         )
         run.future = start_provider_call(
             self.deps.io, self.actor_ref, self._next_op(), self.deps.provider, request, self._recall_for(run)

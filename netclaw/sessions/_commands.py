@@ -93,6 +93,12 @@ class Announce(Routed):
 
 
 @dataclass(frozen=True, slots=True)
+class Release(Routed):
+    """A session warmed at start-up may go on (channels are listening now): resume its
+    interrupted turn or queued input."""
+
+
+@dataclass(frozen=True, slots=True)
 class PassivateNow(Routed):
     """The manager wants room: passivate now if idle (skipping the idle timeout)."""
 

@@ -29,6 +29,10 @@ class ManagerPort(Protocol):
 
     def actor_failed(self, session_id: str, ref: SessionRef, reason: str) -> None: ...
 
+    def continuity_delivered(self, session_id: str, ref: SessionRef) -> None:
+        """The restart notice reached the model: it no longer applies."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class SessionDeps:

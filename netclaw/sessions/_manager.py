@@ -16,7 +16,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 import pykka
@@ -28,6 +28,7 @@ from netclaw.sessions._actor import SessionActor
 from netclaw.sessions._commands import (
     ConfirmStop,
     PassivateNow,
+    Release,
     Routed,
     Shutdown,
     Subscribe,
@@ -68,6 +69,10 @@ class SessionManager:
         self._tasks: set[asyncio.Task[None]] = set()
         # Sessions being erased: commands for them wait here, then go to a fresh session.
         self._erasing: dict[str, list[Routed]] = {}
+        # Warmed after a graceful restart and not yet told so: session → when it stopped.
+        self._continuity: dict[str, float] = {}
+        self._recovering: dict[str, asyncio.Future[None]] = {}  # warm() waits on these
+        self._held: set[str] = set()  # warmed, waiting for release_held()
         self.started = 0  # actors started (recoveries), for /healthz and tests
         self.restarts = 0  # broken actors restarted because they owed replies
         self.closed = False  # set by shutdown(): no new sessions may start
@@ -116,14 +121,71 @@ class SessionManager:
         if session_id not in self._resident and not self.closed:
             self._start(session_id)
 
+    async def warm_all(
+        self,
+        session_ids: Sequence[str],
+        *,
+        concurrency: int,
+        resumed_at: float | None = None,
+        resumed: frozenset[str] = frozenset(),
+        timeout_s: float = 120.0,
+    ) -> int:
+        """Recover sessions before anyone talks to them, ``concurrency`` at a time; those in
+        ``resumed`` learn (once, on their first model call) that a restart at ``resumed_at``
+        interrupted them. They hold their interrupted turns until :meth:`release_held`, so
+        the channels that show the replies are listening first. Returns how many started."""
+        started = 0
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        for first in range(0, len(session_ids), max(1, concurrency)):
+            waiting = []
+            for session_id in session_ids[first : first + concurrency]:
+                if session_id in self._resident or self.closed:
+                    continue
+                when = resumed_at if session_id in resumed else None
+                if when is not None:
+                    self._continuity[session_id] = when
+                waiting.append(
+                    self._recovering.setdefault(session_id, asyncio.get_running_loop().create_future())
+                )
+                self._start(session_id, resumed_at=when, held=True)
+                self._held.add(session_id)
+                started += 1
+            if waiting:
+                left = max(0.1, deadline - asyncio.get_running_loop().time())
+                _, late = await asyncio.wait(waiting, timeout=left)
+                if late:
+                    log.warning("%d session(s) still recovering; going on without waiting", len(late))
+        return started
+
+    def release_held(self) -> None:
+        """Let warmed sessions go on: resume their interrupted turns and queued input."""
+        held, self._held = self._held, set()
+        for session_id in sorted(held):
+            entry = self._resident.get(session_id)
+            if entry is not None:
+                with contextlib.suppress(pykka.ActorDeadError):
+                    self._tell(entry, Release())
+
+    def continuity_of(self, session_id: str) -> float | None:
+        """When the restart that warmed this session stopped netclaw, while the model has
+        not been told yet."""
+        return self._continuity.get(session_id)
+
+    def active_sessions(self) -> list[str]:
+        """Sessions worth warming after a graceful restart: resident and not passivating."""
+        return sorted(sid for sid, e in self._resident.items() if e.phase is not Phase.PASSIVATING)
+
     def _tell(self, entry: _Resident, command: Routed) -> None:
         entry.ref.tell(command)
         entry.routed += 1
         entry.last_used = time.monotonic()
 
-    def _start(self, session_id: str) -> _Resident:
+    def _start(self, session_id: str, *, resumed_at: float | None = None, held: bool = False) -> _Resident:
         self._make_room()
-        ref = SessionActor.start(session_id, self._deps)
+        # A session warmed after a restart that passivated before the model heard of it
+        # still owes the notice when it wakes.
+        resumed = resumed_at or self._continuity.get(session_id)
+        ref = SessionActor.start(session_id, self._deps, resumed, held=held)
         entry = _Resident(ref)
         self._resident[session_id] = entry
         self.started += 1
@@ -183,6 +245,16 @@ class SessionManager:
         entry = self._resident.get(session_id)
         if entry is not None and entry.ref is ref:
             entry.phase = phase
+        if phase is not Phase.RECOVERING:
+            self._recovered(session_id)
+
+    def _recovered(self, session_id: str) -> None:
+        waiter = self._recovering.pop(session_id, None)
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def continuity_delivered(self, session_id: str, ref: SessionRef) -> None:
+        self._continuity.pop(session_id, None)
 
     def stop_requested(self, session_id: str, ref: SessionRef, received: int, epoch: int) -> None:
         entry = self._resident.get(session_id)
@@ -196,6 +268,7 @@ class SessionManager:
         log.info("%s: passivated", session_id)
 
     def actor_failed(self, session_id: str, ref: SessionRef, reason: str) -> None:
+        self._recovered(session_id)
         entry = self._resident.get(session_id)
         if entry is not None and entry.ref is ref:
             del self._resident[session_id]

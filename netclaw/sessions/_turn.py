@@ -9,6 +9,7 @@ import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from netclaw import outputs as out
 from netclaw.history import INTERRUPTED_TEXT, TrimResult, make_breadcrumb
@@ -247,3 +248,16 @@ def turn_end(status: TurnStatus) -> out.TurnEnd:
     if status == "cancelled":
         return "cancelled"
     return "failed"  # failed, timed out, interrupted
+
+
+def continuity_notice(stopped_at: float, now: float) -> ChatMessage:
+    """What a session warmed after a graceful restart tells the model on its first call
+    (transient: never journaled)."""
+    stamp = datetime.fromtimestamp(stopped_at, UTC).strftime("%Y-%m-%d %H:%M UTC")
+    minutes = max(0, round((now - stopped_at) / 60))
+    return system(
+        f"[netclaw: you are resuming after netclaw was restarted. It stopped at {stamp} "
+        f"({minutes} min ago); whatever was in progress then was interrupted. Carry on with the "
+        "conversation.]",
+        id=f"continuity:{stopped_at:.3f}",
+    )

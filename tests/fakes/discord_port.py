@@ -6,9 +6,10 @@ per operation: ``fail("post", rate_limited(0.05))`` makes the next ``post`` rais
 error (before doing anything), as the real port does when Discord answers 429.
 
 :class:`FakeDiscordServer` stands in for Discord itself behind the *real* port: a small REST
-API (``/api/v10``: login, application info, threads, messages, reactions, typing) and a
-gateway websocket (HELLO → IDENTIFY → READY + GUILD_CREATE, then the dispatches a test
-pushes), on its own loop thread. :meth:`FakeDiscordServer.install` points discord.py at it.
+API (``/api/v10``: login, application info, threads, messages, reactions, typing,
+interaction callbacks) and a gateway websocket (HELLO → IDENTIFY → READY + GUILD_CREATE,
+then the dispatches a test pushes: messages, button presses), on its own loop thread.
+:meth:`FakeDiscordServer.install` points discord.py at it.
 Only what netclaw's client uses is implemented.
 """
 
@@ -108,6 +109,7 @@ class FakeDiscordServer:
         self.threads: list[dict[str, Any]] = []
         self.reactions: list[tuple[str, str, str]] = []  # (PUT|DELETE, message id, emoji)
         self.typing: list[str] = []
+        self.interaction_responses: list[tuple[str, int]] = []  # (interaction id, response type)
         self.requests: list[tuple[str, str]] = []  # (method, path) of every REST call
         self.identify: dict[str, Any] | None = None  # the IDENTIFY payload the client sent
         self.rate_limited: list[str] = []  # paths answered with 429
@@ -167,6 +169,42 @@ class FakeDiscordServer:
         asyncio.run_coroutine_threadsafe(self._dispatch("MESSAGE_CREATE", message), self._loop).result(10)
         return str(message["id"])
 
+    def press_button(self, message_id: str, custom_id: str, *, user_id: str = "42") -> str:
+        """A person presses a button on a bot message: INTERACTION_CREATE (a message
+        component) on the gateway. Returns the interaction id."""
+        message = self.messages[message_id]
+        channel_id = str(message["channel_id"])
+        interaction = {
+            "id": str(next(self._ids)),
+            "application_id": self.bot_id,
+            "type": 3,  # MESSAGE_COMPONENT
+            "data": {"custom_id": custom_id, "component_type": 2},
+            "guild_id": self.guild_id,
+            "channel_id": channel_id,
+            "channel": {"id": channel_id, "type": 0, "guild_id": self.guild_id, "name": "general"},
+            "member": {
+                "user": user_payload(user_id, "alice"),
+                "roles": [],
+                "joined_at": TIMESTAMP,
+                "deaf": False,
+                "mute": False,
+                "flags": 0,
+                "permissions": "0",
+            },
+            "token": f"interaction-token-{user_id}",
+            "version": 1,
+            "message": message,
+            "app_permissions": "0",
+            "locale": "en-US",
+            "guild_locale": "en-US",
+            "entitlements": [],
+            "attachment_size_limit": 8_388_608,
+        }
+        asyncio.run_coroutine_threadsafe(
+            self._dispatch("INTERACTION_CREATE", interaction), self._loop
+        ).result(10)
+        return str(interaction["id"])
+
     def bot_messages(self, channel_id: str) -> list[str]:
         return [
             m["content"]
@@ -196,6 +234,7 @@ class FakeDiscordServer:
         app.router.add_delete(f"{api}/channels/{{cid}}/messages/{{mid}}/reactions/{{emoji}}/@me", self._react)
         app.router.add_post(f"{api}/channels/{{cid}}/typing", self._typing)
         app.router.add_get(f"{api}/channels/{{cid}}", self._channel)
+        app.router.add_post(f"{api}/interactions/{{iid}}/{{token}}/callback", self._interaction_callback)
         app.router.add_get("/gateway", self._gateway)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
@@ -207,7 +246,9 @@ class FakeDiscordServer:
     async def _auth(self, request: web.Request, handler: Any) -> web.StreamResponse:
         if request.path.startswith("/api/"):
             self.requests.append((request.method, request.path[len("/api/v10") :]))
-            if request.headers.get("Authorization") != f"Bot {self.token}":
+            # Interaction callbacks authenticate with the interaction's token in the path.
+            interaction = request.path.startswith("/api/v10/interactions/")
+            if not interaction and request.headers.get("Authorization") != f"Bot {self.token}":
                 return _json({"message": "401: Unauthorized", "code": 0}, status=401)
         response: web.StreamResponse = await handler(request)
         return response
@@ -290,6 +331,7 @@ class FakeDiscordServer:
         if nonce is not None and body.get("enforce_nonce") and nonce in self._nonces:
             return _json(self.messages[self._nonces[nonce]])
         message = self._message(request.match_info["cid"], body["content"], self.bot)
+        message["components"] = body.get("components", [])
         if nonce is not None:
             message["nonce"] = nonce
             self._nonces[nonce] = message["id"]
@@ -320,6 +362,12 @@ class FakeDiscordServer:
         if cid == self.channel_id:
             return _json(self._guild()["channels"][0])
         return _json({"message": "Unknown Channel", "code": 10003}, status=404)
+
+    async def _interaction_callback(self, request: web.Request) -> web.Response:
+        iid = request.match_info["iid"]
+        kind = int((await request.json())["type"])
+        self.interaction_responses.append((iid, kind))
+        return _json({"interaction": {"id": iid, "type": 3}})
 
     async def _typing(self, request: web.Request) -> web.Response:
         self.typing.append(request.match_info["cid"])

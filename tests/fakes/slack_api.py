@@ -16,8 +16,9 @@ Scripting: :meth:`FakeSlack.fail_next` answers the next N calls of a method with
 error (a 429 with Retry-After by default); :meth:`FakeSlack.drop_next` carries out the
 next N calls of a method and then drops the connection instead of answering (a lost
 response). :meth:`FakeSlack.redeliver` sends an envelope's event again as Slack does
-after a slow ack (same ``event_id``, ``retry_attempt`` set); :meth:`FakeSlack.close_socket`
-closes the WebSocket to force a reconnect.
+after a slow ack (same ``event_id``, ``retry_attempt`` set); :meth:`FakeSlack.click`
+presses a button (an ``interactive`` envelope); :meth:`FakeSlack.close_socket` closes the
+WebSocket to force a reconnect.
 
 :class:`FakeSlackThread` runs one on its own loop for sync tests.
 """
@@ -257,6 +258,50 @@ class FakeSlack:
     async def push(self, event: dict[str, Any], *, event_id: str | None = None) -> dict[str, Any]:
         """Send ``event`` in a new envelope on the current socket; returns the envelope."""
         envelope = self.envelope(event, event_id=event_id)
+        await self.send_envelope(envelope)
+        return envelope
+
+    async def click(
+        self, channel: str, message_ts: str, action_id: str, value: str, *, user: str = "U1"
+    ) -> dict[str, Any]:
+        """A person presses a button on a message: an ``interactive`` envelope carrying a
+        ``block_actions`` payload, as Slack sends it over Socket Mode."""
+        message = self.find(channel, message_ts) or {"ts": message_ts}
+        envelope = {
+            "envelope_id": str(uuid.uuid4()),
+            "type": "interactive",
+            "accepts_response_payload": False,
+            "payload": {
+                "type": "block_actions",
+                "user": {"id": user, "username": "alice", "name": "alice", "team_id": TEAM_ID},
+                "api_app_id": APP_ID,
+                "token": "fake-verification-token",
+                "container": {
+                    "type": "message",
+                    "message_ts": message_ts,
+                    "channel_id": channel,
+                    "is_ephemeral": False,
+                },
+                "trigger_id": f"{next(self._events)}.{uuid.uuid4().hex[:8]}",
+                "team": {"id": TEAM_ID, "domain": "fake"},
+                "enterprise": None,
+                "is_enterprise_install": False,
+                "channel": {"id": channel, "name": "general"},
+                "message": _public(message),
+                "state": {"values": {}},
+                "response_url": f"{self.api_url}response/{uuid.uuid4().hex}",
+                "actions": [
+                    {
+                        "action_id": action_id,
+                        "block_id": "actions",
+                        "text": {"type": "plain_text", "text": action_id, "emoji": True},
+                        "value": value,
+                        "type": "button",
+                        "action_ts": f"{time.time():.6f}",
+                    }
+                ],
+            },
+        }
         await self.send_envelope(envelope)
         return envelope
 
@@ -632,6 +677,11 @@ class FakeSlackThread:
 
     def redeliver(self, envelope: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
         return self._run(self.server.redeliver(envelope, **kwargs))
+
+    def click(
+        self, channel: str, message_ts: str, action_id: str, value: str, **kwargs: Any
+    ) -> dict[str, Any]:
+        return self._run(self.server.click(channel, message_ts, action_id, value, **kwargs))
 
     def close_socket(self) -> None:
         self._run(self.server.close_socket())

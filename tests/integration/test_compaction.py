@@ -653,12 +653,15 @@ def test_projection_after_compaction_survives_restart(
     handle.stop()
 
     again = start(start_daemon)
-    assert again.transcript(sid, view="context") == context
+    # A graceful restart adds its (transient) notice to what the model sees next; the rest is identical.
+    restarted = again.transcript(sid, view="context")
+    assert [m for m in restarted if not m["id"].startswith("continuity:")] == context
     assert again.transcript(sid) == transcript
     # The restarted session sends exactly that projection (plus the new message).
     scripted.enqueue(Reply(text="back", usage=UNDER))
     assert again.send(sid, "after the restart", wait=True).status_code == 200
     sent = [(m["role"], m.get("content") or "") for m in chat_requests(scripted)[-1]["messages"]]
+    assert "resuming after netclaw was restarted" in sent.pop(1)[1]
     assert sent == [(m["role"], m["content"]) for m in context] + [("user", "after the restart")]
 
 

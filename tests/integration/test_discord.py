@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import time
 from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import replace
@@ -23,7 +24,7 @@ from typing import Any
 import discord
 import pytest
 
-from adapters.chat import MUST_DELIVER, retry_verdict, split_message
+from adapters.chat import MUST_DELIVER, Button, Conversation, retry_verdict, split_message
 from adapters.discord_bot import (
     DiscordAdapter,
     DiscordApiError,
@@ -659,6 +660,34 @@ def test_the_daemon_runs_the_real_client_end_to_end(
     server.post_message("not for the bot")  # in the channel, no mention
     time.sleep(0.3)
     assert len(server.threads) == 1
+
+
+def test_approval_buttons_and_a_press_through_the_real_client(
+    discord_server: FakeDiscordServer,
+    start_daemon: Callable[..., DaemonHandle],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    server = discord_server
+    handle = start_daemon(discord={"enabled": True, "channels": [ALLOWED]})
+    adapter = next(a for a in handle.daemon.adapters if isinstance(a, DiscordAdapter))
+    assert adapter.renderer is not None and handle.daemon.io is not None
+    buttons = [Button("approve", "Approve", "ap_1", "primary"), Button("deny", "Deny", "ap_1", "danger")]
+    asked = handle.daemon.io.run(
+        adapter.renderer.port.post_buttons(Conversation(ALLOWED), "May I run shell?", buttons, key="k1"), 10
+    )
+    [row] = server.messages[asked]["components"]
+    assert [(b["custom_id"], b["style"]) for b in row["components"]] == [
+        ("netclaw:approve:ap_1", 1),
+        ("netclaw:deny:ap_1", 4),
+    ]
+
+    caplog.set_level(logging.INFO, logger="adapters.chat")
+    pressed = server.press_button(asked, "netclaw:deny:ap_1", user_id=MALLORY)
+    server.wait_for(lambda: server.interaction_responses == [(pressed, 6)], what="the press acknowledged")
+    server.wait_for(
+        lambda: any(f"{MALLORY} pressed 'deny' for ap_1" in r.getMessage() for r in caplog.records),
+        what="the press to reach the renderer",
+    )
 
 
 @pytest.mark.parametrize(

@@ -3,6 +3,7 @@ a local fake of Slack's Web API and Socket Mode WebSocket (tests/fakes/slack_api
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import replace
@@ -386,7 +387,7 @@ def test_wrong_app_token_fails_start_with_a_clear_error(
 
 
 def test_files_and_approval_buttons_through_the_real_web_api(
-    start_slack: StartSlack, fake_slack: FakeSlackThread
+    start_slack: StartSlack, fake_slack: FakeSlackThread, caplog: pytest.LogCaptureFixture
 ) -> None:
     from adapters.chat import Button, Conversation
 
@@ -412,6 +413,14 @@ def test_files_and_approval_buttons_through_the_real_web_api(
         ("netclaw_approve", "ap_1", "primary"),
         ("netclaw_deny", "ap_1", "danger"),
     ]
+    # A press is acknowledged and reaches the renderer (logged until the approval flow lands).
+    caplog.set_level(logging.INFO, logger="adapters.chat")
+    pressed = fake_slack.click("C1", asked, "netclaw_deny", "ap_1", user="U7")
+    wait_for(lambda: pressed["envelope_id"] in {a["envelope_id"] for a in fake_slack.acks}, "the ack")
+    wait_for(
+        lambda: any("U7 pressed 'deny' for ap_1" in r.getMessage() for r in caplog.records),
+        "the click logged",
+    )
     run(handle, port.edit(to, asked, "shell: approve by U1"))
     message = fake_slack.find("C1", asked)
     assert message is not None

@@ -1,13 +1,18 @@
 """The chat renderer (adapters/chat) over the in-memory chat port.
 
-Most tests feed typed outputs through a stand-in gateway, so every case — a turn that
-ends before its admission is back, a file, an approval — can be produced on demand.
-The last ones run the renderer against the real daemon: idle release lets a session
-passivate, and nothing the renderer does afterwards wakes it."""
+Two halves. The first feeds typed outputs through a stand-in gateway, for the cases the
+real daemon cannot produce on demand: a turn that ends before its admission is back, a
+turn that completes out of order, a file, an approval, each lifecycle note. The second
+runs the renderer on the real daemon's loop with the scripted provider: queued messages
+and a redelivery, a streamed reply throttled and split, a provider error through flaky
+port calls, a session stopped mid-turn, a reconnect, and idle release that lets the
+session passivate and never wakes it again."""
 
 from __future__ import annotations
 
 import asyncio
+import itertools
+import logging
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -17,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from adapters.chat import ChatApiError, ChatRenderer, Conversation, MessageRef, RenderOptions
+from adapters.chat import ButtonClick, ChatApiError, ChatRenderer, Conversation, MessageRef, RenderOptions
 from netclaw import outputs as out
 from netclaw.errors import SessionUnavailable
 from netclaw.gateway import Admission, ChatPermit, Inbound, Subscription
@@ -25,6 +30,7 @@ from netclaw.policy import ChatEvent
 from netclaw.sessions import OutputQueue
 from tests.conftest import DaemonHandle
 from tests.fakes.chat_port import FakeChatPort
+from tests.fakes.scripted_openai import ErrorReply, Reply, ScriptedOpenAIThread
 
 SID = "fake:1"
 TO = Conversation("C1")
@@ -274,7 +280,9 @@ async def test_a_file_output_is_uploaded(harness: Any, tmp_path: Path) -> None:
     assert uploaded == ("report.csv", b"a,b\n1,2\n", "text/csv")
 
 
-async def test_an_approval_request_gets_buttons_and_its_decision_replaces_them(harness: Any) -> None:
+async def test_an_approval_request_gets_buttons_and_its_decision_replaces_them(
+    harness: Any, caplog: pytest.LogCaptureFixture
+) -> None:
     renderer, gateway, port = harness
     await admit(renderer, gateway, "u1", "m1")
     gateway.push(
@@ -295,6 +303,9 @@ async def test_an_approval_request_gets_buttons_and_its_decision_replaces_them(h
         ("deny", "ap_1"),
         ("always", "ap_1"),
     ]
+    caplog.set_level(logging.INFO, logger="adapters.chat")
+    renderer.clicked(ButtonClick("deny", "ap_1", "U7", MessageRef("C1", asked.id)))
+    assert any(f"U7 pressed 'deny' for ap_1 in {SID}" in r.getMessage() for r in caplog.records)
     gateway.push(out.ApprovalDecided(session_id=SID, approval_id="ap_1", decision="deny", by="U7"))
     await until(lambda: asked.text == "shell: deny by U7", what="the decision shown")
     assert asked.buttons == ()
@@ -416,19 +427,54 @@ async def test_resume_follows_sessions_that_owe_a_reply(harness: Any) -> None:
     await until(lambda: port.texts("C1") == ["the resumed answer"], what="the reply")
 
 
+async def test_a_resumed_turn_streams_afresh_into_the_same_message(harness: Any) -> None:
+    renderer, gateway, port = harness
+    await admit(renderer, gateway, "u1", "m1")
+    gateway.push(delta("The answer is"))
+    await until(lambda: port.texts("C1") == ["The answer is"], what="the first words")
+    gateway.end_stream()  # the session restarts and streams its resumed turn from the start
+    await until(lambda: len(gateway.streams) == 2, what="a second subscription")
+    gateway.push(delta("The answer is 42"))
+    await until(lambda: port.texts("C1") == ["The answer is 42"], what="the resumed stream")
+    assert port.count("post") == 1  # the same message, edited
+
+
 # -- against the real daemon --------------------------------------------------------------------
 
 
+Live = tuple[DaemonHandle, ChatRenderer, FakeChatPort]
+
+
 @pytest.fixture
-def live(
-    start_daemon: Callable[..., DaemonHandle],
-) -> Iterator[tuple[DaemonHandle, ChatRenderer, FakeChatPort]]:
+def live(start_daemon: Callable[..., DaemonHandle]) -> Iterator[Live]:
+    """The renderer on the real daemon's I/O loop, over the in-memory port (as an adapter
+    runs it), with sessions that passivate soon after they go quiet."""
     handle = start_daemon(session={"idle_timeout_s": 0.3, "passivation_grace_s": 0.05})
     assert handle.daemon.gateway is not None and handle.daemon.io is not None
     port = FakeChatPort()
     renderer = ChatRenderer(handle.daemon.gateway, port, replace(OPTIONS, release_after_s=0.2))
     yield handle, renderer, port
     handle.daemon.io.run(renderer.stop(), 10)
+
+
+def send(live: Live, sid: str, text: str, source: str, identity: str | None = None) -> Admission | None:
+    """A permitted message from the test thread, as an adapter hands it over."""
+    handle, renderer, _ = live
+    assert handle.daemon.io is not None
+    inbound = Inbound(sid, text, user="U1", identity=identity or f"fake:{source}")
+    result = handle.daemon.io.run(renderer.submit(PERMIT, inbound, TO, MessageRef("C1", source)), 10)
+    assert result is None or isinstance(result, Admission)
+    return result
+
+
+def following(live: Live) -> list[str]:
+    handle, renderer, _ = live
+    assert handle.daemon.io is not None
+
+    async def read() -> list[str]:
+        return renderer.following()
+
+    return handle.daemon.io.run(read(), 5)
 
 
 def test_idle_release_lets_the_session_passivate_and_never_wakes_it(
@@ -457,13 +503,91 @@ def test_idle_release_lets_the_session_passivate_and_never_wakes_it(
     assert io.run(following(), 5) == []
 
 
-async def test_a_resumed_turn_streams_afresh_into_the_same_message(harness: Any) -> None:
-    renderer, gateway, port = harness
-    await admit(renderer, gateway, "u1", "m1")
-    gateway.push(delta("The answer is"))
-    await until(lambda: port.texts("C1") == ["The answer is"], what="the first words")
-    gateway.end_stream()  # the session restarts and streams its resumed turn from the start
-    await until(lambda: len(gateway.streams) == 2, what="a second subscription")
-    gateway.push(delta("The answer is 42"))
-    await until(lambda: port.texts("C1") == ["The answer is 42"], what="the resumed stream")
-    assert port.count("post") == 1  # the same message, edited
+def test_real_turns_unmark_their_own_messages_and_a_redelivery_marks_nothing(
+    live: Live, scripted: ScriptedOpenAIThread
+) -> None:
+    _, _, port = live
+    scripted.enqueue(Reply(text="first answer", delay_s=0.5))  # the second message queues behind it
+    first = send(live, "fake:queue", "one", "m1")
+    second = send(live, "fake:queue", "two", "m2")
+    again = send(live, "fake:queue", "one", "m1")  # the platform delivered m1 again
+    assert first is not None and second is not None and again is not None
+    assert again.duplicate and again.message_id == first.message_id
+    port.wait_for(lambda: len(port.texts("C1")) == 2 and not port.reactions, what="both replies")
+    assert port.texts("C1") == ["first answer", "echo: two"]
+    assert port.reaction_log == [
+        ("add", "C1", "m1", "eyes"),
+        ("add", "C1", "m2", "eyes"),
+        ("remove", "C1", "m1", "eyes"),
+        ("remove", "C1", "m2", "eyes"),
+    ]
+
+
+def test_a_real_streamed_reply_is_throttled_and_split(live: Live, scripted: ScriptedOpenAIThread) -> None:
+    _, _, port = live
+    text = "\n\n".join(f"Paragraph {i}: " + "several words " * 14 for i in range(5))  # ~1,100 chars
+    scripted.enqueue(Reply(text=text, chunk_size=24, chunk_delay_s=0.02))
+    send(live, "fake:stream", "tell me", "m1")
+    port.wait_for(lambda: not port.reactions and len(port.texts("C1")) == 3, what="the split reply")
+    assert all(len(piece) <= port.message_limit for piece in port.texts("C1"))
+    assert " ".join(" ".join(port.texts("C1")).split()) == " ".join(text.split())
+    for message in port.in_channel("C1"):
+        times = [message.sent_at, *(at for at, _ in message.edits)]
+        gaps = [later - earlier for earlier, later in itertools.pairwise(times)]
+        # Streaming edits keep the interval; only the final text may follow at once.
+        assert all(gap >= OPTIONS.edit_interval_s - 0.03 for gap in gaps[:-1]), gaps
+
+
+def test_a_real_provider_error_becomes_a_note_through_transient_port_failures(
+    live: Live, scripted: ScriptedOpenAIThread
+) -> None:
+    _, _, port = live
+    scripted.enqueue(ErrorReply(status=400, message="the request was refused"))
+    port.fail("post", ChatApiError("slow down", transient=True, retry_after=0.05))
+    port.fail("post", ChatApiError("502", status=502, transient=True, retry_after=0.05))
+    send(live, "fake:error", "hi", "m1")
+    port.wait_for(lambda: port.texts("C1") and not port.reactions, what="the note")
+    [note] = port.texts("C1")
+    assert note.startswith(":warning: Sorry") and "refused" in note
+    assert [op for op, _ in port.failures] == ["post", "post"]  # retried through both
+
+
+def test_a_real_session_stopped_mid_turn_is_followed_again(
+    live: Live, scripted: ScriptedOpenAIThread
+) -> None:
+    handle, _, port = live
+    manager = handle.daemon.manager
+    assert manager is not None
+    scripted.enqueue(Reply(text="never shown", delay_s=0.8))
+    send(live, "fake:crash", "take your time", "m1")
+    port.wait_for(lambda: scripted.requests, what="the provider call")
+    ref = manager.ref_of("fake:crash")
+    assert ref is not None
+    ref.stop()  # as in a crash: the stream ends with the reply owed
+    port.wait_for(lambda: port.texts("C1") and not port.reactions, what="the resumed reply")
+    assert port.texts("C1") == ["echo: take your time"]
+
+
+def test_after_a_reconnect_a_real_silent_session_is_followed_again(
+    live: Live, scripted: ScriptedOpenAIThread
+) -> None:
+    handle, renderer, port = live
+    manager, io = handle.daemon.manager, handle.daemon.io
+    assert manager is not None and io is not None
+    renderer.options = replace(renderer.options, max_revives=0)  # gives up on the first ended stream
+    scripted.enqueue(Reply(text="never shown", delay_s=0.8))
+    send(live, "fake:recon", "long job", "m1")
+    port.wait_for(lambda: scripted.requests, what="the provider call")
+    ref = manager.ref_of("fake:recon")
+    assert ref is not None
+    ref.stop()
+    port.wait_for(lambda: following(live) == [], what="the stream to end")
+    time.sleep(0.3)
+    assert port.texts("C1") == []  # nobody listens
+
+    async def reconnect() -> None:
+        renderer.reconnected()
+
+    io.run(reconnect(), 5)
+    assert following(live) == ["fake:recon"]
+    port.wait_for(lambda: port.texts("C1") == ["echo: long job"] and not port.reactions, what="the reply")
