@@ -18,6 +18,7 @@ from netclaw.config import ModelConfig
 from netclaw.history import flush_request, parse_flush
 from netclaw.messages import ChatMessage
 from netclaw.providers import Provider, ProviderRequest
+from netclaw.runtime import Cancellable
 from netclaw.sessions._state import SessionState
 
 EXTRACTION_MARGIN_S = 2.0
@@ -76,3 +77,12 @@ async def run_extraction(plan: ExtractionPlan, provider: Provider) -> list[tuple
     async with asyncio.timeout(plan.budget_s):
         completion = await provider.complete(request)
     return parse_flush(completion.text)
+
+
+@dataclass(slots=True)
+class Extraction:
+    """An extraction in flight on the actor."""
+
+    op_id: int
+    plan: ExtractionPlan
+    future: Cancellable

@@ -1,0 +1,203 @@
+"""The turn, as the actor carries it out: the provider call (after the context ladder's
+decision), tool rounds, the overflow ladder, and the end of a turn — completed, failed,
+timed out or cancelled. The steps themselves are pure (:mod:`._turn`, :mod:`._ladder`);
+this is their order."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+
+from netclaw.errors import ContextOverflow
+from netclaw.history import TrimResult
+from netclaw.policy import recall_allowed
+from netclaw.providers import Completion, ProviderRequest, ToolSchema
+from netclaw.sessions import _ladder as ladder
+from netclaw.sessions import _turn as turn
+from netclaw.sessions._core import SessionCore
+from netclaw.sessions._events import TurnStarted, TurnStatus
+from netclaw.sessions._loop_ops import (
+    Recall,
+    start_provider_call,
+    start_tool_batch,
+)
+from netclaw.sessions._phases import Phase
+from netclaw.sessions._turn import TurnRun
+from netclaw.tools import ToolContext, ToolResult
+
+log = logging.getLogger(__name__)
+
+TOOL_TIMEOUT_S = 120.0
+
+
+class TurnFlow(SessionCore):
+    def _start_next_turn(self) -> None:
+        if self.phases.phase is Phase.READY and self.state.active is None and self.state.inbox:
+            self._persist(TurnStarted(self.state.turns + 1, self.state.inbox[0].id))
+            self._begin_turn()
+        else:
+            self._arm_idle()
+
+    def _begin_turn(self) -> None:
+        active = self.state.active
+        assert active is not None
+        self._refresh_settings()
+        self.clock.start_turn(active.turn, self.settings.session.turn_timeout_s)
+        self._set_phase(Phase.PROCESSING)
+        self.run = TurnRun(turn=active.turn, message_id=active.message_id, iteration=active.steps)
+        self.ladder = self.ladder.new_turn()
+        self._call_provider()
+
+    def _call_provider(self) -> None:
+        """Build the prompt, let the ladder decide (compact first?), record a trim, send."""
+        run, prompts = self.run, self.prompts
+        assert run is not None and prompts is not None
+        tools = self._tools_for(run)
+        prompt = prompts.build(self.state, tools)
+        decision, self.ladder = ladder.before_call(
+            self.ladder,
+            seq=self.state.seq,
+            untrimmed_estimate=prompt.trim.tokens_before if prompt.trim is not None else prompt.estimate,
+            trim=prompt.trim,
+            turns=self.state.turns,
+            budget=self._budget(),
+        )
+        if isinstance(decision, ladder.Compact):
+            self._begin_compaction(decision, resume_turn=True)
+            return
+        if decision.trim is not None:
+            self._record_trim(decision.trim, "budget")
+        model = self.settings.models.main
+        run.estimate = prompt.estimate
+        messages = prompt.messages
+        if self.resumed_at is not None:  # transient: in this request only, never journaled
+            messages = (messages[0], turn.continuity_notice(self.resumed_at, time.time()), *messages[1:])
+            self.resumed_at = None
+            self.deps.io.call(self.deps.manager.continuity_delivered, self.session_id, self.actor_ref)
+        request = ProviderRequest(
+            model=model.model, messages=messages, tools=tools, max_output_tokens=model.max_output_tokens
+        )
+        run.future = start_provider_call(
+            self.deps.io, self.actor_ref, self._next_op(), self.deps.provider, request, self._recall_for(run)
+        )
+
+    def _recall_for(self, run: TurnRun) -> Recall | None:
+        """Memories relevant to the turn's message, for the first call of a turn only."""
+        memory = self.deps.memory
+        if memory is None or run.iteration > 0 or not recall_allowed(self.audience, self.settings):
+            return None
+        message = self.state.find_message(run.message_id)
+        return Recall(memory, message.content, self.audience) if message is not None else None
+
+    def _tools_for(self, run: TurnRun) -> list[ToolSchema]:
+        # Past the iteration limit the model gets no tools, so it must answer.
+        if run.iteration >= self.settings.session.max_tool_iterations:
+            return []
+        return self._tools()
+
+    def _record_trim(self, trim: TrimResult, reason: str) -> None:
+        """Never silent: journal it, tell every subscriber, log one line."""
+        event, output = turn.trim_step(self.session_id, trim, reason)
+        self._persist(event)
+        log.info("%s: history_trimmed %s", self.session_id, json.dumps(event.to_payload(), sort_keys=True))
+        self._publish(output)
+
+    def _on_completion(self, completion: Completion) -> None:
+        run = self.run
+        assert run is not None and self.prompts is not None
+        window = self.settings.models.main.context_window
+        self._publish(*turn.answer_outputs(self.session_id, run.turn, completion, window))
+        if completion.usage is not None:
+            self.prompts.observe_usage(run.estimate, completion.usage.input_tokens)
+            self.ladder = replace(self.ladder, last_input_tokens=completion.usage.input_tokens)
+        if not completion.tool_calls or run.iteration >= self.settings.session.max_tool_iterations:
+            self._record(turn.completed_turn(self.session_id, self.state, run, completion))
+            self._end_turn(run, "completed")
+            return
+        assistant = turn.assistant_message(completion, with_tool_calls=True)
+        self._publish(*turn.tool_call_outputs(self.session_id, run.turn, assistant))
+        run.pending_calls = assistant
+        run.future = start_tool_batch(
+            self.deps.io,
+            self.actor_ref,
+            self._next_op(),
+            self.deps.tools,
+            assistant.tool_calls,
+            timeout_s=min(TOOL_TIMEOUT_S, self.settings.session.turn_timeout_s),
+            allowed=self.allowed_tools,
+            context=ToolContext(self.session_id, self.audience, run.turn),
+        )
+
+    def _on_tool_results(self, results: Sequence[ToolResult]) -> None:
+        run = self.run
+        assert run is not None
+        self._record(turn.tool_step(self.session_id, run, results))
+        run.pending_calls = None
+        run.iteration += 1
+        if not self._compact_if_due(resume_turn=True):
+            self._call_provider()
+
+    def _on_overflow(self, error: ContextOverflow) -> None:
+        decision, self.ladder = ladder.on_overflow(self.ladder, turns=self.state.turns, error=str(error))
+        match decision:
+            case ladder.Fail(code=code, message=message):
+                self._fail_turn(code, message, "failed")
+            case ladder.Compact():
+                log.warning(
+                    "%s: provider reported context overflow; compacting and retrying", self.session_id
+                )
+                self._begin_compaction(decision, resume_turn=True)
+            case ladder.Trim():
+                self._overflow_trim()
+
+    def _overflow_trim(self) -> None:
+        """The trim rung: shrink to ~2/3 of the refused prompt and retry, or give up."""
+        run, prompts = self.run, self.prompts
+        assert run is not None and prompts is not None
+        window = self.settings.models.main.context_window
+        prompts.observe_usage(run.estimate, max(window, run.estimate + 1))
+        trim = prompts.shrink_after_overflow(self.state, self._tools_for(run), run.estimate)
+        decision = ladder.overflow_trim(trim, estimate=run.estimate, budget=self._budget())
+        if isinstance(decision, ladder.Fail):
+            self._fail_turn(decision.code, decision.message, "failed")
+            return
+        assert decision.trim is not None
+        log.warning("%s: provider reported context overflow; trimming and retrying", self.session_id)
+        self._record_trim(decision.trim, "overflow")
+        self._call_provider()
+
+    def _fail_turn(self, code: str, message: str, status: TurnStatus, *, go_on: bool = True) -> None:
+        run = self.run
+        assert run is not None
+        if run.future is not None:
+            run.future.cancel()
+        run.op_id = -1  # whatever the cancelled op still reports is stale
+        self._abandon_compaction()
+        self._record(turn.failed_turn(self.session_id, run, code, message, status))
+        run.pending_calls = None
+        log.warning("%s: turn %d %s: %s", self.session_id, run.turn, status, message)
+        self._end_turn(run, status, go_on=go_on)
+
+    def _end_turn(self, run: TurnRun, status: TurnStatus, *, go_on: bool = True) -> None:
+        self._publish(turn.turn_completed(self.session_id, run, status))
+        self.waiters.resolve(self.state, run.message_id)
+        self.run = None
+        self.clock.end_turn()
+        # Once the reply is out: serialising a long session is not free, and nobody waits for it.
+        if self.recorder.snapshot_due(self.state, self.settings.session.snapshot_interval):
+            self.recorder.snapshot(self.state, wait=False)
+        self._set_phase(Phase.READY)
+        if go_on and not self._compact_if_due(resume_turn=False):
+            self._start_next_turn()
+
+    def _cancel(self, by: str, *, go_on: bool = True) -> int | None:
+        """Stop the running turn: the provider stream is closed, running tools are cancelled
+        and get a result, the turn is recorded as cancelled; queued messages go on."""
+        run = self.run
+        if run is None:
+            return None
+        self._fail_turn("cancelled", f"the turn was cancelled by {by}", "cancelled", go_on=go_on)
+        return run.turn
