@@ -80,6 +80,7 @@ def _parser() -> argparse.ArgumentParser:
     memory.set_defaults(func=cmd_memory)
 
     doctor = with_config(sub.add_parser("doctor", help="check config, database and provider"))
+    doctor.add_argument("--json", action="store_true", help="the same checks as JSON")
     doctor.set_defaults(func=cmd_doctor)
     return parser
 

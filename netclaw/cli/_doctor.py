@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import sqlite3
 import time
@@ -16,33 +17,46 @@ from netclaw.errors import NetclawError
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    ok = True
+    checks: list[dict[str, Any]] = []
+    as_json = bool(getattr(args, "json", False))
 
     def report(good: bool, what: str, detail: str) -> None:
-        nonlocal ok
-        ok = ok and good
-        print(f"[{'ok' if good else 'FAIL'}] {what}: {detail}")
+        checks.append({"check": what, "ok": good, "detail": detail})
+        if not as_json:
+            print(f"[{'ok' if good else 'FAIL'}] {what}: {detail}")
 
     path = find_config_path(args.config)
     try:
         settings = load_settings(args.config)
     except NetclawError as exc:
         report(False, "config", str(exc))
-        return 1
+        return _finish(checks, None, as_json)
     report(True, "config", str(path) if path else "no file; built-in defaults")
-    ok = _doctor_install(report) and ok
-    ok = _doctor_database(settings, report) and ok
-    ok = _doctor_provider(settings, report) and ok
-    ok = _doctor_adapters(settings, report) and ok
+    _doctor_install(report)
+    _doctor_database(settings, report)
+    _doctor_provider(settings, report)
+    _doctor_adapters(settings, report)
     from netclaw.client import DaemonClient
     from netclaw.errors import ClientError
 
+    daemon: dict[str, Any]
     with DaemonClient(settings, timeout=3) as client:
         try:
             health = client.health()
-            print(f"[info] daemon: running at {client.base_url}, {health['sessions']['resident']} resident")
+            daemon = {"running": True, "url": client.base_url, "health": health}
+            if not as_json:
+                print(f"[info] daemon: running at {client.base_url}, {health['sessions']['resident']} resident")
         except ClientError:
-            print(f"[info] daemon: not running at {client.base_url}")
+            daemon = {"running": False, "url": client.base_url}
+            if not as_json:
+                print(f"[info] daemon: not running at {client.base_url}")
+    return _finish(checks, daemon, as_json)
+
+
+def _finish(checks: list[dict[str, Any]], daemon: dict[str, Any] | None, as_json: bool) -> int:
+    ok = all(c["ok"] for c in checks)
+    if as_json:
+        print(json.dumps({"ok": ok, "checks": checks, "daemon": daemon}, indent=2))
     return 0 if ok else 1
 
 

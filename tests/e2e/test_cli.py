@@ -330,6 +330,30 @@ def test_doctor_healthy(daemon: DaemonProcess, site: Setup) -> None:
     assert f"daemon: running at http://127.0.0.1:{site.port}" in out
 
 
+def test_doctor_json(daemon: DaemonProcess, site: Setup) -> None:
+    code, out, err = cli(site, "doctor", "--json")
+    assert code == 0, out + err
+    report = json.loads(out)
+    assert report["ok"] is True
+    names = {c["check"]: c for c in report["checks"]}
+    assert names["config"]["ok"] and names["database"]["ok"] and names["provider local"]["ok"]
+    assert report["daemon"]["running"] is True
+    assert report["daemon"]["health"]["status"] == "ok"
+
+
+def test_doctor_json_failure(tmp_path: Path) -> None:
+    closed = free_port()
+    site = Setup(tmp_path / "closed", f"http://127.0.0.1:{closed}/v1")
+    done = run_cli("doctor", "--json", "--config", str(site.config))
+    assert done.returncode == 1
+    report = json.loads(done.stdout)
+    assert report["ok"] is False
+    failed = [c for c in report["checks"] if not c["ok"]]
+    assert [c["check"] for c in failed] == ["provider local"]
+    assert f"127.0.0.1:{closed}" in failed[0]["detail"]
+    assert report["daemon"]["running"] is False
+
+
 def test_doctor_fails_on_unreachable_provider(tmp_path: Path) -> None:
     closed = free_port()
     site = Setup(tmp_path / "closed", f"http://127.0.0.1:{closed}/v1")
