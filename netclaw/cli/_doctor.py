@@ -45,7 +45,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             health = client.health()
             daemon = {"running": True, "url": client.base_url, "health": health}
             if not as_json:
-                print(f"[info] daemon: running at {client.base_url}, {health['sessions']['resident']} resident")
+                print(
+                    f"[info] daemon: running at {client.base_url}, {health['sessions']['resident']} resident"
+                )
         except ClientError:
             daemon = {"running": False, "url": client.base_url}
             if not as_json:
