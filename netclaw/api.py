@@ -63,6 +63,9 @@ class Api:
         app.router.add_post("/api/sessions/{id}/cancel", self.cancel)
         app.router.add_post("/api/sessions/{id}/reset", self.reset)
         app.router.add_delete("/api/sessions/{id}", self.delete_session)
+        app.router.add_get("/api/sessions/{id}/approvals", self.list_approvals)
+        app.router.add_post("/api/sessions/{id}/approvals/{approval_id}", self.decide)
+        app.router.add_get("/api/approvals", self.all_approvals)
         app.router.add_get("/api/memories", self.list_memories)
         app.router.add_delete("/api/memories/{id}", self.delete_memory)
         app.on_shutdown.append(self._close_streams)
@@ -92,6 +95,11 @@ class Api:
         }
         if self._health_extra is not None:
             body.update(self._health_extra())
+        if body.get("problems"):
+            # Something enabled is down (a channel, an MCP server): degraded, and why.
+            body["status"] = "degraded"
+            body["reason"] = "; ".join(body["problems"])
+            return web.json_response(body, status=503)
         return web.json_response(body)
 
     async def list_sessions(self, request: web.Request) -> web.Response:
@@ -158,6 +166,26 @@ class Api:
         if not await self.gateway.delete(session_id, memories=memories):
             raise ApiError(404, "session_not_found", f"no session {session_id!r}")
         return web.Response(status=204)
+
+    async def list_approvals(self, request: web.Request) -> web.Response:
+        session_id = await self._known(request)
+        return web.json_response(await self.gateway.approvals(session_id))
+
+    async def all_approvals(self, request: web.Request) -> web.Response:
+        return web.json_response(await self.gateway.all_approvals())
+
+    async def decide(self, request: web.Request) -> web.Response:
+        session_id = await self._known(request)
+        approval_id = request.match_info["approval_id"]
+        body = read_json_object(await request.read())
+        decision = body.get("decision")
+        if not isinstance(decision, str):
+            raise ApiError(400, "invalid_decision", "'decision' is required: approve, deny or always")
+        user = body.get("user", "api")
+        if not isinstance(user, str) or not user.strip() or len(user) > 200:
+            raise ApiError(400, "invalid_user", "'user' must be a non-empty string (at most 200 characters)")
+        taken = await self.gateway.decide(session_id, approval_id, decision, by=user.strip())
+        return web.json_response({"id": approval_id, "decision": taken})
 
     async def list_memories(self, request: web.Request) -> web.Response:
         session = request.query.get("session")

@@ -47,7 +47,9 @@ class DaemonClient:
             )
         return {"Authorization": f"Bearer {self._token}", **(extra or {})}
 
-    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+    def _request(
+        self, method: str, path: str, *, accept: tuple[int, ...] = (), **kwargs: Any
+    ) -> httpx.Response:
         try:
             response = self._http.request(method, path, **kwargs)
         except httpx.ConnectError as exc:
@@ -58,12 +60,13 @@ class DaemonClient:
             raise ClientError(f"the daemon at {self.base_url} did not answer in time") from exc
         except httpx.HTTPError as exc:
             raise ClientError(f"talking to the daemon at {self.base_url} failed: {exc}") from exc
-        if response.status_code >= 400:
+        if response.status_code >= 400 and response.status_code not in accept:
             raise ClientError(_error_text(response), status=response.status_code)
         return response
 
     def health(self) -> dict[str, Any]:
-        result: dict[str, Any] = self._request("GET", "/healthz").json()
+        """The health report; a degraded daemon (503) still answers with one."""
+        result: dict[str, Any] = self._request("GET", "/healthz", accept=(503,)).json()
         return result
 
     def send(
@@ -120,6 +123,20 @@ class DaemonClient:
         params = {k: v for k, v in (("q", query), ("audience", audience), ("session", session)) if v}
         result: list[dict[str, Any]] = self._request(
             "GET", "/api/memories", params=params, headers=self._headers()
+        ).json()
+        return result
+
+    def approvals(self, session_id: str | None = None) -> list[dict[str, Any]]:
+        path = f"/api/sessions/{session_id}/approvals" if session_id else "/api/approvals"
+        result: list[dict[str, Any]] = self._request("GET", path, headers=self._headers()).json()
+        return result
+
+    def decide(self, session_id: str, approval_id: str, decision: str, user: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._request(
+            "POST",
+            f"/api/sessions/{session_id}/approvals/{approval_id}",
+            json={"decision": decision, "user": user},
+            headers=self._headers(),
         ).json()
         return result
 

@@ -160,8 +160,92 @@ class DiscordConfig(ChannelAccess):
 
 
 class AudienceConfig(_Section):
-    tools: list[str] | None = None  # None: every tool
+    tools: list[str] | None = None  # tool-name patterns (`*` globs); None: every tool
     memory_recall: bool = True
+    approve: list[str] = []  # tool-name patterns whose calls wait for a person's decision
+    approvers: list[str] = []  # platform user ids who may decide; empty: whoever may talk
+
+
+class WebFetchConfig(_Section):
+    enabled: bool = True
+    allow_private_networks: bool = False
+    max_bytes: int = Field(2_000_000, gt=0)
+    timeout_s: float = Field(20.0, gt=0)
+
+
+class FilesConfig(_Section):
+    enabled: bool = True
+
+
+class ShellConfig(_Section):
+    enabled: bool = False
+    timeout_s: float = Field(60.0, gt=0)
+    max_output_bytes: int = Field(65536, gt=0)
+
+
+class ToolsConfig(_Section):
+    workspace_dir: Path = Path("./workspace")  # relative to the config file
+    web_fetch: WebFetchConfig = WebFetchConfig()
+    files: FilesConfig = FilesConfig()
+    shell: ShellConfig = ShellConfig()
+    approval_timeout_s: float = Field(900.0, gt=0)
+    call_timeout_s: float = Field(120.0, gt=0)  # extension: one tool call's limit (MCP: its own timeout_s)
+
+
+_SERVER_NAME = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
+
+
+class McpServerConfig(_Section):
+    """One MCP server: ``command`` (+ ``args``) over stdio, or ``url`` (streamable HTTP)."""
+
+    command: str | None = None
+    args: list[str] = []
+    env_env: dict[str, str] = {}  # variable the server sees → variable of ours holding the value
+    cwd: Path | None = None
+    url: str | None = None
+    headers_env: dict[str, str] = {}  # HTTP header → variable holding its value
+    tools: list[str] | None = None  # allowlist of the server's own tool names; None: all
+    timeout_s: float = Field(60.0, gt=0)  # one call
+    enabled: bool = True  # extension
+
+    @field_validator("env_env", "headers_env")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for name in value.values():
+            _check_env_name(name)
+        return value
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError(f"{value!r} must start with http:// or https://")
+        return value
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServerConfig:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("give exactly one of `command` (a stdio server) or `url` (streamable HTTP)")
+        if self.url is not None and (self.args or self.env_env or self.cwd is not None):
+            raise ValueError("`args`, `env_env` and `cwd` are for stdio servers (`command`), not `url`")
+        if self.command is not None and self.headers_env:
+            raise ValueError("`headers_env` is for HTTP servers (`url`), not `command`")
+        return self
+
+
+class McpConfig(_Section):
+    servers: dict[str, McpServerConfig] = {}
+
+    @field_validator("servers")
+    @classmethod
+    def _names(cls, value: dict[str, McpServerConfig]) -> dict[str, McpServerConfig]:
+        for name in value:
+            if not _SERVER_NAME.match(name) or "__" in name:
+                raise ValueError(
+                    f"server name {name!r}: use letters, digits, '-' or single '_' (at most 32); "
+                    "its tools appear as <server>__<tool>"
+                )
+        return value
 
 
 # Per-audience defaults when `audiences` does not name one: a public session (webhooks)
@@ -211,6 +295,8 @@ class Settings(BaseSettings):
     audiences: dict[Literal["personal", "team", "public"], AudienceConfig] = {}
     agent: AgentConfig = AgentConfig()
     journal: JournalConfig = JournalConfig()
+    tools: ToolsConfig = ToolsConfig()
+    mcp: McpConfig = McpConfig()
 
     @classmethod
     def settings_customise_sources(
@@ -291,6 +377,12 @@ def load_settings(path: str | os.PathLike[str] | None = None, *, explicit: bool 
         settings = settings.model_copy(update={"data_dir": (base / settings.data_dir).resolve()})
     elif not settings.data_dir.is_absolute():
         settings = settings.model_copy(update={"data_dir": settings.data_dir.resolve()})
+    workspace = settings.tools.workspace_dir
+    if not workspace.is_absolute():
+        # Like data_dir: relative to the config file when there is one.
+        base = found.resolve().parent if found is not None else Path.cwd()
+        tools = settings.tools.model_copy(update={"workspace_dir": (base / workspace).resolve()})
+        settings = settings.model_copy(update={"tools": tools})
     return settings
 
 
@@ -360,6 +452,11 @@ RESTART_KEYS = (
     "slack.api_url",
     "discord.enabled",
     "discord.token_env",
+    "tools.workspace_dir",  # the built-in tools are built once at start-up
+    "tools.web_fetch",
+    "tools.files",
+    "tools.shell",
+    "mcp",  # servers are started and supervised from start-up
 )
 
 

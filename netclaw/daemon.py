@@ -39,13 +39,14 @@ from netclaw.persistence import (
 from netclaw.providers import Provider, make_provider
 from netclaw.runtime import IoLoop
 from netclaw.sessions import SessionActor, SessionDeps, SessionManager
-from netclaw.tools import ToolRegistry, default_registry, memory_tools
+from netclaw.tools import McpHub, ToolRegistry, build_registry
 
 log = logging.getLogger(__name__)
 
 ACTOR_STOP_TIMEOUT_S = 10.0
 WARM_CONCURRENCY = 16  # sessions recovering at once at start-up
 WARM_TIMEOUT_S = 120.0
+MCP_START_WAIT_S = 15.0  # how long start-up waits for MCP servers' first connection
 
 
 def sd_notify(state: str) -> None:
@@ -114,6 +115,7 @@ class Daemon:
         self.compaction_provider: Provider | None = None
         self.memory: SqliteMemoryStore | None = None
         self.tools: ToolRegistry | None = None
+        self.mcp: McpHub | None = None
         self.manager: SessionManager | None = None
         self.gateway: Gateway | None = None
         self._runner: web.AppRunner | None = None
@@ -154,9 +156,12 @@ class Daemon:
             )
             self.provider = self._provider_factory(self.settings)
             self.compaction_provider = _compaction_provider(self.settings)
-            self.tools = tools = default_registry()
-            for tool in memory_tools(self.memory):
-                tools.register(tool)
+            self.tools = tools = build_registry(self.settings, self.memory)
+            # MCP servers connect before any session runs, so the first turns see their tools
+            # (a server that is slow or broken keeps retrying in the background).
+            self.mcp = McpHub(self.settings.mcp.servers)
+            tools.add_source(self.mcp)
+            self.io.run(self.mcp.start(MCP_START_WAIT_S), MCP_START_WAIT_S + 10)
             io, journal, provider, memory = self.io, self.journal, self.provider, self.memory
             compaction_provider = self.compaction_provider
             self.manager = SessionManager(
@@ -165,7 +170,7 @@ class Daemon:
                 )
             )
             self.gateway = Gateway(self.manager, self.journal, self.live, self.memory)
-            api = Api(self.gateway, token, health_extra=lambda: {"adapters": self.adapter_statuses()})
+            api = Api(self.gateway, token, health_extra=self.health)
             app = api.app()
             # Sessions that were active at a graceful stop (and any with unanswered input)
             # recover now, before channels deliver and before READY=1.
@@ -217,6 +222,22 @@ class Daemon:
             except Exception:
                 log.exception("adapter %s did not stop cleanly", adapter.name)
         self.adapters = []
+
+    def health(self) -> dict[str, Any]:
+        """``/healthz`` beyond the sessions: channels and MCP servers, and what is down."""
+        adapters = self.adapter_statuses()
+        problems = [
+            f"adapter {name} is {status['state']}" + (f": {status['detail']}" if status.get("detail") else "")
+            for name, status in adapters.items()
+            if status["state"] not in ("running", "starting")
+        ]
+        body: dict[str, Any] = {"adapters": adapters}
+        if self.mcp is not None and self.mcp.servers:
+            body["mcp"] = {name: status.to_json() for name, status in self.mcp.statuses().items()}
+            problems += self.mcp.problems()
+        if problems:
+            body["problems"] = problems
+        return body
 
     def adapter_statuses(self) -> dict[str, dict[str, str]]:
         statuses = {a.name: a.status().to_json() for a in self.adapters}
@@ -278,6 +299,8 @@ class Daemon:
                     ref.actor_stopped.wait(ACTOR_STOP_TIMEOUT_S)
             if self._runner is not None:
                 _step("stop the HTTP server", io.run, self._runner.cleanup(), 15)
+            if self.mcp is not None:
+                _step("stop MCP servers", io.run, self.mcp.stop(), 10)
             for provider in (self.provider, self.compaction_provider):
                 if provider is not None:
                     _step("close a provider", io.run, provider.aclose(), 5)
@@ -286,6 +309,7 @@ class Daemon:
             if self.journal is not None:
                 _step("close the journal", io.run, self.journal.close(), 10)
         self._runner = None
+        self.mcp = None
         self.manager = None
         self.journal = None
         self.provider = None

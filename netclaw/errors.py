@@ -15,8 +15,12 @@
     ├── ToolError                   a tool failed; becomes an ``is_error`` tool result
     ├── SessionError
     │   ├── IllegalTransition       a phase change the phase machine forbids
-    │   └── SessionUnavailable      the session could not be started or recovered
-    │       └── OutcomeUnknown      a write was not confirmed in time; it may still land
+    │   ├── SessionUnavailable      the session could not be started or recovered
+    │   │   └── OutcomeUnknown      a write was not confirmed in time; it may still land
+    │   └── ApprovalError           a decision on a tool call could not be taken
+    │       ├── ApprovalNotFound    no such pending request (404)
+    │       ├── ApprovalClosed      already decided or expired (409)
+    │       └── NotAnApprover       this person may not decide (403)
     ├── InvalidInput                an inbound message is wrong; ``field`` names what
     │   └── IdempotencyKeyReused    an identity sent again with a different message
     ├── ApiError                    an HTTP answer other than 2xx: status, code, message
@@ -122,6 +126,26 @@ class OutcomeUnknown(SessionUnavailable):
     def __init__(self, message: str, identity: str | None = None) -> None:
         super().__init__(message)
         self.identity = identity
+
+
+class ApprovalError(SessionError):
+    code = "approval_error"
+    status = 400
+
+
+class ApprovalNotFound(ApprovalError):
+    code = "approval_not_found"
+    status = 404
+
+
+class ApprovalClosed(ApprovalError):
+    code = "approval_decided"
+    status = 409
+
+
+class NotAnApprover(ApprovalError):
+    code = "not_an_approver"
+    status = 403
 
 
 class InvalidInput(NetclawError):

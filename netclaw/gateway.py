@@ -20,6 +20,7 @@ the reverse.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import time
@@ -29,7 +30,7 @@ from typing import TypeVar
 
 from netclaw.commands import HELP_TEXT, Command, parse_command
 from netclaw.config import ChannelAccess, LiveSettings, Settings
-from netclaw.errors import InvalidInput, OutcomeUnknown, SessionUnavailable
+from netclaw.errors import ApprovalNotFound, InvalidInput, NotAnApprover, OutcomeUnknown, SessionUnavailable
 from netclaw.messages import ChatMessage
 from netclaw.outputs import OutputFilter
 from netclaw.persistence import Journal, Memory, MemoryStore
@@ -40,6 +41,8 @@ from netclaw.sessions import (
     Announce,
     Cancel,
     CompactNow,
+    Decide,
+    ListApprovals,
     ReportStatus,
     Reset,
     Routed,
@@ -320,6 +323,56 @@ class Gateway:
 
     async def forget(self, memory_id: int) -> bool:
         return self._memory is not None and await self._memory.delete(memory_id)
+
+    # -- approvals ----------------------------------------------------------------------------
+
+    async def approvals(self, session_id: str) -> list[dict[str, object]]:
+        """The session's tool calls waiting for a decision (a session with one never sleeps,
+        so a session that is not resident has none)."""
+        check_session_id(session_id)
+        if not self._manager.is_resident(session_id):
+            return []
+        found = await self._ask(session_id, ListApprovals)
+        return [{**a, "session_id": session_id} for a in found]
+
+    async def all_approvals(self) -> list[dict[str, object]]:
+        """Pending approvals across sessions, each with its ``session_id``."""
+        found: list[dict[str, object]] = []
+        for session_id in sorted(self._manager.resident()):
+            with contextlib.suppress(SessionUnavailable):
+                found += await self.approvals(session_id)
+        return found
+
+    async def decide(
+        self, session_id: str, approval_id: str, decision: str, *, by: str, approver: str | None = None
+    ) -> str:
+        """Decide a pending tool call: ``approve``, ``deny`` or ``always``. ``approver`` is the
+        platform user who clicked (checked against the audience's approvers); None for the
+        control-token holder. Raises ApprovalNotFound / ApprovalClosed / NotAnApprover."""
+        if decision not in ("approve", "deny", "always"):
+            raise InvalidInput("decision", f"decision must be approve, deny or always (got {decision!r})")
+        if not self._manager.is_resident(session_id):
+            raise ApprovalNotFound(f"no pending approval {approval_id!r} in session {session_id}")
+        return await self._ask(session_id, lambda reply: Decide(approval_id, decision, by, approver, reply))
+
+    async def decide_in_chat(
+        self, platform: str, session_id: str, approval_id: str, decision: str, *, user_id: str, user_name: str
+    ) -> str:
+        """A button press: only people who may talk to the session (and, when the audience
+        names ``approvers``, only those) decide."""
+        if channel_of(session_id) != platform:
+            raise NotAnApprover(f"a {platform} user cannot decide in session {session_id}")
+        access = self._access(platform)
+        if access.users is not None and user_id not in access.users:
+            raise NotAnApprover(f"{user_name} may not talk to this session, so may not decide")
+        return await self.decide(session_id, approval_id, decision, by=user_name, approver=user_id)
+
+    async def find_approval(self, approval_id: str) -> str | None:
+        """The session holding ``approval_id`` (for the CLI, which names only the id)."""
+        for item in await self.all_approvals():
+            if item["id"] == approval_id:
+                return str(item["session_id"])
+        return None
 
     async def _ask(self, session_id: str, make: Callable[[Reply[T]], Routed]) -> T:
         check_session_id(session_id)

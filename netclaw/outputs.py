@@ -261,7 +261,7 @@ class ApprovalRequested(OutputBase):
 class ApprovalDecided(OutputBase):
     event: ClassVar[OutputEvent] = "approval_decided"
     approval_id: str
-    decision: Literal["approve", "deny", "always", "expired"]
+    decision: Literal["approve", "deny", "always", "expired", "cancelled"]
     by: str
 
 

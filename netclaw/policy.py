@@ -7,7 +7,9 @@ session takes its route's ``audience`` (``public`` unless configured).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 from typing import Literal
 
 from netclaw.config import ChannelAccess, Settings
@@ -39,9 +41,26 @@ def recall_allowed(audience: Audience, settings: Settings) -> bool:
 
 
 def allowed_tools(audience: Audience, settings: Settings) -> list[str] | None:
-    """Tool names the audience may use (None: all). A tool not granted is invisible to the
-    model, and a call to it is refused."""
+    """Tool-name patterns the audience may use (None: all). A tool not granted is invisible
+    to the model, and a call to it is refused."""
     return settings.audience(audience).tools
+
+
+def tool_matches(name: str, patterns: Iterable[str]) -> bool:
+    """``name`` matches one of ``patterns`` (exact names or ``*`` globs, case-sensitive)."""
+    return any(name == p or fnmatchcase(name, p) for p in patterns)
+
+
+# Tools that wait for a person unless the audience grants them by name and does not list
+# them in `approve`: running commands is never something a session starts on its own.
+ALWAYS_APPROVE = ("shell",)
+
+
+def needs_approval(name: str, audience: Audience, settings: Settings) -> bool:
+    config = settings.audience(audience)
+    if tool_matches(name, config.approve):
+        return True
+    return name in ALWAYS_APPROVE and (config.tools is None or name not in config.tools)
 
 
 @dataclass(frozen=True, slots=True)

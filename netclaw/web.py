@@ -17,6 +17,7 @@ from aiohttp import web
 
 from netclaw.errors import (
     ApiError,
+    ApprovalError,
     IdempotencyKeyReused,
     InvalidInput,
     JournalError,
@@ -68,6 +69,8 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
         return response
     except IdempotencyKeyReused as exc:
         return error_response(409, exc.code, str(exc))
+    except ApprovalError as exc:
+        return error_response(exc.status, exc.code, str(exc))
     except InvalidInput as exc:
         return error_response(400, "invalid_" + exc.field, str(exc))
     except OutcomeUnknown as exc:

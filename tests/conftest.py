@@ -38,6 +38,7 @@ def settings_data(data_dir: Path, base_url: str, **sections: Any) -> dict[str, A
             }
         },
         "gateway": {"host": "127.0.0.1", "port": 0},
+        "tools": {"workspace_dir": str(data_dir.parent / "workspace")},
     }
     for key, value in sections.items():
         if isinstance(value, dict) and isinstance(data.get(key), dict):

@@ -10,7 +10,7 @@ tests use ``tests/fakes/chat_port.py`` — httpx's transport seam, applied to a 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -51,6 +51,10 @@ class ButtonClick:
     value: str  # the Button's value (an approval id)
     user_id: str  # who pressed it
     message: MessageRef | None  # the message the buttons are on, when the platform says
+    user_name: str = ""  # how to name them to others ("approved by …"); the id when unknown
+    # Answers only the person who pressed (Slack: an ephemeral message; Discord: an
+    # ephemeral follow-up), e.g. "you may not decide this"; None when the platform cannot.
+    respond: Callable[[str], Awaitable[None]] | None = None
 
 
 class ChatApiError(AdapterError):

@@ -15,8 +15,8 @@ renders what arrives:
   message id the turn reports, never by counting turns.
 - **Notices** for people: errors, trimmed or summarised history, command answers.
 - **Files** are uploaded; **approval requests** get buttons, edited once decided. A
-  click comes back through :meth:`ChatRenderer.clicked` (logged until the approval flow
-  lands).
+  click comes back through :meth:`ChatRenderer.clicked` and decides through the gateway
+  (which checks who may); a refusal is told to the person who clicked only.
 - **Idle release.** A link with nothing pending lets its subscription go after
   ``release_after_s`` (a subscriber keeps a session resident), and the next message
   subscribes again.
@@ -55,7 +55,7 @@ from adapters.chat._port import (
 )
 from adapters.chat._text import error_note, note_for, split_message
 from netclaw import outputs as out
-from netclaw.errors import NetclawError
+from netclaw.errors import ApprovalError, ApprovalNotFound, InvalidInput, NetclawError
 from netclaw.gateway import Admission, ChatPermit, CommandDone, Gateway, Inbound, Subscription
 from netclaw.retry import RetryPolicy, with_retries
 
@@ -213,20 +213,41 @@ class ChatRenderer:
                 self._drop(link)
 
     def clicked(self, click: ButtonClick) -> None:
-        """One of our buttons was pressed (adapters route every click here). What an
-        approval click does lands with the approval flow; until then it is only logged,
-        with the session whose request it answers."""
-        session_id = next(
-            (sid for sid, link in self._links.items() if click.value in link.approvals), "an unknown session"
-        )
-        log.info(
-            "%s: %s pressed %r for %s in %s; deciding approvals from chat is not wired up yet",
-            self.port.platform,
-            click.user_id,
-            click.action_id,
-            click.value,
-            session_id,
-        )
+        """One of our buttons was pressed (adapters route every click here): decide the
+        approval it belongs to. The gateway checks who may; a refusal is told to the person
+        who pressed, and a decision shows as the request's message edited."""
+        self._spawn(self._decide(click))
+
+    async def _decide(self, click: ButtonClick) -> None:
+        session_id = next((sid for sid, link in self._links.items() if click.value in link.approvals), None)
+        try:
+            if session_id is None:  # asked before a restart: find it among the pending
+                session_id = await self.gateway.find_approval(click.value)
+            if session_id is None:
+                raise ApprovalNotFound("this request is no longer pending (decided, expired or cancelled)")
+            await self.gateway.decide_in_chat(
+                self.port.platform,
+                session_id,
+                click.value,
+                click.action_id,
+                user_id=click.user_id,
+                user_name=click.user_name or click.user_id,
+            )
+        except (ApprovalError, InvalidInput) as exc:
+            log.info(
+                "%s: %s's %r on %s refused: %s",
+                self.port.platform,
+                click.user_id,
+                click.action_id,
+                click.value,
+                exc,
+            )
+            if click.respond is not None:
+                await self._quietly("answer a button press", click.respond(str(exc)))
+        except NetclawError as exc:
+            log.warning("%s: deciding %s failed: %s", self.port.platform, click.value, exc)
+            if click.respond is not None:
+                await self._quietly("answer a button press", click.respond(f"could not decide: {exc}"))
 
     def following(self) -> list[str]:
         """Sessions with a live subscription (status, tests)."""

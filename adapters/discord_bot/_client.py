@@ -169,11 +169,22 @@ def click_of(interaction: discord.Interaction) -> ButtonClick | None:
         return None
     action, _, value = custom_id.removeprefix(CUSTOM_ID_PREFIX).partition(":")
     message, channel_id = interaction.message, interaction.channel_id
+    user = interaction.user
+
+    async def respond(text: str) -> None:
+        # The press was deferred at once; an ephemeral follow-up reaches only its author.
+        try:
+            await interaction.followup.send(text[:2000], ephemeral=True)
+        except (discord.DiscordException, aiohttp.ClientError, OSError) as exc:
+            raise translate_error(exc, "answer a button press") from exc
+
     return ButtonClick(
         action_id=action,
         value=value,
-        user_id=str(interaction.user.id) if interaction.user else "",
+        user_id=str(user.id) if user else "",
         message=MessageRef(str(channel_id), str(message.id)) if message and channel_id else None,
+        user_name=str(user.name) if user else "",
+        respond=respond,
     )
 
 

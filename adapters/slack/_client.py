@@ -277,16 +277,37 @@ class SlackPort:
         return str(files[0].get("id", "")) if files else ""
 
 
-def click_of(body: dict[str, Any], action: dict[str, Any]) -> ButtonClick:
-    """A ``block_actions`` payload and the action in it, as the renderer sees a click."""
+def click_of(
+    body: dict[str, Any], action: dict[str, Any], client: AsyncWebClient | None = None
+) -> ButtonClick:
+    """A ``block_actions`` payload and the action in it, as the renderer sees a click;
+    with ``client``, an ephemeral answer to the person who clicked."""
     container = body.get("container") or {}
     channel = (body.get("channel") or {}).get("id") or container.get("channel_id")
-    ts = (body.get("message") or {}).get("ts") or container.get("message_ts")
+    message = body.get("message") or {}
+    ts = message.get("ts") or container.get("message_ts")
+    thread = message.get("thread_ts") or container.get("thread_ts")
+    user = body.get("user") or {}
+    user_id = str(user.get("id") or "")
+
+    async def respond(text: str) -> None:
+        assert client is not None
+        try:
+            await client.chat_postEphemeral(
+                channel=str(channel), user=user_id, text=slack_escape(text), thread_ts=thread
+            )
+        except SlackApiError as exc:
+            raise SlackCallFailed("chat.postEphemeral", str(_get(exc.response, "error") or "failed")) from exc
+        except (aiohttp.ClientError, TimeoutError, SlackClientError) as exc:
+            raise ChatApiError(f"Slack chat.postEphemeral failed: {exc}", transient=True) from exc
+
     return ButtonClick(
         action_id=str(action.get("action_id") or "").removeprefix(ACTION_PREFIX),
         value=str(action.get("value") or ""),
-        user_id=str((body.get("user") or {}).get("id") or ""),
+        user_id=user_id,
         message=MessageRef(str(channel), str(ts)) if channel and ts else None,
+        user_name=str(user.get("username") or user.get("name") or user_id),
+        respond=respond if client is not None and channel and user_id else None,
     )
 
 
@@ -347,7 +368,7 @@ class SlackConnection:
             ack: Callable[[], Awaitable[Any]], body: dict[str, Any], action: dict[str, Any]
         ) -> None:
             await ack()  # within Slack's 3 s, whatever the click leads to
-            self._on_click(click_of(body, action))
+            self._on_click(click_of(body, action, client))
 
         app.event("app_mention")(on_mention)
         app.event("message")(on_message)

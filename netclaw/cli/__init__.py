@@ -2,7 +2,7 @@
 
 - ``run``: the daemon in the foreground.
 - ``chat``: :mod:`._chat`.
-- ``sessions`` and ``memory``: :mod:`._admin` (the control API from the shell).
+- ``sessions``, ``memory`` and ``approvals``: :mod:`._admin` (the control API from the shell).
 - ``doctor``: :mod:`._doctor`.
 """
 
@@ -12,7 +12,7 @@ import argparse
 import sys
 
 from netclaw import __version__
-from netclaw.cli._admin import cmd_memory, cmd_sessions
+from netclaw.cli._admin import cmd_approvals, cmd_memory, cmd_sessions
 from netclaw.cli._chat import cmd_chat
 from netclaw.cli._doctor import cmd_doctor
 from netclaw.errors import NetclawError
@@ -78,6 +78,13 @@ def _parser() -> argparse.ArgumentParser:
     memory.add_argument("--session", metavar="ID", help="only memories learnt in this session")
     memory.add_argument("--json", action="store_true")
     memory.set_defaults(func=cmd_memory)
+
+    approvals = with_config(sub.add_parser("approvals", help="tool calls waiting for a decision"))
+    approvals.add_argument("action", nargs="?", choices=["list", "approve", "deny", "always"], default="list")
+    approvals.add_argument("approval_id", nargs="?")
+    approvals.add_argument("--session", metavar="ID", help="only this session's")
+    approvals.add_argument("--json", action="store_true")
+    approvals.set_defaults(func=cmd_approvals)
 
     doctor = with_config(sub.add_parser("doctor", help="check config, database and provider"))
     doctor.add_argument("--json", action="store_true", help="the same checks as JSON")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import getpass
 import json
 import sys
 from typing import Any
@@ -111,4 +112,34 @@ def cmd_memory(args: argparse.Namespace) -> int:
         source = m["source_session"] + (f" turn {m['source_turn']}" if m.get("source_turn") else "")
         print(f"{m['id']:>6}  [{m['audience']}/{m['kind']}]  {m['text']}")
         print(f"        learnt in {source} on {_when(m['created_at'])}")
+    return 0
+
+
+def cmd_approvals(args: argparse.Namespace) -> int:
+    with client_for(args) as client:
+        if args.action != "list":
+            if not args.approval_id:
+                print(f"netclaw: approvals {args.action} needs an approval id", file=sys.stderr)
+                return 2
+            pending = {a["id"]: a for a in client.approvals(args.session)}
+            found = pending.get(args.approval_id)
+            if found is None:
+                print(f"netclaw: no pending approval {args.approval_id}", file=sys.stderr)
+                return 1
+            user = f"{getpass.getuser()} (cli)"
+            result = client.decide(str(found["session_id"]), args.approval_id, args.action, user)
+            _print_json(result) if args.json else print(
+                f"{args.action}: {found['tool']} ({args.approval_id})"
+            )
+            return 0
+        found_list = client.approvals(args.session)
+    if args.json:
+        _print_json(found_list)
+        return 0
+    if not found_list:
+        print("no tool calls wait for a decision")
+        return 0
+    for a in found_list:
+        print(f"{a['id']}  {a['session_id']} turn {a['turn']}: {a['tool']} {a['arguments']}")
+        print(f"        asked {_when(a['requested_at'])}, expires {_when(a['expires_at'])}")
     return 0

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import getpass
 import json
 import os
+import queue
 import sys
 import threading
 import time
@@ -164,7 +166,9 @@ class Conversation:
         while True:
             try:
                 while not self.view.turn_done.wait(0.2):
-                    pass
+                    request = self.view.next_request()
+                    if request is not None:
+                        self._ask(request)
                 return True
             except KeyboardInterrupt:
                 if cancelling:
@@ -174,6 +178,19 @@ class Conversation:
                 print("\n(stopping the reply; Ctrl-C again to leave)", file=sys.stderr)
                 with contextlib.suppress(ClientError):
                     self.client.cancel(self.session_id)
+
+    def _ask(self, request: out.ApprovalRequested) -> None:
+        """A tool call waits for a decision: ask here, decide through the API."""
+        try:
+            answer = input(f"  allow {request.tool}? [y]es / [n]o / [a]lways: ").strip().lower()
+        except EOFError:
+            print("\n  (left undecided; `netclaw approvals` lists it)", file=sys.stderr)
+            return
+        decision = {"y": "approve", "yes": "approve", "a": "always", "always": "always"}.get(answer, "deny")
+        try:
+            self.client.decide(self.session_id, request.approval_id, decision, f"{getpass.getuser()} (cli)")
+        except ClientError as exc:
+            print(f"netclaw: {exc}", file=sys.stderr)
 
 
 class ChatView:
@@ -202,6 +219,15 @@ class ChatView:
         self._sleep = sleep
         self._streamed: set[int] = set()
         self._lost = False
+        self._requests: queue.SimpleQueue[out.ApprovalRequested] = queue.SimpleQueue()
+        self._shown_requests: set[str] = set()
+
+    def next_request(self) -> out.ApprovalRequested | None:
+        """An approval request the prompt loop should ask about, if one arrived."""
+        try:
+            return self._requests.get_nowait()
+        except queue.Empty:
+            return None
 
     def start(self) -> threading.Thread:
         thread = threading.Thread(target=self.follow, name="netclaw-chat-events", daemon=True)
@@ -267,6 +293,15 @@ class ChatView:
                 stream.write(f"  [{text}]\n")
             case out.SessionReset():
                 stream.write("  [the conversation starts afresh]\n")
+            case out.ApprovalRequested(approval_id=approval_id, tool=tool, arguments=arguments):
+                if approval_id not in self._shown_requests:  # re-announced after a reconnect
+                    self._shown_requests.add(approval_id)
+                    stream.write(
+                        f"\n  [approval {approval_id}] the agent wants to run {tool}({arguments[:300]})\n"
+                    )
+                    self._requests.put(output)
+            case out.ApprovalDecided(approval_id=approval_id, decision=decision, by=by):
+                stream.write(f"  [approval {approval_id}: {decision} by {by}]\n")
             case out.TurnCompleted():
                 self.turn_done.set()
             case _:

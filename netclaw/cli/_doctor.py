@@ -40,6 +40,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from netclaw.errors import ClientError
 
     daemon: dict[str, Any]
+    health: dict[str, Any] | None = None
     with DaemonClient(settings, timeout=3) as client:
         try:
             health = client.health()
@@ -52,7 +53,35 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             daemon = {"running": False, "url": client.base_url}
             if not as_json:
                 print(f"[info] daemon: not running at {client.base_url}")
+    _doctor_mcp(settings, report, health)
     return _finish(checks, daemon, as_json)
+
+
+def _doctor_mcp(settings: Settings, report: Any, health: dict[str, Any] | None) -> None:
+    """Each MCP server: as the running daemon sees it, or else by connecting once now."""
+    servers = {name: c for name, c in settings.mcp.servers.items() if c.enabled}
+    if not servers:
+        return
+    if health is not None:
+        for name in servers:
+            status = health.get("mcp", {}).get(name, {"state": "unknown"})
+            up = status["state"] == "up"
+            detail = f"{status.get('tools', 0)} tool(s)" if up else status.get("detail", status["state"])
+            report(up, f"mcp {name}", f"{detail} (as the running daemon sees it)")
+        return
+    from netclaw.tools import McpHub
+
+    async def probe() -> dict[str, Any]:
+        hub = McpHub(servers)
+        try:
+            await hub.start(wait_s=20.0)
+            return hub.statuses()
+        finally:
+            await hub.stop()
+
+    for name, status in asyncio.run(probe()).items():
+        up = status.state == "up"
+        report(up, f"mcp {name}", f"{status.tools} tool(s)" if up else (status.error or status.state))
 
 
 def _finish(checks: list[dict[str, Any]], daemon: dict[str, Any] | None, as_json: bool) -> int:

@@ -7,8 +7,9 @@ an op id (anything else is stale and dropped). The one blocking call it makes is
 what it acknowledges is never lost.
 
 This module is the pykka shell: start-up and recovery, dispatch, admission, control
-(reset) and failure. The turn is :mod:`._turn_flow`'s, compaction
-:mod:`._compaction_flow`'s, passivation :mod:`._passivation`'s; what they share is
+(reset) and failure. The turn is :mod:`._turn_flow`'s, tool calls waiting for people
+:mod:`._approval_flow`'s, compaction :mod:`._compaction_flow`'s, passivation
+:mod:`._passivation`'s; what they share is
 :mod:`._core`'s. What to do about the prompt's size is the pure context ladder's
 (:mod:`._ladder`).
 """
@@ -24,6 +25,7 @@ import pykka
 from netclaw import outputs as out
 from netclaw.config import Settings
 from netclaw.errors import (
+    ApprovalError,
     ContextOverflow,
     IdempotencyKeyReused,
     OutcomeUnknown,
@@ -34,6 +36,7 @@ from netclaw.policy import allowed_tools, audience_of
 from netclaw.sessions import _commands as cmd
 from netclaw.sessions import _ladder as ladder
 from netclaw.sessions import _turn as turn
+from netclaw.sessions._approval_flow import ApprovalFlow, request_outputs
 from netclaw.sessions._clock import SessionClock
 from netclaw.sessions._compaction import CompactionRun
 from netclaw.sessions._compaction_flow import CompactionFlow
@@ -56,7 +59,7 @@ log = logging.getLogger(__name__)
 RECOVERY_TIMEOUT_S = 60.0
 
 
-class SessionActor(TurnFlow, CompactionFlow, PassivationFlow, pykka.ThreadingActor):
+class SessionActor(TurnFlow, ApprovalFlow, CompactionFlow, PassivationFlow, pykka.ThreadingActor):
     def __init__(
         self, session_id: str, deps: SessionDeps, resumed_at: float | None = None, *, held: bool = False
     ) -> None:
@@ -133,6 +136,9 @@ class SessionActor(TurnFlow, CompactionFlow, PassivationFlow, pykka.ThreadingAct
                     phase=self.phases.phase.value,
                 )
                 self.subscribers.send_to(sub_id, joined)
+                if self.state.pending_round is not None:  # a newcomer sees what waits for a decision
+                    for request in request_outputs(self.session_id, self.state.pending_round):
+                        self.subscribers.send_to(sub_id, request)
             case cmd.Unsubscribe(sub_id=sub_id):
                 self.subscribers.remove(sub_id)
                 self._arm_idle()
@@ -150,6 +156,15 @@ class SessionActor(TurnFlow, CompactionFlow, PassivationFlow, pykka.ThreadingAct
                 )
             case cmd.Announce(text=text, kind=kind):
                 self._publish(out.Notice(session_id=self.session_id, text=text, kind=kind))
+            case cmd.Decide(approval_id=aid, decision=decision, by=by, approver=approver, reply=reply):
+                try:
+                    reply.resolve(self._decide(aid, decision, by, approver))
+                except (ApprovalError, ValueError) as exc:
+                    reply.fail(exc)
+            case cmd.ListApprovals(reply=reply):
+                reply.resolve(self._open_approvals())
+            case cmd.ApprovalsDue(turn=due_turn):
+                self._on_approvals_due(due_turn)
             case cmd.Release():
                 if self.held:
                     self._go_on()

@@ -14,17 +14,18 @@ tells them to the actor; deciding what a tick means stays with the actor.
 from __future__ import annotations
 
 from netclaw.runtime import IoLoop, Tellable, Timer
-from netclaw.sessions._commands import GraceElapsed, IdleTick, TurnTimeout
+from netclaw.sessions._commands import ApprovalsDue, GraceElapsed, IdleTick, TurnTimeout
 
 
 class SessionClock:
-    __slots__ = ("_idle", "_io", "_ref", "_turn", "epoch")
+    __slots__ = ("_approvals", "_idle", "_io", "_ref", "_turn", "epoch")
 
     def __init__(self, io: IoLoop, ref: Tellable) -> None:
         self._io = io
         self._ref = ref
         self._idle: Timer | None = None
         self._turn: Timer | None = None
+        self._approvals: Timer | None = None
         self.epoch = 0
 
     # -- the turn -----------------------------------------------------------------------------
@@ -39,6 +40,20 @@ class SessionClock:
         if self._turn is not None:
             self._turn.cancel()
             self._turn = None
+        self.end_approvals()
+
+    # -- approvals ----------------------------------------------------------------------------
+
+    def await_approvals(self, turn: int, due_in_s: float) -> None:
+        """The turn waits for people: its own timeout is off (a person has
+        ``approval_timeout_s``), and ``ApprovalsDue`` comes when the earliest request expires."""
+        self.end_turn()
+        self._approvals = Timer(self._io, max(due_in_s, 0.0), self._ref, ApprovalsDue(turn))
+
+    def end_approvals(self) -> None:
+        if self._approvals is not None:
+            self._approvals.cancel()
+            self._approvals = None
 
     # -- idle and passivation -----------------------------------------------------------------
 

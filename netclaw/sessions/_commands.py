@@ -93,6 +93,23 @@ class Announce(Routed):
 
 
 @dataclass(frozen=True, slots=True)
+class Decide(Routed):
+    """A person's decision on a pending tool call. ``approver`` is None for the control-token
+    holder (API, CLI), else the platform user id to check against the approvers."""
+
+    approval_id: str
+    decision: str  # approve | deny | always
+    by: str
+    approver: str | None
+    reply: Reply[str]
+
+
+@dataclass(frozen=True, slots=True)
+class ListApprovals(Routed):
+    reply: Reply[list[dict[str, object]]]
+
+
+@dataclass(frozen=True, slots=True)
 class Release(Routed):
     """A session warmed at start-up may go on (channels are listening now): resume its
     interrupted turn or queued input."""
@@ -171,6 +188,13 @@ class TurnTimeout:
     turn: int
 
 
+@dataclass(frozen=True, slots=True)
+class ApprovalsDue:
+    """The earliest open approval request of ``turn`` has expired."""
+
+    turn: int
+
+
 def refuse(message: object, error: Exception, notice: Error) -> None:
     """Answer a command that cannot be carried out (its actor is broken): every reply
     fails with ``error`` and a subscription gets ``notice`` and ends, so nothing that
@@ -183,7 +207,14 @@ def refuse(message: object, error: Exception, notice: Error) -> None:
         case Subscribe(sink=sink):
             sink.offer(notice)
             sink.close()
-        case Cancel(reply=reply) | Reset(reply=reply) | CompactNow(reply=reply) | ReportStatus(reply=reply):
+        case (
+            Cancel(reply=reply)
+            | Reset(reply=reply)
+            | CompactNow(reply=reply)
+            | ReportStatus(reply=reply)
+            | Decide(reply=reply)
+            | ListApprovals(reply=reply)
+        ):
             reply.fail(error)
         case _:
             pass

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from netclaw import outputs as out
 from netclaw.config import Settings
 from netclaw.errors import NetclawError
+from netclaw.messages import ChatMessage
 from netclaw.policy import Audience, allowed_tools, audience_of
 from netclaw.providers import ToolSchema
 from netclaw.runtime import Reply
@@ -162,3 +163,12 @@ class SessionCore:
 
     def _abandon_compaction(self) -> None:
         raise NotImplementedError  # compaction: _compaction_flow
+
+    def _gate_round(self, assistant: ChatMessage) -> bool:
+        raise NotImplementedError  # approvals: _approval_flow
+
+    def _await_decisions(self) -> None:
+        raise NotImplementedError  # approvals: _approval_flow
+
+    def _close_open_approvals(self) -> None:
+        raise NotImplementedError  # approvals: _approval_flow

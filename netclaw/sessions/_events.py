@@ -15,6 +15,9 @@ from netclaw.errors import JournalCorrupt
 from netclaw.messages import ChatMessage
 
 TurnStatus = Literal["completed", "failed", "timed_out", "interrupted", "cancelled"]
+# approve: this call runs; always: it runs and the tool needs no approval for the rest of the
+# session; deny/expired: it does not run, and its result says why; cancelled: the turn ended.
+Decision = Literal["approve", "deny", "always", "expired", "cancelled"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +136,56 @@ class MemoriesExtracted:
     saved: int
 
 
+@dataclass(frozen=True, slots=True)
+class ApprovalRequest:
+    id: str
+    call_id: str
+    tool: str
+    arguments: str  # as the model wrote them (JSON text)
+    requested_at: float
+    expires_at: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "call_id": self.call_id,
+            "tool": self.tool,
+            "arguments": self.arguments,
+            "requested_at": self.requested_at,
+            "expires_at": self.expires_at,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> ApprovalRequest:
+        return cls(
+            str(d["id"]),
+            str(d["call_id"]),
+            str(d["tool"]),
+            str(d["arguments"]),
+            float(d["requested_at"]),
+            float(d["expires_at"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRequested:
+    """A tool round waits for people: ``assistant`` holds every call of the round (so a
+    recovered session can run it once decided); ``requests`` the calls that need a yes."""
+
+    turn: int
+    assistant: ChatMessage
+    requests: tuple[ApprovalRequest, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalDecided:
+    """Journaled before the tool runs (or is refused)."""
+
+    approval_id: str
+    decision: Decision
+    by: str
+
+
 SessionEvent = (
     InputAdmitted
     | TurnStarted
@@ -143,6 +196,8 @@ SessionEvent = (
     | SessionCompacted
     | SessionReset
     | MemoriesExtracted
+    | ApprovalRequested
+    | ApprovalDecided
 )
 
 
@@ -175,6 +230,14 @@ def encode(event: SessionEvent) -> tuple[str, str]:
             payload = {"by": by}
         case MemoriesExtracted(through_turn=turn, saved=saved):
             payload = {"through_turn": turn, "saved": saved}
+        case ApprovalRequested(turn=turn, assistant=assistant, requests=requests):
+            payload = {
+                "turn": turn,
+                "assistant": assistant.to_dict(),
+                "requests": [r.to_dict() for r in requests],
+            }
+        case ApprovalDecided(approval_id=aid, decision=decision, by=by):
+            payload = {"approval_id": aid, "decision": decision, "by": by}
     return type(event).__name__, json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
 
 
@@ -205,6 +268,14 @@ def decode(type_name: str, payload: str) -> SessionEvent:
                 return SessionReset(str(data["by"]))
             case "MemoriesExtracted":
                 return MemoriesExtracted(int(data["through_turn"]), int(data["saved"]))
+            case "ApprovalRequested":
+                return ApprovalRequested(
+                    int(data["turn"]),
+                    ChatMessage.from_dict(data["assistant"]),
+                    tuple(ApprovalRequest.from_dict(r) for r in data["requests"]),
+                )
+            case "ApprovalDecided":
+                return ApprovalDecided(str(data["approval_id"]), data["decision"], str(data["by"]))
             case "SessionCompacted":
                 data["cleared"] = tuple(data["cleared"])
                 data["tiers"] = tuple(data["tiers"])

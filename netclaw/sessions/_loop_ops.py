@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 import pykka
@@ -29,7 +30,7 @@ from netclaw.sessions._commands import (
 )
 from netclaw.sessions._compaction import CompactionPlan, run_compaction
 from netclaw.sessions._extraction import ExtractionPlan, run_extraction
-from netclaw.tools import ToolContext, ToolRegistry
+from netclaw.tools import ToolContext, ToolRegistry, ToolResult
 
 log = logging.getLogger(__name__)
 
@@ -122,13 +123,29 @@ def start_tool_batch(
     timeout_s: float,
     allowed: list[str] | None,
     context: ToolContext,
+    refusals: Mapping[str, str] | None = None,
 ) -> Cancellable:
+    """Run a tool round; a call in ``refusals`` (call id → why) does not run, and its result
+    is the reason (denied, expired) so the model sees every call answered."""
     return io.submit_and_tell(
-        tools.run_batch(calls, timeout_s, allowed=allowed, context=context),
+        _round(tools, calls, timeout_s, allowed, context, refusals or {}),
         actor,
         lambda results: ToolsDone(op_id, results),
         lambda error: OpFailed(op_id, error),
     )
+
+
+async def _round(
+    tools: ToolRegistry,
+    calls: tuple[ToolCall, ...],
+    timeout_s: float,
+    allowed: list[str] | None,
+    context: ToolContext,
+    refusals: Mapping[str, str],
+) -> list[ToolResult]:
+    running = [c for c in calls if c.id not in refusals]
+    ran = iter(await tools.run_batch(running, timeout_s, allowed=allowed, context=context))
+    return [ToolResult(c, refusals[c.id], True) if c.id in refusals else next(ran) for c in calls]
 
 
 def start_compaction(

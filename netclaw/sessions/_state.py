@@ -15,6 +15,10 @@ from netclaw.errors import JournalCorrupt
 from netclaw.messages import ChatMessage
 from netclaw.policy import channel_of
 from netclaw.sessions._events import (
+    ApprovalDecided,
+    ApprovalRequest,
+    ApprovalRequested,
+    Decision,
     HistoryTrimmed,
     InputAdmitted,
     MemoriesExtracted,
@@ -42,6 +46,40 @@ class ActiveTurn:
     turn: int
     message_id: str
     steps: int = 0  # tool iterations already recorded (a resumed turn continues from here)
+
+
+@dataclass(frozen=True, slots=True)
+class PendingRound:
+    """A tool round waiting for decisions (see ``ApprovalRequested``)."""
+
+    turn: int
+    assistant: ChatMessage
+    requests: tuple[ApprovalRequest, ...]
+    decisions: Mapping[str, tuple[Decision, str]] = field(default_factory=dict)  # id → (decision, by)
+
+    @property
+    def open(self) -> tuple[ApprovalRequest, ...]:
+        return tuple(r for r in self.requests if r.id not in self.decisions)
+
+    def find(self, approval_id: str) -> ApprovalRequest | None:
+        return next((r for r in self.requests if r.id == approval_id), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "turn": self.turn,
+            "assistant": self.assistant.to_dict(),
+            "requests": [r.to_dict() for r in self.requests],
+            "decisions": {k: list(v) for k, v in self.decisions.items()},
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> PendingRound:
+        return cls(
+            int(d["turn"]),
+            ChatMessage.from_dict(d["assistant"]),
+            tuple(ApprovalRequest.from_dict(r) for r in d["requests"]),
+            {k: (v[0], str(v[1])) for k, v in d.get("decisions", {}).items()},
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +118,8 @@ class SessionState:
     failures: Mapping[str, TurnOutcome] = field(default_factory=dict)
     resets: int = 0
     memory_through_turn: int = 0  # observations of turns up to here are saved
+    pending_round: PendingRound | None = None  # a tool round waiting for approvals
+    granted_tools: frozenset[str] = frozenset()  # approved "always" for this session
 
     @property
     def visible(self) -> tuple[ChatMessage, ...]:
@@ -146,8 +186,22 @@ class SessionState:
                     seq=seq,
                     transcript=(*self.transcript, *ms),
                     active=active,
+                    pending_round=None,
                     last_activity=ts,
                 )
+            case ApprovalRequested(turn=turn, assistant=assistant, requests=requests):
+                return replace(
+                    self, seq=seq, pending_round=PendingRound(turn, assistant, requests), last_activity=ts
+                )
+            case ApprovalDecided(approval_id=aid, decision=decision, by=by):
+                pending = self.pending_round
+                if pending is None or pending.find(aid) is None:
+                    raise JournalCorrupt(f"{self.session_id}: decision on unknown approval {aid}")
+                granted = self.granted_tools
+                if decision == "always":
+                    granted = granted | {pending.find(aid).tool}  # type: ignore[union-attr]
+                decided = replace(pending, decisions={**pending.decisions, aid: (decision, by)})
+                return replace(self, seq=seq, pending_round=decided, granted_tools=granted, last_activity=ts)
             case TurnRecorded():
                 outcomes = dict(self.outcomes)
                 reply = next((m.content for m in reversed(event.messages) if m.role == "assistant"), None)
@@ -166,6 +220,7 @@ class SessionState:
                     seq=seq,
                     transcript=(*self.transcript, *event.messages),
                     active=None,
+                    pending_round=None,
                     outcomes=outcomes,
                     failures=failures,
                     last_activity=ts,
@@ -247,6 +302,8 @@ class SessionState:
             "failures": {k: v.to_dict() for k, v in self.failures.items()},
             "resets": self.resets,
             "memory_through_turn": self.memory_through_turn,
+            "pending_round": None if self.pending_round is None else self.pending_round.to_dict(),
+            "granted_tools": sorted(self.granted_tools),
         }
         return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
 
@@ -285,6 +342,10 @@ class SessionState:
                 },
                 resets=int(d.get("resets", 0)),
                 memory_through_turn=int(d.get("memory_through_turn", 0)),
+                pending_round=None
+                if d.get("pending_round") is None
+                else PendingRound.from_dict(d["pending_round"]),
+                granted_tools=frozenset(d.get("granted_tools", ())),
             )
         except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
             raise JournalCorrupt(f"cannot decode snapshot: {exc}") from exc

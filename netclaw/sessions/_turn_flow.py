@@ -30,8 +30,6 @@ from netclaw.tools import ToolContext, ToolResult
 
 log = logging.getLogger(__name__)
 
-TOOL_TIMEOUT_S = 120.0
-
 
 class TurnFlow(SessionCore):
     def _start_next_turn(self) -> None:
@@ -49,6 +47,10 @@ class TurnFlow(SessionCore):
         self._set_phase(Phase.PROCESSING)
         self.run = TurnRun(turn=active.turn, message_id=active.message_id, iteration=active.steps)
         self.ladder = self.ladder.new_turn()
+        pending = self.state.pending_round
+        if pending is not None and pending.turn == active.turn:
+            self._await_decisions()  # recovered while a tool round waited for people
+            return
         self._call_provider()
 
     def _call_provider(self) -> None:
@@ -119,6 +121,8 @@ class TurnFlow(SessionCore):
             return
         assistant = turn.assistant_message(completion, with_tool_calls=True)
         self._publish(*turn.tool_call_outputs(self.session_id, run.turn, assistant))
+        if self._gate_round(assistant):  # some call waits for a person's decision
+            return
         run.pending_calls = assistant
         run.future = start_tool_batch(
             self.deps.io,
@@ -126,7 +130,7 @@ class TurnFlow(SessionCore):
             self._next_op(),
             self.deps.tools,
             assistant.tool_calls,
-            timeout_s=min(TOOL_TIMEOUT_S, self.settings.session.turn_timeout_s),
+            timeout_s=min(self.settings.tools.call_timeout_s, self.settings.session.turn_timeout_s),
             allowed=self.allowed_tools,
             context=ToolContext(self.session_id, self.audience, run.turn),
         )
@@ -176,6 +180,7 @@ class TurnFlow(SessionCore):
             run.future.cancel()
         run.op_id = -1  # whatever the cancelled op still reports is stale
         self._abandon_compaction()
+        self._close_open_approvals()
         self._record(turn.failed_turn(self.session_id, run, code, message, status))
         run.pending_calls = None
         log.warning("%s: turn %d %s: %s", self.session_id, run.turn, status, message)

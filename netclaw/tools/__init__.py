@@ -1,20 +1,39 @@
-"""Tools the model can call: the registry, the built-in tools and the memory tools."""
+"""Tools the model can call: the registry, the built-in tools, the memory tools and the
+tools of MCP servers."""
 
+from netclaw.config import Settings
+from netclaw.persistence import MemoryStore
 from netclaw.tools._builtin import BUILTIN_TOOLS, CURRENT_TIME
+from netclaw.tools._mcp import McpHub, McpServer, McpServerStatus
 from netclaw.tools._memory import memory_tools
-from netclaw.tools._registry import Tool, ToolContext, ToolHandler, ToolRegistry, ToolResult
+from netclaw.tools._registry import Tool, ToolContext, ToolHandler, ToolRegistry, ToolResult, ToolSource
 
 __all__ = [
     "BUILTIN_TOOLS",
     "CURRENT_TIME",
+    "McpHub",
+    "McpServer",
+    "McpServerStatus",
     "Tool",
     "ToolContext",
     "ToolHandler",
     "ToolRegistry",
     "ToolResult",
+    "ToolSource",
+    "build_registry",
     "memory_tools",
 ]
 
 
 def default_registry() -> ToolRegistry:
     return ToolRegistry(BUILTIN_TOOLS)
+
+
+def build_registry(settings: Settings, memory: MemoryStore | None = None) -> ToolRegistry:
+    """The built-ins ``settings.tools`` switches on, plus the memory tools. MCP servers are
+    added by the daemon as a source (they need the I/O loop)."""
+    registry = default_registry()
+    if memory is not None:
+        for tool in memory_tools(memory):
+            registry.register(tool)
+    return registry

@@ -7,10 +7,11 @@ import json
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from netclaw.errors import ToolError
 from netclaw.messages import ToolCall
+from netclaw.policy import tool_matches
 from netclaw.providers import ToolSchema
 
 log = logging.getLogger(__name__)
@@ -50,9 +51,19 @@ class ToolResult:
     is_error: bool = False
 
 
+class ToolSource(Protocol):
+    """Tools that come and go while the daemon runs (an MCP server's)."""
+
+    def tools(self) -> Iterable[Tool]: ...
+
+
 class ToolRegistry:
+    """Registered tools plus the current tools of each source. ``allowed`` arguments are
+    tool-name patterns (``*`` globs, e.g. ``issues__*``); None allows every tool."""
+
     def __init__(self, tools: Iterable[Tool] = ()) -> None:
         self._tools: dict[str, Tool] = {}
+        self._sources: list[ToolSource] = []
         for tool in tools:
             self.register(tool)
 
@@ -61,12 +72,31 @@ class ToolRegistry:
             raise ValueError(f"tool {tool.name!r} is registered twice")
         self._tools[tool.name] = tool
 
+    def add_source(self, source: ToolSource) -> None:
+        self._sources.append(source)
+
+    def _current(self) -> dict[str, Tool]:
+        if not self._sources:
+            return self._tools
+        found = dict(self._tools)
+        for source in self._sources:
+            for tool in source.tools():
+                found.setdefault(tool.name, tool)  # a registered tool keeps its name
+        return found
+
+    def get(self, name: str) -> Tool | None:
+        return self._current().get(name)
+
     def names(self) -> list[str]:
-        return sorted(self._tools)
+        return sorted(self._current())
 
     def schemas(self, allowed: Iterable[str] | None = None) -> list[ToolSchema]:
-        keep = None if allowed is None else set(allowed)
-        return [t.schema for n, t in sorted(self._tools.items()) if keep is None or n in keep]
+        patterns = None if allowed is None else list(allowed)
+        return [
+            t.schema
+            for n, t in sorted(self._current().items())
+            if patterns is None or tool_matches(n, patterns)
+        ]
 
     async def run(
         self,
@@ -76,10 +106,10 @@ class ToolRegistry:
         context: ToolContext | None = None,
     ) -> ToolResult:
         """Run one call. Never raises: every failure becomes an error result the model sees."""
-        tool = self._tools.get(call.name)
+        tool = self.get(call.name)
         if tool is None:
             return ToolResult(call, f"error: there is no tool named {call.name!r}", True)
-        if allowed is not None and call.name not in set(allowed):
+        if allowed is not None and not tool_matches(call.name, allowed):
             audience = (context or DEFAULT_CONTEXT).audience
             return ToolResult(
                 call, f"error: tool {call.name!r} is not available to {audience} sessions", True

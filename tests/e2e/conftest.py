@@ -69,6 +69,7 @@ def config_data(data_dir: Path, base_url: str, port: int, **sections: Any) -> di
         },
         "gateway": {"host": "127.0.0.1", "port": port},
         "agent": {"system_prompt": SYSTEM_PROMPT},
+        "tools": {"workspace_dir": str(data_dir.parent / "workspace")},
     }
     for key, value in sections.items():
         if isinstance(value, dict) and isinstance(data.get(key), dict):

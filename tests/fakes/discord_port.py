@@ -110,6 +110,7 @@ class FakeDiscordServer:
         self.reactions: list[tuple[str, str, str]] = []  # (PUT|DELETE, message id, emoji)
         self.typing: list[str] = []
         self.interaction_responses: list[tuple[str, int]] = []  # (interaction id, response type)
+        self.followups: list[dict[str, Any]] = []  # ephemeral answers to button presses
         self.requests: list[tuple[str, str]] = []  # (method, path) of every REST call
         self.identify: dict[str, Any] | None = None  # the IDENTIFY payload the client sent
         self.rate_limited: list[str] = []  # paths answered with 429
@@ -235,6 +236,7 @@ class FakeDiscordServer:
         app.router.add_post(f"{api}/channels/{{cid}}/typing", self._typing)
         app.router.add_get(f"{api}/channels/{{cid}}", self._channel)
         app.router.add_post(f"{api}/interactions/{{iid}}/{{token}}/callback", self._interaction_callback)
+        app.router.add_post(f"{api}/webhooks/{{app_id}}/{{token}}", self._followup)
         app.router.add_get("/gateway", self._gateway)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
@@ -247,7 +249,7 @@ class FakeDiscordServer:
         if request.path.startswith("/api/"):
             self.requests.append((request.method, request.path[len("/api/v10") :]))
             # Interaction callbacks authenticate with the interaction's token in the path.
-            interaction = request.path.startswith("/api/v10/interactions/")
+            interaction = request.path.startswith(("/api/v10/interactions/", "/api/v10/webhooks/"))
             if not interaction and request.headers.get("Authorization") != f"Bot {self.token}":
                 return _json({"message": "401: Unauthorized", "code": 0}, status=401)
         response: web.StreamResponse = await handler(request)
@@ -342,7 +344,10 @@ class FakeDiscordServer:
         message = self.messages.get(request.match_info["mid"])
         if message is None:
             return _json({"message": "Unknown Message", "code": 10008}, status=404)
-        message["content"] = (await request.json())["content"]
+        body = await request.json()
+        message["content"] = body["content"]
+        if "components" in body:  # `view=None` sends [] (the buttons go)
+            message["components"] = body["components"]
         message["edited_timestamp"] = TIMESTAMP
         return _json(message)
 
@@ -362,6 +367,15 @@ class FakeDiscordServer:
         if cid == self.channel_id:
             return _json(self._guild()["channels"][0])
         return _json({"message": "Unknown Channel", "code": 10003}, status=404)
+
+    async def _followup(self, request: web.Request) -> web.Response:
+        """An interaction follow-up (``interaction.followup.send``); flags 64 = ephemeral."""
+        body = await request.json()
+        self.followups.append(
+            {"content": body.get("content"), "ephemeral": bool(int(body.get("flags") or 0) & 64)}
+        )
+        message = self._message("0", str(body.get("content") or ""), self.bot)
+        return _json(message)
 
     async def _interaction_callback(self, request: web.Request) -> web.Response:
         iid = request.match_info["iid"]

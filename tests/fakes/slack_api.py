@@ -105,6 +105,9 @@ class FakeSlack:
         self._events = itertools.count(1)
         self._changed = asyncio.Condition()
         self.files: dict[str, dict[str, Any]] = {}  # file id -> {"name", "length", "data"}
+        self.ephemeral: list[
+            dict[str, Any]
+        ] = []  # chat.postEphemeral: {"channel", "user", "text", "thread_ts"}
 
     # ----- lifecycle
 
@@ -460,6 +463,15 @@ class FakeSlack:
     def _connections_open(self, args: dict[str, Any]) -> dict[str, Any]:
         return {"ok": True, "url": f"ws://{self.host}:{self.port}/socket?ticket={uuid.uuid4().hex}"}
 
+    def _post_ephemeral(self, args: dict[str, Any]) -> dict[str, Any]:
+        if not args.get("channel") or not args.get("user"):
+            return {
+                "ok": False,
+                "error": "channel_not_found" if not args.get("channel") else "user_not_in_channel",
+            }
+        self.ephemeral.append({k: args.get(k) for k in ("channel", "user", "text", "thread_ts")})
+        return {"ok": True, "message_ts": self.next_ts()}
+
     def _post_message(self, args: dict[str, Any]) -> dict[str, Any]:
         channel = args.get("channel")
         text = args.get("text")
@@ -595,6 +607,7 @@ class FakeSlack:
         "auth.test": _auth_test,
         "apps.connections.open": _connections_open,
         "chat.postMessage": _post_message,
+        "chat.postEphemeral": _post_ephemeral,
         "chat.update": _update,
         "chat.delete": _delete,
         "reactions.add": lambda self, args: self._reaction(args, add=True),

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import logging
 import time
 from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import replace
@@ -37,7 +36,7 @@ from netclaw.errors import AdapterError
 from netclaw.retry import with_retries
 from tests.conftest import DaemonHandle
 from tests.fakes.discord_port import FakeDiscordPort, FakeDiscordServer
-from tests.fakes.scripted_openai import Reply, ScriptedOpenAIThread
+from tests.fakes.scripted_openai import Reply, ScriptedOpenAIThread, ToolCallSpec
 
 ALLOWED = "100"
 OTHER_CHANNEL = "200"
@@ -681,13 +680,54 @@ def test_approval_buttons_and_a_press_through_the_real_client(
         ("netclaw:deny:ap_1", 4),
     ]
 
-    caplog.set_level(logging.INFO, logger="adapters.chat")
     pressed = server.press_button(asked, "netclaw:deny:ap_1", user_id=MALLORY)
     server.wait_for(lambda: server.interaction_responses == [(pressed, 6)], what="the press acknowledged")
-    server.wait_for(
-        lambda: any(f"{MALLORY} pressed 'deny' for ap_1" in r.getMessage() for r in caplog.records),
-        what="the press to reach the renderer",
+    # Nothing waits under "ap_1": the person who pressed is told so, ephemerally.
+    server.wait_for(lambda: bool(server.followups), what="the ephemeral answer")
+    [told] = server.followups
+    assert told["ephemeral"] and "no longer pending" in told["content"]
+
+
+def test_an_approval_decided_by_a_button_press_in_the_thread(
+    discord_server: FakeDiscordServer,
+    start_daemon: Callable[..., DaemonHandle],
+    scripted: ScriptedOpenAIThread,
+) -> None:
+    server = discord_server
+    handle = start_daemon(
+        discord={"enabled": True, "channels": [ALLOWED]},
+        audiences={"team": {"approve": ["current_time"], "approvers": [ALICE]}},
     )
+    scripted.enqueue(Reply(tool_calls=[ToolCallSpec("current_time", {})]), Reply(text="it is late"))
+    server.post_message(f"<@{BOT_ID}> what time is it?", mentions_bot=True)
+    server.wait_for(lambda: bool(server.threads), what="a thread")
+    thread = server.threads[0]["id"]
+
+    def asked() -> list[dict[str, Any]]:
+        return [
+            m for m in list(server.messages.values()) if m["channel_id"] == thread and m.get("components")
+        ]
+
+    server.wait_for(lambda: bool(asked()), what="the approval buttons")
+    [message] = asked()
+    assert "May I run current_time?" in message["content"]
+    approve = next(
+        b["custom_id"]
+        for b in message["components"][0]["components"]
+        if b["custom_id"].startswith("netclaw:approve:")
+    )
+    server.press_button(message["id"], approve, user_id=MALLORY)  # not an approver
+    server.wait_for(lambda: bool(server.followups), what="the refusal")
+    assert server.followups[0]["ephemeral"] and "may not decide" in server.followups[0]["content"]
+    assert handle.http.get(f"/api/sessions/discord:{thread}/approvals").json()  # still pending
+
+    server.press_button(message["id"], approve, user_id=ALICE)
+    server.wait_for(lambda: "it is late" in server.bot_messages(thread), what="the reply")
+    shown = server.messages[message["id"]]
+    assert shown["content"].startswith("current_time: approve by")
+    assert not shown.get("components")  # the buttons are gone
+    results = [m for m in handle.transcript(f"discord:{thread}") if m["role"] == "tool"]
+    assert len(results) == 1 and "UTC" in results[0]["content"]
 
 
 @pytest.mark.parametrize(

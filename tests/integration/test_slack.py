@@ -3,7 +3,6 @@ a local fake of Slack's Web API and Socket Mode WebSocket (tests/fakes/slack_api
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import replace
@@ -15,7 +14,7 @@ import pytest
 from adapters.slack import SlackAdapter
 from netclaw.errors import AdapterError
 from tests.conftest import DaemonHandle
-from tests.fakes.scripted_openai import ErrorReply, Reply, ScriptedOpenAIThread
+from tests.fakes.scripted_openai import ErrorReply, Reply, ScriptedOpenAIThread, ToolCallSpec
 from tests.fakes.slack_api import APP_TOKEN, BOT_TOKEN, BOT_USER_ID, FakeSlackThread
 
 T = TypeVar("T")
@@ -67,9 +66,9 @@ def start_slack(
     monkeypatch.setenv("SLACK_APP_TOKEN", APP_TOKEN)
     ours: list[tuple[DaemonHandle, SlackAdapter]] = []
 
-    def start(**slack: Any) -> tuple[DaemonHandle, SlackAdapter]:
+    def start(sections: dict[str, Any] | None = None, **slack: Any) -> tuple[DaemonHandle, SlackAdapter]:
         config = {"enabled": True, "channels": ["C1"], "api_url": fake_slack.api_url, **slack}
-        handle = start_daemon(slack=config)
+        handle = start_daemon(slack=config, **(sections or {}))
         adapter = next(
             (a for a in getattr(handle.daemon, "adapters", []) if isinstance(a, SlackAdapter)), None
         )
@@ -349,11 +348,12 @@ def test_missing_token_disables_the_adapter_and_the_daemon_keeps_serving(
     assert not [a for a in getattr(handle.daemon, "adapters", []) if isinstance(a, SlackAdapter)]
 
     health = httpx.get(f"{handle.base_url}/healthz", timeout=5)
-    assert health.status_code == 200
-    slack_status = (health.json().get("adapters") or {}).get("slack")
-    if slack_status is not None:  # a daemon that reports adapters in /healthz
-        assert slack_status["state"] in ("disabled", "failed")
-        assert "SLACK_BOT_TOKEN" in slack_status.get("detail", "")
+    assert health.status_code == 503  # an enabled channel is down: degraded, and why
+    body = health.json()
+    assert body["status"] == "degraded" and "adapter slack is disabled" in body["reason"]
+    slack_status = body["adapters"]["slack"]
+    assert slack_status["state"] in ("disabled", "failed")
+    assert "SLACK_BOT_TOKEN" in slack_status.get("detail", "")
     reply = handle.send("cli:still-here", "ping", wait=True)
     assert reply.status_code == 200 and reply.json()["reply"] == "echo: ping"
     assert not fake_slack.calls_of("apps.connections.open")
@@ -413,14 +413,12 @@ def test_files_and_approval_buttons_through_the_real_web_api(
         ("netclaw_approve", "ap_1", "primary"),
         ("netclaw_deny", "ap_1", "danger"),
     ]
-    # A press is acknowledged and reaches the renderer (logged until the approval flow lands).
-    caplog.set_level(logging.INFO, logger="adapters.chat")
+    # A press is acknowledged and reaches the renderer; nothing waits under "ap_1", so the
+    # person who pressed is told so, and only they see it.
     pressed = fake_slack.click("C1", asked, "netclaw_deny", "ap_1", user="U7")
     wait_for(lambda: pressed["envelope_id"] in {a["envelope_id"] for a in fake_slack.acks}, "the ack")
-    wait_for(
-        lambda: any("U7 pressed 'deny' for ap_1" in r.getMessage() for r in caplog.records),
-        "the click logged",
-    )
+    [told] = wait_for(lambda: fake_slack.server.ephemeral, "the ephemeral answer")
+    assert told["user"] == "U7" and told["channel"] == "C1" and "no longer pending" in told["text"]
     run(handle, port.edit(to, asked, "shell: approve by U1"))
     message = fake_slack.find("C1", asked)
     assert message is not None
@@ -444,3 +442,32 @@ def test_commands_after_a_mention_answer_in_the_thread(
     assert len(scripted.requests) == 1
     assert user_texts(handle, f"slack:C1:{ts}") == ["hello"]
     assert len(fake_slack.calls_of("reactions.add")) == 1  # commands are not marked as work
+
+
+def test_an_approval_decided_by_a_button_press_in_the_thread(
+    start_slack: StartSlack, fake_slack: FakeSlackThread, scripted: ScriptedOpenAIThread
+) -> None:
+    sections = {"audiences": {"team": {"approve": ["current_time"], "approvers": ["U1"]}}}
+    handle, _ = start_slack(sections)
+    scripted.enqueue(Reply(tool_calls=[ToolCallSpec("current_time", {})]), Reply(text="it is late"))
+    ts, _ = fake_slack.say("C1", f"{MENTION} what time is it?")
+    asked = wait_for(
+        lambda: [m for m in fake_slack.bot_messages("C1", ts) if m.get("blocks")], "the approval buttons"
+    )[0]
+    assert "May I run current_time?" in asked["text"]
+    approve = next(e for e in asked["blocks"][1]["elements"] if e["action_id"] == "netclaw_approve")
+
+    # Someone who is not an approver is refused, privately; nothing runs.
+    fake_slack.click("C1", asked["ts"], "netclaw_approve", approve["value"], user="U7")
+    [told] = wait_for(lambda: fake_slack.server.ephemeral, "the refusal")
+    assert told["user"] == "U7" and "may not decide" in told["text"]
+    assert told["thread_ts"] == ts
+    assert handle.http.get(f"/api/sessions/slack:C1:{ts}/approvals").json()  # still pending
+
+    fake_slack.click("C1", asked["ts"], "netclaw_approve", approve["value"], user="U1")
+    reply_in(fake_slack, "C1", ts, "it is late")
+    shown = fake_slack.find("C1", asked["ts"])
+    assert shown is not None and shown["text"].startswith("current_time: approve by")
+    assert [b["type"] for b in shown["blocks"]] == ["section"]  # the buttons are gone
+    results = [m for m in handle.transcript(f"slack:C1:{ts}") if m["role"] == "tool"]
+    assert len(results) == 1 and "UTC" in results[0]["content"]

@@ -629,9 +629,9 @@ def test_a_missing_secret_disables_the_webhooks_adapter_but_not_the_daemon(
     handle = start_daemon(webhooks=routes())
 
     health = handle.http.get("/healthz")
-    assert health.status_code == 200
+    assert health.status_code == 503  # an enabled channel is down: degraded
     body = health.json()
-    assert body["status"] == "ok"
+    assert body["status"] == "degraded" and "ALERTS_SECRET" in body["reason"]
     webhooks = body["adapters"]["webhooks"]
     assert webhooks["state"] == "disabled", webhooks
     assert "ALERTS_SECRET" in webhooks["detail"], webhooks

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import logging
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -24,7 +23,7 @@ import pytest
 
 from adapters.chat import ButtonClick, ChatApiError, ChatRenderer, Conversation, MessageRef, RenderOptions
 from netclaw import outputs as out
-from netclaw.errors import SessionUnavailable
+from netclaw.errors import NotAnApprover, SessionUnavailable
 from netclaw.gateway import Admission, ChatPermit, Inbound, Subscription
 from netclaw.policy import ChatEvent
 from netclaw.sessions import OutputQueue
@@ -48,6 +47,7 @@ class StandInGateway:
         self.admissions: deque[Admission | Exception] = deque()
         self.hold: asyncio.Event | None = None  # submit waits for it (an admission on its way)
         self.pending: list[str] = []
+        self.decisions: list[tuple[str, str, str, str]] = []
 
     def subscribe(self, session_id: str, mask: out.OutputFilter) -> Subscription:
         queue = OutputQueue(asyncio.get_running_loop())
@@ -66,6 +66,17 @@ class StandInGateway:
 
     async def sessions_with_pending_input(self, channel: str | None = None) -> list[str]:
         return list(self.pending)
+
+    async def find_approval(self, approval_id: str) -> str | None:
+        return None
+
+    async def decide_in_chat(
+        self, platform: str, session_id: str, approval_id: str, decision: str, *, user_id: str, user_name: str
+    ) -> str:
+        if user_id == "U666":
+            raise NotAnApprover(f"{user_name} may not decide on tool calls in this session")
+        self.decisions.append((session_id, approval_id, decision, user_name))
+        return decision
 
     def push(self, *outputs: out.Output) -> None:
         _, queue = self.streams[-1]
@@ -303,9 +314,20 @@ async def test_an_approval_request_gets_buttons_and_its_decision_replaces_them(
         ("deny", "ap_1"),
         ("always", "ap_1"),
     ]
-    caplog.set_level(logging.INFO, logger="adapters.chat")
-    renderer.clicked(ButtonClick("deny", "ap_1", "U7", MessageRef("C1", asked.id)))
-    assert any(f"U7 pressed 'deny' for ap_1 in {SID}" in r.getMessage() for r in caplog.records)
+    told: list[str] = []
+
+    async def respond(text: str) -> None:
+        told.append(text)
+
+    renderer.clicked(ButtonClick("deny", "ap_1", "U666", MessageRef("C1", asked.id), "mallory", respond))
+    await until(lambda: told, what="the refusal, to the presser only")
+    assert "mallory may not decide" in told[0] and gateway.decisions == []
+    renderer.clicked(ButtonClick("deny", "ap_1", "U7", MessageRef("C1", asked.id), "bob", respond))
+    await until(lambda: gateway.decisions, what="the decision through the gateway")
+    assert gateway.decisions == [(SID, "ap_1", "deny", "bob")]
+    renderer.clicked(ButtonClick("approve", "ap_unknown", "U7", None, "bob", respond))
+    await until(lambda: len(told) == 2, what="an unknown request refused")
+    assert "no longer pending" in told[1]
     gateway.push(out.ApprovalDecided(session_id=SID, approval_id="ap_1", decision="deny", by="U7"))
     await until(lambda: asked.text == "shell: deny by U7", what="the decision shown")
     assert asked.buttons == ()

@@ -481,6 +481,15 @@ ALL_EVENTS += [
 
 ALL_EVENTS += [_events.SessionReset(by="U1"), _events.MemoriesExtracted(through_turn=3, saved=2)]
 
+_GATED = assistant(
+    "a1", calls=(ToolCall("c1", "shell", '{"command": "ls"}'), ToolCall("c2", "current_time", "{}"))
+)
+_REQUEST = _events.ApprovalRequest("ap-1", "c1", "shell", '{"command": "ls"}', 200.0, 1100.0)
+ALL_EVENTS += [
+    _events.ApprovalRequested(turn=1, assistant=_GATED, requests=(_REQUEST,)),
+    _events.ApprovalDecided(approval_id="ap-1", decision="always", by="U1"),
+]
+
 EVENT_TYPES = set(typing.get_args(SessionEvent))
 
 
@@ -583,3 +592,35 @@ def test_failed_turns_are_remembered_for_people() -> None:
     )
     assert state.failures["u1"].status == "cancelled"
     assert SessionState.from_json(state.to_json()).failures == state.failures
+
+
+def _waiting() -> SessionState:
+    state = SessionState("cli:s").apply(InputAdmitted(user("u1", "ls please")), 1, 100.0)
+    state = state.apply(TurnStarted(1, "u1"), 2, 100.0)
+    return state.apply(_events.ApprovalRequested(1, _GATED, (_REQUEST,)), 3, 101.0)
+
+
+def test_a_pending_round_is_state_until_its_step_is_recorded() -> None:
+    state = _waiting()
+    assert state.pending_round is not None
+    assert [r.id for r in state.pending_round.open] == ["ap-1"]
+    state = state.apply(_events.ApprovalDecided("ap-1", "always", "U1"), 4, 102.0)
+    assert state.pending_round is not None and state.pending_round.open == ()
+    assert state.pending_round.decisions == {"ap-1": ("always", "U1")}
+    assert state.granted_tools == frozenset({"shell"})
+    assert SessionState.from_json(state.to_json()) == state  # snapshots keep the wait
+    step = _events.StepRecorded(1, (_GATED, user("t1"), user("t2")))
+    assert state.apply(step, 5, 103.0).pending_round is None
+
+
+def test_a_turn_that_ends_while_waiting_drops_the_round() -> None:
+    state = _waiting()
+    ended = state.apply(
+        TurnRecorded(1, "u1", "cancelled", error={"code": "cancelled", "message": "x"}), 4, 102.0
+    )
+    assert ended.pending_round is None and ended.granted_tools == frozenset()
+
+
+def test_a_decision_on_an_unknown_request_is_corruption() -> None:
+    with pytest.raises(JournalCorrupt, match="unknown approval"):
+        _waiting().apply(_events.ApprovalDecided("ap-9", "approve", "U1"), 4, 102.0)
