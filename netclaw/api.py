@@ -21,6 +21,7 @@ from netclaw.errors import ApiError
 from netclaw.gateway import Gateway, Inbound, SessionSummary, TurnOutcome, check_session_id
 from netclaw.messages import ChatMessage
 from netclaw.persistence import Memory
+from netclaw.scheduler import NewReminder, Scheduler
 from netclaw.web import (
     Handler,
     errors_middleware,
@@ -44,8 +45,10 @@ class Api:
         gateway: Gateway,
         token: str,
         health_extra: Callable[[], Mapping[str, Any]] | None = None,
+        scheduler: Scheduler | None = None,
     ) -> None:
         self.gateway = gateway
+        self.scheduler = scheduler
         self._token = token.encode()
         self._health_extra = health_extra
         self._streams: set[asyncio.Task[Any]] = set()
@@ -66,6 +69,9 @@ class Api:
         app.router.add_get("/api/sessions/{id}/approvals", self.list_approvals)
         app.router.add_post("/api/sessions/{id}/approvals/{approval_id}", self.decide)
         app.router.add_get("/api/approvals", self.all_approvals)
+        app.router.add_get("/api/reminders", self.list_reminders)
+        app.router.add_post("/api/sessions/{id}/reminders", self.add_reminder)
+        app.router.add_delete("/api/reminders/{id}", self.delete_reminder)
         app.router.add_get("/api/memories", self.list_memories)
         app.router.add_delete("/api/memories/{id}", self.delete_memory)
         app.on_shutdown.append(self._close_streams)
@@ -186,6 +192,45 @@ class Api:
             raise ApiError(400, "invalid_user", "'user' must be a non-empty string (at most 200 characters)")
         taken = await self.gateway.decide(session_id, approval_id, decision, by=user.strip())
         return web.json_response({"id": approval_id, "decision": taken})
+
+    def _scheduler(self) -> Scheduler:
+        if self.scheduler is None:
+            raise ApiError(503, "scheduler_unavailable", "reminders are not available in this daemon")
+        return self.scheduler
+
+    async def list_reminders(self, request: web.Request) -> web.Response:
+        session = request.query.get("session")
+        if session is not None:
+            check_session_id(session)
+        found = await self._scheduler().listing(session)
+        return web.json_response([r.to_json() for r in found])
+
+    async def add_reminder(self, request: web.Request) -> web.Response:
+        scheduler = self._scheduler()
+        session_id = check_session_id(request.match_info["id"])
+        body = read_json_object(await request.read())
+        unknown = sorted(
+            set(body) - {"text", "at", "in_s", "every_s", "cron", "timezone", "catch_up", "name"}
+        )
+        if unknown:
+            raise ApiError(400, "invalid_field", f"unknown field(s): {', '.join(unknown)}")
+        catch_up = body.get("catch_up", "latest")
+        if catch_up not in ("latest", "all", "skip"):
+            raise ApiError(400, "invalid_catch_up", "'catch_up' must be latest, all or skip")
+        name = body.get("name")
+        if name is not None and (not isinstance(name, str) or len(name) > 100):
+            raise ApiError(400, "invalid_name", "'name' must be a string of at most 100 characters")
+        schedule = scheduler.schedule_of(body)
+        text = body.get("text")
+        reminder = await scheduler.add(
+            NewReminder(session_id, text if isinstance(text, str) else "", schedule, "api", catch_up, name)
+        )
+        return web.json_response({"id": reminder.id, "next_fire": reminder.next_fire}, status=201)
+
+    async def delete_reminder(self, request: web.Request) -> web.Response:
+        if not await self._scheduler().cancel(request.match_info["id"]):
+            raise ApiError(404, "reminder_not_found", f"no reminder {request.match_info['id'][:80]!r}")
+        return web.Response(status=204)
 
     async def list_memories(self, request: web.Request) -> web.Response:
         session = request.query.get("session")

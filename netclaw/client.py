@@ -140,6 +140,22 @@ class DaemonClient:
         ).json()
         return result
 
+    def reminders(self, session_id: str | None = None) -> list[dict[str, Any]]:
+        params = {"session": session_id} if session_id else None
+        result: list[dict[str, Any]] = self._request(
+            "GET", "/api/reminders", params=params, headers=self._headers()
+        ).json()
+        return result
+
+    def add_reminder(self, session_id: str, fields: dict[str, Any]) -> dict[str, Any]:
+        result: dict[str, Any] = self._request(
+            "POST", f"/api/sessions/{session_id}/reminders", json=fields, headers=self._headers()
+        ).json()
+        return result
+
+    def delete_reminder(self, reminder_id: str) -> None:
+        self._request("DELETE", f"/api/reminders/{reminder_id}", headers=self._headers())
+
     def forget(self, memory_id: str) -> None:
         self._request("DELETE", f"/api/memories/{memory_id}", headers=self._headers())
 

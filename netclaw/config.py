@@ -8,6 +8,7 @@ in the file: keys ending in ``_env`` name an environment variable.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import re
@@ -15,7 +16,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from croniter import croniter
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
@@ -90,6 +93,7 @@ class SessionConfig(_Section):
     turn_timeout_s: float = Field(300.0, gt=0)
     max_resident_sessions: int = Field(1000, ge=1)
     compaction_timeout_s: float = Field(120.0, gt=0)  # extension: time budget of one compaction
+    max_reminders: int = Field(50, ge=0)  # extension: reminders one session may have
 
 
 class HistoryConfig(_Section):
@@ -164,6 +168,7 @@ class AudienceConfig(_Section):
     memory_recall: bool = True
     approve: list[str] = []  # tool-name patterns whose calls wait for a person's decision
     approvers: list[str] = []  # platform user ids who may decide; empty: whoever may talk
+    reminders: bool | None = None  # the model may schedule reminders; None: all but public
 
 
 class WebFetchConfig(_Section):
@@ -233,6 +238,51 @@ class McpServerConfig(_Section):
         return self
 
 
+class DeliverConfig(_Section):
+    channel: Literal["slack", "discord"]
+    to: str = Field(min_length=1)  # a channel id
+
+
+class ScheduleConfig(_Section):
+    """One configured reminder: exactly one of ``cron``, ``every_s`` or ``at``."""
+
+    cron: str | None = None
+    every_s: float | None = Field(None, ge=60)
+    at: str | None = None  # ISO-8601
+    timezone: str = "UTC"
+    text: str = Field(min_length=1)
+    session: str | None = None
+    deliver: DeliverConfig | None = None
+    catch_up: Literal["latest", "all", "skip"] = "latest"
+
+    @field_validator("timezone")
+    @classmethod
+    def _zone(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError) as exc:
+            raise ValueError(f"unknown timezone {value!r}; use an IANA name such as 'Europe/Berlin'") from exc
+        return value
+
+    @model_validator(mode="after")
+    def _one_schedule(self) -> ScheduleConfig:
+        given = [k for k in ("cron", "every_s", "at") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(
+                f"give exactly one of `cron`, `every_s` or `at` (got {', '.join(given) or 'none'})"
+            )
+        if self.session is None and self.deliver is None:
+            raise ValueError("give `session` (a session id) and/or `deliver` (where to post)")
+        if self.cron is not None and (len(self.cron.split()) != 5 or not croniter.is_valid(self.cron)):
+            raise ValueError(f"`cron` {self.cron!r} is not a 5-field cron expression")
+        if self.at is not None:
+            try:
+                dt.datetime.fromisoformat(self.at.replace("Z", "+00:00"))
+            except ValueError as exc:
+                raise ValueError(f"`at` {self.at!r} is not an ISO-8601 time") from exc
+        return self
+
+
 class McpConfig(_Section):
     servers: dict[str, McpServerConfig] = {}
 
@@ -297,6 +347,7 @@ class Settings(BaseSettings):
     journal: JournalConfig = JournalConfig()
     tools: ToolsConfig = ToolsConfig()
     mcp: McpConfig = McpConfig()
+    schedules: dict[str, ScheduleConfig] = {}
 
     @classmethod
     def settings_customise_sources(

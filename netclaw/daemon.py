@@ -32,14 +32,16 @@ from netclaw.persistence import (
     Manifest,
     SqliteJournal,
     SqliteMemoryStore,
+    SqliteReminderStore,
     prepare_database,
     save_manifest,
     take_manifest,
 )
 from netclaw.providers import Provider, make_provider
 from netclaw.runtime import IoLoop
+from netclaw.scheduler import Clock, Scheduler
 from netclaw.sessions import SessionActor, SessionDeps, SessionManager
-from netclaw.tools import McpHub, ToolRegistry, build_registry
+from netclaw.tools import McpHub, ToolRegistry, build_registry, reminder_tools
 
 log = logging.getLogger(__name__)
 
@@ -104,10 +106,12 @@ class Daemon:
         *,
         config_path: str | None = None,
         provider_factory: Callable[[Settings], Provider] | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.live = LiveSettings(settings)
         self.config_path = config_path
         self._provider_factory = provider_factory or _default_provider
+        self._clock = clock  # the scheduler's (tests inject one that does not sleep)
         self._lock = DataDirLock(settings.data_dir)
         self.io: IoLoop | None = None
         self.journal: SqliteJournal | None = None
@@ -116,6 +120,8 @@ class Daemon:
         self.memory: SqliteMemoryStore | None = None
         self.tools: ToolRegistry | None = None
         self.mcp: McpHub | None = None
+        self.reminders: SqliteReminderStore | None = None
+        self.scheduler: Scheduler | None = None
         self.manager: SessionManager | None = None
         self.gateway: Gateway | None = None
         self._runner: web.AppRunner | None = None
@@ -170,7 +176,17 @@ class Daemon:
                 )
             )
             self.gateway = Gateway(self.manager, self.journal, self.live, self.memory)
-            api = Api(self.gateway, token, health_extra=self.health)
+            self.reminders = self.io.run(
+                SqliteReminderStore(
+                    self.settings.database_path, synchronous=self.settings.journal.synchronous
+                ).open()
+            )
+            self.scheduler = Scheduler(
+                self.reminders, self.gateway, lambda: self.live.current, clock=self._clock
+            )
+            for tool in reminder_tools(self.scheduler):
+                tools.register(tool)
+            api = Api(self.gateway, token, health_extra=self.health, scheduler=self.scheduler)
             app = api.app()
             # Sessions that were active at a graceful stop (and any with unanswered input)
             # recover now, before channels deliver and before READY=1.
@@ -183,6 +199,8 @@ class Daemon:
             self.io.run(self._serve(app))
             # Channels listen now: the warmed sessions resume their turns (and replies reach them).
             self.io.run(_call(self.manager.release_held))
+            # Scheduled input last: whatever it fires finds sessions and channels ready.
+            self.io.run(self.scheduler.start())
         except BaseException:
             self.stop()
             raise
@@ -287,6 +305,8 @@ class Daemon:
         if io is not None:
             if self._runner is not None:
                 _step("stop listening", io.run, _stop_sites(self._runner), 5)
+            if self.scheduler is not None:
+                _step("stop the scheduler", io.run, self.scheduler.stop(), 5)
             if self.adapters:
                 _step("stop adapters", io.run, self._stop_adapters(), 15)
             if self.manager is not None and self.journal is not None:
@@ -299,17 +319,11 @@ class Daemon:
                     ref.actor_stopped.wait(ACTOR_STOP_TIMEOUT_S)
             if self._runner is not None:
                 _step("stop the HTTP server", io.run, self._runner.cleanup(), 15)
-            if self.mcp is not None:
-                _step("stop MCP servers", io.run, self.mcp.stop(), 10)
-            for provider in (self.provider, self.compaction_provider):
-                if provider is not None:
-                    _step("close a provider", io.run, provider.aclose(), 5)
-            if self.memory is not None:
-                _step("close the memory store", io.run, self.memory.close(), 5)
-            if self.journal is not None:
-                _step("close the journal", io.run, self.journal.close(), 10)
+            self._close_resources(io)
         self._runner = None
         self.mcp = None
+        self.scheduler = None
+        self.reminders = None
         self.manager = None
         self.journal = None
         self.provider = None
@@ -322,6 +336,24 @@ class Daemon:
         survivors = [ref for ref in pykka.ActorRegistry.get_all() if _is_ours(ref)]
         if survivors:
             log.error("%d session actor(s) survived shutdown: %s", len(survivors), survivors)
+
+    def _close_resources(self, io: IoLoop) -> None:
+        """What the sessions used, in reverse order of opening; each step isolated."""
+        closers: list[tuple[str, Any, float]] = [
+            ("stop MCP servers", self.mcp.stop() if self.mcp else None, 10),
+            ("close the provider", self.provider.aclose() if self.provider else None, 5),
+            (
+                "close the compaction provider",
+                self.compaction_provider.aclose() if self.compaction_provider else None,
+                5,
+            ),
+            ("close the memory store", self.memory.close() if self.memory else None, 5),
+            ("close the reminder store", self.reminders.close() if self.reminders else None, 5),
+            ("close the journal", self.journal.close() if self.journal else None, 10),
+        ]
+        for what, closing, timeout in closers:
+            if closing is not None:
+                _step(what, io.run, closing, timeout)
 
     def _save_manifest(self, io: IoLoop) -> None:
         assert self.manager is not None

@@ -292,6 +292,8 @@ class Gateway:
             f"context {report.context_tokens} of {report.context_window} tokens ({used}%)",
             f"{report.turns} turn(s), {report.queued} queued",
         ]
+        if report.approvals:
+            parts.append(f"waiting for approval of {', '.join(report.approvals)}")
         if self._memory is not None:
             audience = audience_of(session_id, self.settings)
             parts.append(f"{await self._memory.count(audience)} {audience} memorie(s)")
@@ -323,6 +325,11 @@ class Gateway:
 
     async def forget(self, memory_id: int) -> bool:
         return self._memory is not None and await self._memory.delete(memory_id)
+
+    def announce(self, session_id: str, text: str, kind: str) -> None:
+        """Tell the session's subscribers something (a ``notice``); no turn, nothing stored."""
+        check_session_id(session_id)
+        self._manager.route(session_id, Announce(text, kind))
 
     # -- approvals ----------------------------------------------------------------------------
 

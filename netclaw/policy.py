@@ -90,3 +90,9 @@ def denial_reason(access: ChannelAccess, event: ChatEvent) -> str | None:
     if access.require_mention and not event.mentioned and not event.thread_known and not event.is_dm:
         return "a new thread needs a mention of the bot"
     return None
+
+
+def reminders_allowed(audience: Audience, settings: Settings) -> bool:
+    """May the model create reminders in this audience's sessions (default: all but public)?"""
+    allowed = settings.audience(audience).reminders
+    return audience != "public" if allowed is None else allowed

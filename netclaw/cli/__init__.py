@@ -12,7 +12,7 @@ import argparse
 import sys
 
 from netclaw import __version__
-from netclaw.cli._admin import cmd_approvals, cmd_memory, cmd_sessions
+from netclaw.cli._admin import cmd_approvals, cmd_memory, cmd_reminders, cmd_sessions
 from netclaw.cli._chat import cmd_chat
 from netclaw.cli._doctor import cmd_doctor
 from netclaw.errors import NetclawError
@@ -85,6 +85,21 @@ def _parser() -> argparse.ArgumentParser:
     approvals.add_argument("--session", metavar="ID", help="only this session's")
     approvals.add_argument("--json", action="store_true")
     approvals.set_defaults(func=cmd_approvals)
+
+    reminders = with_config(sub.add_parser("reminders", help="scheduled reminders: list, add, rm"))
+    reminders.add_argument("action", nargs="?", choices=["list", "add", "rm"], default="list")
+    reminders.add_argument(
+        "session_id", nargs="?", metavar="SESSION|ID", help="add: the session; rm: the reminder"
+    )
+    reminders.add_argument("text", nargs="*", help="add: what the reminder says")
+    reminders.add_argument("--in", dest="in_", metavar="DURATION", help="e.g. 90s, 10m, 2h, 1d")
+    reminders.add_argument("--at", metavar="ISO", help="e.g. 2026-12-01T09:00")
+    reminders.add_argument("--cron", metavar="EXPR", help="5 fields, e.g. '0 9 * * 1-5'")
+    reminders.add_argument("--every", metavar="DURATION", help="repeat, e.g. 1h or 1d")
+    reminders.add_argument("--tz", metavar="ZONE", help="IANA timezone for --at and --cron (default UTC)")
+    reminders.add_argument("--session", metavar="ID", help="list: only this session's")
+    reminders.add_argument("--json", action="store_true")
+    reminders.set_defaults(func=cmd_reminders)
 
     doctor = with_config(sub.add_parser("doctor", help="check config, database and provider"))
     doctor.add_argument("--json", action="store_true", help="the same checks as JSON")

@@ -143,3 +143,50 @@ def cmd_approvals(args: argparse.Namespace) -> int:
         print(f"{a['id']}  {a['session_id']} turn {a['turn']}: {a['tool']} {a['arguments']}")
         print(f"        asked {_when(a['requested_at'])}, expires {_when(a['expires_at'])}")
     return 0
+
+
+def cmd_reminders(args: argparse.Namespace) -> int:
+    with client_for(args) as client:
+        if args.action == "add":
+            when = {
+                k: v
+                for k, v in (
+                    ("in_s", args.in_),
+                    ("at", args.at),
+                    ("cron", args.cron),
+                    ("every_s", args.every),
+                )
+                if v
+            }
+            if len(when) != 1 or not args.session_id or not args.text:
+                print(
+                    "netclaw: reminders add SESSION (--in 10m | --at ISO | --cron EXPR | --every 1h) TEXT",
+                    file=sys.stderr,
+                )
+                return 2
+            fields: dict[str, Any] = {"text": " ".join(args.text), **when}
+            if args.tz:
+                fields["timezone"] = args.tz
+            added = client.add_reminder(args.session_id, fields)
+            _print_json(added) if args.json else print(f"{added['id']}: next {_when(added['next_fire'])}")
+            return 0
+        if args.action == "rm":
+            if not args.session_id:
+                print("netclaw: reminders rm needs a reminder id", file=sys.stderr)
+                return 2
+            client.delete_reminder(args.session_id)
+            _print_json({"deleted": args.session_id}) if args.json else print(f"removed {args.session_id}")
+            return 0
+        found = client.reminders(args.session)
+    if args.json:
+        _print_json(found)
+        return 0
+    if not found:
+        print("no reminders")
+        return 0
+    for r in found:
+        schedule = r["schedule"]
+        how = (r.get("cron") and f"cron '{r['cron']}' ({schedule['timezone']})") or schedule["kind"]
+        print(f"{r['id']}  {r['session_id']}  next {_when(r['next_fire'])}  [{how}, by {r['created_by']}]")
+        print(f"        {r['text'][:100]}")
+    return 0

@@ -12,6 +12,7 @@ from netclaw.persistence._memory import (
     format_recall,
 )
 from netclaw.persistence._migrations import apply_migrations, load_migrations, migrations_dir
+from netclaw.persistence._reminders import Reminder, ReminderStore, SqliteReminderStore
 from netclaw.persistence._sqlite import SqliteJournal, prepare_database
 
 __all__ = [
@@ -23,10 +24,13 @@ __all__ = [
     "MemoryStore",
     "NewEvent",
     "NewMemory",
+    "Reminder",
+    "ReminderStore",
     "SessionRow",
     "Snapshot",
     "SqliteJournal",
     "SqliteMemoryStore",
+    "SqliteReminderStore",
     "StoredEvent",
     "apply_migrations",
     "format_recall",

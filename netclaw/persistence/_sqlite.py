@@ -375,6 +375,7 @@ class _Writer(threading.Thread):
                 conn.execute("DELETE FROM snapshots WHERE persistence_id = ?", (pid,))
                 conn.execute("DELETE FROM sessions WHERE id = ?", (pid,))
                 conn.execute("DELETE FROM webhook_deliveries WHERE session_id = ?", (pid,))
+                conn.execute("DELETE FROM reminders WHERE session_id = ?", (pid,))
                 conn.execute("COMMIT")
             except BaseException:
                 with contextlib.suppress(sqlite3.Error):

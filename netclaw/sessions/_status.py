@@ -21,6 +21,7 @@ class StatusReport:
     turns: int
     queued: int  # admitted messages waiting for their turn
     title: str | None
+    approvals: tuple[str, ...] = ()  # tools whose calls wait for a decision
 
 
 def status_report(
@@ -35,4 +36,5 @@ def status_report(
         turns=state.turns,
         queued=len(state.inbox),
         title=state.title,
+        approvals=tuple(r.tool for r in state.pending_round.open) if state.pending_round is not None else (),
     )

@@ -7,6 +7,7 @@ from netclaw.tools._builtin import BUILTIN_TOOLS, CURRENT_TIME
 from netclaw.tools._mcp import McpHub, McpServer, McpServerStatus
 from netclaw.tools._memory import memory_tools
 from netclaw.tools._registry import Tool, ToolContext, ToolHandler, ToolRegistry, ToolResult, ToolSource
+from netclaw.tools._reminders import ReminderPort, reminder_tools
 
 __all__ = [
     "BUILTIN_TOOLS",
@@ -14,6 +15,7 @@ __all__ = [
     "McpHub",
     "McpServer",
     "McpServerStatus",
+    "ReminderPort",
     "Tool",
     "ToolContext",
     "ToolHandler",
@@ -22,6 +24,7 @@ __all__ = [
     "ToolSource",
     "build_registry",
     "memory_tools",
+    "reminder_tools",
 ]
 
 

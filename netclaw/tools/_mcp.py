@@ -39,7 +39,7 @@ from netclaw.tools._registry import Tool, ToolContext
 
 log = logging.getLogger(__name__)
 
-PING_INTERVAL_S = 10.0
+PING_INTERVAL_S = 5.0  # how soon a server that died between calls is noticed
 PING_TIMEOUT_S = 10.0
 CONNECT_TIMEOUT_S = 30.0
 RESTART_POLICY = RetryPolicy(max_retries=1_000_000, base_delay_s=1.0, max_delay_s=60.0)
@@ -140,7 +140,12 @@ class McpServer:
                 f"{tool.name}: MCP server {self.name!r} did not answer within {timeout:g}s"
             ) from exc
         except MCPError as exc:
-            raise ToolError(f"{tool.name} failed on MCP server {self.name!r}: {exc}") from exc
+            if exc.code == mt.CONNECTION_CLOSED:  # the server exited under us: reconnect
+                self._broken.set()
+                raise ToolError(
+                    f"MCP server {self.name!r} went away during {tool.name}; it is being restarted"
+                ) from exc
+            raise ToolError(f"{tool.name} failed on MCP server {self.name!r}: {exc.message}") from exc
         except (OSError, httpx2.HTTPError, RuntimeError, EOFError) as exc:
             # The transport is gone (process exited, connection refused): reconnect.
             self._broken.set()

@@ -240,6 +240,8 @@ def test_a_session_waiting_for_a_decision_does_not_passivate(
     assert handle.daemon.gateway is not None
     assert handle.daemon.gateway.resident_phases().get(sid) == "processing"
     assert len(pending(handle, sid)) == 1
+    status = handle.send(sid, "/status")
+    assert status.status_code == 200 and "waiting for approval of deploy" in status.json()["notice"]
 
 
 def test_bad_decisions_are_named(gated: DaemonHandle, scripted: ScriptedOpenAIThread) -> None:

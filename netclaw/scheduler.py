@@ -1,0 +1,292 @@
+"""The scheduler: reminders become input, each scheduled time exactly once.
+
+One task on the I/O loop. It sleeps until the earliest ``next_fire`` in the store (no
+polling), woken early when a reminder is added or removed. A due reminder is planned
+(:func:`netclaw.reminders.plan_due`: on time, or missed while the daemon was down and
+then ``catch_up`` decides), each fire is submitted through the gateway as an
+``Inbound`` whose identity is ``reminder:<id>:<scheduled time>``, and only once the
+session has made it durable does the store move ``next_fire`` on. A crash in between
+fires the same scheduled time again after the restart, and the session's replay
+identity admits it once.
+
+Reminders come from the config (``schedules``, synced at start-up), the API and CLI,
+and the model's tools (:class:`ReminderPort`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+from netclaw.config import ScheduleConfig, Settings
+from netclaw.errors import InvalidInput, JournalError, NetclawError
+from netclaw.gateway import Gateway, Inbound, check_session_id
+from netclaw.persistence import Reminder, SqliteReminderStore
+from netclaw.policy import reminders_allowed
+from netclaw.reminders import CatchUp, Schedule, check_text, fire_text, identity, iso, make_schedule, plan_due
+
+log = logging.getLogger(__name__)
+
+RETRY_AFTER_FAILURE_S = 5.0  # a fire the gateway could not admit is tried again this soon
+MAX_SLEEP_S = 3600.0  # wake at least hourly (a changed clock, a hand-edited database)
+
+
+class Clock(Protocol):
+    """Wall time and waiting for it, injectable so tests need not sleep."""
+
+    def now(self) -> float: ...
+
+    async def wait(self, until: float | None, wake: asyncio.Event) -> None:
+        """Return at ``until`` (never, if None) or when ``wake`` is set, whichever is first."""
+        ...
+
+
+class SystemClock:
+    def now(self) -> float:
+        return time.time()
+
+    async def wait(self, until: float | None, wake: asyncio.Event) -> None:
+        delay = MAX_SLEEP_S if until is None else min(max(until - time.time(), 0.0), MAX_SLEEP_S)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(wake.wait(), delay)
+
+
+@dataclass(frozen=True, slots=True)
+class NewReminder:
+    session_id: str
+    text: str
+    schedule: Schedule
+    created_by: str
+    catch_up: CatchUp = "latest"
+    name: str | None = None
+
+
+class Scheduler:
+    def __init__(
+        self,
+        store: SqliteReminderStore,
+        gateway: Gateway,
+        settings: Callable[[], Settings],
+        *,
+        clock: Clock | None = None,
+    ) -> None:
+        self.store = store
+        self.gateway = gateway
+        self._settings = settings
+        self.clock: Clock = clock or SystemClock()
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.fired = 0  # fires admitted (tests, status)
+
+    # -- people and the model -----------------------------------------------------------------
+
+    async def add(self, new: NewReminder) -> Reminder:
+        """Validate and store a reminder; it fires from now on. InvalidInput names the field."""
+        check_session_id(new.session_id)
+        text = check_text(new.text)
+        limit = self._settings().session.max_reminders
+        if await self.store.count(new.session_id) >= limit:
+            raise InvalidInput(
+                "reminders", f"session {new.session_id} already has {limit} reminders (session.max_reminders)"
+            )
+        now = self.clock.now()
+        reminder = Reminder(
+            id=f"rem-{secrets.token_hex(5)}",
+            session_id=new.session_id,
+            text=text,
+            schedule=new.schedule,
+            next_fire=new.schedule.first_fire(now),
+            catch_up=new.catch_up,
+            created_by=new.created_by,
+            created_at=now,
+            name=new.name,
+        )
+        await self.store.add(reminder)
+        self._wake.set()
+        log.info(
+            "reminder %s for %s: %s (%s)",
+            reminder.id,
+            reminder.session_id,
+            reminder.schedule.describe(),
+            new.created_by,
+        )
+        return reminder
+
+    def schedule_of(self, fields: Mapping[str, Any], *, timezone: str | None = None) -> Schedule:
+        """A schedule from request fields (``at``, ``in_s``, ``every_s``, ``cron``, ``timezone``)."""
+        return make_schedule(
+            now=self.clock.now(),
+            at=fields.get("at"),
+            in_s=fields.get("in_s"),
+            every_s=fields.get("every_s"),
+            cron=fields.get("cron"),
+            timezone=fields.get("timezone") or timezone,
+        )
+
+    async def add_for_model(self, session_id: str, audience: str, fields: Mapping[str, Any]) -> Reminder:
+        """The model's ``schedule_reminder``: for its own session, if its audience may."""
+        if not reminders_allowed(audience, self._settings()):  # type: ignore[arg-type]
+            raise InvalidInput("reminders", f"{audience} sessions may not schedule reminders")
+        catch_up = fields.get("catch_up", "latest")
+        if catch_up not in ("latest", "all", "skip"):
+            raise InvalidInput("catch_up", "'catch_up' must be latest, all or skip")
+        schedule = self.schedule_of(fields)
+        text = fields.get("text")
+        return await self.add(
+            NewReminder(
+                session_id, text if isinstance(text, str) else "", schedule, f"model:{session_id}", catch_up
+            )
+        )
+
+    async def listing(self, session_id: str | None = None) -> list[Reminder]:
+        return await self.store.listing(session_id)
+
+    async def cancel(self, reminder_id: str, *, session_id: str | None = None) -> bool:
+        """Delete a reminder (only within ``session_id`` when given: the model's own)."""
+        found = await self.store.get(reminder_id)
+        if found is None or (session_id is not None and found.session_id != session_id):
+            return False
+        deleted = await self.store.delete(reminder_id)
+        self._wake.set()
+        return deleted
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self.sync_config(self._settings().schedules)
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="scheduler")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def _run(self) -> None:
+        while True:
+            self._wake.clear()
+            try:
+                await self.fire_due()
+                earliest = await self.store.earliest()
+            except JournalError as exc:
+                log.error("scheduler: the reminder store failed: %s; retrying", exc)
+                earliest = self.clock.now() + RETRY_AFTER_FAILURE_S
+            await self.clock.wait(earliest, self._wake)
+
+    async def fire_due(self) -> int:
+        """Fire whatever is due now; the number of fires admitted."""
+        admitted = 0
+        now = self.clock.now()
+        for reminder in await self.store.due(now):
+            admitted += await self._fire(reminder, now)
+        return admitted
+
+    async def _fire(self, reminder: Reminder, now: float) -> int:
+        assert reminder.next_fire is not None
+        plan = plan_due(reminder.schedule, reminder.next_fire, now, reminder.catch_up)
+        admitted = 0
+        for scheduled in plan.fire:
+            inbound = Inbound(
+                reminder.session_id,
+                fire_text(reminder.text, scheduled, reminder.schedule.timezone, reminder.name),
+                user="reminder",
+                identity=identity(reminder.id, scheduled),
+            )
+            try:
+                admission, _ = await self.gateway.submit(inbound)
+            except NetclawError as exc:
+                # Not admitted (or not known to be): next_fire stays, the same identity comes
+                # again shortly, and a duplicate is recognised by the session.
+                log.warning(
+                    "reminder %s: fire at %s not admitted: %s; retrying", reminder.id, iso(scheduled), exc
+                )
+                await self._postpone(reminder, RETRY_AFTER_FAILURE_S)
+                return admitted
+            admitted += 0 if admission.duplicate else 1
+            self.fired += 0 if admission.duplicate else 1
+            log.info("reminder %s fired for %s (due %s)", reminder.id, reminder.session_id, iso(scheduled))
+        if plan.skipped:
+            self._announce_missed(reminder, plan.skipped, len(plan.fire))
+        await self.store.fired(reminder.id, reminder.next_fire, plan.next_fire)
+        return admitted
+
+    async def _postpone(self, reminder: Reminder, delay: float) -> None:
+        # Wake again soon without moving next_fire (the fire is still owed).
+        async def poke() -> None:
+            await asyncio.sleep(delay)
+            self._wake.set()
+
+        asyncio.get_running_loop().create_task(poke())
+
+    def _announce_missed(self, reminder: Reminder, skipped: int, fired: int) -> None:
+        what = "fired once for the latest" if fired and reminder.catch_up == "latest" else "skipped"
+        text = (
+            f"Reminder {reminder.name or reminder.id}: {skipped} scheduled time(s) passed while netclaw was "
+            f"not running; {what} (catch_up: {reminder.catch_up})."
+        )
+        log.info("%s: %s", reminder.session_id, text)
+        with contextlib.suppress(NetclawError):
+            self.gateway.announce(reminder.session_id, text, "reminder")
+
+    # -- config ---------------------------------------------------------------------------------
+
+    async def sync_config(self, schedules: Mapping[str, ScheduleConfig]) -> None:
+        """Make the store hold exactly the config's reminders (``config:<name>``), keeping the
+        next fire of those whose schedule did not change (so missed fires are still seen)."""
+        now = self.clock.now()
+        kept: list[str] = []
+        for name, config in schedules.items():
+            if config.session is None:
+                log.warning(
+                    "schedule %s has no session (deliver-only schedules are not supported yet); skipped", name
+                )
+                continue
+            rid = f"config:{name}"
+            schedule = make_schedule(
+                now=now,
+                at=config.at,
+                every_s=config.every_s,
+                cron=config.cron,
+                timezone=config.timezone,
+                new=False,
+            )
+            existing = await self.store.get(rid)
+            unchanged = (
+                existing is not None
+                and existing.schedule == schedule
+                and existing.session_id == config.session
+            )
+            kept_fire = existing.next_fire if unchanged and existing is not None else None
+            next_fire = kept_fire if kept_fire is not None else schedule.first_fire(now)
+            if schedule.kind == "at" and not unchanged and next_fire <= now:
+                log.info("schedule %s: its time %s has passed; not firing it", name, iso(next_fire))
+                continue
+            reminder = Reminder(
+                id=rid,
+                session_id=config.session,
+                text=config.text,
+                schedule=schedule,
+                next_fire=next_fire,
+                catch_up=config.catch_up,
+                created_by=rid,
+                created_at=existing.created_at if existing is not None else now,
+                name=name,
+                fired=existing.fired if existing is not None and unchanged else 0,
+            )
+            if existing is None or existing != reminder:
+                await self.store.upsert(replace(reminder))
+            kept.append(rid)
+        removed = await self.store.delete_where("config:", kept)
+        if removed:
+            log.info("scheduler: %d reminder(s) removed from the config were deleted", removed)
+        self._wake.set()
