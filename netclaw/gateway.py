@@ -43,6 +43,8 @@ from netclaw.sessions import (
     CompactNow,
     Decide,
     ListApprovals,
+    ListUndelivered,
+    MarkDelivered,
     ReportStatus,
     Reset,
     Routed,
@@ -330,6 +332,25 @@ class Gateway:
         """Tell the session's subscribers something (a ``notice``); no turn, nothing stored."""
         check_session_id(session_id)
         self._manager.route(session_id, Announce(text, kind))
+
+    # -- the outbox: chat replies shown exactly once -----------------------------------------
+
+    async def sessions_owing_replies(self, platform: str) -> list[str]:
+        """Chat sessions of ``platform`` whose recorded replies are not all shown yet."""
+        return await self._journal.sessions_owing_replies(platform)
+
+    async def undelivered_replies(self, session_id: str) -> list[tuple[int, str, float]]:
+        """(turn, text, recorded at) of each reply the conversation is still owed."""
+        return await self._ask(session_id, ListUndelivered)
+
+    async def mark_delivered(self, session_id: str, turn: int, message_ids: Sequence[str]) -> bool:
+        """The channel showed the reply of ``turn``; False if it was not owed (any more)."""
+        return await self._ask(session_id, lambda reply: MarkDelivered(turn, tuple(message_ids), reply))
+
+    def watch_owed_replies(self, listener: Callable[[str], None]) -> None:
+        """``listener(session_id)`` on the loop whenever a chat session records a reply (a
+        channel follows the session and posts it, whether or not anyone was watching)."""
+        self._manager.on_reply_owed(listener)
 
     # -- approvals ----------------------------------------------------------------------------
 

@@ -21,6 +21,7 @@ from adapters.chat._port import (
     Conversation,
     MessageRef,
     new_key,
+    outbox_key,
     retry_verdict,
 )
 from adapters.chat._renderer import SUBSCRIPTION, ChatRenderer, RenderOptions
@@ -41,6 +42,7 @@ __all__ = [
     "error_note",
     "new_key",
     "note_for",
+    "outbox_key",
     "retry_verdict",
     "split_message",
 ]

@@ -9,6 +9,7 @@ tests use ``tests/fakes/chat_port.py`` — httpx's transport seam, applied to a 
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -91,6 +92,12 @@ MUST_DELIVER = RetryPolicy(max_retries=4, base_delay_s=0.5, max_delay_s=10.0, ma
 BEST_EFFORT = RetryPolicy(max_retries=0)
 
 
+def outbox_key(session_id: str, turn: int, piece: int) -> str:
+    """The key of one piece of a turn's final reply: the same wherever and however often it
+    is posted (live, or by the outbox after a restart), so the platform finds it again."""
+    return hashlib.sha256(f"{session_id}|{turn}|{piece}".encode()).hexdigest()[:20]
+
+
 def new_key() -> str:
     """An idempotency key for one post (20 hex characters: fits Discord's 25-char nonce)."""
     return secrets.token_hex(10)
@@ -140,4 +147,9 @@ class ChatPort(Protocol):
     async def post_buttons(self, to: Conversation, text: str, buttons: Sequence[Button], *, key: str) -> str:
         """Post ``text`` with buttons under it; returns the message id. ``edit`` replaces
         the message by plain text (the buttons go)."""
+        ...
+
+    async def find_posted(self, to: Conversation, key: str, since: float) -> str | None:
+        """The message posted with ``key`` since ``since`` (Unix time), if the platform can
+        tell (the outbox asks before posting a reply a crash may have posted already)."""
         ...

@@ -51,12 +51,14 @@ from adapters.chat._port import (
     Conversation,
     MessageRef,
     new_key,
+    outbox_key,
     retry_verdict,
 )
 from adapters.chat._text import error_note, note_for, split_message
 from netclaw import outputs as out
 from netclaw.errors import ApprovalError, ApprovalNotFound, InvalidInput, NetclawError
 from netclaw.gateway import Admission, ChatPermit, CommandDone, Gateway, Inbound, Subscription
+from netclaw.policy import channel_of
 from netclaw.retry import RetryPolicy, with_retries
 
 log = logging.getLogger(__name__)
@@ -66,6 +68,7 @@ T = TypeVar("T")
 SUBSCRIPTION = out.OutputFilter.TEXT | out.OutputFilter.TEXT_STREAMING | out.OutputFilter.FILES
 REMEMBERED_COMPLETIONS = 64  # turns that ended before their message's reaction was added
 MAX_APPROVAL_ARGUMENTS = 1500
+OUTBOX_LOOKBACK_S = 300.0  # a crashed post is looked for from this long before its reply was recorded
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +120,7 @@ class _Link:
     holds: int = 0  # messages being admitted right now
     reply: _Reply = field(default_factory=_Reply)
     approvals: dict[str, tuple[str, str]] = field(default_factory=dict)  # approval id → (message, tool)
+    delivered: set[int] = field(default_factory=set)  # turns whose reply we showed and recorded
     joins: int = 0
     revives: int = 0
     released: bool = False
@@ -143,6 +147,7 @@ class ChatRenderer:
         self._links: dict[str, _Link] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stopping = False
+        self._conversation_of: Callable[[str], Conversation | None] = lambda session_id: None
 
     # -- what adapters call -------------------------------------------------------------------
 
@@ -189,20 +194,41 @@ class ChatRenderer:
                 return
 
     async def resume(self, conversation_of: Callable[[str], Conversation | None]) -> None:
-        """Follow every session of this platform that still owes a reply (a turn a restart
-        interrupted), so its answer reaches the conversation."""
+        """Follow every session of this platform that owes its conversation something: a
+        turn a restart interrupted, or a recorded reply never shown (the outbox). From now
+        on, a reply recorded with nobody watching is followed and posted too."""
+        if self._conversation_of is not conversation_of:
+            self._conversation_of = conversation_of
+            self.gateway.watch_owed_replies(self._reply_owed)
+        platform = self.port.platform
         try:
-            pending = await self.gateway.sessions_with_pending_input(channel=self.port.platform)
+            pending = await self.gateway.sessions_with_pending_input(channel=platform)
+            owing = await self.gateway.sessions_owing_replies(platform)
         except NetclawError as exc:  # best effort: the next message follows it anyway
-            log.warning("%s: cannot list interrupted sessions: %s", self.port.platform, exc)
+            log.warning("%s: cannot list sessions owing replies: %s", platform, exc)
             return
-        for session_id in pending:
+        for session_id in dict.fromkeys([*pending, *owing]):
             conversation = conversation_of(session_id)
             if conversation is not None:
                 self._follow(session_id, conversation)
 
+    def _reply_owed(self, session_id: str) -> None:
+        """A session recorded a reply: if no link shows it live, follow the session (its
+        ``joined`` makes the outbox post what is owed)."""
+        if channel_of(session_id) != self.port.platform or self._stopping:
+            return
+        link = self._links.get(session_id)
+        if link is not None and link.listening():
+            return
+        conversation = self._conversation_of(session_id)
+        if conversation is not None:
+            self._follow(session_id, conversation)
+
     def reconnected(self) -> None:
-        """The platform connection is back: every link that owes a reply listens again."""
+        """The platform connection is back: every link that owes a reply listens again, and
+        the outbox looks for replies recorded meanwhile."""
+        if not self._stopping:
+            self._spawn(self.resume(self._conversation_of))
         for link in list(self._links.values()):
             if link.listening():
                 continue
@@ -400,6 +426,7 @@ class ChatRenderer:
                 link.joins += 1
                 if link.joins > 1:  # a new subscription: a resumed turn streams from its start
                     reply.text = ""
+                await self._deliver_owed(link, output)
             case out.TextDelta(turn=turn, delta=delta):
                 reply = self._reply_for(link, turn)
                 reply.text += delta
@@ -407,12 +434,7 @@ class ChatRenderer:
                 if not reply.pieces or time.monotonic() - reply.last_sync >= self.options.edit_interval_s:
                     await self._sync(link)
             case out.Text(turn=turn, text=text):
-                reply = self._reply_for(link, turn)
-                if text.strip() or not reply.pieces:  # an empty answer leaves what streamed
-                    reply.text = text
-                reply.dirty = True
-                await self._sync(link, final=True)
-                link.reply = _Reply()
+                await self._final_text(link, turn, text)
             case out.TurnCompleted(message_id=message_id):
                 if reply.dirty:  # the reply never came as `text`: show what streamed
                     await self._sync(link, final=True)
@@ -430,16 +452,27 @@ class ChatRenderer:
                 )
             case out.ApprovalRequested():
                 await self._ask_approval(link, output)
-            case out.ApprovalDecided(approval_id=approval_id, decision=decision, by=by):
-                shown = link.approvals.pop(approval_id, None)
-                if shown is not None:
-                    message_id, tool = shown
-                    text = self.port.escape(f"{tool}: {decision} by {by}")
-                    await self._call(
-                        "show a decision", partial(self.port.edit, link.conversation, message_id, text)
-                    )
+            case out.ApprovalDecided():
+                await self._show_decision(link, output)
             case _:
                 await self._note(link, output)
+
+    async def _final_text(self, link: _Link, turn: int, text: str) -> None:
+        """The turn's reply as recorded: shown in full, then recorded as delivered."""
+        reply = self._reply_for(link, turn)
+        if text.strip() or not reply.pieces:  # an empty answer leaves what streamed
+            reply.text = text
+        reply.dirty = True
+        if await self._sync(link, final=True):
+            await self._mark_delivered(link, turn, [p.message_id for p in reply.pieces])
+        link.reply = _Reply()
+
+    async def _show_decision(self, link: _Link, decided: out.ApprovalDecided) -> None:
+        shown = link.approvals.pop(decided.approval_id, None)
+        if shown is not None:
+            message_id, tool = shown
+            text = self.port.escape(f"{tool}: {decided.decision} by {decided.by}")
+            await self._call("show a decision", partial(self.port.edit, link.conversation, message_id, text))
 
     def _reply_for(self, link: _Link, turn: int) -> _Reply:
         if link.reply.turn not in (None, turn) and link.reply.active:
@@ -468,10 +501,10 @@ class ChatRenderer:
 
     # -- showing the reply --------------------------------------------------------------------
 
-    async def _sync(self, link: _Link, *, final: bool = False) -> None:
+    async def _sync(self, link: _Link, *, final: bool = False) -> bool:
         """Make the conversation show the reply: edit what is posted, post what is new and,
         when final, delete what is left over. A streaming update that fails is tried again
-        at the next interval; a final one is retried before it gives up."""
+        at the next interval; a final one is retried before it gives up. True when shown."""
         reply = link.reply
         reply.dirty = False
         reply.last_sync = time.monotonic()
@@ -491,16 +524,19 @@ class ChatRenderer:
             else:
                 log.info("%s: streaming update in %s skipped: %s", self.port.platform, link.session_id, exc)
                 reply.dirty = True
+            return False
         finally:
             reply.last_sync = time.monotonic()
+        return True
 
     async def _show(self, link: _Link, pieces: Sequence[str], policy: RetryPolicy) -> None:
         reply, to = link.reply, link.conversation
         for index, piece in enumerate(pieces):
             if index >= len(reply.pieces):
-                # One key per piece for the whole turn: a repeat after a lost answer finds the
-                # message already made (whose text is the first one sent with that key).
-                key, first = reply.keys.setdefault(index, (new_key(), piece))
+                # One key per piece of the turn, the outbox's: a repeat after a lost answer (or
+                # the outbox after a crash) finds the message already made.
+                key = new_key() if reply.turn is None else outbox_key(link.session_id, reply.turn, index)
+                key, first = reply.keys.setdefault(index, (key, piece))
                 message_id = await self._call(
                     "send a reply", partial(self.port.post, to, piece, key=key), policy
                 )
@@ -520,6 +556,62 @@ class ChatRenderer:
                     "send a reply", partial(self.port.post, to, piece, key=key), policy
                 )
             shown.shown = piece
+
+    # -- the outbox ---------------------------------------------------------------------------
+
+    async def _deliver_owed(self, link: _Link, joined: out.Joined) -> None:
+        """Post the replies the session recorded but the conversation never showed (nobody
+        was watching, or we crashed between the two). A turn still running is left to the
+        live path. Each piece keeps its outbox key, so one the crashed process did post is
+        found (where the platform can tell) and edited to the final text, not posted twice."""
+        try:
+            owed = await self.gateway.undelivered_replies(link.session_id)
+        except NetclawError as exc:
+            log.warning("%s: cannot ask %s what it owes: %s", self.port.platform, link.session_id, exc)
+            return
+        running = joined.turns if joined.phase in ("processing", "compacting") else joined.turns + 1
+        for turn, text, recorded_at in owed:
+            if turn >= running or turn in link.delivered:
+                continue
+            ids: list[str] = []
+            pieces = (
+                [self.port.escape(p) for p in split_message(text, self.port.message_limit)]
+                if text.strip()
+                else []
+            )
+            for index, piece in enumerate(pieces):
+                key = outbox_key(link.session_id, turn, index)
+                found = await self._call(
+                    "look for a posted reply",
+                    partial(self.port.find_posted, link.conversation, key, recorded_at - OUTBOX_LOOKBACK_S),
+                )
+                if found is None:
+                    found = await self._call(
+                        "post an owed reply",
+                        partial(self.port.post, link.conversation, piece, key=key),
+                        MUST_DELIVER,
+                    )
+                else:
+                    await self._quietly(
+                        "finish an owed reply", self.port.edit(link.conversation, found, piece)
+                    )
+                ids.append(found)
+            log.info("%s: posted the owed reply of turn %d in %s", self.port.platform, turn, link.session_id)
+            await self._mark_delivered(link, turn, ids)
+
+    async def _mark_delivered(self, link: _Link, turn: int, message_ids: list[str]) -> None:
+        link.delivered.add(turn)
+        try:
+            await self.gateway.mark_delivered(link.session_id, turn, message_ids)
+        except NetclawError as exc:  # shown but not recorded: the outbox finds it by key later
+            log.warning(
+                "%s: could not record the reply of turn %d in %s: %s",
+                self.port.platform,
+                turn,
+                link.session_id,
+                exc,
+            )
+            link.delivered.discard(turn)
 
     # -- reactions ----------------------------------------------------------------------------
 

@@ -109,6 +109,8 @@ class DiscordAdapter:
         self._connect_task: asyncio.Task[None] | None = None
         self._running = False
         self._starting = False  # start() reports connection failures itself
+        self._resumed_sessions = False  # the first connection resumes what a restart left owed
+        self._owed: asyncio.Future[None] | None = None
         self._gateway_up: asyncio.Event | None = None
         self._status = AdapterStatus("stopped", "not started")
 
@@ -224,6 +226,9 @@ class DiscordAdapter:
             self._gateway_up.set()
         log.info("discord: gateway session %s", "resumed" if resumed else "established")
         if self.renderer is not None:
+            if not self._resumed_sessions:  # the first connection: what a restart left owed
+                self._resumed_sessions = True
+                self._owed = asyncio.ensure_future(self.renderer.resume(conversation_of))
             self.renderer.reconnected()
 
     def clicked(self, click: ButtonClick) -> None:

@@ -319,6 +319,11 @@ class ClientPort:
             )
             return str(message.id)
 
+    async def find_posted(self, to: Conversation, key: str, since: float) -> str | None:
+        # Discord keeps no key on a message we could look up later; posting again with the
+        # same nonce (enforce_nonce) returns the message already made, for a few minutes.
+        return None
+
     async def edit(self, to: Conversation, message_id: str, text: str) -> None:
         with translated("edit a message"):
             await self._message(to.channel, message_id).edit(

@@ -208,6 +208,9 @@ class SlackPort:
                 return found
             raise ChatApiError(f"{exc}; the thread does not have it", transient=True) from exc
 
+    async def find_posted(self, to: Conversation, key: str, since: float) -> str | None:
+        return await self.find_marker(to, key, since)
+
     async def find_marker(self, to: Conversation, marker: str, since: float) -> str | None:
         """The ts of the thread's message carrying ``marker`` in its metadata, if any."""
         cursor: str | None = None

@@ -44,6 +44,7 @@ class SessionRow:
     last_activity: float
     pending: int
     last_seq: int = 0
+    undelivered: int = 0  # chat replies recorded but not yet shown in their conversation
 
 
 class Journal(Protocol):
@@ -73,6 +74,8 @@ class Journal(Protocol):
     async def get_session(self, persistence_id: str) -> SessionRow | None: ...
 
     async def sessions_with_pending_input(self) -> list[str]: ...
+
+    async def sessions_owing_replies(self, channel: str) -> list[str]: ...
 
     async def erase(self, persistence_id: str) -> None:
         """Delete a session for good: its events, snapshot, listing row and webhook

@@ -214,7 +214,7 @@ class SqliteJournal:
         )
         return Snapshot(int(rows[0][0]), str(rows[0][1]), float(rows[0][2])) if rows else None
 
-    _ROW = "SELECT id, channel, title, turns, last_activity, pending, last_seq FROM sessions"
+    _ROW = "SELECT id, channel, title, turns, last_activity, pending, last_seq, undelivered FROM sessions"
 
     async def list_sessions(self) -> list[SessionRow]:
         rows = await self._read(self._ROW + " ORDER BY last_activity DESC")
@@ -226,6 +226,13 @@ class SqliteJournal:
 
     async def sessions_with_pending_input(self) -> list[str]:
         rows = await self._read("SELECT id FROM sessions WHERE pending > 0 ORDER BY last_activity")
+        return [str(r[0]) for r in rows]
+
+    async def sessions_owing_replies(self, channel: str) -> list[str]:
+        """Chat sessions of ``channel`` with recorded replies not yet shown (the outbox)."""
+        rows = await self._read(
+            "SELECT id FROM sessions WHERE channel = ? AND undelivered > 0 ORDER BY last_activity", (channel,)
+        )
         return [str(r[0]) for r in rows]
 
     async def close(self) -> None:
@@ -351,7 +358,9 @@ class _Writer(threading.Thread):
             staged[pid] = seq
             if write.row is not None:
                 r = write.row
-                batch.rows.append((r.id, r.channel, r.title, r.turns, r.last_activity, r.pending, seq))
+                batch.rows.append(
+                    (r.id, r.channel, r.title, r.turns, r.last_activity, r.pending, seq, r.undelivered)
+                )
             batch.done.append((write.future, seq))
         results: list[tuple[asyncio.Future[int], int | BaseException]] = list(batch.done)
         if batch.done:
@@ -446,10 +455,10 @@ def _sync_pragma(synchronous: str) -> str:
 
 _INSERT_EVENTS = "INSERT INTO events (persistence_id, seq, type, payload, ts) VALUES (?,?,?,?,?)"
 _UPSERT_SESSIONS = (
-    "INSERT INTO sessions (id, channel, title, turns, last_activity, pending, last_seq)"
-    " VALUES (?,?,?,?,?,?,?) ON CONFLICT(id) DO UPDATE SET channel=excluded.channel,"
+    "INSERT INTO sessions (id, channel, title, turns, last_activity, pending, last_seq, undelivered)"
+    " VALUES (?,?,?,?,?,?,?,?) ON CONFLICT(id) DO UPDATE SET channel=excluded.channel,"
     " title=excluded.title, turns=excluded.turns, last_activity=excluded.last_activity,"
-    " pending=excluded.pending, last_seq=excluded.last_seq"
+    " pending=excluded.pending, last_seq=excluded.last_seq, undelivered=excluded.undelivered"
 )
 _UPSERT_SNAPSHOTS = (
     "INSERT INTO snapshots (persistence_id, seq, state, ts) VALUES (?,?,?,?)"
@@ -485,4 +494,5 @@ def _session_row(r: sqlite3.Row) -> SessionRow:
         last_activity=float(r[4]),
         pending=int(r[5]),
         last_seq=int(r[6]),
+        undelivered=int(r[7]),
     )

@@ -41,7 +41,7 @@ from netclaw.sessions._clock import SessionClock
 from netclaw.sessions._compaction import CompactionRun
 from netclaw.sessions._compaction_flow import CompactionFlow
 from netclaw.sessions._deps import SessionDeps
-from netclaw.sessions._events import SessionReset
+from netclaw.sessions._events import ReplyDelivered, SessionReset
 from netclaw.sessions._extraction import Extraction
 from netclaw.sessions._passivation import PassivationFlow
 from netclaw.sessions._phases import Phase, PhaseMachine
@@ -163,6 +163,13 @@ class SessionActor(TurnFlow, ApprovalFlow, CompactionFlow, PassivationFlow, pykk
                     reply.fail(exc)
             case cmd.ListApprovals(reply=reply):
                 reply.resolve(self._open_approvals())
+            case cmd.MarkDelivered(turn=delivered, message_ids=ids, reply=reply):
+                owed = delivered in self.state.undelivered
+                if owed:
+                    self._persist(ReplyDelivered(delivered, ids))
+                reply.resolve(owed)
+            case cmd.ListUndelivered(reply=reply):
+                reply.resolve(self._undelivered())
             case cmd.ApprovalsDue(turn=due_turn):
                 self._on_approvals_due(due_turn)
             case cmd.Release():
@@ -288,6 +295,14 @@ class SessionActor(TurnFlow, ApprovalFlow, CompactionFlow, PassivationFlow, pykk
         else:
             log.error("%s: turn work failed: %r", self.session_id, error)
             self._fail_turn("internal", f"the turn failed unexpectedly: {type(error).__name__}", "failed")
+
+    def _undelivered(self) -> list[tuple[int, str, float]]:
+        owed = []
+        for turn_no, message_id in sorted(self.state.undelivered.items()):
+            message = self.state.find_message(message_id)
+            if message is not None:
+                owed.append((turn_no, message.content, message.ts))
+        return owed
 
     def _reset(self, by: str) -> None:
         """The model-visible context starts empty (a running turn is cancelled first, and its

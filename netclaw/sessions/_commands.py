@@ -110,6 +110,22 @@ class ListApprovals(Routed):
 
 
 @dataclass(frozen=True, slots=True)
+class MarkDelivered(Routed):
+    """The channel showed the reply of ``turn`` (the outbox): record ``ReplyDelivered``."""
+
+    turn: int
+    message_ids: tuple[str, ...]
+    reply: Reply[bool]
+
+
+@dataclass(frozen=True, slots=True)
+class ListUndelivered(Routed):
+    """The replies the conversation is still owed: (turn, text, recorded at)."""
+
+    reply: Reply[list[tuple[int, str, float]]]
+
+
+@dataclass(frozen=True, slots=True)
 class Release(Routed):
     """A session warmed at start-up may go on (channels are listening now): resume its
     interrupted turn or queued input."""
@@ -214,6 +230,8 @@ def refuse(message: object, error: Exception, notice: Error) -> None:
             | ReportStatus(reply=reply)
             | Decide(reply=reply)
             | ListApprovals(reply=reply)
+            | MarkDelivered(reply=reply)
+            | ListUndelivered(reply=reply)
         ):
             reply.fail(error)
         case _:

@@ -33,6 +33,10 @@ class ManagerPort(Protocol):
         """The restart notice reached the model: it no longer applies."""
         ...
 
+    def reply_owed(self, session_id: str) -> None:
+        """A chat session recorded a reply its conversation has not been shown yet."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class SessionDeps:

@@ -186,6 +186,14 @@ class ApprovalDecided:
     by: str
 
 
+@dataclass(frozen=True, slots=True)
+class ReplyDelivered:
+    """The reply of ``turn`` is shown in its chat conversation: these platform messages."""
+
+    turn: int
+    message_ids: tuple[str, ...]
+
+
 SessionEvent = (
     InputAdmitted
     | TurnStarted
@@ -198,6 +206,7 @@ SessionEvent = (
     | MemoriesExtracted
     | ApprovalRequested
     | ApprovalDecided
+    | ReplyDelivered
 )
 
 
@@ -238,6 +247,8 @@ def encode(event: SessionEvent) -> tuple[str, str]:
             }
         case ApprovalDecided(approval_id=aid, decision=decision, by=by):
             payload = {"approval_id": aid, "decision": decision, "by": by}
+        case ReplyDelivered(turn=turn, message_ids=ids):
+            payload = {"turn": turn, "message_ids": list(ids)}
     return type(event).__name__, json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
 
 
@@ -274,6 +285,8 @@ def decode(type_name: str, payload: str) -> SessionEvent:
                     ChatMessage.from_dict(data["assistant"]),
                     tuple(ApprovalRequest.from_dict(r) for r in data["requests"]),
                 )
+            case "ReplyDelivered":
+                return ReplyDelivered(int(data["turn"]), tuple(str(i) for i in data["message_ids"]))
             case "ApprovalDecided":
                 return ApprovalDecided(str(data["approval_id"]), data["decision"], str(data["by"]))
             case "SessionCompacted":

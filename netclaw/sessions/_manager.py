@@ -71,6 +71,7 @@ class SessionManager:
         self._erasing: dict[str, list[Routed]] = {}
         # Warmed after a graceful restart and not yet told so: session → when it stopped.
         self._continuity: dict[str, float] = {}
+        self._reply_listeners: list[Callable[[str], None]] = []
         self._recovering: dict[str, asyncio.Future[None]] = {}  # warm() waits on these
         self._held: set[str] = set()  # warmed, waiting for release_held()
         self.started = 0  # actors started (recoveries), for /healthz and tests
@@ -255,6 +256,18 @@ class SessionManager:
 
     def continuity_delivered(self, session_id: str, ref: SessionRef) -> None:
         self._continuity.pop(session_id, None)
+
+    def on_reply_owed(self, listener: Callable[[str], None]) -> None:
+        """Call ``listener(session_id)`` (on the loop) whenever a chat session records a reply
+        its conversation still owes (the channels' outbox watches this)."""
+        self._reply_listeners.append(listener)
+
+    def reply_owed(self, session_id: str) -> None:
+        for listener in list(self._reply_listeners):
+            try:
+                listener(session_id)
+            except Exception:
+                log.exception("%s: a reply listener failed", session_id)
 
     def stop_requested(self, session_id: str, ref: SessionRef, received: int, epoch: int) -> None:
         entry = self._resident.get(session_id)

@@ -47,6 +47,7 @@ class Recorder:
             turns=new.turns,
             last_activity=now,
             pending=new.pending_inputs,
+            undelivered=len(new.undelivered),
         )
         encoded = [NewEvent(*encode(e)) for e in events]
         future = self._io.submit(self._journal.append(state.session_id, state.seq, encoded, row))

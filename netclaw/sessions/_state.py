@@ -22,6 +22,7 @@ from netclaw.sessions._events import (
     HistoryTrimmed,
     InputAdmitted,
     MemoriesExtracted,
+    ReplyDelivered,
     SessionCompacted,
     SessionEvent,
     SessionReset,
@@ -39,6 +40,8 @@ MAX_IDENTITIES = 10_000
 MAX_OUTCOMES = 1_000
 SNAPSHOT_VERSION = 1
 MAX_FAILURES_SHOWN = 10_000  # failed turns remembered for the transcript view
+MAX_UNDELIVERED = 100  # replies owed to a chat conversation (an adapter down for long)
+CHAT_CHANNELS = ("slack", "discord")  # their replies go through the outbox
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +123,9 @@ class SessionState:
     memory_through_turn: int = 0  # observations of turns up to here are saved
     pending_round: PendingRound | None = None  # a tool round waiting for approvals
     granted_tools: frozenset[str] = frozenset()  # approved "always" for this session
+    # Chat sessions: replies recorded but not yet shown in the conversation (turn → the
+    # assistant message), so the channel posts them even if nobody watched the turn.
+    undelivered: Mapping[int, str] = field(default_factory=dict)
 
     @property
     def visible(self) -> tuple[ChatMessage, ...]:
@@ -215,12 +221,19 @@ class SessionState:
                     if len(failures) > MAX_FAILURES_SHOWN:
                         del failures[next(iter(failures))]
                 usage = event.usage or {}
+                undelivered = self.undelivered
+                answer = next((m.id for m in reversed(event.messages) if m.role == "assistant"), None)
+                if event.status == "completed" and answer is not None and self.channel in CHAT_CHANNELS:
+                    undelivered = {**undelivered, event.turn: answer}
+                    if len(undelivered) > MAX_UNDELIVERED:
+                        del undelivered[min(undelivered)]
                 return replace(
                     self,
                     seq=seq,
                     transcript=(*self.transcript, *event.messages),
                     active=None,
                     pending_round=None,
+                    undelivered=undelivered,
                     outcomes=outcomes,
                     failures=failures,
                     last_activity=ts,
@@ -237,6 +250,12 @@ class SessionState:
                     last_input_tokens=None,
                     resets=self.resets + 1,
                     last_activity=ts,
+                )
+            case ReplyDelivered(turn=turn):
+                if turn not in self.undelivered:
+                    return replace(self, seq=seq)
+                return replace(
+                    self, seq=seq, undelivered={t: m for t, m in self.undelivered.items() if t != turn}
                 )
             case MemoriesExtracted(through_turn=turn):
                 return replace(self, seq=seq, memory_through_turn=max(self.memory_through_turn, turn))
@@ -304,6 +323,7 @@ class SessionState:
             "memory_through_turn": self.memory_through_turn,
             "pending_round": None if self.pending_round is None else self.pending_round.to_dict(),
             "granted_tools": sorted(self.granted_tools),
+            "undelivered": {str(t): m for t, m in self.undelivered.items()},
         }
         return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
 
@@ -346,6 +366,7 @@ class SessionState:
                 if d.get("pending_round") is None
                 else PendingRound.from_dict(d["pending_round"]),
                 granted_tools=frozenset(d.get("granted_tools", ())),
+                undelivered={int(t): str(m) for t, m in d.get("undelivered", {}).items()},
             )
         except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
             raise JournalCorrupt(f"cannot decode snapshot: {exc}") from exc

@@ -188,6 +188,8 @@ class TurnFlow(SessionCore):
 
     def _end_turn(self, run: TurnRun, status: TurnStatus, *, go_on: bool = True) -> None:
         self._publish(turn.turn_completed(self.session_id, run, status))
+        if run.turn in self.state.undelivered:  # the channel's outbox posts it if nobody watched
+            self.deps.io.call(self.deps.manager.reply_owed, self.session_id)
         self.waiters.resolve(self.state, run.message_id)
         self.run = None
         self.clock.end_turn()

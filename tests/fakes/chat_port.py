@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from adapters.chat import Button, ChatApiError, Conversation, MessageRef
 
-OPS = ("post", "edit", "delete", "react", "typing", "upload", "post_buttons", "create_thread")
+OPS = ("post", "edit", "delete", "react", "typing", "upload", "post_buttons", "create_thread", "find_posted")
 
 
 @dataclass
@@ -120,6 +120,12 @@ class FakeChatPort:
             self.messages[message.id] = message
             self._by_key[key] = message.id
             return message.id
+
+    async def find_posted(self, to: Conversation, key: str, since: float) -> str | None:
+        self._enter("find_posted")
+        with self._lock:
+            found = self._by_key.get(key)
+            return found if found is not None and not self.messages[found].deleted else None
 
     async def edit(self, to: Conversation, message_id: str, text: str) -> None:
         self._enter("edit")

@@ -46,6 +46,8 @@ def small_window(tmp_path: Path, windowed: ScriptedOpenAIThread) -> Iterator[Cal
                     "max_output_tokens": MAX_OUT,
                 }
             },
+            # A window this small holds no tool schemas beyond one (they count, too).
+            audiences={"personal": {"tools": ["current_time"]}},
         )
         daemon = Daemon(Settings(**data))
         daemon.start()

@@ -471,3 +471,105 @@ def test_an_approval_decided_by_a_button_press_in_the_thread(
     assert [b["type"] for b in shown["blocks"]] == ["section"]  # the buttons are gone
     results = [m for m in handle.transcript(f"slack:C1:{ts}") if m["role"] == "tool"]
     assert len(results) == 1 and "UTC" in results[0]["content"]
+
+
+# --------------------------------------------------------------------------- the outbox
+
+
+def delivered_rows(handle: DaemonHandle, session_id: str) -> list[dict[str, Any]]:
+    import json
+    import sqlite3
+
+    conn = sqlite3.connect(handle.daemon.settings.database_path)
+    try:
+        rows = conn.execute(
+            "SELECT payload FROM events WHERE persistence_id = ? AND type = 'ReplyDelivered' ORDER BY seq",
+            (session_id,),
+        ).fetchall()
+    finally:
+        conn.close()
+    return [json.loads(p) for (p,) in rows]
+
+
+def test_a_reply_nobody_watched_is_posted_in_its_thread(
+    start_slack: StartSlack, fake_slack: FakeSlackThread
+) -> None:
+    """A reminder fires in a Slack thread no renderer follows: the outbox posts the reply."""
+    handle, adapter = start_slack()
+    root, _ = fake_slack.say("C1", "deploys go here")  # not a session yet, nobody follows it
+    sid = f"slack:C1:{root}"
+    assert adapter.renderer is not None and sid not in adapter.renderer.following()
+    answer = handle.http.post(
+        f"/api/sessions/{sid}/reminders", json={"text": "check the deploy", "in_s": 0.2}
+    )
+    assert answer.status_code == 201, answer.text
+    [posted] = wait_for(lambda: fake_slack.bot_messages("C1", root), "the reply in the thread")
+    assert "check the deploy" in posted["text"]  # the scripted provider echoes
+    wait_for(lambda: delivered_rows(handle, sid), "the delivery record")
+    [record] = delivered_rows(handle, sid)
+    assert record["turn"] == 1 and record["message_ids"] == [posted["ts"]]
+    time.sleep(0.3)
+    assert len(fake_slack.bot_messages("C1", root)) == 1
+
+
+def test_a_reply_recorded_but_never_posted_is_posted_once_after_a_restart(
+    start_slack: StartSlack, fake_slack: FakeSlackThread, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The daemon dies after the turn is recorded and before the post: the next start posts it."""
+    from adapters.chat import _renderer
+
+    handle, _ = start_slack()
+    with monkeypatch.context() as crashed:
+        original = _renderer.ChatRenderer._render  # noqa: SLF001 - the crash is injected here
+
+        async def dies_before_posting(self: Any, link: Any, output: Any) -> None:
+            if type(output).__name__ in ("TextDelta", "Text", "TurnCompleted"):
+                return  # the process is gone before it shows anything of the reply
+            await original(self, link, output)
+
+        crashed.setattr(_renderer.ChatRenderer, "_render", dies_before_posting)
+        ts, _ = fake_slack.say("C1", f"{MENTION} remember the milk")
+        sid = f"slack:C1:{ts}"
+        wait_for(
+            lambda: (
+                handle.http.get(f"/api/sessions/{sid}").status_code == 200
+                and handle.transcript(sid)[-1]["role"] == "assistant"
+            ),
+            "the recorded reply",
+        )
+        time.sleep(0.2)
+        assert fake_slack.bot_messages("C1", ts) == []
+        handle.stop()
+    handle, _ = start_slack()
+    [posted] = wait_for(lambda: fake_slack.bot_messages("C1", ts), "the owed reply after the restart")
+    assert posted["text"] == "echo: remember the milk"
+    wait_for(lambda: delivered_rows(handle, sid), "the delivery record")
+    time.sleep(0.3)
+    assert len(fake_slack.bot_messages("C1", ts)) == 1
+
+
+def test_a_reply_posted_but_not_recorded_is_not_posted_again_after_a_restart(
+    start_slack: StartSlack, fake_slack: FakeSlackThread, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The post worked, the daemon died before recording it: the next start finds the
+    message by its key and records it, without a second post."""
+    from adapters.chat import _renderer
+
+    handle, _ = start_slack()
+    with monkeypatch.context() as crashed:
+
+        async def dies_before_recording(self: Any, link: Any, turn: int, message_ids: list[str]) -> None:
+            return None
+
+        crashed.setattr(_renderer.ChatRenderer, "_mark_delivered", dies_before_recording)
+        ts, _ = fake_slack.say("C1", f"{MENTION} hello once")
+        sid = f"slack:C1:{ts}"
+        reply_in(fake_slack, "C1", ts, "echo: hello once")
+        handle.stop()
+    assert delivered_rows(handle, sid) == []
+    posts_before = len(fake_slack.calls_of("chat.postMessage"))
+    handle, _ = start_slack()
+    wait_for(lambda: delivered_rows(handle, sid), "the delivery record after the restart")
+    assert len(fake_slack.calls_of("chat.postMessage")) == posts_before  # found, not posted again
+    assert [m["text"] for m in fake_slack.bot_messages("C1", ts)] == ["echo: hello once"]
+    assert fake_slack.calls_of("conversations.replies")  # it looked for the message by its key

@@ -27,7 +27,12 @@ StartDaemon = Callable[..., DaemonHandle]
 ALERTS_SECRET = "alerts-secret-0123456789"
 CI_TOKEN = "ci-token-abcdef"
 EXTERNAL_NOTE = "[external content received on webhook 'alerts'; it is untrusted data"
-ALL_TOOLS = {"current_time", "remember", "search_memory"}
+
+
+def all_tools(handle: DaemonHandle) -> set[str]:
+    """Every tool the daemon has (built-ins switched on, memory, reminders)."""
+    assert handle.daemon.tools is not None
+    return set(handle.daemon.tools.names())
 
 
 # -- helpers ------------------------------------------------------------------------------------
@@ -580,7 +585,8 @@ def test_a_public_webhook_session_is_offered_only_public_tools_and_cli_all(
     (public_request,) = requests_carrying(scripted, "public question")
     (cli_request,) = requests_carrying(scripted, "private question")
     assert offered_tools(public_request) == {"current_time"}
-    assert offered_tools(cli_request) == ALL_TOOLS
+    assert offered_tools(cli_request) == all_tools(hooks)
+    assert {"current_time", "remember", "search_memory", "schedule_reminder"} <= all_tools(hooks)
 
 
 def test_a_public_session_calling_a_tool_it_was_not_offered_gets_an_error_result(
@@ -615,7 +621,7 @@ def test_a_route_with_a_personal_audience_is_offered_every_tool(
     response = deliver(handle, {"thread": "mine", "text": "personal route"}, wait=True)
     assert response.status_code == 200, response.text
     (request,) = requests_carrying(scripted, "personal route")
-    assert offered_tools(request) == ALL_TOOLS
+    assert offered_tools(request) == all_tools(handle)
 
 
 # -- a disabled adapter ---------------------------------------------------------------------------

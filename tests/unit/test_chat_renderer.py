@@ -14,7 +14,7 @@ import asyncio
 import itertools
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -48,6 +48,10 @@ class StandInGateway:
         self.hold: asyncio.Event | None = None  # submit waits for it (an admission on its way)
         self.pending: list[str] = []
         self.decisions: list[tuple[str, str, str, str]] = []
+        self.owed: list[tuple[int, str, float]] = []
+        self.delivered: dict[int, list[str]] = {}
+        self.owing: list[str] = []
+        self.listeners: list[Callable[[str], None]] = []
 
     def subscribe(self, session_id: str, mask: out.OutputFilter) -> Subscription:
         queue = OutputQueue(asyncio.get_running_loop())
@@ -69,6 +73,20 @@ class StandInGateway:
 
     async def find_approval(self, approval_id: str) -> str | None:
         return None
+
+    # The outbox: what the session owes its conversation, scripted by the test.
+    async def undelivered_replies(self, session_id: str) -> list[tuple[int, str, float]]:
+        return [r for r in self.owed if r[0] not in self.delivered]
+
+    async def mark_delivered(self, session_id: str, turn: int, message_ids: Sequence[str]) -> bool:
+        self.delivered[turn] = list(message_ids)
+        return True
+
+    async def sessions_owing_replies(self, platform: str) -> list[str]:
+        return list(self.owing)
+
+    def watch_owed_replies(self, listener: Callable[[str], None]) -> None:
+        self.listeners.append(listener)
 
     async def decide_in_chat(
         self, platform: str, session_id: str, approval_id: str, decision: str, *, user_id: str, user_name: str

@@ -488,6 +488,7 @@ _REQUEST = _events.ApprovalRequest("ap-1", "c1", "shell", '{"command": "ls"}', 2
 ALL_EVENTS += [
     _events.ApprovalRequested(turn=1, assistant=_GATED, requests=(_REQUEST,)),
     _events.ApprovalDecided(approval_id="ap-1", decision="always", by="U1"),
+    _events.ReplyDelivered(turn=1, message_ids=("1712.0001", "1712.0002")),
 ]
 
 EVENT_TYPES = set(typing.get_args(SessionEvent))
@@ -624,3 +625,22 @@ def test_a_turn_that_ends_while_waiting_drops_the_round() -> None:
 def test_a_decision_on_an_unknown_request_is_corruption() -> None:
     with pytest.raises(JournalCorrupt, match="unknown approval"):
         _waiting().apply(_events.ApprovalDecided("ap-9", "approve", "U1"), 4, 102.0)
+
+
+def test_chat_replies_are_owed_until_delivered() -> None:
+    def answered(session_id: str) -> SessionState:
+        state = SessionState(session_id).apply(InputAdmitted(user("u1", "hi")), 1, 100.0)
+        state = state.apply(TurnStarted(1, "u1"), 2, 100.0)
+        return state.apply(TurnRecorded(1, "u1", "completed", (assistant("a1", "hello"),)), 3, 101.0)
+
+    slack = answered("slack:C1:1.2")
+    assert slack.undelivered == {1: "a1"}
+    assert SessionState.from_json(slack.to_json()) == slack
+    delivered = slack.apply(_events.ReplyDelivered(1, ("1712.1",)), 4, 102.0)
+    assert delivered.undelivered == {}
+    assert delivered.apply(_events.ReplyDelivered(1, ("x",)), 5, 103.0).undelivered == {}  # twice: harmless
+    assert answered("cli:x").undelivered == {}  # only chat channels have an outbox
+    failed = SessionState("discord:9").apply(InputAdmitted(user("u1", "hi")), 1, 100.0)
+    failed = failed.apply(TurnStarted(1, "u1"), 2, 100.0)
+    failed = failed.apply(TurnRecorded(1, "u1", "failed", error={"code": "x", "message": "y"}), 3, 101.0)
+    assert failed.undelivered == {}
