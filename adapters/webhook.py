@@ -24,8 +24,8 @@ from typing import Any
 from aiohttp import web
 
 from adapters.base import AdapterStatus
-from netclaw.config import Settings, WebhookRoute
-from netclaw.errors import AdapterError, ApiError
+from netclaw.config import DeliverConfig, Settings, WebhookRoute
+from netclaw.errors import AdapterError, ApiError, NetclawError
 from netclaw.gateway import Gateway, Inbound
 from netclaw.messages import mark_external
 from netclaw.persistence import DeliveryLog
@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 
 TIMESTAMP_TOLERANCE_S = 300
 MAX_KEY_CHARS = 120
+DELIVER_LOOKBACK_S = 3600.0  # a retried delivery finds the thread its first try opened
 _UNSAFE = re.compile(r"[^A-Za-z0-9._\-]")
 
 
@@ -170,7 +171,9 @@ class WebhookAdapter:
         # Every delivery has a key (the sender's, or one we make): a delivery whose answer
         # was lost can be retried with it and reaches the same session, recorded once.
         key = idempotency_key(request)
-        if "Idempotency-Key" in request.headers or route.session_key is None:
+        if route.deliver is not None:
+            session_id = await self._delivery_thread(name, route.deliver, key, text)
+        if "Idempotency-Key" in request.headers or route.session_key is None or route.deliver is not None:
             assert self._deliveries is not None
             session_id = await self._deliveries.session_for(name, key, session_id)
         admission, outcome = await self.gateway.submit(
@@ -178,6 +181,20 @@ class WebhookAdapter:
             wait=wait_flag(request),
         )
         return submission_response(admission, outcome)
+
+    async def _delivery_thread(self, name: str, deliver: DeliverConfig, key: str, text: str) -> str:
+        """A route with ``deliver``: a new thread in that chat channel is the session (the
+        same one again for a retry with the same key, within an hour, on Slack)."""
+        marker = hashlib.sha256(f"webhook|{name}|{key}".encode()).hexdigest()[:20]
+        header = f"🔔 {name}: {text.strip().splitlines()[0][:200]}"
+        try:
+            return await self.gateway.open_thread(
+                deliver.channel, deliver.to, header, key=marker, since=time.time() - DELIVER_LOOKBACK_S
+            )
+        except NetclawError as exc:
+            raise ApiError(
+                503, "delivery_unavailable", f"cannot open a thread in {deliver.channel} {deliver.to}: {exc}"
+            ) from exc
 
     def _authenticate(self, request: web.Request, route: WebhookRoute, body: bytes) -> None:
         secret = os.environ.get(route.auth.secret_env, "").encode()

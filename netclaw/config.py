@@ -115,6 +115,11 @@ class WebhookAuth(_Section):
     _env = field_validator("secret_env")(_check_env_name)
 
 
+class DeliverConfig(_Section):
+    channel: Literal["slack", "discord"]
+    to: str = Field(min_length=1)  # a channel id
+
+
 class WebhookRoute(_Section):
     auth: WebhookAuth
     session_key: str | None = None
@@ -122,6 +127,7 @@ class WebhookRoute(_Section):
     audience: Literal["personal", "team", "public"] = "public"
     max_body_bytes: int = Field(1_048_576, gt=0)
     rate_limit_per_minute: int = Field(60, gt=0)
+    deliver: DeliverConfig | None = None  # post each delivery's reply as a new thread there
 
 
 class WebhooksConfig(_Section):
@@ -236,11 +242,6 @@ class McpServerConfig(_Section):
         if self.command is not None and self.headers_env:
             raise ValueError("`headers_env` is for HTTP servers (`url`), not `command`")
         return self
-
-
-class DeliverConfig(_Section):
-    channel: Literal["slack", "discord"]
-    to: str = Field(min_length=1)  # a channel id
 
 
 class ScheduleConfig(_Section):

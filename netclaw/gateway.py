@@ -24,7 +24,7 @@ import contextlib
 import logging
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -80,6 +80,9 @@ ACK_TIMEOUT_S = 30.0
 CONTROL_TIMEOUT_S = 30.0  # a control command's answer (a compaction may take a while)
 
 T = TypeVar("T")
+
+# (channel, text, key, since) → the session id of the thread opened under the new message
+ThreadOpener = Callable[[str, str, str, float], Awaitable[str]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +173,7 @@ class Gateway:
         self._journal = journal
         self._live = live
         self._memory = memory
+        self._openers: dict[str, ThreadOpener] = {}  # platform → its adapter's thread opener
 
     @property
     def settings(self) -> Settings:
@@ -346,6 +350,23 @@ class Gateway:
     async def mark_delivered(self, session_id: str, turn: int, message_ids: Sequence[str]) -> bool:
         """The channel showed the reply of ``turn``; False if it was not owed (any more)."""
         return await self._ask(session_id, lambda reply: MarkDelivered(turn, tuple(message_ids), reply))
+
+    def offer_threads(self, platform: str, opener: ThreadOpener | None) -> None:
+        """A chat adapter that can open threads (delivery targets) offers it here while it
+        runs (None withdraws it)."""
+        if opener is None:
+            self._openers.pop(platform, None)
+        else:
+            self._openers[platform] = opener
+
+    async def open_thread(self, platform: str, channel: str, text: str, *, key: str, since: float) -> str:
+        """Post ``text`` as a new message in ``channel`` of ``platform``; the session id of the
+        thread under it. The same ``key`` again opens no second thread where the platform
+        can tell (see ``ChatPort.open_thread``)."""
+        opener = self._openers.get(platform)
+        if opener is None:
+            raise SessionUnavailable(f"{platform} is not connected, so nothing can be delivered to {channel}")
+        return await opener(channel, text, key, since)
 
     def watch_owed_replies(self, listener: Callable[[str], None]) -> None:
         """``listener(session_id)`` on the loop whenever a chat session records a reply (a

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import secrets
 import time
@@ -196,13 +197,14 @@ class Scheduler:
         plan = plan_due(reminder.schedule, reminder.next_fire, now, reminder.catch_up)
         admitted = 0
         for scheduled in plan.fire:
-            inbound = Inbound(
-                reminder.session_id,
-                fire_text(reminder.text, scheduled, reminder.schedule.timezone, reminder.name),
-                user="reminder",
-                identity=identity(reminder.id, scheduled),
-            )
             try:
+                session_id = await self._session_for(reminder, scheduled)
+                inbound = Inbound(
+                    session_id,
+                    fire_text(reminder.text, scheduled, reminder.schedule.timezone, reminder.name),
+                    user="reminder",
+                    identity=identity(reminder.id, scheduled),
+                )
                 admission, _ = await self.gateway.submit(inbound)
             except NetclawError as exc:
                 # Not admitted (or not known to be): next_fire stays, the same identity comes
@@ -219,6 +221,17 @@ class Scheduler:
             self._announce_missed(reminder, plan.skipped, len(plan.fire))
         await self.store.fired(reminder.id, reminder.next_fire, plan.next_fire)
         return admitted
+
+    async def _session_for(self, reminder: Reminder, scheduled: float) -> str:
+        """The reminder's session; with ``deliver``, a new thread in the target channel for
+        this fire (the same thread again if a crash repeats the fire)."""
+        if not reminder.deliver:
+            return reminder.session_id
+        key = hashlib.sha256(f"deliver|{reminder.id}|{scheduled:.3f}".encode()).hexdigest()[:20]
+        header = f"⏰ {reminder.name or 'Reminder'}: {reminder.text.splitlines()[0][:200]}"
+        return await self.gateway.open_thread(
+            reminder.deliver["channel"], reminder.deliver["to"], header, key=key, since=scheduled - 300
+        )
 
     async def _postpone(self, reminder: Reminder, delay: float) -> None:
         # Wake again soon without moving next_fire (the fire is still owed).
@@ -246,12 +259,10 @@ class Scheduler:
         now = self.clock.now()
         kept: list[str] = []
         for name, config in schedules.items():
-            if config.session is None:
-                log.warning(
-                    "schedule %s has no session (deliver-only schedules are not supported yet); skipped", name
-                )
-                continue
             rid = f"config:{name}"
+            deliver = config.deliver.model_dump() if config.deliver is not None else None
+            # With `deliver`, every fire opens its own thread there (that thread is the session).
+            session_id = f"deliver:{deliver['channel']}:{deliver['to']}" if deliver else str(config.session)
             schedule = make_schedule(
                 now=now,
                 at=config.at,
@@ -262,9 +273,7 @@ class Scheduler:
             )
             existing = await self.store.get(rid)
             unchanged = (
-                existing is not None
-                and existing.schedule == schedule
-                and existing.session_id == config.session
+                existing is not None and existing.schedule == schedule and existing.session_id == session_id
             )
             kept_fire = existing.next_fire if unchanged and existing is not None else None
             next_fire = kept_fire if kept_fire is not None else schedule.first_fire(now)
@@ -273,7 +282,7 @@ class Scheduler:
                 continue
             reminder = Reminder(
                 id=rid,
-                session_id=config.session,
+                session_id=session_id,
                 text=config.text,
                 schedule=schedule,
                 next_fire=next_fire,
@@ -281,6 +290,7 @@ class Scheduler:
                 created_by=rid,
                 created_at=existing.created_at if existing is not None else now,
                 name=name,
+                deliver=deliver,
                 fired=existing.fired if existing is not None and unchanged else 0,
             )
             if existing is None or existing != reminder:

@@ -149,6 +149,12 @@ class ChatPort(Protocol):
         the message by plain text (the buttons go)."""
         ...
 
+    async def open_thread(self, channel: str, text: str, *, key: str, since: float) -> Conversation:
+        """Post ``text`` as a new message in ``channel`` and return the thread under it (a
+        delivery target's conversation). With the same ``key`` again (a repeat after a crash,
+        since ``since``) the thread already opened, where the platform can tell."""
+        ...
+
     async def find_posted(self, to: Conversation, key: str, since: float) -> str | None:
         """The message posted with ``key`` since ``since`` (Unix time), if the platform can
         tell (the outbox asks before posting a reply a crash may have posted already)."""

@@ -224,6 +224,20 @@ class ChatRenderer:
         if conversation is not None:
             self._follow(session_id, conversation)
 
+    async def open_thread(
+        self, channel: str, text: str, session_of: Callable[[Conversation], str], *, key: str, since: float
+    ) -> str:
+        """A delivery target: post ``text`` as a new message in ``channel``; the thread under
+        it becomes a session, followed from now on so its replies show there."""
+        conversation = await self._call(
+            "open a thread",
+            partial(self.port.open_thread, channel, self.port.escape(text), key=key, since=since),
+            MUST_DELIVER,
+        )
+        session_id = session_of(conversation)
+        self._follow(session_id, conversation)
+        return session_id
+
     def reconnected(self) -> None:
         """The platform connection is back: every link that owes a reply listens again, and
         the outbox looks for replies recorded meanwhile."""

@@ -162,6 +162,7 @@ class DiscordAdapter:
         self._port = port = ClientPort(client)
         self.renderer = ChatRenderer(self.gateway, port, self.options)
         self._running = True
+        self.gateway.offer_threads("discord", self._open_thread)
         # Wait for the gateway's READY (token and intents accepted), not for on_ready (which
         # discord.py delays until every server has streamed in), or for an early refusal.
         gateway_up = self._gateway_up = asyncio.Event()
@@ -192,8 +193,16 @@ class DiscordAdapter:
         finally:
             self._starting = False
 
+    async def _open_thread(self, channel: str, text: str, key: str, since: float) -> str:
+        """A delivery target (a schedule's or a webhook route's ``deliver``)."""
+        assert self.renderer is not None
+        return await self.renderer.open_thread(
+            channel, text, lambda c: session_id_for(c.channel), key=key, since=since
+        )
+
     async def stop(self) -> None:
         self._running = False
+        self.gateway.offer_threads("discord", None)
         if self.renderer is not None:
             await self.renderer.stop()
         client, self._client = self._client, None

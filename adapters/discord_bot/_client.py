@@ -319,6 +319,19 @@ class ClientPort:
             )
             return str(message.id)
 
+    async def open_thread(self, channel: str, text: str, *, key: str, since: float) -> Conversation:
+        # The nonce makes a repeat within Discord's window return the same message; a thread
+        # made from a message has the message's id, so a repeat finds the same thread.
+        message_id = await self.post(Conversation(channel), text, key=key)
+        try:
+            return Conversation(
+                await self.create_thread(channel, message_id, text.splitlines()[0][:90] or "netclaw")
+            )
+        except DiscordApiError as exc:
+            if exc.status not in (400, 409):  # 400 / 160004: a thread already exists for it
+                raise
+            return Conversation(message_id)
+
     async def find_posted(self, to: Conversation, key: str, since: float) -> str | None:
         # Discord keeps no key on a message we could look up later; posting again with the
         # same nonce (enforce_nonce) returns the message already made, for a few minutes.

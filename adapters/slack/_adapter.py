@@ -132,12 +132,21 @@ class SlackAdapter:
         assert connection.port is not None
         self.renderer = ChatRenderer(self.gateway, connection.port, self.options)
         await self.renderer.resume(conversation_of)  # turns a restart interrupted answer here
+        self.gateway.offer_threads("slack", self._open_thread)
         self._state = "running"
         self._detail = f"connected as <@{self.bot_user_id}>"
         log.info("slack: connected via Socket Mode as %s", self.bot_user_id)
 
+    async def _open_thread(self, channel: str, text: str, key: str, since: float) -> str:
+        """A delivery target (a schedule's or a webhook route's ``deliver``)."""
+        assert self.renderer is not None
+        return await self.renderer.open_thread(
+            channel, text, lambda c: f"slack:{c.channel}:{c.thread}", key=key, since=since
+        )
+
     async def stop(self) -> None:
         self._stopping = True
+        self.gateway.offer_threads("slack", None)
         if self.renderer is not None:
             await self.renderer.stop()
         if self._connection is not None:

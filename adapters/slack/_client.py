@@ -211,20 +211,38 @@ class SlackPort:
     async def find_posted(self, to: Conversation, key: str, since: float) -> str | None:
         return await self.find_marker(to, key, since)
 
+    async def open_thread(self, channel: str, text: str, *, key: str, since: float) -> Conversation:
+        top = Conversation(channel, None)
+        found = await self.find_marker(top, key, since)
+        ts = found if found is not None else await self._post(top, key, text=text)
+        return Conversation(channel, ts)
+
     async def find_marker(self, to: Conversation, marker: str, since: float) -> str | None:
-        """The ts of the thread's message carrying ``marker`` in its metadata, if any."""
+        """The ts of the thread's (or, without a thread, the channel's) message carrying
+        ``marker`` in its metadata, if any."""
         cursor: str | None = None
         for _page in range(10):
-            response = await self.call_retrying(
-                "conversations.replies",
-                self.client.conversations_replies,
-                channel=to.channel,
-                ts=to.thread,
-                oldest=f"{since:.6f}",
-                include_all_metadata=True,
-                limit=200,
-                cursor=cursor,
-            )
+            if to.thread is None:
+                response = await self.call_retrying(
+                    "conversations.history",
+                    self.client.conversations_history,
+                    channel=to.channel,
+                    oldest=f"{since:.6f}",
+                    include_all_metadata=True,
+                    limit=200,
+                    cursor=cursor,
+                )
+            else:
+                response = await self.call_retrying(
+                    "conversations.replies",
+                    self.client.conversations_replies,
+                    channel=to.channel,
+                    ts=to.thread,
+                    oldest=f"{since:.6f}",
+                    include_all_metadata=True,
+                    limit=200,
+                    cursor=cursor,
+                )
             for message in _get(response, "messages") or []:
                 payload = (message.get("metadata") or {}).get("event_payload") or {}
                 if payload.get("marker") == marker:

@@ -121,6 +121,10 @@ class FakeChatPort:
             self._by_key[key] = message.id
             return message.id
 
+    async def open_thread(self, channel: str, text: str, *, key: str, since: float) -> Conversation:
+        message_id = await self.post(Conversation(channel), text, key=key)
+        return Conversation(channel, message_id)
+
     async def find_posted(self, to: Conversation, key: str, since: float) -> str | None:
         self._enter("find_posted")
         with self._lock:

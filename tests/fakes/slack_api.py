@@ -556,6 +556,23 @@ class FakeSlack:
         shown = [_public(m, with_metadata=with_metadata) for m in sorted(found, key=lambda m: float(m["ts"]))]
         return {"ok": True, "messages": shown, "has_more": False, "response_metadata": {"next_cursor": ""}}
 
+    def _history(self, args: dict[str, Any]) -> dict[str, Any]:
+        """conversations.history: the channel's top-level messages, newest first."""
+        channel = str(args.get("channel") or "")
+        if not channel:
+            return {"ok": False, "error": "channel_not_found"}
+        oldest = float(args.get("oldest") or 0)
+        with_metadata = str(args.get("include_all_metadata", "")).lower() in ("1", "true")
+        found = [
+            m
+            for m in self.messages.get(channel, [])
+            if m.get("thread_ts") in (None, m["ts"]) and float(m["ts"]) >= oldest
+        ]
+        shown = [
+            _public(m, with_metadata=with_metadata) for m in sorted(found, key=lambda m: -float(m["ts"]))
+        ]
+        return {"ok": True, "messages": shown, "has_more": False, "response_metadata": {"next_cursor": ""}}
+
     def _upload_url(self, args: dict[str, Any]) -> dict[str, Any]:
         file_id = f"F{next(self._clock):06d}"
         self.files[file_id] = {
@@ -613,6 +630,7 @@ class FakeSlack:
         "reactions.add": lambda self, args: self._reaction(args, add=True),
         "reactions.remove": lambda self, args: self._reaction(args, add=False),
         "conversations.replies": _replies,
+        "conversations.history": _history,
     }
 
 

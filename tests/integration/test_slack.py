@@ -573,3 +573,57 @@ def test_a_reply_posted_but_not_recorded_is_not_posted_again_after_a_restart(
     assert len(fake_slack.calls_of("chat.postMessage")) == posts_before  # found, not posted again
     assert [m["text"] for m in fake_slack.bot_messages("C1", ts)] == ["echo: hello once"]
     assert fake_slack.calls_of("conversations.replies")  # it looked for the message by its key
+
+
+# --------------------------------------------------------------------------- delivery targets
+
+
+def test_a_schedule_delivered_to_a_channel_opens_a_thread_people_can_continue(
+    start_slack: StartSlack, fake_slack: FakeSlackThread
+) -> None:
+    import datetime as dt
+
+    soon = (dt.datetime.now(dt.UTC) + dt.timedelta(seconds=1)).isoformat()
+    target = {"channel": "slack", "to": "C1"}
+    schedules = {"standup": {"at": soon, "text": "Post the stand-up summary.", "deliver": target}}
+    handle, _ = start_slack({"schedules": schedules})
+    [listed] = handle.http.get("/api/reminders").json()
+    assert listed["session_id"] == "deliver:slack:C1" and listed["deliver"] == target
+    [anchor] = wait_for(
+        lambda: [m for m in fake_slack.bot_messages("C1") if "thread_ts" not in m], "the new message"
+    )
+    assert anchor["text"].startswith("⏰ standup: Post the stand-up summary.")
+    [reply] = wait_for(lambda: fake_slack.bot_messages("C1", anchor["ts"]), "the reply in its thread")
+    assert "Post the stand-up summary." in reply["text"]
+    sid = f"slack:C1:{anchor['ts']}"
+
+    # Someone answers in the thread (no mention needed): the same session goes on.
+    fake_slack.say("C1", "and what about tomorrow?", thread_ts=anchor["ts"])
+    reply_in(fake_slack, "C1", anchor["ts"], "echo: and what about tomorrow?")
+    users = [m["content"] for m in handle.transcript(sid) if m["role"] == "user"]
+    assert users[0].startswith("[Scheduled reminder 'standup'") and users[1] == "and what about tomorrow?"
+    assert len([m for m in fake_slack.bot_messages("C1") if "thread_ts" not in m]) == 1
+
+
+def test_a_webhook_delivered_to_a_channel_opens_one_thread_even_when_retried(
+    start_slack: StartSlack, fake_slack: FakeSlackThread, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOOK_TOKEN", "hook-secret")
+    route = {
+        "auth": {"type": "bearer", "secret_env": "HOOK_TOKEN"},
+        "text": "$.text",
+        "deliver": {"channel": "slack", "to": "C1"},
+    }
+    handle, _ = start_slack({"webhooks": {"routes": {"alerts": route}}})
+    headers = {"Authorization": "Bearer hook-secret", "Idempotency-Key": "alert-42"}
+    body = {"text": "disk 91% on db-1"}
+    first = httpx.post(f"{handle.base_url}/webhooks/alerts?wait=1", json=body, headers=headers, timeout=10)
+    assert first.status_code == 200, first.text
+    again = httpx.post(f"{handle.base_url}/webhooks/alerts", json=body, headers=headers, timeout=10)
+    assert again.status_code in (200, 202) and again.json()["session_id"] == first.json()["session_id"]
+    [anchor] = [m for m in fake_slack.bot_messages("C1") if "thread_ts" not in m]
+    assert anchor["text"] == "🔔 alerts: disk 91% on db-1"
+    assert first.json()["session_id"] == f"slack:C1:{anchor['ts']}"
+    wait_for(lambda: fake_slack.bot_messages("C1", anchor["ts"]), "the reply in the alert's thread")
+    fake_slack.say("C1", f"{MENTION} is it still high?", thread_ts=anchor["ts"])
+    reply_in(fake_slack, "C1", anchor["ts"], "echo: is it still high?")
