@@ -20,7 +20,13 @@ from netclaw.errors import NetclawError
 
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        # `reminders add SESSION --in 10m the text`: words after the option are the text too.
+        if getattr(args, "command", None) == "reminders" and not any(e.startswith("-") for e in extra):
+            args.text = [*args.text, *extra]
+        else:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if not getattr(args, "command", None):
         parser.print_help()
         return 2

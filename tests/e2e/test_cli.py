@@ -460,3 +460,32 @@ def test_chat_prompt_waits_out_a_long_turn(long_chat: subprocess.Popen[str]) -> 
     out, err = long_chat.communicate(timeout=LONG_TURN_S + 30)
     assert long_chat.returncode == 0, err
     assert out.strip() == "worth the wait"
+
+
+# -- reminders -----------------------------------------------------------------------------------
+
+
+def test_reminders_add_list_and_rm(daemon: DaemonProcess, site: Setup) -> None:
+    code, out, err = cli(site, "reminders", "add", "cli:reminded", "--in", "10m", "stretch", "your", "legs")
+    assert code == 0, err
+    reminder_id = out.split(":")[0]
+    assert reminder_id.startswith("rem-") and "next 20" in out
+    code, out, err = cli(
+        site, "reminders", "add", "cli:reminded", "--cron", "0 9 * * 1-5", "--tz", "Europe/Berlin", "standup"
+    )
+    assert code == 0, err
+    code, out, err = cli(site, "reminders", "--session", "cli:reminded", "--json")
+    assert code == 0, err
+    listed = json.loads(out)
+    assert [r["text"] for r in listed] == ["stretch your legs", "standup"]
+    assert listed[1]["cron"] == "0 9 * * 1-5" and listed[1]["schedule"]["timezone"] == "Europe/Berlin"
+    code, out, _ = cli(site, "reminders")
+    assert code == 0 and "stretch your legs" in out and "cron '0 9 * * 1-5' (Europe/Berlin)" in out
+    code, out, err = cli(site, "reminders", "rm", reminder_id)
+    assert code == 0 and f"removed {reminder_id}" in out, err
+    code, _, err = cli(site, "reminders", "rm", reminder_id)
+    assert code != 0 and "no reminder" in err
+    code, _, err = cli(site, "reminders", "add", "cli:reminded", "--cron", "every day", "nope")
+    assert code != 0 and "cron" in err
+    code, _, err = cli(site, "reminders", "add", "cli:reminded", "nope")
+    assert code == 2 and "--in 10m" in err
