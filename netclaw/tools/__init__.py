@@ -8,6 +8,9 @@ from netclaw.tools._mcp import McpHub, McpServer, McpServerStatus
 from netclaw.tools._memory import memory_tools
 from netclaw.tools._registry import Tool, ToolContext, ToolHandler, ToolRegistry, ToolResult, ToolSource
 from netclaw.tools._reminders import ReminderPort, reminder_tools
+from netclaw.tools._shell import shell_tool
+from netclaw.tools._web_fetch import web_fetch_tool
+from netclaw.tools._workspace import ensure_workspace, workspace_tools
 
 __all__ = [
     "BUILTIN_TOOLS",
@@ -39,4 +42,27 @@ def build_registry(settings: Settings, memory: MemoryStore | None = None) -> Too
     if memory is not None:
         for tool in memory_tools(memory):
             registry.register(tool)
+    config = settings.tools
+    web = config.web_fetch
+    if web.enabled:
+        registry.register(
+            web_fetch_tool(
+                allow_private_networks=web.allow_private_networks,
+                max_bytes=web.max_bytes,
+                timeout_s=web.timeout_s,
+            )
+        )
+    if config.files.enabled or config.shell.enabled:
+        ensure_workspace(config.workspace_dir)
+    if config.files.enabled:
+        for tool in workspace_tools(config.workspace_dir):
+            registry.register(tool)
+    if config.shell.enabled:
+        registry.register(
+            shell_tool(
+                config.workspace_dir,
+                timeout_s=config.shell.timeout_s,
+                max_output_bytes=config.shell.max_output_bytes,
+            )
+        )
     return registry

@@ -29,6 +29,7 @@ from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.session import IncomingMessage
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
 
 from netclaw import __version__
 from netclaw.config import McpServerConfig
@@ -39,7 +40,7 @@ from netclaw.tools._registry import Tool, ToolContext
 
 log = logging.getLogger(__name__)
 
-PING_INTERVAL_S = 5.0  # how soon a server that died between calls is noticed
+PING_INTERVAL_S = 10.0  # how soon a server that died quietly between calls is noticed
 PING_TIMEOUT_S = 10.0
 CONNECT_TIMEOUT_S = 30.0
 RESTART_POLICY = RetryPolicy(max_retries=1_000_000, base_delay_s=1.0, max_delay_s=60.0)
@@ -216,7 +217,13 @@ class McpServer:
             self._error = None
             self._attempted.set()
             log.info("MCP server %s is up: %d tool(s)", self.name, len(self._tools))
-            await self._watch(client)
+            listener = asyncio.ensure_future(self._listen(client))
+            try:
+                await self._watch(client)
+            finally:
+                listener.cancel()
+                with contextlib.suppress(BaseException):
+                    await listener
         finally:
             self._client = None
             with contextlib.suppress(BaseException):
@@ -235,13 +242,32 @@ class McpServer:
                 self._relist.clear()
                 await self._list_tools(client)
                 continue
-            try:
-                async with asyncio.timeout(PING_TIMEOUT_S):
-                    await client.send_ping()
-            except TimeoutError as exc:
-                raise ServerGone(f"no answer to a ping within {PING_TIMEOUT_S:g}s") from exc
+            await self._probe(client)
 
-    async def _list_tools(self, client: Client) -> None:
+    async def _probe(self, client: Client) -> None:
+        """Is it still answering? A ``tools/list`` (``ping`` is gone from 2026-07-28 on),
+        which also notices a tool list that changed without a word."""
+        try:
+            async with asyncio.timeout(PING_TIMEOUT_S):
+                await self._list_tools(client, quiet=True)
+        except TimeoutError as exc:
+            raise ServerGone(f"no answer within {PING_TIMEOUT_S:g}s") from exc
+
+    async def _listen(self, client: Client) -> None:
+        """Tool-list changes on a 2026-07-28 connection come on a ``subscriptions/listen``
+        stream; older servers send ``notifications/tools/list_changed`` (``_on_message``)."""
+        try:
+            async with client.listen(tools_list_changed=True) as changes:
+                async for _event in changes:
+                    self._relist.set()
+        except ListenNotSupportedError:
+            return
+        except SubscriptionLost:
+            self._broken.set()  # the stream dropped with the connection: reconnect now
+        except (MCPError, OSError) as exc:
+            log.debug("MCP server %s: no tool-list changes from now on: %s", self.name, _describe(exc))
+
+    async def _list_tools(self, client: Client, *, quiet: bool = False) -> None:
         listed: list[mt.Tool] = []
         cursor: str | None = None
         while True:
@@ -252,9 +278,12 @@ class McpServer:
             if not cursor:
                 break
         kept, skipped = exposed_tools(self.name, listed, self.config.tools)
+        tools = {t.name: t for t in kept}
+        if quiet and tools == self._tools:
+            return
         for line in skipped:
             log.warning("MCP server %s: skipping tool %s", self.name, line)
-        self._tools = {t.name: t for t in kept}
+        self._tools = tools
         self._on_tools_changed()
 
     async def _on_message(self, message: IncomingMessage) -> None:

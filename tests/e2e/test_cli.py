@@ -489,3 +489,21 @@ def test_reminders_add_list_and_rm(daemon: DaemonProcess, site: Setup) -> None:
     assert code != 0 and "cron" in err
     code, _, err = cli(site, "reminders", "add", "cli:reminded", "nope")
     assert code == 2 and "--in 10m" in err
+
+
+def test_doctor_checks_mcp_servers(tmp_path: Path, provider: ScriptedOpenAIThread) -> None:
+    servers = {
+        "docs": {
+            "command": sys.executable,
+            "args": ["-m", "tests.fakes.mcp_fake", "stdio"],
+            "cwd": str(REPO_ROOT),
+        },
+        "ghost": {"command": "/nonexistent/mcp-server"},
+    }
+    site = Setup(tmp_path / "mcp", provider.base_url, mcp={"servers": servers})
+    done = run_cli("doctor", "--json", "--config", str(site.config))
+    report = json.loads(done.stdout)
+    checks = {c["check"]: c for c in report["checks"]}
+    assert checks["mcp docs"]["ok"] and checks["mcp docs"]["detail"] == "10 tool(s)"
+    assert not checks["mcp ghost"]["ok"] and "nonexistent" in checks["mcp ghost"]["detail"]
+    assert done.returncode == 1

@@ -260,3 +260,32 @@ def test_the_first_failing_rule_gives_the_reason() -> None:
     denied(access(users=[]), replace(ALLOWED, channel_id="C9"), "C9")
     # An allowed channel, a disallowed user and no mention: the user is named.
     denied(access(users=["U2"]), replace(ALLOWED, mentioned=False), "U1")
+
+
+# -- tool grants and approvals -----------------------------------------------------------------
+
+
+def test_tool_grants_take_globs() -> None:
+    from netclaw.policy import tool_matches
+
+    assert tool_matches("issues__search", ["issues__*"])
+    assert tool_matches("current_time", ["current_time"])
+    assert not tool_matches("issues__search", ["docs__*", "current_time"])
+    assert not tool_matches("Current_time", ["current_time"])  # names are case-sensitive
+
+
+def test_shell_always_asks_unless_granted_by_name_and_not_in_approve() -> None:
+    from netclaw.config import Settings
+    from netclaw.policy import needs_approval
+
+    default = Settings()
+    assert needs_approval("shell", "personal", default)
+    assert not needs_approval("write_file", "personal", default)
+    explicit = Settings(audiences={"personal": {"tools": ["shell", "read_file"]}})
+    assert not needs_approval("shell", "personal", explicit)
+    still = Settings(audiences={"personal": {"tools": ["shell"], "approve": ["shell"]}})
+    assert needs_approval("shell", "personal", still)
+    globbed = Settings(audiences={"team": {"tools": ["*"], "approve": ["write_file", "issues__*"]}})
+    assert needs_approval("shell", "team", globbed)  # a glob is not a grant by name
+    assert needs_approval("issues__close", "team", globbed) and needs_approval("write_file", "team", globbed)
+    assert not needs_approval("read_file", "team", globbed)

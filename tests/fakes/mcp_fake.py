@@ -1,0 +1,169 @@
+"""An MCP server for netclaw's tests, written with the real SDK (``MCPServer``, mcp 2.x) and
+run as a real subprocess.
+
+    python -m tests.fakes.mcp_fake stdio
+    python -m tests.fakes.mcp_fake http --port 0 [--require-header NAME=VALUE]
+
+In HTTP mode it prints ``listening on http://127.0.0.1:<port>/mcp`` once it accepts
+connections. Tools: ``echo``, ``add``, ``env`` (a variable the server sees), ``slow``
+(writes ``slow-started``/``slow-finished`` in ``$FAKE_MCP_MARKER_DIR``), ``fail`` (an
+``isError`` result), ``image``, ``resource``, ``big``, ``crash`` (the process exits), and
+``toggle`` (adds or removes ``extra`` and says ``tools/list_changed``). Each start appends a
+line to ``$FAKE_MCP_START_FILE`` if set, so tests can count restarts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import os
+import socket
+import sys
+from pathlib import Path
+
+import mcp_types as mt
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+
+# A 1x1 transparent PNG.
+PIXEL = base64.b64decode(
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
+)
+
+
+def build(name: str = "fake") -> MCPServer:
+    server = MCPServer(name)
+
+    @server.tool()
+    def echo(text: str) -> str:
+        """Return the text."""
+        return text
+
+    @server.tool()
+    def add(a: int, b: int) -> int:
+        """Add two integers."""
+        return a + b
+
+    @server.tool()
+    def env(name: str) -> str:
+        """An environment variable as the server sees it."""
+        return os.environ.get(name, "<unset>")
+
+    @server.tool()
+    async def slow(seconds: float) -> str:
+        """Sleep, then answer."""
+        markers = os.environ.get("FAKE_MCP_MARKER_DIR")
+        if markers:
+            Path(markers, "slow-started").write_text("1")  # noqa: ASYNC240 - a tiny test marker
+        await asyncio.sleep(seconds)
+        if markers:
+            Path(markers, "slow-finished").write_text("1")  # noqa: ASYNC240 - a tiny test marker
+        return "slept"
+
+    @server.tool()
+    def fail(message: str) -> str:
+        """Always fails with the message."""
+        raise ToolError(message)
+
+    @server.tool()
+    def image() -> list[mt.ContentBlock]:
+        """A tiny picture and a caption."""
+        return [
+            mt.ImageContent(data=base64.b64encode(PIXEL).decode(), mime_type="image/png"),
+            mt.TextContent(text="an image"),
+        ]
+
+    @server.tool()
+    def resource() -> list[mt.ContentBlock]:
+        """An embedded text resource."""
+        return [mt.EmbeddedResource(resource=mt.TextResourceContents(uri="fake://doc", text="resource text"))]
+
+    @server.tool()
+    def big(n: int) -> str:
+        """n characters."""
+        return "x" * n
+
+    @server.tool()
+    def crash() -> str:
+        """The server process exits at once."""
+        os._exit(3)
+
+    async def extra() -> str:
+        return "extra!"
+
+    @server.tool()
+    async def toggle(ctx: Context) -> str:
+        """Add or remove the tool `extra`, and tell the client its tools changed."""
+        names = {t.name for t in await server.list_tools()}
+        if "extra" in names:
+            server.remove_tool("extra")
+            state = "removed"
+        else:
+            server.add_tool(extra, name="extra", description="Appears and disappears.")
+            state = "added"
+        await ctx.notify_tools_changed()  # 2026-07-28 clients: their subscriptions/listen stream
+        await ctx.session.send_tool_list_changed()  # older clients: the notification
+        return state
+
+    return server
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("transport", choices=["stdio", "http"])
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--name", default="fake")
+    parser.add_argument("--require-header", default=None, help="NAME=VALUE every HTTP request must carry")
+    args = parser.parse_args(argv)
+    if start_file := os.environ.get("FAKE_MCP_START_FILE"):
+        with open(start_file, "a") as fh:
+            fh.write(f"{os.getpid()}\n")
+    server = build(args.name)
+    if args.transport == "stdio":
+        server.run("stdio")
+        return
+    port = args.port or _free_port()
+    app = server.streamable_http_app(streamable_http_path="/mcp")
+    if args.require_header:
+        header, _, value = args.require_header.partition("=")
+        app = _require(app, header.lower().encode(), value.encode())
+    import uvicorn
+
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    served = uvicorn.Server(config)
+
+    async def serve() -> None:
+        task = asyncio.ensure_future(served.serve())
+        while not served.started and not task.done():  # noqa: ASYNC110 - uvicorn has no started event
+            await asyncio.sleep(0.02)
+        print(f"listening on http://127.0.0.1:{port}/mcp", flush=True)
+        await task
+
+    asyncio.run(serve())
+    sys.exit(0)
+
+
+def _require(app: object, header: bytes, value: bytes) -> object:
+    """An ASGI wrapper refusing (401) requests without ``header: value``."""
+
+    async def guarded(scope: dict[str, object], receive: object, send: object) -> None:
+        if scope["type"] == "http" and (header, value) not in list(scope.get("headers", [])):  # type: ignore[call-overload]
+            await send(
+                {"type": "http.response.start", "status": 401, "headers": [(b"content-type", b"text/plain")]}
+            )  # type: ignore[operator]
+            await send({"type": "http.response.body", "body": b"unauthorized"})  # type: ignore[operator]
+            return
+        await app(scope, receive, send)  # type: ignore[operator]
+
+    return guarded
+
+
+if __name__ == "__main__":
+    main()
