@@ -175,12 +175,12 @@ class Daemon:
                     io, journal, provider, tools, self.live, manager, memory, compaction_provider
                 )
             )
-            self.gateway = Gateway(self.manager, self.journal, self.live, self.memory)
             self.reminders = self.io.run(
                 SqliteReminderStore(
                     self.settings.database_path, synchronous=self.settings.journal.synchronous
                 ).open()
             )
+            self.gateway = Gateway(self.manager, self.journal, self.live, self.memory, self.reminders)
             self.scheduler = Scheduler(
                 self.reminders, self.gateway, lambda: self.live.current, clock=self._clock
             )

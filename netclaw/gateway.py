@@ -33,7 +33,7 @@ from netclaw.config import ChannelAccess, LiveSettings, Settings
 from netclaw.errors import ApprovalNotFound, InvalidInput, NotAnApprover, OutcomeUnknown, SessionUnavailable
 from netclaw.messages import ChatMessage
 from netclaw.outputs import OutputFilter
-from netclaw.persistence import Journal, Memory, MemoryStore
+from netclaw.persistence import Journal, Memory, MemoryStore, ReminderStore
 from netclaw.policy import ChatEvent, audience_of, channel_of, denial_reason
 from netclaw.runtime import Reply
 from netclaw.sessions import (
@@ -167,12 +167,18 @@ def check_inbound(inbound: Inbound) -> None:
 
 class Gateway:
     def __init__(
-        self, manager: SessionManager, journal: Journal, live: LiveSettings, memory: MemoryStore | None = None
+        self,
+        manager: SessionManager,
+        journal: Journal,
+        live: LiveSettings,
+        memory: MemoryStore | None = None,
+        reminders: ReminderStore | None = None,
     ) -> None:
         self._manager = manager
         self._journal = journal
         self._live = live
         self._memory = memory
+        self._reminders = reminders  # read for /status (the scheduler owns them)
         self._openers: dict[str, ThreadOpener] = {}  # platform → its adapter's thread opener
 
     @property
@@ -300,6 +306,8 @@ class Gateway:
         ]
         if report.approvals:
             parts.append(f"waiting for approval of {', '.join(report.approvals)}")
+        if self._reminders is not None:
+            parts.append(f"{await self._reminders.count(session_id)} reminder(s)")
         if self._memory is not None:
             audience = audience_of(session_id, self.settings)
             parts.append(f"{await self._memory.count(audience)} {audience} memorie(s)")
@@ -400,7 +408,7 @@ class Gateway:
         control-token holder. Raises ApprovalNotFound / ApprovalClosed / NotAnApprover."""
         if decision not in ("approve", "deny", "always"):
             raise InvalidInput("decision", f"decision must be approve, deny or always (got {decision!r})")
-        if not self._manager.is_resident(session_id):
+        if not await self.knows(session_id):
             raise ApprovalNotFound(f"no pending approval {approval_id!r} in session {session_id}")
         return await self._ask(session_id, lambda reply: Decide(approval_id, decision, by, approver, reply))
 

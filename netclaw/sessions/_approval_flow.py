@@ -139,6 +139,9 @@ class ApprovalFlow(SessionCore):
     def _decide(self, approval_id: str, decision: str, by: str, approver: str | None) -> str:
         pending = self.state.pending_round
         request = pending.find(approval_id) if pending is not None else None
+        closed = self.state.closed_approvals.get(approval_id)
+        if closed is not None and (pending is None or approval_id in pending.decisions or request is None):
+            raise ApprovalClosed(f"approval {approval_id} was already decided: {closed[0]} by {closed[1]}")
         if pending is None or request is None:
             raise ApprovalNotFound(f"no pending approval {approval_id!r} in session {self.session_id}")
         if approval_id in pending.decisions:

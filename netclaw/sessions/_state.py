@@ -41,6 +41,7 @@ MAX_OUTCOMES = 1_000
 SNAPSHOT_VERSION = 1
 MAX_FAILURES_SHOWN = 10_000  # failed turns remembered for the transcript view
 MAX_UNDELIVERED = 100  # replies owed to a chat conversation (an adapter down for long)
+MAX_CLOSED_APPROVALS = 200  # decided requests remembered, so a late second decision is a 409
 CHAT_CHANNELS = ("slack", "discord")  # their replies go through the outbox
 
 
@@ -126,6 +127,7 @@ class SessionState:
     # Chat sessions: replies recorded but not yet shown in the conversation (turn → the
     # assistant message), so the channel posts them even if nobody watched the turn.
     undelivered: Mapping[int, str] = field(default_factory=dict)
+    closed_approvals: Mapping[str, tuple[str, str]] = field(default_factory=dict)  # id → (decision, by)
 
     @property
     def visible(self) -> tuple[ChatMessage, ...]:
@@ -193,6 +195,7 @@ class SessionState:
                     transcript=(*self.transcript, *ms),
                     active=active,
                     pending_round=None,
+                    closed_approvals=self._round_closed(),
                     last_activity=ts,
                 )
             case ApprovalRequested(turn=turn, assistant=assistant, requests=requests):
@@ -207,7 +210,14 @@ class SessionState:
                 if decision == "always":
                     granted = granted | {pending.find(aid).tool}  # type: ignore[union-attr]
                 decided = replace(pending, decisions={**pending.decisions, aid: (decision, by)})
-                return replace(self, seq=seq, pending_round=decided, granted_tools=granted, last_activity=ts)
+                return replace(
+                    self,
+                    seq=seq,
+                    pending_round=decided,
+                    granted_tools=granted,
+                    closed_approvals=_closed(self.closed_approvals, {aid: (decision, by)}),
+                    last_activity=ts,
+                )
             case TurnRecorded():
                 outcomes = dict(self.outcomes)
                 reply = next((m.content for m in reversed(event.messages) if m.role == "assistant"), None)
@@ -233,6 +243,7 @@ class SessionState:
                     transcript=(*self.transcript, *event.messages),
                     active=None,
                     pending_round=None,
+                    closed_approvals=self._round_closed(),
                     undelivered=undelivered,
                     outcomes=outcomes,
                     failures=failures,
@@ -283,6 +294,14 @@ class SessionState:
                 return state
         raise TypeError(f"not a session event: {event!r}")
 
+    def _round_closed(self) -> Mapping[str, tuple[str, str]]:
+        """The closed approvals once the pending round ends: its undecided requests closed
+        with the turn."""
+        pending = self.pending_round
+        if pending is None or not pending.open:
+            return self.closed_approvals
+        return _closed(self.closed_approvals, {r.id: ("cancelled", "the turn ended") for r in pending.open})
+
     def _index_of(self, message_id: str) -> int:
         index = next((i for i, m in enumerate(self.transcript) if m.id == message_id), None)
         if index is None:
@@ -324,6 +343,7 @@ class SessionState:
             "pending_round": None if self.pending_round is None else self.pending_round.to_dict(),
             "granted_tools": sorted(self.granted_tools),
             "undelivered": {str(t): m for t, m in self.undelivered.items()},
+            "closed_approvals": {k: list(v) for k, v in self.closed_approvals.items()},
         }
         return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
 
@@ -367,6 +387,18 @@ class SessionState:
                 else PendingRound.from_dict(d["pending_round"]),
                 granted_tools=frozenset(d.get("granted_tools", ())),
                 undelivered={int(t): str(m) for t, m in d.get("undelivered", {}).items()},
+                closed_approvals={
+                    k: (str(v[0]), str(v[1])) for k, v in d.get("closed_approvals", {}).items()
+                },
             )
         except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
             raise JournalCorrupt(f"cannot decode snapshot: {exc}") from exc
+
+
+def _closed(
+    known: Mapping[str, tuple[str, str]], new: Mapping[str, tuple[str, str]]
+) -> dict[str, tuple[str, str]]:
+    merged = {**known, **new}
+    while len(merged) > MAX_CLOSED_APPROVALS:
+        del merged[next(iter(merged))]
+    return merged

@@ -72,5 +72,5 @@ def test_a_pending_approval_survives_a_restart_and_deciding_it_resumes_the_turn(
     decisions = journal_rows(site.db_path, sid, "ApprovalDecided")
     assert [d["decision"] for d in decisions] == ["approve"]
     twice = second.http.post(f"/api/sessions/{sid}/approvals/{aid}", json={"decision": "approve"})
-    assert twice.status_code == 404
+    assert twice.status_code == 409
     assert len(journal_rows(site.db_path, sid, "StepRecorded")) == 1  # the tool ran once

@@ -114,7 +114,7 @@ def test_an_approved_call_runs_once_after_the_decision_is_journaled(
     assert gated.transcript(sid)[-1]["content"] == "done"
 
     again = gated.http.post(f"/api/sessions/{sid}/approvals/{aid}", json={"decision": "approve"})
-    assert again.status_code == 404  # the round is over: nothing pending under that id
+    assert again.status_code == 409 and "already decided: approve by ana" in again.json()["error"]["message"]
     assert len(recorder.calls) == 1
     assert pending(gated, sid) == []
 
@@ -196,7 +196,7 @@ def test_an_unanswered_request_expires_into_a_result_the_model_sees(
     late = handle.http.post(
         f"/api/sessions/{sid}/approvals/{decided['approval_id']}", json={"decision": "approve"}
     )
-    assert late.status_code == 404
+    assert late.status_code == 409 and "expired by timeout" in late.json()["error"]["message"]
 
 
 def test_cancel_while_waiting_ends_the_turn_and_closes_the_request(
@@ -213,7 +213,7 @@ def test_cancel_while_waiting_ends_the_turn_and_closes_the_request(
     assert closed["approval_id"] == aid and closed["decision"] == "cancelled"
     assert stream.wait_event("turn_completed")["status"] == "cancelled"
     answer = gated.http.post(f"/api/sessions/{sid}/approvals/{aid}", json={"decision": "approve"})
-    assert answer.status_code == 404
+    assert answer.status_code == 409 and "cancelled" in answer.json()["error"]["message"]
     assert recorder.calls == []
     # Every call has a result in what the model sees next: it was cancelled.
     scripted.enqueue(Reply(text="fine"))

@@ -95,6 +95,7 @@ def test_a_recurring_reminder_fires_each_period_and_can_be_cancelled(start: Star
         wait_until(lambda n=fires: len(reminder_messages(handle, sid)) == n, what=f"fire {fires}")  # type: ignore[misc]
     [listed] = handle.http.get("/api/reminders").json()
     assert listed["next_fire"] == START + 3 * 3600 and listed["fired"] == 2
+    assert "1 reminder(s)" in handle.send(sid, "/status").json()["notice"]
     assert handle.http.delete(f"/api/reminders/{created['id']}").status_code == 204
     assert handle.http.delete(f"/api/reminders/{created['id']}").status_code == 404
     clock.advance(3600)
