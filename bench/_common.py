@@ -19,11 +19,46 @@ import sys
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 if str(REPO_ROOT) not in sys.path:  # `python bench/x.py` puts bench/ first, not the repo root
     sys.path.insert(0, str(REPO_ROOT))
+
+
+def daemon_settings(
+    data_dir: Path,
+    base_url: str,
+    *,
+    model: str = "scripted",
+    window: int = 32768,
+    max_output: int = 1024,
+    timeout_s: float = 30,
+    **sections: Any,
+) -> Any:
+    """A daemon's ``Settings`` for a benchmark: the scripted provider, port 0, the workspace
+    under ``data_dir`` (never in the repo); ``sections`` add or replace config sections."""
+    from netclaw.config import Settings
+
+    data: dict[str, Any] = {
+        "data_dir": str(data_dir),
+        "providers": {
+            "local": {"type": "openai", "base_url": base_url, "timeout_s": timeout_s, "max_retries": 2}
+        },
+        "models": {
+            "main": {
+                "provider": "local",
+                "model": model,
+                "context_window": window,
+                "max_output_tokens": max_output,
+            }
+        },
+        "gateway": {"host": "127.0.0.1", "port": 0},
+        "tools": {"workspace_dir": str(Path(data_dir) / "workspace")},
+        **sections,
+    }
+    return Settings(**data)
 
 
 def median(values: Sequence[float]) -> float:

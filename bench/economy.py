@@ -67,7 +67,7 @@ from pathlib import Path
 from typing import Any
 
 import _common as c
-from _common import figure, info, log, machine_load
+from _common import daemon_settings, figure, info, log, machine_load
 
 from netclaw.config import Settings
 from netclaw.daemon import Daemon
@@ -330,21 +330,17 @@ class RunResult:
 def settings_for(
     data_dir: Path, base_url: str, window: int, max_output: int, session: dict[str, Any]
 ) -> Settings:
-    return Settings(
-        data_dir=str(data_dir),
-        providers={"local": {"type": "openai", "base_url": base_url, "timeout_s": 60, "max_retries": 2}},
-        models={
-            "main": {
-                "provider": "local",
-                "model": MODEL,
-                "context_window": window,
-                "max_output_tokens": max_output,
-            }
-        },
+    config: Settings = daemon_settings(
+        data_dir,
+        base_url,
+        model=MODEL,
+        window=window,
+        max_output=max_output,
+        timeout_s=60,
         session=session,
-        gateway={"host": "127.0.0.1", "port": 0},
         journal={"synchronous": "normal"},
     )
+    return config
 
 
 async def drive(daemon: Daemon, plans: list[TurnPlan], result: RunResult, name: str) -> None:

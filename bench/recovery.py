@@ -38,9 +38,8 @@ from pathlib import Path
 from typing import Any
 
 import _common as c
-from _common import figure, info, log, machine_load, median
+from _common import daemon_settings, figure, info, log, machine_load, median
 
-from netclaw.config import Settings
 from netclaw.messages import ChatMessage, ToolCall, new_id
 from netclaw.persistence import NewEvent, SessionRow, SqliteJournal, prepare_database
 from netclaw.sessions._events import (
@@ -269,22 +268,7 @@ def actor_path(data_dir: Path, pids: list[str], tmp: Path) -> dict[str, dict[str
     out: dict[str, dict[str, float]] = {}
     try:
         provider.start()
-        settings = Settings(
-            data_dir=str(data_dir),
-            providers={
-                "local": {"type": "openai", "base_url": provider.base_url, "timeout_s": 30, "max_retries": 2}
-            },
-            models={
-                "main": {
-                    "provider": "local",
-                    "model": "scripted",
-                    "context_window": 32768,
-                    "max_output_tokens": 1024,
-                }
-            },
-            gateway={"host": "127.0.0.1", "port": 0},
-            journal={"synchronous": "full"},
-        )
+        settings = daemon_settings(data_dir, provider.base_url, journal={"synchronous": "full"})
         daemon = Daemon(settings)
         daemon.start()
         io_loop, gateway, manager = daemon.io, daemon.gateway, daemon.manager

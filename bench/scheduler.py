@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import _common  # noqa: F401 - puts the repo root on sys.path
-from _common import figure, info, machine_load, median, percentile
+from _common import daemon_settings, figure, info, machine_load, median, percentile
 from _provider import ProviderProcess
 
 from netclaw import outputs as out
@@ -34,21 +34,10 @@ TARGET_P99_MS = 50.0
 
 
 def settings(data_dir: Path, base_url: str, pending: int) -> Settings:
-    return Settings(
-        data_dir=str(data_dir),
-        providers={"local": {"type": "openai", "base_url": base_url, "timeout_s": 30, "max_retries": 2}},
-        models={
-            "main": {
-                "provider": "local",
-                "model": "scripted",
-                "context_window": 32768,
-                "max_output_tokens": 1024,
-            }
-        },
-        gateway={"host": "127.0.0.1", "port": 0},
-        session={"max_resident_sessions": 2000, "max_reminders": pending + 10},
-        tools={"workspace_dir": str(data_dir / "workspace")},
+    config: Settings = daemon_settings(
+        data_dir, base_url, session={"max_resident_sessions": 2000, "max_reminders": pending + 10}
     )
+    return config
 
 
 def rss_kib() -> int:

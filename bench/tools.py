@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import _common  # noqa: F401 - puts the repo root on sys.path
-from _common import REPO_ROOT, figure, info, machine_load, median, percentile
+from _common import REPO_ROOT, daemon_settings, figure, info, machine_load, median, percentile
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
@@ -42,22 +42,14 @@ SERVER = [str(REPO_ROOT / "bench" / "_mcp_echo.py")]
 
 
 def settings(data_dir: Path, base_url: str) -> Settings:
-    return Settings(
-        data_dir=str(data_dir),
-        providers={"local": {"type": "openai", "base_url": base_url, "timeout_s": 30, "max_retries": 2}},
-        models={
-            "main": {
-                "provider": "local",
-                "model": "scripted",
-                "context_window": 200_000,
-                "max_output_tokens": 1024,
-            }
-        },
-        gateway={"host": "127.0.0.1", "port": 0},
-        tools={"workspace_dir": str(data_dir / "workspace")},
+    config: Settings = daemon_settings(
+        data_dir,
+        base_url,
+        window=200_000,
         mcp={"servers": {"bench": {"command": sys.executable, "args": SERVER}}},
         audiences={"personal": {"tools": ["bench__echo"]}},  # a small prompt: the round is what is timed
     )
+    return config
 
 
 async def direct(rounds: int) -> list[float]:

@@ -50,7 +50,7 @@ import _common as c
 import _procstat as ps
 import aiohttp
 import httpx
-from _common import figure, info, log, machine_load, median, percentile
+from _common import daemon_settings, figure, info, log, machine_load, median, percentile
 from _provider import ProviderProcess
 
 from netclaw.config import Settings
@@ -395,21 +395,10 @@ def profile_round(daemon: Daemon, sessions: int, seconds: float, texts: list[str
 
 
 def settings_for(data_dir: Path, base_url: str) -> Settings:
-    # The shape of tests/conftest.py's settings_data (copied: the bench does not import pytest).
-    return Settings(
-        data_dir=str(data_dir),
-        providers={"local": {"type": "openai", "base_url": base_url, "timeout_s": 10, "max_retries": 2}},
-        models={
-            "main": {
-                "provider": "local",
-                "model": MODEL,
-                "context_window": 32768,
-                "max_output_tokens": MAX_OUTPUT,
-            }
-        },
-        gateway={"host": "127.0.0.1", "port": 0},
-        journal={"synchronous": "full"},
+    config: Settings = daemon_settings(
+        data_dir, base_url, model=MODEL, max_output=MAX_OUTPUT, timeout_s=10, journal={"synchronous": "full"}
     )
+    return config
 
 
 def cpu_note(t: Throughput) -> str:

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import _common  # noqa: F401 - puts the repo root on sys.path
-from _common import figure, info, machine_load, median
+from _common import daemon_settings, figure, info, machine_load, median
 from _provider import ProviderProcess
 
 from netclaw.config import Settings
@@ -31,20 +31,8 @@ TARGETS_MS = {0: 500.0, 100: 1000.0, 1000: 3000.0}
 
 
 def settings(data_dir: Path, base_url: str) -> Settings:
-    return Settings(
-        data_dir=str(data_dir),
-        providers={"local": {"type": "openai", "base_url": base_url, "timeout_s": 30, "max_retries": 2}},
-        models={
-            "main": {
-                "provider": "local",
-                "model": "scripted",
-                "context_window": 32768,
-                "max_output_tokens": 1024,
-            }
-        },
-        gateway={"host": "127.0.0.1", "port": 0},
-        session={"max_resident_sessions": 2000},
-    )
+    config: Settings = daemon_settings(data_dir, base_url, session={"max_resident_sessions": 2000})
+    return config
 
 
 def make_sessions(config: Settings, count: int) -> None:

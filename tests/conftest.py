@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,18 @@ from tests.fakes.scripted_openai import ScriptedOpenAIThread
 def scripted() -> Iterator[ScriptedOpenAIThread]:
     with ScriptedOpenAIThread() as server:
         yield server
+
+
+def wait_until(
+    predicate: Callable[[], Any], timeout: float = 5.0, what: str = "condition", interval: float = 0.02
+) -> Any:
+    """Poll ``predicate`` until it returns something truthy (which is returned)."""
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(interval)
+    return value
 
 
 def settings_data(data_dir: Path, base_url: str, **sections: Any) -> dict[str, Any]:

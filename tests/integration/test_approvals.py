@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from netclaw.tools import Tool, ToolContext
-from tests.conftest import DaemonHandle
+from tests.conftest import DaemonHandle, wait_until
 from tests.fakes.scripted_openai import Reply, ScriptedOpenAIThread, ToolCallSpec
 from tests.integration.test_sse import SseStream, sse_streams
 
@@ -23,15 +23,6 @@ StartDaemon = Callable[..., DaemonHandle]
 @pytest.fixture
 def sse() -> Iterator[Callable[..., SseStream]]:
     yield from sse_streams()
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float = 5.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := predicate()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
-    return value
 
 
 class Recorder:

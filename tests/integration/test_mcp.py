@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import DaemonHandle
+from tests.conftest import DaemonHandle, wait_until
 from tests.fakes.scripted_openai import Reply, ScriptedOpenAIThread, ToolCallSpec
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -52,15 +52,6 @@ def http_server() -> Iterator[str]:
     yield line.split()[-1]
     proc.terminate()
     proc.wait(10)
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := predicate()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-    return value
 
 
 def offered(request: dict[str, Any]) -> set[str]:
@@ -140,9 +131,10 @@ def test_a_server_that_dies_is_restarted_and_its_tools_come_back(
     assert handle.send("cli:crash", "crash it", wait=True).status_code == 200
     [result] = tool_results(handle, "cli:crash")
     assert result["is_error"] and "went away during docs__crash" in result["content"]
-    wait_until(lambda: len(starts.read_text().splitlines()) == 2, what="a restart")
-    health = wait_until(
+    wait_until(lambda: len(starts.read_text().splitlines()) == 2, timeout=10, what="a restart")
+    health = wait_until(  # up again within the restart backoff
         lambda: (h := handle.http.get("/healthz").json())["mcp"]["docs"]["state"] == "up" and h,
+        timeout=10,
         what="up again",
     )
     assert health["mcp"]["docs"]["restarts"] == 1 and health["status"] == "ok"

@@ -10,22 +10,13 @@ from collections.abc import Callable
 from typing import Any
 
 from netclaw.history import FLUSH_MARKER
-from tests.conftest import DaemonHandle
+from tests.conftest import DaemonHandle, wait_until
 from tests.e2e.conftest import journal_rows
 from tests.fakes.scripted_openai import ErrorReply, Reply, ScriptedOpenAIThread
 
 StartDaemon = Callable[..., DaemonHandle]
 SLEEPY = {"idle_timeout_s": 0.3, "passivation_grace_s": 0.5}
 OBSERVATIONS = json.dumps([{"text": "the staging database is called pg-stage-2", "kind": "fact"}])
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float = 8.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := predicate()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
-    return value
 
 
 def resident(handle: DaemonHandle, session_id: str) -> bool:
@@ -43,7 +34,7 @@ def test_a_passivating_session_saves_what_it_learnt_once(
     scripted.route(FLUSH_MARKER, lambda body: Reply(text=OBSERVATIONS))
     sid = "cli:sleepy"
     assert handle.send(sid, "we moved staging to pg-stage-2", wait=True).status_code == 200
-    wait_until(lambda: not resident(handle, sid), what="passivation")
+    wait_until(lambda: not resident(handle, sid), timeout=8, what="passivation")
     assert extraction_calls(scripted) == 1
     [memory] = handle.http.get("/api/memories", params={"session": sid}).json()
     assert memory["text"] == "the staging database is called pg-stage-2"
@@ -53,7 +44,7 @@ def test_a_passivating_session_saves_what_it_learnt_once(
     ]
     # Woken and sent to sleep again with nothing new said: no second extraction.
     handle.http.post(f"/api/sessions/{sid}/cancel")  # wakes it (nothing to cancel)
-    wait_until(lambda: not resident(handle, sid), what="passivation again")
+    wait_until(lambda: not resident(handle, sid), timeout=8, what="passivation again")
     assert extraction_calls(scripted) == 1
 
 
@@ -77,7 +68,7 @@ def test_a_message_during_the_extraction_aborts_it_and_nothing_is_written(
         {"through_turn": 1, "saved": 1}
     ]
     # The next passivation extracts both turns, once.
-    wait_until(lambda: not resident(handle, sid), what="passivation")
+    wait_until(lambda: not resident(handle, sid), timeout=8, what="passivation")
     memories = handle.http.get("/api/memories", params={"session": sid}).json()
     assert [m["source_turn"] for m in memories] == [2]
     assert journal_rows(handle.daemon.settings.database_path, sid, "MemoriesExtracted") == [
@@ -92,7 +83,7 @@ def test_a_failing_or_slow_extraction_does_not_keep_the_session_awake(
     scripted.route(FLUSH_MARKER, lambda body: ErrorReply(status=400, message="no"))
     sid = "cli:failing"
     assert handle.send(sid, "hello", wait=True).status_code == 200
-    wait_until(lambda: not resident(handle, sid), what="passivation despite the failure")
+    wait_until(lambda: not resident(handle, sid), timeout=8, what="passivation despite the failure")
     assert handle.http.get("/api/memories", params={"session": sid}).json() == []
 
     scripted.route(FLUSH_MARKER, lambda body: Reply(text=OBSERVATIONS, delay_s=10))
@@ -122,5 +113,5 @@ def test_public_sessions_extract_nothing(
     assert answer.status_code == 202
     sid = answer.json()["session_id"]
     wait_until(lambda: handle.transcript(sid)[-1]["role"] == "assistant", what="the reply")
-    wait_until(lambda: not resident(handle, sid), what="passivation")
+    wait_until(lambda: not resident(handle, sid), timeout=8, what="passivation")
     assert extraction_calls(scripted) == 0

@@ -15,7 +15,7 @@ import pytest
 from netclaw.config import Settings
 from netclaw.daemon import Daemon
 from netclaw.reminders import identity
-from tests.conftest import DaemonHandle
+from tests.conftest import DaemonHandle, wait_until
 from tests.fakes.clock import FakeClock
 from tests.fakes.scripted_openai import Reply, ScriptedOpenAIThread, ToolCallSpec
 
@@ -39,15 +39,6 @@ def start(make_settings: Callable[..., Settings]) -> Iterator[Start]:
     yield run
     for handle in handles:
         handle.stop()
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float = 5.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := predicate()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
-    return value
 
 
 def reminder_messages(handle: DaemonHandle, sid: str) -> list[str]:
