@@ -83,6 +83,7 @@ class Scheduler:
         self.clock: Clock = clock or SystemClock()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._backoff_until: float | None = None  # a fire failed: no fires before this
         self.fired = 0  # fires admitted (tests, status)
 
     # -- people and the model -----------------------------------------------------------------
@@ -182,14 +183,22 @@ class Scheduler:
             except JournalError as exc:
                 log.error("scheduler: the reminder store failed: %s; retrying", exc)
                 earliest = self.clock.now() + RETRY_AFTER_FAILURE_S
+            if self._backoff_until is not None and (earliest is None or earliest < self._backoff_until):
+                earliest = self._backoff_until
             await self.clock.wait(earliest, self._wake)
 
     async def fire_due(self) -> int:
         """Fire whatever is due now; the number of fires admitted."""
         admitted = 0
         now = self.clock.now()
+        if self._backoff_until is not None:
+            if now < self._backoff_until:
+                return 0
+            self._backoff_until = None
         for reminder in await self.store.due(now):
             admitted += await self._fire(reminder, now)
+            if self._backoff_until is not None:  # that one failed: the rest wait with it
+                break
         return admitted
 
     async def _fire(self, reminder: Reminder, now: float) -> int:
@@ -212,7 +221,7 @@ class Scheduler:
                 log.warning(
                     "reminder %s: fire at %s not admitted: %s; retrying", reminder.id, iso(scheduled), exc
                 )
-                await self._postpone(reminder, RETRY_AFTER_FAILURE_S)
+                self._backoff_until = now + RETRY_AFTER_FAILURE_S
                 return admitted
             admitted += 0 if admission.duplicate else 1
             self.fired += 0 if admission.duplicate else 1
@@ -232,14 +241,6 @@ class Scheduler:
         return await self.gateway.open_thread(
             reminder.deliver["channel"], reminder.deliver["to"], header, key=key, since=scheduled - 300
         )
-
-    async def _postpone(self, reminder: Reminder, delay: float) -> None:
-        # Wake again soon without moving next_fire (the fire is still owed).
-        async def poke() -> None:
-            await asyncio.sleep(delay)
-            self._wake.set()
-
-        asyncio.get_running_loop().create_task(poke())
 
     def _announce_missed(self, reminder: Reminder, skipped: int, fired: int) -> None:
         what = "fired once for the latest" if fired and reminder.catch_up == "latest" else "skipped"

@@ -251,3 +251,21 @@ def test_deleting_a_session_deletes_its_reminders(start: Start) -> None:
     add(handle, "cli:gone", text="never", in_s=60)
     assert handle.http.delete("/api/sessions/cli:gone").status_code == 204
     assert handle.http.get("/api/reminders").json() == []
+
+
+def test_a_fire_that_cannot_be_delivered_is_retried_without_spinning(
+    start: Start, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="netclaw.scheduler")
+    target = {"channel": "discord", "to": "123"}  # Discord is not running: no thread can be opened
+    handle, clock = start(schedules={"ping": {"every_s": 3600, "text": "ping", "deliver": target}})
+    clock.advance(3600)
+    wait_until(lambda: caplog.records, what="the failed fire")
+    waits = clock.waits
+    time.sleep(0.3)
+    assert clock.waits - waits <= 1  # asleep until the retry time, not spinning
+    assert len(caplog.records) == 1 and "discord is not connected" in caplog.records[0].getMessage()
+    [listed] = handle.http.get("/api/reminders").json()
+    assert listed["next_fire"] == START + 3600  # still owed
+    clock.advance(5)
+    wait_until(lambda: len(caplog.records) == 2, what="the retry")
