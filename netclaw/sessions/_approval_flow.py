@@ -160,15 +160,12 @@ class ApprovalFlow(SessionCore):
         """Journal one decision (before anything runs) and go on when it was the last."""
         self._persist(ApprovalDecided(request.id, decision, by))
         log.info("%s: %s %s (%s) by %s", self.session_id, decision, request.tool, request.id, by)
-        if decision != "cancelled":
-            self._publish(
-                out.ApprovalDecided(
-                    session_id=self.session_id, approval_id=request.id, decision=decision, by=by
-                )
-            )
+        self._publish(
+            out.ApprovalDecided(session_id=self.session_id, approval_id=request.id, decision=decision, by=by)
+        )
         pending = self.state.pending_round
         assert pending is not None
-        if not pending.open and decision != "cancelled":
+        if not pending.open:
             self._run_decided_round()
 
     def _on_approvals_due(self, turn: int) -> None:

@@ -771,3 +771,30 @@ def test_commands_in_a_thread_answer_without_a_turn(
     assert bot.feed(msg("/new", channel_id=thread_id, parent_id=ALLOWED, author_id=MALLORY)) is None
     users = [m["content"] for m in bot.handle.transcript(sid) if m["role"] == "user"]
     assert users == ["hello"]
+
+
+def test_a_schedule_delivered_to_a_channel_opens_a_thread_through_the_real_client(
+    discord_server: FakeDiscordServer, start_daemon: Callable[..., DaemonHandle]
+) -> None:
+    import datetime as dt
+
+    server = discord_server
+    soon = (dt.datetime.now(dt.UTC) + dt.timedelta(seconds=1)).isoformat()
+    target = {"channel": "discord", "to": ALLOWED}
+    handle = start_daemon(
+        discord={"enabled": True, "channels": [ALLOWED]},
+        schedules={"digest": {"at": soon, "text": "Summarise the day.", "deliver": target}},
+    )
+    server.wait_for(lambda: bool(server.threads), what="a thread under the new message")
+    thread = server.threads[0]
+    assert thread["parent_id"] == ALLOWED
+    [anchor] = [c for c in server.bot_messages(ALLOWED) if c.startswith("⏰ digest")]
+    assert anchor == "⏰ digest: Summarise the day."
+    server.wait_for(
+        lambda: any("Summarise the day." in c for c in server.bot_messages(thread["id"])), what="the reply"
+    )
+    sid = f"discord:{thread['id']}"
+    assert handle.transcript(sid)[0]["content"].startswith("[Scheduled reminder 'digest'")
+    # Someone answers in the thread: the same session goes on.
+    server.post_message("tell me more", channel_id=thread["id"])
+    server.wait_for(lambda: "echo: tell me more" in server.bot_messages(thread["id"]), what="the follow-up")
