@@ -180,12 +180,12 @@ class McpServer:
         while not self._stopping.is_set():
             try:
                 await self._connected_once()
-                failures = 0  # it was up: the next loss starts the backoff afresh
             except asyncio.CancelledError:
                 raise
             except BaseException as exc:  # noqa: BLE001 - any failure of a server means "reconnect"
                 self._error = _describe(exc)
-                failures += 1
+                # A server that was up starts its backoff afresh; one that never came up backs off.
+                failures = 1 if self._state == "up" else failures + 1
                 log.warning("MCP server %s is down: %s", self.name, self._error)
             finally:
                 self._client = None
@@ -237,7 +237,7 @@ class McpServer:
                     await _first(self._broken.wait(), self._relist.wait())
             if self._broken.is_set():
                 self._broken.clear()
-                raise ServerGone("the connection was lost during a call")
+                raise ServerGone("the connection was lost")
             if self._relist.is_set():
                 self._relist.clear()
                 await self._list_tools(client)
