@@ -20,6 +20,8 @@ from netclaw.commands import parse_command
 from netclaw.errors import ApiError
 from netclaw.gateway import Gateway, Inbound, SessionSummary, TurnOutcome, check_session_id
 from netclaw.messages import ChatMessage
+from netclaw.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from netclaw.metrics import Metrics
 from netclaw.persistence import Memory
 from netclaw.scheduler import NewReminder, Scheduler
 from netclaw.web import (
@@ -46,8 +48,10 @@ class Api:
         token: str,
         health_extra: Callable[[], Mapping[str, Any]] | None = None,
         scheduler: Scheduler | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.gateway = gateway
+        self.metrics = metrics
         self.scheduler = scheduler
         self._token = token.encode()
         self._health_extra = health_extra
@@ -59,6 +63,7 @@ class Api:
             client_max_size=MAX_BODY_BYTES,
         )
         app.router.add_get("/healthz", self.healthz)
+        app.router.add_get("/metrics", self.metrics_text)
         app.router.add_get("/api/sessions", self.list_sessions)
         app.router.add_get("/api/sessions/{id}", self.get_session)
         app.router.add_post("/api/sessions/{id}/messages", self.post_message)
@@ -107,6 +112,12 @@ class Api:
             body["reason"] = "; ".join(body["problems"])
             return web.json_response(body, status=503)
         return web.json_response(body)
+
+    async def metrics_text(self, request: web.Request) -> web.Response:
+        """Prometheus text format, no auth: counts only, no content."""
+        if self.metrics is None:
+            raise ApiError(404, "not_found", "this daemon keeps no metrics")
+        return web.Response(body=self.metrics.render(), headers={"Content-Type": METRICS_CONTENT_TYPE})
 
     async def list_sessions(self, request: web.Request) -> web.Response:
         sessions = await self.gateway.list_sessions()

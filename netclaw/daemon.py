@@ -28,6 +28,7 @@ from netclaw.control_token import load_control_token
 from netclaw.errors import ConfigError, DaemonError
 from netclaw.gateway import Gateway
 from netclaw.history import preload_encoding
+from netclaw.metrics import GaugeMetricFamily, Metrics, gauge
 from netclaw.persistence import (
     Manifest,
     SqliteJournal,
@@ -120,6 +121,7 @@ class Daemon:
         self.memory: SqliteMemoryStore | None = None
         self.tools: ToolRegistry | None = None
         self.mcp: McpHub | None = None
+        self.metrics = Metrics()
         self.reminders: SqliteReminderStore | None = None
         self.scheduler: Scheduler | None = None
         self.manager: SessionManager | None = None
@@ -150,9 +152,12 @@ class Daemon:
             token = load_control_token(self.settings)
             preload_encoding()  # here, not in the first session's actor on the I/O loop
             self.io = IoLoop().start()
+            metrics = self.metrics
             self.journal = self.io.run(
                 SqliteJournal(
-                    self.settings.database_path, synchronous=self.settings.journal.synchronous
+                    self.settings.database_path,
+                    synchronous=self.settings.journal.synchronous,
+                    on_commit=metrics.commit_seconds.observe,
                 ).open()
             )
             self.memory = self.io.run(
@@ -172,7 +177,7 @@ class Daemon:
             compaction_provider = self.compaction_provider
             self.manager = SessionManager(
                 lambda manager: SessionDeps(
-                    io, journal, provider, tools, self.live, manager, memory, compaction_provider
+                    io, journal, provider, tools, self.live, manager, memory, compaction_provider, metrics
                 )
             )
             self.reminders = self.io.run(
@@ -182,11 +187,14 @@ class Daemon:
             )
             self.gateway = Gateway(self.manager, self.journal, self.live, self.memory, self.reminders)
             self.scheduler = Scheduler(
-                self.reminders, self.gateway, lambda: self.live.current, clock=self._clock
+                self.reminders, self.gateway, lambda: self.live.current, clock=self._clock, metrics=metrics
             )
             for tool in reminder_tools(self.scheduler):
                 tools.register(tool)
-            api = Api(self.gateway, token, health_extra=self.health, scheduler=self.scheduler)
+            metrics.watch(self._scraped_gauges)
+            api = Api(
+                self.gateway, token, health_extra=self.health, scheduler=self.scheduler, metrics=metrics
+            )
             app = api.app()
             # Sessions that were active at a graceful stop (and any with unanswered input)
             # recover now, before channels deliver and before READY=1.
@@ -256,6 +264,24 @@ class Daemon:
         if problems:
             body["problems"] = problems
         return body
+
+    def _scraped_gauges(self) -> list[GaugeMetricFamily]:
+        """``/metrics`` gauges read when scraped (on the loop, where their owners live)."""
+        resident = len(self.manager.resident()) if self.manager is not None else 0
+        adapters: dict[tuple[str, ...], float] = {
+            (name,): float(s["state"] == "running") for name, s in self.adapter_statuses().items()
+        }
+        servers = self.mcp.statuses() if self.mcp is not None else {}
+        return [
+            gauge("netclaw_sessions_resident", "Sessions with a live actor", {(): resident}),
+            gauge("netclaw_adapter_up", "1 when the channel is running", adapters, ("adapter",)),
+            gauge(
+                "netclaw_mcp_server_up",
+                "1 when the MCP server answers",
+                {(name,): float(status.state == "up") for name, status in servers.items()},
+                ("server",),
+            ),
+        ]
 
     def adapter_statuses(self) -> dict[str, dict[str, str]]:
         statuses = {a.name: a.status().to_json() for a in self.adapters}

@@ -28,6 +28,7 @@ from typing import Any, Protocol
 from netclaw.config import ScheduleConfig, Settings
 from netclaw.errors import InvalidInput, JournalError, NetclawError
 from netclaw.gateway import Gateway, Inbound, check_session_id
+from netclaw.metrics import Metrics
 from netclaw.persistence import Reminder, SqliteReminderStore
 from netclaw.policy import reminders_allowed
 from netclaw.reminders import CatchUp, Schedule, check_text, fire_text, identity, iso, make_schedule, plan_due
@@ -76,8 +77,10 @@ class Scheduler:
         settings: Callable[[], Settings],
         *,
         clock: Clock | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.store = store
+        self.metrics = metrics
         self.gateway = gateway
         self._settings = settings
         self.clock: Clock = clock or SystemClock()
@@ -225,6 +228,8 @@ class Scheduler:
                 return admitted
             admitted += 0 if admission.duplicate else 1
             self.fired += 0 if admission.duplicate else 1
+            if self.metrics is not None and not admission.duplicate:
+                self.metrics.reminders_fired.inc()
             log.info("reminder %s fired for %s (due %s)", reminder.id, reminder.session_id, iso(scheduled))
         if plan.skipped:
             self._announce_missed(reminder, plan.skipped, len(plan.fire))

@@ -100,9 +100,12 @@ def _configure(conn: sqlite3.Connection, synchronous: str) -> None:
 class SqliteJournal:
     """Implements :class:`~netclaw.persistence.Journal` on one SQLite file."""
 
-    def __init__(self, path: Path, *, synchronous: str = "full") -> None:
+    def __init__(
+        self, path: Path, *, synchronous: str = "full", on_commit: Callable[[float], None] | None = None
+    ) -> None:
         self.path = path
         self._synchronous = synchronous
+        self.on_commit = on_commit  # seconds one group commit took (metrics); on the writer thread
         self._reader: aiosqlite.Connection | None = None
         self._writer: _Writer | None = None
         self._closing = False
@@ -364,6 +367,7 @@ class _Writer(threading.Thread):
             batch.done.append((write.future, seq))
         results: list[tuple[asyncio.Future[int], int | BaseException]] = list(batch.done)
         if batch.done:
+            started = time.perf_counter()
             try:
                 _write_batch(conn, batch)
             except Exception as exc:  # a failed commit fails its batch, never the writer
@@ -373,6 +377,8 @@ class _Writer(threading.Thread):
             else:
                 self.journal.commits += 1
                 self._last_seq.update(staged)
+                if self.journal.on_commit is not None:
+                    self.journal.on_commit(time.perf_counter() - started)
         _settle(conflicts + results)
 
     def _erase(self, conn: sqlite3.Connection, erase: _Erase) -> None:

@@ -132,6 +132,8 @@ class ApprovalFlow(SessionCore):
         if not pending.open:
             self._run_decided_round()
             return
+        if self.deps.metrics is not None:
+            self.deps.metrics.approvals_pending.inc(len(pending.open))
         self._publish(*request_outputs(self.session_id, pending))
         due = min(r.expires_at for r in pending.open)
         self.clock.await_approvals(run.turn, due - time.time())
@@ -159,6 +161,8 @@ class ApprovalFlow(SessionCore):
     def _settle(self, request: ApprovalRequest, decision: Decision, by: str) -> None:
         """Journal one decision (before anything runs) and go on when it was the last."""
         self._persist(ApprovalDecided(request.id, decision, by))
+        if self.deps.metrics is not None:
+            self.deps.metrics.approvals_pending.dec()
         log.info("%s: %s %s (%s) by %s", self.session_id, decision, request.tool, request.id, by)
         self._publish(
             out.ApprovalDecided(session_id=self.session_id, approval_id=request.id, decision=decision, by=by)
@@ -205,6 +209,8 @@ class ApprovalFlow(SessionCore):
         if pending is None:
             return
         self.clock.end_approvals()
+        if self.deps.metrics is not None:
+            self.deps.metrics.approvals_pending.dec(len(pending.open))
         for request in pending.open:
             self._publish(
                 out.ApprovalDecided(

@@ -80,6 +80,8 @@ class CompactionFlow(SessionCore):
         start = compacting.start if note is None else replace(compacting.start, note=note)
         event = compaction_record(self.state, start, outcome, self.prompts, self._tools())
         self._persist(event)
+        if self.deps.metrics is not None:
+            self.deps.metrics.compactions.labels("+".join(event.tiers) or "none").inc()
         if compacting.reply is not None:
             compacting.reply.resolve(describe_compaction(event))
         self.recorder.snapshot(self.state, wait=False)

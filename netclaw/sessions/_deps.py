@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Protocol
 import pykka
 
 from netclaw.config import LiveSettings
+from netclaw.metrics import Metrics
 from netclaw.persistence import Journal, MemoryStore
 from netclaw.providers import Provider
 from netclaw.runtime import IoLoop
@@ -48,3 +49,4 @@ class SessionDeps:
     manager: ManagerPort
     memory: MemoryStore | None = None
     compaction_provider: Provider | None = None  # models.compaction's; None: the main provider
+    metrics: Metrics | None = None

@@ -44,6 +44,7 @@ class TurnRun:
     pending_calls: ChatMessage | None = None  # assistant message whose tools are running
     future: Cancellable | None = None  # the loop future of the op in flight (to cancel it)
     estimate: int = 0  # our token estimate of the prompt in flight
+    started: float = 0.0  # time.monotonic() when the turn began (metrics)
 
 
 @dataclass(frozen=True, slots=True)

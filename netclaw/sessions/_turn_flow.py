@@ -45,7 +45,9 @@ class TurnFlow(SessionCore):
         self._refresh_settings()
         self.clock.start_turn(active.turn, self.settings.session.turn_timeout_s)
         self._set_phase(Phase.PROCESSING)
-        self.run = TurnRun(turn=active.turn, message_id=active.message_id, iteration=active.steps)
+        self.run = TurnRun(
+            turn=active.turn, message_id=active.message_id, iteration=active.steps, started=time.monotonic()
+        )
         self.ladder = self.ladder.new_turn()
         pending = self.state.pending_round
         if pending is not None and pending.turn == active.turn:
@@ -104,6 +106,8 @@ class TurnFlow(SessionCore):
         """Never silent: journal it, tell every subscriber, log one line."""
         event, output = turn.trim_step(self.session_id, trim, reason)
         self._persist(event)
+        if self.deps.metrics is not None:
+            self.deps.metrics.trims.inc()
         log.info("%s: history_trimmed %s", self.session_id, json.dumps(event.to_payload(), sort_keys=True))
         self._publish(output)
 
@@ -114,6 +118,7 @@ class TurnFlow(SessionCore):
         self._publish(*turn.answer_outputs(self.session_id, run.turn, completion, window))
         if completion.usage is not None:
             self.prompts.observe_usage(run.estimate, completion.usage.input_tokens)
+            self._count_tokens(completion)
             self.ladder = replace(self.ladder, last_input_tokens=completion.usage.input_tokens)
         if not completion.tool_calls or run.iteration >= self.settings.session.max_tool_iterations:
             self._record(turn.completed_turn(self.session_id, self.state, run, completion))
@@ -186,8 +191,24 @@ class TurnFlow(SessionCore):
         log.warning("%s: turn %d %s: %s", self.session_id, run.turn, status, message)
         self._end_turn(run, status, go_on=go_on)
 
+    def _count_tokens(self, completion: Completion) -> None:
+        metrics, usage = self.deps.metrics, completion.usage
+        if metrics is None or usage is None:
+            return
+        for kind, count in (
+            ("input", usage.input_tokens),
+            ("output", usage.output_tokens),
+            ("cache_read", usage.cache_read_tokens),
+            ("cache_write", usage.cache_write_tokens),
+        ):
+            if count:
+                metrics.tokens.labels(kind).inc(count)
+
     def _end_turn(self, run: TurnRun, status: TurnStatus, *, go_on: bool = True) -> None:
         self._publish(turn.turn_completed(self.session_id, run, status))
+        if self.deps.metrics is not None:
+            self.deps.metrics.turns.labels(status).inc()
+            self.deps.metrics.turn_seconds.observe(time.monotonic() - run.started)
         if run.turn in self.state.undelivered:  # the channel's outbox posts it if nobody watched
             self.deps.io.call(self.deps.manager.reply_owed, self.session_id)
         self.waiters.resolve(self.state, run.message_id)

@@ -1,0 +1,87 @@
+"""What ``/metrics`` counts (Prometheus text format, prometheus-client), in one place.
+
+One :class:`Metrics` per daemon, with its own registry (so two daemons in one process, as
+in the tests, never share counts). Sessions and the journal update counters and
+histograms as things happen, from whichever thread they run on (prometheus-client is
+thread-safe); the daemon supplies gauges that are read at scrape time (resident
+sessions, channels, MCP servers). Only counts: no content, no ids.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+__all__ = ["CONTENT_TYPE", "GaugeMetricFamily", "Metrics", "gauge"]
+
+disable_created_metrics()  # type: ignore[no-untyped-call]  # *_created series are only noise here
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+TURN_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+COMMIT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.turns = Counter("netclaw_turns", "Turns ended, by outcome", ["outcome"], registry=r)
+        self.turn_seconds = Histogram(
+            "netclaw_turn_seconds",
+            "Turn duration, from start to its record",
+            buckets=TURN_BUCKETS,
+            registry=r,
+        )
+        self.tokens = Counter(
+            "netclaw_provider_tokens", "Tokens the provider reported, by kind", ["kind"], registry=r
+        )
+        self.compactions = Counter(
+            "netclaw_compactions", "Compactions, by the tiers that ran", ["tiers"], registry=r
+        )
+        self.trims = Counter(
+            "netclaw_history_trims", "Whole-turn trims of the model-visible history", registry=r
+        )
+        self.commit_seconds = Histogram(
+            "netclaw_journal_commit_seconds", "One journal group commit", buckets=COMMIT_BUCKETS, registry=r
+        )
+        self.approvals_pending = Gauge(
+            "netclaw_approvals_pending", "Tool calls waiting for a person", registry=r
+        )
+        self.reminders_fired = Counter("netclaw_reminders_fired", "Reminder fires admitted", registry=r)
+
+    def watch(self, gauges: Callable[[], Iterable[GaugeMetricFamily]]) -> None:
+        """Gauges read at scrape time (resident sessions, adapters, MCP servers)."""
+        self.registry.register(_Scraped(gauges))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+def gauge(
+    name: str, documentation: str, values: Mapping[tuple[str, ...], float], labels: tuple[str, ...] = ()
+) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(name, documentation, labels=list(labels) if labels else None)
+    for label_values, value in values.items():
+        family.add_metric(list(label_values), value)
+    return family
+
+
+class _Scraped(Collector):
+    def __init__(self, gauges: Callable[[], Iterable[GaugeMetricFamily]]) -> None:
+        self._gauges = gauges
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        return list(self._gauges())
+
+    def describe(self) -> Iterable[GaugeMetricFamily]:
+        return []  # names are only known at scrape time
