@@ -75,8 +75,9 @@ class DataDirLock:
         self._fh: TextIO | None = None
 
     def acquire(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fh = self.path.open("a+")
+        if not self.path.parent.exists():  # a new data_dir is private (conversations live here)
+            self.path.parent.mkdir(mode=0o700, parents=True)
+        fh = os.fdopen(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600), "a+")
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError as exc:

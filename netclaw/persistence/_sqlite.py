@@ -18,6 +18,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import logging
+import os
 import queue
 import sqlite3
 import threading
@@ -73,8 +74,15 @@ class _Batch:
 
 
 def prepare_database(path: Path, *, synchronous: str = "full") -> list[int]:
-    """Create the file if needed, switch to WAL, apply migrations. Blocking; start-up only."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Create the file if needed, switch to WAL, apply migrations. Blocking; start-up only.
+
+    Conversations are private: a new data directory is 0700 and the database 0600 (SQLite
+    gives its WAL and shared-memory files the database file's mode)."""
+    if not path.parent.exists():
+        path.parent.mkdir(mode=0o700, parents=True)
+    if not path.exists():
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+    path.chmod(0o600)
     try:
         conn = sqlite3.connect(path, isolation_level=None)
     except sqlite3.Error as exc:
