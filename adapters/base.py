@@ -3,8 +3,9 @@
 An adapter turns one platform's events into gateway messages and renders the
 session's outputs back on that platform. It runs on the I/O loop. The daemon
 starts adapters after the sessions and before the HTTP API, stops them in
-reverse, and a broken or misconfigured adapter is reported and disabled — the
-daemon and the other adapters keep running.
+reverse. A misconfigured adapter is reported and disabled; one that fails to start or
+loses its connection for good is started again with backoff
+(:mod:`adapters.supervisor`) — the daemon and the other adapters keep running.
 """
 
 from __future__ import annotations
@@ -14,7 +15,10 @@ from typing import Literal, Protocol
 
 from aiohttp import web
 
-AdapterState = Literal["starting", "running", "disabled", "failed", "stopped"]
+# running: serving. starting / reconnecting: connecting (the library retries by itself).
+# retrying: failed to start or lost for good; the supervisor starts it again after a backoff.
+# disabled: misconfigured (a token missing), until a restart. failed / stopped: down.
+AdapterState = Literal["starting", "running", "reconnecting", "retrying", "disabled", "failed", "stopped"]
 
 
 @dataclass(frozen=True, slots=True)

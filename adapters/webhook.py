@@ -13,7 +13,6 @@ import hashlib
 import hmac
 import json
 import logging
-import os
 import re
 import time
 import uuid
@@ -25,6 +24,7 @@ from aiohttp import web
 
 from adapters.base import AdapterStatus
 from netclaw.config import DeliverConfig, Settings, WebhookRoute
+from netclaw.credentials import read_secret
 from netclaw.errors import AdapterError, ApiError, NetclawError
 from netclaw.gateway import Gateway, Inbound
 from netclaw.messages import mark_external
@@ -114,7 +114,7 @@ class WebhookAdapter:
         missing = [
             f"{name} ({route.auth.secret_env})"
             for name, route in self.routes_config.items()
-            if not os.environ.get(route.auth.secret_env)
+            if not read_secret(route.auth.secret_env)
         ]
         if missing:
             raise AdapterError(f"webhook secret not set for route(s): {', '.join(missing)}")
@@ -197,7 +197,7 @@ class WebhookAdapter:
             ) from exc
 
     def _authenticate(self, request: web.Request, route: WebhookRoute, body: bytes) -> None:
-        secret = os.environ.get(route.auth.secret_env, "").encode()
+        secret = (read_secret(route.auth.secret_env) or "").encode()
         if not secret:
             raise ApiError(503, "route_disabled", "this route's secret is not configured on the server")
         if route.auth.type == "bearer":

@@ -7,6 +7,7 @@ shape and the middleware of :mod:`netclaw.web`.
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import hmac
 import json
 import logging
@@ -79,6 +80,7 @@ class Api:
         app.router.add_delete("/api/reminders/{id}", self.delete_reminder)
         app.router.add_get("/api/memories", self.list_memories)
         app.router.add_delete("/api/memories/{id}", self.delete_memory)
+        app.router.add_get("/api/usage", self.usage)
         app.on_shutdown.append(self._close_streams)
         return app
 
@@ -263,6 +265,14 @@ class Api:
             raise ApiError(404, "memory_not_found", f"no memory {raw}")
         return web.Response(status=204)
 
+    async def usage(self, request: web.Request) -> web.Response:
+        by = request.query.get("by", "session")
+        if by not in ("session", "day", "model"):
+            raise ApiError(400, "invalid_by", f"by must be session, day or model, not {by[:40]!r}")
+        since = request.query.get("since")
+        rows = await self.gateway.usage(by, parse_since(since) if since else None)  # type: ignore[arg-type]
+        return web.json_response([row.to_json() for row in rows])
+
     async def events(self, request: web.Request) -> web.StreamResponse:
         session_id = check_session_id(request.match_info["id"])
         try:
@@ -385,3 +395,24 @@ def _message_json(m: ChatMessage) -> dict[str, Any]:
     data.pop("identity", None)
     data.pop("extra", None)
     return data
+
+
+def webhook_app(routes: list[web.RouteDef]) -> web.Application:
+    """The second listener (``gateway.webhook_host``/``webhook_port``): the webhook routes
+    alone, with the API's error shape and body limit, and nothing of the control API."""
+    app = web.Application(middlewares=[errors_middleware], client_max_size=MAX_BODY_BYTES)
+    app.router.add_routes(routes)
+    return app
+
+
+def parse_since(text: str) -> float:
+    """``since``: an ISO-8601 date or date-time (UTC unless it says otherwise)."""
+    try:
+        when = dt.datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise ApiError(
+            400,
+            "invalid_since",
+            f"since must be an ISO-8601 date or date-time (2026-11-01), not {text[:40]!r}",
+        ) from exc
+    return (when if when.tzinfo else when.replace(tzinfo=dt.UTC)).timestamp()

@@ -156,6 +156,17 @@ class DaemonClient:
     def delete_reminder(self, reminder_id: str) -> None:
         self._request("DELETE", f"/api/reminders/{reminder_id}", headers=self._headers())
 
+    def usage(self, by: str, since: str | None = None) -> list[dict[str, Any]]:
+        params = {"by": by, **({"since": since} if since else {})}
+        result: list[dict[str, Any]] = self._request(
+            "GET", "/api/usage", params=params, headers=self._headers()
+        ).json()
+        return result
+
+    def metrics(self) -> str:
+        """The Prometheus text of ``/metrics`` (no token needed)."""
+        return self._request("GET", "/metrics").text
+
     def forget(self, memory_id: str) -> None:
         self._request("DELETE", f"/api/memories/{memory_id}", headers=self._headers())
 

@@ -59,7 +59,9 @@ class ProviderConfig(_Section):
         return value.rstrip("/")
 
     def api_key(self) -> str | None:
-        return os.environ.get(self.api_key_env) if self.api_key_env else None
+        from netclaw.credentials import read_secret
+
+        return read_secret(self.api_key_env) if self.api_key_env else None
 
 
 class ModelConfig(_Section):
@@ -94,6 +96,7 @@ class SessionConfig(_Section):
     max_resident_sessions: int = Field(1000, ge=1)
     compaction_timeout_s: float = Field(120.0, gt=0)  # extension: time budget of one compaction
     max_reminders: int = Field(50, ge=0)  # extension: reminders one session may have
+    max_tokens_per_day: int | None = Field(None, gt=0)  # spend guard: provider tokens per UTC day
 
 
 class HistoryConfig(_Section):
@@ -104,8 +107,29 @@ class GatewayConfig(_Section):
     host: str = "127.0.0.1"
     port: int = Field(5199, ge=0, le=65535)
     control_token_env: str | None = None
+    # A second listener serving only the webhook routes (and /healthz), so they can face the
+    # internet while the control API stays on host:port. Both or neither.
+    webhook_host: str | None = None
+    webhook_port: int | None = Field(None, ge=0, le=65535)
 
     _env = field_validator("control_token_env")(_check_env_name)
+
+    @model_validator(mode="after")
+    def _webhook_listener(self) -> GatewayConfig:
+        if (self.webhook_host is None) != (self.webhook_port is None):
+            raise ValueError("webhook_host and webhook_port: set both (a second listener) or neither")
+        return self
+
+
+class LogConfig(_Section):
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    format: Literal["text", "json"] = "text"
+    libraries: Literal["debug", "info", "warning", "error"] = "warning"  # extension: library loggers
+
+    @field_validator("level", "libraries", mode="before")
+    @classmethod
+    def _lower(cls, value: object) -> object:
+        return value.lower() if isinstance(value, str) else value
 
 
 class WebhookAuth(_Section):
@@ -349,6 +373,7 @@ class Settings(BaseSettings):
     tools: ToolsConfig = ToolsConfig()
     mcp: McpConfig = McpConfig()
     schedules: dict[str, ScheduleConfig] = {}
+    log: LogConfig = LogConfig()
 
     @classmethod
     def settings_customise_sources(
@@ -422,6 +447,10 @@ def load_settings(path: str | os.PathLike[str] | None = None, *, explicit: bool 
     except ValidationError as exc:
         where = f" in {found}" if found else ""
         raise ConfigError(f"invalid configuration{where}:\n{format_validation_error(exc)}") from exc
+    state_dir = os.environ.get("STATE_DIRECTORY", "").split(":")[0]
+    if state_dir and "data_dir" not in data and "NETCLAW_DATA_DIR" not in os.environ:
+        # systemd's StateDirectory= is the default home of the data under a unit.
+        settings = settings.model_copy(update={"data_dir": Path(state_dir)})
     if found is not None and not settings.data_dir.is_absolute():
         # data_dir in a file is relative to that file, not to wherever `netclaw` was started.
         rel = data.get("data_dir") is not None and "NETCLAW_DATA_DIR" not in os.environ

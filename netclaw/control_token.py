@@ -14,6 +14,7 @@ import stat
 from pathlib import Path
 
 from netclaw.config import Settings
+from netclaw.credentials import read_secret, where_to_put
 from netclaw.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -23,12 +24,12 @@ def load_control_token(settings: Settings) -> str:
     """The configured variable's value, else ``<data_dir>/control.token`` (created 0600)."""
     name = settings.gateway.control_token_env
     if name:
-        value = os.environ.get(name, "")
-        if not value.strip():
+        value = read_secret(name)
+        if not value:
             raise ConfigError(
-                f"gateway.control_token_env names {name}, but that environment variable is empty or unset"
+                f"gateway.control_token_env names {name}, which is empty or unset: {where_to_put(name)}"
             )
-        return value.strip()
+        return value
     path = settings.data_dir / "control.token"
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -52,7 +53,7 @@ def read_control_token(settings: Settings) -> str | None:
     """For clients: the token without creating anything."""
     name = settings.gateway.control_token_env
     if name:
-        return os.environ.get(name) or None
+        return read_secret(name)
     path = Path(settings.data_dir) / "control.token"
     try:
         return path.read_text(encoding="utf-8").strip() or None

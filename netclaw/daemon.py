@@ -6,13 +6,12 @@ reloads the config. After shutdown, check that no actor survived.
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
+import concurrent.futures
 import fcntl
 import logging
 import os
 import signal
-import socket
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -22,12 +21,15 @@ import pykka
 from aiohttp import web
 
 from adapters import Adapter, AdapterStatus, build_adapters
-from netclaw.api import Api
-from netclaw.config import LiveSettings, Settings, load_settings
+from adapters.supervisor import AdapterSupervisor
+from netclaw.api import Api, webhook_app
+from netclaw.config import LiveSettings, Settings, find_config_path, load_settings
 from netclaw.control_token import load_control_token
+from netclaw.credentials import read_secret, where_to_put
 from netclaw.errors import ConfigError, DaemonError
 from netclaw.gateway import Gateway
 from netclaw.history import preload_encoding
+from netclaw.logs import configure_logging
 from netclaw.metrics import GaugeMetricFamily, Metrics, gauge
 from netclaw.persistence import (
     Manifest,
@@ -41,6 +43,7 @@ from netclaw.persistence import (
 from netclaw.providers import Provider, make_provider
 from netclaw.runtime import IoLoop
 from netclaw.scheduler import Clock, Scheduler
+from netclaw.service import Notifier, SignalWaiter, heartbeat
 from netclaw.sessions import SessionActor, SessionDeps, SessionManager
 from netclaw.tools import McpHub, ToolRegistry, build_registry, reminder_tools
 
@@ -50,21 +53,7 @@ ACTOR_STOP_TIMEOUT_S = 10.0
 WARM_CONCURRENCY = 16  # sessions recovering at once at start-up
 WARM_TIMEOUT_S = 120.0
 MCP_START_WAIT_S = 15.0  # how long start-up waits for MCP servers' first connection
-
-
-def sd_notify(state: str) -> None:
-    """Tell systemd (Type=notify) about our state; a no-op outside systemd."""
-    address = os.environ.get("NOTIFY_SOCKET")
-    if not address:
-        return
-    if address.startswith("@"):
-        address = "\0" + address[1:]
-    try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
-            sock.connect(address)
-            sock.sendall(state.encode())
-    except OSError as exc:
-        log.warning("sd_notify(%s) failed: %s", state, exc)
+PROBE_TIMEOUT_S = 10.0  # the start-up check of the provider
 
 
 class DataDirLock:
@@ -109,8 +98,10 @@ class Daemon:
         config_path: str | None = None,
         provider_factory: Callable[[Settings], Provider] | None = None,
         clock: Clock | None = None,
+        log_level: str | None = None,
     ) -> None:
         self.live = LiveSettings(settings)
+        self.log_level = log_level  # `run --log-level`: beats log.level, also across reloads
         self.config_path = config_path
         self._provider_factory = provider_factory or _default_provider
         self._clock = clock  # the scheduler's (tests inject one that does not sleep)
@@ -129,10 +120,14 @@ class Daemon:
         self.gateway: Gateway | None = None
         self._runner: web.AppRunner | None = None
         self.port: int | None = None
+        self._webhook_app: web.Application | None = None  # gateway.webhook_host/port: a second listener
+        self._webhook_runner: web.AppRunner | None = None
+        self.webhook_port: int | None = None
         self.adapters: list[Adapter] = []  # checked and started (or starting)
-        self._disabled: dict[str, AdapterStatus] = {}  # failed their check or start
-        self._stop = threading.Event()
-        self._reload = threading.Event()
+        self._disabled: dict[str, AdapterStatus] = {}  # failed their check (misconfigured)
+        self._supervisors: dict[str, AdapterSupervisor] = {}  # keep the started ones up
+        self.notifier = Notifier()
+        self._heartbeat: concurrent.futures.Future[None] | None = None
 
     @property
     def settings(self) -> Settings:
@@ -202,8 +197,11 @@ class Daemon:
             manifest = take_manifest(self.settings.database_path)
             warmed = self.io.run(self._warm_sessions(manifest), WARM_TIMEOUT_S + 10)
             self._check_adapters(build_adapters(self.settings, self.gateway))
-            for adapter in self.adapters:
-                app.router.add_routes(adapter.routes())
+            hook_routes = [route for adapter in self.adapters for route in adapter.routes()]
+            if self.settings.gateway.webhook_host is None:
+                app.router.add_routes(hook_routes)
+            else:  # only on the second listener: the control API's port need not be exposed
+                self._webhook_app = webhook_app(hook_routes)
             self.io.run(self._start_adapters())
             self.io.run(self._serve(app))
             # Channels listen now: the warmed sessions resume their turns (and replies reach them).
@@ -213,6 +211,7 @@ class Daemon:
         except BaseException:
             self.stop()
             raise
+        self._announce_provider()
         log.info(
             "netclaw listening on %s (data %s, %d session(s) resumed) in %.0f ms",
             self.base_url,
@@ -220,6 +219,35 @@ class Daemon:
             warmed,
             (time.perf_counter() - started) * 1000,
         )
+
+    def apply_log_config(self) -> None:
+        config = self.settings.log
+        configure_logging(self.log_level or config.level, config.format, config.libraries)
+
+    def _announce_provider(self) -> None:
+        """Say which model this daemon talks to, and warn early (in the background) when it
+        cannot: an unset key variable, an unreachable server, a model it does not have."""
+        main = self.settings.models.main
+        config = self.settings.providers[main.provider]
+        log.info("provider %s (%s at %s), model %s", main.provider, config.type, config.base_url, main.model)
+        if config.api_key_env and not read_secret(config.api_key_env):
+            log.warning(
+                "provider %s: its key %s is not set; %s",
+                main.provider,
+                config.api_key_env,
+                where_to_put(config.api_key_env),
+            )
+        if self.io is not None and self.provider is not None:
+            self.io.submit(self._probe_provider(self.provider, main.provider, main.model))
+
+    @staticmethod
+    async def _probe_provider(provider: Provider, name: str, model: str) -> None:
+        try:
+            detail = await asyncio.wait_for(provider.check(model), PROBE_TIMEOUT_S)
+        except Exception as exc:  # noqa: BLE001 - a warning, whatever went wrong
+            log.warning("provider %s is not usable yet: %s (turns will fail until it is)", name, exc)
+        else:
+            log.info("provider %s: %s", name, detail)
 
     def _check_adapters(self, candidates: list[Adapter]) -> None:
         for adapter in candidates:
@@ -232,20 +260,16 @@ class Daemon:
             self.adapters.append(adapter)
 
     async def _start_adapters(self) -> None:
-        for adapter in list(self.adapters):
-            try:
-                await adapter.start()
-            except Exception as exc:  # noqa: BLE001 - a failing adapter is disabled, not the daemon
-                log.error("adapter %s failed to start and is disabled: %s", adapter.name, exc)
-                self.adapters.remove(adapter)
-                self._disabled[adapter.name] = AdapterStatus("failed", str(exc))
-                with contextlib.suppress(Exception):
-                    await adapter.stop()
+        for adapter in self.adapters:
+            supervisor = self._supervisors[adapter.name] = AdapterSupervisor(adapter)
+            if not await supervisor.start():
+                log.error("adapter %s failed to start: %s", adapter.name, supervisor.status().detail)
 
     async def _stop_adapters(self) -> None:
         for adapter in reversed(self.adapters):
+            supervisor = self._supervisors.pop(adapter.name, None)
             try:
-                await adapter.stop()
+                await (supervisor.stop() if supervisor is not None else adapter.stop())
             except Exception:
                 log.exception("adapter %s did not stop cleanly", adapter.name)
         self.adapters = []
@@ -256,8 +280,11 @@ class Daemon:
         problems = [
             f"adapter {name} is {status['state']}" + (f": {status['detail']}" if status.get("detail") else "")
             for name, status in adapters.items()
-            if status["state"] not in ("running", "starting")
+            if status["state"] != "running"
         ]
+        journal = self.journal.problem() if self.journal is not None else "the journal is not open"
+        if journal is not None:
+            problems.insert(0, journal)
         body: dict[str, Any] = {"adapters": adapters}
         if self.mcp is not None and self.mcp.servers:
             body["mcp"] = {name: status.to_json() for name, status in self.mcp.statuses().items()}
@@ -285,27 +312,24 @@ class Daemon:
         ]
 
     def adapter_statuses(self) -> dict[str, dict[str, str]]:
-        statuses = {a.name: a.status().to_json() for a in self.adapters}
+        statuses = {
+            a.name: (
+                self._supervisors[a.name].status() if a.name in self._supervisors else a.status()
+            ).to_json()
+            for a in self.adapters
+        }
         statuses.update({name: status.to_json() for name, status in self._disabled.items()})
         return statuses
 
     async def _serve(self, app: web.Application) -> None:
-        # handler_cancellation: a client that disconnects (an SSE subscriber) ends its
-        # handler at once, so its subscription is removed without waiting for a write.
-        self._runner = web.AppRunner(
-            app, handle_signals=False, access_log=None, handler_cancellation=True, shutdown_timeout=5.0
-        )
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self.settings.gateway.host, self.settings.gateway.port)
-        try:
-            await site.start()
-        except OSError as exc:
-            raise DaemonError(
-                f"cannot listen on {self.settings.gateway.host}:{self.settings.gateway.port}: "
-                f"{exc.strerror} (is another netclaw running? change gateway.port)"
-            ) from exc
-        addresses = self._runner.addresses  # the bound port, when gateway.port is 0
-        self.port = int(addresses[0][1]) if addresses else self.settings.gateway.port
+        gateway = self.settings.gateway
+        self._runner, self.port = await _listen(app, gateway.host, gateway.port, "gateway.port")
+        if self._webhook_app is not None:
+            assert gateway.webhook_host is not None and gateway.webhook_port is not None
+            self._webhook_runner, self.webhook_port = await _listen(
+                self._webhook_app, gateway.webhook_host, gateway.webhook_port, "gateway.webhook_port"
+            )
+            log.info("webhooks listening on %s:%d", gateway.webhook_host, self.webhook_port)
 
     async def _warm_sessions(self, manifest: Manifest | None) -> int:
         """The manifest's sessions (a graceful stop) and those with admitted input whose turn
@@ -329,9 +353,13 @@ class Daemon:
         """Reverse order of start. Each step runs even if an earlier one failed, so no
         actor outlives the loop it needs to finish."""
         io = self.io
+        beat, self._heartbeat = self._heartbeat, None
+        if beat is not None:
+            beat.cancel()
         if io is not None:
-            if self._runner is not None:
-                _step("stop listening", io.run, _stop_sites(self._runner), 5)
+            for runner in (self._webhook_runner, self._runner):
+                if runner is not None:
+                    _step("stop listening", io.run, _stop_sites(runner), 5)
             if self.scheduler is not None:
                 _step("stop the scheduler", io.run, self.scheduler.stop(), 5)
             if self.adapters:
@@ -344,10 +372,11 @@ class Daemon:
                 refs = _step("stop sessions", io.run, _call(self.manager.shutdown), 5) or []
                 for ref in refs:
                     ref.actor_stopped.wait(ACTOR_STOP_TIMEOUT_S)
-            if self._runner is not None:
-                _step("stop the HTTP server", io.run, self._runner.cleanup(), 15)
+            for runner in (self._webhook_runner, self._runner):
+                if runner is not None:
+                    _step("stop the HTTP server", io.run, runner.cleanup(), 15)
             self._close_resources(io)
-        self._runner = None
+        self._runner = self._webhook_runner = self._webhook_app = None
         self.mcp = None
         self.scheduler = None
         self.reminders = None
@@ -391,46 +420,51 @@ class Daemon:
     # -- the foreground process ---------------------------------------------------------------
 
     def run_forever(self) -> int:
-        previous = {
-            sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-        }
-        try:
-            self.start()
-            sd_notify("READY=1")
-            while not self._stop.is_set():
-                self._stop.wait(1.0)
-                if self._reload.is_set():
-                    self._reload.clear()
-                    self.reload()
-            sd_notify("STOPPING=1")
-            log.info("netclaw stopping")
-            return 0
-        finally:
-            self.stop()
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+        stop_signals = {signal.SIGTERM, signal.SIGINT}
+        with SignalWaiter((signal.SIGTERM, signal.SIGINT, signal.SIGHUP)) as signals:
+            try:
+                self.start()
+                assert self.io is not None
+                self.notifier.ready(self.io.run(_call(self.status_line), 5))
+                if self.notifier.enabled:
+                    self._heartbeat = self.io.submit(heartbeat(self.notifier, self.status_line))
+                while True:
+                    arrived = signals.wait()  # no polling: a signal wakes this at once
+                    if stop_signals.intersection(arrived):
+                        break
+                    if signal.SIGHUP in arrived:
+                        self.reload()
+                self.notifier.stopping()
+                log.info("netclaw stopping")
+                return 0
+            finally:
+                self.stop()
 
-    def _on_signal(self, signum: int, frame: Any) -> None:
-        # Signal handlers only set flags; run_forever acts on them (it polls every second).
-        (self._reload if signum == signal.SIGHUP else self._stop).set()
+    def status_line(self) -> str:
+        """systemd's STATUS=: resident sessions and each channel's state (on the loop)."""
+        resident = len(self.manager.resident()) if self.manager is not None else 0
+        channels = ", ".join(f"{name} {s['state']}" for name, s in sorted(self.adapter_statuses().items()))
+        return f"{resident} session(s) resident" + (f"; {channels}" if channels else "")
 
     def reload(self) -> None:
         """Re-read the config and apply what can change in a running daemon: sessions
         (at their next turn), audiences, agent, history, webhook routes, chat allowlists.
         The log line says what changed, what applied and what needs a restart."""
-        sd_notify("RELOADING=1")
+        self.notifier.reloading()
         try:
             new = load_settings(self.config_path)
         except ConfigError as exc:
             log.error("config reload failed; keeping the running config:\n%s", exc)
-            sd_notify("READY=1")
+            self.notifier.ready()
             return
         # Routes are served by the webhook adapter, which only runs if it had routes at start.
         webhooks_running = any(a.name == "webhooks" for a in self.adapters)
         extra = () if webhooks_running else ("webhooks",)
         change = self.live.reload(new, restart_keys=extra)
+        if any(key == "log" or key.startswith("log.") for key in change.applied):
+            self.apply_log_config()
         (log.warning if change.restart else log.info)("%s", change.describe())
-        sd_notify("READY=1")
+        self.notifier.ready()
 
 
 def _step(what: str, fn: Callable[..., Any], *args: Any) -> Any:
@@ -439,6 +473,25 @@ def _step(what: str, fn: Callable[..., Any], *args: Any) -> Any:
     except Exception:
         log.exception("shutdown: could not %s", what)
         return None
+
+
+async def _listen(app: web.Application, host: str, port: int, key: str) -> tuple[web.AppRunner, int]:
+    """Serve ``app`` on host:port; the runner and the bound port (``port`` 0 picks one)."""
+    # handler_cancellation: a client that disconnects (an SSE subscriber) ends its
+    # handler at once, so its subscription is removed without waiting for a write.
+    runner = web.AppRunner(
+        app, handle_signals=False, access_log=None, handler_cancellation=True, shutdown_timeout=5.0
+    )
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, host, port).start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise DaemonError(
+            f"cannot listen on {host}:{port}: {exc.strerror} (is another netclaw running? change {key})"
+        ) from exc
+    addresses = runner.addresses
+    return runner, int(addresses[0][1]) if addresses else port
 
 
 async def _stop_sites(runner: web.AppRunner) -> None:
@@ -468,14 +521,17 @@ def _default_provider(settings: Settings) -> Provider:
     return make_provider(main.provider, settings.providers[main.provider])
 
 
-def configure_logging(level: str = "INFO") -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    logging.getLogger("httpx").setLevel(logging.WARNING)
-
-
-def run_daemon(config_path: str | None) -> int:
+def run_daemon(config_path: str | None, log_level: str | None = None) -> int:
+    """``netclaw run``: load the config, set up logging, say what was loaded, run."""
     settings = load_settings(config_path)
-    return Daemon(settings, config_path=config_path).run_forever()
+    found = find_config_path(config_path)
+    daemon = Daemon(settings, config_path=config_path, log_level=log_level)
+    daemon.apply_log_config()
+    if found is not None and found.is_file():
+        log.info("config: %s", found.resolve())
+    else:
+        log.info(
+            "config: no file found (looked for --config, $NETCLAW_CONFIG, ./netclaw.json, "
+            "~/.config/netclaw/netclaw.json); using built-in defaults. `netclaw init` writes one"
+        )
+    return daemon.run_forever()

@@ -33,7 +33,7 @@ from netclaw.config import ChannelAccess, LiveSettings, Settings
 from netclaw.errors import ApprovalNotFound, InvalidInput, NotAnApprover, OutcomeUnknown, SessionUnavailable
 from netclaw.messages import ChatMessage
 from netclaw.outputs import OutputFilter
-from netclaw.persistence import Journal, Memory, MemoryStore, ReminderStore
+from netclaw.persistence import Journal, Memory, MemoryStore, ReminderStore, UsageKey, UsageRow
 from netclaw.policy import ChatEvent, audience_of, channel_of, denial_reason
 from netclaw.runtime import Reply
 from netclaw.sessions import (
@@ -459,6 +459,10 @@ class Gateway:
         return self._manager.subscribe(session_id, mask)
 
     # -- reads --------------------------------------------------------------------------------
+
+    async def usage(self, by: UsageKey, since: float | None = None) -> list[UsageRow]:
+        """Provider tokens from the journal, per session, UTC day or model."""
+        return await self._journal.usage(by, since)
 
     async def list_sessions(self) -> list[SessionSummary]:
         resident = self._manager.resident()

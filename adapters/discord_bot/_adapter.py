@@ -18,7 +18,6 @@ import asyncio
 import contextlib
 import importlib.util
 import logging
-import os
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -42,6 +41,7 @@ from adapters.discord_bot._port import (
     DiscordPort,
 )
 from netclaw.config import DiscordConfig, Settings
+from netclaw.credentials import read_secret, where_to_put
 from netclaw.errors import AdapterError, NetclawError
 from netclaw.gateway import Admission, Gateway, Inbound
 from netclaw.policy import ChatEvent
@@ -248,7 +248,9 @@ class DiscordAdapter:
     def disconnected(self) -> None:
         """The gateway connection dropped; discord.py reconnects by itself."""
         if self._running and self._status.state == "running":
-            self._status = AdapterStatus("starting", "reconnecting to Discord")
+            self._status = AdapterStatus(
+                "reconnecting", "the gateway connection dropped; discord.py reconnects"
+            )
 
     def _connection_ended(self, task: asyncio.Task[None]) -> None:
         if task.cancelled() or not self._running or self._starting:
@@ -356,10 +358,10 @@ class DiscordAdapter:
 
     def _token(self) -> str:
         env = self.token_env
-        token = os.environ.get(env, "").strip()
+        token = read_secret(env)
         if not token:
             raise AdapterError(
-                f"discord: the bot token variable {env} is not set (discord.token_env); "
-                f"export {env}=<your bot token> (see docs/channels/discord.md)"
+                f"discord: the bot token {env} is not set (discord.token_env); "
+                f"{where_to_put(env)} (see docs/channels/discord.md)"
             )
         return token

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-import os
 import re
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
@@ -30,6 +29,7 @@ from adapters.base import AdapterState, AdapterStatus
 from adapters.chat import ButtonClick, ChatRenderer, Conversation, MessageRef, RenderOptions
 from adapters.slack._format import slack_unescape
 from netclaw.config import Settings, SlackConfig
+from netclaw.credentials import read_secret, where_to_put
 from netclaw.errors import AdapterError, NetclawError
 from netclaw.gateway import Gateway, Inbound
 from netclaw.policy import ChatEvent
@@ -155,6 +155,9 @@ class SlackAdapter:
             self._state, self._detail = "stopped", ""
 
     def status(self) -> AdapterStatus:
+        connection = self._connection
+        if self._state == "running" and connection is not None and not connection.connected:
+            return AdapterStatus("reconnecting", "the Socket Mode connection dropped; slack-sdk reconnects")
         return AdapterStatus(self._state, self._detail)
 
     def following(self) -> list[str]:
@@ -167,16 +170,16 @@ class SlackAdapter:
 
     def _tokens(self) -> tuple[str, str]:
         config = self.settings.slack
-        bot = os.environ.get(config.bot_token_env, "").strip()
+        bot = read_secret(config.bot_token_env)
         if not bot:
             raise AdapterError(
-                f"Slack bot token missing: set the environment variable {config.bot_token_env} "
+                f"Slack bot token missing: {where_to_put(config.bot_token_env)} "
                 "(the xoxb-… Bot User OAuth Token)"
             )
-        app = os.environ.get(config.app_token_env, "").strip()
+        app = read_secret(config.app_token_env)
         if not app:
             raise AdapterError(
-                f"Slack app-level token missing: set the environment variable {config.app_token_env} "
+                f"Slack app-level token missing: {where_to_put(config.app_token_env)} "
                 "(an xapp-… token with connections:write, for Socket Mode)"
             )
         if not app.startswith("xapp-"):

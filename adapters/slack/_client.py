@@ -43,6 +43,7 @@ log = logging.getLogger("adapters.slack")
 DEFAULT_API_URL = "https://slack.com/api/"
 MESSAGE_LIMIT = 4000  # Slack's recommended maximum for one message's text
 CONNECT_TIMEOUT_S = 20.0
+PING_INTERVAL_S = 10.0  # slack-sdk's liveness ping, and how often it retries a lost connection
 STOP_TIMEOUT_S = 5.0
 MAX_RETRY_AFTER_S = 300.0
 MARKER_EVENT_TYPE = "netclaw_reply"
@@ -394,7 +395,9 @@ class SlackConnection:
         app.event("app_mention")(on_mention)
         app.event("message")(on_message)
         app.action(re.compile(f"^{re.escape(ACTION_PREFIX)}"))(on_button)
-        handler = AsyncSocketModeHandler(app, app_token, logger=logging.getLogger("adapters.slack.socket"))
+        handler = AsyncSocketModeHandler(
+            app, app_token, logger=logging.getLogger("adapters.slack.socket"), ping_interval=PING_INTERVAL_S
+        )
         self._handler = handler
         handler.client.message_listeners.append(self._on_socket_message)
         # Ask for the first WebSocket URL ourselves: the SDK would retry a rejected app token
@@ -416,6 +419,13 @@ class SlackConnection:
                 f"the Socket Mode WebSocket did not open within {CONNECT_TIMEOUT_S:g}s"
             ) from exc
         return identity
+
+    @property
+    def connected(self) -> bool:
+        """The Socket Mode WebSocket is open (slack-sdk reconnects by itself when not)."""
+        handler = self._handler
+        session = handler.client.current_session if handler is not None else None
+        return session is not None and not session.closed
 
     async def _on_socket_message(
         self, client: AsyncBaseSocketModeClient, message: dict[str, Any], raw: str | None

@@ -3,7 +3,8 @@
 - ``run``: the daemon in the foreground.
 - ``chat``: :mod:`._chat`.
 - ``sessions``, ``memory`` and ``approvals``: :mod:`._admin` (the control API from the shell).
-- ``doctor``: :mod:`._doctor`.
+- ``status`` and ``usage``: :mod:`._status`.
+- ``doctor``: :mod:`._doctor`; ``init``: :mod:`._init`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from netclaw import __version__
 from netclaw.cli._admin import cmd_approvals, cmd_memory, cmd_reminders, cmd_sessions
 from netclaw.cli._chat import cmd_chat
 from netclaw.cli._doctor import cmd_doctor
+from netclaw.cli._status import cmd_status, cmd_usage
 from netclaw.errors import NetclawError
 
 
@@ -51,7 +53,12 @@ def _parser() -> argparse.ArgumentParser:
         return p
 
     run = with_config(sub.add_parser("run", help="run the daemon in the foreground"))
-    run.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
+    run.add_argument(
+        "--log-level",
+        type=str.lower,
+        choices=["debug", "info", "warning", "error"],
+        help="beats log.level in the config (default: info)",
+    )
     run.set_defaults(func=_cmd_run)
 
     chat = with_config(sub.add_parser("chat", help="chat with a session through the running daemon"))
@@ -107,6 +114,16 @@ def _parser() -> argparse.ArgumentParser:
     reminders.add_argument("--json", action="store_true")
     reminders.set_defaults(func=cmd_reminders)
 
+    status = with_config(sub.add_parser("status", help="the running daemon's health and key figures"))
+    status.add_argument("--json", action="store_true")
+    status.set_defaults(func=cmd_status)
+
+    usage = with_config(sub.add_parser("usage", help="provider tokens per session, day or model"))
+    usage.add_argument("--by", choices=["session", "day", "model"], default="session")
+    usage.add_argument("--since", metavar="DATE", help="ISO date or date-time, UTC (e.g. 2026-11-01)")
+    usage.add_argument("--json", action="store_true")
+    usage.set_defaults(func=cmd_usage)
+
     doctor = with_config(sub.add_parser("doctor", help="check config, database and provider"))
     doctor.add_argument("--json", action="store_true", help="the same checks as JSON")
     doctor.set_defaults(func=cmd_doctor)
@@ -117,7 +134,6 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from netclaw.daemon import configure_logging, run_daemon
+    from netclaw.daemon import run_daemon
 
-    configure_logging(args.log_level)
-    return run_daemon(args.config)
+    return run_daemon(args.config, args.log_level)

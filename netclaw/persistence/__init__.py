@@ -1,7 +1,15 @@
 """Persistence: the event journal, snapshots and session index (SQLite by default)."""
 
 from netclaw.persistence._deliveries import DeliveryLog
-from netclaw.persistence._journal import Journal, NewEvent, SessionRow, Snapshot, StoredEvent
+from netclaw.persistence._journal import (
+    Journal,
+    NewEvent,
+    SessionRow,
+    Snapshot,
+    StoredEvent,
+    UsageKey,
+    UsageRow,
+)
 from netclaw.persistence._manifest import Manifest, save_manifest, take_manifest
 from netclaw.persistence._memory import (
     MAX_MEMORY_CHARS,
@@ -32,6 +40,8 @@ __all__ = [
     "SqliteMemoryStore",
     "SqliteReminderStore",
     "StoredEvent",
+    "UsageKey",
+    "UsageRow",
     "apply_migrations",
     "format_recall",
     "load_migrations",

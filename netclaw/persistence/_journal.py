@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Literal, Protocol
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +47,29 @@ class SessionRow:
     undelivered: int = 0  # chat replies recorded but not yet shown in their conversation
 
 
+UsageKey = Literal["session", "day", "model"]
+
+
+@dataclass(frozen=True, slots=True)
+class UsageRow:
+    """Provider tokens of recorded turns, summed per session, UTC day or model."""
+
+    key: str
+    turns: int
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "turns": self.turns,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "cache_read_tokens": self.cache_read_tokens,
+        }
+
+
 class Journal(Protocol):
     async def append(
         self,
@@ -76,6 +99,10 @@ class Journal(Protocol):
     async def sessions_with_pending_input(self) -> list[str]: ...
 
     async def sessions_owing_replies(self, channel: str) -> list[str]: ...
+
+    async def usage(self, by: UsageKey, since: float | None = None) -> list[UsageRow]:
+        """Tokens of the turns recorded at or after ``since`` (unix time), grouped ``by``."""
+        ...
 
     async def erase(self, persistence_id: str) -> None:
         """Delete a session for good: its events, snapshot, listing row and webhook

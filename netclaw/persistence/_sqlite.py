@@ -31,7 +31,7 @@ from typing import Any
 import aiosqlite
 
 from netclaw.errors import JournalError, SequenceConflict
-from netclaw.persistence._journal import NewEvent, SessionRow, Snapshot, StoredEvent
+from netclaw.persistence._journal import NewEvent, SessionRow, Snapshot, StoredEvent, UsageKey, UsageRow
 from netclaw.persistence._migrations import apply_migrations, load_migrations
 
 log = logging.getLogger(__name__)
@@ -105,6 +105,13 @@ def _configure(conn: sqlite3.Connection, synchronous: str) -> None:
     conn.execute("PRAGMA foreign_keys=ON")
 
 
+_USAGE_KEYS: dict[str, str] = {
+    "session": "persistence_id",
+    "day": "date(ts, 'unixepoch')",
+    "model": "COALESCE(json_extract(payload, '$.model'), 'unknown')",
+}
+
+
 class SqliteJournal:
     """Implements :class:`~netclaw.persistence.Journal` on one SQLite file."""
 
@@ -118,6 +125,7 @@ class SqliteJournal:
         self._writer: _Writer | None = None
         self._closing = False
         self.commits = 0  # transactions committed (benchmarks report appends per commit)
+        self.last_failure: str | None = None  # the latest commit failed (health), until one succeeds
 
     async def open(self) -> SqliteJournal:
         """Open the reader and start the writer thread. Migrations must have run."""
@@ -152,6 +160,16 @@ class SqliteJournal:
     @property
     def is_open(self) -> bool:
         return self._writer is not None and not self._closing
+
+    def problem(self) -> str | None:
+        """Why the journal cannot take writes now (``/healthz``), or None."""
+        if self._writer is None or self._closing:
+            return "the journal is closed"
+        if not self._writer.is_alive():
+            return "the journal's writer thread has stopped"
+        if self.last_failure is not None:
+            return f"the last journal commit failed ({self.last_failure})"
+        return None
 
     # -- writes -------------------------------------------------------------------------------
 
@@ -245,6 +263,21 @@ class SqliteJournal:
             "SELECT id FROM sessions WHERE channel = ? AND undelivered > 0 ORDER BY last_activity", (channel,)
         )
         return [str(r[0]) for r in rows]
+
+    async def usage(self, by: UsageKey, since: float | None = None) -> list[UsageRow]:
+        # A turn's totals are in "spent"; turns recorded before it existed have "usage".
+        key = _USAGE_KEYS[by]
+        rows = await self._read(
+            f"SELECT {key} AS k, COUNT(*),"
+            " SUM(COALESCE(json_extract(payload, '$.spent.input_tokens'),"
+            "              json_extract(payload, '$.usage.input_tokens'), 0)),"
+            " SUM(COALESCE(json_extract(payload, '$.spent.output_tokens'),"
+            "              json_extract(payload, '$.usage.output_tokens'), 0)),"
+            " SUM(COALESCE(json_extract(payload, '$.spent.cache_read_tokens'), 0))"
+            " FROM events WHERE type = 'TurnRecorded' AND ts >= ? GROUP BY k ORDER BY k",
+            (since if since is not None else 0.0,),
+        )
+        return [UsageRow(str(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4])) for r in rows]
 
     async def close(self) -> None:
         writer = self._writer
@@ -381,9 +414,11 @@ class _Writer(threading.Thread):
             except Exception as exc:  # a failed commit fails its batch, never the writer
                 log.exception("journal commit failed")
                 error = JournalError(f"journal commit failed: {exc}")
+                self.journal.last_failure = str(error)
                 results = [(future, error) for future, _ in batch.done]
             else:
                 self.journal.commits += 1
+                self.journal.last_failure = None
                 self._last_seq.update(staged)
                 if self.journal.on_commit is not None:
                     self.journal.on_commit(time.perf_counter() - started)

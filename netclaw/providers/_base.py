@@ -68,8 +68,9 @@ class Provider(Protocol):
 
     async def complete(self, request: ProviderRequest, on_delta: OnDelta | None = None) -> Completion: ...
 
-    async def check(self) -> str:
-        """Cheap reachability probe for ``netclaw doctor``; returns a short description."""
+    async def check(self, model: str | None = None) -> str:
+        """Cheap probe for ``doctor``, ``init`` and start-up: reachable, and ``model`` served
+        (where the server lists its models); returns a short description."""
         ...
 
     async def aclose(self) -> None: ...

@@ -19,7 +19,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 import httpx
 
 from netclaw.config import ProviderConfig
-from netclaw.errors import ProviderError, ProviderProtocolError, ProviderUnavailable
+from netclaw.errors import ProviderBadRequest, ProviderError, ProviderProtocolError, ProviderUnavailable
 from netclaw.providers._base import Completion, OnDelta, ProviderRequest
 from netclaw.providers._classify import (
     PROVIDER_MAX_RETRY_AFTER_S,
@@ -284,7 +284,9 @@ class HttpStreamingProvider(ABC, Generic[AnswerT]):
             )
         self._check_complete(answer)
 
-    async def check(self) -> str:
+    async def check(self, model: str | None = None) -> str:
+        """Reachability (and, where the server lists its models, that ``model`` is one of
+        them). Raises ProviderError naming what is wrong."""
         try:
             response = await self._client.get(self._models_url(), headers=self._headers())
         except httpx.HTTPError as exc:
@@ -305,6 +307,15 @@ class HttpStreamingProvider(ABC, Generic[AnswerT]):
                 break
         if not isinstance(models, list):
             return f"reachable (HTTP {response.status_code})"
+        names = sorted(
+            {str(m.get("id") or m.get("name")) for m in models if isinstance(m, Mapping)} - {"None"}
+        )
+        if model is not None and names and model not in names:
+            shown = ", ".join(names[:10]) + (", …" if len(names) > 10 else "")
+            raise ProviderBadRequest(
+                f"the server at {self.base_url} does not have the model {model!r} (it has: {shown}); "
+                "fix models.main.model, or pull the model (ollama pull NAME)"
+            )
         return f"reachable, {len(models)} model{'' if len(models) == 1 else 's'}"
 
     async def aclose(self) -> None:

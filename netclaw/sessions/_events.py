@@ -50,7 +50,11 @@ class TurnRecorded:
     status: TurnStatus
     messages: tuple[ChatMessage, ...] = ()  # the final assistant reply (none when failed)
     error: Mapping[str, str] | None = None  # {"code", "message"} when not completed
-    usage: Mapping[str, int] | None = None
+    usage: Mapping[str, int] | None = None  # the last call's (its input_tokens: the prompt's size)
+    # The whole turn's provider tokens (every call: input, output, cache_read) and the model
+    # (usage reports and the daily spend guard). Absent in events from before they existed.
+    spent: Mapping[str, int] | None = None
+    model: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,6 +214,20 @@ SessionEvent = (
 )
 
 
+def _turn_recorded(event: TurnRecorded) -> dict[str, Any]:
+    payload: dict[str, Any] = {
+        "turn": event.turn,
+        "message_id": event.message_id,
+        "status": event.status,
+        "messages": [m.to_dict() for m in event.messages],
+    }
+    optional = {"error": event.error, "usage": event.usage, "spent": event.spent}
+    payload.update({key: dict(value) for key, value in optional.items() if value is not None})
+    if event.model is not None:
+        payload["model"] = event.model
+    return payload
+
+
 def encode(event: SessionEvent) -> tuple[str, str]:
     """(type, JSON payload) for the journal."""
     payload: dict[str, Any]
@@ -221,16 +239,7 @@ def encode(event: SessionEvent) -> tuple[str, str]:
         case StepRecorded(turn=t, messages=ms):
             payload = {"turn": t, "messages": [m.to_dict() for m in ms]}
         case TurnRecorded():
-            payload = {
-                "turn": event.turn,
-                "message_id": event.message_id,
-                "status": event.status,
-                "messages": [m.to_dict() for m in event.messages],
-            }
-            if event.error is not None:
-                payload["error"] = dict(event.error)
-            if event.usage is not None:
-                payload["usage"] = dict(event.usage)
+            payload = _turn_recorded(event)
         case SessionTitleSet(title=title):
             payload = {"title": title}
         case HistoryTrimmed() | SessionCompacted():
@@ -270,6 +279,8 @@ def decode(type_name: str, payload: str) -> SessionEvent:
                     messages=_messages(data.get("messages", [])),
                     error=data.get("error"),
                     usage=data.get("usage"),
+                    spent=data.get("spent"),
+                    model=data.get("model"),
                 )
             case "SessionTitleSet":
                 return SessionTitleSet(str(data["title"]))

@@ -6,6 +6,7 @@ Everything here is reconstructible from the journal: recovery is a fold of
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -128,6 +129,21 @@ class SessionState:
     # assistant message), so the channel posts them even if nobody watched the turn.
     undelivered: Mapping[int, str] = field(default_factory=dict)
     closed_approvals: Mapping[str, tuple[str, str]] = field(default_factory=dict)  # id → (decision, by)
+    # Provider tokens (input + output) spent on ``spend_day`` (a UTC date), for the guard.
+    spend_day: str = ""
+    spend_tokens: int = 0
+
+    def tokens_spent_on(self, day: str) -> int:
+        """Provider tokens (input + output) recorded on the UTC date ``day``."""
+        return self.spend_tokens if day == self.spend_day else 0
+
+    def _spending(self, event: TurnRecorded, ts: float) -> dict[str, Any]:
+        spent = event.spent or {}
+        tokens = int(spent.get("input_tokens", 0)) + int(spent.get("output_tokens", 0))
+        if not tokens:
+            return {}
+        day = utc_day(ts)
+        return {"spend_day": day, "spend_tokens": tokens + self.tokens_spent_on(day)}
 
     @property
     def visible(self) -> tuple[ChatMessage, ...]:
@@ -249,6 +265,7 @@ class SessionState:
                     failures=failures,
                     last_activity=ts,
                     last_input_tokens=usage.get("input_tokens", self.last_input_tokens),
+                    **self._spending(event, ts),
                 )
             case SessionReset():
                 return replace(
@@ -344,6 +361,8 @@ class SessionState:
             "granted_tools": sorted(self.granted_tools),
             "undelivered": {str(t): m for t, m in self.undelivered.items()},
             "closed_approvals": {k: list(v) for k, v in self.closed_approvals.items()},
+            "spend_day": self.spend_day,
+            "spend_tokens": self.spend_tokens,
         }
         return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
 
@@ -390,9 +409,16 @@ class SessionState:
                 closed_approvals={
                     k: (str(v[0]), str(v[1])) for k, v in d.get("closed_approvals", {}).items()
                 },
+                spend_day=str(d.get("spend_day", "")),
+                spend_tokens=int(d.get("spend_tokens", 0)),
             )
         except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
             raise JournalCorrupt(f"cannot decode snapshot: {exc}") from exc
+
+
+def utc_day(ts: float) -> str:
+    """The UTC date of a unix time, as the spend guard counts days."""
+    return dt.datetime.fromtimestamp(ts, dt.UTC).date().isoformat()
 
 
 def _closed(

@@ -5,6 +5,7 @@ I/O or touches an actor."""
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 import time
 from collections.abc import Sequence
@@ -45,6 +46,17 @@ class TurnRun:
     future: Cancellable | None = None  # the loop future of the op in flight (to cancel it)
     estimate: int = 0  # our token estimate of the prompt in flight
     started: float = 0.0  # time.monotonic() when the turn began (metrics)
+    input_tokens: int = 0  # what the provider reported over the turn's calls (log, usage, guard)
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    model: str = ""
+
+    def spent(self) -> dict[str, int]:
+        return {
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "cache_read_tokens": self.cache_read_tokens,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,7 +209,11 @@ def completed_turn(session_id: str, state: SessionState, run: TurnRun, completio
             "input_tokens": completion.usage.input_tokens,
             "output_tokens": completion.usage.output_tokens,
         }
-    events: list[SessionEvent] = [TurnRecorded(run.turn, run.message_id, "completed", (reply,), usage=usage)]
+    events: list[SessionEvent] = [
+        TurnRecorded(
+            run.turn, run.message_id, "completed", (reply,), usage=usage, spent=run.spent(), model=run.model
+        )
+    ]
     outputs: list[out.Output] = [
         out.Text(session_id=session_id, turn=run.turn, message_id=reply.id, text=reply.content)
     ]
@@ -209,15 +225,42 @@ def completed_turn(session_id: str, state: SessionState, run: TurnRun, completio
     return Step(tuple(events), tuple(outputs))
 
 
-def failed_turn(session_id: str, run: TurnRun, code: str, message: str, status: TurnStatus) -> Step:
-    """A turn that ends without an answer. Every tool call in flight still gets a result."""
+def failed_turn(
+    session_id: str, run: TurnRun, code: str, message: str, status: TurnStatus, *, as_notice: bool = False
+) -> Step:
+    """A turn that ends without an answer. Every tool call in flight still gets a result.
+    ``as_notice``: people see a ``notice`` (a limit doing its job), not an ``error``."""
     events: list[SessionEvent] = []
     if run.pending_calls is not None:
         calls = run.pending_calls
         events.append(StepRecorded(run.turn, (calls, *interrupted_results(calls.tool_calls))))
-    events.append(TurnRecorded(run.turn, run.message_id, status, error={"code": code, "message": message}))
-    error = out.Error(session_id=session_id, turn=run.turn, code=code, message=message)
-    return Step(tuple(events), (error,))
+    spent = run.spent() if any(run.spent().values()) else None
+    events.append(
+        TurnRecorded(
+            run.turn,
+            run.message_id,
+            status,
+            error={"code": code, "message": message},
+            spent=spent,
+            model=run.model if spent else None,
+        )
+    )
+    shown: out.Output = (
+        out.Notice(session_id=session_id, text=message, kind=code)
+        if as_notice
+        else out.Error(session_id=session_id, turn=run.turn, code=code, message=message)
+    )
+    return Step(tuple(events), (shown,))
+
+
+def spend_limit_message(spent: int, limit: int, now: float) -> str:
+    """What a session says instead of calling the model once its daily budget is used."""
+    midnight = dt.datetime.fromtimestamp(now, dt.UTC).date() + dt.timedelta(days=1)
+    return (
+        f"This conversation has used its token budget for today ({spent:,} of "
+        f"session.max_tokens_per_day = {limit:,}), so I did not send this to the model. "
+        f"It resets at {midnight.isoformat()} 00:00 UTC; an operator can raise the limit."
+    )
 
 
 def trim_step(session_id: str, trim: TrimResult, reason: str) -> tuple[HistoryTrimmed, out.HistoryTrimmed]:

@@ -25,6 +25,7 @@ from netclaw.sessions._loop_ops import (
     start_tool_batch,
 )
 from netclaw.sessions._phases import Phase
+from netclaw.sessions._state import utc_day
 from netclaw.sessions._turn import TurnRun
 from netclaw.tools import ToolContext, ToolResult
 
@@ -46,7 +47,11 @@ class TurnFlow(SessionCore):
         self.clock.start_turn(active.turn, self.settings.session.turn_timeout_s)
         self._set_phase(Phase.PROCESSING)
         self.run = TurnRun(
-            turn=active.turn, message_id=active.message_id, iteration=active.steps, started=time.monotonic()
+            turn=active.turn,
+            message_id=active.message_id,
+            iteration=active.steps,
+            started=time.monotonic(),
+            model=self.settings.models.main.model,
         )
         self.ladder = self.ladder.new_turn()
         pending = self.state.pending_round
@@ -59,6 +64,8 @@ class TurnFlow(SessionCore):
         """Build the prompt, let the ladder decide (compact first?), record a trim, send."""
         run, prompts = self.run, self.prompts
         assert run is not None and prompts is not None
+        if self._over_budget(run):
+            return
         tools = self._tools_for(run)
         prompt = prompts.build(self.state, tools)
         decision, self.ladder = ladder.before_call(
@@ -87,6 +94,19 @@ class TurnFlow(SessionCore):
         run.future = start_provider_call(
             self.deps.io, self.actor_ref, self._next_op(), self.deps.provider, request, self._recall_for(run)
         )
+
+    def _over_budget(self, run: TurnRun) -> bool:
+        """The daily spend guard: past ``session.max_tokens_per_day`` the turn ends with a
+        notice instead of another model call."""
+        limit = self.settings.session.max_tokens_per_day
+        if limit is None:
+            return False
+        now = time.time()
+        spent = self.state.tokens_spent_on(utc_day(now)) + run.input_tokens + run.output_tokens
+        if spent < limit:
+            return False
+        self._fail_turn("spend_limit", turn.spend_limit_message(spent, limit, now), "failed", as_notice=True)
+        return True
 
     def _recall_for(self, run: TurnRun) -> Recall | None:
         """Memories relevant to the turn's message, for the first call of a turn only."""
@@ -178,7 +198,9 @@ class TurnFlow(SessionCore):
         self._record_trim(decision.trim, "overflow")
         self._call_provider()
 
-    def _fail_turn(self, code: str, message: str, status: TurnStatus, *, go_on: bool = True) -> None:
+    def _fail_turn(
+        self, code: str, message: str, status: TurnStatus, *, go_on: bool = True, as_notice: bool = False
+    ) -> None:
         run = self.run
         assert run is not None
         if run.future is not None:
@@ -186,14 +208,20 @@ class TurnFlow(SessionCore):
         run.op_id = -1  # whatever the cancelled op still reports is stale
         self._abandon_compaction()
         self._close_open_approvals()
-        self._record(turn.failed_turn(self.session_id, run, code, message, status))
+        self._record(turn.failed_turn(self.session_id, run, code, message, status, as_notice=as_notice))
         run.pending_calls = None
         log.warning("%s: turn %d %s: %s", self.session_id, run.turn, status, message)
         self._end_turn(run, status, go_on=go_on)
 
     def _count_tokens(self, completion: Completion) -> None:
         metrics, usage = self.deps.metrics, completion.usage
-        if metrics is None or usage is None:
+        if usage is None:
+            return
+        if self.run is not None:
+            self.run.input_tokens += usage.input_tokens or 0
+            self.run.output_tokens += usage.output_tokens or 0
+            self.run.cache_read_tokens += usage.cache_read_tokens or 0
+        if metrics is None:
             return
         for kind, count in (
             ("input", usage.input_tokens),
@@ -206,9 +234,28 @@ class TurnFlow(SessionCore):
 
     def _end_turn(self, run: TurnRun, status: TurnStatus, *, go_on: bool = True) -> None:
         self._publish(turn.turn_completed(self.session_id, run, status))
+        seconds = time.monotonic() - run.started
         if self.deps.metrics is not None:
             self.deps.metrics.turns.labels(status).inc()
-            self.deps.metrics.turn_seconds.observe(time.monotonic() - run.started)
+            self.deps.metrics.turn_seconds.observe(seconds)
+        log.info(
+            "%s: turn %d %s in %.2fs (tokens in %d, out %d)",
+            self.session_id,
+            run.turn,
+            status,
+            seconds,
+            run.input_tokens,
+            run.output_tokens,
+            extra={
+                "session": self.session_id,
+                "turn": run.turn,
+                "event": "turn_completed",
+                "outcome": status,
+                "duration_s": round(seconds, 3),
+                "input_tokens": run.input_tokens,
+                "output_tokens": run.output_tokens,
+            },
+        )
         if run.turn in self.state.undelivered:  # the channel's outbox posts it if nobody watched
             self.deps.io.call(self.deps.manager.reply_owed, self.session_id)
         self.waiters.resolve(self.state, run.message_id)

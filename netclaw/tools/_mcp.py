@@ -33,6 +33,7 @@ from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
 
 from netclaw import __version__
 from netclaw.config import McpServerConfig
+from netclaw.credentials import read_secret, where_to_put
 from netclaw.errors import ToolError
 from netclaw.retry import RetryPolicy, backoff_delay
 from netclaw.tools._mcp_content import ServerTool, argument_problem, exposed_tools, result_text
@@ -310,9 +311,9 @@ class McpServer:
         return stdio_client(params, errlog=sys.stderr)
 
     def _secret(self, var: str, key: str) -> str:
-        value = self._environ.get(var)
+        value = read_secret(var, self._environ)
         if value is None:
-            raise ToolError(f"environment variable {var} (mcp.servers.{self.name}.{key}) is not set")
+            raise ToolError(f"mcp.servers.{self.name}.{key}: {var} is not set; {where_to_put(var)}")
         return value
 
 

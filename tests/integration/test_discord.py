@@ -734,7 +734,7 @@ def test_an_approval_decided_by_a_button_press_in_the_thread(
     ("problem", "expected"),
     [("bad token", "rejected the bot token in DISCORD_BOT_TOKEN"), ("intent off", "Message Content")],
 )
-def test_a_failing_connection_disables_only_the_adapter(
+def test_a_failing_connection_is_retried_and_spares_the_rest(
     discord_server: FakeDiscordServer,
     start_daemon: Callable[..., DaemonHandle],
     monkeypatch: pytest.MonkeyPatch,
@@ -747,7 +747,9 @@ def test_a_failing_connection_disables_only_the_adapter(
         discord_server.refuse_intents = True
     handle = start_daemon(discord={"enabled": True, "channels": [ALLOWED]})
     health = adapter_health(handle)
-    assert health["state"] == "failed" and expected in health["detail"], health
+    # Retried with backoff for as long as it fails; the daemon and the other channels go on.
+    assert health["state"] == "retrying" and expected in health["detail"], health
+    assert handle.http.get("/healthz").status_code == 503
     reply = handle.send("cli:fine", "still there?", wait=True)
     assert reply.status_code == 200 and reply.json()["reply"] == "echo: still there?"
 

@@ -1,0 +1,101 @@
+"""``netclaw status`` and ``netclaw usage``: the running daemon's key figures without a
+dashboard (``/healthz`` and ``/metrics``), and tokens from the journal (``/api/usage``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import defaultdict
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from netclaw.cli._connect import client_for
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    with client_for(args) as client:
+        health = client.health()
+        figures = key_figures(client.metrics())
+        if args.json:
+            print(json.dumps({"url": client.base_url, "health": health, "figures": figures}, indent=2))
+        else:
+            print_status(client.base_url, health, figures)
+    return 0 if health.get("status") == "ok" else 1
+
+
+def key_figures(text: str) -> dict[str, Any]:
+    """The figures worth a glance, from the Prometheus text."""
+    samples: dict[str, dict[tuple[tuple[str, str], ...], float]] = defaultdict(dict)
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            samples[sample.name][tuple(sorted(sample.labels.items()))] = sample.value
+
+    def by(name: str, label: str) -> dict[str, int]:
+        return {dict(k).get(label, ""): int(v) for k, v in samples.get(name, {}).items()}
+
+    def one(name: str) -> float:
+        return sum(samples.get(name, {}).values())
+
+    turn_count, commit_count = one("netclaw_turn_seconds_count"), one("netclaw_journal_commit_seconds_count")
+    return {
+        "sessions_resident": int(one("netclaw_sessions_resident")),
+        "turns": by("netclaw_turns_total", "outcome"),
+        "turn_seconds_mean": round(one("netclaw_turn_seconds_sum") / turn_count, 3) if turn_count else None,
+        "tokens": by("netclaw_provider_tokens_total", "kind"),
+        "approvals_pending": int(one("netclaw_approvals_pending")),
+        "reminders_fired": int(one("netclaw_reminders_fired_total")),
+        "compactions": int(one("netclaw_compactions_total")),
+        "history_trims": int(one("netclaw_history_trims_total")),
+        "journal_commit_ms_mean": round(one("netclaw_journal_commit_seconds_sum") / commit_count * 1000, 3)
+        if commit_count
+        else None,
+    }
+
+
+def print_status(url: str, health: dict[str, Any], figures: dict[str, Any]) -> None:
+    state = "ok" if health.get("status") == "ok" else f"DEGRADED: {health.get('reason', '')}"
+    print(f"netclaw at {url}: {state}")
+    phases = health.get("sessions", {}).get("by_phase", {})
+    shown = ", ".join(f"{phase} {n}" for phase, n in sorted(phases.items()) if n)
+    print(f"sessions:  {figures['sessions_resident']} resident" + (f" ({shown})" if shown else ""))
+    for name, status in sorted(health.get("adapters", {}).items()):
+        detail = f": {status['detail']}" if status.get("detail") else ""
+        print(f"channel:   {name} {status['state']}{detail}")
+    for name, status in sorted(health.get("mcp", {}).items()):
+        print(f"mcp:       {name} {status.get('state')}")
+    turns = figures["turns"]
+    mean = figures["turn_seconds_mean"]
+    print(
+        "turns:     "
+        + (", ".join(f"{n:,} {outcome}" for outcome, n in sorted(turns.items())) or "none yet")
+        + (f"; mean {mean:.2f} s" if mean is not None else "")
+    )
+    tokens = figures["tokens"]
+    if tokens:
+        print("tokens:    " + ", ".join(f"{n:,} {kind}" for kind, n in sorted(tokens.items())))
+    print(f"approvals: {figures['approvals_pending']} pending")
+    print(f"history:   {figures['compactions']} compaction(s), {figures['history_trims']} trim(s)")
+    if figures["journal_commit_ms_mean"] is not None:
+        print(f"journal:   mean commit {figures['journal_commit_ms_mean']:.2f} ms")
+
+
+def cmd_usage(args: argparse.Namespace) -> int:
+    with client_for(args) as client:
+        rows = client.usage(args.by, args.since)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    if not rows:
+        print("no turns recorded" + (f" since {args.since}" if args.since else ""))
+        return 0
+    width = max(len(args.by), *(len(r["key"]) for r in rows))
+    print(f"{args.by:<{width}}  {'turns':>7}  {'input':>12}  {'output':>12}  {'cache read':>12}")
+    for r in rows:
+        print(
+            f"{r['key']:<{width}}  {r['turns']:>7,}  {r['input_tokens']:>12,}  "
+            f"{r['output_tokens']:>12,}  {r['cache_read_tokens']:>12,}"
+        )
+    total = [sum(r[k] for r in rows) for k in ("turns", "input_tokens", "output_tokens", "cache_read_tokens")]
+    print(f"{'total':<{width}}  {total[0]:>7,}  {total[1]:>12,}  {total[2]:>12,}  {total[3]:>12,}")
+    return 0

@@ -1,0 +1,114 @@
+"""Logging set-up: one place decides the level, the format and what libraries may say.
+
+Formats (``log.format``):
+
+- ``text``: ``time LEVEL logger: message``; fields passed as ``extra=`` (``session``,
+  ``turn``, ``event``, …) follow as ``key=value``.
+- ``json``: one object per line, ``{"ts", "level", "logger", "msg", …extra fields,
+  "exc"?}``, for log shippers.
+- Under systemd (``$JOURNAL_STREAM`` names our stderr) text lines carry a ``<N>``
+  priority prefix and no timestamp: the journal records both itself.
+
+Libraries (aiosqlite, discord.py's gateway, slack-sdk's socket, mcp, httpx) log at
+``log.libraries`` (WARNING by default) whatever our own level is: at DEBUG they would
+drown netclaw's lines.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+import sys
+from typing import Any, TextIO
+
+LIBRARY_LOGGERS = (
+    "aiosqlite",
+    "asyncio",
+    "discord",
+    "httpx",
+    "httpcore",
+    "mcp",
+    "slack_bolt",
+    "slack_sdk",
+    "adapters.slack.bolt",  # slack-bolt and slack-sdk log through these names of ours
+    "adapters.slack.socket",
+    "adapters.slack.web",
+)
+_PRIORITY = {"DEBUG": 7, "INFO": 6, "WARNING": 4, "ERROR": 3, "CRITICAL": 2}
+# A LogRecord's own attributes; anything else on a record came in through ``extra=``.
+_STANDARD = frozenset(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime"}
+
+
+def extra_fields(record: logging.LogRecord) -> dict[str, Any]:
+    return {k: v for k, v in record.__dict__.items() if k not in _STANDARD and not k.startswith("_")}
+
+
+class TextFormatter(logging.Formatter):
+    def __init__(self, *, journald: bool = False) -> None:
+        fmt = "%(name)s: %(message)s" if journald else "%(asctime)s %(levelname)s %(name)s: %(message)s"
+        super().__init__(fmt)
+        self.journald = journald
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        fields = extra_fields(record)
+        if fields:
+            first, newline, rest = text.partition("\n")
+            first += " " + " ".join(f"{k}={_flat(v)}" for k, v in fields.items())
+            text = first + newline + rest
+        if self.journald:
+            # Every line carries the priority, so a traceback's lines keep the record's level.
+            prefix = f"<{_PRIORITY.get(record.levelname, 6)}>"
+            text = "\n".join(prefix + line for line in text.split("\n"))
+        return text
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "ts": dt.datetime.fromtimestamp(record.created, dt.UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        entry.update(extra_fields(record))
+        if record.exc_info:
+            entry["exc"] = self.formatException(record.exc_info)
+        return json.dumps(entry, default=str, ensure_ascii=False)
+
+
+def _flat(value: Any) -> str:
+    text = str(value)
+    return json.dumps(text) if (" " in text or not text) else text
+
+
+def under_journald(stream: TextIO, environ: dict[str, str] | None = None) -> bool:
+    """True when ``stream`` is the journal's socket (systemd sets ``JOURNAL_STREAM=dev:ino``)."""
+    value = (os.environ if environ is None else environ).get("JOURNAL_STREAM", "")
+    device, _, inode = value.partition(":")
+    try:
+        st = os.fstat(stream.fileno())
+        return (st.st_dev, st.st_ino) == (int(device), int(inode))
+    except (ValueError, OSError, AttributeError):
+        return False
+
+
+def configure_logging(
+    level: str = "info", fmt: str = "text", libraries: str = "warning", *, stream: TextIO | None = None
+) -> None:
+    """Replace the root logger's handlers with one on ``stream`` (stderr) in ``fmt``."""
+    stream = stream or sys.stderr
+    handler = logging.StreamHandler(stream)
+    if fmt == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(TextFormatter(journald=under_journald(stream)))
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level.upper())
+    for name in LIBRARY_LOGGERS:
+        logging.getLogger(name).setLevel(libraries.upper())
