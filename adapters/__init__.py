@@ -57,6 +57,10 @@ class _Broken:
     def routes(self) -> list:  # type: ignore[type-arg]
         return []
 
+    async def probe(self) -> str:
+        self.check()
+        return ""
+
     async def start(self) -> None:
         return None
 

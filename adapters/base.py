@@ -42,6 +42,11 @@ class Adapter(Protocol):
         """HTTP routes to add to the daemon's server (webhooks); most adapters have none."""
         ...
 
+    async def probe(self) -> str:
+        """Prove the credentials work (log in, nothing more), for ``netclaw doctor``; says
+        as whom. Raises AdapterError naming what is wrong."""
+        ...
+
     async def start(self) -> None:
         """Connect and begin serving. Raises AdapterError if it cannot."""
         ...

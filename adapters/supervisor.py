@@ -57,6 +57,8 @@ class AdapterSupervisor:
         """The first attempt, awaited (so a healthy channel is up before READY); then the
         supervision goes on in the background. True when the first attempt worked."""
         up = await self._attempt()
+        if not up:  # retrying from now on, also in /healthz before the task first runs
+            self._next_attempt = time.monotonic() + self.first_retry_s
         self._task = asyncio.create_task(self._supervise(), name=f"supervise-{self.name}")
         return up
 
@@ -97,12 +99,12 @@ class AdapterSupervisor:
                 # Jitter: several daemons (or adapters) do not retry in lockstep.
                 wait = delay * random.uniform(0.8, 1.2)
                 self._next_attempt = time.monotonic() + wait
-                self._note_state()
+                log.warning("adapter %s: %s; starting it again in %.0fs", self.name, self._error, wait)
+                self._last_state = "retrying"
                 await self._sleep(wait)
                 self._next_attempt = None
                 up = await self._attempt()
                 delay = self.first_retry_s if up else min(delay * 2, self.max_retry_s)
-                self._note_state()
                 continue
             self._note_state()
             await self._sleep(self.watch_every_s)
@@ -114,14 +116,13 @@ class AdapterSupervisor:
                     await self.adapter.stop()
 
     def _note_state(self) -> None:
-        """One log line per change of state: connected, disconnected, retrying."""
-        status = self.status()
+        """One log line per change of a running adapter's state: connected, reconnecting."""
+        status = self.adapter.status()
         if status.state == self._last_state:
             return
-        previous, self._last_state = self._last_state, status.state
+        self._last_state = status.state
+        detail = f" ({status.detail})" if status.detail else ""
         if status.state == "running":
-            log.info("adapter %s: connected%s", self.name, f" ({status.detail})" if status.detail else "")
-        elif previous is not None or status.state != "starting":
-            log.warning(
-                "adapter %s: %s%s", self.name, status.state, f": {status.detail}" if status.detail else ""
-            )
+            log.info("adapter %s: connected%s", self.name, detail)
+        else:
+            log.warning("adapter %s: %s%s", self.name, status.state, detail)

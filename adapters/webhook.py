@@ -100,7 +100,8 @@ class WebhookAdapter:
     @property
     def routes_config(self) -> dict[str, WebhookRoute]:
         """The live routes: a reload (SIGHUP) adds, changes and removes routes at once."""
-        return self.gateway.settings.webhooks.routes
+        settings = self.gateway.settings if self.gateway is not None else self.settings  # doctor: none
+        return settings.webhooks.routes
 
     def _limit(self, name: str, route: WebhookRoute) -> _RateLimit:
         limit = self._limits.get(name)
@@ -125,6 +126,10 @@ class WebhookAdapter:
 
     def routes(self) -> list[web.RouteDef]:
         return [web.post("/webhooks/{route}", self.handle)]
+
+    async def probe(self) -> str:
+        self.check()
+        return f"{len(self.routes_config)} route(s), each with its secret set"
 
     async def start(self) -> None:
         self._deliveries = await DeliveryLog(self.settings.database_path).open()

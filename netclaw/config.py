@@ -1,7 +1,8 @@
 """Configuration: pydantic-settings models, loading and validation.
 
 Sources, strongest first: ``NETCLAW_<SECTION>__<KEY>`` environment variables,
-the JSON file, built-in defaults. Unknown keys and invalid values raise
+the JSON file (whole-line ``//`` comments allowed), built-in defaults. Unknown keys and
+invalid values raise
 :class:`~netclaw.errors.ConfigError` naming the key path. Secrets never live
 in the file: keys ending in ``_env`` name an environment variable.
 """
@@ -477,7 +478,7 @@ def _read_json(path: Path, *, must_exist: bool) -> dict[str, Any]:
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from exc
     try:
-        data = json.loads(text)
+        data = json.loads(strip_comments(text))
     except json.JSONDecodeError as exc:
         raise ConfigError(
             f"config file {path} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
@@ -485,6 +486,13 @@ def _read_json(path: Path, *, must_exist: bool) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold a JSON object at the top level")
     return data
+
+
+def strip_comments(text: str) -> str:
+    """Whole lines whose first non-blank characters are ``//`` are comments (``netclaw init``
+    writes some). They become blank lines, so error positions still match the file; a JSON
+    string cannot span lines, so no string is touched."""
+    return "\n".join("" if line.lstrip().startswith("//") else line for line in text.split("\n"))
 
 
 def _reject_unknown_env_sections() -> None:

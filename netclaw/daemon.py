@@ -523,6 +523,7 @@ def _default_provider(settings: Settings) -> Provider:
 
 def run_daemon(config_path: str | None, log_level: str | None = None) -> int:
     """``netclaw run``: load the config, set up logging, say what was loaded, run."""
+    os.umask(0o077)  # whatever the daemon creates (database, WAL, token, workspace) is private
     settings = load_settings(config_path)
     found = find_config_path(config_path)
     daemon = Daemon(settings, config_path=config_path, log_level=log_level)

@@ -118,7 +118,7 @@ class DiscordAdapter:
     def config(self) -> DiscordConfig:
         """The current ``discord`` section (follows a reload); the token and ``enabled``
         need a restart."""
-        return self.gateway.settings.discord
+        return (self.gateway.settings if self.gateway is not None else self.settings).discord  # doctor: none
 
     # -- the Adapter protocol -----------------------------------------------------------------
 
@@ -136,6 +136,12 @@ class DiscordAdapter:
 
     def routes(self) -> list[web.RouteDef]:
         return []
+
+    async def probe(self) -> str:
+        self.check()
+        from adapters.discord_bot._client import probe_login
+
+        return await probe_login(self._token(), self.token_env)
 
     async def start(self) -> None:
         if self._injected:

@@ -383,3 +383,16 @@ class ClientPort:
                 text[:MESSAGE_LIMIT], allowed_mentions=NO_PINGS, nonce=key, view=view
             )
             return str(message.id)
+
+
+async def probe_login(token: str, token_env: str) -> str:
+    """Log in over REST only (no gateway connection) and say as whom: ``netclaw doctor``."""
+    client = discord.Client(intents=intents())
+    try:
+        await client.login(token)
+        me = client.user
+        return f"logged in as {me} (id {me.id})" if me is not None else "logged in"
+    except Exception as exc:
+        raise translate_error(exc, "log in", token_env=token_env) from exc
+    finally:
+        await client.close()

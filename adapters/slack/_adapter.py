@@ -84,7 +84,7 @@ class SlackAdapter:
     @property
     def config(self) -> SlackConfig:
         """The current ``slack`` section (allowlists follow a reload)."""
-        return self.gateway.settings.slack
+        return (self.gateway.settings if self.gateway is not None else self.settings).slack  # doctor: none
 
     # -- the Adapter protocol -----------------------------------------------------------------
 
@@ -101,6 +101,13 @@ class SlackAdapter:
 
     def routes(self) -> list[web.RouteDef]:
         return []
+
+    async def probe(self) -> str:
+        bot_token, _ = self._tokens()
+        from adapters.slack._client import probe_auth
+
+        config = self.settings.slack
+        return await probe_auth(bot_token, config.api_url, config.bot_token_env)
 
     async def start(self) -> None:
         from adapters.slack._client import SlackConnection

@@ -451,3 +451,18 @@ class _TokenWarningFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         return not str(record.msg).startswith("As you gave `client` as well")
+
+
+async def probe_auth(bot_token: str, api_url: str | None, bot_env: str) -> str:
+    """``auth.test`` with the bot token, and nothing else: ``netclaw doctor``."""
+    async with aiohttp.ClientSession() as http:
+        client = AsyncWebClient(
+            token=bot_token, base_url=api_url or DEFAULT_API_URL, session=http, timeout=15, retry_handlers=[]
+        )
+        try:
+            auth = await SlackPort(client).call("auth.test", client.auth_test)
+        except SlackCallFailed as exc:
+            raise AdapterError(f"Slack rejected the bot token in {bot_env} ({exc.error})") from exc
+        except ChatApiError as exc:
+            raise AdapterError(f"cannot reach Slack: {exc}") from exc
+    return f"authenticated as {_get(auth, 'user')} ({_get(auth, 'user_id')}) in {_get(auth, 'team')}"

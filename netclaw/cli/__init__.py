@@ -16,6 +16,7 @@ from netclaw import __version__
 from netclaw.cli._admin import cmd_approvals, cmd_memory, cmd_reminders, cmd_sessions
 from netclaw.cli._chat import cmd_chat
 from netclaw.cli._doctor import cmd_doctor
+from netclaw.cli._init import cmd_init
 from netclaw.cli._status import cmd_status, cmd_usage
 from netclaw.errors import NetclawError
 
@@ -113,6 +114,18 @@ def _parser() -> argparse.ArgumentParser:
     reminders.add_argument("--session", metavar="ID", help="list: only this session's")
     reminders.add_argument("--json", action="store_true")
     reminders.set_defaults(func=cmd_reminders)
+
+    init = sub.add_parser("init", help="write a starter netclaw.json and check the provider")
+    init.add_argument("--config", metavar="PATH", help="where to write it (default: ./netclaw.json)")
+    init.add_argument(
+        "--provider", choices=["openai", "anthropic"], help="openai: any OpenAI-compatible server"
+    )
+    init.add_argument("--base-url", metavar="URL", help="the model server (default: Ollama on this machine)")
+    init.add_argument("--model", metavar="NAME")
+    init.add_argument("--api-key-env", metavar="VAR", help="the environment variable holding the API key")
+    init.add_argument("--yes", action="store_true", help="ask nothing; defaults for what was not given")
+    init.add_argument("--force", action="store_true", help="overwrite an existing file")
+    init.set_defaults(func=cmd_init)
 
     status = with_config(sub.add_parser("status", help="the running daemon's health and key figures"))
     status.add_argument("--json", action="store_true")

@@ -8,12 +8,16 @@ import asyncio
 import json
 import os
 import sqlite3
+import stat
 import time
 from typing import Any
 
 from netclaw import __version__
 from netclaw.config import Settings, find_config_path, load_settings
+from netclaw.credentials import read_secret, where_to_put
 from netclaw.errors import NetclawError
+
+PROBE_TIMEOUT_S = 20.0
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
@@ -34,6 +38,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     report(True, "config", str(path) if path else "no file; built-in defaults")
     _doctor_install(report)
     _doctor_database(settings, report)
+    _doctor_files(settings, report)
     _doctor_provider(settings, report)
     _doctor_adapters(settings, report)
     from netclaw.client import DaemonClient
@@ -132,35 +137,64 @@ def _doctor_database(settings: Settings, report: Any) -> bool:
 
 
 def _doctor_adapters(settings: Settings, report: Any) -> bool:
+    """Each enabled channel: configured (``check``), then its credentials tried for real
+    (Slack ``auth.test``, a Discord login) without serving."""
     from adapters import build_adapters
 
-    good = True
-    # check() validates the environment only; no gateway or connection is needed for it.
-    for adapter in build_adapters(settings, None):  # type: ignore[arg-type]
-        try:
-            adapter.check()
-        except NetclawError as exc:
-            report(False, f"adapter {adapter.name}", str(exc))
-            good = False
-        else:
-            report(True, f"adapter {adapter.name}", "configured")
-    return good
+    # No gateway is needed to check or probe; nothing is served.
+    adapters = build_adapters(settings, None)  # type: ignore[arg-type]
+
+    async def probe_all() -> list[tuple[str, bool, str]]:
+        found = []
+        for adapter in adapters:
+            try:
+                adapter.check()
+                detail = await asyncio.wait_for(adapter.probe(), PROBE_TIMEOUT_S)
+            except TimeoutError:
+                found.append((adapter.name, False, f"no answer within {PROBE_TIMEOUT_S:g}s"))
+            except NetclawError as exc:
+                found.append((adapter.name, False, str(exc)))
+            else:
+                found.append((adapter.name, True, detail or "configured"))
+        return found
+
+    results = asyncio.run(probe_all()) if adapters else []
+    for name, good, detail in results:
+        report(good, f"adapter {name}", detail)
+    return all(good for _, good, _ in results)
 
 
 def _doctor_provider(settings: Settings, report: Any) -> bool:
+    """The main (and a separate compaction) provider: its key set, the server reachable,
+    and the model one it serves (where it lists its models)."""
+    good = True
+    for role, model in (("main", settings.models.main), ("compaction", settings.models.compaction)):
+        if model is None or (role == "compaction" and model == settings.models.main):
+            continue
+        good = _check_provider(settings, model.provider, model.model, report) and good
+    return good
+
+
+def _check_provider(settings: Settings, name: str, model: str, report: Any) -> bool:
     from netclaw.providers import make_provider
 
-    main = settings.models.main
-    name = main.provider
+    config = settings.providers[name]
+    what = f"provider {name}"
+    if config.api_key_env and not read_secret(config.api_key_env):
+        report(False, what, f"its key {config.api_key_env} is not set: {where_to_put(config.api_key_env)}")
+        return False
+    if config.type == "anthropic" and not config.api_key_env:
+        report(False, what, f"providers.{name}.api_key_env is not set; Anthropic needs an API key")
+        return False
     try:
-        provider = make_provider(name, settings.providers[name])
+        provider = make_provider(name, config)
     except NetclawError as exc:
-        report(False, f"provider {name}", str(exc))
+        report(False, what, str(exc))
         return False
 
     async def probe() -> str:
         try:
-            return await provider.check()
+            return await provider.check(model)
         finally:
             await provider.aclose()
 
@@ -168,12 +202,37 @@ def _doctor_provider(settings: Settings, report: Any) -> bool:
     try:
         detail = asyncio.run(probe())
     except NetclawError as exc:
-        report(False, f"provider {name}", str(exc))
+        report(False, what, str(exc))
         return False
     elapsed = (time.perf_counter() - started) * 1000
-    report(
-        True,
-        f"provider {name}",
-        f"{settings.providers[name].base_url} {detail} ({elapsed:.0f} ms); model {main.model}",
-    )
+    report(True, what, f"{config.base_url} {detail} ({elapsed:.0f} ms); model {model}")
+    return True
+
+
+def _doctor_files(settings: Settings, report: Any) -> bool:
+    """Conversations live in data_dir: it should be 0700 and its files 0600, ours."""
+    data = settings.data_dir
+    if not data.exists():
+        return True
+    loose = []
+    for path in (
+        data,
+        *(data / n for n in ("netclaw.db", "netclaw.db-wal", "control.token", "netclaw.lock")),
+    ):
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            continue
+        if stat.S_IMODE(st.st_mode) & 0o077:
+            loose.append(f"{path.name or path} is {stat.S_IMODE(st.st_mode):o}")
+        if st.st_uid != os.getuid():
+            loose.append(f"{path.name or path} belongs to uid {st.st_uid}, not to this user")
+    if loose:
+        report(
+            False,
+            "files",
+            f"readable beyond their owner: {', '.join(loose)}; fix with chmod 700 {data} && chmod 600 {data}/*",
+        )
+        return False
+    report(True, "files", f"{data} is private (0700, files 0600)")
     return True

@@ -4,7 +4,7 @@ tools of MCP servers."""
 from netclaw.config import Settings
 from netclaw.persistence import MemoryStore
 from netclaw.tools._builtin import BUILTIN_TOOLS, CURRENT_TIME
-from netclaw.tools._mcp import McpHub, McpServer, McpServerStatus
+from netclaw.tools._mcp_hub import McpHub, McpServerStatus
 from netclaw.tools._memory import memory_tools
 from netclaw.tools._registry import Tool, ToolContext, ToolHandler, ToolRegistry, ToolResult, ToolSource
 from netclaw.tools._reminders import ReminderPort, reminder_tools
@@ -16,7 +16,6 @@ __all__ = [
     "BUILTIN_TOOLS",
     "CURRENT_TIME",
     "McpHub",
-    "McpServer",
     "McpServerStatus",
     "ReminderPort",
     "Tool",

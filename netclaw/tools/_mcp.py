@@ -8,8 +8,7 @@ call that finds the connection gone); when the server fails to start, exits or s
 answering, its tools disappear from the model's list and the task reconnects with
 backoff, and they come back when it answers again. Nothing here can stop the daemon.
 
-:class:`McpHub` is the registry's view of all of them (a ``ToolSource``) plus their
-status for ``/healthz`` and ``doctor``.
+:class:`~netclaw.tools._mcp_hub.McpHub` is the registry's view of all of them.
 """
 
 from __future__ import annotations
@@ -19,8 +18,7 @@ import contextlib
 import logging
 import os
 import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 import httpx2
@@ -37,6 +35,7 @@ from netclaw.credentials import read_secret, where_to_put
 from netclaw.errors import ToolError
 from netclaw.retry import RetryPolicy, backoff_delay
 from netclaw.tools._mcp_content import ServerTool, argument_problem, exposed_tools, result_text
+from netclaw.tools._mcp_hub import McpServerStatus, McpState
 from netclaw.tools._registry import Tool, ToolContext
 
 log = logging.getLogger(__name__)
@@ -45,29 +44,6 @@ PING_INTERVAL_S = 10.0  # how soon a server that died quietly between calls is n
 PING_TIMEOUT_S = 10.0
 CONNECT_TIMEOUT_S = 30.0
 RESTART_POLICY = RetryPolicy(max_retries=1_000_000, base_delay_s=1.0, max_delay_s=60.0)
-
-McpState = Literal["starting", "up", "down", "stopped"]
-
-
-@dataclass(frozen=True, slots=True)
-class McpServerStatus:
-    name: str
-    transport: Literal["stdio", "http"]
-    state: McpState
-    tools: int
-    restarts: int  # connections lost or failed since start-up
-    error: str | None  # the last failure, while not up
-
-    def to_json(self) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "state": self.state,
-            "transport": self.transport,
-            "tools": self.tools,
-            "restarts": self.restarts,
-        }
-        if self.error:
-            body["detail"] = self.error
-        return body
 
 
 class ServerGone(Exception):
@@ -317,48 +293,6 @@ class McpServer:
         return value
 
 
-class McpHub:
-    """All configured servers: the registry's tool source, and their health."""
-
-    def __init__(self, servers: Mapping[str, McpServerConfig], **options: Any) -> None:
-        self.servers = [
-            McpServer(name, config, on_tools_changed=self._changed, **options)
-            for name, config in sorted(servers.items())
-            if config.enabled
-        ]
-        self.version = 0  # bumped whenever any server's tools appear, change or vanish
-
-    def _changed(self) -> None:
-        self.version += 1
-
-    def tools(self) -> Iterable[Tool]:
-        for server in self.servers:
-            yield from server.tools()
-
-    async def start(self, wait_s: float = 15.0) -> None:
-        """Start every server and wait (up to ``wait_s``) for each first attempt, so the
-        first turns see the tools of servers that start promptly."""
-        for server in self.servers:
-            server.start()
-        if self.servers:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(wait_s):
-                    await asyncio.gather(*(s.first_attempt() for s in self.servers))
-
-    async def stop(self) -> None:
-        await asyncio.gather(*(s.stop() for s in self.servers), return_exceptions=True)
-
-    def statuses(self) -> dict[str, McpServerStatus]:
-        return {s.name: s.status() for s in self.servers}
-
-    def problems(self) -> list[str]:
-        return [
-            f"MCP server {s.name} is {s.state}" + (f": {s.error}" if s.error else "")
-            for s in (server.status() for server in self.servers)
-            if s.state != "up"
-        ]
-
-
 async def _first(*waits: Any) -> None:
     tasks = [asyncio.ensure_future(w) for w in waits]
     try:
@@ -376,4 +310,4 @@ def _describe(exc: BaseException) -> str:
     return text if isinstance(exc, ToolError) else f"{type(exc).__name__}: {text}"
 
 
-__all__: Sequence[str] = ["McpHub", "McpServer", "McpServerStatus"]
+__all__: Sequence[str] = ["McpServer"]

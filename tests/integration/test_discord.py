@@ -800,3 +800,30 @@ def test_a_schedule_delivered_to_a_channel_opens_a_thread_through_the_real_clien
     # Someone answers in the thread: the same session goes on.
     server.post_message("tell me more", channel_id=thread["id"])
     server.wait_for(lambda: "echo: tell me more" in server.bot_messages(thread["id"]), what="the follow-up")
+
+
+def test_doctor_logs_in_to_discord(
+    discord_server: FakeDiscordServer,
+    scripted: ScriptedOpenAIThread,
+    tmp_path: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import json
+
+    from netclaw.cli import main
+    from tests.conftest import settings_data
+
+    config = tmp_path / "netclaw.json"
+    data = settings_data(tmp_path / "data", scripted.base_url, discord={"enabled": True, "channels": [ALLOWED]})
+    data["gateway"]["port"] = 1  # nothing listens: the doctor reports the daemon as not running
+    config.write_text(json.dumps(data))
+    main(["doctor", "--config", str(config)])
+    out = capsys.readouterr().out
+    assert "[ok] adapter discord: logged in as" in out, out
+    assert discord_server.identify is None  # logged in over REST only: no gateway connection
+
+    monkeypatch.setenv("DISCORD_BOT_TOKEN", "not-the-token")
+    assert main(["doctor", "--config", str(config)]) == 1
+    out = capsys.readouterr().out
+    assert "[FAIL] adapter discord: Discord rejected the bot token in DISCORD_BOT_TOKEN" in out, out

@@ -1,0 +1,98 @@
+"""Log formats: text with fields, JSON lines, journald priorities; library noise."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from netclaw.config import load_settings
+from netclaw.errors import ConfigError
+from netclaw.logs import JsonFormatter, TextFormatter, configure_logging, under_journald
+
+TURN = {"session": "cli:a", "turn": 3, "event": "turn_completed", "outcome": "completed"}
+
+
+def record(
+    level: int = logging.INFO, msg: str = "cli:a: turn 3 completed", **extra: object
+) -> logging.LogRecord:
+    rec = logging.LogRecord("netclaw.sessions", level, __file__, 1, msg, (), None)
+    rec.__dict__.update(extra)
+    return rec
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging() -> Iterator[None]:
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    for name in ("aiosqlite", "discord"):
+        logging.getLogger(name).setLevel(logging.NOTSET)
+
+
+def test_text_carries_the_fields() -> None:
+    line = TextFormatter().format(record(**TURN))
+    assert line.endswith(
+        "netclaw.sessions: cli:a: turn 3 completed session=cli:a turn=3 event=turn_completed outcome=completed"
+    )
+    assert line[:4].isdigit()  # a timestamp first
+
+
+def test_json_lines() -> None:
+    entry = json.loads(JsonFormatter().format(record(**TURN, duration_s=1.25)))
+    assert entry["level"] == "info" and entry["logger"] == "netclaw.sessions"
+    assert entry["msg"] == "cli:a: turn 3 completed"
+    assert entry["session"] == "cli:a" and entry["turn"] == 3 and entry["duration_s"] == 1.25
+    assert entry["ts"].endswith("+00:00")
+
+
+def test_json_carries_the_traceback() -> None:
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        rec = logging.LogRecord("x", logging.ERROR, __file__, 1, "failed", (), __import__("sys").exc_info())
+    entry = json.loads(JsonFormatter().format(rec))
+    assert entry["level"] == "error" and "ValueError: boom" in entry["exc"]
+
+
+def test_journald_lines_have_priorities_and_no_timestamp() -> None:
+    formatter = TextFormatter(journald=True)
+    assert formatter.format(record(logging.WARNING, "careful")) == "<4>netclaw.sessions: careful"
+    assert formatter.format(record(logging.ERROR, "two\nlines")).split("\n") == [
+        "<3>netclaw.sessions: two",
+        "<3>lines",
+    ]
+
+
+def test_journald_is_detected_by_the_stream_identity(tmp_path: Path) -> None:
+    with open(tmp_path / "stream", "w") as stream, open(tmp_path / "other", "w") as other:
+        st = os.fstat(stream.fileno())
+        env = {"JOURNAL_STREAM": f"{st.st_dev}:{st.st_ino}"}
+        assert under_journald(stream, env)
+        assert not under_journald(other, env)  # a redirected stderr is not the journal
+        assert not under_journald(stream, {})
+
+
+def test_configure_sets_levels_and_quiets_libraries() -> None:
+    stream = io.StringIO()
+    configure_logging("debug", "json", "warning", stream=stream)
+    logging.getLogger("netclaw.x").debug("ours", extra={"session": "s"})
+    logging.getLogger("aiosqlite").debug("executing")  # noise
+    logging.getLogger("discord.gateway").info("heartbeat")  # noise
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert [line["msg"] for line in lines] == ["ours"]
+
+
+def test_an_invalid_level_names_the_key(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("NETCLAW_LOG__LEVEL", "loud")
+    with pytest.raises(ConfigError, match=r"log\.level"):
+        load_settings(tmp_path / "none.json", explicit=False)
+    monkeypatch.setenv("NETCLAW_LOG__LEVEL", "WARNING")
+    assert load_settings(tmp_path / "none.json", explicit=False).log.level == "warning"
