@@ -99,7 +99,10 @@ def image_size_mb() -> tuple[float, float] | None:
     sizes = {}
     for ref in ("netclaw:test", "python:3.11-slim"):
         done = subprocess.run(
-            ["docker", "image", "inspect", "-f", "{{.Size}}", ref], capture_output=True, text=True, check=False
+            ["docker", "image", "inspect", "-f", "{{.Size}}", ref],
+            capture_output=True,
+            text=True,
+            check=False,
         )
         if done.returncode != 0:
             return None
@@ -110,7 +113,9 @@ def image_size_mb() -> tuple[float, float] | None:
 def main() -> None:
     log(f"load before: {machine_load()}")
     bare = median([wall([sys.executable, "-c", "pass"]) for _ in range(RUNS)])
-    imports = median([wall([sys.executable, "-c", "import netclaw.cli, netclaw.daemon"]) for _ in range(RUNS)])
+    imports = median(
+        [wall([sys.executable, "-c", "import netclaw.cli, netclaw.daemon"]) for _ in range(RUNS)]
+    )
     with temp_dir("netclaw-bench-service-") as root:
         readies = [start_to_ready(root)[0] for _ in range(RUNS)]
         ready, rss = start_to_ready(root, idle_s=IDLE_S)
@@ -120,10 +125,14 @@ def main() -> None:
     info("cold_start_over_imports", round(cold / imports, 2), "x")
     figure("cold_start_to_ready_ms", round(cold, 1), "ms", "<= 2000 ms", cold <= 2000)
     assert rss is not None
-    figure("idle_rss_mib", round(rss / 1024, 1), "MiB", f"<= 150 MiB (after {IDLE_S:g}s idle)", rss <= 150 * 1024)
+    figure(
+        "idle_rss_mib", round(rss / 1024, 1), "MiB", f"<= 150 MiB (after {IDLE_S:g}s idle)", rss <= 150 * 1024
+    )
     sizes = image_size_mb()
     if sizes is None:
-        info("image_size_mb", "n/a", "", "no docker, or no image netclaw:test (docker build -t netclaw:test .)")
+        info(
+            "image_size_mb", "n/a", "", "no docker, or no image netclaw:test (docker build -t netclaw:test .)"
+        )
     else:
         image, base = sizes
         info("base_image_mb", round(base, 1), "MB", "python:3.11-slim as present here")

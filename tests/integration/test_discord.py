@@ -815,7 +815,9 @@ def test_doctor_logs_in_to_discord(
     from tests.conftest import settings_data
 
     config = tmp_path / "netclaw.json"
-    data = settings_data(tmp_path / "data", scripted.base_url, discord={"enabled": True, "channels": [ALLOWED]})
+    data = settings_data(
+        tmp_path / "data", scripted.base_url, discord={"enabled": True, "channels": [ALLOWED]}
+    )
     data["gateway"]["port"] = 1  # nothing listens: the doctor reports the daemon as not running
     config.write_text(json.dumps(data))
     main(["doctor", "--config", str(config)])
