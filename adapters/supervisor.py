@@ -69,9 +69,9 @@ class AdapterSupervisor:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._next_attempt = None
-        if self._running:
-            self._running = False
-            await self.adapter.stop()
+        self._running = False
+        # Also when a start was cut short by the cancel: whatever it opened is closed.
+        await self.adapter.stop()
 
     def status(self) -> AdapterStatus:
         if self._next_attempt is not None:
