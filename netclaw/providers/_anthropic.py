@@ -505,7 +505,7 @@ class AnthropicProvider(HttpStreamingProvider[_Assembly]):
 
     async def _read_whole(self, response: httpx.Response, answer: _Assembly) -> None:
         """A proxy that ignored ``stream: true`` and sent one Message object."""
-        data = self._parse_json_object(await response.aread())
+        data = await self._whole_body(response)
         if data.get("type") == "error" or data.get("error"):
             raise answer.stream_error(data)
         if not isinstance(data.get("content"), list):
@@ -515,12 +515,15 @@ class AnthropicProvider(HttpStreamingProvider[_Assembly]):
     def _take_event(self, answer: _Assembly, event: str, payload: str) -> bool:
         try:
             data = json.loads(payload)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             raise ProviderProtocolError(
                 f"provider {self.name!r}: stream event {event or '?'!r} is not JSON: {payload[:200]}"
             ) from exc
         answer.add_event(event, data)
         return answer.done
+
+    def _finished(self, answer: _Assembly) -> bool:
+        return bool(answer.done)
 
     def _check_complete(self, answer: _Assembly) -> None:
         if not answer.done:

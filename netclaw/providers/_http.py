@@ -9,10 +9,11 @@ assembly, a whole (non-streamed) JSON answer, and each streamed event.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -31,6 +32,10 @@ from netclaw.providers._transport import PooledTransport
 from netclaw.retry import RetryPolicy, with_retries
 
 log = logging.getLogger("netclaw.providers")
+
+MAX_ANSWER_BYTES = 8 * 1024 * 1024  # a stream or a whole answer; past it, a protocol error
+MAX_ERROR_BODY_BYTES = 64 * 1024  # an error body is read this far, never whole
+TAIL_S = 1.0  # after the answer is complete: how long to wait for the rest (usage, [DONE], EOF)
 
 # --------------------------------------------------------------------------- wire helpers
 
@@ -51,7 +56,7 @@ def _int(value: Any) -> int:
 # --------------------------------------------------------------------------- SSE
 
 
-async def sse_events(lines: AsyncIterator[str]) -> AsyncIterator[tuple[str, str]]:
+async def sse_events(lines: AsyncIterator[str]) -> AsyncGenerator[tuple[str, str], None]:
     """``(event, data)`` of each server-sent event; ``event`` is "" when not named.
 
     Comments and other fields are dropped; a final event without its blank line
@@ -172,6 +177,10 @@ class HttpStreamingProvider(ABC, Generic[AnswerT]):
     def _check_complete(self, answer: AnswerT) -> None:
         """Raise (see :meth:`_ended_early`) when the stream ended before the answer did."""
 
+    def _finished(self, answer: AnswerT) -> bool:
+        """The answer is whole (what follows is bookkeeping: usage, an end marker)."""
+        return False
+
     # ----- shared pieces
 
     def _http_error(self, response: httpx.Response, body: bytes) -> ProviderError:
@@ -186,11 +195,24 @@ class HttpStreamingProvider(ABC, Generic[AnswerT]):
     def _transport_error(self, exc: httpx.HTTPError) -> ProviderError:
         return classify_transport_error(exc, self.name, self.base_url, timeout_s=self.config.timeout_s)
 
+    async def _whole_body(self, response: httpx.Response) -> Mapping[str, Any]:
+        """A non-streamed answer, read within MAX_ANSWER_BYTES, as a JSON object."""
+        raw = await read_capped(response, MAX_ANSWER_BYTES + 1)
+        if len(raw) > MAX_ANSWER_BYTES:
+            raise self._too_large()
+        return self._parse_json_object(raw)
+
+    def _too_large(self) -> ProviderProtocolError:
+        return ProviderProtocolError(
+            f"provider {self.name!r}: the answer is larger than {MAX_ANSWER_BYTES // (1024 * 1024)} MB; "
+            "refused (is max_output_tokens honoured by the server?)"
+        )
+
     def _parse_json_object(self, raw: bytes) -> Mapping[str, Any]:
         """A whole answer's body as a JSON object, or :class:`ProviderProtocolError`."""
         try:
             data = json.loads(raw)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             raise ProviderProtocolError(
                 f"provider {self.name!r}: response is not valid JSON: "
                 f"{raw[:200].decode('utf-8', errors='replace')}"
@@ -221,7 +243,7 @@ class HttpStreamingProvider(ABC, Generic[AnswerT]):
                     headers=self._headers(),
                 ) as response:
                     if not response.is_success:
-                        raise self._http_error(response, await response.aread())
+                        raise self._http_error(response, await read_capped(response, MAX_ERROR_BODY_BYTES))
                     ctype = response.headers.get("content-type", "").lower()
                     if "json" in ctype and "event-stream" not in ctype:
                         # The server ignored stream=true.
@@ -250,33 +272,52 @@ class HttpStreamingProvider(ABC, Generic[AnswerT]):
     async def _read_stream(self, response: httpx.Response, answer: AnswerT) -> None:
         saw_data = False
         stray: list[str] = []  # non-SSE text, to report a body that is not a stream
+        size = 0
 
         async def lines() -> AsyncIterator[str]:
+            nonlocal size
             async for line in response.aiter_lines():
+                size += len(line) + 1
+                if size > MAX_ANSWER_BYTES:
+                    raise self._too_large()
                 is_sse = line.startswith(("data", ":", "event", "id", "retry"))
                 if line and not is_sse and sum(map(len, stray)) < 300:
                     stray.append(line)
                 yield line
 
+        events = sse_events(lines())
         done = False
         try:
-            async for event, payload in sse_events(lines()):
+            while True:
+                try:
+                    if self._finished(answer):
+                        # Complete: read what follows (usage, the end marker, EOF) so the
+                        # connection can be reused, but never wait on a server that holds
+                        # the connection open after the answer.
+                        async with asyncio.timeout(TAIL_S):
+                            event, payload = await anext(events)
+                    else:
+                        event, payload = await anext(events)
+                except (StopAsyncIteration, TimeoutError):
+                    break
                 saw_data = True
                 if not done:
                     done = self._take_event(answer, event, payload)
-                # After the answer is complete, keep reading to the end of the body: a
-                # response closed half-read takes its connection with it (no reuse).
         except httpx.TimeoutException as exc:
             raise ProviderUnavailable(
                 f"provider {self.name!r}: stream stalled: no data from {self.base_url} for "
                 f"{self.config.timeout_s:g} s"
             ) from exc
         except httpx.TransportError as exc:
+            if self._finished(answer):
+                return  # the connection broke after the answer was whole: nothing is missing
             # The connection broke under an answer that was under way.
             raise ProviderUnavailable(
                 f"provider {self.name!r}: stream ended early: connection to {self.base_url} "
                 f"lost ({str(exc) or type(exc).__name__})"
             ) from exc
+        finally:
+            await events.aclose()
         if not saw_data and stray:
             ctype = response.headers.get("content-type", "?")
             raise ProviderProtocolError(
@@ -320,3 +361,16 @@ class HttpStreamingProvider(ABC, Generic[AnswerT]):
 
     async def aclose(self) -> None:
         await self._client.aclose()
+
+
+async def read_capped(response: httpx.Response, limit: int) -> bytes:
+    """At most ``limit`` bytes of a body (an error page, a whole answer); the rest is left
+    unread and the connection closed with the response."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.aiter_bytes():
+        chunks.append(chunk)
+        size += len(chunk)
+        if size >= limit:
+            break
+    return b"".join(chunks)[:limit]

@@ -260,7 +260,7 @@ class OpenAIProvider(HttpStreamingProvider[_Assembly]):
         return request_body(request)
 
     async def _read_whole(self, response: httpx.Response, answer: _Assembly) -> None:
-        data = self._parse_json_object(await response.aread())
+        data = await self._whole_body(response)
         if data.get("error"):
             raise classify_http_error(500, json.dumps(_plain(data)), {}, self.name)
         choices = data.get("choices")
@@ -278,13 +278,17 @@ class OpenAIProvider(HttpStreamingProvider[_Assembly]):
             return True
         try:
             chunks = _decode_event(payload)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             raise ProviderProtocolError(
                 f"provider {self.name!r}: stream event is not JSON: {payload[:200]}"
             ) from exc
         for chunk in chunks:
             answer.add_chunk(chunk)
         return False
+
+    def _finished(self, answer: _Assembly) -> bool:
+        # [DONE], or a finish_reason: what may still come is the usage chunk.
+        return answer.done or answer.finish_reason is not None
 
     def _check_complete(self, answer: _Assembly) -> None:
         if not answer.done and answer.finish_reason is None:

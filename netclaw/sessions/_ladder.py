@@ -153,6 +153,16 @@ def on_overflow(ladder: Ladder, *, turns: int, error: str) -> tuple[Compact | Tr
 def overflow_trim(trim: TrimResult | None, *, estimate: int, budget: Budget) -> Send | Fail:
     """The trim rung, once the builder computed what ~2/3 of the conversation keeps."""
     if trim is None:
+        if estimate * 2 <= budget.context_window:
+            # Far below the configured window, yet refused: the server's window is smaller.
+            return Fail(
+                "context_overflow",
+                f"the model server refused a prompt of about {estimate} tokens as too long, but "
+                f"models.main.context_window says {budget.context_window}: the server's own context "
+                "window is probably smaller than configured (Ollama's default num_ctx is small). "
+                "Set models.main.context_window to what the server really allows, or raise the "
+                "server's context length",
+            )
         return Fail(
             "context_overflow",
             "the newest turn alone does not fit the model's context window "

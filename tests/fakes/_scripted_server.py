@@ -57,6 +57,8 @@ class ReplyLike(Protocol):
     chunk_delay_s: float
     drop_after_chunks: int | None
     hang: bool
+    hold_open_s: float
+    omit_end: bool
 
 
 class ErrorLike(Protocol):
@@ -433,8 +435,10 @@ class ScriptedServer(ABC, Generic[R, E]):
         if drop is not None:
             self._drop(request)  # no trailer, no end: an incomplete stream
             return resp
-        if trailer:
+        if trailer and not step.omit_end:
             await resp.write(trailer)
+        if step.hold_open_s > 0:  # the answer is complete, but the body does not end yet
+            await asyncio.sleep(step.hold_open_s)
         await resp.write_eof()
         return resp
 

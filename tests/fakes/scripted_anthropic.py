@@ -105,6 +105,8 @@ class Reply:
     drop_after_chunks: int | None = None  # close the connection after N events, no message_stop
     stream_error: StreamError | None = None  # sent after the content blocks, ending the stream
     hang: bool = False  # accept the request, never answer (cancelled by stop())
+    hold_open_s: float = 0.0  # after message_stop, keep the body open this long
+    omit_end: bool = False  # unused here: message_stop is part of the stream
 
 
 @dataclass

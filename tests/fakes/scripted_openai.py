@@ -72,6 +72,8 @@ class Reply:
     finish_reason: str | None = None  # default "tool_calls" if tool_calls else "stop"
     drop_after_chunks: int | None = None  # close the connection after N chunks, no [DONE]
     hang: bool = False  # accept the request, never answer (cancelled by stop())
+    hold_open_s: float = 0.0  # after the answer, keep the body open this long before it ends
+    omit_end: bool = False  # no [DONE] (the finish_reason chunk still comes)
 
 
 @dataclass

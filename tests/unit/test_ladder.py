@@ -312,3 +312,10 @@ def test_the_first_overflow_of_a_turn_compacts_before_it_trims(world: World) -> 
     assert world.trace[1] == "compact!"
     if "trim" in world.trace:
         assert world.trace.index("compact!") < world.trace.index("trim")
+
+
+def test_an_overflow_far_below_the_window_blames_the_servers_window() -> None:
+    failed = ladder.overflow_trim(None, estimate=298, budget=Budget(24_000, 1.0, 32_768))
+    assert isinstance(failed, Fail) and failed.code == "context_overflow"
+    assert "about 298 tokens" in failed.message and "models.main.context_window says 32768" in failed.message
+    assert "smaller than configured" in failed.message
