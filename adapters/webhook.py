@@ -29,7 +29,14 @@ from netclaw.errors import AdapterError, ApiError, NetclawError
 from netclaw.gateway import Gateway, Inbound
 from netclaw.messages import mark_external
 from netclaw.persistence import DeliveryLog
-from netclaw.web import idempotency_key, identity_for, read_json_object, submission_response, wait_flag
+from netclaw.web import (
+    idempotency_key,
+    identity_for,
+    read_body,
+    read_json_object,
+    submission_response,
+    wait_flag,
+)
 
 log = logging.getLogger(__name__)
 
@@ -151,7 +158,7 @@ class WebhookAdapter:
         route = self.routes_config.get(name)
         if route is None:
             raise ApiError(404, "unknown_route", f"no webhook route {name!r}")
-        body_bytes = await _read_limited(request, route.max_body_bytes)
+        body_bytes = await read_body(request, route.max_body_bytes)
         self._authenticate(request, route, body_bytes)
         wait_after = self._limit(name, route).retry_after(time.monotonic())
         if wait_after is not None:
@@ -230,18 +237,3 @@ class WebhookAdapter:
 def _header_bytes(value: str) -> bytes:
     # aiohttp decodes non-UTF-8 header bytes with surrogateescape; get the bytes back.
     return value.encode("utf-8", "surrogateescape")
-
-
-async def _read_limited(request: web.Request, limit: int) -> bytes:
-    too_large = ApiError(413, "body_too_large", f"the body is larger than this route's {limit} bytes")
-    if request.content_length is not None and request.content_length > limit:
-        raise too_large
-    # Chunks arrive as they come (chunked or slow senders): read to the end, within the limit.
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.content.iter_any():
-        size += len(chunk)
-        if size > limit:
-            raise too_large
-        chunks.append(chunk)
-    return b"".join(chunks)

@@ -31,6 +31,7 @@ from netclaw.web import (
     flag,
     idempotency_key,
     identity_for,
+    read_body,
     read_json_object,
     submission_response,
     wait_flag,
@@ -141,7 +142,7 @@ class Api:
         session_id = check_session_id(request.match_info["id"])
         wait = wait_flag(request)
         key = idempotency_key(request)
-        body = read_json_object(await request.read())
+        body = read_json_object(await read_body(request, MAX_BODY_BYTES))
         text = body.get("text")
         if not isinstance(text, str):
             raise ApiError(400, "invalid_text", "'text' is required and must be a string")
@@ -196,7 +197,7 @@ class Api:
     async def decide(self, request: web.Request) -> web.Response:
         session_id = await self._known(request)
         approval_id = request.match_info["approval_id"]
-        body = read_json_object(await request.read())
+        body = read_json_object(await read_body(request, MAX_BODY_BYTES))
         decision = body.get("decision")
         if not isinstance(decision, str):
             raise ApiError(400, "invalid_decision", "'decision' is required: approve, deny or always")
@@ -221,7 +222,7 @@ class Api:
     async def add_reminder(self, request: web.Request) -> web.Response:
         scheduler = self._scheduler()
         session_id = check_session_id(request.match_info["id"])
-        body = read_json_object(await request.read())
+        body = read_json_object(await read_body(request, MAX_BODY_BYTES))
         unknown = sorted(
             set(body) - {"text", "at", "in_s", "every_s", "cron", "timezone", "catch_up", "name"}
         )

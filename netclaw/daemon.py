@@ -29,6 +29,7 @@ from netclaw.credentials import read_secret, where_to_put
 from netclaw.errors import ConfigError, DaemonError
 from netclaw.gateway import Gateway
 from netclaw.history import preload_encoding
+from netclaw.listener import listen
 from netclaw.logs import configure_logging
 from netclaw.metrics import GaugeMetricFamily, Metrics, gauge
 from netclaw.persistence import (
@@ -323,10 +324,10 @@ class Daemon:
 
     async def _serve(self, app: web.Application) -> None:
         gateway = self.settings.gateway
-        self._runner, self.port = await _listen(app, gateway.host, gateway.port, "gateway.port")
+        self._runner, self.port = await listen(app, gateway.host, gateway.port, "gateway.port")
         if self._webhook_app is not None:
             assert gateway.webhook_host is not None and gateway.webhook_port is not None
-            self._webhook_runner, self.webhook_port = await _listen(
+            self._webhook_runner, self.webhook_port = await listen(
                 self._webhook_app, gateway.webhook_host, gateway.webhook_port, "gateway.webhook_port"
             )
             log.info("webhooks listening on %s:%d", gateway.webhook_host, self.webhook_port)
@@ -473,25 +474,6 @@ def _step(what: str, fn: Callable[..., Any], *args: Any) -> Any:
     except Exception:
         log.exception("shutdown: could not %s", what)
         return None
-
-
-async def _listen(app: web.Application, host: str, port: int, key: str) -> tuple[web.AppRunner, int]:
-    """Serve ``app`` on host:port; the runner and the bound port (``port`` 0 picks one)."""
-    # handler_cancellation: a client that disconnects (an SSE subscriber) ends its
-    # handler at once, so its subscription is removed without waiting for a write.
-    runner = web.AppRunner(
-        app, handle_signals=False, access_log=None, handler_cancellation=True, shutdown_timeout=5.0
-    )
-    await runner.setup()
-    try:
-        await web.TCPSite(runner, host, port).start()
-    except OSError as exc:
-        await runner.cleanup()
-        raise DaemonError(
-            f"cannot listen on {host}:{port}: {exc.strerror} (is another netclaw running? change {key})"
-        ) from exc
-    addresses = runner.addresses
-    return runner, int(addresses[0][1]) if addresses else port
 
 
 async def _stop_sites(runner: web.AppRunner) -> None:

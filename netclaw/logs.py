@@ -9,6 +9,9 @@ Formats (``log.format``):
 - Under systemd (``$JOURNAL_STREAM`` names our stderr) text lines carry a ``<N>``
   priority prefix and no timestamp: the journal records both itself.
 
+A record that repeats (same logger and message template) more than ten times a minute is
+dropped, and the next one says how many were (:class:`RepeatFilter`).
+
 Libraries (aiosqlite, discord.py's gateway, slack-sdk's socket, mcp, httpx) log at
 ``log.libraries`` (WARNING by default) whatever our own level is: at DEBUG they would
 drown netclaw's lines.
@@ -95,12 +98,44 @@ def under_journald(stream: TextIO, environ: dict[str, str] | None = None) -> boo
         return False
 
 
+class RepeatFilter(logging.Filter):
+    """At most ``burst`` records of one kind (logger and message template) per ``window_s``;
+    the next one let through after a quiet spell says how many were dropped. An attack
+    or a fault that repeats must not turn into a log storm (a full disk of log)."""
+
+    def __init__(self, burst: int = 10, window_s: float = 60.0) -> None:
+        super().__init__()
+        self.burst = burst
+        self.window_s = window_s
+        self._seen: dict[tuple[str, str], list[float]] = {}  # kind -> [window start, count, dropped]
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = (record.name, str(record.msg))
+        now = record.created
+        entry = self._seen.get(key)
+        if entry is None or now - entry[0] >= self.window_s:
+            dropped = int(entry[2]) if entry is not None else 0
+            self._seen[key] = [now, 1.0, 0.0]
+            if len(self._seen) > 10_000:  # bounded: forget the oldest kinds
+                for old in list(self._seen)[:5_000]:
+                    del self._seen[old]
+            if dropped:
+                record.msg = f"{record.msg} [{dropped} similar line(s) suppressed]"
+            return True
+        entry[1] += 1
+        if entry[1] <= self.burst:
+            return True
+        entry[2] += 1
+        return False
+
+
 def configure_logging(
     level: str = "info", fmt: str = "text", libraries: str = "warning", *, stream: TextIO | None = None
 ) -> None:
     """Replace the root logger's handlers with one on ``stream`` (stderr) in ``fmt``."""
     stream = stream or sys.stderr
     handler = logging.StreamHandler(stream)
+    handler.addFilter(RepeatFilter())
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
     else:

@@ -7,6 +7,7 @@ submitted message. Bad input is a 4xx naming what was wrong, never a 500.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import uuid
@@ -14,6 +15,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from netclaw.errors import (
     ApiError,
@@ -30,6 +32,7 @@ from netclaw.gateway import Admission, TurnOutcome
 log = logging.getLogger(__name__)
 
 MAX_IDEMPOTENCY_KEY = 200
+BODY_TIMEOUT_S = 30.0  # a request body must arrive within this (slow senders hold a connection)
 IDEMPOTENCY_PREFIX = "idem:"  # a key's replay identity in the session
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -83,7 +86,9 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
-        return error_response(exc.status, _http_code(exc.status), exc.reason)
+        return error_response(exc.status, http_code(exc.status), exc.reason)
+    except (web.RequestPayloadError, HttpProcessingError) as exc:  # a body aiohttp could not read
+        return error_response(400, "invalid_body", f"the request body could not be read: {exc}")
     except NetclawError as exc:
         return error_response(500, exc.code, str(exc))
     except Exception:
@@ -103,14 +108,40 @@ def _outcome_unknown(exc: OutcomeUnknown) -> web.Response:
     return error_response(503, exc.code, message, {"idempotency_key": key})
 
 
-def _http_code(status: int) -> str:
+def http_code(status: int) -> str:
     return {
         400: "bad_request",
         401: "unauthorized",
         404: "not_found",
         405: "method_not_allowed",
+        408: "request_timeout",
         413: "body_too_large",
+        431: "headers_too_large",
+        500: "internal",
     }.get(status, f"http_{status}")
+
+
+async def read_body(request: web.Request, limit: int) -> bytes:
+    """The whole body, within ``limit`` bytes and ``BODY_TIMEOUT_S``: 413 past the limit,
+    408 for a sender too slow, 400 for a body that cannot be decoded (bad gzip)."""
+    too_large = ApiError(413, "body_too_large", f"the body is larger than {limit} bytes")
+    if request.content_length is not None and request.content_length > limit:
+        raise too_large
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        async with asyncio.timeout(BODY_TIMEOUT_S):
+            # Chunks arrive as they come (chunked or slow senders): read to the end, in the limit.
+            async for chunk in request.content.iter_any():
+                size += len(chunk)
+                if size > limit:
+                    raise too_large
+                chunks.append(chunk)
+    except TimeoutError:
+        raise ApiError(408, "body_timeout", f"the body did not arrive within {BODY_TIMEOUT_S:g}s") from None
+    except (web.RequestPayloadError, HttpProcessingError) as exc:
+        raise ApiError(400, "invalid_body", f"the request body could not be read: {exc}") from exc
+    return b"".join(chunks)
 
 
 def read_json_object(raw: bytes) -> dict[str, Any]:
@@ -119,7 +150,7 @@ def read_json_object(raw: bytes) -> dict[str, Any]:
         raise ApiError(400, "invalid_json", "the request body is empty; send a JSON object")
     try:
         body = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except ValueError as exc:  # also UnicodeDecodeError, and an integer past the digit limit
         raise ApiError(400, "invalid_json", f"the request body is not valid JSON: {exc}") from exc
     except RecursionError as exc:
         raise ApiError(400, "invalid_json", "the request body is not valid JSON: nested too deeply") from exc

@@ -96,3 +96,21 @@ def test_an_invalid_level_names_the_key(monkeypatch: pytest.MonkeyPatch, tmp_pat
         load_settings(tmp_path / "none.json", explicit=False)
     monkeypatch.setenv("NETCLAW_LOG__LEVEL", "WARNING")
     assert load_settings(tmp_path / "none.json", explicit=False).log.level == "warning"
+
+
+def test_a_repeating_line_is_let_through_a_few_times_then_counted() -> None:
+    from netclaw.logs import RepeatFilter
+
+    repeat = RepeatFilter(burst=3, window_s=60.0)
+    start = 1000.0
+
+    def at(t: float, msg: str = "accept failed: %s") -> logging.LogRecord:
+        rec = record(logging.ERROR, msg)
+        rec.created = t
+        return rec
+
+    passed = [repeat.filter(at(start + i * 0.01)) for i in range(1000)]
+    assert passed.count(True) == 3
+    assert repeat.filter(at(start + 1, "another kind"))  # other lines are not affected
+    later = at(start + 61)
+    assert repeat.filter(later) and "[997 similar line(s) suppressed]" in str(later.msg)

@@ -1,0 +1,122 @@
+"""The listener's defences over real sockets: slow-loris connections evicted at the cap
+while real requests get through, request heads with a deadline, and malformed requests
+answered in the JSON error shape."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+from collections.abc import AsyncIterator
+
+import pytest
+from aiohttp import web
+
+from netclaw import listener
+from netclaw.web import errors_middleware, read_body, read_json_object
+
+
+async def ping(request: web.Request) -> web.Response:
+    return web.json_response({"ok": True})
+
+
+async def echo(request: web.Request) -> web.Response:
+    body = read_json_object(await read_body(request, 8192))
+    return web.json_response(body)
+
+
+@pytest.fixture
+async def served(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[tuple[int, web.AppRunner]]:
+    monkeypatch.setattr(listener, "connection_limit", lambda configured=512: 8)
+    monkeypatch.setattr(listener, "HEAD_TIMEOUT_S", 1.0)
+    app = web.Application(middlewares=[errors_middleware])
+    app.router.add_get("/ping", ping)
+    app.router.add_post("/echo", echo)
+    runner, port = await listener.listen(app, "127.0.0.1", 0, "test.port")
+    yield port, runner
+    await runner.cleanup()
+
+
+async def raw(port: int, data: bytes, *, read: bool = True) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, bytes]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(data)
+    await writer.drain()
+    answer = await asyncio.wait_for(reader.read(65536), 5) if read else b""
+    return reader, writer, answer
+
+
+def status_and_body(answer: bytes) -> tuple[int, dict[str, object]]:
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert b"application/json" in head, head
+    return int(head.split(b" ")[1]), json.loads(body)
+
+
+async def test_slow_loris_connections_are_evicted_for_real_requests(served: tuple[int, web.AppRunner]) -> None:
+    port, _ = served
+    dawdlers = [await raw(port, b"GET /ping HTTP/1.1\r\nHost: x\r\n", read=False) for _ in range(30)]
+    for _ in range(5):
+        _, writer, answer = await raw(port, b"GET /ping HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        assert status_and_body(answer) == (200, {"ok": True})
+        writer.close()
+    # Most dawdlers were closed to make room (at most the cap stays open).
+    closed = 0
+    for reader, writer, _ in dawdlers:
+        if await asyncio.wait_for(reader.read(1), 3) == b"":
+            closed += 1
+        writer.close()
+    assert closed >= 30 - 8
+
+
+async def test_a_request_head_has_a_deadline(served: tuple[int, web.AppRunner]) -> None:
+    port, _ = served
+    reader, writer, _ = await raw(port, b"GET /ping HTTP/1.1\r\nHo", read=False)
+    assert await asyncio.wait_for(reader.read(1), 5) == b""  # closed after HEAD_TIMEOUT_S
+    writer.close()
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        b"NOT AN HTTP REQUEST\r\n\r\n",
+        b"GET /ping HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 20_000 + b"\r\n\r\n",
+        b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nxx\r\n",
+        b"GET /\x00 HTTP/1.1\r\n\r\n",
+    ],
+    ids=["bad request line", "header too long", "broken chunking", "nul in path"],
+)
+async def test_malformed_requests_get_the_json_error_shape(
+    served: tuple[int, web.AppRunner], request_bytes: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    port, _ = served
+    _, writer, answer = await raw(port, request_bytes)
+    status, body = status_and_body(answer)
+    writer.close()
+    assert 400 <= status < 500
+    assert set(body["error"]) == {"code", "message"}  # type: ignore[arg-type]
+    assert "Traceback" not in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("body", "headers", "code"),
+    [
+        (b"\x1f\x8b not gzip at all", {"Content-Encoding": "gzip"}, "invalid_body"),
+        (b"garbage", {"Content-Encoding": "deflate"}, "invalid_body"),
+        (b'{"n": ' + b"9" * 4400 + b"}", {}, "invalid_json"),
+        (b"[" * 5000, {}, "invalid_json"),
+        (b"\xff\xfe\xfa", {}, "invalid_json"),
+        (gzip.compress(b"x" * 10_000), {"Content-Encoding": "gzip"}, "body_too_large"),
+    ],
+    ids=["bad gzip", "bad deflate", "int past the digit limit", "nested", "not utf-8", "gzip bomb"],
+)
+async def test_bad_bodies_are_4xx_never_500(
+    served: tuple[int, web.AppRunner], body: bytes, headers: dict[str, str], code: str
+) -> None:
+    port, _ = served
+    head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+    request = (
+        f"POST /echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {len(body)}\r\n{head}\r\n"
+    ).encode() + body
+    _, writer, answer = await raw(port, request)
+    status, parsed = status_and_body(answer)
+    writer.close()
+    assert 400 <= status < 500 and parsed["error"]["code"] == code, parsed  # type: ignore[index]
