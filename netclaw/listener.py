@@ -23,6 +23,7 @@ from http import HTTPStatus
 from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 from aiohttp.web_response import StreamResponse
@@ -133,6 +134,15 @@ class GuardedConnection(asyncio.Protocol):
 
 class JsonErrorHandler(RequestHandler):
     """aiohttp's per-connection handler, answering its own rejections as JSON."""
+
+    def log_exception(self, *args: Any, **kw: Any) -> None:
+        # A body that cannot be decoded, met while aiohttp drains what a handler left unread
+        # (the answer is already out): the client's fault, one line, no traceback.
+        exc = kw.get("exc_info")
+        if isinstance(exc, web.RequestPayloadError | HttpProcessingError):
+            log.info("dropped an unreadable request body: %s", str(exc).replace("\n", " ").strip())
+            return
+        log.error(*args, **kw)
 
     def handle_error(
         self,

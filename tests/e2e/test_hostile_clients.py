@@ -48,7 +48,9 @@ def test_slow_clients_do_not_take_the_daemon_down(
             assert daemon.sessions() is not None  # authenticated API
             assert time.monotonic() - started < 2
             time.sleep(0.1)
-        assert daemon.post("cli:under-attack", "still there?", wait=True).json()["reply"] == "echo: still there?"
+        assert (
+            daemon.post("cli:under-attack", "still there?", wait=True).json()["reply"] == "echo: still there?"
+        )
     finally:
         for sock in slow:
             sock.close()

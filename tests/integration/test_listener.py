@@ -37,7 +37,9 @@ async def served(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[tuple[int, we
     await runner.cleanup()
 
 
-async def raw(port: int, data: bytes, *, read: bool = True) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, bytes]:
+async def raw(
+    port: int, data: bytes, *, read: bool = True
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, bytes]:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     writer.write(data)
     await writer.drain()
@@ -51,7 +53,9 @@ def status_and_body(answer: bytes) -> tuple[int, dict[str, object]]:
     return int(head.split(b" ")[1]), json.loads(body)
 
 
-async def test_slow_loris_connections_are_evicted_for_real_requests(served: tuple[int, web.AppRunner]) -> None:
+async def test_slow_loris_connections_are_evicted_for_real_requests(
+    served: tuple[int, web.AppRunner],
+) -> None:
     port, _ = served
     dawdlers = [await raw(port, b"GET /ping HTTP/1.1\r\nHost: x\r\n", read=False) for _ in range(30)]
     for _ in range(5):
