@@ -119,28 +119,38 @@ class WebhookAdapter:
     # -- the Adapter contract ---------------------------------------------------------------
 
     def check(self) -> None:
-        missing = [
-            f"{name} ({route.auth.secret_env})"
-            for name, route in self.routes_config.items()
-            if not read_secret(route.auth.secret_env)
-        ]
-        if missing:
-            raise AdapterError(f"webhook secret not set for route(s): {', '.join(missing)}")
         for name, route in self.routes_config.items():
             for path in (route.session_key, route.text):
                 if path is not None and not path.startswith("$"):
                     raise AdapterError(f"webhooks.routes.{name}: JSON path {path!r} must start with '$'")
+        missing = self.disabled_routes()
+        if missing:
+            # Only those routes answer 503 route_disabled; the others work.
+            log.warning("webhook route(s) disabled, their secret is not set: %s", ", ".join(missing))
+
+    def disabled_routes(self) -> list[str]:
+        return [
+            f"{name} ({route.auth.secret_env})"
+            for name, route in self.routes_config.items()
+            if not read_secret(route.auth.secret_env)
+        ]
 
     def routes(self) -> list[web.RouteDef]:
         return [web.post("/webhooks/{route}", self.handle)]
 
     async def probe(self) -> str:
         self.check()
+        missing = self.disabled_routes()
+        if missing:
+            raise AdapterError(f"route(s) disabled, their secret is not set: {', '.join(missing)}")
         return f"{len(self.routes_config)} route(s), each with its secret set"
 
     async def start(self) -> None:
         self._deliveries = await DeliveryLog(self.settings.database_path).open()
-        self._status = AdapterStatus("running", f"{len(self.routes_config)} route(s)")
+        detail = f"{len(self.routes_config)} route(s)"
+        if missing := self.disabled_routes():
+            detail += f"; disabled (secret not set): {', '.join(missing)}"
+        self._status = AdapterStatus("running", detail)
 
     async def stop(self) -> None:
         if self._deliveries is not None:
@@ -158,8 +168,14 @@ class WebhookAdapter:
         route = self.routes_config.get(name)
         if route is None:
             raise ApiError(404, "unknown_route", f"no webhook route {name!r}")
+        secret = (read_secret(route.auth.secret_env) or "").encode()
+        if not secret:
+            raise ApiError(503, "route_disabled", "this route's secret is not configured on the server")
+        # Everything that can be checked without the body is, before reading it.
+        stamp = _check_auth_headers(request, route, secret)
         body_bytes = await read_body(request, route.max_body_bytes)
-        self._authenticate(request, route, body_bytes)
+        if stamp is not None:
+            _check_signature(request, secret, body_bytes)
         wait_after = self._limit(name, route).retry_after(time.monotonic())
         if wait_after is not None:
             raise ApiError(
@@ -169,30 +185,45 @@ class WebhookAdapter:
         text = json_path(body, route.text)
         if not isinstance(text, str) or not text.strip():
             raise ApiError(400, "invalid_text", f"the body has no text at {route.text} (a non-empty string)")
-        if route.session_key is not None:
-            key_value = json_path(body, route.session_key)
-            if key_value is None or isinstance(key_value, (dict, list)):
-                raise ApiError(
-                    400,
-                    "invalid_session_key",
-                    f"the body has no session key at {route.session_key} (a string or number)",
-                )
-            session_id = f"webhook:{name}:{session_key(key_value)}"
-        else:
-            session_id = f"webhook:{name}:{uuid.uuid4().hex[:16]}"  # each delivery its own session
+        session_id = self._session_of(name, route, body)
         # Every delivery has a key (the sender's, or one we make): a delivery whose answer
         # was lost can be retried with it and reaches the same session, recorded once.
         key = idempotency_key(request)
+        deliveries = self._require_deliveries()
+        replayed = False
+        if stamp is not None:
+            # A signed request seen before (a replay within the window, whatever its
+            # Idempotency-Key) is the same delivery: the same key, so no second turn.
+            signature = request.headers["X-Netclaw-Signature"]
+            first = await deliveries.first_key_of(name, signature, key, stamp + TIMESTAMP_TOLERANCE_S)
+            replayed, key = first != key, first
         if route.deliver is not None:
             session_id = await self._delivery_thread(name, route.deliver, key, text)
-        if "Idempotency-Key" in request.headers or route.session_key is None or route.deliver is not None:
-            assert self._deliveries is not None
-            session_id = await self._deliveries.session_for(name, key, session_id)
+        if replayed or "Idempotency-Key" in request.headers or route.session_key is None or route.deliver:
+            digest = hashlib.sha256(body_bytes).hexdigest()
+            session_id = await deliveries.session_for(name, key, session_id, digest)
         admission, outcome = await self.gateway.submit(
             Inbound(session_id, external(name, text), user=f"webhook:{name}", identity=identity_for(key)),
             wait=wait_flag(request),
         )
         return submission_response(admission, outcome)
+
+    def _session_of(self, name: str, route: WebhookRoute, body: Any) -> str:
+        if route.session_key is None:
+            return f"webhook:{name}:{uuid.uuid4().hex[:16]}"  # each delivery its own session
+        key_value = json_path(body, route.session_key)
+        if key_value is None or isinstance(key_value, (dict, list)):
+            raise ApiError(
+                400,
+                "invalid_session_key",
+                f"the body has no session key at {route.session_key} (a string or number)",
+            )
+        return f"webhook:{name}:{session_key(key_value)}"
+
+    def _require_deliveries(self) -> DeliveryLog:
+        if self._deliveries is None:
+            raise ApiError(503, "not_ready", "the webhook adapter is not started")
+        return self._deliveries
 
     async def _delivery_thread(self, name: str, deliver: DeliverConfig, key: str, text: str) -> str:
         """A route with ``deliver``: a new thread in that chat channel is the session (the
@@ -208,30 +239,39 @@ class WebhookAdapter:
                 503, "delivery_unavailable", f"cannot open a thread in {deliver.channel} {deliver.to}: {exc}"
             ) from exc
 
-    def _authenticate(self, request: web.Request, route: WebhookRoute, body: bytes) -> None:
-        secret = (read_secret(route.auth.secret_env) or "").encode()
-        if not secret:
-            raise ApiError(503, "route_disabled", "this route's secret is not configured on the server")
-        if route.auth.type == "bearer":
-            scheme, _, given = request.headers.get("Authorization", "").partition(" ")
-            if scheme.lower() != "bearer" or not hmac.compare_digest(_header_bytes(given.strip()), secret):
-                raise ApiError(401, "unauthorized", "missing or wrong 'Authorization: Bearer <secret>'")
-            return
-        stamp = request.headers.get("X-Netclaw-Timestamp", "")
-        signature = request.headers.get("X-Netclaw-Signature", "")
-        try:
-            age = abs(int(time.time()) - int(stamp))
-        except ValueError:
-            raise ApiError(401, "unauthorized", "X-Netclaw-Timestamp must be unix seconds") from None
-        if age > TIMESTAMP_TOLERANCE_S:
-            raise ApiError(
-                401,
-                "unauthorized",
-                f"X-Netclaw-Timestamp is more than {TIMESTAMP_TOLERANCE_S}s away from the server's clock",
-            )
-        expected = "sha256=" + hmac.new(secret, stamp.encode() + b"." + body, hashlib.sha256).hexdigest()
-        if not hmac.compare_digest(_header_bytes(signature), expected.encode()):
-            raise ApiError(401, "unauthorized", "X-Netclaw-Signature does not match the body")
+
+_SIGNATURE = re.compile(r"^sha256=[0-9a-f]{64}$")
+
+
+def _check_auth_headers(request: web.Request, route: WebhookRoute, secret: bytes) -> int | None:
+    """A bearer route's whole check; an HMAC route's headers (well-formed, in the window).
+    Returns the HMAC timestamp (None for bearer). Raises 401."""
+    if route.auth.type == "bearer":
+        scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(_header_bytes(given.strip()), secret):
+            raise ApiError(401, "unauthorized", "missing or wrong 'Authorization: Bearer <secret>'")
+        return None
+    raw_stamp = request.headers.get("X-Netclaw-Timestamp", "")
+    if not raw_stamp.isdigit() or len(raw_stamp) > 12:
+        raise ApiError(401, "unauthorized", "X-Netclaw-Timestamp must be unix seconds")
+    stamp = int(raw_stamp)
+    if abs(int(time.time()) - stamp) > TIMESTAMP_TOLERANCE_S:
+        raise ApiError(
+            401,
+            "unauthorized",
+            f"X-Netclaw-Timestamp is more than {TIMESTAMP_TOLERANCE_S}s away from the server's clock",
+        )
+    if not _SIGNATURE.match(request.headers.get("X-Netclaw-Signature", "")):
+        raise ApiError(401, "unauthorized", "X-Netclaw-Signature must be 'sha256=' and 64 hex digits")
+    return stamp
+
+
+def _check_signature(request: web.Request, secret: bytes, body: bytes) -> None:
+    signature = request.headers["X-Netclaw-Signature"]
+    signed = request.headers["X-Netclaw-Timestamp"].encode() + b"." + body  # as the sender wrote it
+    expected = "sha256=" + hmac.new(secret, signed, hashlib.sha256).hexdigest()
+    if not hmac.compare_digest(signature.encode(), expected.encode()):
+        raise ApiError(401, "unauthorized", "X-Netclaw-Signature does not match the body")
 
 
 def _header_bytes(value: str) -> bytes:

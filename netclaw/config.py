@@ -459,6 +459,7 @@ def load_settings(path: str | os.PathLike[str] | None = None, *, explicit: bool 
         settings = settings.model_copy(update={"data_dir": (base / settings.data_dir).resolve()})
     elif not settings.data_dir.is_absolute():
         settings = settings.model_copy(update={"data_dir": settings.data_dir.resolve()})
+    _check_webhook_secrets(settings)
     workspace = settings.tools.workspace_dir
     if not workspace.is_absolute():
         # Like data_dir: relative to the config file when there is one.
@@ -486,6 +487,24 @@ def _read_json(path: Path, *, must_exist: bool) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold a JSON object at the top level")
     return data
+
+
+MIN_WEBHOOK_SECRET_BYTES = 32
+
+
+def _check_webhook_secrets(settings: Settings) -> None:
+    """A webhook secret short enough to guess is refused at load (a missing one only
+    disables its route)."""
+    from netclaw.credentials import read_secret
+
+    for name, route in settings.webhooks.routes.items():
+        secret = read_secret(route.auth.secret_env)
+        if secret is not None and len(secret.encode()) < MIN_WEBHOOK_SECRET_BYTES:
+            raise ConfigError(
+                f"webhooks.routes.{name}.auth.secret_env: the secret in {route.auth.secret_env} is "
+                f"{len(secret.encode())} bytes; use at least {MIN_WEBHOOK_SECRET_BYTES} "
+                "(for example: openssl rand -hex 32)"
+            )
 
 
 def strip_comments(text: str) -> str:

@@ -161,7 +161,7 @@ def test_the_spend_guard_answers_with_a_notice_instead_of_calling_the_model(
 
 
 def test_webhooks_on_their_own_listener(monkeypatch: pytest.MonkeyPatch, start_daemon: StartDaemon) -> None:
-    monkeypatch.setenv("CI_TOKEN", "ci-secret")
+    monkeypatch.setenv("CI_TOKEN", "ci-secret-0123456789-0123456789-abcdef")
     hook_port = free_port()
     handle = start_daemon(
         gateway={"webhook_host": "127.0.0.1", "webhook_port": hook_port},
@@ -173,7 +173,7 @@ def test_webhooks_on_their_own_listener(monkeypatch: pytest.MonkeyPatch, start_d
     ok = httpx.post(
         f"{public}/webhooks/ci",
         json={"message": "build failed"},
-        headers={"Authorization": "Bearer ci-secret"},
+        headers={"Authorization": "Bearer ci-secret-0123456789-0123456789-abcdef"},
         params={"wait": "1"},
         timeout=30,
     )
@@ -185,7 +185,9 @@ def test_webhooks_on_their_own_listener(monkeypatch: pytest.MonkeyPatch, start_d
     )
     assert (
         httpx.post(
-            f"{handle.base_url}/webhooks/ci", json={}, headers={"Authorization": "Bearer ci-secret"}
+            f"{handle.base_url}/webhooks/ci",
+            json={},
+            headers={"Authorization": "Bearer ci-secret-0123456789-0123456789-abcdef"},
         ).status_code
         == 404
     )
