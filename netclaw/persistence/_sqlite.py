@@ -91,7 +91,12 @@ def prepare_database(path: Path, *, synchronous: str = "full") -> list[int]:
         _configure(conn, synchronous)
         return apply_migrations(conn, load_migrations())
     except sqlite3.DatabaseError as exc:
-        raise JournalError(f"database {path} is not usable: {exc}") from exc
+        # Never recreated or repaired silently: it holds every conversation.
+        raise JournalError(
+            f"database {path} is not usable: {exc}. It may be damaged: check it with "
+            f"sqlite3 {path} 'PRAGMA integrity_check', restore it from a backup, or move it "
+            "aside to start with an empty one (its conversations are then gone from netclaw)"
+        ) from exc
     finally:
         conn.close()
 
@@ -126,6 +131,7 @@ class SqliteJournal:
         self._closing = False
         self.commits = 0  # transactions committed (benchmarks report appends per commit)
         self.last_failure: str | None = None  # the latest commit failed (health), until one succeeds
+        self.failed_commits = 0  # in the current run of failures
 
     async def open(self) -> SqliteJournal:
         """Open the reader and start the writer thread. Migrations must have run."""
@@ -412,12 +418,24 @@ class _Writer(threading.Thread):
             try:
                 _write_batch(conn, batch)
             except Exception as exc:  # a failed commit fails its batch, never the writer
-                log.exception("journal commit failed")
+                if self.journal.last_failure is None:  # the first of a run: say it plainly, once
+                    log.error(
+                        "journal commit failed (%s); new input is refused (503) until a commit "
+                        "succeeds; nothing acknowledged before is affected",
+                        exc,
+                        exc_info=not isinstance(exc, sqlite3.Error),
+                    )
+                self.journal.failed_commits += 1
                 error = JournalError(f"journal commit failed: {exc}")
                 self.journal.last_failure = str(error)
                 results = [(future, error) for future, _ in batch.done]
             else:
                 self.journal.commits += 1
+                if self.journal.last_failure is not None:
+                    log.warning(
+                        "journal commits again, after %d failed commit(s)", self.journal.failed_commits
+                    )
+                    self.journal.failed_commits = 0
                 self.journal.last_failure = None
                 self._last_seq.update(staged)
                 if self.journal.on_commit is not None:

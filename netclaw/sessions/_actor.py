@@ -28,6 +28,7 @@ from netclaw.errors import (
     ApprovalError,
     ContextOverflow,
     IdempotencyKeyReused,
+    JournalError,
     OutcomeUnknown,
     ProviderError,
     SessionUnavailable,
@@ -317,7 +318,9 @@ class SessionActor(TurnFlow, ApprovalFlow, CompactionFlow, PassivationFlow, pykk
         self._start_next_turn()
 
     def _break(self, reason: str, exc: BaseException) -> None:
-        log.error("%s: session actor failed: %s", self.session_id, reason, exc_info=exc)
+        # A journal failure was already reported by the journal, plainly: no traceback here.
+        quiet = isinstance(exc, JournalError)
+        log.error("%s: session actor failed: %s", self.session_id, reason, exc_info=None if quiet else exc)
         self.broken = reason
         self.clock.cancel()
         if self.run is not None and self.run.future is not None:
