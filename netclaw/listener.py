@@ -5,7 +5,8 @@
   ``HEAD_TIMEOUT_S`` (or idles that long between requests) is closed.
 - **Connections are capped** below the process's file-descriptor limit. At the cap, the
   oldest connection that has not yet sent a whole request head (a slow-loris) is closed
-  to make room; only when every connection is a real request is the newcomer refused.
+  to make room, taken first from the client address holding the most connections; only
+  when every connection is a real request is the newcomer refused.
   So ``/healthz`` and the API keep answering while hundreds of connections dawdle.
 - **Malformed requests** that aiohttp rejects before any handler runs (a bad request
   line, headers too long, broken chunking) are answered in the JSON error shape with one
@@ -51,11 +52,12 @@ def connection_limit(configured: int = MAX_CONNECTIONS) -> int:
 
 
 class ConnectionGuard:
-    """The connections of one listener, oldest first."""
+    """The connections of one listener, oldest first, and per client address."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self._open: dict[GuardedConnection, None] = {}  # insertion order: oldest first
+        self._by_address: dict[str, dict[GuardedConnection, None]] = {}
         self.evicted = 0
         self.refused = 0
 
@@ -64,7 +66,7 @@ class ConnectionGuard:
 
     def admit(self, conn: GuardedConnection) -> bool:
         if len(self._open) >= self.limit:
-            idle = next((c for c in self._open if not c.proven), None)
+            idle = self._idle_victim()
             if idle is None:
                 self.refused += 1
                 log.warning("HTTP connection limit (%d) reached: refusing a connection", self.limit)
@@ -74,13 +76,30 @@ class ConnectionGuard:
                 "HTTP connection limit (%d) reached: closing the oldest connection that sent no request",
                 self.limit,
             )
-            del self._open[idle]  # now: its descriptor is given back only on a later turn
+            self.release(idle)  # now: its descriptor is given back only on a later turn
             idle.close()
         self._open[conn] = None
+        self._by_address.setdefault(conn.address, {})[conn] = None
         return True
 
+    def _idle_victim(self) -> GuardedConnection | None:
+        """The oldest connection without a whole request head, taken from the address that
+        holds the most connections (the greedy client pays first), else from anyone."""
+        greediest = max(self._by_address.values(), key=len, default={})
+        for pool in (greediest, self._open):
+            found = next((c for c in pool if not c.proven), None)
+            if found is not None:
+                return found
+        return None
+
     def release(self, conn: GuardedConnection) -> None:
-        self._open.pop(conn, None)
+        if conn not in self._open:
+            return
+        del self._open[conn]
+        pool = self._by_address[conn.address]
+        del pool[conn]
+        if not pool:
+            del self._by_address[conn.address]
 
 
 class GuardedConnection(asyncio.Protocol):
@@ -93,6 +112,7 @@ class GuardedConnection(asyncio.Protocol):
         self._tail = b""
         self._transport: asyncio.Transport | None = None
         self._admitted = False
+        self.address = ""
 
     def close(self) -> None:
         if self._transport is not None:
@@ -101,6 +121,8 @@ class GuardedConnection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self._transport = transport
+        peer = transport.get_extra_info("peername")
+        self.address = str(peer[0]) if isinstance(peer, tuple) and peer else ""
         if not self.guard.admit(self):
             transport.close()
             return
