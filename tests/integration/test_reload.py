@@ -19,7 +19,7 @@ from netclaw.policy import ChatEvent
 from tests.conftest import settings_data
 from tests.fakes.scripted_openai import ScriptedOpenAIThread
 
-SECRET = "route-secret-0123456789"
+SECRET = "route-secret-0123456789-0123456789abcdef"
 
 
 @pytest.fixture
