@@ -5,6 +5,11 @@ a bearer secret; constant-time comparison), limits its body size and request rat
 picks the session key and text out of the JSON body with a ``$.a.b`` path, and hands
 the text to the gateway marked as external content: webhook text is untrusted, and a
 webhook session only gets the tools its audience grants (public by default).
+
+Hardening: the auth headers are checked before the body is read; a signed request is
+accepted once (its signature is remembered durably for its timestamp window, so a replay
+is the same delivery whatever its Idempotency-Key); a key that comes back with another
+body is a 409; a route whose secret is missing answers 503 and the others work.
 """
 
 from __future__ import annotations
