@@ -29,6 +29,7 @@ from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 from aiohttp.web_response import StreamResponse
 
+from netclaw.errors import DaemonError
 from netclaw.web import error_response, http_code
 
 log = logging.getLogger(__name__)
@@ -212,8 +213,6 @@ class GuardedSite(web.TCPSite):
 
 async def listen(app: web.Application, host: str, port: int, key: str) -> tuple[web.AppRunner, int]:
     """Serve ``app`` on host:port behind the defences; the runner and the bound port."""
-    from netclaw.errors import DaemonError
-
     # handler_cancellation: a client that disconnects (an SSE subscriber) ends its
     # handler at once, so its subscription is removed without waiting for a write.
     runner = web.AppRunner(
