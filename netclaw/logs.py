@@ -9,8 +9,9 @@ Formats (``log.format``):
 - Under systemd (``$JOURNAL_STREAM`` names our stderr) text lines carry a ``<N>``
   priority prefix and no timestamp: the journal records both itself.
 
-A record that repeats (same logger and message template) more than ten times a minute is
-dropped, and the next one says how many were (:class:`RepeatFilter`).
+A warning or error that repeats (same logger and message template) more than ten times a
+minute is dropped, and the next one says how many were (:class:`RepeatFilter`); INFO lines
+such as the one per turn are never dropped.
 
 Libraries (aiosqlite, discord.py's gateway, slack-sdk's socket, mcp, httpx) log at
 ``log.libraries`` (WARNING by default) whatever our own level is: at DEBUG they would
@@ -110,6 +111,8 @@ class RepeatFilter(logging.Filter):
         self._seen: dict[tuple[str, str], list[float]] = {}  # kind -> [window start, count, dropped]
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING:  # the turn line and its kind are meant to repeat
+            return True
         key = (record.name, str(record.msg))
         now = record.created
         entry = self._seen.get(key)

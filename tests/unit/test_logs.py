@@ -114,3 +114,5 @@ def test_a_repeating_line_is_let_through_a_few_times_then_counted() -> None:
     assert repeat.filter(at(start + 1, "another kind"))  # other lines are not affected
     later = at(start + 61)
     assert repeat.filter(later) and "[997 similar line(s) suppressed]" in str(later.msg)
+    turn_lines = [record(logging.INFO, "%s: turn %d completed") for _ in range(100)]
+    assert all(repeat.filter(r) for r in turn_lines)  # INFO lines are never dropped
