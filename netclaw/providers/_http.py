@@ -289,8 +289,9 @@ class HttpStreamingProvider(ABC, Generic[AnswerT]):
         done = False
         try:
             while True:
+                finished = self._finished(answer)
                 try:
-                    if self._finished(answer):
+                    if finished:
                         # Complete: read what follows (usage, the end marker, EOF) so the
                         # connection can be reused, but never wait on a server that holds
                         # the connection open after the answer.
@@ -298,8 +299,12 @@ class HttpStreamingProvider(ABC, Generic[AnswerT]):
                             event, payload = await anext(events)
                     else:
                         event, payload = await anext(events)
-                except (StopAsyncIteration, TimeoutError):
+                except StopAsyncIteration:
                     break
+                except TimeoutError:
+                    if finished:
+                        break
+                    raise
                 saw_data = True
                 if not done:
                     done = self._take_event(answer, event, payload)
