@@ -23,6 +23,7 @@ from croniter import croniter
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from netclaw.credentials import read_secret
 from netclaw.errors import ConfigError
 
 ENV_PREFIX = "NETCLAW_"
@@ -60,8 +61,6 @@ class ProviderConfig(_Section):
         return value.rstrip("/")
 
     def api_key(self) -> str | None:
-        from netclaw.credentials import read_secret
-
         return read_secret(self.api_key_env) if self.api_key_env else None
 
 
@@ -108,8 +107,8 @@ class GatewayConfig(_Section):
     host: str = "127.0.0.1"
     port: int = Field(5199, ge=0, le=65535)
     control_token_env: str | None = None
-    # A second listener serving only the webhook routes (and /healthz), so they can face the
-    # internet while the control API stays on host:port. Both or neither.
+    # A second listener serving only the webhook routes, so they can face the internet
+    # while the control API stays on host:port. Both or neither.
     webhook_host: str | None = None
     webhook_port: int | None = Field(None, ge=0, le=65535)
 
@@ -495,8 +494,6 @@ MIN_WEBHOOK_SECRET_BYTES = 32
 def _check_webhook_secrets(settings: Settings) -> None:
     """A webhook secret short enough to guess is refused at load (a missing one only
     disables its route)."""
-    from netclaw.credentials import read_secret
-
     for name, route in settings.webhooks.routes.items():
         secret = read_secret(route.auth.secret_env)
         if secret is not None and len(secret.encode()) < MIN_WEBHOOK_SECRET_BYTES:
