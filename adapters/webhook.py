@@ -112,8 +112,7 @@ class WebhookAdapter:
     @property
     def routes_config(self) -> dict[str, WebhookRoute]:
         """The live routes: a reload (SIGHUP) adds, changes and removes routes at once."""
-        settings = self.gateway.settings if self.gateway is not None else self.settings  # doctor: none
-        return settings.webhooks.routes
+        return self.gateway.settings.webhooks.routes
 
     def _limit(self, name: str, route: WebhookRoute) -> _RateLimit:
         limit = self._limits.get(name)

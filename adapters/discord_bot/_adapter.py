@@ -118,7 +118,7 @@ class DiscordAdapter:
     def config(self) -> DiscordConfig:
         """The current ``discord`` section (follows a reload); the token and ``enabled``
         need a restart."""
-        return (self.gateway.settings if self.gateway is not None else self.settings).discord  # doctor: none
+        return self.gateway.settings.discord
 
     # -- the Adapter protocol -----------------------------------------------------------------
 

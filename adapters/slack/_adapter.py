@@ -84,7 +84,7 @@ class SlackAdapter:
     @property
     def config(self) -> SlackConfig:
         """The current ``slack`` section (allowlists follow a reload)."""
-        return (self.gateway.settings if self.gateway is not None else self.settings).slack  # doctor: none
+        return self.gateway.settings.slack
 
     # -- the Adapter protocol -----------------------------------------------------------------
 

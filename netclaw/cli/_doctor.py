@@ -10,12 +10,15 @@ import os
 import sqlite3
 import stat
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from netclaw import __version__
 from netclaw.config import Settings, find_config_path, load_settings
 from netclaw.credentials import read_secret, where_to_put
 from netclaw.errors import NetclawError
+
+if TYPE_CHECKING:
+    from netclaw.gateway import Gateway
 
 PROBE_TIMEOUT_S = 20.0
 
@@ -141,8 +144,8 @@ def _doctor_adapters(settings: Settings, report: Any) -> bool:
     (Slack ``auth.test``, a Discord login) without serving."""
     from adapters import build_adapters
 
-    # No gateway is needed to check or probe; nothing is served.
-    adapters = build_adapters(settings, None)  # type: ignore[arg-type]
+    # Checking and probing read only the gateway's settings; nothing is served.
+    adapters = build_adapters(settings, cast("Gateway", _SettingsOnly(settings)))
 
     async def probe_all() -> list[tuple[str, bool, str]]:
         found = []
@@ -162,6 +165,13 @@ def _doctor_adapters(settings: Settings, report: Any) -> bool:
     for name, good, detail in results:
         report(good, f"adapter {name}", detail)
     return all(good for _, good, _ in results)
+
+
+class _SettingsOnly:
+    """What an adapter's ``check`` and ``probe`` use of the gateway: its settings."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
 
 
 def _doctor_provider(settings: Settings, report: Any) -> bool:
