@@ -16,6 +16,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from adapters.base import Adapter, AdapterStatus
+from netclaw.runtime import cancel_and_wait
 
 log = logging.getLogger("adapters")
 
@@ -64,10 +65,7 @@ class AdapterSupervisor:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
         self._next_attempt = None
         self._running = False
         # Also when a start was cut short by the cancel: whatever it opened is closed.

@@ -147,6 +147,14 @@ class Timer:
             self._handle.cancel()
 
 
+async def cancel_and_wait(task: asyncio.Task[Any] | None) -> None:
+    """Cancel a background task on this loop and wait until it has unwound."""
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
 def _tell_quietly(actor: Tellable, message: object) -> None:
     with contextlib.suppress(Exception):  # a stopped actor has no use for its timer
         actor.tell(message)

@@ -32,6 +32,7 @@ from netclaw.metrics import Metrics
 from netclaw.persistence import Reminder, SqliteReminderStore
 from netclaw.policy import reminders_allowed
 from netclaw.reminders import CatchUp, Schedule, check_text, fire_text, identity, iso, make_schedule, plan_due
+from netclaw.runtime import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -169,10 +170,7 @@ class Scheduler:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
 
     def wake(self) -> None:
         self._wake.set()

@@ -34,6 +34,7 @@ from netclaw.config import McpServerConfig
 from netclaw.credentials import read_secret, where_to_put
 from netclaw.errors import ToolError
 from netclaw.retry import RetryPolicy, backoff_delay
+from netclaw.runtime import cancel_and_wait
 from netclaw.tools._mcp_content import ServerTool, argument_problem, exposed_tools, result_text
 from netclaw.tools._mcp_hub import McpServerStatus, McpState
 from netclaw.tools._registry import Tool, ToolContext
@@ -146,10 +147,7 @@ class McpServer:
     async def stop(self) -> None:
         self._stopping.set()
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
         self._state = "stopped"
 
     async def _supervise(self) -> None:
