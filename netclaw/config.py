@@ -23,7 +23,7 @@ from croniter import croniter
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from netclaw.credentials import read_secret
+from netclaw.credentials import read_secret, where_to_put
 from netclaw.errors import ConfigError
 
 ENV_PREFIX = "NETCLAW_"
@@ -62,6 +62,12 @@ class ProviderConfig(_Section):
 
     def api_key(self) -> str | None:
         return read_secret(self.api_key_env) if self.api_key_env else None
+
+    def missing_key(self) -> str | None:
+        """What a person must do when ``api_key_env`` names a secret that is not set."""
+        if self.api_key_env is None or self.api_key():
+            return None
+        return f"its key {self.api_key_env} is not set: {where_to_put(self.api_key_env)}"
 
 
 class ModelConfig(_Section):

@@ -25,7 +25,6 @@ from adapters.supervisor import AdapterSupervisor
 from netclaw.api import Api, webhook_app
 from netclaw.config import LiveSettings, Settings, find_config_path, load_settings
 from netclaw.control_token import load_control_token
-from netclaw.credentials import read_secret, where_to_put
 from netclaw.errors import ConfigError, DaemonError
 from netclaw.gateway import Gateway
 from netclaw.history import preload_encoding
@@ -231,13 +230,8 @@ class Daemon:
         main = self.settings.models.main
         config = self.settings.providers[main.provider]
         log.info("provider %s (%s at %s), model %s", main.provider, config.type, config.base_url, main.model)
-        if config.api_key_env and not read_secret(config.api_key_env):
-            log.warning(
-                "provider %s: its key %s is not set; %s",
-                main.provider,
-                config.api_key_env,
-                where_to_put(config.api_key_env),
-            )
+        if missing := config.missing_key():
+            log.warning("provider %s: %s", main.provider, missing)
         if self.io is not None and self.provider is not None:
             self.io.submit(self._probe_provider(self.provider, main.provider, main.model))
 

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any, cast
 
 from netclaw import __version__
 from netclaw.config import Settings, find_config_path, load_settings
-from netclaw.credentials import read_secret, where_to_put
 from netclaw.errors import NetclawError
 
 if TYPE_CHECKING:
@@ -190,8 +189,8 @@ def _check_provider(settings: Settings, name: str, model: str, report: Any) -> b
 
     config = settings.providers[name]
     what = f"provider {name}"
-    if config.api_key_env and not read_secret(config.api_key_env):
-        report(False, what, f"its key {config.api_key_env} is not set: {where_to_put(config.api_key_env)}")
+    if missing := config.missing_key():
+        report(False, what, missing)
         return False
     if config.type == "anthropic" and not config.api_key_env:
         report(False, what, f"providers.{name}.api_key_env is not set; Anthropic needs an API key")

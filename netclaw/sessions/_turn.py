@@ -234,7 +234,8 @@ def failed_turn(
     if run.pending_calls is not None:
         calls = run.pending_calls
         events.append(StepRecorded(run.turn, (calls, *interrupted_results(calls.tool_calls))))
-    spent = run.spent() if any(run.spent().values()) else None
+    totals = run.spent()
+    spent = totals if any(totals.values()) else None
     events.append(
         TurnRecorded(
             run.turn,
