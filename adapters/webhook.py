@@ -108,6 +108,8 @@ class WebhookAdapter:
         self._limits: dict[str, _RateLimit] = {}
         self._deliveries: DeliveryLog | None = None
         self._status = AdapterStatus("starting")
+        # Secrets once found, by variable: a secret from a file is not read again per request.
+        self._secrets: dict[str, bytes] = {}
 
     @property
     def routes_config(self) -> dict[str, WebhookRoute]:
@@ -172,7 +174,7 @@ class WebhookAdapter:
         route = self.routes_config.get(name)
         if route is None:
             raise ApiError(404, "unknown_route", f"no webhook route {name!r}")
-        secret = (read_secret(route.auth.secret_env) or "").encode()
+        secret = self._secret(route.auth.secret_env)
         if not secret:
             raise ApiError(503, "route_disabled", "this route's secret is not configured on the server")
         # Everything that can be checked without the body is, before reading it.
@@ -211,6 +213,14 @@ class WebhookAdapter:
             wait=wait_flag(request),
         )
         return submission_response(admission, outcome)
+
+    def _secret(self, var: str) -> bytes:
+        secret = self._secrets.get(var)
+        if secret is None:
+            secret = (read_secret(var) or "").encode()
+            if secret:
+                self._secrets[var] = secret
+        return secret
 
     def _session_of(self, name: str, route: WebhookRoute, body: Any) -> str:
         if route.session_key is None:
