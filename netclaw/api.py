@@ -7,6 +7,8 @@ shape and the middleware of :mod:`netclaw.web`.
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import datetime as dt
 import hmac
 import json
@@ -17,6 +19,7 @@ from typing import Any
 from aiohttp import web
 
 from netclaw import outputs as out
+from netclaw.attachments import MAX_FILES, IncomingFile
 from netclaw.commands import parse_command
 from netclaw.errors import ApiError
 from netclaw.gateway import Gateway, Inbound, SessionSummary, TurnOutcome, check_session_id
@@ -40,6 +43,8 @@ from netclaw.web import (
 log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 1_048_576
+# A message may carry files (base64: 4/3 of their size) up to the attachment limits.
+MAX_MESSAGE_BODY_BYTES = 48 * 1_048_576
 SSE_HEARTBEAT_S = 15.0
 
 
@@ -62,7 +67,7 @@ class Api:
     def app(self) -> web.Application:
         app = web.Application(
             middlewares=[errors_middleware, self._auth_middleware],
-            client_max_size=MAX_BODY_BYTES,
+            client_max_size=MAX_MESSAGE_BODY_BYTES,
         )
         app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/metrics", self.metrics_text)
@@ -142,21 +147,37 @@ class Api:
         session_id = check_session_id(request.match_info["id"])
         wait = wait_flag(request)
         key = idempotency_key(request)
-        body = read_json_object(await read_body(request, MAX_BODY_BYTES))
-        text = body.get("text")
+        raw = await read_body(request, MAX_MESSAGE_BODY_BYTES)
+        if len(raw) > MAX_BODY_BYTES:  # files: decoding megabytes is no work for the I/O loop
+            body, files = await asyncio.to_thread(_message_with_files, raw)
+            if not files:
+                raise ApiError(
+                    413,
+                    "body_too_large",
+                    f"the body is larger than {MAX_BODY_BYTES} bytes (and has no files)",
+                )
+        else:
+            body, files = _message_with_files(raw)
+        text = body.get("text", "" if files else None)
         if not isinstance(text, str):
             raise ApiError(400, "invalid_text", "'text' is required and must be a string")
         user = body.get("user")
         if user is not None and not isinstance(user, str):
             raise ApiError(400, "invalid_user", "'user' must be a string")
-        command = parse_command(text)
+        user_name = body.get("user_name")
+        if user_name is not None and not isinstance(user_name, str):
+            raise ApiError(400, "invalid_user_name", "'user_name' must be a string")
+        command = parse_command(text) if not files else None
         if command is not None:  # a chat command: answered, never model input
             done = await self.gateway.command(session_id, command, by=user or "api")
             return web.json_response(
                 {"session_id": session_id, "command": done.command, "notice": done.notice}
             )
         admission, outcome = await self.gateway.submit(
-            Inbound(session_id, text, user=user, identity=identity_for(key)), wait=wait
+            Inbound(
+                session_id, text, user=user, identity=identity_for(key), user_name=user_name, files=files
+            ),
+            wait=wait,
         )
         return submission_response(admission, outcome)
 
@@ -389,12 +410,48 @@ def _memory_json(m: Memory) -> dict[str, Any]:
     }
 
 
+def _message_with_files(raw: bytes) -> tuple[dict[str, Any], list[IncomingFile]]:
+    """A message body and the files in its ``files`` list, decoded; ApiError 400 naming the
+    first thing wrong."""
+    body = read_json_object(raw)
+    listed = body.get("files", [])
+    if not isinstance(listed, list):
+        raise ApiError(400, "invalid_files", "'files' must be a list of {name, mime_type, data_base64}")
+    if len(listed) > MAX_FILES:
+        raise ApiError(400, "invalid_files", f"at most {MAX_FILES} files per message ({len(listed)} given)")
+    files = []
+    for i, item in enumerate(listed):
+        if not isinstance(item, dict):
+            raise ApiError(400, "invalid_files", f"files[{i}] must be an object")
+        name, mime, data = (
+            item.get("name"),
+            item.get("mime_type", "application/octet-stream"),
+            item.get("data_base64"),
+        )
+        if not isinstance(name, str) or not name.strip():
+            raise ApiError(400, "invalid_files", f"files[{i}].name must be a non-empty string")
+        if not isinstance(mime, str):
+            raise ApiError(400, "invalid_files", f"files[{i}].mime_type must be a string")
+        if not isinstance(data, str):
+            raise ApiError(400, "invalid_files", f"files[{i}].data_base64 must be a base64 string")
+        try:
+            decoded = base64.b64decode(data, validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise ApiError(
+                400, "invalid_files", f"files[{i}].data_base64 is not valid base64: {exc}"
+            ) from exc
+        files.append(IncomingFile(name, mime, decoded))
+    return body, files
+
+
 def _message_json(m: ChatMessage) -> dict[str, Any]:
     """A message as the API shows it: the stored form without internal bookkeeping
     (replay identities, provider round-trip data)."""
     data = m.to_dict()
     data.pop("identity", None)
     data.pop("extra", None)
+    for file in data.get("files", ()):
+        file.pop("text", None)  # the file is named, not repeated
     return data
 
 

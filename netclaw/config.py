@@ -75,6 +75,7 @@ class ModelConfig(_Section):
     model: str = "qwen3:8b"
     context_window: int = Field(32768, gt=0)
     max_output_tokens: int = Field(4096, gt=0)
+    vision: bool = False  # reads images: attached ones go to it as image parts
 
     @model_validator(mode="after")
     def _output_fits(self) -> ModelConfig:
@@ -181,6 +182,10 @@ class ChannelAccess(_Section):
     users: list[str] | None = None  # None: anyone in an allowed channel; else only these user ids
     require_mention: bool = True  # a thread starts only when the bot is mentioned
     allow_dms: bool = False
+    # A session that starts mid-conversation first reads what came before, this much of it
+    # (the newest messages that fit both bounds; 0 messages: none).
+    thread_context_messages: int = Field(30, ge=0, le=1000)
+    thread_context_tokens: int = Field(4000, ge=0)
 
 
 class SlackConfig(ChannelAccess):
@@ -205,6 +210,10 @@ class AudienceConfig(_Section):
     approve: list[str] = []  # tool-name patterns whose calls wait for a person's decision
     approvers: list[str] = []  # platform user ids who may decide; empty: whoever may talk
     reminders: bool | None = None  # the model may schedule reminders; None: all but public
+    # Which memories a session recalls: those made where it is (`channel`: the same Slack
+    # channel or Discord channel, the same person's DMs, the same webhook route), the whole
+    # audience's (`audience`), or none.
+    memory_scope: Literal["channel", "audience", "none"] = "channel"
 
 
 class WebFetchConfig(_Section):

@@ -28,13 +28,16 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from netclaw import attachments
+from netclaw.attachments import IncomingFile, check_files
 from netclaw.commands import HELP_TEXT, Command, parse_command
 from netclaw.config import ChannelAccess, LiveSettings, Settings
 from netclaw.errors import ApprovalNotFound, InvalidInput, NotAnApprover, OutcomeUnknown, SessionUnavailable
-from netclaw.messages import ChatMessage
+from netclaw.history.tokens import fallback_count
+from netclaw.messages import Attachment, ChatMessage, PriorMessage, prior_block
 from netclaw.outputs import OutputFilter
 from netclaw.persistence import Journal, Memory, MemoryStore, ReminderStore, UsageKey, UsageRow
-from netclaw.policy import ChatEvent, audience_of, channel_of, denial_reason
+from netclaw.policy import ChatEvent, Place, audience_of, channel_of, denial_reason
 from netclaw.runtime import Reply
 from netclaw.sessions import (
     Admission,
@@ -76,6 +79,7 @@ log = logging.getLogger(__name__)
 
 SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9:._\-]{0,199}$")
 MAX_TEXT_CHARS = 200_000
+MAX_NAME_CHARS = 80
 ACK_TIMEOUT_S = 30.0
 CONTROL_TIMEOUT_S = 30.0  # a control command's answer (a compaction may take a while)
 
@@ -88,9 +92,13 @@ ThreadOpener = Callable[[str, str, str, float], Awaitable[str]]
 @dataclass(frozen=True, slots=True)
 class Inbound:
     session_id: str
-    text: str
-    user: str | None = None
+    text: str  # may be empty when files come without a comment
+    user: str | None = None  # a stable id of the sender
     identity: str | None = None  # inbound event id or idempotency key, if the channel has one
+    user_name: str | None = None  # how people call the sender; the model sees it
+    prior: Sequence[PriorMessage] = ()  # the conversation before the bot was addressed
+    files: Sequence[IncomingFile] = ()
+    place: Place | None = None  # where the session lives, when the channel knows better than its id
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,13 +162,20 @@ def _check_encodable(field: str, value: str) -> None:
 
 def check_inbound(inbound: Inbound) -> None:
     check_session_id(inbound.session_id)
-    if not inbound.text.strip():
+    if not inbound.text.strip() and not inbound.files:
         raise InvalidInput("text", "text is empty")
     if len(inbound.text) > MAX_TEXT_CHARS:
         raise InvalidInput("text", f"text is longer than {MAX_TEXT_CHARS} characters")
     _check_encodable("text", inbound.text)
     if inbound.user is not None:
         _check_encodable("user", inbound.user)
+    if inbound.user_name is not None:
+        if not inbound.user_name.strip() or len(inbound.user_name) > MAX_NAME_CHARS:
+            raise InvalidInput("user_name", f"user_name must be 1 to {MAX_NAME_CHARS} characters")
+        _check_encodable("user_name", inbound.user_name)
+    for prior in inbound.prior:
+        _check_encodable("prior", prior.text)
+    check_files(inbound.files)
     if inbound.identity is not None:
         _check_encodable("identity", inbound.identity)
 
@@ -195,18 +210,27 @@ class Gateway:
         is recorded). If durability cannot be confirmed in time the answer is
         :class:`OutcomeUnknown`: sending again with the same identity is safe."""
         check_inbound(inbound)
+        files: tuple[Attachment, ...] = ()
+        if inbound.files:  # hashed and written in a worker thread, never on the I/O loop
+            files = await asyncio.to_thread(
+                attachments.store, self.settings.data_dir, inbound.session_id, inbound.files
+            )
         loop = asyncio.get_running_loop()
         ack: Reply[Admission] = Reply(loop)
         done: Reply[TurnOutcome] | None = Reply(loop) if wait else None
         self._manager.route(
             inbound.session_id,
             SendUserMessage(
-                text=inbound.text,
+                text=inbound.text.strip() if files else inbound.text,
                 ts=time.time(),
                 ack=ack,
                 identity=inbound.identity,
                 user=inbound.user,
                 done=done,
+                user_name=inbound.user_name.strip() if inbound.user_name else None,
+                prior=self._prior_block(inbound),
+                files=files,
+                place=inbound.place,
             ),
         )
         try:
@@ -244,6 +268,24 @@ class Gateway:
             )
             return None
         return ChatPermit(event)
+
+    def _prior_block(self, inbound: Inbound) -> str | None:
+        """The earlier conversation as the model gets it: the newest messages that fit the
+        channel's ``thread_context`` bounds (count and tokens)."""
+        if not inbound.prior:
+            return None
+        platform = channel_of(inbound.session_id)
+        access = self._access(platform) if platform in ("slack", "discord") else ChannelAccess()
+        max_messages, max_tokens = access.thread_context_messages, access.thread_context_tokens
+        kept: list[PriorMessage] = []
+        tokens = 0
+        for message in reversed(inbound.prior[-max_messages:] if max_messages else ()):
+            tokens += fallback_count(message.text) + 4
+            if tokens > max_tokens:
+                break
+            kept.append(message)
+        kept.reverse()
+        return prior_block(kept, left_out=len(inbound.prior) - len(kept))
 
     async def submit_chat(self, permit: ChatPermit, inbound: Inbound) -> Admission | CommandDone:
         """A chat-platform message that has its permit (for a session of its platform). A
@@ -322,6 +364,7 @@ class Gateway:
 
         async def erase() -> None:
             await self._journal.erase(session_id)
+            await asyncio.to_thread(attachments.erase, self.settings.data_dir, session_id)
             if memories and self._memory is not None:
                 await self._memory.delete_session(session_id)
 

@@ -69,6 +69,51 @@ class ToolCall:
         return cls(id=str(data["id"]), name=str(data["name"]), arguments=str(data["arguments"]))
 
 
+AttachmentKind = Literal["text", "image", "other"]
+
+
+@dataclass(frozen=True, slots=True)
+class Attachment:
+    """A file that came with a user message, stored under the session's folder
+    (:mod:`netclaw.attachments` decides its kind and writes it). ``text`` holds a text
+    file's content as the model gets it (bounded; ``truncated`` when cut)."""
+
+    name: str
+    mime_type: str
+    path: str
+    size: int
+    kind: AttachmentKind
+    text: str | None = None
+    truncated: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "name": self.name,
+            "mime_type": self.mime_type,
+            "path": self.path,
+            "size": self.size,
+            "kind": self.kind,
+        }
+        if self.text is not None:
+            out["text"] = self.text
+        if self.truncated:
+            out["truncated"] = True
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Attachment:
+        kind = data.get("kind")
+        return cls(
+            name=str(data["name"]),
+            mime_type=str(data["mime_type"]),
+            path=str(data["path"]),
+            size=int(data["size"]),
+            kind=kind if kind in ("text", "image") else "other",
+            text=data.get("text"),
+            truncated=bool(data.get("truncated", False)),
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class ChatMessage:
     id: str
@@ -81,9 +126,12 @@ class ChatMessage:
     is_error: bool = False  # role="tool": the tool failed or was interrupted
     thinking: str | None = None  # assistant reasoning, kept for the record
     identity: str | None = None  # role="user": replay identity (see history.identity)
-    user: str | None = None  # role="user": who sent it, as the channel names them
+    user: str | None = None  # role="user": who sent it, as the channel names them (a stable id)
     kind: MessageKind = MessageKind.CHAT
     extra: Mapping[str, Any] = field(default_factory=lambda: _NO_EXTRA)  # provider round-trip data
+    user_name: str | None = None  # role="user": how people call the sender ("Alice")
+    prior: str | None = None  # role="user": the conversation before the bot was addressed
+    files: tuple[Attachment, ...] = ()  # role="user": what came attached
 
     @property
     def is_real_user(self) -> bool:
@@ -115,6 +163,12 @@ class ChatMessage:
             out["kind"] = self.kind.value
         if self.extra:
             out["extra"] = dict(self.extra)
+        if self.user_name is not None:
+            out["user_name"] = self.user_name
+        if self.prior is not None:
+            out["prior"] = self.prior
+        if self.files:
+            out["files"] = [f.to_dict() for f in self.files]
         return out
 
     @classmethod
@@ -127,6 +181,7 @@ class ChatMessage:
         calls = get("tool_calls")
         kind = get("kind")
         extra = get("extra")
+        files = get("files")
         return cls(
             str(data["id"]),
             role,
@@ -141,7 +196,73 @@ class ChatMessage:
             get("user"),
             MessageKind.CHAT if kind is None else MessageKind(kind),
             _NO_EXTRA if not extra else dict(extra),
+            get("user_name"),
+            get("prior"),
+            tuple(Attachment.from_dict(f) for f in files) if files else (),
         )
+
+
+# -- what the model reads of a user message ----------------------------------------------------
+
+PRIOR_OPEN = "[Earlier in this conversation, before you were addressed:]"
+PRIOR_CLOSE = "[End of the earlier messages.]"
+
+
+@dataclass(frozen=True, slots=True)
+class PriorMessage:
+    """One message of the conversation a session starts in (a thread's earlier replies)."""
+
+    user: str  # a stable id
+    user_name: str
+    text: str
+
+
+def speaker_line(name: str | None, text: str) -> str:
+    """How the model sees who said something: a short ``[Alice]`` prefix (both providers
+    accept it, unlike OpenAI's ``name`` field with its character rules)."""
+    return f"[{name}] {text}" if name else text
+
+
+def prior_block(messages: Sequence[PriorMessage], *, left_out: int = 0) -> str | None:
+    """The earlier messages as one block of context marked as prior conversation."""
+    if not messages:
+        return None
+    lines = [PRIOR_OPEN]
+    if left_out:
+        lines.append(f"({left_out} earlier message{'s' if left_out != 1 else ''} left out)")
+    lines += [speaker_line(m.user_name or m.user, m.text) for m in messages]
+    lines.append(PRIOR_CLOSE)
+    return "\n".join(lines)
+
+
+def attachment_note(file: Attachment, *, vision: bool) -> str:
+    """A file as the model reads it in the message text."""
+    size = f"{file.size:,} bytes"
+    if file.kind == "text" and file.text is not None:
+        cut = " (cut: only the beginning is shown)" if file.truncated else ""
+        return (
+            f"[attached file {file.name} ({file.mime_type}, {size}){cut}]\n{file.text}\n[end of {file.name}]"
+        )
+    if file.kind == "image":
+        if vision:
+            return f"[attached image {file.name} ({file.mime_type}, {size}), shown below]"
+        return f"[attached image {file.name} ({file.mime_type}, {size}); this model cannot see images]"
+    return f"[attached file {file.name} ({file.mime_type}, {size}); its content is not shown to you]"
+
+
+def model_text(msg: ChatMessage, *, vision: bool = False) -> str:
+    """The text the model gets for ``msg``: for a user message, the earlier conversation it
+    brought, the speaker's name and its attached files around what was written."""
+    if msg.role != "user" or (msg.user_name is None and msg.prior is None and not msg.files):
+        return msg.content
+    parts = [msg.prior] if msg.prior else []
+    parts.append(speaker_line(msg.user_name, msg.content))
+    parts += [attachment_note(f, vision=vision) for f in msg.files]
+    return "\n\n".join(parts)
+
+
+def images_of(msg: ChatMessage) -> tuple[Attachment, ...]:
+    return tuple(f for f in msg.files if f.kind == "image") if msg.files else ()
 
 
 def system(content: str, *, ts: float = 0.0, id: str = "system") -> ChatMessage:

@@ -23,7 +23,53 @@ def channel_of(session_id: str) -> str:
     return head if sep else "api"
 
 
-def audience_of(session_id: str, settings: Settings) -> Audience:
+@dataclass(frozen=True, slots=True)
+class Place:
+    """Where a session lives, as its channel saw it when the session started (journaled
+    with the message, so recovery and passivation agree): the memory scope, and the
+    audience when the channel decides it (a direct message from someone no allowlist
+    vetted is ``public``)."""
+
+    scope: str | None = None
+    audience: Audience | None = None
+
+    def to_dict(self) -> dict[str, str]:
+        out = {}
+        if self.scope is not None:
+            out["scope"] = self.scope
+        if self.audience is not None:
+            out["audience"] = self.audience
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, str]) -> Place:
+        audience = data.get("audience")
+        return cls(
+            scope=data.get("scope"),
+            audience=audience if audience in ("personal", "team", "public") else None,  # type: ignore[arg-type]
+        )
+
+
+def default_scope(session_id: str) -> str | None:
+    """The memory scope a session id names by itself: a Slack channel (or DM channel), a
+    Discord thread or DM channel, a webhook route. None (audience-wide) for the CLI and API."""
+    parts = session_id.split(":")
+    if parts[0] in ("slack", "webhook") and len(parts) >= 3 and parts[1]:
+        return f"{parts[0]}:{parts[1]}"
+    if parts[0] == "discord" and len(parts) == 2 and parts[1]:
+        return session_id
+    return None
+
+
+def dm_audience(access: ChannelAccess) -> Audience:
+    """A direct message is ``team`` when a user allowlist vetted its sender, else ``public``
+    (anyone in the workspace may write to the bot)."""
+    return "team" if access.users is not None else "public"
+
+
+def audience_of(session_id: str, settings: Settings, place: Place | None = None) -> Audience:
+    if place is not None and place.audience is not None:
+        return place.audience
     channel = channel_of(session_id)
     if channel in ("slack", "discord"):
         return "team"
@@ -37,7 +83,24 @@ def recall_allowed(audience: Audience, settings: Settings) -> bool:
     """Public sessions never see recalled memories; others unless their audience opts out."""
     if audience == "public":
         return False
-    return settings.audience(audience).memory_recall
+    return settings.audience(audience).memory_recall and settings.audience(audience).memory_scope != "none"
+
+
+def recall_scope(session_id: str, audience: Audience, settings: Settings, place: Place | None) -> str | None:
+    """The scope memory recall and search keep to (None: the whole audience), per the
+    audience's ``memory_scope``."""
+    if settings.audience(audience).memory_scope == "audience":
+        return None
+    if place is not None and place.scope is not None:
+        return place.scope
+    return default_scope(session_id)
+
+
+def memory_scope_of(session_id: str, place: Place | None) -> str | None:
+    """Where a memory made in this session belongs."""
+    if place is not None and place.scope is not None:
+        return place.scope
+    return default_scope(session_id)
 
 
 def allowed_tools(audience: Audience, settings: Settings) -> list[str] | None:

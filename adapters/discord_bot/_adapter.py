@@ -40,11 +40,13 @@ from adapters.discord_bot._port import (
     DiscordMessage,
     DiscordPort,
 )
+from netclaw.attachments import MAX_FILE_BYTES, MAX_FILES, IncomingFile
 from netclaw.config import DiscordConfig, Settings
 from netclaw.credentials import read_secret, where_to_put
 from netclaw.errors import AdapterError, NetclawError
 from netclaw.gateway import Admission, Gateway, Inbound
-from netclaw.policy import ChatEvent
+from netclaw.messages import PriorMessage
+from netclaw.policy import ChatEvent, Place, dm_audience
 from netclaw.retry import with_retries
 
 if TYPE_CHECKING:
@@ -54,6 +56,15 @@ log = logging.getLogger("adapters.discord_bot")
 
 EDIT_INTERVAL_S = 1.5  # Discord allows ~5 edits per 5 s per channel; stay well under it
 CONNECT_TIMEOUT_S = 10.0  # how long start() waits for READY before returning "starting"
+
+
+MAX_ASIDES = 50  # per followed thread, until the next turn there
+MAX_ASIDE_SESSIONS = 1000
+
+
+def _with_file_names(message: DiscordMessage) -> str:
+    names = ", ".join(a.name for a in message.attachments)
+    return f"{message.text}\n(shared {names})".strip() if names else message.text
 
 
 def session_id_for(thread_id: str) -> str:
@@ -104,6 +115,7 @@ class DiscordAdapter:
         self.connect_timeout_s = connect_timeout_s
         self._port: DiscordPort | None = port
         self._injected = port is not None
+        self._asides: dict[str, list[DiscordMessage]] = {}  # session -> unaddressed messages
         self.renderer: ChatRenderer | None = None
         self._client: NetclawClient | None = None
         self._connect_task: asyncio.Task[None] | None = None
@@ -290,17 +302,47 @@ class DiscordAdapter:
             event = self._event(message, message.channel_id)
         permit = self.gateway.permit(event)
         if permit is None:
+            if event.thread_known and not message.from_bot and (message.text.strip() or message.attachments):
+                self._aside(session_id_for(message.channel_id), message)
             return None
-        if not message.text.strip():
-            log.debug("discord: message %s has no text; ignored", message.message_id)
+        if not message.text.strip() and not message.attachments:
+            log.debug("discord: message %s has neither text nor files; ignored", message.message_id)
             return None
+        port = self._require_port()
+        # A session starting on this message first reads what came before it: the thread's
+        # earlier messages (a mention mid-thread), the channel's (a new thread), the DM's.
+        earlier: list[DiscordMessage] = []
+        if (
+            target is None
+            or (message.in_thread and not event.thread_known)
+            or (message.is_dm and not await self._knows(session_id_for(target)))
+        ):
+            earlier = await self._earlier(port, message)
         if target is None:
             target = await self._start_thread(message)
             if target is None:
                 return None
         session_id = session_id_for(target)
+        earlier += self._asides.pop(session_id, [])
+        files, refused = await self._download(port, message)
+        if refused:
+            await renderer.note(Conversation(target), refused)
+        if not message.text.strip() and not files:
+            return None
         inbound = Inbound(
-            session_id, message.text, user=message.author_id, identity=f"discord:{message.message_id}"
+            session_id,
+            message.text,
+            user=message.author_id,
+            identity=f"discord:{message.message_id}",
+            user_name=message.author_name or None,
+            prior=[PriorMessage(m.author_id, m.author_name, _with_file_names(m)) for m in earlier],
+            files=files,
+            # Memories stay in the guild channel a thread is in (a DM channel is one person's);
+            # a DM is only "team" when a user allowlist vetted who may write.
+            place=Place(
+                f"discord:{message.parent_id or message.channel_id}",
+                dm_audience(self.config) if message.is_dm else None,
+            ),
         )
         try:
             admission = await renderer.submit(
@@ -312,6 +354,48 @@ class DiscordAdapter:
         if admission is None or (isinstance(admission, Admission) and admission.duplicate):
             return None  # refused, or a redelivery already handled
         return session_id
+
+    def _aside(self, session_id: str, message: DiscordMessage) -> None:
+        """Remember a person's message in a followed thread that was not for the bot; the
+        next turn there reads it (kept in memory: a restart forgets them)."""
+        asides = self._asides.setdefault(session_id, [])
+        asides.append(message)
+        del asides[:-MAX_ASIDES]
+        while len(self._asides) > MAX_ASIDE_SESSIONS:
+            self._asides.pop(next(iter(self._asides)))
+
+    async def _earlier(self, port: DiscordPort, message: DiscordMessage) -> list[DiscordMessage]:
+        try:
+            found = await port.history(
+                message.channel_id, message.message_id, self.config.thread_context_messages
+            )
+        except DiscordApiError as exc:
+            log.warning(
+                "discord: earlier messages of %s not read (%s); the turn goes without",
+                message.channel_id,
+                exc,
+            )
+            return []
+        return [m for m in found if not m.from_self and (m.text.strip() or m.attachments)]
+
+    async def _download(self, port: DiscordPort, message: DiscordMessage) -> tuple[list[IncomingFile], str]:
+        """The attachments' bytes, and a note naming those that could not be taken."""
+        files: list[IncomingFile] = []
+        refused: list[str] = []
+        for a in message.attachments[:MAX_FILES]:
+            if a.size > MAX_FILE_BYTES:
+                refused.append(f"{a.name} is larger than {MAX_FILE_BYTES // 1_000_000} MB")
+                continue
+            try:
+                data = await port.download(a.url, MAX_FILE_BYTES)
+            except DiscordApiError as exc:
+                log.warning("discord: attachment %s not downloaded: %s", a.name, exc)
+                refused.append(f"{a.name} could not be downloaded ({exc})")
+                continue
+            files.append(IncomingFile(a.name, a.mime_type, data))
+        if len(message.attachments) > MAX_FILES:
+            refused.append(f"only the first {MAX_FILES} files are read")
+        return files, ("I could not read every file: " + "; ".join(refused) + ".") if refused else ""
 
     async def _start_thread(self, message: DiscordMessage) -> str | None:
         port, renderer = self._require_port(), self.renderer

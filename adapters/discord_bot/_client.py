@@ -28,6 +28,7 @@ from adapters.discord_bot._port import (
     MESSAGE_LIMIT,
     THREAD_NAME_LIMIT,
     DiscordApiError,
+    DiscordAttachment,
     DiscordMessage,
     rate_limited,
 )
@@ -155,6 +156,11 @@ def normalise(message: discord.Message, bot_id: int, *, channel: Any = None) -> 
         mentioned=mentioned,
         from_bot=author.bot or message.webhook_id is not None,
         from_self=author.id == bot_id,
+        author_name=str(getattr(author, "display_name", "") or author.name),
+        attachments=tuple(
+            DiscordAttachment(a.filename, a.url, a.content_type or "application/octet-stream", a.size)
+            for a in message.attachments
+        ),
     )
 
 
@@ -189,17 +195,15 @@ def click_of(interaction: discord.Interaction) -> ButtonClick | None:
 
 
 def message_text(message: discord.Message, bot_id: int, bot_role_id: int | None = None) -> str:
-    """The content with the bot's own mention removed, other people's mentions as @names,
-    and attachments as links (the model cannot open Discord's attachment objects)."""
+    """The content with the bot's own mention removed and other people's mentions as
+    @names (attachments travel as files, not text)."""
     text = re.sub(rf"<@!?{bot_id}>", "", message.content)
     if bot_role_id is not None:
         text = text.replace(f"<@&{bot_role_id}>", "")
     for user in message.mentions:
         if user.id != bot_id:
             text = re.sub(rf"<@!?{user.id}>", f"@{user.display_name}", text)
-    lines = [text.strip()]
-    lines += [f"[attachment: {a.filename} {a.url}]" for a in message.attachments]
-    return "\n".join(line for line in lines if line)
+    return text.strip()
 
 
 # -- errors -------------------------------------------------------------------------------------
@@ -309,6 +313,27 @@ class ClientPort:
                 name=name[:THREAD_NAME_LIMIT]
             )
             return str(thread.id)
+
+    async def history(self, channel_id: str, before: str, limit: int) -> list[DiscordMessage]:
+        me = self._client.user
+        if limit <= 0 or me is None:
+            return []
+        found = []
+        with translated("read the channel's history"):
+            channel = self._channel(channel_id)
+            async for message in channel.history(limit=limit, before=discord.Object(int(before))):
+                normalised = normalise(message, me.id, channel=channel)
+                if normalised is not None:
+                    found.append(normalised)
+        found.reverse()  # Discord pages newest first
+        return found
+
+    async def download(self, url: str, max_bytes: int) -> bytes:
+        with translated("download an attachment"):
+            data = await self._client.http.get_from_cdn(url)
+        if len(data) > max_bytes:
+            raise DiscordApiError(f"the attachment is larger than {max_bytes:,} bytes")
+        return data
 
     async def post(self, to: Conversation, text: str, *, key: str) -> str:
         # discord.py sends the nonce with enforce_nonce=true: Discord answers a repeated

@@ -2,7 +2,7 @@
 
 Everything the adapter does on Discord goes through a :class:`DiscordPort`: the shared
 :class:`~adapters.chat.ChatPort` (post, edit, delete, react, typing, upload, buttons) plus
-starting a thread. Ids are strings, failures are :class:`DiscordApiError`. The real
+starting a thread, reading a channel's history and downloading attachments. Ids are strings, failures are :class:`DiscordApiError`. The real
 implementation over discord.py lives in ``_client.py``; tests use
 ``tests/fakes/discord_port.py``.
 """
@@ -36,18 +36,28 @@ def rate_limited(retry_after: float, what: str = "the request") -> DiscordApiErr
 
 
 @dataclass(frozen=True, slots=True)
+class DiscordAttachment:
+    name: str
+    url: str  # on Discord's CDN (signed; no token needed)
+    mime_type: str
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
 class DiscordMessage:
     """One Discord message, reduced to what the adapter needs (``_client.normalise``)."""
 
     message_id: str
     channel_id: str  # where it was posted: a thread id for a message in a thread
     author_id: str
-    text: str  # the content without the bot's mention; attachments appended as links
+    text: str  # the content without the bot's mention, other people's mentions as @names
     parent_id: str | None = None  # set when posted in a thread: the channel the thread is in
     is_dm: bool = False
     mentioned: bool = False  # the bot (or its managed role) was mentioned
     from_bot: bool = False  # a bot or webhook wrote it
     from_self: bool = False  # this bot wrote it
+    author_name: str = ""  # how the guild shows the author (nickname, global name, user name)
+    attachments: tuple[DiscordAttachment, ...] = ()
 
     @property
     def in_thread(self) -> bool:
@@ -60,4 +70,13 @@ class DiscordPort(ChatPort, Protocol):
 
     async def create_thread(self, channel_id: str, message_id: str, name: str) -> str:
         """Start a public thread from a message; returns the thread id."""
+        ...
+
+    async def history(self, channel_id: str, before: str, limit: int) -> list[DiscordMessage]:
+        """Up to ``limit`` messages of a channel (or thread) before message ``before``,
+        oldest first; system messages left out."""
+        ...
+
+    async def download(self, url: str, max_bytes: int) -> bytes:
+        """An attachment's bytes; DiscordApiError past ``max_bytes``."""
         ...

@@ -26,16 +26,18 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from adapters.base import AdapterState, AdapterStatus
-from adapters.chat import ButtonClick, ChatRenderer, Conversation, MessageRef, RenderOptions
+from adapters.chat import ButtonClick, ChatApiError, ChatRenderer, Conversation, MessageRef, RenderOptions
 from adapters.slack._format import slack_unescape
+from netclaw.attachments import MAX_FILE_BYTES, MAX_FILES, IncomingFile
 from netclaw.config import Settings, SlackConfig
 from netclaw.credentials import read_secret, where_to_put
 from netclaw.errors import AdapterError, NetclawError
 from netclaw.gateway import Gateway, Inbound
-from netclaw.policy import ChatEvent
+from netclaw.messages import PriorMessage
+from netclaw.policy import ChatEvent, Place, dm_audience
 
 if TYPE_CHECKING:
-    from adapters.slack._client import SlackConnection
+    from adapters.slack._client import SlackConnection, SlackPort
 
 log = logging.getLogger("adapters.slack")
 
@@ -47,6 +49,13 @@ RECENT_EVENTS = 4096
 # deletions, joins, bot messages, ...) is not a message to answer.
 USER_SUBTYPES = frozenset({None, "file_share", "thread_broadcast"})
 EMPTY_MENTION_TEXT = "(The user mentioned you without writing anything else.)"
+MAX_ASIDES = 50  # per followed thread, until the next turn there
+MAX_ASIDE_SESSIONS = 1000
+
+
+def _downloadable(f: dict[str, Any]) -> bool:
+    """A shared file we can fetch (not a tombstone, nor one Slack Connect hides)."""
+    return bool(f.get("url_private_download")) and f.get("mode") not in ("tombstone", "hidden_by_limit")
 
 
 def conversation_of(session_id: str) -> Conversation | None:
@@ -80,6 +89,8 @@ class SlackAdapter:
         self._hellos = 0
         self.bot_user_id: str | None = None
         self._mention: re.Pattern[str] | None = None
+        self._asides: dict[str, list[dict[str, str]]] = {}  # session -> unaddressed messages
+        self._port: SlackPort | None = None
 
     @property
     def config(self) -> SlackConfig:
@@ -137,6 +148,7 @@ class SlackAdapter:
         self.bot_user_id = identity.user_id
         self._mention = re.compile(rf"<@{re.escape(identity.user_id)}(?:\|[^>]*)?>")
         assert connection.port is not None
+        self._port = connection.port
         self.renderer = ChatRenderer(self.gateway, connection.port, self.options)
         await self.renderer.resume(conversation_of)  # turns a restart interrupted answer here
         self.gateway.offer_threads("slack", self._open_thread)
@@ -259,19 +271,102 @@ class SlackAdapter:
             mentioned=mentioned,
             thread_known=thread_known,
         )
+        clean = self._clean(text)
+        shared = [f for f in event.get("files") or [] if isinstance(f, dict) and _downloadable(f)]
         permit = self.gateway.permit(chat)
         if permit is None:
+            if thread_known and (clean or shared):  # said in a followed thread, not to the bot
+                self._aside(session_id, user, clean or "(shared a file)")
             return
-        clean = slack_unescape(self._mention.sub("", text) if self._mention else text).strip()
-        if not clean and not mentioned:
-            return  # nothing to answer (a file without a comment, say)
+        if not clean and not mentioned and not shared:
+            return  # nothing to answer
+        port = self._port
+        if port is None:
+            return
+        name = await port.user_name(user)
+        prior = self._asides.pop(session_id, [])
+        if not thread_known:  # a session starts here: first, what was said before
+            prior = await self._earlier(port, channel, root if root != ts else None, ts) + prior
+        files, refused = await self._download(port, shared)
         inbound = Inbound(
             session_id=session_id,
-            text=clean or EMPTY_MENTION_TEXT,
+            text=clean or ("" if files else EMPTY_MENTION_TEXT),
             user=user,
             identity=f"slack:{event_id}" if event_id else f"slack:{channel}:{ts}",
+            user_name=name,
+            prior=[await self._prior_of(port, m) for m in prior],
+            files=files,
+            # Memories stay in the channel (a DM channel is one person's); a DM is only
+            # "team" when a user allowlist vetted who may write.
+            place=Place(f"slack:{channel}", dm_audience(self.config) if is_dm else None),
         )
+        if refused:
+            await renderer.note(Conversation(channel, root), refused)
+        if not inbound.text and not inbound.files:
+            return
         await renderer.submit(permit, inbound, Conversation(channel, root), MessageRef(channel, ts))
+
+    def _clean(self, text: str) -> str:
+        return slack_unescape(self._mention.sub("", text) if self._mention else text).strip()
+
+    def _aside(self, session_id: str, user: str, text: str) -> None:
+        """Remember a person's message in a followed thread that was not for the bot; the
+        next turn there reads it (kept in memory: a restart forgets them)."""
+        asides = self._asides.setdefault(session_id, [])
+        asides.append({"user": user, "text": text})
+        del asides[:-MAX_ASIDES]
+        while len(self._asides) > MAX_ASIDE_SESSIONS:
+            self._asides.pop(next(iter(self._asides)))
+
+    async def _earlier(
+        self, port: SlackPort, channel: str, thread: str | None, before: str
+    ) -> list[dict[str, Any]]:
+        """People's messages before ``before`` in the thread (or the channel), as Slack has them."""
+        limit = self.config.thread_context_messages
+        try:
+            found = await port.earlier_messages(channel, thread, before, limit)
+        except ChatApiError as exc:
+            log.warning("slack: earlier messages of %s not read (%s); the turn goes without", channel, exc)
+            return []
+        out = []
+        for m in found:
+            if m.get("user") == self.bot_user_id or not isinstance(m.get("user"), str):
+                continue  # our own replies are not part of a new session's conversation
+            if m.get("subtype") not in USER_SUBTYPES:
+                continue  # joins, edits, other apps' posts
+            text = self._clean(str(m.get("text") or ""))
+            names = ", ".join(str(f.get("name")) for f in m.get("files") or [] if isinstance(f, dict))
+            if names:
+                text = f"{text}\n(shared {names})".strip()
+            if text:
+                out.append({"user": str(m["user"]), "text": text})
+        return out
+
+    async def _prior_of(self, port: SlackPort, message: dict[str, Any]) -> PriorMessage:
+        return PriorMessage(message["user"], await port.user_name(message["user"]), message["text"])
+
+    async def _download(
+        self, port: SlackPort, shared: list[dict[str, Any]]
+    ) -> tuple[list[IncomingFile], str]:
+        """The shared files' bytes, and a note naming those that could not be taken."""
+        files: list[IncomingFile] = []
+        refused: list[str] = []
+        for f in shared[:MAX_FILES]:
+            name = str(f.get("name") or f.get("title") or "file")
+            size = f.get("size")
+            if isinstance(size, int) and size > MAX_FILE_BYTES:
+                refused.append(f"{name} is larger than {MAX_FILE_BYTES // 1_000_000} MB")
+                continue
+            try:
+                data = await port.download(str(f["url_private_download"]), MAX_FILE_BYTES)
+            except ChatApiError as exc:
+                log.warning("slack: file %s not downloaded: %s", name, exc)
+                refused.append(f"{name} could not be downloaded ({exc})")
+                continue
+            files.append(IncomingFile(name, str(f.get("mimetype") or "application/octet-stream"), data))
+        if len(shared) > MAX_FILES:
+            refused.append(f"only the first {MAX_FILES} files are read")
+        return files, ("I could not read every file: " + "; ".join(refused) + ".") if refused else ""
 
     async def _knows(self, session_id: str) -> bool:
         try:

@@ -34,7 +34,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
 from adapters.chat import Button, ButtonClick, ChatApiError, Conversation, MessageRef, retry_verdict
-from adapters.slack._format import slack_escape
+from adapters.slack._format import slack_escape, to_mrkdwn
 from netclaw.errors import AdapterError
 from netclaw.retry import RetryPolicy, with_retries
 
@@ -53,6 +53,22 @@ START_POLICY = RetryPolicy(
 )
 # Error codes that mean "already so": adding a reaction twice, removing one that is gone.
 _ALREADY = frozenset({"already_reacted", "no_reaction", "message_not_found"})
+# assistant.threads.setStatus in a workspace, app or conversation that is no AI app thread.
+_NOT_AN_ASSISTANT = frozenset(
+    {
+        "unknown_method",
+        "missing_scope",
+        "not_allowed_token_type",
+        "invalid_thread",
+        "method_deprecated",
+        "not_allowed",
+        "channel_not_found",
+        "thread_not_found",
+        "no_permission",
+    }
+)
+NAME_TTL_S = 3600.0
+MAX_NAMES = 5000
 
 EventHandler = Callable[[str, dict[str, Any], dict[str, Any]], Awaitable[None]]
 ACTION_PREFIX = "netclaw_"  # our buttons' action_ids: netclaw_approve, netclaw_deny, ...
@@ -109,9 +125,11 @@ class SlackPort:
         self.client = client
         self._not_before: dict[str, float] = {}  # method -> monotonic time its rate limit ends
         self._with_buttons: set[str] = set()  # messages whose blocks an edit must replace
+        self._names: dict[str, tuple[str, float]] = {}  # user id -> (display name, expires at)
+        self._no_status: bool = False  # the workspace refused assistant thread status once
 
     def escape(self, text: str) -> str:
-        return slack_escape(text)
+        return to_mrkdwn(text)
 
     async def call(
         self,
@@ -281,7 +299,119 @@ class SlackPort:
                 raise
 
     async def typing(self, to: Conversation) -> None:
-        return None  # Slack's typing indicator is not available to bots over the Web API
+        """The assistant thread status ("is thinking…"), where the app is an AI app and the
+        conversation a thread; elsewhere Slack has no typing indicator for bots. Cleared by
+        Slack when the bot replies."""
+        if self._no_status or to.thread is None:
+            return
+        try:
+            await self.call(
+                "assistant.threads.setStatus",
+                self.client.assistant_threads_setStatus,
+                channel_id=to.channel,
+                thread_ts=to.thread,
+                status="is thinking…",
+            )
+        except SlackCallFailed as exc:
+            if exc.error in _NOT_AN_ASSISTANT:
+                self._no_status = True  # not an AI app here: stop asking
+                log.info("slack: no assistant thread status in this workspace (%s)", exc.error)
+                return
+            raise
+
+    # -- reading the conversation (people, earlier messages, files) -----------------------------
+
+    async def user_name(self, user_id: str) -> str:
+        """How people in the workspace see ``user_id`` (``users.info``, cached for an hour);
+        the id itself when Slack will not say."""
+        now = time.monotonic()
+        hit = self._names.get(user_id)
+        if hit is not None and hit[1] > now:
+            return hit[0]
+        try:
+            response = await self.call_retrying("users.info", self.client.users_info, user=user_id)
+        except ChatApiError as exc:
+            log.info("slack: no name for %s (%s)", user_id, exc)
+            return hit[0] if hit is not None else user_id
+        user = _get(response, "user") or {}
+        profile = user.get("profile") or {}
+        name = str(
+            profile.get("display_name")
+            or profile.get("real_name")
+            or user.get("real_name")
+            or user.get("name")
+            or user_id
+        )
+        self._names[user_id] = (name, now + NAME_TTL_S)
+        if len(self._names) > MAX_NAMES:
+            self._names.pop(next(iter(self._names)))
+        return name
+
+    async def earlier_messages(
+        self, channel: str, thread: str | None, before: str, limit: int
+    ) -> list[dict[str, Any]]:
+        """Up to ``limit`` messages before ``before`` (a ts), oldest first: the thread's
+        replies (with its root) when ``thread``, else the channel's top-level messages."""
+        if limit <= 0:
+            return []
+        if thread is not None:
+            found: list[dict[str, Any]] = []
+            cursor: str | None = None
+            for _page in range(10):  # the thread's oldest first: page to the end, keep the last
+                response = await self.call_retrying(
+                    "conversations.replies",
+                    self.client.conversations_replies,
+                    channel=channel,
+                    ts=thread,
+                    limit=200,
+                    cursor=cursor,
+                )
+                found += [m for m in _get(response, "messages") or [] if _before(m, before)]
+                cursor = (_get(response, "response_metadata") or {}).get("next_cursor") or None
+                if not cursor:
+                    break
+            return found[-limit:]
+        response = await self.call_retrying(
+            "conversations.history",
+            self.client.conversations_history,
+            channel=channel,
+            latest=before,
+            inclusive=False,
+            limit=limit,
+        )
+        newest_first = [m for m in _get(response, "messages") or [] if _before(m, before)]
+        return list(reversed(newest_first[:limit]))
+
+    async def download(self, url: str, max_bytes: int) -> bytes:
+        """A file Slack holds (``url_private_download``), with the bot token; ChatApiError
+        past ``max_bytes`` or when Slack will not give it."""
+        session = self.client.session
+        if session is None:
+            raise ChatApiError("no HTTP session for Slack downloads")
+        headers = {"Authorization": f"Bearer {self.client.token}"}
+        try:
+            async with session.get(url, headers=headers, timeout=aiohttp.ClientTimeout(total=60)) as response:
+                if response.status != 200:
+                    raise ChatApiError(
+                        f"Slack file download failed: HTTP {response.status}",
+                        status=response.status,
+                        transient=response.status >= 500 or response.status == 429,
+                    )
+                if "text/html" in response.headers.get("Content-Type", ""):
+                    # Slack answers a download without files:read with its login page.
+                    raise ChatApiError(
+                        "Slack answered the file download with a web page: is files:read granted?"
+                    )
+                data = bytearray()
+                async for chunk in response.content.iter_chunked(65536):
+                    data += chunk
+                    if len(data) > max_bytes:
+                        raise ChatApiError(f"the file is larger than {max_bytes:,} bytes")
+                return bytes(data)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise ChatApiError(
+                f"Slack file download failed: {type(exc).__name__}: {exc}", transient=True
+            ) from exc
 
     async def upload(self, to: Conversation, name: str, data: bytes, mime_type: str) -> str:
         # files_upload_v2: get an upload URL, send the bytes, complete into the thread.
@@ -297,6 +427,13 @@ class SlackPort:
             ) from exc
         files = _get(response, "files") or [_get(response, "file") or {}]
         return str(files[0].get("id", "")) if files else ""
+
+
+def _before(message: Mapping[str, Any], ts: str) -> bool:
+    try:
+        return float(message.get("ts") or 0) < float(ts)
+    except ValueError:
+        return False
 
 
 def click_of(

@@ -16,10 +16,11 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Collection, Sequence
+from dataclasses import replace
 from itertools import accumulate
 from typing import Any, Final
 
-from netclaw.messages import ChatMessage, MessageKind, turn_starts
+from netclaw.messages import ChatMessage, MessageKind, model_text, turn_starts
 
 SUMMARY_MARKER: Final = "[netclaw:compaction-summary]"
 FLUSH_MARKER: Final = "[netclaw:memory-flush]"
@@ -184,7 +185,11 @@ def render_for_summary(messages: Sequence[ChatMessage]) -> str:
             continue
         content = m.content.strip()
         if m.role == "user":
-            who = f"User ({m.user})" if m.user else "User"
+            who = (
+                f"User {m.user_name} ({m.user})" if m.user_name else f"User ({m.user})" if m.user else "User"
+            )
+            if m.prior or m.files:  # the earlier thread and attached files, as the model read them
+                content = model_text(replace(m, user_name=None)).strip()
             lines.append(f"{who}: {_truncate_middle(content)}")
         elif m.role == "assistant":
             if content:

@@ -25,7 +25,7 @@ from typing import Any, Final
 
 import tiktoken
 
-from netclaw.messages import ChatMessage
+from netclaw.messages import ChatMessage, images_of, model_text
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +37,9 @@ FALLBACK_ENCODING: Final = "fallback"
 MESSAGE_OVERHEAD: Final = 4
 # Per tool call: the type/function wrapper around name and arguments.
 TOOL_CALL_OVERHEAD: Final = 4
+# An attached image, whatever its size: both providers bill a typical screenshot at
+# roughly this many input tokens (Anthropic: width*height/750, capped near 1,600).
+IMAGE_TOKENS: Final = 1600
 # Every prompt is primed with the assistant reply header.
 PRIMING_OVERHEAD: Final = 3
 
@@ -167,7 +170,8 @@ class TokenCounter:
     def _count_uncached(self, message: ChatMessage) -> int:
         # `thinking` and `extra` are not counted: providers do not bill prior
         # turns' reasoning as input, and calibration absorbs what remains.
-        n = MESSAGE_OVERHEAD + self.count_text(message.content)
+        n = MESSAGE_OVERHEAD + self.count_text(model_text(message))
+        n += IMAGE_TOKENS * len(images_of(message))
         if message.name:
             n += self.count_text(message.name) + 1
         if message.tool_call_id:

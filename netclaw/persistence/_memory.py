@@ -27,7 +27,7 @@ MAX_MEMORY_CHARS = 2000
 MAX_QUERY_TERMS = 16
 RECALL_HEADER = "Relevant memories (from earlier conversations):"
 
-_ROWS_PER_INSERT = 100  # 7 bound values a row; far below SQLite's variable limit
+_ROWS_PER_INSERT = 100  # 8 bound values a row; far below SQLite's variable limit
 _MAX_LIMIT = 100
 
 # Common English words that would match nearly every memory and only add noise to bm25.
@@ -56,6 +56,7 @@ class Memory:
     audience: str
     created: float  # unix seconds
     turn: int | None = None  # the turn of that session (None: from before provenance was kept)
+    scope: str | None = None  # where it was made ("slack:C123"); None: the whole audience
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,13 +72,22 @@ class NewMemory:
 
 class MemoryStore(Protocol):
     async def add(
-        self, items: Sequence[NewMemory], *, session_id: str, audience: str, turn: int | None = None
+        self,
+        items: Sequence[NewMemory],
+        *,
+        session_id: str,
+        audience: str,
+        turn: int | None = None,
+        scope: str | None = None,
     ) -> list[Memory]:
         """Store new items; returns only those newly stored (duplicates and blanks are skipped)."""
         ...
 
-    async def search(self, query: str, *, audience: str | None = None, limit: int = 5) -> list[Memory]:
-        """The most relevant memories for free text, best first; ``audience=None`` searches all."""
+    async def search(
+        self, query: str, *, audience: str | None = None, scope: str | None = None, limit: int = 5
+    ) -> list[Memory]:
+        """The most relevant memories for free text, best first; ``audience=None`` searches all.
+        With ``scope``, only memories made there or audience-wide ones (scope NULL)."""
         ...
 
     async def listing(
@@ -148,7 +158,8 @@ def format_recall(memories: Sequence[Memory], char_budget: int = 1500) -> str | 
     return out if added else None
 
 
-_COLUMNS = "id, text, kind, session_id, audience, created, turn"
+_COLUMNS = "id, text, kind, session_id, audience, created, turn, scope"
+_M_COLUMNS = "m.id, m.text, m.kind, m.session_id, m.audience, m.created, m.turn, m.scope"
 
 
 class SqliteMemoryStore:
@@ -194,22 +205,28 @@ class SqliteMemoryStore:
             raise JournalError(f"memory store failed: {exc}") from exc
 
     async def add(
-        self, items: Sequence[NewMemory], *, session_id: str, audience: str, turn: int | None = None
+        self,
+        items: Sequence[NewMemory],
+        *,
+        session_id: str,
+        audience: str,
+        turn: int | None = None,
+        scope: str | None = None,
     ) -> list[Memory]:
         now = time.time()
-        rows: list[tuple[str, str, str, str, float, str, int | None]] = []
+        rows: list[tuple[str, str, str, str, float, str, int | None, str | None]] = []
         for item in items:
             text = item.text.strip()[:MAX_MEMORY_CHARS].rstrip()
             if text:
-                rows.append((text, item.kind, session_id, audience, now, normalise(text), turn))
+                rows.append((text, item.kind, session_id, audience, now, normalise(text), turn, scope))
         stored: list[Memory] = []
         for start in range(0, len(rows), _ROWS_PER_INSERT):
             chunk = rows[start : start + _ROWS_PER_INSERT]
             # One statement, so atomic without an explicit transaction; DO NOTHING also
             # skips duplicates within the chunk, and RETURNING yields only inserted rows.
             sql = (
-                "INSERT INTO memories (text, kind, session_id, audience, created, norm, turn) VALUES "
-                + ", ".join(["(?, ?, ?, ?, ?, ?, ?)"] * len(chunk))
+                "INSERT INTO memories (text, kind, session_id, audience, created, norm, turn, scope) VALUES "
+                + ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?)"] * len(chunk))
                 + f" ON CONFLICT (audience, norm) DO NOTHING RETURNING {_COLUMNS}"
             )
             found = await self._fetch(sql, [value for row in chunk for value in row])
@@ -219,7 +236,9 @@ class SqliteMemoryStore:
             self._audiences.add(audience)
         return stored
 
-    async def search(self, query: str, *, audience: str | None = None, limit: int = 5) -> list[Memory]:
+    async def search(
+        self, query: str, *, audience: str | None = None, scope: str | None = None, limit: int = 5
+    ) -> list[Memory]:
         if self._conn is None:
             raise JournalError("the memory store is closed")
         match = fts_query(query)
@@ -229,8 +248,11 @@ class SqliteMemoryStore:
             return []
         where = "memories_fts MATCH ?" + ("" if audience is None else " AND m.audience = ?")
         params: list[Any] = [match] if audience is None else [match, audience]
+        if scope is not None:
+            where += " AND (m.scope = ? OR m.scope IS NULL)"
+            params.append(scope)
         rows = await self._fetch(
-            f"SELECT m.id, m.text, m.kind, m.session_id, m.audience, m.created, m.turn"
+            f"SELECT {_M_COLUMNS}"
             f" FROM memories_fts JOIN memories AS m ON m.id = memories_fts.rowid"
             f" WHERE {where} ORDER BY bm25(memories_fts), m.id DESC LIMIT ?",  # bm25: lower is better
             [*params, min(limit, _MAX_LIMIT)],
@@ -259,7 +281,7 @@ class SqliteMemoryStore:
             if match is None:
                 return []
             sql = (
-                "SELECT m.id, m.text, m.kind, m.session_id, m.audience, m.created, m.turn"
+                f"SELECT {_M_COLUMNS}"
                 " FROM memories_fts JOIN memories AS m ON m.id = memories_fts.rowid WHERE memories_fts MATCH ?"
                 + "".join(f" AND {w}" for w in where)
                 + " ORDER BY bm25(memories_fts), m.id DESC LIMIT ?"
@@ -307,4 +329,5 @@ def _memory(r: sqlite3.Row) -> Memory:
         audience=str(r[4]),
         created=float(r[5]),
         turn=int(r[6]) if r[6] is not None else None,
+        scope=str(r[7]) if r[7] is not None else None,
     )

@@ -23,7 +23,7 @@ import httpx
 
 from netclaw.config import ProviderConfig
 from netclaw.errors import ProviderError, ProviderProtocolError
-from netclaw.messages import ChatMessage, ToolCall, new_id
+from netclaw.messages import Attachment, ChatMessage, ToolCall, images_of, model_text, new_id
 from netclaw.providers._base import (
     Completion,
     Delta,
@@ -33,6 +33,7 @@ from netclaw.providers._base import (
 )
 from netclaw.providers._classify import classify_http_error, looks_like_overflow
 from netclaw.providers._http import HttpStreamingProvider, StreamAssembly, _int, _plain
+from netclaw.providers._images import image_base64, missing_note
 
 log = logging.getLogger("netclaw.providers")
 
@@ -137,13 +138,20 @@ def _assistant_blocks(msg: ChatMessage) -> list[dict[str, Any]]:
     return blocks
 
 
+def _image_block(image: Attachment) -> dict[str, Any]:
+    data = image_base64(image)
+    if data is None:
+        return {"type": "text", "text": missing_note(image)}
+    return {"type": "image", "source": {"type": "base64", "media_type": image.mime_type, "data": data}}
+
+
 def _orphan_result_text(msg: ChatMessage) -> str:
     status = " (error)" if msg.is_error else ""
     return f"[result of tool call {msg.name or '?'} ({msg.tool_call_id or '?'}){status}]\n{msg.content}"
 
 
 def to_anthropic_messages(
-    messages: Sequence[ChatMessage],
+    messages: Sequence[ChatMessage], *, vision: bool = False
 ) -> tuple[str, list[dict[str, Any]]]:
     """``(system, messages)`` for the Messages API from netclaw's history.
 
@@ -159,8 +167,10 @@ def to_anthropic_messages(
       preceding assistant message is kept as text.
     * An assistant message first in line gets a user placeholder before it.
     * Empty or whitespace-only texts are left out (the API rejects them).
+    * A user message's speaker, earlier thread and files are in its text
+      (:func:`model_text`); with ``vision`` its images follow as ``image`` blocks.
     """
-    conversion = _Conversion()
+    conversion = _Conversion(vision)
     for msg in messages:
         conversion.add(msg)
     return conversion.finish()
@@ -169,7 +179,8 @@ def to_anthropic_messages(
 class _Conversion:
     """netclaw's history → the Messages API, one message at a time (see above)."""
 
-    def __init__(self) -> None:
+    def __init__(self, vision: bool = False) -> None:
+        self.vision = vision
         self.system_parts: list[str] = []
         self.turns: list[_Turn] = []
         self.pending: dict[str, None] = {}  # unanswered tool_use ids of the last assistant message
@@ -179,8 +190,11 @@ class _Conversion:
             if _has_text(msg.content):
                 self.system_parts.append(msg.content)
         elif msg.role == "user":
-            if _has_text(msg.content):
-                self._user_turn().blocks.append({"type": "text", "text": msg.content})
+            text = model_text(msg, vision=self.vision)
+            if _has_text(text):
+                self._user_turn().blocks.append({"type": "text", "text": text})
+            if self.vision:
+                self._user_turn().blocks.extend(_image_block(image) for image in images_of(msg))
         elif msg.role == "tool":
             self._add_tool(msg)
         else:
@@ -259,7 +273,7 @@ def tool_to_wire(tool: ToolSchema) -> dict[str, Any]:
 
 
 def request_body(request: ProviderRequest) -> dict[str, Any]:
-    system, messages = to_anthropic_messages(request.messages)
+    system, messages = to_anthropic_messages(request.messages, vision=request.vision)
     body: dict[str, Any] = {
         "model": request.model,
         "max_tokens": request.max_output_tokens,

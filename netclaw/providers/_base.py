@@ -23,6 +23,7 @@ class ProviderRequest:
     messages: Sequence[ChatMessage]  # system prompt first; already swept and trimmed
     tools: Sequence[ToolSchema] = ()
     max_output_tokens: int = 4096
+    vision: bool = False  # the model reads images: attached ones go as image parts
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 
 from netclaw.errors import ProviderProtocolError
-from netclaw.messages import ChatMessage, ToolCall, new_id
+from netclaw.messages import ChatMessage, ToolCall, images_of, model_text, new_id
 from netclaw.providers._base import (
     Completion,
     Delta,
@@ -28,6 +28,7 @@ from netclaw.providers._base import (
 from netclaw.providers._classify import classify_http_error
 from netclaw.providers._http import HttpStreamingProvider, StreamAssembly, _int, _plain, sse_events
 from netclaw.providers._http import _Progress as _Progress  # for code assembling answers by hand
+from netclaw.providers._images import image_base64, missing_note
 
 log = logging.getLogger("netclaw.providers")
 
@@ -35,11 +36,13 @@ log = logging.getLogger("netclaw.providers")
 # --------------------------------------------------------------------------- wire format
 
 
-def message_to_wire(msg: ChatMessage) -> dict[str, Any]:
+def message_to_wire(msg: ChatMessage, *, vision: bool = False) -> dict[str, Any]:
     """One :class:`ChatMessage` as an OpenAI chat message.
 
     ``thinking`` is never sent: servers reject or re-bill it. Markers
-    (breadcrumbs, summaries) go out as ordinary messages of their role.
+    (breadcrumbs, summaries) go out as ordinary messages of their role. A user
+    message's speaker, earlier thread and files are in its text (:func:`model_text`);
+    with ``vision`` its images follow as ``image_url`` parts.
     """
     if msg.role == "assistant":
         out: dict[str, Any] = {"role": "assistant"}
@@ -59,7 +62,21 @@ def message_to_wire(msg: ChatMessage) -> dict[str, Any]:
         return out
     if msg.role == "tool":
         return {"role": "tool", "tool_call_id": msg.tool_call_id or "", "content": msg.content}
-    return {"role": msg.role, "content": msg.content}
+    if msg.role != "user":
+        return {"role": msg.role, "content": msg.content}
+    text = model_text(msg, vision=vision)
+    images = images_of(msg) if vision else ()
+    if not images:
+        return {"role": "user", "content": text}
+    parts: list[dict[str, Any]] = [{"type": "text", "text": text}]
+    for image in images:
+        data = image_base64(image)
+        if data is None:
+            parts.append({"type": "text", "text": missing_note(image)})
+        else:
+            url = f"data:{image.mime_type};base64,{data}"
+            parts.append({"type": "image_url", "image_url": {"url": url}})
+    return {"role": "user", "content": parts}
 
 
 def tool_to_wire(tool: ToolSchema) -> dict[str, Any]:
@@ -76,7 +93,7 @@ def tool_to_wire(tool: ToolSchema) -> dict[str, Any]:
 def request_body(request: ProviderRequest) -> dict[str, Any]:
     body: dict[str, Any] = {
         "model": request.model,
-        "messages": [message_to_wire(m) for m in request.messages],
+        "messages": [message_to_wire(m, vision=request.vision) for m in request.messages],
         "stream": True,
         "stream_options": {"include_usage": True},
         "max_tokens": request.max_output_tokens,

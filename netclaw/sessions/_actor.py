@@ -224,6 +224,7 @@ class SessionActor(TurnFlow, ApprovalFlow, CompactionFlow, PassivationFlow, pykk
         # I/O on the loop; decoding and the fold here, on our own thread.
         state = recover_state(self.deps.io, self.deps.journal, self.session_id, RECOVERY_TIMEOUT_S)
         self.state = state
+        self._place_changed()
         self.recorder.snapshot_seq = state.seq
         self.ladder = ladder.Ladder(last_input_tokens=state.last_input_tokens)
         self._set_phase(Phase.READY)
@@ -261,9 +262,7 @@ class SessionActor(TurnFlow, ApprovalFlow, CompactionFlow, PassivationFlow, pykk
             and not self.state.inbox
             and not self.held
         )
-        message, events = turn.admitted(
-            self.state, text=send.text, ts=send.ts, identity=send.identity, user=send.user, start=start
-        )
+        message, events = turn.admitted(self.state, send, start=start)
         try:
             self._persist(*events)
         except OutcomeUnknown as exc:
@@ -272,6 +271,8 @@ class SessionActor(TurnFlow, ApprovalFlow, CompactionFlow, PassivationFlow, pykk
         except Exception as exc:
             send.ack.fail(exc)  # not durable, so not acknowledged
             raise
+        if send.place is not None:  # a DM's sender may decide the audience
+            self._place_changed()
         send.ack.resolve(cmd.Admission(self.session_id, message.id, duplicate=False))
         if send.done is not None:
             self.waiters.add(self.state, message.id, send.done)

@@ -28,7 +28,6 @@ from netclaw.sessions._core import SessionCore
 from netclaw.sessions._events import ApprovalDecided, ApprovalRequest, ApprovalRequested, Decision
 from netclaw.sessions._loop_ops import start_tool_batch
 from netclaw.sessions._state import PendingRound
-from netclaw.tools import ToolContext
 
 log = logging.getLogger(__name__)
 
@@ -199,7 +198,7 @@ class ApprovalFlow(SessionCore):
             pending.assistant.tool_calls,
             timeout_s=min(self.settings.tools.call_timeout_s, self.settings.session.turn_timeout_s),
             allowed=self.allowed_tools,
-            context=ToolContext(self.session_id, self.audience, run.turn),
+            context=self._tool_context(run.turn),
             refusals=refusals(pending),
         )
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from netclaw.messages import Attachment
 from netclaw.outputs import Error, OutputFilter
+from netclaw.policy import Place
 from netclaw.providers import Completion, Delta
 from netclaw.runtime import Reply
 from netclaw.sessions._compaction import CompactionOutcome
@@ -42,6 +44,10 @@ class SendUserMessage(Routed):
     identity: str | None = None
     user: str | None = None
     done: Reply[TurnOutcome] | None = None  # resolved when its turn is recorded
+    user_name: str | None = None
+    prior: str | None = None  # the earlier conversation, rendered (messages.prior_block)
+    files: tuple[Attachment, ...] = ()  # already stored (netclaw.attachments)
+    place: Place | None = None  # where the channel says the session lives
 
 
 @dataclass(frozen=True, slots=True)

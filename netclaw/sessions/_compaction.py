@@ -31,6 +31,7 @@ from netclaw.history.compaction import (
 )
 from netclaw.messages import ChatMessage
 from netclaw.persistence import MemoryStore, NewMemory
+from netclaw.policy import memory_scope_of
 from netclaw.providers import Provider, ProviderRequest, ToolSchema
 from netclaw.runtime import Cancellable, Reply
 from netclaw.sessions._events import SessionCompacted
@@ -45,6 +46,7 @@ log = logging.getLogger(__name__)
 class CompactionPlan:
     session_id: str
     audience: str
+    scope: str | None  # where the memories it saves belong
     turn: int  # the session's turn when it ran (provenance of the memories it saves)
     to_summarise: tuple[ChatMessage, ...]  # older visible messages, cleared results as placeholders
     prior_summary: str | None
@@ -98,6 +100,7 @@ async def _flush(plan: CompactionPlan, provider: Provider, memory: MemoryStore |
         session_id=plan.session_id,
         audience=plan.audience,
         turn=plan.turn,
+        scope=plan.scope,
     )
     return len(stored)
 
@@ -187,6 +190,7 @@ def plan_compaction(
     plan = CompactionPlan(
         session_id=state.session_id,
         audience=audience,
+        scope=memory_scope_of(state.session_id, state.place),
         turn=state.turns,
         to_summarise=tuple(visible[:boundary]),
         prior_summary=state.summary,

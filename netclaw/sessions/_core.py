@@ -17,7 +17,7 @@ from netclaw import outputs as out
 from netclaw.config import Settings
 from netclaw.errors import NetclawError
 from netclaw.messages import ChatMessage
-from netclaw.policy import Audience, allowed_tools, audience_of
+from netclaw.policy import Audience, allowed_tools, audience_of, memory_scope_of, recall_scope
 from netclaw.providers import ToolSchema
 from netclaw.runtime import Reply
 from netclaw.sessions import _turn as turn
@@ -33,6 +33,7 @@ from netclaw.sessions._recorder import Recorder
 from netclaw.sessions._state import SessionState
 from netclaw.sessions._subscribers import SubscriberSet, Waiters
 from netclaw.sessions._turn import TurnRun
+from netclaw.tools import ToolContext
 
 log = logging.getLogger(__name__)
 
@@ -118,11 +119,26 @@ class SessionCore:
         if current is self.settings:
             return
         self.settings = current
-        self.audience = audience_of(self.session_id, current)
-        self.allowed_tools = allowed_tools(self.audience, current)
+        self._place_changed()
         assert self.prompts is not None
         self.prompts.system_prompt = current.agent.system_prompt
         self.prompts.budget = current.trim_budget_tokens
+
+    def _place_changed(self) -> None:
+        """The audience follows the settings and where the session lives (a DM's sender)."""
+        self.audience = audience_of(self.session_id, self.settings, self.state.place)
+        self.allowed_tools = allowed_tools(self.audience, self.settings)
+
+    def _tool_context(self, turn: int | None) -> ToolContext:
+        place = self.state.place
+        return ToolContext(
+            self.session_id,
+            self.audience,
+            turn,
+            scope=memory_scope_of(self.session_id, place),
+            recall_scope=recall_scope(self.session_id, self.audience, self.settings, place),
+            recall=self.settings.audience(self.audience).memory_scope != "none",
+        )
 
     def _budget(self) -> Budget:
         assert self.prompts is not None

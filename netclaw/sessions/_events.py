@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from netclaw.errors import JournalCorrupt
 from netclaw.messages import ChatMessage
+from netclaw.policy import Place
 
 TurnStatus = Literal["completed", "failed", "timed_out", "interrupted", "cancelled"]
 # approve: this call runs; always: it runs and the tool needs no approval for the rest of the
@@ -22,9 +23,11 @@ Decision = Literal["approve", "deny", "always", "expired", "cancelled"]
 
 @dataclass(frozen=True, slots=True)
 class InputAdmitted:
-    """A user message became durable; written *before* it is acknowledged."""
+    """A user message became durable; written *before* it is acknowledged. ``place``:
+    where the channel says the session lives (given with a session's first messages)."""
 
     message: ChatMessage
+    place: Place | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,8 +235,10 @@ def encode(event: SessionEvent) -> tuple[str, str]:
     """(type, JSON payload) for the journal."""
     payload: dict[str, Any]
     match event:
-        case InputAdmitted(message=m):
+        case InputAdmitted(message=m, place=place):
             payload = {"message": m.to_dict()}
+            if place is not None:
+                payload["place"] = place.to_dict()
         case TurnStarted(turn=t, message_id=mid):
             payload = {"turn": t, "message_id": mid}
         case StepRecorded(turn=t, messages=ms):
@@ -266,7 +271,10 @@ def decode(type_name: str, payload: str) -> SessionEvent:
         data = json.loads(payload)
         match type_name:
             case "InputAdmitted":
-                return InputAdmitted(ChatMessage.from_dict(data["message"]))
+                place = data.get("place")
+                return InputAdmitted(
+                    ChatMessage.from_dict(data["message"]), Place.from_dict(place) if place else None
+                )
             case "TurnStarted":
                 return TurnStarted(int(data["turn"]), str(data["message_id"]))
             case "StepRecorded":

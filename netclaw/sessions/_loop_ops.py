@@ -44,11 +44,12 @@ class Recall:
     memory: MemoryStore
     query: str
     audience: str
+    scope: str | None = None  # only memories made there (or audience-wide ones)
 
     async def into(self, request: ProviderRequest) -> ProviderRequest:
         try:
             found = await asyncio.wait_for(
-                self.memory.search(self.query, audience=self.audience), RECALL_TIMEOUT_S
+                self.memory.search(self.query, audience=self.audience, scope=self.scope), RECALL_TIMEOUT_S
             )
         except Exception as exc:  # noqa: BLE001 - slow or broken recall: no recall, never a failed turn
             log.warning("memory recall skipped: %s", exc)

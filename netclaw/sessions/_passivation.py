@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from netclaw.errors import NetclawError
 from netclaw.persistence import NewMemory
+from netclaw.policy import memory_scope_of
 from netclaw.sessions._core import SessionCore
 from netclaw.sessions._events import MemoriesExtracted
 from netclaw.sessions._extraction import Extraction, ExtractionPlan, plan_extraction
@@ -49,7 +50,11 @@ class PassivationFlow(SessionCore):
         try:
             saved = self.deps.io.run(
                 self.deps.memory.add(
-                    items, session_id=self.session_id, audience=plan.audience, turn=plan.through_turn
+                    items,
+                    session_id=self.session_id,
+                    audience=plan.audience,
+                    turn=plan.through_turn,
+                    scope=memory_scope_of(self.session_id, self.state.place),
                 ),
                 plan.budget_s,
             )

@@ -14,7 +14,7 @@ from typing import Any
 
 from netclaw.errors import JournalCorrupt
 from netclaw.messages import ChatMessage
-from netclaw.policy import channel_of
+from netclaw.policy import Place, channel_of
 from netclaw.sessions._events import (
     ApprovalDecided,
     ApprovalRequest,
@@ -132,6 +132,7 @@ class SessionState:
     # Provider tokens (input + output) spent on ``spend_day`` (a UTC date), for the guard.
     spend_day: str = ""
     spend_tokens: int = 0
+    place: Place | None = None  # where the channel says the session lives (memory scope, DM audience)
 
     def tokens_spent_on(self, day: str) -> int:
         """Provider tokens (input + output) recorded on the UTC date ``day``."""
@@ -182,14 +183,21 @@ class SessionState:
                 f"{self.session_id}: event seq {seq} does not follow {self.seq}; journal has a gap"
             )
         match event:
-            case InputAdmitted(message=m):
+            case InputAdmitted(message=m, place=place):
                 identities = dict(self.identities)
                 if m.identity is not None:
                     identities.pop(m.identity, None)  # a re-recorded identity is the newest
                     identities[m.identity] = (m.id, m.ts)
                     if len(identities) > MAX_IDENTITIES:
                         del identities[next(iter(identities))]
-                return replace(self, seq=seq, inbox=(*self.inbox, m), identities=identities, last_activity=ts)
+                return replace(
+                    self,
+                    seq=seq,
+                    inbox=(*self.inbox, m),
+                    identities=identities,
+                    last_activity=ts,
+                    place=place if place is not None else self.place,
+                )
             case TurnStarted(turn=turn, message_id=mid):
                 picked = next((m for m in self.inbox if m.id == mid), None)
                 if picked is None:
@@ -363,6 +371,7 @@ class SessionState:
             "closed_approvals": {k: list(v) for k, v in self.closed_approvals.items()},
             "spend_day": self.spend_day,
             "spend_tokens": self.spend_tokens,
+            "place": None if self.place is None else self.place.to_dict(),
         }
         return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
 
@@ -411,6 +420,7 @@ class SessionState:
                 },
                 spend_day=str(d.get("spend_day", "")),
                 spend_tokens=int(d.get("spend_tokens", 0)),
+                place=Place.from_dict(d["place"]) if d.get("place") else None,
             )
         except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
             raise JournalCorrupt(f"cannot decode snapshot: {exc}") from exc

@@ -11,6 +11,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from netclaw import outputs as out
 from netclaw.history import INTERRUPTED_TEXT, TrimResult, make_breadcrumb
@@ -30,6 +31,9 @@ from netclaw.sessions._events import (
 )
 from netclaw.sessions._state import SessionState
 from netclaw.tools import ToolResult
+
+if TYPE_CHECKING:
+    from netclaw.sessions._commands import SendUserMessage  # which imports this module
 
 TITLE_MAX = 60
 
@@ -90,7 +94,7 @@ def build_context(state: SessionState, system_prompt: str) -> list[ChatMessage]:
 
 
 def admitted(
-    state: SessionState, *, text: str, ts: float, identity: str | None, user: str | None, start: bool
+    state: SessionState, send: SendUserMessage, *, start: bool
 ) -> tuple[ChatMessage, tuple[SessionEvent, ...]]:
     """The user message an inbound text becomes, and the events that admit it — with its
     turn's start in the same write when ``start`` (nothing else is running or queued)."""
@@ -98,14 +102,19 @@ def admitted(
     message = ChatMessage(
         id=message_id,
         role="user",
-        content=text,
-        ts=ts,
-        identity=identity or f"{message_id}@{ts:.6f}",  # id + timestamp
-        user=user,
+        content=send.text,
+        ts=send.ts,
+        identity=send.identity or f"{message_id}@{send.ts:.6f}",  # id + timestamp
+        user=send.user,
+        user_name=send.user_name,
+        prior=send.prior,
+        files=send.files,
     )
+    # The place is journaled while it is news (a session's first message, or a change).
+    place = send.place if send.place is not None and send.place != state.place else None
     if start:
-        return message, (InputAdmitted(message), TurnStarted(state.turns + 1, message.id))
-    return message, (InputAdmitted(message),)
+        return message, (InputAdmitted(message, place), TurnStarted(state.turns + 1, message.id))
+    return message, (InputAdmitted(message, place),)
 
 
 def assistant_message(completion: Completion, *, with_tool_calls: bool) -> ChatMessage:
@@ -197,7 +206,14 @@ def tool_step(session_id: str, run: TurnRun, results: Sequence[ToolResult]) -> S
         )
         for r, m in zip(results, messages, strict=True)
     )
-    return Step((StepRecorded(run.turn, (run.pending_calls, *messages)),), shown)
+    files = tuple(
+        out.File(
+            session_id=session_id, turn=run.turn, name=f.name, mime_type=f.mime_type, path=f.path, size=f.size
+        )
+        for r in results
+        for f in r.files
+    )
+    return Step((StepRecorded(run.turn, (run.pending_calls, *messages)),), shown + files)
 
 
 def completed_turn(session_id: str, state: SessionState, run: TurnRun, completion: Completion) -> Step:

@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from netclaw.errors import ContextOverflow
 from netclaw.history import TrimResult
-from netclaw.policy import recall_allowed
+from netclaw.policy import channel_of, recall_allowed, recall_scope
 from netclaw.providers import Completion, ProviderRequest, ToolSchema
 from netclaw.sessions import _ladder as ladder
 from netclaw.sessions import _turn as turn
@@ -27,7 +27,7 @@ from netclaw.sessions._loop_ops import (
 from netclaw.sessions._phases import Phase
 from netclaw.sessions._state import utc_day
 from netclaw.sessions._turn import TurnRun
-from netclaw.tools import ToolContext, ToolResult
+from netclaw.tools import ToolResult
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +89,11 @@ class TurnFlow(SessionCore):
             self.resumed_at = None
             self.deps.io.call(self.deps.manager.continuity_delivered, self.session_id, self.actor_ref)
         request = ProviderRequest(
-            model=model.model, messages=messages, tools=tools, max_output_tokens=model.max_output_tokens
+            model=model.model,
+            messages=messages,
+            tools=tools,
+            max_output_tokens=model.max_output_tokens,
+            vision=model.vision,
         )
         run.future = start_provider_call(
             self.deps.io, self.actor_ref, self._next_op(), self.deps.provider, request, self._recall_for(run)
@@ -113,8 +117,13 @@ class TurnFlow(SessionCore):
         memory = self.deps.memory
         if memory is None or run.iteration > 0 or not recall_allowed(self.audience, self.settings):
             return None
+        if channel_of(self.session_id) == "webhook":
+            return None  # a payload from outside never pulls memories into the context
         message = self.state.find_message(run.message_id)
-        return Recall(memory, message.content, self.audience) if message is not None else None
+        if message is None:
+            return None
+        scope = recall_scope(self.session_id, self.audience, self.settings, self.state.place)
+        return Recall(memory, message.content, self.audience, scope)
 
     def _tools_for(self, run: TurnRun) -> list[ToolSchema]:
         # Past the iteration limit the model gets no tools, so it must answer.
@@ -157,7 +166,7 @@ class TurnFlow(SessionCore):
             assistant.tool_calls,
             timeout_s=min(self.settings.tools.call_timeout_s, self.settings.session.turn_timeout_s),
             allowed=self.allowed_tools,
-            context=ToolContext(self.session_id, self.audience, run.turn),
+            context=self._tool_context(run.turn),
         )
 
     def _on_tool_results(self, results: Sequence[ToolResult]) -> None:

@@ -6,7 +6,15 @@ from netclaw.persistence import MemoryStore
 from netclaw.tools._builtin import BUILTIN_TOOLS, CURRENT_TIME
 from netclaw.tools._mcp_hub import McpHub, McpServerStatus
 from netclaw.tools._memory import memory_tools
-from netclaw.tools._registry import Tool, ToolContext, ToolHandler, ToolRegistry, ToolResult, ToolSource
+from netclaw.tools._registry import (
+    Tool,
+    ToolContext,
+    ToolHandler,
+    ToolRegistry,
+    ToolReply,
+    ToolResult,
+    ToolSource,
+)
 from netclaw.tools._reminders import ReminderPort, reminder_tools
 from netclaw.tools._shell import shell_tool
 from netclaw.tools._web_fetch import web_fetch_tool
@@ -22,6 +30,7 @@ __all__ = [
     "ToolContext",
     "ToolHandler",
     "ToolRegistry",
+    "ToolReply",
     "ToolResult",
     "ToolSource",
     "build_registry",
@@ -54,7 +63,7 @@ def build_registry(settings: Settings, memory: MemoryStore | None = None) -> Too
     if config.files.enabled or config.shell.enabled:
         ensure_workspace(config.workspace_dir)
     if config.files.enabled:
-        for tool in workspace_tools(config.workspace_dir):
+        for tool in workspace_tools(config.workspace_dir, settings.data_dir):
             registry.register(tool)
     if config.shell.enabled:
         registry.register(

@@ -1,7 +1,9 @@
 """The memory tools: ``remember`` a fact, ``search_memory`` for earlier ones.
 
 Both act in the calling session's audience, so a team channel neither sees nor
-writes personal memories; public sessions get neither.
+writes personal memories; public sessions get neither. Within the audience, a memory
+belongs where it was made (``ToolContext.scope``) and search keeps to that place unless
+the audience's ``memory_scope`` says otherwise (``ToolContext.recall_scope``).
 """
 
 from __future__ import annotations
@@ -32,7 +34,11 @@ def memory_tools(store: MemoryStore) -> list[Tool]:
             raise ToolError(f"'kind' must be one of {', '.join(MEMORY_KINDS)} (got {kind!r})")
         try:
             stored = await store.add(
-                [NewMemory(text, kind)], session_id=ctx.session_id, audience=ctx.audience, turn=ctx.turn
+                [NewMemory(text, kind)],
+                session_id=ctx.session_id,
+                audience=ctx.audience,
+                turn=ctx.turn,
+                scope=ctx.scope,
             )
         except JournalError as exc:
             raise ToolError(f"memory is unavailable right now: {exc}") from exc
@@ -40,6 +46,8 @@ def memory_tools(store: MemoryStore) -> list[Tool]:
 
     async def search_memory(args: Mapping[str, Any], ctx: ToolContext) -> str:
         _refuse_public(ctx)
+        if not ctx.recall:
+            raise ToolError("memory search is off here (memory_scope is none for this audience)")
         query = args.get("query")
         if not isinstance(query, str) or not query.strip():
             raise ToolError("'query' is required: words to look for in saved memories")
@@ -48,7 +56,7 @@ def memory_tools(store: MemoryStore) -> list[Tool]:
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= SEARCH_MAX_LIMIT:
             raise ToolError(f"'limit' must be an integer from 1 to {SEARCH_MAX_LIMIT} (got {limit!r})")
         try:
-            found = await store.search(query, audience=ctx.audience, limit=limit)
+            found = await store.search(query, audience=ctx.audience, scope=ctx.recall_scope, limit=limit)
         except JournalError as exc:
             raise ToolError(f"memory is unavailable right now: {exc}") from exc
         return "\n".join(_line(m) for m in found) if found else "no memories match"

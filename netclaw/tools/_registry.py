@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from netclaw.errors import ToolError
-from netclaw.messages import ToolCall
+from netclaw.messages import Attachment, ToolCall
 from netclaw.policy import tool_matches
 from netclaw.providers import ToolSchema
 
@@ -24,12 +24,25 @@ class ToolContext:
     session_id: str
     audience: str  # personal / team / public
     turn: int | None = None  # the turn that called (provenance of what the tool saves)
+    scope: str | None = None  # where memories made here belong (a channel, a DM, a route)
+    recall_scope: str | None = None  # what memory search keeps to (None: the whole audience)
+    recall: bool = True  # memory search is on (audiences.*.memory_scope is not "none")
 
 
 # Used when the caller passes no context (callers that predate it).
 DEFAULT_CONTEXT = ToolContext("", "personal")
 
-ToolHandler = Callable[[Mapping[str, Any], ToolContext], Awaitable[str]]
+
+@dataclass(frozen=True, slots=True)
+class ToolReply:
+    """What a tool returns when it has more than text: files to show in the conversation
+    (a ``file`` output each, uploaded by chat channels)."""
+
+    content: str
+    files: tuple[Attachment, ...] = ()
+
+
+ToolHandler = Callable[[Mapping[str, Any], ToolContext], Awaitable[str | ToolReply]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +62,7 @@ class ToolResult:
     call: ToolCall
     content: str
     is_error: bool = False
+    files: tuple[Attachment, ...] = ()  # shared with the conversation
 
 
 class ToolSource(Protocol):
@@ -132,6 +146,8 @@ class ToolRegistry:
         except Exception as exc:  # a broken tool must not break the turn
             log.exception("tool %s failed", call.name)
             return ToolResult(call, f"error: tool {call.name} failed: {type(exc).__name__}: {exc}", True)
+        if isinstance(content, ToolReply):
+            return ToolResult(call, content.content, files=content.files)
         return ToolResult(call, content)
 
     async def run_batch(

@@ -1,5 +1,6 @@
-"""The file tools — ``read_file``, ``write_file``, ``list_dir``, ``edit_file`` — confined to
-the workspace directory.
+"""The file tools — ``read_file``, ``write_file``, ``list_dir``, ``edit_file``, and
+``share_file`` (show a workspace file in the conversation) — confined to the workspace
+directory.
 
 Every path is taken relative to the workspace and resolved (symlinks followed, the parent
 of a file that does not exist yet included) before use; anything that resolves outside
@@ -10,14 +11,17 @@ never on the loop.
 from __future__ import annotations
 
 import asyncio
+import mimetypes
 import os
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from netclaw.errors import ToolError
-from netclaw.tools._registry import Tool, ToolContext
+from netclaw import attachments
+from netclaw.attachments import IncomingFile
+from netclaw.errors import InvalidInput, ToolError
+from netclaw.tools._registry import Tool, ToolContext, ToolReply
 
 MAX_READ_BYTES = 64 * 1024
 MAX_LIST_ENTRIES = 500
@@ -30,21 +34,12 @@ def ensure_workspace(root: Path) -> Path:
     return root.resolve()
 
 
-def workspace_tools(root: Path) -> list[Tool]:
+def workspace_tools(root: Path, data_dir: Path | None = None) -> list[Tool]:
+    """The file tools on ``root``; with ``data_dir``, also ``share_file``."""
     base = root.resolve()
 
     def inside(raw: object, *, field: str = "path") -> Path:
-        if not isinstance(raw, str) or not raw.strip():
-            raise ToolError(f"'{field}' is required: a path relative to the workspace")
-        if "\x00" in raw:
-            raise ToolError(f"'{field}' contains a NUL character")
-        candidate = Path(raw)
-        if candidate.is_absolute():
-            raise ToolError(f"{raw!r} is an absolute path; give a path inside the workspace (relative to it)")
-        resolved = (base / candidate).resolve()
-        if resolved != base and not resolved.is_relative_to(base):
-            raise ToolError(f"{raw!r} is outside the workspace; only files inside it can be used")
-        return resolved
+        return confined(base, raw, field=field)
 
     async def read_file(args: Mapping[str, Any], ctx: ToolContext) -> str:
         path = inside(args.get("path"))
@@ -78,6 +73,7 @@ def workspace_tools(root: Path) -> list[Tool]:
 
     path_arg = {"type": "string", "description": "a path relative to the workspace"}
     return [
+        *([share_file_tool(base, data_dir)] if data_dir is not None else []),
         Tool(
             "read_file",
             "Read a text file in the workspace (at most 64 KiB at a time; use offset for more).",
@@ -132,6 +128,72 @@ def _int(value: object, field: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ToolError(f"'{field}' must be a whole number, 0 or more")
     return value
+
+
+def confined(base: Path, raw: object, *, field: str = "path") -> Path:
+    """``raw`` as a path inside the workspace ``base``; ToolError naming it otherwise."""
+    if not isinstance(raw, str) or not raw.strip():
+        raise ToolError(f"'{field}' is required: a path relative to the workspace")
+    if "\x00" in raw:
+        raise ToolError(f"'{field}' contains a NUL character")
+    candidate = Path(raw)
+    if candidate.is_absolute():
+        raise ToolError(f"{raw!r} is an absolute path; give a path inside the workspace (relative to it)")
+    resolved = (base / candidate).resolve()
+    if resolved != base and not resolved.is_relative_to(base):
+        raise ToolError(f"{raw!r} is outside the workspace; only files inside it can be used")
+    return resolved
+
+
+def share_file_tool(base: Path, data_dir: Path) -> Tool:
+    """``share_file``: a workspace file shown in the conversation. It is copied into the
+    session's folder under ``data_dir`` first, so what was shown stays as it was."""
+
+    async def share_file(args: Mapping[str, Any], ctx: ToolContext) -> ToolReply:
+        path = confined(base, args.get("path"))
+        name = args.get("name") or path.name
+        if not isinstance(name, str):
+            raise ToolError("'name' must be a string: the file name people see")
+        try:
+            data = await asyncio.to_thread(_read_shared, path, args["path"])
+            stored = await asyncio.to_thread(
+                attachments.store,
+                data_dir,
+                ctx.session_id or "api:unknown",
+                [IncomingFile(name, mimetypes.guess_type(name)[0] or "application/octet-stream", data)],
+            )
+        except InvalidInput as exc:
+            raise ToolError(str(exc)) from exc
+        shared = stored[0]
+        return ToolReply(f"shared {shared.name} ({shared.size:,} bytes) in the conversation", stored)
+
+    path_arg = {"type": "string", "description": "a path relative to the workspace"}
+    return Tool(
+        "share_file",
+        "Show a workspace file to the people in this conversation (attached to your reply; "
+        "write it first with write_file).",
+        {
+            "type": "object",
+            "properties": {
+                "path": path_arg,
+                "name": {"type": "string", "description": "the file name people see (default: its own)"},
+            },
+            "required": ["path"],
+            "additionalProperties": False,
+        },
+        share_file,
+    )
+
+
+def _read_shared(path: Path, shown: str) -> bytes:
+    if not path.is_file():
+        raise ToolError(f"{shown!r} is not a file in the workspace")
+    size = path.stat().st_size
+    if size > attachments.MAX_FILE_BYTES:
+        raise ToolError(f"{shown!r} is {size:,} bytes; at most {attachments.MAX_FILE_BYTES:,} can be shared")
+    if size == 0:
+        raise ToolError(f"{shown!r} is empty; there is nothing to share")
+    return path.read_bytes()
 
 
 def _read(path: Path, shown: str, offset: int, limit: int) -> str:

@@ -1,0 +1,155 @@
+"""Files that come with a message: checked, classified and stored under the session's
+folder (``<data_dir>/files/<session>/``), whoever brought them (Slack, Discord, the API).
+
+- Kinds: ``text`` (logs, code, CSV, JSON, Markdown… — the declared type or the name says
+  text *and* the bytes are UTF-8 without NULs) goes to the model as text, bounded;
+  ``image`` (PNG, JPEG, GIF, WebP — the bytes must carry that format's signature, whatever
+  the declared type) goes as an image part to a vision-capable model; anything else is
+  named, never sent.
+- Names are reduced to a safe base name; the stored file is ``<sha256 prefix>-<name>``,
+  so a message delivered twice writes the same file, not a second one.
+- Limits here are the one place that says how big is too big: a channel refuses a larger
+  download before fetching it (:data:`MAX_FILE_BYTES`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePath
+
+from netclaw.errors import InvalidInput
+from netclaw.messages import Attachment, AttachmentKind
+
+MAX_FILE_BYTES = 20_000_000  # per file, as downloaded or posted
+MAX_FILES = 10  # per message
+MAX_TEXT_CHARS = 50_000  # of one text file given to the model
+MAX_IMAGE_BYTES = 5_000_000  # providers refuse larger images (Anthropic: 5 MB)
+
+_TEXT_TYPES = frozenset(
+    {
+        "application/json",
+        "application/xml",
+        "application/yaml",
+        "application/x-yaml",
+        "application/toml",
+        "application/javascript",
+        "application/x-sh",
+        "application/sql",
+        "application/csv",
+        "application/x-ndjson",
+    }
+)
+_TEXT_SUFFIXES = frozenset(
+    ".txt .log .md .markdown .rst .csv .tsv .json .jsonl .ndjson .yaml .yml .toml .ini .cfg .conf "
+    ".xml .html .htm .css .py .pyi .js .mjs .ts .tsx .jsx .go .rs .java .kt .c .h .cc .cpp .hpp "
+    ".cs .rb .php .sh .bash .zsh .ps1 .sql .diff .patch .env .properties .gradle .tf .lua .swift "
+    ".r .scala .dockerfile .gitignore .srt .vtt".split()
+)
+_IMAGE_SIGNATURES: tuple[tuple[bytes, str], ...] = (
+    (b"\x89PNG\r\n\x1a\n", "image/png"),
+    (b"\xff\xd8\xff", "image/jpeg"),
+    (b"GIF87a", "image/gif"),
+    (b"GIF89a", "image/gif"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class IncomingFile:
+    """A file as a channel received it."""
+
+    name: str
+    mime_type: str
+    data: bytes
+
+
+def safe_name(name: str) -> str:
+    """A base name that is safe on disk and in a prompt (no directories, no controls)."""
+    base = PurePath(name.replace("\\", "/")).name
+    base = re.sub(r"[^\w.\- ()+,@]", "_", base).strip(" .")
+    return base[:120] or "file"
+
+
+def image_type(data: bytes) -> str | None:
+    """The image format the bytes really are, or None."""
+    for signature, mime in _IMAGE_SIGNATURES:
+        if data.startswith(signature):
+            return mime
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    return None
+
+
+def _is_texty(name: str, mime_type: str) -> bool:
+    mime = mime_type.split(";", 1)[0].strip().lower()
+    if mime.startswith("text/") or mime in _TEXT_TYPES or mime.endswith(("+json", "+xml")):
+        return True
+    suffix = PurePath(name.lower()).suffix or ("." + name.lower())  # "Dockerfile", ".env"
+    return suffix in _TEXT_SUFFIXES
+
+
+def classify(file: IncomingFile) -> tuple[AttachmentKind, str, str | None, bool]:
+    """``(kind, mime type, text, truncated)``: what the model may get of ``file``."""
+    real_image = image_type(file.data[:16])
+    if real_image is not None:
+        if len(file.data) > MAX_IMAGE_BYTES:
+            return "other", real_image, None, False
+        return "image", real_image, None, False
+    mime = file.mime_type.split(";", 1)[0].strip().lower() or "application/octet-stream"
+    if _is_texty(file.name, mime) and b"\x00" not in file.data[:8192]:
+        try:
+            text = file.data.decode("utf-8")
+        except UnicodeDecodeError:
+            return "other", mime, None, False
+        cut = len(text) > MAX_TEXT_CHARS
+        return "text", mime, text[:MAX_TEXT_CHARS] if cut else text, cut
+    return "other", mime, None, False
+
+
+def folder_of(data_dir: Path, session_id: str) -> Path:
+    """Where a session's files live (the id made a safe directory name)."""
+    digest = hashlib.sha256(session_id.encode()).hexdigest()[:8]
+    return data_dir / "files" / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', session_id)[:80]}-{digest}"
+
+
+def check_files(files: Sequence[IncomingFile]) -> None:
+    if len(files) > MAX_FILES:
+        raise InvalidInput("files", f"at most {MAX_FILES} files per message ({len(files)} given)")
+    for i, file in enumerate(files):
+        if len(file.data) > MAX_FILE_BYTES:
+            raise InvalidInput(
+                f"files[{i}]", f"{file.name!r} is {len(file.data):,} bytes; the limit is {MAX_FILE_BYTES:,}"
+            )
+        if not file.data:
+            raise InvalidInput(f"files[{i}]", f"{file.name!r} is empty")
+
+
+def store(data_dir: Path, session_id: str, files: Sequence[IncomingFile]) -> tuple[Attachment, ...]:
+    """Write ``files`` into the session's folder and describe them (blocking: run it off
+    the I/O loop). Storing the same file twice writes it once."""
+    check_files(files)
+    if not files:
+        return ()
+    folder = folder_of(data_dir, session_id)
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    out = []
+    for file in files:
+        name = safe_name(file.name)
+        kind, mime, text, truncated = classify(file)
+        path = folder / f"{hashlib.sha256(file.data).hexdigest()[:16]}-{name}"
+        if not path.exists():
+            partial = path.with_name(path.name + ".part")
+            with open(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
+                f.write(file.data)
+            os.replace(partial, path)
+        out.append(Attachment(name, mime, str(path), len(file.data), kind, text, truncated))
+    return tuple(out)
+
+
+def erase(data_dir: Path, session_id: str) -> None:
+    """A deleted session's files go with it."""
+    shutil.rmtree(folder_of(data_dir, session_id), ignore_errors=True)
