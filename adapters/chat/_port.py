@@ -13,7 +13,7 @@ import hashlib
 import secrets
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Literal, Protocol, runtime_checkable
 
 from netclaw.errors import AdapterError
 from netclaw.retry import Retry, RetryPolicy
@@ -158,4 +158,27 @@ class ChatPort(Protocol):
     async def find_posted(self, to: Conversation, key: str, since: float) -> str | None:
         """The message posted with ``key`` since ``since`` (Unix time), if the platform can
         tell (the outbox asks before posting a reply a crash may have posted already)."""
+        ...
+
+
+class StreamingUnsupported(ChatApiError):
+    """The platform (or this workspace, or this conversation) has no native streaming: the
+    renderer falls back to posting and editing."""
+
+
+@runtime_checkable
+class StreamingPort(ChatPort, Protocol):
+    """A port whose platform streams a reply natively (Slack's ``chat.startStream``): the
+    message grows as text is appended and is closed once, carrying the outbox key."""
+
+    async def stream_start(self, to: Conversation, text: str) -> str:
+        """Open a streamed message showing ``text`` (Markdown); returns its message id.
+        StreamingUnsupported when the platform cannot here."""
+        ...
+
+    async def stream_append(self, to: Conversation, message_id: str, text: str) -> None: ...
+
+    async def stream_stop(self, to: Conversation, message_id: str, text: str, *, key: str) -> None:
+        """Append the last ``text`` and close the message, marked with ``key`` (the outbox
+        finds it after a crash, as it finds a post)."""
         ...

@@ -9,7 +9,10 @@ renders what arrives:
   most every ``edit_interval_s`` (platforms rate-limit edits), and the final ``text``
   replaces what streamed, split at the platform's message size on paragraph and
   code-fence boundaries, leftover pieces deleted. Each posted piece has an idempotency
-  key, so a post whose answer was lost is never shown twice.
+  key, so a post whose answer was lost is never shown twice. Where the port streams
+  natively (:class:`StreamingPort`: Slack's ``chat.startStream``) the reply is one
+  growing message instead, appended to at the same pace and closed with the final
+  text; a workspace without it falls back to posting and editing, once and for all.
 - **Reactions, by message id.** A user message the gateway admitted wears the
   "working on it" reaction until the ``turn_completed`` that names it — matched by the
   message id the turn reports, never by counting turns.
@@ -50,6 +53,8 @@ from adapters.chat._port import (
     ChatPort,
     Conversation,
     MessageRef,
+    StreamingPort,
+    StreamingUnsupported,
     new_key,
     outbox_key,
     retry_verdict,
@@ -68,6 +73,7 @@ T = TypeVar("T")
 SUBSCRIPTION = out.OutputFilter.TEXT | out.OutputFilter.TEXT_STREAMING | out.OutputFilter.FILES
 REMEMBERED_COMPLETIONS = 64  # turns that ended before their message's reaction was added
 MAX_APPROVAL_ARGUMENTS = 1500
+STREAM_PIECES = 3  # a natively streamed reply holds up to this many messages' worth of text
 OUTBOX_LOOKBACK_S = 300.0  # a crashed post is looked for from this long before its reply was recorded
 
 
@@ -97,10 +103,12 @@ class _Reply:
     keys: dict[int, tuple[str, str]] = field(default_factory=dict)  # piece → (key, text first sent)
     dirty: bool = False  # the text changed since it was last shown
     last_sync: float = 0.0
+    stream: str | None = None  # the natively streamed message, while it is open
+    streamed: str = ""  # the text it shows
 
     @property
     def active(self) -> bool:
-        return bool(self.text or self.pieces)
+        return bool(self.text or self.pieces or self.stream)
 
 
 @dataclass(slots=True)
@@ -148,6 +156,7 @@ class ChatRenderer:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stopping = False
         self._conversation_of: Callable[[str], Conversation | None] = lambda session_id: None
+        self._streaming = isinstance(port, StreamingPort)  # until the platform says it cannot
 
     # -- what adapters call -------------------------------------------------------------------
 
@@ -450,13 +459,13 @@ class ChatRenderer:
             case out.Text(turn=turn, text=text):
                 await self._final_text(link, turn, text)
             case out.TurnCompleted(message_id=message_id):
-                if reply.dirty:  # the reply never came as `text`: show what streamed
+                if reply.dirty or reply.stream is not None:  # no `text` came: show what streamed
                     await self._sync(link, final=True)
                 link.reply = _Reply()
                 self._turn_ended(link, message_id)
             case out.Error():
-                if reply.dirty:
-                    await self._sync(link)
+                if reply.dirty or reply.stream is not None:
+                    await self._sync(link, final=reply.stream is not None)
                 link.reply = _Reply()
                 await self._note(link, output)
             case out.File(name=name, mime_type=mime_type, path=path):
@@ -522,6 +531,10 @@ class ChatRenderer:
         reply = link.reply
         reply.dirty = False
         reply.last_sync = time.monotonic()
+        if self._streaming and link.conversation.thread is not None and (reply.stream or not reply.pieces):
+            streamed = await self._sync_stream(link, final=final)
+            if streamed is not None:
+                return streamed
         limit = self.port.message_limit
         pieces = [self.port.escape(p) for p in split_message(reply.text, limit)] if reply.text.strip() else []
         try:
@@ -542,6 +555,54 @@ class ChatRenderer:
         finally:
             reply.last_sync = time.monotonic()
         return True
+
+    async def _sync_stream(self, link: _Link, *, final: bool) -> bool | None:
+        """The reply as one natively streamed message: opened with the first text, appended
+        to, closed with the rest of the final text. None: not handled here (no streaming on
+        this platform, or a final text the stream cannot show whole) — post and edit."""
+        port = self.port
+        assert isinstance(port, StreamingPort)
+        reply, to = link.reply, link.conversation
+        text = reply.text
+        try:
+            if reply.stream is None:
+                if final or not text.strip():
+                    return None if final else True
+                reply.stream = await port.stream_start(to, text)
+                reply.streamed = text
+                return True
+            grows = text.startswith(reply.streamed) and len(text) <= port.message_limit * STREAM_PIECES
+            if not final:
+                if grows and len(text) > len(reply.streamed):  # else: the final text settles it
+                    await port.stream_append(to, reply.stream, text[len(reply.streamed) :])
+                    reply.streamed = text
+                return True
+            key = outbox_key(link.session_id, reply.turn, 0) if reply.turn is not None else new_key()
+            rest = text[len(reply.streamed) :] if grows else ""
+            stream_id = reply.stream
+            await self._call(
+                "close a streamed reply", partial(port.stream_stop, to, stream_id, rest, key=key)
+            )
+            reply.stream = None
+            reply.streamed = text if grows else reply.streamed
+            # From here it is an ordinary posted piece: a final text it could not show whole
+            # (rewritten, or longer than a streamed message holds) is edited in as usual.
+            reply.pieces = [_Piece(stream_id, port.escape(text) if grows else "")]
+            return True if grows else None
+        except StreamingUnsupported as exc:
+            log.info("%s: no native streaming here (%s); posting and editing instead", port.platform, exc)
+            self._streaming = False
+            reply.stream = None
+            return None
+        except ChatApiError as exc:
+            if final:
+                log.error(
+                    "%s: could not close the streamed reply in %s: %s", port.platform, link.session_id, exc
+                )
+            else:
+                log.info("%s: streaming update in %s skipped: %s", port.platform, link.session_id, exc)
+                reply.dirty = True
+            return False
 
     async def _show(self, link: _Link, pieces: Sequence[str], policy: RetryPolicy) -> None:
         reply, to = link.reply, link.conversation

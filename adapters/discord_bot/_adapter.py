@@ -309,13 +309,11 @@ class DiscordAdapter:
             log.debug("discord: message %s has neither text nor files; ignored", message.message_id)
             return None
         port = self._require_port()
-        # A session starting on this message first reads what came before it: the thread's
-        # earlier messages (a mention mid-thread), the channel's (a new thread), the DM's.
+        # A session starting mid-conversation first reads what came before it: the thread's
+        # earlier messages (a mention mid-thread), the DM's. A new thread starts from nothing.
         earlier: list[DiscordMessage] = []
-        if (
-            target is None
-            or (message.in_thread and not event.thread_known)
-            or (message.is_dm and not await self._knows(session_id_for(target)))
+        if (message.in_thread and not event.thread_known) or (
+            message.is_dm and target is not None and not await self._knows(session_id_for(target))
         ):
             earlier = await self._earlier(port, message)
         if target is None:

@@ -285,7 +285,9 @@ class SlackAdapter:
             return
         name = await port.user_name(user)
         prior = self._asides.pop(session_id, [])
-        if not thread_known:  # a session starts here: first, what was said before
+        if not thread_known and (root != ts or is_dm):
+            # A session starts mid-conversation (a mention mid-thread, a DM): first, what was
+            # said before. A new thread under a channel message starts from nothing.
             prior = await self._earlier(port, channel, root if root != ts else None, ts) + prior
         files, refused = await self._download(port, shared)
         inbound = Inbound(
@@ -300,6 +302,7 @@ class SlackAdapter:
             # "team" when a user allowlist vetted who may write.
             place=Place(f"slack:{channel}", dm_audience(self.config) if is_dm else None),
         )
+        port.asked_by(Conversation(channel, root), str(body.get("team_id") or event.get("team") or ""), user)
         if refused:
             await renderer.note(Conversation(channel, root), refused)
         if not inbound.text and not inbound.files:

@@ -33,8 +33,16 @@ from slack_sdk.socket_mode.async_client import AsyncBaseSocketModeClient
 from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
-from adapters.chat import Button, ButtonClick, ChatApiError, Conversation, MessageRef, retry_verdict
-from adapters.slack._format import slack_escape, to_mrkdwn
+from adapters.chat import (
+    Button,
+    ButtonClick,
+    ChatApiError,
+    Conversation,
+    MessageRef,
+    StreamingUnsupported,
+    retry_verdict,
+)
+from adapters.slack._format import no_pings, slack_escape, to_mrkdwn
 from netclaw.errors import AdapterError
 from netclaw.retry import RetryPolicy, with_retries
 
@@ -65,6 +73,21 @@ _NOT_AN_ASSISTANT = frozenset(
         "channel_not_found",
         "thread_not_found",
         "no_permission",
+    }
+)
+# chat.startStream in a workspace or app without it: post and edit instead, for good.
+_NO_STREAMING = frozenset(
+    {
+        "unknown_method",
+        "missing_scope",
+        "not_allowed_token_type",
+        "method_deprecated",
+        "not_allowed",
+        "feature_not_enabled",
+        "invalid_arguments",
+        "not_in_channel",
+        "team_not_found",
+        "user_not_found",
     }
 )
 NAME_TTL_S = 3600.0
@@ -127,6 +150,16 @@ class SlackPort:
         self._with_buttons: set[str] = set()  # messages whose blocks an edit must replace
         self._names: dict[str, tuple[str, float]] = {}  # user id -> (display name, expires at)
         self._no_status: bool = False  # the workspace refused assistant thread status once
+        self._no_streaming: bool = False  # ... or chat.startStream
+        self._askers: dict[tuple[str, str | None], tuple[str, str]] = {}  # conversation -> (team, user)
+
+    def asked_by(self, to: Conversation, team: str | None, user: str) -> None:
+        """Who is waiting for the answer in ``to``: a stream into a channel names them."""
+        if team:
+            self._askers.pop((to.channel, to.thread), None)
+            self._askers[(to.channel, to.thread)] = (team, user)
+            while len(self._askers) > MAX_NAMES:
+                self._askers.pop(next(iter(self._askers)))
 
     def escape(self, text: str) -> str:
         return to_mrkdwn(text)
@@ -318,6 +351,56 @@ class SlackPort:
                 log.info("slack: no assistant thread status in this workspace (%s)", exc.error)
                 return
             raise
+
+    # -- native streaming (chat.startStream / appendStream / stopStream) ----------------------
+
+    async def stream_start(self, to: Conversation, text: str) -> str:
+        if self._no_streaming or to.thread is None:
+            raise StreamingUnsupported(
+                "Slack streams only into threads" if to.thread else "no streaming here"
+            )
+        asker = self._askers.get((to.channel, to.thread))
+        recipient = {"recipient_team_id": asker[0], "recipient_user_id": asker[1]} if asker else {}
+        try:
+            response = await self.call(
+                "chat.startStream",
+                self.client.chat_startStream,
+                idempotent=False,
+                channel=to.channel,
+                thread_ts=to.thread,
+                markdown_text=no_pings(text),
+                **recipient,
+            )
+        except SlackCallFailed as exc:
+            if exc.error in _NO_STREAMING:
+                self._no_streaming = True
+                raise StreamingUnsupported(f"chat.startStream: {exc.error}") from exc
+            raise
+        return str(response["ts"])
+
+    async def stream_append(self, to: Conversation, message_id: str, text: str) -> None:
+        await self.call(
+            "chat.appendStream",
+            self.client.chat_appendStream,
+            channel=to.channel,
+            ts=message_id,
+            markdown_text=text,
+        )
+
+    async def stream_stop(self, to: Conversation, message_id: str, text: str, *, key: str) -> None:
+        metadata = {"event_type": MARKER_EVENT_TYPE, "event_payload": {"marker": key}}
+        try:
+            await self.call(
+                "chat.stopStream",
+                self.client.chat_stopStream,
+                channel=to.channel,
+                ts=message_id,
+                markdown_text=no_pings(text) or None,
+                metadata=metadata,
+            )
+        except SlackCallFailed as exc:
+            if exc.error not in ("message_not_in_streaming_state", "streaming_state_conflict"):
+                raise  # else: already stopped (a retry after a lost answer), or Slack timed it out
 
     # -- reading the conversation (people, earlier messages, files) -----------------------------
 

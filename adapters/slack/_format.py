@@ -40,6 +40,13 @@ def slack_escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
+def no_pings(markdown: str) -> str:
+    """Markdown for Slack's streaming methods, which render it themselves: Slack's own
+    ``<!channel>`` / ``<@U…>`` / ``<#C…>`` syntax is broken with a zero-width space, so
+    the model cannot ping anyone there either."""
+    return re.sub(r"<([!@#])", "<\u200b\\1", markdown)
+
+
 def slack_unescape(text: str) -> str:
     return text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
 

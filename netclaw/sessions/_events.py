@@ -271,10 +271,9 @@ def decode(type_name: str, payload: str) -> SessionEvent:
         data = json.loads(payload)
         match type_name:
             case "InputAdmitted":
+                message = ChatMessage.from_dict(data["message"])
                 place = data.get("place")
-                return InputAdmitted(
-                    ChatMessage.from_dict(data["message"]), Place.from_dict(place) if place else None
-                )
+                return InputAdmitted(message, Place.from_dict(place) if place else None)
             case "TurnStarted":
                 return TurnStarted(int(data["turn"]), str(data["message_id"]))
             case "StepRecorded":

@@ -20,6 +20,7 @@ import inspect
 import itertools
 import json
 import logging
+import re
 import signal
 import threading
 from abc import ABC, abstractmethod
@@ -32,6 +33,16 @@ from typing import Any, ClassVar, Generic, Protocol, Self, TypeAlias, TypedDict,
 from aiohttp import web
 
 # --------------------------------------------------------------------------- script steps
+
+
+_SPEAKER = re.compile(r"^\[[^\]\n]{1,80}\] ")
+
+
+def without_speaker(text: str) -> str:
+    """A user text without a leading ``[Alice] `` speaker tag: the echo answers with what
+    was said, so chat tests read the same whatever the platform calls the sender (the
+    tag itself is checked where it matters, on the recorded requests)."""
+    return _SPEAKER.sub("", text, count=1)
 
 
 @dataclass
@@ -308,7 +319,9 @@ class ScriptedServer(ABC, Generic[R, E]):
 
     @abstractmethod
     def _echo(self, body: dict[str, Any]) -> R:
-        """The answer when the queue is empty and no responder is set."""
+        """The answer when the queue is empty and no responder is set: ``echo: `` and the
+        last user text, without the speaker tag netclaw puts in front (see
+        :func:`without_speaker`)."""
 
     @abstractmethod
     def _responder_failed(self, exc: Exception) -> web.Response:

@@ -6,8 +6,8 @@ per operation: ``fail("post", rate_limited(0.05))`` makes the next ``post`` rais
 error (before doing anything), as the real port does when Discord answers 429.
 
 :class:`FakeDiscordServer` stands in for Discord itself behind the *real* port: a small REST
-API (``/api/v10``: login, application info, threads, messages, reactions, typing,
-interaction callbacks) and a gateway websocket (HELLO → IDENTIFY → READY + GUILD_CREATE,
+API (``/api/v10``: login, application info, threads, messages and channel history,
+reactions, typing, interaction callbacks; attachments on a CDN path) and a gateway websocket (HELLO → IDENTIFY → READY + GUILD_CREATE,
 then the dispatches a test pushes: messages, button presses), on its own loop thread.
 :meth:`FakeDiscordServer.install` points discord.py at it.
 Only what netclaw's client uses is implemented.
@@ -27,7 +27,7 @@ from typing import Any
 
 from aiohttp import web
 
-from adapters.discord_bot import MESSAGE_LIMIT, DiscordApiError
+from adapters.discord_bot import MESSAGE_LIMIT, DiscordApiError, DiscordMessage
 from tests.fakes.chat_port import FakeChatPort
 
 
@@ -50,6 +50,22 @@ class FakeDiscordPort(FakeChatPort):
     def __init__(self) -> None:
         super().__init__()
         self.threads: list[FakeThread] = []
+        self.earlier: dict[str, list[DiscordMessage]] = {}  # channel -> its history, oldest first
+        self.attachments: dict[str, bytes] = {}  # url -> bytes
+
+    async def history(self, channel_id: str, before: str, limit: int) -> list[DiscordMessage]:
+        self._enter("history")
+        found = [m for m in self.earlier.get(channel_id, []) if int(m.message_id) < int(before)]
+        return found[-limit:] if limit > 0 else []
+
+    async def download(self, url: str, max_bytes: int) -> bytes:
+        self._enter("download")
+        data = self.attachments.get(url)
+        if data is None:
+            raise DiscordApiError(f"no attachment at {url}", status=404)
+        if len(data) > max_bytes:
+            raise DiscordApiError(f"the attachment is larger than {max_bytes:,} bytes")
+        return data
 
     async def create_thread(self, channel_id: str, message_id: str, name: str) -> str:
         self._enter("create_thread")
@@ -116,6 +132,7 @@ class FakeDiscordServer:
         self.rate_limited: list[str] = []  # paths answered with 429
         self._limits: deque[float] = deque()  # retry_after for the next message POSTs
         self._nonces: dict[str, str] = {}
+        self.cdn: dict[str, bytes] = {}  # attachment url -> bytes
         self._ids = itertools.count(800_001)
         self._seq = itertools.count(1)
         self._ws: web.WebSocketResponse | None = None
@@ -161,13 +178,34 @@ class FakeDiscordServer:
         *,
         channel_id: str | None = None,
         author_id: str = "42",
+        author_name: str = "alice",
         mentions_bot: bool = False,
+        attachments: list[tuple[str, str, bytes]] | None = None,
+        dispatch: bool = True,
     ) -> str:
-        """A person writes a message: MESSAGE_CREATE on the gateway. Returns its id."""
-        message = self._message(channel_id or self.channel_id, content, user_payload(author_id, "alice"))
+        """A person writes a message: MESSAGE_CREATE on the gateway (unless ``dispatch`` is
+        False: it is only in the channel's history). ``attachments``: (name, mime type,
+        bytes), served from the fake CDN. Returns its id."""
+        message = self._message(channel_id or self.channel_id, content, user_payload(author_id, author_name))
         if mentions_bot:
             message["mentions"] = [self.bot]
-        asyncio.run_coroutine_threadsafe(self._dispatch("MESSAGE_CREATE", message), self._loop).result(10)
+        for name, mime, data in attachments or []:
+            aid = str(next(self._ids))
+            url = f"http://127.0.0.1:{self.port}/attachments/{message['channel_id']}/{aid}/{name}"
+            self.cdn[url] = data
+            message["attachments"].append(
+                {
+                    "id": aid,
+                    "filename": name,
+                    "size": len(data),
+                    "url": url,
+                    "proxy_url": url,
+                    "content_type": mime,
+                }
+            )
+        self.messages[message["id"]] = message
+        if dispatch:
+            asyncio.run_coroutine_threadsafe(self._dispatch("MESSAGE_CREATE", message), self._loop).result(10)
         return str(message["id"])
 
     def press_button(self, message_id: str, custom_id: str, *, user_id: str = "42") -> str:
@@ -235,6 +273,8 @@ class FakeDiscordServer:
         app.router.add_delete(f"{api}/channels/{{cid}}/messages/{{mid}}/reactions/{{emoji}}/@me", self._react)
         app.router.add_post(f"{api}/channels/{{cid}}/typing", self._typing)
         app.router.add_get(f"{api}/channels/{{cid}}", self._channel)
+        app.router.add_get(f"{api}/channels/{{cid}}/messages", self._history)
+        app.router.add_get("/attachments/{cid}/{aid}/{name}", self._attachment)
         app.router.add_post(f"{api}/interactions/{{iid}}/{{token}}/callback", self._interaction_callback)
         app.router.add_post(f"{api}/webhooks/{{app_id}}/{{token}}", self._followup)
         app.router.add_get("/gateway", self._gateway)
@@ -339,6 +379,23 @@ class FakeDiscordServer:
             self._nonces[nonce] = message["id"]
         self.messages[message["id"]] = message
         return _json(message)
+
+    async def _history(self, request: web.Request) -> web.Response:
+        """A channel's messages before ``before``, newest first, at most ``limit``."""
+        cid = request.match_info["cid"]
+        before = int(request.query.get("before") or 2**63)
+        limit = int(request.query.get("limit") or 50)
+        found = sorted(
+            (m for m in list(self.messages.values()) if m["channel_id"] == cid and int(m["id"]) < before),
+            key=lambda m: -int(m["id"]),
+        )
+        return _json(found[:limit])
+
+    async def _attachment(self, request: web.Request) -> web.Response:
+        data = self.cdn.get(str(request.url.with_query(None)))
+        if data is None:
+            return web.Response(status=404, text="not found")
+        return web.Response(body=data, content_type="application/octet-stream")
 
     async def _edit(self, request: web.Request) -> web.Response:
         message = self.messages.get(request.match_info["mid"])

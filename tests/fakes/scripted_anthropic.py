@@ -43,6 +43,7 @@ from tests.fakes._scripted_server import (
     reply_fields,
     request_messages,
     run_cli,
+    without_speaker,
 )
 
 __all__ = [
@@ -456,7 +457,7 @@ class ScriptedAnthropic(ScriptedServer[Reply, ErrorReply]):
         ]
 
     def _echo(self, body: dict[str, Any]) -> Reply:
-        return Reply(text=f"echo: {_last_user_text(body)}")
+        return Reply(text=f"echo: {without_speaker(_last_user_text(body))}")
 
     def _responder_failed(self, exc: Exception) -> web.Response:
         return web.json_response(_error_json("api_error", f"scripted responder raised {exc!r}"), status=500)

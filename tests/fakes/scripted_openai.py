@@ -34,6 +34,7 @@ from tests.fakes._scripted_server import (
     reply_fields,
     request_messages,
     run_cli,
+    without_speaker,
 )
 
 __all__ = [
@@ -237,7 +238,7 @@ class ScriptedOpenAI(ScriptedServer[Reply, ErrorReply]):
         return [_content_text(m.get("content")) for m in request_messages(body)]
 
     def _echo(self, body: dict[str, Any]) -> Reply:
-        return Reply(text=f"echo: {_last_user_text(body)}")
+        return Reply(text=f"echo: {without_speaker(_last_user_text(body))}")
 
     def _responder_failed(self, exc: Exception) -> web.Response:
         return web.json_response(

@@ -3,14 +3,20 @@
 :class:`FakeSlack` is a real aiohttp server on 127.0.0.1:
 
 - ``/api/<method>`` answers ``auth.test``, ``apps.connections.open``, ``chat.postMessage``,
-  ``chat.update``, ``chat.delete``, ``reactions.add``, ``reactions.remove`` and
-  ``conversations.replies`` the way Slack does (query, form or JSON arguments; the token
+  ``chat.update``, ``chat.delete``, ``reactions.add``, ``reactions.remove``,
+  ``conversations.replies``, ``conversations.history``, ``users.info``, the file upload
+  flow (``files.getUploadURLExternal`` → POST the bytes → ``files.completeUploadExternal``),
+  the streaming methods (``chat.startStream`` / ``appendStream`` / ``stopStream``, when
+  ``streaming`` is on) and ``assistant.threads.setStatus`` the way Slack does (query, form or JSON arguments; the token
   in ``Authorization: Bearer``; HTTP 200 with ``{"ok": false, "error"}`` for errors, 429
   with ``Retry-After`` for rate limits). It keeps the channels' messages, so a
   post, an edit and a reply lookup agree with each other, and records every call.
 - ``/socket`` is the Socket Mode WebSocket that ``apps.connections.open`` hands out. It
   sends ``hello`` on connect; tests push real ``events_api`` envelopes and the fake
   records the acknowledgements (``{"envelope_id": ...}``) the client sends back.
+- ``/files/<id>/<name>`` serves a file a person shared (:meth:`FakeSlack.say` with
+  ``files``) to a request carrying the bot token, as ``url_private_download`` does; without
+  it, Slack's login page (HTML).
 
 Scripting: :meth:`FakeSlack.fail_next` answers the next N calls of a method with an
 error (a 429 with Retry-After by default); :meth:`FakeSlack.drop_next` carries out the
@@ -105,6 +111,9 @@ class FakeSlack:
         self._events = itertools.count(1)
         self._changed = asyncio.Condition()
         self.files: dict[str, dict[str, Any]] = {}  # file id -> {"name", "length", "data"}
+        self.users: dict[str, str] = {"U1": "Alice", "U2": "Bob", "U3": "Carol"}  # id -> display name
+        self.streaming = False  # chat.startStream & co. answer (a workspace with AI apps)
+        self.statuses: list[dict[str, Any]] = []  # assistant.threads.setStatus calls
         self.ephemeral: list[
             dict[str, Any]
         ] = []  # chat.postEphemeral: {"channel", "user", "text", "thread_ts"}
@@ -127,6 +136,7 @@ class FakeSlack:
         app.router.add_route("*", "/api/{method}", self._api)
         app.router.add_get("/socket", self._socket)
         app.router.add_post("/upload/{file_id}", self._upload)
+        app.router.add_get("/files/{file_id}/{name}", self._download)
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await runner.setup()
         site = web.TCPSite(runner, self.host, self._port)
@@ -171,6 +181,23 @@ class FakeSlack:
         """Carry out the next ``count`` calls of ``method``, then drop the connection unanswered."""
         self._drops[method] = self._drops.get(method, 0) + count
 
+    def share_file(self, name: str, mime_type: str, data: bytes) -> dict[str, Any]:
+        """A file a person uploads: stored, and described as a message event's ``files``."""
+        file_id = f"F{next(self._clock):06d}"
+        self.files[file_id] = {"name": name, "length": len(data), "data": data, "shared": True}
+        url = f"http://{self.host}:{self.port}/files/{file_id}/{name}"
+        return {
+            "id": file_id,
+            "name": name,
+            "title": name,
+            "mimetype": mime_type,
+            "filetype": name.rsplit(".", 1)[-1],
+            "size": len(data),
+            "mode": "hosted",
+            "url_private": url,
+            "url_private_download": url + "?download=1",
+        }
+
     def next_ts(self) -> str:
         """A new, increasing message timestamp in Slack's ``seconds.micros`` form."""
         n = next(self._clock)
@@ -186,8 +213,10 @@ class FakeSlack:
         user: str = "U1",
         thread_ts: str | None = None,
         channel_type: str = "channel",
+        files: list[tuple[str, str, bytes]] | None = None,
     ) -> dict[str, Any]:
-        """Store a person's message and return its ``message`` event (not yet sent)."""
+        """Store a person's message and return its ``message`` event (not yet sent);
+        ``files`` are (name, mime type, bytes) shared with it (a ``file_share``)."""
         ts = self.next_ts()
         event: dict[str, Any] = {
             "type": "message",
@@ -203,6 +232,9 @@ class FakeSlack:
         }
         if thread_ts is not None:
             event["thread_ts"] = thread_ts
+        if files:
+            event["subtype"] = "file_share"
+            event["files"] = [self.share_file(name, mime, data) for name, mime, data in files]
         stored = {k: v for k, v in event.items() if k not in ("channel", "event_ts", "channel_type")}
         self.messages.setdefault(channel, []).append(stored)
         return event
@@ -215,11 +247,14 @@ class FakeSlack:
         user: str = "U1",
         thread_ts: str | None = None,
         channel_type: str = "channel",
+        files: list[tuple[str, str, bytes]] | None = None,
     ) -> tuple[str, list[dict[str, Any]]]:
         """A person writes: store the message and push the events Slack would send for it —
         a ``message`` event and, when it mentions the bot outside a DM, an ``app_mention``
         (each with its own event id). Returns the message ts and the envelopes pushed."""
-        event = self.user_message(channel, text, user=user, thread_ts=thread_ts, channel_type=channel_type)
+        event = self.user_message(
+            channel, text, user=user, thread_ts=thread_ts, channel_type=channel_type, files=files
+        )
         envelopes = []
         if f"<@{BOT_USER_ID}" in text and channel_type != "im":
             mention = {k: v for k, v in event.items() if k not in ("channel_type", "blocks") and k != "type"}
@@ -562,15 +597,20 @@ class FakeSlack:
         if not channel:
             return {"ok": False, "error": "channel_not_found"}
         oldest = float(args.get("oldest") or 0)
+        latest = float(args.get("latest") or "inf")
+        inclusive = str(args.get("inclusive", "")).lower() in ("1", "true")
         with_metadata = str(args.get("include_all_metadata", "")).lower() in ("1", "true")
         found = [
             m
             for m in self.messages.get(channel, [])
-            if m.get("thread_ts") in (None, m["ts"]) and float(m["ts"]) >= oldest
+            if m.get("thread_ts") in (None, m["ts"])
+            and float(m["ts"]) >= oldest
+            and (float(m["ts"]) < latest or (inclusive and float(m["ts"]) == latest))
         ]
+        limit = int(args.get("limit") or 100)
         shown = [
             _public(m, with_metadata=with_metadata) for m in sorted(found, key=lambda m: -float(m["ts"]))
-        ]
+        ][:limit]
         return {"ok": True, "messages": shown, "has_more": False, "response_metadata": {"next_cursor": ""}}
 
     def _upload_url(self, args: dict[str, Any]) -> dict[str, Any]:
@@ -585,6 +625,20 @@ class FakeSlack:
             "file_id": file_id,
             "upload_url": f"http://{self.host}:{self.port}/upload/{file_id}",
         }
+
+    async def _download(self, request: web.Request) -> web.Response:
+        entry = self.files.get(request.match_info["file_id"])
+        self.calls.append(
+            ApiCall(
+                "files.download", {"file": request.match_info["file_id"]}, None, 200, None, time.monotonic()
+            )
+        )
+        if request.headers.get("Authorization") != f"Bearer {self.bot_token}":
+            # What Slack does without a valid token: its sign-in page, not an error status.
+            return web.Response(text="<html>sign in</html>", content_type="text/html")
+        if entry is None or entry.get("data") is None:
+            return web.Response(status=404, text="file not found")
+        return web.Response(body=entry["data"], content_type="application/octet-stream")
 
     async def _upload(self, request: web.Request) -> web.Response:
         entry = self.files.get(request.match_info["file_id"])
@@ -618,7 +672,74 @@ class FakeSlack:
             self.messages.setdefault(channel, []).append(message)
         return {"ok": True, "files": shown}
 
+    def _users_info(self, args: dict[str, Any]) -> dict[str, Any]:
+        user = str(args.get("user") or "")
+        name = self.users.get(user)
+        if name is None:
+            return {"ok": False, "error": "user_not_found"}
+        return {
+            "ok": True,
+            "user": {
+                "id": user,
+                "name": name.lower(),
+                "real_name": f"{name} Example",
+                "profile": {"display_name": name, "real_name": f"{name} Example"},
+            },
+        }
+
+    def _start_stream(self, args: dict[str, Any]) -> dict[str, Any]:
+        if not self.streaming:
+            return {"ok": False, "error": "unknown_method"}
+        if not args.get("thread_ts"):
+            return {"ok": False, "error": "invalid_arguments"}
+        result = self._post_message(
+            {
+                "channel": args.get("channel"),
+                "thread_ts": args["thread_ts"],
+                "text": args.get("markdown_text") or "",
+            }
+            | {"blocks": [{"type": "stream"}]}
+        )
+        if result.get("ok"):
+            message = self.find(str(args["channel"]), str(result["ts"]))
+            assert message is not None
+            message["streaming"] = True
+            message["markdown"] = str(args.get("markdown_text") or "")
+        return result
+
+    def _append_stream(self, args: dict[str, Any]) -> dict[str, Any]:
+        message = self.find(str(args.get("channel")), str(args.get("ts")))
+        if message is None:
+            return {"ok": False, "error": "message_not_found"}
+        if not message.get("streaming"):
+            return {"ok": False, "error": "message_not_in_streaming_state"}
+        message["markdown"] += str(args.get("markdown_text") or "")
+        message["text"] = message["markdown"]
+        return {"ok": True, "channel": args["channel"], "ts": message["ts"]}
+
+    def _stop_stream(self, args: dict[str, Any]) -> dict[str, Any]:
+        result = self._append_stream(args)
+        if result.get("ok"):
+            message = self.find(str(args.get("channel")), str(args.get("ts")))
+            assert message is not None
+            message["streaming"] = False
+            metadata = args.get("metadata")
+            if metadata:
+                message["metadata"] = json.loads(metadata) if isinstance(metadata, str) else metadata
+        return result
+
+    def _set_status(self, args: dict[str, Any]) -> dict[str, Any]:
+        if not self.streaming:
+            return {"ok": False, "error": "unknown_method"}
+        self.statuses.append({k: args.get(k) for k in ("channel_id", "thread_ts", "status")})
+        return {"ok": True}
+
     _METHODS: dict[str, Callable[[FakeSlack, dict[str, Any]], dict[str, Any]]] = {
+        "users.info": _users_info,
+        "chat.startStream": _start_stream,
+        "chat.appendStream": _append_stream,
+        "chat.stopStream": _stop_stream,
+        "assistant.threads.setStatus": _set_status,
         "files.getUploadURLExternal": _upload_url,
         "files.completeUploadExternal": _complete_upload,
         "auth.test": _auth_test,

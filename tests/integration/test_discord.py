@@ -27,6 +27,7 @@ from adapters.chat import MUST_DELIVER, Button, Conversation, retry_verdict, spl
 from adapters.discord_bot import (
     DiscordAdapter,
     DiscordApiError,
+    DiscordAttachment,
     DiscordMessage,
     rate_limited,
     thread_name,
@@ -528,6 +529,7 @@ def test_normalise_real_discord_messages() -> None:
             author_id=ALICE,
             text="hi @Alice",
             mentioned=True,
+            author_name="Alice",
         )
 
         in_thread = normalise(world.message("more", channel=world.thread), BOT_ID)
@@ -551,9 +553,13 @@ def test_normalise_real_discord_messages() -> None:
             "size": 3,
             "url": "https://cdn/x/log.txt",
             "proxy_url": "p",
+            "content_type": "text/plain; charset=utf-8",
         }
         with_file = normalise(world.message(f"<@{BOT_ID}> see", attachments=[attachment]), BOT_ID)
-        assert with_file is not None and with_file.text == "see\n[attachment: log.txt https://cdn/x/log.txt]"
+        assert with_file is not None and with_file.text == "see"  # the file travels as a file, not a link
+        assert with_file.attachments == (
+            DiscordAttachment("log.txt", "https://cdn/x/log.txt", "text/plain; charset=utf-8", 3),
+        )
 
         assert normalise(world.message("", type=6), BOT_ID) is None  # "pinned a message"
         assert normalise(world.message("", type=21, channel=world.thread), BOT_ID) is None  # thread starter

@@ -160,11 +160,19 @@ async def test_the_default_context_is_personal(registry: ToolRegistry, store: Sq
 
 class BrokenStore:
     async def add(
-        self, items: Sequence[NewMemory], *, session_id: str, audience: str, turn: int | None = None
+        self,
+        items: Sequence[NewMemory],
+        *,
+        session_id: str,
+        audience: str,
+        turn: int | None = None,
+        scope: str | None = None,
     ) -> list[Memory]:
         raise JournalError("database is locked")
 
-    async def search(self, query: str, *, audience: str | None = None, limit: int = 5) -> list[Memory]:
+    async def search(
+        self, query: str, *, audience: str | None = None, scope: str | None = None, limit: int = 5
+    ) -> list[Memory]:
         raise JournalError("database is locked")
 
     async def count(self) -> int:
