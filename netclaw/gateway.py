@@ -34,7 +34,7 @@ from netclaw.commands import HELP_TEXT, Command, parse_command
 from netclaw.config import ChannelAccess, LiveSettings, Settings
 from netclaw.errors import ApprovalNotFound, InvalidInput, NotAnApprover, OutcomeUnknown, SessionUnavailable
 from netclaw.history.tokens import fallback_count
-from netclaw.messages import Attachment, ChatMessage, PriorMessage, prior_block
+from netclaw.messages import Attachment, ChatMessage, PriorMessage, bounded_prior, prior_block
 from netclaw.outputs import OutputFilter
 from netclaw.persistence import Journal, Memory, MemoryStore, ReminderStore, UsageKey, UsageRow
 from netclaw.policy import ChatEvent, Place, audience_of, channel_of, denial_reason
@@ -277,15 +277,10 @@ class Gateway:
         platform = channel_of(inbound.session_id)
         access = self._access(platform) if platform in ("slack", "discord") else ChannelAccess()
         max_messages, max_tokens = access.thread_context_messages, access.thread_context_tokens
-        kept: list[PriorMessage] = []
-        tokens = 0
-        for message in reversed(inbound.prior[-max_messages:] if max_messages else ()):
-            tokens += fallback_count(message.text) + 4
-            if tokens > max_tokens:
-                break
-            kept.append(message)
-        kept.reverse()
-        return prior_block(kept, left_out=len(inbound.prior) - len(kept))
+        kept, left_out = bounded_prior(
+            inbound.prior, max_messages=max_messages, max_tokens=max_tokens, count=fallback_count
+        )
+        return prior_block(kept, left_out=left_out)
 
     async def submit_chat(self, permit: ChatPermit, inbound: Inbound) -> Admission | CommandDone:
         """A chat-platform message that has its permit (for a session of its platform). A

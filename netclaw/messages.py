@@ -8,7 +8,7 @@ token counts and journal references can be keyed by it.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
@@ -235,6 +235,22 @@ def prior_block(messages: Sequence[PriorMessage], *, left_out: int = 0) -> str |
     return "\n".join(lines)
 
 
+def bounded_prior(
+    messages: Sequence[PriorMessage], *, max_messages: int, max_tokens: int, count: Callable[[str], int]
+) -> tuple[list[PriorMessage], int]:
+    """The newest of ``messages`` within both bounds (``count`` estimates a text's tokens),
+    oldest first, and how many were left out."""
+    kept: list[PriorMessage] = []
+    tokens = 0
+    for message in reversed(messages[-max_messages:] if max_messages > 0 else ()):
+        tokens += count(message.text) + 4  # the speaker tag and line
+        if tokens > max_tokens:
+            break
+        kept.append(message)
+    kept.reverse()
+    return kept, len(messages) - len(kept)
+
+
 def attachment_note(file: Attachment, *, vision: bool) -> str:
     """A file as the model reads it in the message text."""
     size = f"{file.size:,} bytes"
@@ -256,7 +272,10 @@ def model_text(msg: ChatMessage, *, vision: bool = False) -> str:
     if msg.role != "user" or (msg.user_name is None and msg.prior is None and not msg.files):
         return msg.content
     parts = [msg.prior] if msg.prior else []
-    parts.append(speaker_line(msg.user_name, msg.content))
+    if msg.content:
+        parts.append(speaker_line(msg.user_name, msg.content))
+    elif msg.user_name:  # files without a comment: still who sent them
+        parts.append(f"[{msg.user_name}]")
     parts += [attachment_note(f, vision=vision) for f in msg.files]
     return "\n\n".join(parts)
 

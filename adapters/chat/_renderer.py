@@ -454,7 +454,8 @@ class ChatRenderer:
                 reply = self._reply_for(link, turn)
                 reply.text += delta
                 reply.dirty = True
-                if not reply.pieces or time.monotonic() - reply.last_sync >= self.options.edit_interval_s:
+                first = not reply.pieces and reply.stream is None  # shown at once, the rest throttled
+                if first or time.monotonic() - reply.last_sync >= self.options.edit_interval_s:
                     await self._sync(link)
             case out.Text(turn=turn, text=text):
                 await self._final_text(link, turn, text)

@@ -18,9 +18,24 @@ from collections import defaultdict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from adapters.chat import Button, ChatApiError, Conversation, MessageRef
+from adapters.chat import Button, ChatApiError, Conversation, MessageRef, StreamingUnsupported, new_key
 
-OPS = ("post", "edit", "delete", "react", "typing", "upload", "post_buttons", "create_thread", "find_posted")
+OPS = (
+    "post",
+    "edit",
+    "delete",
+    "react",
+    "typing",
+    "upload",
+    "post_buttons",
+    "create_thread",
+    "find_posted",
+    "history",
+    "download",
+    "stream_start",
+    "stream_append",
+    "stream_stop",
+)
 
 
 @dataclass
@@ -203,3 +218,44 @@ class FakeChatPort:
             if time.monotonic() > deadline:
                 raise AssertionError(f"timed out after {timeout}s waiting for {what}")
             time.sleep(0.02)
+
+
+class FakeStreamingPort(FakeChatPort):
+    """A chat port that streams natively (Slack's ``chat.startStream`` & co.): a streamed
+    message grows with each append and is closed once, carrying a key. With ``supported``
+    False, ``stream_start`` refuses, as a workspace without AI apps does."""
+
+    def __init__(self, *, supported: bool = True) -> None:
+        super().__init__()
+        self.supported = supported
+        self.streaming: set[str] = set()  # message ids still open
+        self.stream_log: list[tuple[str, str]] = []  # ("start"|"append"|"stop", text)
+        self.stop_keys: dict[str, str] = {}  # message id -> key it was closed with
+
+    async def stream_start(self, to: Conversation, text: str) -> str:
+        self._enter("stream_start")
+        if not self.supported:
+            raise StreamingUnsupported("no streaming in this workspace")
+        message_id = self._store(to, text, new_key())
+        with self._lock:
+            self.streaming.add(message_id)
+            self.stream_log.append(("start", text))
+        return message_id
+
+    async def stream_append(self, to: Conversation, message_id: str, text: str) -> None:
+        self._enter("stream_append")
+        with self._lock:
+            assert message_id in self.streaming, "append to a closed stream"
+            message = self._own(to.channel, message_id)
+            message.text += text
+            self.stream_log.append(("append", text))
+
+    async def stream_stop(self, to: Conversation, message_id: str, text: str, *, key: str) -> None:
+        self._enter("stream_stop")
+        with self._lock:
+            assert message_id in self.streaming, "stop of a closed stream"
+            message = self._own(to.channel, message_id)
+            message.text += text
+            self.streaming.discard(message_id)
+            self.stop_keys[message_id] = key
+            self.stream_log.append(("stop", text))

@@ -208,6 +208,12 @@ class FakeDiscordServer:
             asyncio.run_coroutine_threadsafe(self._dispatch("MESSAGE_CREATE", message), self._loop).result(10)
         return str(message["id"])
 
+    def people_thread(self, name: str, *, owner_id: str = "42") -> str:
+        """A thread people opened in the channel (not the bot: no session yet). Its id."""
+        thread = self._thread_payload(str(next(self._ids)), name, self.channel_id, owner_id, None)
+        self.threads.append(thread)
+        return str(thread["id"])
+
     def press_button(self, message_id: str, custom_id: str, *, user_id: str = "42") -> str:
         """A person presses a button on a bot message: INTERACTION_CREATE (a message
         component) on the gateway. Returns the interaction id."""
@@ -335,29 +341,47 @@ class FakeDiscordServer:
 
     async def _create_thread(self, request: web.Request) -> web.Response:
         body = await request.json()
-        thread = {
-            "id": str(next(self._ids)),
+        thread = self._thread_payload(
+            str(next(self._ids)),
+            body["name"],
+            request.match_info["cid"],
+            self.bot_id,
+            request.match_info["mid"],
+            body.get("auto_archive_duration", 1440),
+        )
+        self.threads.append(thread)
+        if self.announce_threads:
+            await self._dispatch("THREAD_CREATE", {**thread, "newly_created": True})
+        return _json(thread, status=201)
+
+    def _thread_payload(
+        self,
+        thread_id: str,
+        name: str,
+        parent_id: str,
+        owner_id: str,
+        starter: str | None,
+        archive: int = 1440,
+    ) -> dict[str, Any]:
+        return {
+            "id": thread_id,
             "type": 11,
-            "name": body["name"],
+            "name": name,
             "guild_id": self.guild_id,
-            "parent_id": request.match_info["cid"],
-            "owner_id": self.bot_id,
+            "parent_id": parent_id,
+            "owner_id": owner_id,
             "message_count": 0,
             "member_count": 1,
             "rate_limit_per_user": 0,
             "flags": 0,
             "thread_metadata": {
                 "archived": False,
-                "auto_archive_duration": body.get("auto_archive_duration", 1440),
+                "auto_archive_duration": archive,
                 "archive_timestamp": TIMESTAMP,
                 "locked": False,
             },
-            "starter_message_id": request.match_info["mid"],
+            "starter_message_id": starter,
         }
-        self.threads.append(thread)
-        if self.announce_threads:
-            await self._dispatch("THREAD_CREATE", {**thread, "newly_created": True})
-        return _json(thread, status=201)
 
     async def _send(self, request: web.Request) -> web.Response:
         if self._limits:

@@ -21,14 +21,22 @@ from typing import Any
 
 import pytest
 
-from adapters.chat import ButtonClick, ChatApiError, ChatRenderer, Conversation, MessageRef, RenderOptions
+from adapters.chat import (
+    ButtonClick,
+    ChatApiError,
+    ChatRenderer,
+    Conversation,
+    MessageRef,
+    RenderOptions,
+    outbox_key,
+)
 from netclaw import outputs as out
 from netclaw.errors import NotAnApprover, SessionUnavailable
 from netclaw.gateway import Admission, ChatPermit, Inbound, Subscription
 from netclaw.policy import ChatEvent
 from netclaw.sessions import OutputQueue
 from tests.conftest import DaemonHandle
-from tests.fakes.chat_port import FakeChatPort
+from tests.fakes.chat_port import FakeChatPort, FakeStreamingPort
 from tests.fakes.scripted_openai import ErrorReply, Reply, ScriptedOpenAIThread
 
 SID = "fake:1"
@@ -631,3 +639,77 @@ def test_after_a_reconnect_a_real_silent_session_is_followed_again(
     io.run(reconnect(), 5)
     assert following(live) == ["fake:recon"]
     port.wait_for(lambda: port.texts("C1") == ["echo: long job"] and not port.reactions, what="the reply")
+
+
+# -- native streaming ---------------------------------------------------------------------------
+
+IN_THREAD = Conversation("C1", "T1")
+
+
+@pytest.fixture
+async def streaming() -> AsyncIterator[tuple[ChatRenderer, StandInGateway, FakeStreamingPort]]:
+    gateway = StandInGateway()
+    port = FakeStreamingPort()
+    renderer = ChatRenderer(gateway, port, OPTIONS)  # type: ignore[arg-type]
+    try:
+        yield renderer, gateway, port
+    finally:
+        await renderer.stop()
+
+
+async def admit_in_thread(renderer: ChatRenderer, gateway: StandInGateway, message_id: str) -> None:
+    gateway.admissions.append(Admission(SID, message_id, duplicate=False))
+    await renderer.submit(PERMIT, Inbound(SID, "hi"), IN_THREAD, MessageRef("C1", "m1"))
+
+
+async def test_a_streamed_reply_is_one_growing_message_closed_with_the_outbox_key(streaming: Any) -> None:
+    renderer, gateway, port = streaming
+    await admit_in_thread(renderer, gateway, "u1")
+    gateway.push(delta("Hello"))
+    await until(lambda: port.stream_log == [("start", "Hello")], what="the stream opened")
+    for word in (" there", ",", " friend"):
+        gateway.push(delta(word))
+        await asyncio.sleep(0.09)
+    gateway.push(final("Hello there, friend!"), done("u1"))
+    await until(lambda: not port.streaming and port.stream_log[-1][0] == "stop", what="the stream closed")
+    [message] = port.in_channel("C1")
+    assert message.text == "Hello there, friend!" and not message.edits
+    assert port.count("post") == 0 and port.count("edit") == 0
+    assert port.stop_keys[message.id] == outbox_key(SID, 1, 0)
+    assert [m for m, _ in gateway.delivered.items()] == [1]  # recorded as shown, with its id
+    assert gateway.delivered[1] == [message.id]
+    assert len([e for e in port.stream_log if e[0] == "append"]) <= 2  # throttled, not per delta
+
+
+async def test_a_final_text_the_stream_cannot_show_is_edited_in(streaming: Any) -> None:
+    renderer, gateway, port = streaming
+    await admit_in_thread(renderer, gateway, "u1")
+    gateway.push(delta("a draft that gets rewritten"))
+    await until(lambda: port.streaming, what="the stream opened")
+    gateway.push(final("The final answer."), done("u1"))
+    await until(lambda: port.texts("C1") == ["The final answer."], what="the rewrite")
+    assert not port.streaming and port.count("post") == 0  # closed, then edited in place
+
+
+async def test_an_error_closes_an_open_stream(streaming: Any) -> None:
+    renderer, gateway, port = streaming
+    await admit_in_thread(renderer, gateway, "u1")
+    gateway.push(delta("half an answer"))
+    await until(lambda: port.streaming, what="the stream opened")
+    gateway.push(out.Error(session_id=SID, code="provider_error", message="the model went away"))
+    await until(lambda: not port.streaming, what="the stream closed")
+    assert any("the model went away" in t for t in port.texts("C1"))
+
+
+async def test_without_streaming_the_renderer_posts_and_stops_asking(harness: Any) -> None:
+    gateway = StandInGateway()
+    port = FakeStreamingPort(supported=False)
+    renderer = ChatRenderer(gateway, port, OPTIONS)  # type: ignore[arg-type]
+    try:
+        for turn, message_id in ((1, "u1"), (2, "u2")):
+            await admit_in_thread(renderer, gateway, message_id)
+            gateway.push(delta(f"reply {turn}", turn), final(f"reply {turn}", turn), done(message_id, turn))
+        await until(lambda: port.texts("C1") == ["reply 1", "reply 2"], what="two posted replies")
+        assert port.count("stream_start") == 1
+    finally:
+        await renderer.stop()
