@@ -140,7 +140,7 @@ class DiscordAdapter:
             if importlib.util.find_spec("discord") is None:
                 raise AdapterError(
                     "discord: the discord.py library is not installed; install it with "
-                    "pip install 'netclaw[discord]'"
+                    "pip install '.[discord]' in the netclaw checkout"
                 )
         except AdapterError as exc:
             self._status = AdapterStatus("disabled", str(exc))

@@ -105,7 +105,7 @@ class SlackAdapter:
             if importlib.util.find_spec(library) is None:
                 raise AdapterError(
                     f"the Slack adapter needs slack-bolt and slack-sdk ({library} is missing); install "
-                    "them with pip install 'netclaw[slack]'"
+                    "them with pip install '.[slack]' in the netclaw checkout"
                 )
         if not self.config.channels and not self.config.allow_dms:
             log.warning("slack: no channels are allowed and DMs are off, so nobody can talk to the bot")
@@ -292,7 +292,7 @@ class SlackAdapter:
         files, refused = await self._download(port, shared)
         inbound = Inbound(
             session_id=session_id,
-            text=clean or ("" if files else EMPTY_MENTION_TEXT),
+            text=clean or (EMPTY_MENTION_TEXT if mentioned and not files else ""),
             user=user,
             identity=f"slack:{event_id}" if event_id else f"slack:{channel}:{ts}",
             user_name=name,
