@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from aiohttp import web
+from aiohttp import BodyPartReader, web
 
 from adapters.discord_bot import MESSAGE_LIMIT, DiscordApiError, DiscordMessage
 from tests.fakes.chat_port import FakeChatPort
@@ -250,6 +250,15 @@ class FakeDiscordServer:
         ).result(10)
         return str(interaction["id"])
 
+    def bot_files(self, channel_id: str) -> list[tuple[str, bytes]]:
+        """(name, bytes) of every file the bot attached in the channel, in order."""
+        return [
+            (a["filename"], self.cdn[a["url"]])
+            for m in list(self.messages.values())
+            if m["channel_id"] == channel_id and m["author"]["id"] == self.bot_id
+            for a in m["attachments"]
+        ]
+
     def bot_messages(self, channel_id: str) -> list[str]:
         return [
             m["content"]
@@ -392,12 +401,30 @@ class FakeDiscordServer:
                 status=429,
                 headers={"Via": "1.1 google", "Retry-After": str(max(1, round(retry_after)))},
             )
-        body = await request.json()
+        files: list[tuple[str, bytes]] = []
+        if request.content_type.startswith("multipart/"):  # a message with files (discord.File)
+            body = {}
+            async for part in await request.multipart():
+                if not isinstance(part, BodyPartReader):
+                    continue
+                if part.name == "payload_json":
+                    body = json.loads(await part.text())
+                elif part.filename is not None:
+                    files.append((part.filename, bytes(await part.read())))
+        else:
+            body = await request.json()
         nonce = body.get("nonce")
         if nonce is not None and body.get("enforce_nonce") and nonce in self._nonces:
             return _json(self.messages[self._nonces[nonce]])
-        message = self._message(request.match_info["cid"], body["content"], self.bot)
+        message = self._message(request.match_info["cid"], body.get("content") or "", self.bot)
         message["components"] = body.get("components", [])
+        for name, data in files:
+            aid = str(next(self._ids))
+            url = f"http://127.0.0.1:{self.port}/attachments/{message['channel_id']}/{aid}/{name}"
+            self.cdn[url] = data
+            message["attachments"].append(
+                {"id": aid, "filename": name, "size": len(data), "url": url, "proxy_url": url}
+            )
         if nonce is not None:
             message["nonce"] = nonce
             self._nonces[nonce] = message["id"]

@@ -320,6 +320,28 @@ def test_a_discord_mention_mid_thread_brings_the_thread_once(
     assert sum("Earlier in this conversation" in str(c) for c in user_contents(scripted.requests[-1])) == 1
 
 
+def test_a_shared_file_is_attached_in_the_discord_thread(
+    discord_server: FakeDiscordServer,
+    start_daemon: Callable[..., DaemonHandle],
+    scripted: ScriptedOpenAIThread,
+    tmp_path: Path,
+) -> None:
+    server = discord_server
+    start_daemon(
+        discord={"enabled": True, "channels": [ALLOWED]}, tools={"workspace_dir": str(tmp_path / "ws")}
+    )
+    scripted.enqueue(
+        Reply(tool_calls=[ToolCallSpec("write_file", {"path": "notes.md", "content": "# Notes\n"})]),
+        Reply(tool_calls=[ToolCallSpec("share_file", {"path": "notes.md", "name": "meeting-notes.md"})]),
+        Reply(text="Attached."),
+    )
+    server.post_message(f"<@{BOT_ID}> write it up", mentions_bot=True)
+    server.wait_for(lambda: bool(server.threads), what="a thread")
+    thread = server.threads[0]["id"]
+    server.wait_for(lambda: server.bot_files(thread) == [("meeting-notes.md", b"# Notes\n")], what="the file")
+    server.wait_for(lambda: "Attached." in server.bot_messages(thread), what="the reply")
+
+
 # --------------------------------------------------------------------------- the API
 
 
