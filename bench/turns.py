@@ -54,7 +54,7 @@ from _common import daemon_settings, figure, info, log, machine_load, median, pe
 from _provider import ProviderProcess
 
 from netclaw.config import Settings
-from netclaw.daemon import Daemon
+from netclaw.daemon import Daemon, settle_heap
 from netclaw.gateway import Inbound
 from netclaw.messages import ChatMessage, system
 from netclaw.providers import ProviderRequest
@@ -439,6 +439,7 @@ def main() -> int:
             settings = settings_for(tmp / "data", provider.base_url)
             daemon = Daemon(settings)
             daemon.start()
+            settle_heap()  # as `netclaw run` does once it is up
             io_loop = daemon.io
             assert io_loop is not None
             ref = Reference(provider.base_url, settings.agent.system_prompt)

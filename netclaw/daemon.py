@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import fcntl
+import gc
 import logging
 import os
 import signal
@@ -420,6 +421,7 @@ class Daemon:
             try:
                 self.start()
                 assert self.io is not None
+                settle_heap()
                 self.notifier.ready(self.io.run(_call(self.status_line), 5))
                 if self.notifier.enabled:
                     self._heartbeat = self.io.submit(heartbeat(self.notifier, self.status_line))
@@ -495,6 +497,15 @@ def _compaction_provider(settings: Settings) -> Provider | None:
 def _default_provider(settings: Settings) -> Provider:
     main = settings.models.main
     return make_provider(main.provider, settings.providers[main.provider])
+
+
+def settle_heap() -> None:
+    """After start-up, in the serving process only: collect once, then move what start-up
+    made (modules, settings, clients, the tokenizer's tables) out of the collector's sight
+    (``gc.freeze``). A long-lived daemon's full collections then walk only what turns make,
+    which is where the rare 20-36 ms pauses behind the p99 came from."""
+    gc.collect()
+    gc.freeze()
 
 
 def run_daemon(config_path: str | None, log_level: str | None = None) -> int:

@@ -32,7 +32,7 @@ from netclaw.providers._base import (
     Usage,
 )
 from netclaw.providers._classify import classify_http_error, looks_like_overflow
-from netclaw.providers._http import HttpStreamingProvider, StreamAssembly, _int, _plain
+from netclaw.providers._http import HttpStreamingProvider, StreamAssembly, _int, _plain, plain_schema
 from netclaw.providers._images import image_base64, missing_note
 
 log = logging.getLogger("netclaw.providers")
@@ -268,7 +268,7 @@ def tool_to_wire(tool: ToolSchema) -> dict[str, Any]:
     return {
         "name": tool.name,
         "description": tool.description,
-        "input_schema": _plain(tool.parameters),
+        "input_schema": plain_schema(tool.parameters),
     }
 
 
@@ -526,12 +526,13 @@ class AnthropicProvider(HttpStreamingProvider[_Assembly]):
             raise ProviderProtocolError(f"provider {self.name!r}: response has no content")
         answer.add_message(data)
 
-    def _take_event(self, answer: _Assembly, event: str, payload: str) -> bool:
+    def _take_event(self, answer: _Assembly, event: str, payload: bytes) -> bool:
         try:
             data = json.loads(payload)
         except (ValueError, RecursionError) as exc:
+            shown = payload[:200].decode(errors="replace")
             raise ProviderProtocolError(
-                f"provider {self.name!r}: stream event {event or '?'!r} is not JSON: {payload[:200]}"
+                f"provider {self.name!r}: stream event {event or '?'!r} is not JSON: {shown}"
             ) from exc
         answer.add_event(event, data)
         return answer.done

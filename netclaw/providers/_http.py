@@ -13,7 +13,7 @@ import asyncio
 import json
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -49,6 +49,52 @@ def _plain(value: Any) -> Any:
     return value
 
 
+_SCHEMAS: dict[int, tuple[Any, Any]] = {}  # id(parameters) -> (parameters, plain copy)
+
+
+def plain_schema(parameters: Mapping[str, Any]) -> Any:
+    """A tool's parameter schema as plain JSON values, converted once per schema object (a
+    registered tool's schema is the same object every turn; the copy was a tenth of the
+    I/O loop's time)."""
+    hit = _SCHEMAS.get(id(parameters))
+    if hit is not None and hit[0] is parameters:  # the reference held below keeps the id unique
+        return hit[1]
+    plain = _plain(parameters)
+    if len(_SCHEMAS) >= 4096:
+        _SCHEMAS.clear()
+    _SCHEMAS[id(parameters)] = (parameters, plain)
+    return plain
+
+
+class WireCache:
+    """The JSON text of request parts that do not change between a session's requests —
+    each message (a transcript only grows) and each tool set — encoded once, not on every
+    turn. Bounded by characters held: past ``limit`` the oldest half of the parts is
+    dropped (an active session's parts come back on its next request)."""
+
+    def __init__(self, limit: int = 32_000_000) -> None:
+        self.limit = limit
+        self.size = 0  # characters held
+        self._parts: dict[Hashable, tuple[Any, str]] = {}
+
+    def text(self, key: Hashable, make: Callable[[], Any], *, holds: Any = None) -> str:
+        """The JSON text of ``make()``, cached under ``key``; ``holds`` is kept alive with
+        it (so an ``id()`` in the key cannot be reused by another object meanwhile)."""
+        hit = self._parts.get(key)
+        if hit is not None:
+            return hit[1]
+        text = json.dumps(make(), ensure_ascii=False, separators=(",", ":"))
+        if self.size + len(text) > self.limit:
+            for old in list(self._parts)[: len(self._parts) // 2 + 1]:
+                self.size -= len(self._parts.pop(old)[1])
+        self._parts[key] = (holds, text)
+        self.size += len(text)
+        return text
+
+    def __len__(self) -> int:
+        return len(self._parts)
+
+
 def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
@@ -56,30 +102,83 @@ def _int(value: Any) -> int:
 # --------------------------------------------------------------------------- SSE
 
 
-async def sse_events(lines: AsyncIterator[str]) -> AsyncGenerator[tuple[str, str], None]:
-    """``(event, data)`` of each server-sent event; ``event`` is "" when not named.
+_SSE_FIELDS = (b"data", b":", b"event", b"id", b"retry")
 
-    Comments and other fields are dropped; a final event without its blank line
-    still counts (some servers omit it).
-    """
-    event = ""
-    data: list[str] = []
-    async for line in lines:
-        if not line:
-            if data:
-                yield event, "\n".join(data)
-            event, data = "", []
-            continue
-        if line.startswith(":"):
-            continue
-        fieldname, _, value = line.partition(":")
-        value = value[1:] if value.startswith(" ") else value
-        if fieldname == "event":
-            event = value
-        elif fieldname == "data":
-            data.append(value)
-    if data:
-        yield event, "\n".join(data)
+
+class SseReader:
+    """Server-sent events from the raw bytes of a stream, in one pass: no text decoding of
+    the stream, no line objects for the parts an event is not made of. Each event is
+    ``(event name or "", data bytes)`` (data lines joined by ``\\n``); comments and other
+    fields are dropped; ``\\r\\n``, ``\\r`` and ``\\n`` all end a line, also when a chunk
+    splits them; a final event without its blank line still counts (:meth:`end`).
+    ``stray`` keeps the first few hundred characters of lines that are not SSE at all (to
+    report a body that is no event stream)."""
+
+    __slots__ = ("_buffer", "_cr", "stray")
+
+    def __init__(self) -> None:
+        self._buffer = b""
+        self._cr = False  # the last chunk ended in "\r": its "\n" may come next
+        self.stray: list[str] = []
+
+    def feed(self, chunk: bytes) -> list[tuple[str, bytes]]:
+        if self._cr:
+            chunk = b"\r" + chunk
+        self._cr = chunk.endswith(b"\r")
+        if self._cr:
+            chunk = chunk[:-1]
+        if b"\r" in chunk:
+            chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        buffer = self._buffer + chunk if self._buffer else chunk
+        events: list[tuple[str, bytes]] = []
+        start = 0
+        while (end := buffer.find(b"\n\n", start)) != -1:
+            self._event(buffer[start:end], events)
+            start = end + 2
+        self._buffer = buffer[start:]
+        return events
+
+    def end(self) -> list[tuple[str, bytes]]:
+        events: list[tuple[str, bytes]] = []
+        self._event(self._buffer, events)
+        self._buffer = b""
+        return events
+
+    def _event(self, block: bytes, into: list[tuple[str, bytes]]) -> None:
+        if block.startswith(b"data: ") and b"\n" not in block:  # the usual case: one data line
+            into.append(("", block[6:]))
+            return
+        name = ""
+        data: list[bytes] = []
+        for line in block.split(b"\n"):
+            if not line or line.startswith(b":"):
+                continue
+            field, _, value = line.partition(b":")
+            if value.startswith(b" "):
+                value = value[1:]
+            if field == b"data":
+                data.append(value)
+            elif field == b"event":
+                name = value.decode("utf-8", errors="replace")
+            elif not line.startswith(_SSE_FIELDS) and sum(map(len, self.stray)) < 300:
+                self.stray.append(line.decode("utf-8", errors="replace"))
+        if data:
+            into.append((name, b"\n".join(data)))
+
+
+async def _stream_events(
+    response: httpx.Response, reader: SseReader, too_large: Callable[[], Exception]
+) -> AsyncGenerator[tuple[str, bytes], None]:
+    """The events of a streamed body, within MAX_ANSWER_BYTES."""
+    size = 0
+    async for chunk in response.aiter_bytes():
+        size += len(chunk)
+        if size > MAX_ANSWER_BYTES:
+            raise too_large()
+        for event in reader.feed(chunk):
+            yield event
+    for event in reader.end():
+        yield event
 
 
 # --------------------------------------------------------------------------- provider
@@ -162,6 +261,10 @@ class HttpStreamingProvider(ABC, Generic[AnswerT]):
     @abstractmethod
     def _request_body(self, request: ProviderRequest) -> dict[str, Any]: ...
 
+    def _request_content(self, request: ProviderRequest) -> bytes:
+        """The body as sent (a provider may assemble it from cached parts)."""
+        return json.dumps(self._request_body(request), ensure_ascii=False, separators=(",", ":")).encode()
+
     def _new_assembly(self, on_delta: OnDelta | None, progress: _Progress) -> AnswerT:
         return self.assembly_type(self.name, on_delta, progress)
 
@@ -170,7 +273,7 @@ class HttpStreamingProvider(ABC, Generic[AnswerT]):
         """A server that ignored ``stream: true`` and answered with one JSON object."""
 
     @abstractmethod
-    def _take_event(self, answer: AnswerT, event: str, payload: str) -> bool:
+    def _take_event(self, answer: AnswerT, event: str, payload: bytes) -> bool:
         """Add one server-sent event to ``answer``; True when the answer is complete."""
 
     @abstractmethod
@@ -230,7 +333,8 @@ class HttpStreamingProvider(ABC, Generic[AnswerT]):
     # ----- the Provider protocol
 
     async def complete(self, request: ProviderRequest, on_delta: OnDelta | None = None) -> Completion:
-        body = self._request_body(request)
+        body = self._request_content(request)
+        headers = {**self._headers(), "Content-Type": "application/json"}
         progress = _Progress()
 
         async def attempt() -> Completion:
@@ -239,8 +343,8 @@ class HttpStreamingProvider(ABC, Generic[AnswerT]):
                 async with self._client.stream(
                     "POST",
                     self._endpoint(),
-                    json=body,
-                    headers=self._headers(),
+                    content=body,
+                    headers=headers,
                 ) as response:
                     if not response.is_success:
                         raise self._http_error(response, await read_capped(response, MAX_ERROR_BODY_BYTES))
@@ -271,21 +375,8 @@ class HttpStreamingProvider(ABC, Generic[AnswerT]):
 
     async def _read_stream(self, response: httpx.Response, answer: AnswerT) -> None:
         saw_data = False
-        stray: list[str] = []  # non-SSE text, to report a body that is not a stream
-        size = 0
-
-        async def lines() -> AsyncIterator[str]:
-            nonlocal size
-            async for line in response.aiter_lines():
-                size += len(line) + 1
-                if size > MAX_ANSWER_BYTES:
-                    raise self._too_large()
-                is_sse = line.startswith(("data", ":", "event", "id", "retry"))
-                if line and not is_sse and sum(map(len, stray)) < 300:
-                    stray.append(line)
-                yield line
-
-        events = sse_events(lines())
+        reader = SseReader()
+        events = _stream_events(response, reader, self._too_large)
         done = False
         try:
             while True:
@@ -323,10 +414,10 @@ class HttpStreamingProvider(ABC, Generic[AnswerT]):
             ) from exc
         finally:
             await events.aclose()
-        if not saw_data and stray:
+        if not saw_data and reader.stray:
             ctype = response.headers.get("content-type", "?")
             raise ProviderProtocolError(
-                f"provider {self.name!r}: answer is not an event stream ({ctype}): {' '.join(stray)[:300]}"
+                f"provider {self.name!r}: answer is not an event stream ({ctype}): {' '.join(reader.stray)[:300]}"
             )
         self._check_complete(answer)
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import httpx
@@ -26,7 +27,14 @@ from netclaw.providers._base import (
     Usage,
 )
 from netclaw.providers._classify import classify_http_error
-from netclaw.providers._http import HttpStreamingProvider, StreamAssembly, _int, _plain, sse_events
+from netclaw.providers._http import (
+    HttpStreamingProvider,
+    StreamAssembly,
+    WireCache,
+    _int,
+    _plain,
+    plain_schema,
+)
 from netclaw.providers._http import _Progress as _Progress  # for code assembling answers by hand
 from netclaw.providers._images import image_base64, missing_note
 
@@ -85,7 +93,7 @@ def tool_to_wire(tool: ToolSchema) -> dict[str, Any]:
         "function": {
             "name": tool.name,
             "description": tool.description,
-            "parameters": _plain(tool.parameters),
+            "parameters": plain_schema(tool.parameters),
         },
     }
 
@@ -101,6 +109,38 @@ def request_body(request: ProviderRequest) -> dict[str, Any]:
     if request.tools:
         body["tools"] = [tool_to_wire(t) for t in request.tools]
     return body
+
+
+def encode_request(request: ProviderRequest, wire: WireCache) -> bytes:
+    """The JSON of :func:`request_body`, with every message and the tool set taken from
+    ``wire`` (a message is immutable under its id and content; one with images inline is
+    encoded afresh, not kept)."""
+    vision = request.vision
+    parts = []
+    for m in request.messages:
+        if vision and m.files and images_of(m):
+            parts.append(
+                json.dumps(message_to_wire(m, vision=True), ensure_ascii=False, separators=(",", ":"))
+            )
+        else:
+            parts.append(wire.text((m.id, m.content, vision), partial(message_to_wire, m, vision=vision)))
+    head = {
+        "model": request.model,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "max_tokens": request.max_output_tokens,
+    }
+    body = (
+        json.dumps(head, ensure_ascii=False, separators=(",", ":"))[:-1]
+        + ',"messages":['
+        + ",".join(parts)
+        + "]"
+    )
+    if request.tools:
+        tools = tuple(request.tools)
+        key = ("tools", *((t.name, t.description, id(t.parameters)) for t in tools))
+        body += ',"tools":' + wire.text(key, lambda: [tool_to_wire(t) for t in tools], holds=tools)
+    return (body + "}").encode()
 
 
 def usage_from_wire(data: Mapping[str, Any]) -> Usage:
@@ -235,20 +275,14 @@ class _Assembly(StreamAssembly):
 # --------------------------------------------------------------------------- SSE
 
 
-async def _sse_data(lines: AsyncIterator[str]) -> AsyncIterator[str]:
-    """The ``data`` payload of each server-sent event (comments and other fields dropped)."""
-    async for _, payload in sse_events(lines):
-        yield payload
-
-
-def _decode_event(payload: str) -> list[Any]:
+def _decode_event(payload: bytes) -> list[Any]:
     """JSON chunks in one event; tolerates servers that pack one chunk per data line."""
     try:
         return [json.loads(payload)]
     except ValueError:
-        if "\n" not in payload:
+        if b"\n" not in payload:
             raise
-        return [json.loads(line) for line in payload.split("\n") if line.strip()]
+        return [json.loads(line) for line in payload.split(b"\n") if line.strip()]
 
 
 # --------------------------------------------------------------------------- provider
@@ -259,6 +293,14 @@ class OpenAIProvider(HttpStreamingProvider[_Assembly]):
 
     assembly_type = _Assembly
     MODEL_LIST_KEYS = ("data", "models")  # "models": Ollama-native
+
+    @property
+    def wire(self) -> WireCache:
+        """Each message's and tool set's JSON, encoded once (made on first use)."""
+        cache: WireCache | None = self.__dict__.get("_wire")
+        if cache is None:
+            cache = self.__dict__["_wire"] = WireCache()
+        return cache
 
     def _endpoint(self) -> str:
         return f"{self.base_url}/chat/completions"
@@ -276,6 +318,11 @@ class OpenAIProvider(HttpStreamingProvider[_Assembly]):
     def _request_body(self, request: ProviderRequest) -> dict[str, Any]:
         return request_body(request)
 
+    def _request_content(self, request: ProviderRequest) -> bytes:
+        """:func:`request_body`, assembled from each part's cached JSON text: a turn encodes
+        its new messages, not the whole transcript again."""
+        return encode_request(request, self.wire)
+
     async def _read_whole(self, response: httpx.Response, answer: _Assembly) -> None:
         data = await self._whole_body(response)
         if data.get("error"):
@@ -289,15 +336,15 @@ class OpenAIProvider(HttpStreamingProvider[_Assembly]):
             answer.usage = usage_from_wire(usage)
         answer.done = True
 
-    def _take_event(self, answer: _Assembly, event: str, payload: str) -> bool:
-        if payload.strip() == "[DONE]":
+    def _take_event(self, answer: _Assembly, event: str, payload: bytes) -> bool:
+        if payload.strip() == b"[DONE]":
             answer.done = True
             return True
         try:
             chunks = _decode_event(payload)
         except (ValueError, RecursionError) as exc:
             raise ProviderProtocolError(
-                f"provider {self.name!r}: stream event is not JSON: {payload[:200]}"
+                f"provider {self.name!r}: stream event is not JSON: {payload[:200].decode(errors='replace')}"
             ) from exc
         for chunk in chunks:
             answer.add_chunk(chunk)
