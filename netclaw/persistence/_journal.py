@@ -31,6 +31,7 @@ class Snapshot:
     seq: int
     state: str  # JSON
     ts: float
+    messages: Sequence[str] = ()  # the transcript's rows (JSON each), in order
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,9 +89,18 @@ class Journal(Protocol):
 
     async def last_seq(self, persistence_id: str) -> int: ...
 
-    async def save_snapshot(self, persistence_id: str, seq: int, state: str) -> None: ...
+    async def save_snapshot(
+        self, persistence_id: str, seq: int, state: str, messages: Sequence[str] = (), first: int = 0
+    ) -> None:
+        """Save the state at ``seq`` and the transcript rows ``first, first + 1, …`` (the rows
+        before ``first`` were saved by earlier snapshots and are never written again).
+        JournalError when rows before ``first`` are missing (an earlier save failed): save
+        again from 0."""
+        ...
 
-    async def load_snapshot(self, persistence_id: str) -> Snapshot | None: ...
+    async def load_snapshot(self, persistence_id: str) -> Snapshot | None:
+        """The latest state and every transcript row saved for it."""
+        ...
 
     async def list_sessions(self) -> list[SessionRow]: ...
 

@@ -53,6 +53,8 @@ class _SaveSnapshot:
     persistence_id: str
     seq: int
     state: str
+    messages: Sequence[str]
+    first: int  # the transcript index of messages[0]
     future: asyncio.Future[int]
 
 
@@ -70,6 +72,7 @@ class _Batch:
     events: list[tuple[str, int, str, str, float]] = field(default_factory=list)
     rows: list[tuple[Any, ...]] = field(default_factory=list)
     snapshots: list[tuple[str, int, str, float]] = field(default_factory=list)
+    messages: list[tuple[str, int, str]] = field(default_factory=list)  # snapshot transcript rows
     done: list[tuple[asyncio.Future[int], int]] = field(default_factory=list)
 
 
@@ -190,9 +193,11 @@ class SqliteJournal:
         self._put(_Append(persistence_id, expected_seq, events, row, future))
         return await future
 
-    async def save_snapshot(self, persistence_id: str, seq: int, state: str) -> None:
+    async def save_snapshot(
+        self, persistence_id: str, seq: int, state: str, messages: Sequence[str] = (), first: int = 0
+    ) -> None:
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        self._put(_SaveSnapshot(persistence_id, seq, state, future))
+        self._put(_SaveSnapshot(persistence_id, seq, state, messages, first, future))
         await future
 
     async def erase(self, persistence_id: str) -> None:
@@ -244,10 +249,18 @@ class SqliteJournal:
         return int(rows[0][0])
 
     async def load_snapshot(self, persistence_id: str) -> Snapshot | None:
-        rows = await self._read(
+        heads = await self._read(
             "SELECT seq, state, ts FROM snapshots WHERE persistence_id = ?", (persistence_id,)
         )
-        return Snapshot(int(rows[0][0]), str(rows[0][1]), float(rows[0][2])) if rows else None
+        if not heads:
+            return None
+        # Read after the state: the rows it covers were committed with it or before, and rows
+        # are only ever added (a newer snapshot's extra rows are ignored by the state's count).
+        rows = await self._read(
+            "SELECT message FROM snapshot_messages WHERE persistence_id = ? ORDER BY idx", (persistence_id,)
+        )
+        head = heads[0]
+        return Snapshot(int(head[0]), str(head[1]), float(head[2]), [str(r[0]) for r in rows])
 
     _ROW = "SELECT id, channel, title, turns, last_activity, pending, last_seq, undelivered FROM sessions"
 
@@ -377,6 +390,7 @@ class _Writer(threading.Thread):
         batch = _Batch()
         now = time.time()
         staged: dict[str, int] = {}  # seqs this batch will reach, cached only once committed
+        rows_saved: dict[str, int] = {}  # snapshot transcript rows saved, this batch's included
         for write in writes:
             pid = write.persistence_id
             current = staged.get(pid)
@@ -387,16 +401,9 @@ class _Writer(threading.Thread):
                     conflicts.append((write.future, JournalError(f"journal read failed: {exc}")))
                     continue
             if isinstance(write, _SaveSnapshot):
-                if write.seq > current:  # of events that are not there (a session erased meanwhile)
-                    conflicts.append(
-                        (
-                            write.future,
-                            JournalError(f"snapshot of {pid} at {write.seq} is ahead of its journal"),
-                        )
-                    )
-                    continue
-                batch.snapshots.append((pid, write.seq, write.state, now))
-                batch.done.append((write.future, write.seq))
+                refused = _stage_snapshot(conn, write, current, rows_saved, batch, now)
+                if refused is not None:
+                    conflicts.append((write.future, refused))
                 continue
             if write.expected_seq != current:
                 conflicts.append((write.future, SequenceConflict(pid, write.expected_seq, current)))
@@ -449,6 +456,7 @@ class _Writer(threading.Thread):
             try:
                 conn.execute("DELETE FROM events WHERE persistence_id = ?", (pid,))
                 conn.execute("DELETE FROM snapshots WHERE persistence_id = ?", (pid,))
+                conn.execute("DELETE FROM snapshot_messages WHERE persistence_id = ?", (pid,))
                 conn.execute("DELETE FROM sessions WHERE id = ?", (pid,))
                 conn.execute("DELETE FROM webhook_deliveries WHERE session_id = ?", (pid,))
                 conn.execute("DELETE FROM reminders WHERE session_id = ?", (pid,))
@@ -534,6 +542,48 @@ _UPSERT_SNAPSHOTS = (
 )
 
 
+_UPSERT_SNAPSHOT_MESSAGES = (
+    "INSERT OR REPLACE INTO snapshot_messages (persistence_id, idx, message) VALUES (?,?,?)"
+)
+
+
+def _stage_snapshot(
+    conn: sqlite3.Connection,
+    write: _SaveSnapshot,
+    last_seq: int,
+    rows_saved: dict[str, int],
+    batch: _Batch,
+    now: float,
+) -> JournalError | None:
+    """Add a snapshot (its state and new transcript rows) to the batch, or say why not."""
+    pid = write.persistence_id
+    if write.seq > last_seq:  # of events that are not there (a session erased meanwhile)
+        return JournalError(f"snapshot of {pid} at {write.seq} is ahead of its journal")
+    saved = rows_saved.get(pid)
+    if saved is None:
+        try:
+            saved = _snapshot_rows(conn, pid)
+        except sqlite3.Error as exc:
+            return JournalError(f"journal read failed: {exc}")
+    if write.first > saved:  # an earlier snapshot's rows never landed: the writer sends all again
+        return JournalError(
+            f"snapshot of {pid} starts at transcript row {write.first}, but only {saved} are saved"
+        )
+    batch.snapshots.append((pid, write.seq, write.state, now))
+    batch.messages.extend((pid, write.first + i, m) for i, m in enumerate(write.messages))
+    rows_saved[pid] = max(saved, write.first + len(write.messages))
+    batch.done.append((write.future, write.seq))
+    return None
+
+
+def _snapshot_rows(conn: sqlite3.Connection, pid: str) -> int:
+    """How many transcript rows of ``pid``'s snapshots are saved (they are contiguous)."""
+    row = conn.execute(
+        "SELECT COALESCE(MAX(idx) + 1, 0) FROM snapshot_messages WHERE persistence_id = ?", (pid,)
+    ).fetchone()
+    return int(row[0])
+
+
 def _write_batch(conn: sqlite3.Connection, batch: _Batch) -> None:
     """One transaction; runs on the connection's own thread. Anything that fails
     (even a value sqlite cannot bind) rolls back, so no BEGIN is left open."""
@@ -545,6 +595,8 @@ def _write_batch(conn: sqlite3.Connection, batch: _Batch) -> None:
             conn.executemany(_UPSERT_SESSIONS, batch.rows)
         if batch.snapshots:
             conn.executemany(_UPSERT_SNAPSHOTS, batch.snapshots)
+        if batch.messages:
+            conn.executemany(_UPSERT_SNAPSHOT_MESSAGES, batch.messages)
         conn.execute("COMMIT")
     except BaseException:
         with contextlib.suppress(sqlite3.Error):

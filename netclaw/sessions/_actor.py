@@ -222,8 +222,11 @@ class SessionActor(TurnFlow, ApprovalFlow, CompactionFlow, PassivationFlow, pykk
     def _recover(self) -> None:
         started = time.perf_counter()
         # I/O on the loop; decoding and the fold here, on our own thread.
-        state = recover_state(self.deps.io, self.deps.journal, self.session_id, RECOVERY_TIMEOUT_S)
+        state, saved_rows = recover_state(
+            self.deps.io, self.deps.journal, self.session_id, RECOVERY_TIMEOUT_S
+        )
         self.state = state
+        self.recorder.snapshot_rows = min(saved_rows, len(state.transcript))
         self._place_changed()
         self.recorder.snapshot_seq = state.seq
         self.ladder = ladder.Ladder(last_input_tokens=state.last_input_tokens)

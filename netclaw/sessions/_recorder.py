@@ -5,7 +5,9 @@ group commit keeps the wait short. If the wait runs out, the write may still lan
 the outcome is unknown, so the caller is told exactly that (:class:`OutcomeUnknown`)
 and the actor, whose state can no longer be trusted, is replaced by one recovered
 from the journal. Snapshots are written in the background every
-``snapshot_interval`` events, after compaction and at passivation.
+``snapshot_interval`` events, after compaction and at passivation; each writes the
+transcript messages since the last one and the small rest of the state, never the whole
+transcript again (a failed one makes the next write them all).
 """
 
 from __future__ import annotations
@@ -26,12 +28,14 @@ PERSIST_TIMEOUT_S = 30.0
 
 
 class Recorder:
-    __slots__ = ("_io", "_journal", "snapshot_seq")
+    __slots__ = ("_io", "_journal", "_resend", "snapshot_rows", "snapshot_seq")
 
     def __init__(self, io: IoLoop, journal: Journal) -> None:
         self._io = io
         self._journal = journal
         self.snapshot_seq = 0  # the seq of the latest snapshot written (or recovered from)
+        self.snapshot_rows = 0  # transcript messages the snapshot store holds (sent, at least)
+        self._resend = False  # a snapshot failed: the next one sends every row again
 
     def persist(self, state: SessionState, *events: SessionEvent) -> SessionState:
         """Append durably; returns the state with ``events`` applied. Raises (and applies
@@ -70,16 +74,24 @@ class Recorder:
 
     def snapshot(self, state: SessionState, *, wait: bool) -> None:
         """Save ``state``; in the background unless ``wait`` (passivation)."""
-        seq, data = state.seq, state.to_json()
-        future = self._io.submit(self._journal.save_snapshot(state.session_id, seq, data))
+        first = 0 if self._resend else self.snapshot_rows
+        self._resend = False
+        seq = state.seq
+        data, rows = state.to_snapshot(first)
+        future = self._io.submit(self._journal.save_snapshot(state.session_id, seq, data, rows, first))
         self.snapshot_seq = seq
+        self.snapshot_rows = len(state.transcript)
+        session_id = state.session_id
+        future.add_done_callback(lambda f: self._settled(session_id, f))
         if wait:
-            future.result(PERSIST_TIMEOUT_S)
-        else:
-            session_id = state.session_id
-            future.add_done_callback(lambda f: _log_failure(session_id, f))
+            try:
+                future.result(PERSIST_TIMEOUT_S)
+            except BaseException:
+                self._resend = True  # here too: the callback may run after this thread wakes
+                raise
 
-
-def _log_failure(session_id: str, future: concurrent.futures.Future[None]) -> None:
-    if not future.cancelled() and future.exception() is not None:
-        log.warning("%s: snapshot failed: %s", session_id, future.exception())
+    def _settled(self, session_id: str, future: concurrent.futures.Future[None]) -> None:
+        # On the loop's thread; the flag is read by the actor at its next snapshot.
+        if not future.cancelled() and future.exception() is not None:
+            self._resend = True
+            log.warning("%s: snapshot failed: %s", session_id, future.exception())

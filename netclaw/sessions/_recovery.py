@@ -41,7 +41,7 @@ def rebuild_state(rows: JournalRows) -> SessionState | None:
     state = SessionState(rows.session_id)
     if rows.snapshot is not None:
         try:
-            state = SessionState.from_json(rows.snapshot.state)
+            state = SessionState.from_snapshot(rows.snapshot.state, rows.snapshot.messages)
         except JournalCorrupt as exc:
             log.warning(
                 "%s: ignoring unreadable snapshot at seq %d (%s); replaying all events",
@@ -64,10 +64,16 @@ async def load_state(journal: Journal, session_id: str) -> SessionState:
     return state
 
 
-def recover_state(io: IoLoop, journal: Journal, session_id: str, timeout_s: float) -> SessionState:
-    """For an actor's own thread: fetch on the loop (blocking this thread), rebuild here."""
-    state = rebuild_state(io.run(fetch_journal(journal, session_id), timeout_s))
-    if state is None:
-        state = rebuild_state(io.run(fetch_journal(journal, session_id, use_snapshot=False), timeout_s))
+def recover_state(
+    io: IoLoop, journal: Journal, session_id: str, timeout_s: float
+) -> tuple[SessionState, int]:
+    """For an actor's own thread: fetch on the loop (blocking this thread), rebuild here.
+    Also how many transcript rows the snapshot store holds for it (0 after a full replay:
+    the next snapshot writes them all again)."""
+    rows = io.run(fetch_journal(journal, session_id), timeout_s)
+    state = rebuild_state(rows)
+    if state is not None:
+        return state, len(rows.snapshot.messages) if rows.snapshot is not None else 0
+    state = rebuild_state(io.run(fetch_journal(journal, session_id, use_snapshot=False), timeout_s))
     assert state is not None
-    return state
+    return state, 0

@@ -296,6 +296,36 @@ async def test_older_snapshot_in_the_same_batch_does_not_win(journal: SqliteJour
     assert (snap.seq, snap.state) == (10, "ten")
 
 
+async def test_snapshot_rows_are_written_once_and_come_back_in_order(
+    journal: SqliteJournal, db: Path
+) -> None:
+    await journal.append("s", 0, [ev(n) for n in range(1, 11)])
+    await journal.save_snapshot("s", 4, "four", ["m0", "m1"], 0)
+    await journal.save_snapshot("s", 8, "eight", ["m2", "m3", "m4"], 2)  # only the new rows
+    snap = await journal.load_snapshot("s")
+    assert snap is not None and (snap.seq, snap.state, list(snap.messages)) == (
+        8,
+        "eight",
+        ["m0", "m1", "m2", "m3", "m4"],
+    )
+    # A snapshot whose earlier rows never landed is refused (the writer then sends all).
+    with pytest.raises(JournalError, match="starts at transcript row 7, but only 5 are saved"):
+        await journal.save_snapshot("s", 9, "nine", ["m7"], 7)
+    await journal.save_snapshot("s", 9, "nine", ["m0", "m1", "m2", "m3", "m4", "m5"], 0)
+    snap = await journal.load_snapshot("s")
+    assert snap is not None and snap.state == "nine" and len(snap.messages) == 6
+    # Two snapshots of one session in the same batch: the second continues the first.
+    await asyncio.gather(
+        journal.save_snapshot("s", 10, "ten", ["m6"], 6), journal.save_snapshot("s", 10, "ten b", ["m7"], 7)
+    )
+    snap = await journal.load_snapshot("s")
+    assert snap is not None and len(snap.messages) == 8
+    await journal.erase("s")
+    assert await journal.load_snapshot("s") is None
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM snapshot_messages").fetchone()[0] == 0
+
+
 async def test_appends_after_close_raise(db: Path) -> None:
     j = await SqliteJournal(db).open()
     await j.append("s", 0, [ev(1)])

@@ -313,6 +313,38 @@ def test_snapshot_round_trip_equals_original() -> None:
     assert restored.to_json() == text
 
 
+def test_a_row_snapshot_restores_the_same_state_from_rows_written_once() -> None:
+    events = realistic_events()
+    rows: list[str] = []
+    saved = 0
+    state = SessionState(SID)
+    for seq, event in enumerate(events, start=1):
+        state = state.apply(event, seq, 1000.0 + seq)
+        document, new_rows = state.to_snapshot(saved)
+        assert len(new_rows) == len(state.transcript) - saved  # only what is new
+        rows += new_rows
+        saved = len(state.transcript)
+        restored = SessionState.from_snapshot(document, rows)
+        assert restored == state
+        assert restored.identities == state.identities  # rebuilt from the messages
+        assert "identities" not in json.loads(document) and "transcript" not in json.loads(document)
+    # Replies are referred to by their message, not repeated in the document.
+    assert "It is midnight." not in state.to_snapshot(saved)[0]
+
+
+def test_a_row_snapshot_with_missing_rows_is_unreadable() -> None:
+    state = fold(realistic_events())
+    document, rows = state.to_snapshot(0)
+    with pytest.raises(JournalCorrupt, match="covers 9 transcript rows, only 8"):
+        SessionState.from_snapshot(document, rows[:-1])
+    assert SessionState.from_snapshot(document, [*rows, rows[0]]) == state  # rows beyond: ignored
+
+
+def test_a_version_1_snapshot_is_still_read() -> None:
+    state = fold(realistic_events())
+    assert SessionState.from_snapshot(state.to_json(), ()) == state
+
+
 def test_snapshot_round_trip_of_empty_state() -> None:
     state = SessionState("cli:x")
     assert SessionState.from_json(state.to_json()) == state
@@ -644,3 +676,63 @@ def test_chat_replies_are_owed_until_delivered() -> None:
     failed = failed.apply(TurnStarted(1, "u1"), 2, 100.0)
     failed = failed.apply(TurnRecorded(1, "u1", "failed", error={"code": "x", "message": "y"}), 3, 101.0)
     assert failed.undelivered == {}
+
+
+def test_after_a_failed_snapshot_the_next_one_sends_every_row() -> None:
+    from collections.abc import Sequence
+
+    from netclaw.runtime import IoLoop
+    from netclaw.sessions._recorder import Recorder
+
+    class Store:
+        def __init__(self) -> None:
+            self.saves: list[tuple[int, int]] = []  # (first, rows)
+            self.fail = 1
+
+        async def save_snapshot(
+            self, pid: str, seq: int, state: str, messages: Sequence[str] = (), first: int = 0
+        ) -> None:
+            self.saves.append((first, len(messages)))
+            if self.fail:
+                self.fail -= 1
+                raise RuntimeError("disk full")
+
+    io = IoLoop().start()
+    try:
+        store = Store()
+        recorder = Recorder(io, store)  # type: ignore[arg-type]
+        state = fold(realistic_events())
+        with pytest.raises(RuntimeError):
+            recorder.snapshot(state, wait=True)  # rows 0-8 never land
+        recorder.snapshot(state, wait=True)
+        assert store.saves == [(0, 9), (0, 9)]  # all again, not "nothing new"
+        recorder.snapshot(state, wait=True)
+        assert store.saves[-1] == (9, 0)
+    finally:
+        io.stop()
+
+
+def test_a_row_snapshot_keeps_only_the_outcomes_the_transcript_does_not_say(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_state, "MAX_OUTCOMES", 4)
+    events: list[SessionEvent] = []
+    for i in range(1, 9):
+        events += [InputAdmitted(user(f"u{i}", identity=f"id{i}")), TurnStarted(i, f"u{i}")]
+        if i == 3:  # failed: in failures, its outcome carries the error
+            events.append(TurnRecorded(i, f"u{i}", "failed", (), error={"code": "x", "message": "boom"}))
+        elif i == 5:  # completed without an answer message: the transcript would imply another
+            events.append(StepRecorded(i, (assistant(f"s{i}", calls=(CALL_A,)), tool(f"t{i}", CALL_A, "r"))))
+            events.append(TurnRecorded(i, f"u{i}", "completed", ()))
+        else:
+            events.append(TurnRecorded(i, f"u{i}", "completed", (assistant(f"a{i}", f"reply {i}"),)))
+    events += [InputAdmitted(user("u9", identity="id9")), TurnStarted(9, "u9")]  # running
+    state = fold(events)
+    assert list(state.outcomes) == ["u5", "u6", "u7", "u8"]
+    document, rows = state.to_snapshot(0)
+    stored = json.loads(document)["outcomes"]
+    assert set(stored) == {"u5"}  # the one the transcript cannot say
+    restored = SessionState.from_snapshot(document, rows)
+    assert restored == state
+    assert list(restored.outcomes) == list(state.outcomes)  # eviction order kept
+    assert restored.outcomes["u6"].reply == "reply 6"
