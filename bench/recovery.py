@@ -361,6 +361,7 @@ def main() -> int:
                 floors[v].append(raw_floor(path, pids[v]))
                 part_runs[v].append(asyncio.run(cold_parts(path, pids[v])))
         parts = {v: {k: median([p[k] for p in runs]) for k in runs[0]} for v, runs in part_runs.items()}
+        copy_session(path, pids["none"], "rec-snapcost")  # a snapshot needs its events there
         snapshot_cost = asyncio.run(snapshot_write_cost(path, final))
         actor = {} if args.no_actor else actor_path(data_dir, [pids["none"], pids["m20"]], tmp)
 

@@ -736,3 +736,32 @@ def test_a_row_snapshot_keeps_only_the_outcomes_the_transcript_does_not_say(
     assert restored == state
     assert list(restored.outcomes) == list(state.outcomes)  # eviction order kept
     assert restored.outcomes["u6"].reply == "reply 6"
+
+
+def test_the_fold_builds_the_transcript_once_and_equals_event_by_event_apply() -> None:
+    trim = _events.HistoryTrimmed(
+        first_kept_id="u2",
+        dropped_messages=5,
+        dropped_turns=1,
+        kept_turns=1,
+        tokens_before=10,
+        tokens_after=5,
+        budget=8,
+        reason="budget",
+    )
+    more = [
+        InputAdmitted(user("u6", identity="id6")),
+        TurnRecorded(3, "u3", "completed", (assistant("a3b", "done"),)),
+        TurnStarted(4, "u4"),
+        TurnRecorded(4, "u4", "completed", (assistant("a4", "four"),)),
+    ]
+    events = [*realistic_events(), trim, _events.SessionReset(by="U1"), *more]
+    stepwise = SessionState(SID)
+    for seq, event in enumerate(events, start=1):
+        stepwise = stepwise.apply(event, seq, 1000.0 + seq)
+    folded = fold(events)
+    assert folded == stepwise
+    assert folded.kept_from == stepwise.kept_from > 0  # the reset read the whole transcript
+    # Folding on from a state keeps what it had.
+    half = fold(events[:7])
+    assert half.apply_all((e, s, 1000.0 + s) for s, e in enumerate(events[7:], start=8)) == stepwise
