@@ -179,6 +179,10 @@ class SessionActor(TurnFlow, ApprovalFlow, CompactionFlow, PassivationFlow, pykk
             case cmd.PassivateNow():
                 if self._idle():
                     self._begin_passivation(grace=0.0)
+                elif self.phases.phase is Phase.PASSIVATING:
+                    # Already on our way out (our own idle timer): the manager saw this very
+                    # message in flight and declined our stop; ask again, now that it arrived.
+                    self._passivation_step()
             case cmd.ProviderDeltas(op_id=op_id, deltas=deltas):
                 if self._current(op_id):
                     assert self.run is not None

@@ -115,3 +115,26 @@ def test_public_sessions_extract_nothing(
     wait_until(lambda: handle.transcript(sid)[-1]["role"] == "assistant", what="the reply")
     wait_until(lambda: not resident(handle, sid), timeout=8, what="passivation")
     assert extraction_calls(scripted) == 0
+
+
+def test_a_passivation_that_crosses_a_second_request_still_stops(
+    start_daemon: Callable[..., DaemonHandle],
+) -> None:
+    """Found by bench/scale.py: a session passivating by itself while the manager's own
+    request to passivate was in flight was told "a command is on its way" and waited for a
+    stop that never came (thousands stayed resident). Two requests in one loop callback
+    make the crossing certain: the second is routed before the first's stop request."""
+    from netclaw.sessions._commands import PassivateNow
+
+    handle = start_daemon(session={"idle_timeout_s": 3600, "passivation_grace_s": 0})
+    assert handle.send("crossing", "hello", wait=True).status_code == 200
+    manager = handle.daemon.manager
+    assert manager is not None and handle.daemon.io is not None
+
+    async def twice() -> None:
+        manager.route("crossing", PassivateNow())
+        manager.route("crossing", PassivateNow())
+
+    handle.daemon.io.run(twice(), 5)
+    wait_until(lambda: not resident(handle, "crossing"), timeout=5, what="the session to passivate")
+    assert handle.send("crossing", "and back", wait=True).status_code == 200  # it recovers as usual
