@@ -41,7 +41,7 @@ import json
 import pstats
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -178,10 +178,12 @@ class _Timed:
 
         orig_snapshot = self.journal.save_snapshot  # type: ignore[union-attr]
 
-        async def save_snapshot(pid: str, seq: int, state: str) -> None:
+        async def save_snapshot(
+            pid: str, seq: int, state: str, messages: Sequence[str] = (), first: int = 0
+        ) -> None:
             self.snapshots += 1
-            self.snapshot_bytes += len(state)
-            await orig_snapshot(pid, seq, state)
+            self.snapshot_bytes += len(state) + sum(map(len, messages))
+            await orig_snapshot(pid, seq, state, messages, first)
 
         self.journal.append = append  # type: ignore[method-assign,union-attr]
         self.journal.save_snapshot = save_snapshot  # type: ignore[method-assign,union-attr]
@@ -416,6 +418,12 @@ def cpu_note(t: Throughput) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, default=300, help="measured sequential turns (after warm-up)")
+    parser.add_argument(
+        "--long-turns",
+        type=int,
+        default=1000,
+        help="one session this long: added latency at its end vs turn 10",
+    )
     parser.add_argument("--warm", type=int, default=20, help="warm-up turns (same session, not measured)")
     parser.add_argument("--http-turns", type=int, default=100, help="HTTP-path turns (info)")
     parser.add_argument("--sessions", type=int, default=100, help="concurrent sessions for throughput")
@@ -428,7 +436,7 @@ def main() -> int:
     parser.add_argument("--dir", default=None, help="where the temporary data_dir goes")
     args = parser.parse_args()
 
-    texts = make_texts(max(args.warm + args.turns, 400))
+    texts = make_texts(max(args.warm + args.turns, 400, args.long_turns))
     started = time.perf_counter()
     load_before = machine_load()
     with c.temp_dir("netclaw-bench-turns-", args.dir) as tmp:
@@ -450,6 +458,8 @@ def main() -> int:
 
             # -- latency at one session, then the HTTP path
             lat = on_loop(latency_run(daemon, ref, "lat-1", texts[: args.warm + args.turns], args.warm), 600)
+            # One long session: is turn 1,000 as cheap (over the direct call) as turn 10?
+            long = on_loop(latency_run(daemon, ref, "long-1", texts[: args.long_turns], 0), 3600)
             log(f"latency: {len(lat.e2e)} turns done")
             h_e2e, h_ref = http_latency(daemon, ref, "http-1", texts[: args.http_turns + 10], 10)
 
@@ -623,9 +633,30 @@ def main() -> int:
     )
     log(f"wall time {time.perf_counter() - started:.0f} s")
 
-    lat99, rate = ms(p(added, 99)), m.rate
-    figure("added_latency_p99", lat99, "ms", "<= 10 ms", lat99 <= 10.0)
+    long_added = [e - r for e, r in zip(long.e2e, long.ref, strict=True)]
+    early, late = long_added[:20], long_added[-20:]  # turns 1-20 and the last 20
+    info(
+        "long_session_added_latency",
+        f"turns 1-20 p50 {ms(p(early, 50)):.2f} ms, turns {len(long_added) - 19}-{len(long_added)} p50 "
+        f"{ms(p(late, 50)):.2f} ms (direct call {ms(p(long.ref[:20], 50)):.2f} -> {ms(p(long.ref[-20:], 50)):.2f} ms)",
+        note="one session, paired per turn against the direct call with the same growing context",
+    )
+    lat50, lat99, rate = ms(p(added, 50)), ms(p(added, 99)), m.rate
+    cpu_us = sum(m.cpu.values()) / max(1, m.turns) * 1e6
+    growth = p(late, 50) / p(early, 50)
+    figure("added_latency_p50", lat50, "ms", "<= 1.0 ms", lat50 <= 1.0)
+    figure("added_latency_p99", lat99, "ms", "<= 5 ms", lat99 <= 5.0)
+    figure(
+        f"added_latency_turn_{len(long_added)}_vs_10",
+        growth,
+        "x",
+        "<= 1.5 x",
+        growth <= 1.5,
+    )
     figure(f"turns_per_s_{n}_sessions", rate, "turns/s", ">= 500 turns/s", rate >= 500)
+    figure(f"cpu_per_turn_{n}_sessions", cpu_us, "us", "<= 1000 us", cpu_us <= 1000)
+    vs = m.rate / mr.rate
+    figure(f"turns_per_s_{n}_sessions_vs_provider_alone", vs, "x", ">= 0.8 x", vs >= 0.8)
     return 0
 
 
