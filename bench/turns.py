@@ -396,11 +396,35 @@ def profile_round(daemon: Daemon, sessions: int, seconds: float, texts: list[str
 # --------------------------------------------------------------------------- main
 
 
-def settings_for(data_dir: Path, base_url: str) -> Settings:
+def settings_for(data_dir: Path, base_url: str, window: int = 32768) -> Settings:
     config: Settings = daemon_settings(
-        data_dir, base_url, model=MODEL, max_output=MAX_OUTPUT, timeout_s=10, journal={"synchronous": "full"}
+        data_dir,
+        base_url,
+        model=MODEL,
+        window=window,
+        max_output=MAX_OUTPUT,
+        timeout_s=10,
+        journal={"synchronous": "full"},
     )
     return config
+
+
+def long_session(tmp: Path, provider: ProviderProcess, texts: list[str]) -> LatencyRun:
+    """One session of ``len(texts)`` turns, on a daemon of its own whose window holds them
+    all (262,144 tokens): every turn sends the whole history, as the direct call beside it
+    does, so the growth measured is the daemon's per-turn work over a growing history — not
+    compaction, which a window-sized history would start (and the echoing fake provider
+    answers with a summary that fails the quality check)."""
+    settings = settings_for(tmp / "data-long", provider.base_url, window=262_144)
+    daemon = Daemon(settings)
+    daemon.start()
+    try:
+        assert daemon.io is not None
+        ref = Reference(provider.base_url, settings.agent.system_prompt)
+        run: LatencyRun = daemon.io.run(latency_run(daemon, ref, "long-1", texts, 0), 3600)
+        return run
+    finally:
+        daemon.stop()
 
 
 def cpu_note(t: Throughput) -> str:
@@ -458,8 +482,7 @@ def main() -> int:
 
             # -- latency at one session, then the HTTP path
             lat = on_loop(latency_run(daemon, ref, "lat-1", texts[: args.warm + args.turns], args.warm), 600)
-            # One long session: is turn 1,000 as cheap (over the direct call) as turn 10?
-            long = on_loop(latency_run(daemon, ref, "long-1", texts[: args.long_turns], 0), 3600)
+            long = long_session(tmp, provider, texts[: args.long_turns])
             log(f"latency: {len(lat.e2e)} turns done")
             h_e2e, h_ref = http_latency(daemon, ref, "http-1", texts[: args.http_turns + 10], 10)
 

@@ -77,16 +77,32 @@ class WireCache:
         self.size = 0  # characters held
         self._parts: dict[Hashable, tuple[Any, str]] = {}
 
+    def message_text(self, message: object, vision: bool, make: Callable[[], Any]) -> str:
+        """The JSON text of one message object (a transcript hands the same objects every
+        turn; a changed message — a cleared result — is a new object). Keyed by ``id()``
+        and checked against the object held, so a recycled id never matches: one dict
+        lookup per message, no key to build or hash."""
+        hit = self._parts.get(id(message))
+        if hit is not None and hit[0][0] is message and hit[0][1] is vision:
+            return hit[1]
+        return self._put(id(message), make, (message, vision))
+
     def text(self, key: Hashable, make: Callable[[], Any], *, holds: Any = None) -> str:
         """The JSON text of ``make()``, cached under ``key``; ``holds`` is kept alive with
         it (so an ``id()`` in the key cannot be reused by another object meanwhile)."""
         hit = self._parts.get(key)
         if hit is not None:
             return hit[1]
+        return self._put(key, make, holds)
+
+    def _put(self, key: Hashable, make: Callable[[], Any], holds: Any) -> str:
         text = json.dumps(make(), ensure_ascii=False, separators=(",", ":"))
+        replaced = self._parts.pop(key, None)
+        if replaced is not None:
+            self.size -= len(replaced[1])
         if self.size + len(text) > self.limit:
-            for old in list(self._parts)[: len(self._parts) // 2 + 1]:
-                self.size -= len(self._parts.pop(old)[1])
+            for oldest in list(self._parts)[: len(self._parts) // 2 + 1]:
+                self.size -= len(self._parts.pop(oldest)[1])
         self._parts[key] = (holds, text)
         self.size += len(text)
         return text

@@ -113,9 +113,10 @@ def request_body(request: ProviderRequest) -> dict[str, Any]:
 
 def encode_request(request: ProviderRequest, wire: WireCache) -> bytes:
     """The JSON of :func:`request_body`, with every message and the tool set taken from
-    ``wire`` (a message is immutable under its id and content; one with images inline is
-    encoded afresh, not kept)."""
+    ``wire`` (a message object never changes; one with images inline is encoded afresh,
+    not kept)."""
     vision = request.vision
+    cached = wire.message_text
     parts = []
     for m in request.messages:
         if vision and m.files and images_of(m):
@@ -123,7 +124,7 @@ def encode_request(request: ProviderRequest, wire: WireCache) -> bytes:
                 json.dumps(message_to_wire(m, vision=True), ensure_ascii=False, separators=(",", ":"))
             )
         else:
-            parts.append(wire.text((m.id, m.content, vision), partial(message_to_wire, m, vision=vision)))
+            parts.append(cached(m, vision, partial(message_to_wire, m, vision=vision)))
     head = {
         "model": request.model,
         "stream": True,

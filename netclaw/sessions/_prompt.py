@@ -86,9 +86,10 @@ class PromptBuilder:
         # Trim before the sweep: a trim cuts only at turn starts, so it never splits a
         # call from its result, and the sweep then walks just the kept part.
         fixed = self.counter.fixed_overhead(tool_dicts(tools))
-        result = trim_to_budget(
-            build_context(state, self.system_prompt), budget, self.counter.count_message, fixed
-        )
+        context = build_context(state, self.system_prompt)
+        # count_all: the cache hits inlined (a long session counts thousands of messages a turn)
+        counts = self.counter.count_all(context)
+        result = trim_to_budget(context, budget, self.counter.count_message, fixed, counts)
         swept = self._sweep(state, result.messages)
         estimate = result.tokens_after
         if swept.changed:

@@ -33,13 +33,15 @@ def conversation(turns: int) -> list[ChatMessage]:
 def test_an_assembled_body_is_the_whole_body_turn_after_turn() -> None:
     wire = WireCache()
     tools = [ToolSchema("search", "look things up", SCHEMA)]
+    transcript = conversation(5)  # the same message objects every turn, as a session has
     for turns in (1, 2, 5):
-        request = ProviderRequest("m", conversation(turns), tools=tools, max_output_tokens=64)
+        request = ProviderRequest("m", transcript[: 1 + 4 * turns], tools=tools, max_output_tokens=64)
         assert json.loads(encode_request(request, wire)) == request_body(request)
     assert len(wire) == 1 + 5 * 4 + 1  # each message once, the system prompt, the tool set
 
 
 def test_a_changed_message_under_the_same_id_is_encoded_again() -> None:
+    # A cleared tool result is a new object with the message's id and new content.
     wire = WireCache()
     first = ChatMessage("t1", "tool", "a long tool result", 0.0, tool_call_id="c1", name="x")
     cleared = ChatMessage("t1", "tool", "[cleared]", 0.0, tool_call_id="c1", name="x")
