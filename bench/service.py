@@ -52,9 +52,8 @@ def rss_kib(pid: int) -> int:
 
 
 def fill_journal(data: Path, megabytes: int) -> tuple[int, int]:
-    """A data_dir whose journal holds ``megabytes`` of events (2,000 sessions of ~2 kB
-    events, each with its listing row and a snapshot), written straight with sqlite3.
-    Returns (events, sessions)."""
+    """A data_dir whose journal file is ``megabytes`` (sessions of 250 events of ~2 kB, each
+    with its listing row), written straight with sqlite3. Returns (events, sessions)."""
     import sqlite3
 
     sys.path.insert(0, str(REPO_ROOT))
@@ -65,10 +64,16 @@ def fill_journal(data: Path, megabytes: int) -> tuple[int, int]:
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("PRAGMA synchronous=OFF")
     payload = json.dumps({"message": {"id": "m", "role": "user", "content": "x" * 1900, "ts": 0.0}})
-    sessions = 2000
-    per_session = max(1, megabytes * 1_000_000 // (len(payload) + 60) // sessions)
+    per_session = 250
+    sessions = 0
     conn.execute("BEGIN")
-    for s in range(sessions):
+    while sessions % 100 or path.stat().st_size < megabytes * 1_000_000:  # whole hundreds, to the size
+        if sessions % 100 == 0:  # let the file grow on disk where stat sees it
+            conn.execute("COMMIT")
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            conn.execute("BEGIN")
+        s = sessions
+        sessions += 1
         pid = f"api-fill-{s}"
         conn.executemany(
             "INSERT INTO events (persistence_id, seq, type, payload, ts) VALUES (?,?,?,?,?)",
