@@ -28,6 +28,7 @@ from netclaw.providers._classify import (
     classify_transport_error,
     retry_verdict,
 )
+from netclaw.providers._images import read_all, uncached
 from netclaw.providers._transport import PooledTransport
 from netclaw.retry import RetryPolicy, with_retries
 
@@ -72,7 +73,7 @@ class WireCache:
     turn. Bounded by characters held: past ``limit`` the oldest half of the parts is
     dropped (an active session's parts come back on its next request)."""
 
-    def __init__(self, limit: int = 32_000_000) -> None:
+    def __init__(self, limit: int = 16_000_000) -> None:
         self.limit = limit
         self.size = 0  # characters held
         self._parts: dict[Hashable, tuple[Any, str]] = {}
@@ -349,6 +350,10 @@ class HttpStreamingProvider(ABC, Generic[AnswerT]):
     # ----- the Provider protocol
 
     async def complete(self, request: ProviderRequest, on_delta: OnDelta | None = None) -> Completion:
+        if request.vision:
+            images = uncached(request.messages)
+            if images:  # file reads and base64 are no work for the I/O loop
+                await asyncio.to_thread(read_all, images)
         body = self._request_content(request)
         headers = {**self._headers(), "Content-Type": "application/json"}
         progress = _Progress()
