@@ -4,15 +4,21 @@ the same events however the stream is cut into chunks."""
 
 from __future__ import annotations
 
+import base64
 import json
+from dataclasses import replace
+from pathlib import Path
 
 from hypothesis import given
 from hypothesis import strategies as st
 
+from netclaw import attachments
+from netclaw.attachments import IncomingFile
 from netclaw.messages import ChatMessage, ToolCall
+from netclaw.providers._anthropic import to_anthropic_messages
 from netclaw.providers._base import ProviderRequest, ToolSchema
 from netclaw.providers._http import SseReader, WireCache
-from netclaw.providers._openai import encode_request, request_body
+from netclaw.providers._openai import encode_request, message_to_wire, request_body
 
 SCHEMA = {"type": "object", "properties": {"q": {"type": "string"}}}
 
@@ -93,3 +99,29 @@ def test_a_body_that_is_no_stream_is_kept_as_stray_text() -> None:
     assert reader.feed(b"<html>\n<body>Bad gateway</body>\n") == []
     assert reader.end() == []
     assert reader.stray == ["<html>", "<body>Bad gateway</body>"]
+
+
+def test_images_go_as_image_parts_to_a_vision_model_and_are_named_otherwise(tmp_path: Path) -> None:
+    png = b"\x89PNG\r\n\x1a\n" + b"\x01" * 32
+    [image] = attachments.store(tmp_path, "s", [IncomingFile("shot.png", "image/png", png)])
+    message = ChatMessage("u1", "user", "what is this?", 0.0, user_name="Ann", files=(image,))
+    data = base64.b64encode(png).decode()
+
+    openai = message_to_wire(message, vision=True)
+    assert openai["content"][1] == {
+        "type": "image_url",
+        "image_url": {"url": f"data:image/png;base64,{data}"},
+    }
+    assert "shown below" in openai["content"][0]["text"]
+    _, anthropic = to_anthropic_messages([message], vision=True)
+    assert anthropic[0]["content"][1] == {
+        "type": "image",
+        "source": {"type": "base64", "media_type": "image/png", "data": data},
+    }
+    blind = message_to_wire(message)
+    assert isinstance(blind["content"], str) and "this model cannot see images" in blind["content"]
+    # A file gone since: named in its place, never a failed request.
+    [lost] = attachments.store(tmp_path, "s", [IncomingFile("lost.png", "image/png", png + b"\x02")])
+    Path(lost.path).unlink()
+    gone = message_to_wire(replace(message, files=(lost,)), vision=True)
+    assert gone["content"][1] == {"type": "text", "text": "[the image lost.png is no longer available]"}
