@@ -83,7 +83,8 @@ def recall_allowed(audience: Audience, settings: Settings) -> bool:
     """Public sessions never see recalled memories; others unless their audience opts out."""
     if audience == "public":
         return False
-    return settings.audience(audience).memory_recall and settings.audience(audience).memory_scope != "none"
+    config = settings.audience(audience)
+    return config.memory_recall and config.memory_scope != "none"
 
 
 def recall_scope(session_id: str, audience: Audience, settings: Settings, place: Place | None) -> str | None:

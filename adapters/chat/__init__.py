@@ -5,12 +5,15 @@ notices, files, approval buttons, idle release, re-subscribing).
 - ``_port``: :class:`ChatPort`, the conversation and message references, the port's
   error, and the retry policies for platform calls.
 - ``_renderer``: :class:`ChatRenderer`.
+- ``_inbound``: fetching a message's shared files within the limits; what people say in
+  a followed thread that is not for the bot.
 - ``_text``: splitting replies to a platform's message size; notes for people.
 
 A new platform is a port plus its event mapping (see ``adapters/slack/`` and
 ``adapters/discord_bot/``), not a copy of this.
 """
 
+from adapters.chat._inbound import Asides, SharedFile, fetch_files
 from adapters.chat._port import (
     BEST_EFFORT,
     MUST_DELIVER,
@@ -33,6 +36,7 @@ __all__ = [
     "BEST_EFFORT",
     "MUST_DELIVER",
     "SUBSCRIPTION",
+    "Asides",
     "Button",
     "ButtonClick",
     "ChatApiError",
@@ -41,9 +45,11 @@ __all__ = [
     "Conversation",
     "MessageRef",
     "RenderOptions",
+    "SharedFile",
     "StreamingPort",
     "StreamingUnsupported",
     "error_note",
+    "fetch_files",
     "new_key",
     "note_for",
     "outbox_key",

@@ -26,11 +26,14 @@ from aiohttp import web
 from adapters.base import AdapterStatus
 from adapters.chat import (
     MUST_DELIVER,
+    Asides,
     ButtonClick,
     ChatRenderer,
     Conversation,
     MessageRef,
     RenderOptions,
+    SharedFile,
+    fetch_files,
     retry_verdict,
 )
 from adapters.discord_bot._port import (
@@ -40,7 +43,6 @@ from adapters.discord_bot._port import (
     DiscordMessage,
     DiscordPort,
 )
-from netclaw.attachments import MAX_FILE_BYTES, MAX_FILES, IncomingFile
 from netclaw.config import DiscordConfig, Settings
 from netclaw.credentials import read_secret, where_to_put
 from netclaw.errors import AdapterError, NetclawError
@@ -56,10 +58,6 @@ log = logging.getLogger("adapters.discord_bot")
 
 EDIT_INTERVAL_S = 1.5  # Discord allows ~5 edits per 5 s per channel; stay well under it
 CONNECT_TIMEOUT_S = 10.0  # how long start() waits for READY before returning "starting"
-
-
-MAX_ASIDES = 50  # per followed thread, until the next turn there
-MAX_ASIDE_SESSIONS = 1000
 
 
 def _with_file_names(message: DiscordMessage) -> str:
@@ -115,7 +113,7 @@ class DiscordAdapter:
         self.connect_timeout_s = connect_timeout_s
         self._port: DiscordPort | None = port
         self._injected = port is not None
-        self._asides: dict[str, list[DiscordMessage]] = {}  # session -> unaddressed messages
+        self._asides: Asides[DiscordMessage] = Asides()  # said in followed threads, not to us
         self.renderer: ChatRenderer | None = None
         self._client: NetclawClient | None = None
         self._connect_task: asyncio.Task[None] | None = None
@@ -303,7 +301,7 @@ class DiscordAdapter:
         permit = self.gateway.permit(event)
         if permit is None:
             if event.thread_known and not message.from_bot and (message.text.strip() or message.attachments):
-                self._aside(session_id_for(message.channel_id), message)
+                self._asides.add(session_id_for(message.channel_id), message)
             return None
         if not message.text.strip() and not message.attachments:
             log.debug("discord: message %s has neither text nor files; ignored", message.message_id)
@@ -321,8 +319,14 @@ class DiscordAdapter:
             if target is None:
                 return None
         session_id = session_id_for(target)
-        earlier += self._asides.pop(session_id, [])
-        files, refused = await self._download(port, message)
+        earlier += self._asides.take(session_id)
+        files, refused = await fetch_files(
+            [
+                SharedFile(a.name, a.mime_type, a.size, partial(port.download, a.url))
+                for a in message.attachments
+            ],
+            "discord",
+        )
         if refused:
             await renderer.note(Conversation(target), refused)
         if not message.text.strip() and not files:
@@ -353,15 +357,6 @@ class DiscordAdapter:
             return None  # refused, or a redelivery already handled
         return session_id
 
-    def _aside(self, session_id: str, message: DiscordMessage) -> None:
-        """Remember a person's message in a followed thread that was not for the bot; the
-        next turn there reads it (kept in memory: a restart forgets them)."""
-        asides = self._asides.setdefault(session_id, [])
-        asides.append(message)
-        del asides[:-MAX_ASIDES]
-        while len(self._asides) > MAX_ASIDE_SESSIONS:
-            self._asides.pop(next(iter(self._asides)))
-
     async def _earlier(self, port: DiscordPort, message: DiscordMessage) -> list[DiscordMessage]:
         try:
             found = await port.history(
@@ -375,25 +370,6 @@ class DiscordAdapter:
             )
             return []
         return [m for m in found if not m.from_self and (m.text.strip() or m.attachments)]
-
-    async def _download(self, port: DiscordPort, message: DiscordMessage) -> tuple[list[IncomingFile], str]:
-        """The attachments' bytes, and a note naming those that could not be taken."""
-        files: list[IncomingFile] = []
-        refused: list[str] = []
-        for a in message.attachments[:MAX_FILES]:
-            if a.size > MAX_FILE_BYTES:
-                refused.append(f"{a.name} is larger than {MAX_FILE_BYTES // 1_000_000} MB")
-                continue
-            try:
-                data = await port.download(a.url, MAX_FILE_BYTES)
-            except DiscordApiError as exc:
-                log.warning("discord: attachment %s not downloaded: %s", a.name, exc)
-                refused.append(f"{a.name} could not be downloaded ({exc})")
-                continue
-            files.append(IncomingFile(a.name, a.mime_type, data))
-        if len(message.attachments) > MAX_FILES:
-            refused.append(f"only the first {MAX_FILES} files are read")
-        return files, ("I could not read every file: " + "; ".join(refused) + ".") if refused else ""
 
     async def _start_thread(self, message: DiscordMessage) -> str | None:
         port, renderer = self._require_port(), self.renderer

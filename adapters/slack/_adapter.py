@@ -21,14 +21,24 @@ import importlib.util
 import logging
 import re
 from collections import OrderedDict
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
 from adapters.base import AdapterState, AdapterStatus
-from adapters.chat import ButtonClick, ChatApiError, ChatRenderer, Conversation, MessageRef, RenderOptions
+from adapters.chat import (
+    Asides,
+    ButtonClick,
+    ChatApiError,
+    ChatRenderer,
+    Conversation,
+    MessageRef,
+    RenderOptions,
+    SharedFile,
+    fetch_files,
+)
 from adapters.slack._format import slack_unescape
-from netclaw.attachments import MAX_FILE_BYTES, MAX_FILES, IncomingFile
 from netclaw.config import Settings, SlackConfig
 from netclaw.credentials import read_secret, where_to_put
 from netclaw.errors import AdapterError, NetclawError
@@ -49,8 +59,6 @@ RECENT_EVENTS = 4096
 # deletions, joins, bot messages, ...) is not a message to answer.
 USER_SUBTYPES = frozenset({None, "file_share", "thread_broadcast"})
 EMPTY_MENTION_TEXT = "(The user mentioned you without writing anything else.)"
-MAX_ASIDES = 50  # per followed thread, until the next turn there
-MAX_ASIDE_SESSIONS = 1000
 
 
 def _downloadable(f: dict[str, Any]) -> bool:
@@ -89,7 +97,7 @@ class SlackAdapter:
         self._hellos = 0
         self.bot_user_id: str | None = None
         self._mention: re.Pattern[str] | None = None
-        self._asides: dict[str, list[dict[str, str]]] = {}  # session -> unaddressed messages
+        self._asides: Asides[dict[str, str]] = Asides()  # said in followed threads, not to us
         self._port: SlackPort | None = None
 
     @property
@@ -276,7 +284,7 @@ class SlackAdapter:
         permit = self.gateway.permit(chat)
         if permit is None:
             if thread_known and (clean or shared):  # said in a followed thread, not to the bot
-                self._aside(session_id, user, clean or "(shared a file)")
+                self._asides.add(session_id, {"user": user, "text": clean or "(shared a file)"})
             return
         if not clean and not mentioned and not shared:
             return  # nothing to answer
@@ -284,12 +292,23 @@ class SlackAdapter:
         if port is None:
             return
         name = await port.user_name(user)
-        prior = self._asides.pop(session_id, [])
+        prior = self._asides.take(session_id)
         if not thread_known and (root != ts or is_dm):
             # A session starts mid-conversation (a mention mid-thread, a DM): first, what was
             # said before. A new thread under a channel message starts from nothing.
             prior = await self._earlier(port, channel, root if root != ts else None, ts) + prior
-        files, refused = await self._download(port, shared)
+        files, refused = await fetch_files(
+            [
+                SharedFile(
+                    str(f.get("name") or f.get("title") or "file"),
+                    str(f.get("mimetype") or "application/octet-stream"),
+                    f["size"] if isinstance(f.get("size"), int) else None,
+                    partial(port.download, str(f["url_private_download"])),
+                )
+                for f in shared
+            ],
+            "slack",
+        )
         inbound = Inbound(
             session_id=session_id,
             text=clean or (EMPTY_MENTION_TEXT if mentioned and not files else ""),
@@ -311,15 +330,6 @@ class SlackAdapter:
 
     def _clean(self, text: str) -> str:
         return slack_unescape(self._mention.sub("", text) if self._mention else text).strip()
-
-    def _aside(self, session_id: str, user: str, text: str) -> None:
-        """Remember a person's message in a followed thread that was not for the bot; the
-        next turn there reads it (kept in memory: a restart forgets them)."""
-        asides = self._asides.setdefault(session_id, [])
-        asides.append({"user": user, "text": text})
-        del asides[:-MAX_ASIDES]
-        while len(self._asides) > MAX_ASIDE_SESSIONS:
-            self._asides.pop(next(iter(self._asides)))
 
     async def _earlier(
         self, port: SlackPort, channel: str, thread: str | None, before: str
@@ -347,29 +357,6 @@ class SlackAdapter:
 
     async def _prior_of(self, port: SlackPort, message: dict[str, Any]) -> PriorMessage:
         return PriorMessage(message["user"], await port.user_name(message["user"]), message["text"])
-
-    async def _download(
-        self, port: SlackPort, shared: list[dict[str, Any]]
-    ) -> tuple[list[IncomingFile], str]:
-        """The shared files' bytes, and a note naming those that could not be taken."""
-        files: list[IncomingFile] = []
-        refused: list[str] = []
-        for f in shared[:MAX_FILES]:
-            name = str(f.get("name") or f.get("title") or "file")
-            size = f.get("size")
-            if isinstance(size, int) and size > MAX_FILE_BYTES:
-                refused.append(f"{name} is larger than {MAX_FILE_BYTES // 1_000_000} MB")
-                continue
-            try:
-                data = await port.download(str(f["url_private_download"]), MAX_FILE_BYTES)
-            except ChatApiError as exc:
-                log.warning("slack: file %s not downloaded: %s", name, exc)
-                refused.append(f"{name} could not be downloaded ({exc})")
-                continue
-            files.append(IncomingFile(name, str(f.get("mimetype") or "application/octet-stream"), data))
-        if len(shared) > MAX_FILES:
-            refused.append(f"only the first {MAX_FILES} files are read")
-        return files, ("I could not read every file: " + "; ".join(refused) + ".") if refused else ""
 
     async def _knows(self, session_id: str) -> bool:
         try:

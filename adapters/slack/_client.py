@@ -238,7 +238,7 @@ class SlackPort:
     async def _post(self, to: Conversation, key: str, **content: Any) -> str:
         """Post in the conversation; if the answer is lost, the post counts as made when
         the thread holds a message with our marker."""
-        metadata = {"event_type": MARKER_EVENT_TYPE, "event_payload": {"marker": key}}
+        metadata = _marker(key)
         since = time.time() - MARKER_LOOKBACK_S
         try:
             response = await self.call(
@@ -357,7 +357,7 @@ class SlackPort:
     async def stream_start(self, to: Conversation, text: str) -> str:
         if self._no_streaming or to.thread is None:
             raise StreamingUnsupported(
-                "Slack streams only into threads" if to.thread else "no streaming here"
+                "Slack streams only into threads" if to.thread is None else "no streaming in this workspace"
             )
         asker = self._askers.get((to.channel, to.thread))
         recipient = {"recipient_team_id": asker[0], "recipient_user_id": asker[1]} if asker else {}
@@ -388,7 +388,7 @@ class SlackPort:
         )
 
     async def stream_stop(self, to: Conversation, message_id: str, text: str, *, key: str) -> None:
-        metadata = {"event_type": MARKER_EVENT_TYPE, "event_payload": {"marker": key}}
+        metadata = _marker(key)
         try:
             await self.call(
                 "chat.stopStream",
@@ -510,6 +510,12 @@ class SlackPort:
             ) from exc
         files = _get(response, "files") or [_get(response, "file") or {}]
         return str(files[0].get("id", "")) if files else ""
+
+
+def _marker(key: str) -> dict[str, Any]:
+    """Message metadata carrying a post's idempotency key (looked for after a lost answer
+    or a crash: :meth:`SlackPort.find_marker`)."""
+    return {"event_type": MARKER_EVENT_TYPE, "event_payload": {"marker": key}}
 
 
 def _before(message: Mapping[str, Any], ts: str) -> bool:
