@@ -12,7 +12,7 @@ synchronous=FULL: per append one ``events`` row (payload 200-800 chars of JSON) 
   same design minus the journal's machinery, so its batch sizes are comparable.
 
 Also (info lines): the same with N *threads* as callers, each blocking on every append the
-way a session actor does (``run_coroutine_threadsafe(...).result()``), and one writer
+way a session actor does (``append_threadsafe(...).result()``: no loop hop), and one writer
 appending sequentially (where every append pays a full fsync).
 
 Run from the repo root: ``python bench/journal.py [--sessions 100] [--seconds 3] [--rounds 3]``.
@@ -273,8 +273,8 @@ def journal_threads(path: Path, sessions: int, seconds: float) -> Result:
 
     def append(pid: str, seq: int, payload: str) -> None:
         expected = seqs.get(pid, 0)
-        coro = journal.append(pid, expected, [NewEvent("InputAdmitted", payload)], row_for(pid, seq))
-        seqs[pid] = asyncio.run_coroutine_threadsafe(coro, loop).result(30)
+        events = [NewEvent("InputAdmitted", payload)]
+        seqs[pid] = journal.append_threadsafe(pid, expected, events, row_for(pid, seq)).result(30)
 
     try:
         for i in range(sessions):

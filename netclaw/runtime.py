@@ -5,6 +5,11 @@ Actors own state; the loop owns I/O. An actor hands a coroutine to
 by waiting on the loop). Loop code reaches an actor with ``tell`` only, and an
 actor answers loop code through a :class:`Reply`, which resolves an asyncio
 future with ``call_soon_threadsafe`` — so neither side ever blocks the other.
+
+While an actor handles one message (:meth:`IoLoop.batched`), what it hands the loop —
+``call``, replies, subscriber outputs, timers — waits in a per-thread batch and crosses
+in ONE ``call_soon_threadsafe`` (one loop wake-up, not one per output), in order, when
+the message is done or before the actor submits work or waits for anything.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import concurrent.futures
 import contextlib
 import logging
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, Generic, Protocol, TypeVar
 
 T = TypeVar("T")
@@ -31,6 +36,45 @@ class Cancellable(Protocol):
     """Work in flight on the loop that its owner may call off (a ``Future``)."""
 
     def cancel(self) -> bool: ...
+
+
+class _Batch(threading.local):
+    """This thread's loop calls waiting to cross (see the module docstring)."""
+
+    loop: asyncio.AbstractEventLoop | None = None
+    calls: list[tuple[Callable[..., object], tuple[object, ...]]] | None = None
+
+
+_batch = _Batch()
+
+
+def call_soon(loop: asyncio.AbstractEventLoop, fn: Callable[..., object], *args: object) -> None:
+    """``loop.call_soon_threadsafe(fn, *args)``, joined to this thread's batch for ``loop`` if
+    one is open. RuntimeError when the loop is closed, as there."""
+    calls = _batch.calls
+    if calls is not None and _batch.loop is loop:
+        if loop.is_closed():
+            raise RuntimeError("Event loop is closed")
+        calls.append((fn, args))
+    else:
+        loop.call_soon_threadsafe(fn, *args)
+
+
+def flush_batch() -> None:
+    """Send this thread's waiting loop calls now (before it blocks or submits work)."""
+    calls, loop = _batch.calls, _batch.loop
+    if calls and loop is not None:
+        _batch.calls = []
+        with contextlib.suppress(RuntimeError):  # the loop closed: nobody is waiting any more
+            loop.call_soon_threadsafe(_run_batch, calls)
+
+
+def _run_batch(calls: list[tuple[Callable[..., object], tuple[object, ...]]]) -> None:
+    for fn, args in calls:
+        try:
+            fn(*args)
+        except Exception:  # one failing call must not cost the others theirs
+            log.exception("loop call %r failed", fn)
 
 
 class IoLoop:
@@ -68,11 +112,26 @@ class IoLoop:
 
     def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
         """Run ``coro`` on the loop; callable from any thread."""
+        flush_batch()  # what this thread handed the loop before comes first
         return asyncio.run_coroutine_threadsafe(coro, self._loop)
 
     def call(self, fn: Callable[..., object], *args: object) -> None:
         """Run ``fn(*args)`` on the loop soon; callable from any thread."""
-        self._loop.call_soon_threadsafe(fn, *args)
+        call_soon(self._loop, fn, *args)
+
+    @contextlib.contextmanager
+    def batched(self) -> Iterator[None]:
+        """Collect this thread's loop calls for the block and send them as one (an actor
+        around each message). Nested blocks join the outer one."""
+        if _batch.calls is not None or self.in_loop_thread():
+            yield
+            return
+        _batch.loop, _batch.calls = self._loop, []
+        try:
+            yield
+        finally:
+            flush_batch()
+            _batch.loop, _batch.calls = None, None
 
     def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         """Block the *calling* thread until ``coro`` finishes on the loop.
@@ -174,10 +233,10 @@ class Reply(Generic[T]):
         self._future: asyncio.Future[T] = self._loop.create_future()
 
     def resolve(self, value: T) -> None:
-        self._loop.call_soon_threadsafe(self._set, value, None)
+        call_soon(self._loop, self._set, value, None)
 
     def fail(self, exc: BaseException) -> None:
-        self._loop.call_soon_threadsafe(self._set, None, exc)
+        call_soon(self._loop, self._set, None, exc)
 
     def _set(self, value: T | None, exc: BaseException | None) -> None:
         if self._future.done():

@@ -7,6 +7,7 @@ the journal never needs to know what an event means.
 
 from __future__ import annotations
 
+import concurrent.futures
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
@@ -83,6 +84,19 @@ class Journal(Protocol):
 
         Returns the new last seq. Raises SequenceConflict if the journal moved.
         """
+        ...
+
+    def append_threadsafe(
+        self,
+        persistence_id: str,
+        expected_seq: int,
+        events: Sequence[NewEvent],
+        row: SessionRow | None = None,
+    ) -> concurrent.futures.Future[int]:
+        """:meth:`append`, started from a thread that is not the I/O loop's (a session
+        actor, which then waits for it): returns at once, and the future settles when the
+        events are durable (or with the error). A store that writes on the loop can submit
+        ``append`` there; one with its own writer thread skips the loop hop."""
         ...
 
     async def replay(self, persistence_id: str, after_seq: int = 0) -> list[StoredEvent]: ...

@@ -5,7 +5,9 @@ Writes go to a writer thread the journal owns, with a plain ``sqlite3`` connecti
 future; the thread takes everything queued at that moment into ONE transaction
 (group commit: N concurrent sessions pay for one fsync, not N) and settles the
 batch's futures with one ``call_soon_threadsafe`` per loop. That is one hop each
-way per commit, and it relies on no private API of aiosqlite. Reads use an
+way per commit, and it relies on no private API of aiosqlite. A session actor's
+append (``append_threadsafe``) skips the loop: its write goes on the same queue
+and its ``concurrent.futures.Future`` is settled by the writer thread itself. Reads use an
 aiosqlite connection (WAL lets them run beside the writer). The expected-sequence
 check runs on the writer thread against an in-memory copy of each session's last
 seq — safe because this process is the only writer (the daemon holds a lock on
@@ -38,6 +40,9 @@ log = logging.getLogger(__name__)
 
 _MAX_BATCH = 512  # writes per transaction; bounds one commit's latency
 
+# An append awaited on a loop, or waited for by a thread (a session actor).
+_Future = asyncio.Future[int] | concurrent.futures.Future[int]
+
 
 @dataclass(slots=True)
 class _Append:
@@ -45,7 +50,7 @@ class _Append:
     expected_seq: int
     events: Sequence[NewEvent]
     row: SessionRow | None
-    future: asyncio.Future[int]
+    future: _Future
 
 
 @dataclass(slots=True)
@@ -73,7 +78,7 @@ class _Batch:
     rows: list[tuple[Any, ...]] = field(default_factory=list)
     snapshots: list[tuple[str, int, str, float]] = field(default_factory=list)
     messages: list[tuple[str, int, str]] = field(default_factory=list)  # snapshot transcript rows
-    done: list[tuple[asyncio.Future[int], int]] = field(default_factory=list)
+    done: list[tuple[_Future, int]] = field(default_factory=list)
 
 
 def prepare_database(path: Path, *, synchronous: str = "full") -> list[int]:
@@ -192,6 +197,20 @@ class SqliteJournal:
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._put(_Append(persistence_id, expected_seq, events, row, future))
         return await future
+
+    def append_threadsafe(
+        self,
+        persistence_id: str,
+        expected_seq: int,
+        events: Sequence[NewEvent],
+        row: SessionRow | None = None,
+    ) -> concurrent.futures.Future[int]:
+        future: concurrent.futures.Future[int] = concurrent.futures.Future()
+        try:
+            self._put(_Append(persistence_id, expected_seq, events, row, future))
+        except JournalError as exc:
+            future.set_exception(exc)
+        return future
 
     async def save_snapshot(
         self, persistence_id: str, seq: int, state: str, messages: Sequence[str] = (), first: int = 0
@@ -386,7 +405,7 @@ class _Writer(threading.Thread):
 
     def _commit(self, conn: sqlite3.Connection, writes: list[_Write]) -> None:
         """One transaction for the batch; its futures are settled on their loops."""
-        conflicts: list[tuple[asyncio.Future[int], int | BaseException]] = []
+        conflicts: list[tuple[_Future, int | BaseException]] = []
         batch = _Batch()
         now = time.time()
         staged: dict[str, int] = {}  # seqs this batch will reach, cached only once committed
@@ -419,7 +438,7 @@ class _Writer(threading.Thread):
                     (r.id, r.channel, r.title, r.turns, r.last_activity, r.pending, seq, r.undelivered)
                 )
             batch.done.append((write.future, seq))
-        results: list[tuple[asyncio.Future[int], int | BaseException]] = list(batch.done)
+        results: list[tuple[_Future, int | BaseException]] = list(batch.done)
         if batch.done:
             started = time.perf_counter()
             try:
@@ -484,7 +503,7 @@ class _Writer(threading.Thread):
     def _fail_leftovers(self) -> None:
         """The writer is gone: nothing queued may wait forever."""
         error = JournalError("the journal is closed")
-        leftovers: list[tuple[asyncio.Future[int], int | BaseException]] = []
+        leftovers: list[tuple[_Future, int | BaseException]] = []
         while True:
             try:
                 item = self.inbox.get_nowait()
@@ -504,11 +523,15 @@ def _answer(query: _Query, conn: sqlite3.Connection) -> None:
         query.future.set_exception(JournalError(f"journal query failed: {exc}"))
 
 
-def _settle(results: list[tuple[asyncio.Future[int], int | BaseException]]) -> None:
-    """Resolve futures on their own loops: one callback per loop for the whole batch."""
+def _settle(results: list[tuple[_Future, int | BaseException]]) -> None:
+    """Resolve futures on their own loops: one callback per loop for the whole batch; a
+    thread's future here and now."""
     by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[int], int | BaseException]]] = {}
     for future, result in results:
-        by_loop.setdefault(future.get_loop(), []).append((future, result))
+        if isinstance(future, concurrent.futures.Future):
+            _resolve_now(future, result)
+        else:
+            by_loop.setdefault(future.get_loop(), []).append((future, result))
     for loop, items in by_loop.items():
         with contextlib.suppress(RuntimeError):  # that loop is closed: nobody waits any more
             loop.call_soon_threadsafe(_resolve, items)
@@ -522,6 +545,15 @@ def _resolve(items: list[tuple[asyncio.Future[int], int | BaseException]]) -> No
             future.set_exception(result)
         else:
             future.set_result(result)
+
+
+def _resolve_now(future: concurrent.futures.Future[int], result: int | BaseException) -> None:
+    if not future.set_running_or_notify_cancel():  # the caller gave up (cancelled)
+        return
+    if isinstance(result, BaseException):
+        future.set_exception(result)
+    else:
+        future.set_result(result)
 
 
 def _sync_pragma(synchronous: str) -> str:

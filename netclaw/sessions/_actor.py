@@ -89,6 +89,10 @@ class SessionActor(TurnFlow, ApprovalFlow, CompactionFlow, PassivationFlow, pykk
         self._op_counter = 0
 
     def on_start(self) -> None:
+        with self.deps.io.batched():
+            self._starting()
+
+    def _starting(self) -> None:
         # on_start failures call neither on_failure nor on_stop in pykka: catch them here and
         # stay alive in a "broken" mode that fails whatever was routed to us, until retired.
         try:
@@ -98,6 +102,10 @@ class SessionActor(TurnFlow, ApprovalFlow, CompactionFlow, PassivationFlow, pykk
             self._break(f"recovery failed: {exc}", exc)
 
     def on_receive(self, message: object) -> None:
+        with self.deps.io.batched():  # one loop wake-up for what this message hands the loop
+            self._receiving(message)
+
+    def _receiving(self, message: object) -> None:
         if isinstance(message, cmd.Routed):
             self.received += 1
         if self.broken is not None:
@@ -112,6 +120,10 @@ class SessionActor(TurnFlow, ApprovalFlow, CompactionFlow, PassivationFlow, pykk
             self._break(f"{type(exc).__name__}: {exc}", exc)
 
     def on_stop(self) -> None:
+        with self.deps.io.batched():
+            self._stopping()
+
+    def _stopping(self) -> None:
         self.subscribers.close_all()
         self.clock.cancel()
         self._abandon_compaction()

@@ -18,7 +18,7 @@ import time
 
 from netclaw.errors import JournalError, OutcomeUnknown
 from netclaw.persistence import Journal, NewEvent, SessionRow
-from netclaw.runtime import IoLoop
+from netclaw.runtime import IoLoop, flush_batch
 from netclaw.sessions._events import SessionEvent, encode
 from netclaw.sessions._state import SessionState
 
@@ -54,7 +54,8 @@ class Recorder:
             undelivered=len(new.undelivered),
         )
         encoded = [NewEvent(*encode(e)) for e in events]
-        future = self._io.submit(self._journal.append(state.session_id, state.seq, encoded, row))
+        future = self._journal.append_threadsafe(state.session_id, state.seq, encoded, row)
+        flush_batch()  # while the disk works: what this message handed the loop goes out now
         timeout = PERSIST_TIMEOUT_S  # read at each call, so tests can shorten it
         try:
             future.result(timeout)

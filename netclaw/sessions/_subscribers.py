@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from netclaw import outputs as out
-from netclaw.runtime import Reply
+from netclaw.runtime import Reply, call_soon
 from netclaw.sessions._state import SessionState, TurnOutcome
 
 log = logging.getLogger(__name__)
@@ -143,7 +143,7 @@ class OutputQueue:
         if self.closed or self._closing:
             return False
         try:
-            self._loop.call_soon_threadsafe(self._push, output)
+            call_soon(self._loop, self._push, output)
         except RuntimeError:  # the loop is closed: the consumer is gone
             self.closed = True
             return False
@@ -180,7 +180,7 @@ class OutputQueue:
         # Queued behind the pushes already scheduled, so a last `error` still arrives.
         # A closed loop means nobody is waiting.
         with contextlib.suppress(RuntimeError):
-            self._loop.call_soon_threadsafe(self._close_now)
+            call_soon(self._loop, self._close_now)
 
     def _close_now(self) -> None:
         self.closed = True

@@ -193,6 +193,33 @@ async def test_chained_appends_in_one_batch(journal: SqliteJournal) -> None:
     assert [e.seq for e in await journal.replay("s")] == [1, 2, 3, 4]
 
 
+async def test_appends_from_threads_are_settled_by_the_writer_in_order_with_the_loops(
+    journal: SqliteJournal,
+) -> None:
+    """An actor's path: no loop hop, the same sequence checks, and the same batches."""
+
+    def from_thread() -> list[int | str]:
+        first = journal.append_threadsafe("s", 0, [ev(1)], row("s", pending=1))
+        second = journal.append_threadsafe("s", 1, [ev(2), ev(3)])
+        stale = journal.append_threadsafe("s", 1, [ev(99)])
+        outcomes: list[int | str] = [first.result(10), second.result(10)]
+        error = stale.exception(10)
+        outcomes.append(type(error).__name__)
+        return outcomes
+
+    assert await asyncio.to_thread(from_thread) == [1, 3, "SequenceConflict"]
+    assert await journal.append("s", 3, [ev(4)]) == 4  # the loop's path sees where they left it
+    assert [e.seq for e in await journal.replay("s")] == [1, 2, 3, 4]
+    assert (await journal.get_session("s")) is not None
+
+
+async def test_a_thread_append_to_a_closed_journal_fails_at_once(db: Path) -> None:
+    j = await SqliteJournal(db).open()
+    await j.close()
+    future = j.append_threadsafe("s", 0, [ev(1)])
+    assert isinstance(future.exception(0), JournalError)
+
+
 async def test_replay_after_seq(journal: SqliteJournal) -> None:
     await journal.append("s", 0, [ev(i, f"T{i}") for i in range(1, 6)])
     await journal.append("noise", 0, [ev(9)])

@@ -107,6 +107,70 @@ def test_call_runs_a_function_on_the_loop(io: IoLoop) -> None:
     assert seen == [True]
 
 
+def test_a_batch_sends_its_calls_in_order_in_one_wake_up_and_before_a_submit(io: IoLoop) -> None:
+    """What an actor hands the loop while it handles a message crosses once, in order —
+    and before work it submits, so nothing overtakes what came before it."""
+    seen: list[str] = []
+    crossings = 0
+    real = io.loop.call_soon_threadsafe
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        nonlocal crossings
+        crossings += 1
+        return real(*args, **kwargs)
+
+    io.loop.call_soon_threadsafe = counting  # type: ignore[method-assign]
+
+    async def submitted() -> None:
+        seen.append("submitted")
+
+    async def make_reply() -> Reply[str]:
+        return Reply()
+
+    reply = io.run(make_reply(), 2)
+    crossings = 0
+
+    def failing() -> None:
+        raise ValueError("boom")
+
+    def actor_message() -> concurrent.futures.Future[None]:
+        with io.batched():
+            io.call(seen.append, "a")
+            io.call(failing)  # logged; the calls after it still run
+            reply.resolve("answer")
+            with io.batched():  # nested: joins the outer batch
+                io.call(seen.append, "b")
+            assert seen == [] and crossings == 0  # nothing crossed yet
+            future = io.submit(submitted())  # the batch goes first
+            io.call(seen.append, "c")
+        return future
+
+    future = actor_message()
+    crossed = crossings
+    future.result(2)
+    io.run(asyncio.sleep(0.05), 2)
+    try:
+        assert crossed == 3  # the first batch, the submit, the rest of the batch
+        # The submitted coroutine starts after what came before it (what came after may
+        # run first: a coroutine's first step takes a loop iteration, with or without batches).
+        assert seen[:2] == ["a", "b"] and sorted(seen[2:]) == ["c", "submitted"]
+        assert io.run(reply.wait(1), 2) == "answer"
+    finally:
+        del io.loop.call_soon_threadsafe  # type: ignore[method-assign]
+
+
+def test_calls_outside_a_batch_and_on_the_loop_go_at_once(io: IoLoop) -> None:
+    done = threading.Event()
+
+    async def on_loop() -> None:
+        with io.batched():  # the loop's own thread never batches (it would wait for itself)
+            io.call(done.set)
+            await asyncio.sleep(0.2)
+
+    io.submit(on_loop())
+    assert done.wait(0.15)
+
+
 def test_stop_stops_the_thread_and_cancels_pending_tasks() -> None:
     io = IoLoop(name="stopping").start()
     cancelled = threading.Event()
