@@ -197,11 +197,10 @@ class SessionActor(TurnFlow, ApprovalFlow, CompactionFlow, PassivationFlow, pykk
                     self._passivation_step()
             case cmd.ProviderDeltas(op_id=op_id, deltas=deltas):
                 if self._current(op_id):
-                    assert self.run is not None
-                    for delta in turn.text_deltas(self.session_id, self.run.turn, deltas):
-                        self.subscribers.publish(delta)
-            case cmd.ProviderDone(op_id=op_id, completion=completion):
+                    self._show_deltas(deltas)
+            case cmd.ProviderDone(op_id=op_id, completion=completion, deltas=deltas):
                 if self._current(op_id):
+                    self._show_deltas(deltas)
                     self._on_completion(completion)
             case cmd.ToolsDone(op_id=op_id, results=results):
                 if self._current(op_id):

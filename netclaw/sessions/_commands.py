@@ -169,6 +169,7 @@ class ProviderDeltas:
 class ProviderDone:
     op_id: int
     completion: Completion
+    deltas: tuple[Delta, ...] = ()  # the last ones, not yet told: they travel with the answer
 
 
 @dataclass(frozen=True, slots=True)

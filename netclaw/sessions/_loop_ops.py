@@ -18,7 +18,7 @@ import pykka
 
 from netclaw.messages import ToolCall, system
 from netclaw.persistence import MemoryStore, format_recall
-from netclaw.providers import Completion, Delta, Provider, ProviderRequest
+from netclaw.providers import Delta, Provider, ProviderRequest
 from netclaw.runtime import Cancellable, IoLoop, Tellable
 from netclaw.sessions._commands import (
     CompactionDone,
@@ -48,9 +48,8 @@ class Recall:
 
     async def into(self, request: ProviderRequest) -> ProviderRequest:
         try:
-            found = await asyncio.wait_for(
-                self.memory.search(self.query, audience=self.audience, scope=self.scope), RECALL_TIMEOUT_S
-            )
+            async with asyncio.timeout(RECALL_TIMEOUT_S):  # no task of its own, unlike wait_for
+                found = await self.memory.search(self.query, audience=self.audience, scope=self.scope)
         except Exception as exc:  # noqa: BLE001 - slow or broken recall: no recall, never a failed turn
             log.warning("memory recall skipped: %s", exc)
             return request
@@ -64,7 +63,8 @@ class Recall:
 
 class DeltaRelay:
     """Runs a provider call on the loop and forwards its deltas to the actor, coalesced:
-    every delta that arrives in one loop iteration travels in one ``tell``."""
+    every delta that arrives in one loop iteration travels in one ``tell``; the ones still
+    waiting when the answer is complete travel with it (one message, not two)."""
 
     __slots__ = ("_op_id", "_pending", "_recall", "_ref", "_scheduled")
 
@@ -75,13 +75,16 @@ class DeltaRelay:
         self._pending: list[Delta] = []
         self._scheduled = False
 
-    async def stream(self, provider: Provider, request: ProviderRequest) -> Completion:
+    async def stream(self, provider: Provider, request: ProviderRequest) -> ProviderDone:
         if self._recall is not None:
             request = await self._recall.into(request)
         try:
-            return await provider.complete(request, self._on_delta)
-        finally:
-            self._flush()  # the last deltas travel before the completion does
+            completion = await provider.complete(request, self._on_delta)
+        except BaseException:
+            self._flush()  # what was shown before the failure still reaches the actor first
+            raise
+        tail, self._pending = tuple(self._pending), []
+        return ProviderDone(self._op_id, completion, tail)
 
     def _on_delta(self, delta: Delta) -> None:
         self._pending.append(delta)
@@ -109,7 +112,7 @@ def start_provider_call(
     return io.submit_and_tell(
         relay.stream(provider, request),
         actor,
-        lambda completion: ProviderDone(op_id, completion),
+        lambda done: done,
         lambda error: OpFailed(op_id, error),
     )
 

@@ -14,7 +14,7 @@ from dataclasses import replace
 from netclaw.errors import ContextOverflow
 from netclaw.history import TrimResult
 from netclaw.policy import channel_of, recall_allowed, recall_scope
-from netclaw.providers import Completion, ProviderRequest, ToolSchema
+from netclaw.providers import Completion, Delta, ProviderRequest, ToolSchema
 from netclaw.sessions import _ladder as ladder
 from netclaw.sessions import _turn as turn
 from netclaw.sessions._core import SessionCore
@@ -139,6 +139,12 @@ class TurnFlow(SessionCore):
             self.deps.metrics.trims.inc()
         log.info("%s: history_trimmed %s", self.session_id, json.dumps(event.to_payload(), sort_keys=True))
         self._publish(output)
+
+    def _show_deltas(self, deltas: Sequence[Delta]) -> None:
+        run = self.run
+        assert run is not None
+        for delta in turn.text_deltas(self.session_id, run.turn, deltas):
+            self.subscribers.publish(delta)
 
     def _on_completion(self, completion: Completion) -> None:
         run = self.run
