@@ -69,48 +69,54 @@ def plain_schema(parameters: Mapping[str, Any]) -> Any:
 
 
 class WireCache:
-    """The JSON text of request parts that do not change between a session's requests —
-    each message (a transcript only grows) and each tool set — encoded once, not on every
-    turn. Bounded by characters held: past ``limit`` the oldest half of the parts is
-    dropped (an active session's parts come back on its next request)."""
+    """The JSON of request parts that do not change between a session's requests — each
+    message (a transcript only grows) and each tool set — encoded to UTF-8 bytes once, not
+    on every turn, so a request body is one ``bytes.join``. Bounded by bytes held: past
+    ``limit`` the oldest half of the parts is dropped (an active session's parts come
+    back on its next request)."""
 
     def __init__(self, limit: int = 16_000_000) -> None:
         self.limit = limit
-        self.size = 0  # characters held
-        self._parts: dict[Hashable, tuple[Any, str]] = {}
+        self.size = 0  # bytes held
+        self._parts: dict[Hashable, tuple[Any, bytes]] = {}
 
-    def message_text(self, message: object, vision: bool, make: Callable[[], Any]) -> str:
-        """The JSON text of one message object (a transcript hands the same objects every
-        turn; a changed message — a cleared result — is a new object). Keyed by ``id()``
-        and checked against the object held, so a recycled id never matches: one dict
-        lookup per message, no key to build or hash."""
+    def message_json(self, message: object, vision: bool, make: Callable[[], Any]) -> bytes:
+        """The JSON of one message object (a transcript hands the same objects every turn;
+        a changed message — a cleared result — is a new object). Keyed by ``id()`` and
+        checked against the object held, so a recycled id never matches: one dict lookup
+        per message, no key to build or hash."""
         hit = self._parts.get(id(message))
         if hit is not None and hit[0][0] is message and hit[0][1] is vision:
             return hit[1]
         return self._put(id(message), make, (message, vision))
 
-    def text(self, key: Hashable, make: Callable[[], Any], *, holds: Any = None) -> str:
-        """The JSON text of ``make()``, cached under ``key``; ``holds`` is kept alive with
-        it (so an ``id()`` in the key cannot be reused by another object meanwhile)."""
+    def json(self, key: Hashable, make: Callable[[], Any], *, holds: Any = None) -> bytes:
+        """The JSON of ``make()``, cached under ``key``; ``holds`` is kept alive with it (so
+        an ``id()`` in the key cannot be reused by another object meanwhile)."""
         hit = self._parts.get(key)
         if hit is not None:
             return hit[1]
         return self._put(key, make, holds)
 
-    def _put(self, key: Hashable, make: Callable[[], Any], holds: Any) -> str:
-        text = json.dumps(make(), ensure_ascii=False, separators=(",", ":"))
+    def _put(self, key: Hashable, make: Callable[[], Any], holds: Any) -> bytes:
+        data = to_json(make())
         replaced = self._parts.pop(key, None)
         if replaced is not None:
             self.size -= len(replaced[1])
-        if self.size + len(text) > self.limit:
+        if self.size + len(data) > self.limit:
             for oldest in list(self._parts)[: len(self._parts) // 2 + 1]:
                 self.size -= len(self._parts.pop(oldest)[1])
-        self._parts[key] = (holds, text)
-        self.size += len(text)
-        return text
+        self._parts[key] = (holds, data)
+        self.size += len(data)
+        return data
 
     def __len__(self) -> int:
         return len(self._parts)
+
+
+def to_json(value: Any) -> bytes:
+    """Compact JSON as UTF-8, as every request body is sent."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 def _int(value: Any) -> int:
@@ -329,7 +335,7 @@ class HttpStreamingProvider(ABC, Generic[AnswerT]):
 
     def _request_content(self, request: ProviderRequest) -> bytes:
         """The body as sent (a provider may assemble it from cached parts)."""
-        return json.dumps(self._request_body(request), ensure_ascii=False, separators=(",", ":")).encode()
+        return to_json(self._request_body(request))
 
     def _new_assembly(self, on_delta: OnDelta | None, progress: _Progress) -> AnswerT:
         return self.assembly_type(self.name, on_delta, progress)

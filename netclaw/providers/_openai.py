@@ -34,6 +34,7 @@ from netclaw.providers._http import (
     _int,
     _plain,
     plain_schema,
+    to_json,
 )
 from netclaw.providers._http import _Progress as _Progress  # for code assembling answers by hand
 from netclaw.providers._images import image_base64, missing_note
@@ -114,15 +115,13 @@ def request_body(request: ProviderRequest) -> dict[str, Any]:
 def encode_request(request: ProviderRequest, wire: WireCache) -> bytes:
     """The JSON of :func:`request_body`, with every message and the tool set taken from
     ``wire`` (a message object never changes; one with images inline is encoded afresh,
-    not kept)."""
+    not kept) and joined once."""
     vision = request.vision
-    cached = wire.message_text
+    cached = wire.message_json
     parts = []
     for m in request.messages:
         if vision and m.files and images_of(m):
-            parts.append(
-                json.dumps(message_to_wire(m, vision=True), ensure_ascii=False, separators=(",", ":"))
-            )
+            parts.append(to_json(message_to_wire(m, vision=True)))
         else:
             parts.append(cached(m, vision, partial(message_to_wire, m, vision=vision)))
     head = {
@@ -131,17 +130,13 @@ def encode_request(request: ProviderRequest, wire: WireCache) -> bytes:
         "stream_options": {"include_usage": True},
         "max_tokens": request.max_output_tokens,
     }
-    body = (
-        json.dumps(head, ensure_ascii=False, separators=(",", ":"))[:-1]
-        + ',"messages":['
-        + ",".join(parts)
-        + "]"
-    )
+    pieces = [to_json(head)[:-1], b',"messages":[', b",".join(parts), b"]"]
     if request.tools:
         tools = tuple(request.tools)
         key = ("tools", *((t.name, t.description, id(t.parameters)) for t in tools))
-        body += ',"tools":' + wire.text(key, lambda: [tool_to_wire(t) for t in tools], holds=tools)
-    return (body + "}").encode()
+        pieces += [b',"tools":', wire.json(key, lambda: [tool_to_wire(t) for t in tools], holds=tools)]
+    pieces.append(b"}")
+    return b"".join(pieces)
 
 
 def usage_from_wire(data: Mapping[str, Any]) -> Usage:

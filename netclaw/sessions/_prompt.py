@@ -9,6 +9,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import compress, count
+from operator import is_not
 from typing import Any
 
 from netclaw.history import (
@@ -51,6 +53,8 @@ class PromptBuilder:
         self.budget = budget
         self.counter = counter or TokenCounter()
         self.calibration = BudgetCalibration(min_ratio=CALIBRATION_FLOOR)
+        # The transcript part of the last context and its counts (see _counts).
+        self._counted: tuple[list[ChatMessage], list[int]] = ([], [])
 
     def effective_budget(self) -> int:
         return self.calibration.effective_budget(self.budget)
@@ -87,14 +91,26 @@ class PromptBuilder:
         # call from its result, and the sweep then walks just the kept part.
         fixed = self.counter.fixed_overhead(tool_dicts(tools))
         context = build_context(state, self.system_prompt)
-        # count_all: the cache hits inlined (a long session counts thousands of messages a turn)
-        counts = self.counter.count_all(context)
+        counts = self._counts(context, len(context) - len(state.visible))
         result = trim_to_budget(context, budget, self.counter.count_message, fixed, counts)
         swept = self._sweep(state, result.messages)
         estimate = result.tokens_after
         if swept.changed:
             estimate = fixed + sum(map(self.counter.count_message, swept.messages))
         return Prompt(swept.messages, estimate, result if result.trimmed else None)
+
+    def _counts(self, context: list[ChatMessage], head: int) -> list[int]:
+        """Token counts of ``context``, whose first ``head`` messages come before the
+        transcript (system prompt, summary, breadcrumb). A transcript only grows, so its
+        messages that are the very objects of the last call, in the same places, keep the
+        last call's counts (a C-speed identity scan); only the rest are looked up — a long
+        session no longer looks up thousands of counts a turn."""
+        body = context[head:]
+        previous, counts = self._counted
+        same = next(compress(count(), map(is_not, previous, body)), min(len(previous), len(body)))
+        body_counts = counts[:same] + self.counter.count_all(body[same:])
+        self._counted = (body, body_counts)
+        return self.counter.count_all(context[:head]) + body_counts
 
     def _sweep(self, state: SessionState, messages: Sequence[ChatMessage]) -> SweepResult:
         swept = sweep_orphans(messages)
