@@ -402,8 +402,8 @@ def profile_round(daemon: Daemon, sessions: int, seconds: float, texts: list[str
         f"cProfile of the loop thread: {result.turns} turns ({result.rate:.0f} turns/s under the profiler)\n"
     )
     stats = pstats.Stats(prof, stream=buf)
-    stats.sort_stats("tottime").print_stats(70)
-    stats.sort_stats("cumulative").print_stats(80)
+    stats.sort_stats("tottime").print_stats(25)
+    stats.sort_stats("cumulative").print_stats(40)
     return "\n".join("# " + line for line in buf.getvalue().splitlines() if line.strip())
 
 
