@@ -90,7 +90,7 @@ class WireCache:
             return hit[1]
         return self._put(id(message), make, (message, vision))
 
-    def json(self, key: Hashable, make: Callable[[], Any], *, holds: Any = None) -> bytes:
+    def part_json(self, key: Hashable, make: Callable[[], Any], *, holds: Any = None) -> bytes:
         """The JSON of ``make()``, cached under ``key``; ``holds`` is kept alive with it (so
         an ``id()`` in the key cannot be reused by another object meanwhile)."""
         hit = self._parts.get(key)

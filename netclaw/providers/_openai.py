@@ -134,7 +134,7 @@ def encode_request(request: ProviderRequest, wire: WireCache) -> bytes:
     if request.tools:
         tools = tuple(request.tools)
         key = ("tools", *((t.name, t.description, id(t.parameters)) for t in tools))
-        pieces += [b',"tools":', wire.json(key, lambda: [tool_to_wire(t) for t in tools], holds=tools)]
+        pieces += [b',"tools":', wire.part_json(key, lambda: [tool_to_wire(t) for t in tools], holds=tools)]
     pieces.append(b"}")
     return b"".join(pieces)
 
