@@ -364,10 +364,9 @@ def test_snapshot_round_trip_keeps_marker_kinds_and_unicode() -> None:
     assert restored.transcript[0].kind is MessageKind.TRIM_BREADCRUMB
 
 
-def test_snapshot_round_trip_of_a_trimmed_state() -> None:
-    if _HistoryTrimmed is None:
-        pytest.skip("no HistoryTrimmed event yet")
-    trim = _HistoryTrimmed(
+def budget_trim() -> _events.HistoryTrimmed:
+    """A budget trim that keeps the transcript from u2 on."""
+    return _events.HistoryTrimmed(
         first_kept_id="u2",
         dropped_messages=5,
         dropped_turns=1,
@@ -377,6 +376,12 @@ def test_snapshot_round_trip_of_a_trimmed_state() -> None:
         budget=8,
         reason="budget",
     )
+
+
+def test_snapshot_round_trip_of_a_trimmed_state() -> None:
+    if _HistoryTrimmed is None:
+        pytest.skip("no HistoryTrimmed event yet")
+    trim = budget_trim()
     state = fold([*realistic_events(), trim])
     assert state != fold(realistic_events())
     assert SessionState.from_json(state.to_json()) == state
@@ -739,16 +744,7 @@ def test_a_row_snapshot_keeps_only_the_outcomes_the_transcript_does_not_say(
 
 
 def test_the_fold_builds_the_transcript_once_and_equals_event_by_event_apply() -> None:
-    trim = _events.HistoryTrimmed(
-        first_kept_id="u2",
-        dropped_messages=5,
-        dropped_turns=1,
-        kept_turns=1,
-        tokens_before=10,
-        tokens_after=5,
-        budget=8,
-        reason="budget",
-    )
+    trim = budget_trim()
     more = [
         InputAdmitted(user("u6", identity="id6")),
         TurnRecorded(3, "u3", "completed", (assistant("a3b", "done"),)),
