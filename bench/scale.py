@@ -32,8 +32,9 @@ import _common as c
 from _common import daemon_settings, figure, info, log, machine_load
 from _provider import ProviderProcess
 
-from netclaw.daemon import Daemon, settle_heap
+from netclaw.daemon import Daemon
 from netclaw.gateway import Inbound
+from netclaw.heap import TRIM_QUIET_S, settle_heap
 
 
 def proc_status() -> tuple[float, int]:
@@ -127,9 +128,9 @@ def main() -> int:
             daemon.start()
             settle_heap()
             assert daemon.io is not None
-            base_rss, base_threads = proc_status()
             sampler = Sampler(daemon, args.sample)
             sampler.start()
+            base_rss, base_threads = proc_status()  # the sampler's own thread included
             t0 = time.perf_counter()
             failed = daemon.io.run(create_sessions(daemon, sampler, args.sessions, args.concurrency), 3600)
             created_s = time.perf_counter() - t0
@@ -147,7 +148,7 @@ def main() -> int:
                 log(f"still resident after {args.settle:g} s, by phase: {dict(phases)}")
             settle_s = time.perf_counter() - t0 - created_s
             gc.collect()
-            time.sleep(1.0)
+            time.sleep(TRIM_QUIET_S + 1.0)  # the daemon gives freed memory back once the wave is over
             after_rss, after_threads = sampler.sample()
             sampler.stop()
         finally:

@@ -54,8 +54,9 @@ from _common import daemon_settings, figure, info, log, machine_load, median, pe
 from _provider import ProviderProcess
 
 from netclaw.config import Settings
-from netclaw.daemon import Daemon, settle_heap
+from netclaw.daemon import Daemon
 from netclaw.gateway import Inbound
+from netclaw.heap import settle_heap
 from netclaw.messages import ChatMessage, system
 from netclaw.providers import ProviderRequest
 from netclaw.providers._openai import request_body

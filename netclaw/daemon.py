@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import fcntl
-import gc
 import logging
 import os
 import signal
@@ -28,6 +27,7 @@ from netclaw.config import LiveSettings, Settings, find_config_path, load_settin
 from netclaw.control_token import load_control_token
 from netclaw.errors import ConfigError, DaemonError
 from netclaw.gateway import Gateway
+from netclaw.heap import HeapTrimmer, settle_heap
 from netclaw.history import preload_encoding
 from netclaw.listener import listen
 from netclaw.logs import configure_logging
@@ -177,6 +177,7 @@ class Daemon:
                     io, journal, provider, tools, self.live, manager, memory, compaction_provider, metrics
                 )
             )
+            self.manager.on_session_stopped(HeapTrimmer(io.loop).session_stopped)
             self.reminders = self.io.run(
                 SqliteReminderStore(
                     self.settings.database_path, synchronous=self.settings.journal.synchronous
@@ -497,15 +498,6 @@ def _compaction_provider(settings: Settings) -> Provider | None:
 def _default_provider(settings: Settings) -> Provider:
     main = settings.models.main
     return make_provider(main.provider, settings.providers[main.provider])
-
-
-def settle_heap() -> None:
-    """After start-up, in the serving process only: collect once, then move what start-up
-    made (modules, settings, clients, the tokenizer's tables) out of the collector's sight
-    (``gc.freeze``). A long-lived daemon's full collections then walk only what turns make,
-    which is where the rare 20-36 ms pauses behind the p99 came from."""
-    gc.collect()
-    gc.freeze()
 
 
 def run_daemon(config_path: str | None, log_level: str | None = None) -> int:

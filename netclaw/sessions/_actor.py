@@ -17,6 +17,7 @@ This module is the pykka shell: start-up and recovery, dispatch, admission, cont
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 
@@ -132,6 +133,8 @@ class SessionActor(TurnFlow, ApprovalFlow, CompactionFlow, PassivationFlow, pykk
         if self.run is not None and self.run.future is not None:
             self.run.future.cancel()
         self.waiters.fail_all(SessionUnavailable(f"session {self.session_id} stopped"))
+        with contextlib.suppress(RuntimeError):  # the loop is gone: so is the manager
+            self.deps.io.call(self.deps.manager.actor_stopped, self.session_id, self.actor_ref)
 
     def _dispatch(self, message: object) -> None:  # noqa: C901 - one case per message type
         passivating = self.phases.phase is Phase.PASSIVATING

@@ -30,6 +30,10 @@ class ManagerPort(Protocol):
 
     def actor_failed(self, session_id: str, ref: SessionRef, reason: str) -> None: ...
 
+    def actor_stopped(self, session_id: str, ref: SessionRef) -> None:
+        """The last word of an actor's thread, however it stopped."""
+        ...
+
     def continuity_delivered(self, session_id: str, ref: SessionRef) -> None:
         """The restart notice reached the model: it no longer applies."""
         ...

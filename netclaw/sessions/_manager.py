@@ -7,6 +7,13 @@ received, and only when the counts match (nothing in flight) is it retired.
 A command routed to an actor that died is re-routed to a freshly recovered one,
 and an actor that broke while it still owed replies (queued input, a turn the
 journal says is unfinished) is restarted from the journal, with backoff.
+
+The resident bound is hard: an actor thread counts from its start until it says
+it has stopped (``actor_stopped``, the last thing its thread does), so retired
+actors still stopping hold their room too. A session that would start past the
+bound waits, its commands parked in order, while the least recently used idle
+sessions passivate (and every session that becomes idle meanwhile); it starts as
+soon as a thread is gone. Busy sessions are never cut short for room.
 """
 
 from __future__ import annotations
@@ -55,6 +62,15 @@ class _Resident:
 
 
 @dataclass(slots=True)
+class _Parked:
+    """A session waiting for room under the resident bound, and what it will start with."""
+
+    commands: list[Routed] = field(default_factory=list)
+    resumed_at: float | None = None
+    held: bool = False
+
+
+@dataclass(slots=True)
 class _Failures:
     count: int = 0
     last: float = 0.0
@@ -65,6 +81,8 @@ class SessionManager:
     def __init__(self, make_deps: Callable[[SessionManager], SessionDeps]) -> None:
         self._deps = make_deps(self)
         self._resident: dict[str, _Resident] = {}
+        self._stopping: set[SessionRef] = set()  # retired, thread not yet gone: they hold room
+        self._parked: dict[str, _Parked] = {}  # waiting for room, first come first started
         self._failures: dict[str, _Failures] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         # Sessions being erased: commands for them wait here, then go to a fresh session.
@@ -72,6 +90,7 @@ class SessionManager:
         # Warmed after a graceful restart and not yet told so: session → when it stopped.
         self._continuity: dict[str, float] = {}
         self._reply_listeners: list[Callable[[str], None]] = []
+        self._stop_listeners: list[Callable[[str], None]] = []
         self._recovering: dict[str, asyncio.Future[None]] = {}  # warm() waits on these
         self._held: set[str] = set()  # warmed, waiting for release_held()
         self.started = 0  # actors started (recoveries), for /healthz and tests
@@ -96,10 +115,9 @@ class SessionManager:
                 return entry.ref
             except pykka.ActorDeadError:
                 log.warning("%s: actor was dead; recovering a new one", session_id)
-                self._resident.pop(session_id, None)
-        entry = self._start(session_id)
-        self._tell(entry, command)
-        return entry.ref
+                self._stopping.add(self._resident.pop(session_id).ref)
+        entry = self._admit(session_id, command)
+        return entry.ref if entry is not None else None
 
     def subscribe(self, session_id: str, mask: OutputFilter) -> Subscription:
         """Watch a session (starting it if it is not resident)."""
@@ -111,6 +129,11 @@ class SessionManager:
     def _unsubscribe(self, session_id: str, sub_id: str, ref: SessionRef | None) -> None:
         # Only the actor we subscribed to has us; one that stopped took its subscribers
         # with it, and waking the session (a full recovery) just to remove us is waste.
+        parked = self._parked.get(session_id)
+        if parked is not None:  # never delivered: take it back
+            parked.commands[:] = [
+                c for c in parked.commands if not (isinstance(c, Subscribe) and c.sub_id == sub_id)
+            ]
         entry = self._resident.get(session_id)
         if entry is None or (ref is not None and entry.ref is not ref):
             return
@@ -120,7 +143,7 @@ class SessionManager:
     def warm(self, session_id: str) -> None:
         """Start (recover) a session without a command: it resumes any unfinished turn."""
         if session_id not in self._resident and not self.closed:
-            self._start(session_id)
+            self._admit(session_id)
 
     async def warm_all(
         self,
@@ -140,7 +163,7 @@ class SessionManager:
         for first in range(0, len(session_ids), max(1, concurrency)):
             waiting = []
             for session_id in session_ids[first : first + concurrency]:
-                if session_id in self._resident or self.closed:
+                if session_id in self._resident or session_id in self._parked or self.closed:
                     continue
                 when = resumed_at if session_id in resumed else None
                 if when is not None:
@@ -148,7 +171,7 @@ class SessionManager:
                 waiting.append(
                     self._recovering.setdefault(session_id, asyncio.get_running_loop().create_future())
                 )
-                self._start(session_id, resumed_at=when, held=True)
+                self._admit(session_id, resumed_at=when, held=True)
                 self._held.add(session_id)
                 started += 1
             if waiting:
@@ -181,8 +204,37 @@ class SessionManager:
         entry.routed += 1
         entry.last_used = time.monotonic()
 
-    def _start(self, session_id: str, *, resumed_at: float | None = None, held: bool = False) -> _Resident:
+    def _admit(
+        self,
+        session_id: str,
+        command: Routed | None = None,
+        *,
+        resumed_at: float | None = None,
+        held: bool = False,
+    ) -> _Resident | None:
+        """Start the session and tell it ``command`` when there is room under the bound;
+        otherwise park both until there is (None)."""
+        parked = self._parked.get(session_id)
+        if parked is None and self._occupied() < self._limit():
+            entry = self._start(session_id, resumed_at=resumed_at, held=held)
+            if command is not None:
+                self._tell(entry, command)
+            return entry
+        if parked is None:
+            parked = self._parked[session_id] = _Parked(resumed_at=resumed_at, held=held)
+            log.info("%s: waiting for room (%d sessions resident)", session_id, len(self._resident))
+        if command is not None:
+            parked.commands.append(command)
         self._make_room()
+        return None
+
+    def _occupied(self) -> int:
+        return len(self._resident) + len(self._stopping)
+
+    def _limit(self) -> int:
+        return self._deps.live.current.session.max_resident_sessions
+
+    def _start(self, session_id: str, *, resumed_at: float | None = None, held: bool = False) -> _Resident:
         # A session warmed after a restart that passivated before the model heard of it
         # still owes the notice when it wakes.
         resumed = resumed_at or self._continuity.get(session_id)
@@ -193,23 +245,32 @@ class SessionManager:
         return entry
 
     def _make_room(self) -> None:
-        limit = self._deps.live.current.session.max_resident_sessions
-        excess = len(self._resident) + 1 - limit
-        if excess <= 0:
+        """Ask the least recently used idle sessions to passivate, as many as are parked
+        beyond what is already stopping or passivating. Busy ones are left alone."""
+        wanted = len(self._parked) + self._occupied() - self._limit()
+        wanted -= sum(1 for e in self._resident.values() if e.phase is Phase.PASSIVATING)
+        if wanted <= 0:
             return
-        # Ask the least recently used idle sessions to passivate now; busy ones are left
-        # alone, so the bound is soft under load rather than losing anyone's turn.
-        for session_id, entry in list(self._resident.items()):
-            if not entry.ref.is_alive():  # stopped behind our back: it holds no room
-                del self._resident[session_id]
-        excess = len(self._resident) + 1 - limit
         idle = sorted(
             (e for e in self._resident.values() if e.phase is Phase.READY),
             key=lambda e: e.last_used,
         )
-        for entry in idle[: max(excess, 0)]:
+        for entry in idle[:wanted]:  # a watched one declines: it stays, and so may the wait
             with contextlib.suppress(pykka.ActorDeadError):
                 self._tell(entry, PassivateNow())
+
+    def _start_parked(self) -> None:
+        while self._parked and self._occupied() < self._limit() and not self.closed:
+            session_id = next(iter(self._parked))
+            parked = self._parked.pop(session_id)
+            if session_id in self._erasing:  # its commands wait for the erase, then start anew
+                self._erasing[session_id].extend(parked.commands)
+                continue
+            entry = self._resident.get(session_id)
+            if entry is None:
+                entry = self._start(session_id, resumed_at=parked.resumed_at, held=parked.held)
+            for command in parked.commands:
+                self._tell(entry, command)
 
     async def erase(self, session_id: str, erase: Callable[[], Awaitable[None]]) -> None:
         """Stop the session's actor, then ``erase`` its records. A command that arrives
@@ -224,6 +285,7 @@ class SessionManager:
                 failures.restart.cancel()
             entry = self._resident.pop(session_id, None)
             if entry is not None:
+                self._stopping.add(entry.ref)
                 with contextlib.suppress(pykka.ActorDeadError):
                     entry.ref.tell(Shutdown())
                 # The stop is waited for on a worker thread: the loop never blocks on an actor.
@@ -248,6 +310,17 @@ class SessionManager:
             entry.phase = phase
         if phase is not Phase.RECOVERING:
             self._recovered(session_id)
+        if phase is Phase.READY and self._parked:
+            self._make_room()
+
+    def actor_stopped(self, session_id: str, ref: SessionRef) -> None:
+        """The actor's thread is ending: its room goes to the first parked session."""
+        self._stopping.discard(ref)
+        entry = self._resident.get(session_id)
+        if entry is not None and entry.ref is ref:  # stopped behind our back
+            del self._resident[session_id]
+        self._start_parked()
+        self._notify(self._stop_listeners, session_id)
 
     def _recovered(self, session_id: str) -> None:
         waiter = self._recovering.pop(session_id, None)
@@ -262,12 +335,20 @@ class SessionManager:
         its conversation still owes (the channels' outbox watches this)."""
         self._reply_listeners.append(listener)
 
+    def on_session_stopped(self, listener: Callable[[str], None]) -> None:
+        """Call ``listener(session_id)`` (on the loop) whenever a session's actor has stopped."""
+        self._stop_listeners.append(listener)
+
     def reply_owed(self, session_id: str) -> None:
-        for listener in list(self._reply_listeners):
+        self._notify(self._reply_listeners, session_id)
+
+    @staticmethod
+    def _notify(listeners: list[Callable[[str], None]], session_id: str) -> None:
+        for listener in list(listeners):
             try:
                 listener(session_id)
             except Exception:
-                log.exception("%s: a reply listener failed", session_id)
+                log.exception("%s: a session listener failed", session_id)
 
     def stop_requested(self, session_id: str, ref: SessionRef, received: int, epoch: int) -> None:
         entry = self._resident.get(session_id)
@@ -276,6 +357,7 @@ class SessionManager:
         if entry.routed != received:
             return  # a command is in flight; receiving it aborts the passivation
         del self._resident[session_id]
+        self._stopping.add(ref)
         self._failures.pop(session_id, None)
         ref.tell(ConfirmStop(epoch))
         log.info("%s: passivated", session_id)
@@ -285,6 +367,7 @@ class SessionManager:
         entry = self._resident.get(session_id)
         if entry is not None and entry.ref is ref:
             del self._resident[session_id]
+            self._stopping.add(ref)
         # Queued behind whatever was already routed to it, which it fails rather than drops.
         ref.tell(Shutdown())
         if not self.closed:
@@ -323,8 +406,8 @@ class SessionManager:
         failures = self._failures.get(session_id)
         if failures is not None:
             failures.restart = None
-        if self.closed or session_id in self._resident:
-            return  # shutting down, or a new message already recovered it
+        if self.closed or session_id in self._resident or session_id in self._parked:
+            return  # shutting down, or a new message already recovered it (or will)
         try:
             row = await self._deps.journal.get_session(session_id)
         except NetclawError as exc:
@@ -339,7 +422,7 @@ class SessionManager:
             "%s: restarting the failed session: %d message(s) still owe a reply", session_id, row.pending
         )
         self.restarts += 1
-        self._start(session_id)
+        self._admit(session_id)
 
     # -- views and shutdown -------------------------------------------------------------------
 
@@ -364,6 +447,11 @@ class SessionManager:
             task.cancel()
         refs = [e.ref for e in self._resident.values()]
         self._resident.clear()
+        parked, self._parked = self._parked, {}
+        for session_id, waiting in parked.items():  # never started: answer them, never drop
+            exc = SessionUnavailable("netclaw is shutting down; send the message again after it restarts")
+            for command in waiting.commands:
+                refuse(command, exc, out.Error(session_id=session_id, code=exc.code, message=str(exc)))
         for ref in refs:
             with contextlib.suppress(pykka.ActorDeadError):
                 ref.tell(Shutdown())

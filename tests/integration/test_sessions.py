@@ -627,3 +627,73 @@ def test_a_stopped_actor_does_not_block_new_sessions_under_the_resident_bound(
         assert response.status_code == 200, (name, response.text)
     assert handle.send("cli:first", "back again", wait=True).status_code == 200
     assert len(handle.transcript("cli:first")) == 4
+
+
+def session_threads() -> int:
+    return sum(1 for t in threading.enumerate() if t.name.startswith("SessionActor"))
+
+
+def test_the_resident_bound_is_hard_a_new_session_waits_for_room_while_the_others_are_busy(
+    start_daemon: StartDaemon, scripted: ScriptedOpenAIThread
+) -> None:
+    handle = start_daemon(session={"max_resident_sessions": 2, "idle_timeout_s": 60})
+    base = session_threads()
+    peak = [0]
+    sampling = threading.Event()
+
+    def sample() -> None:
+        while not sampling.is_set():
+            peak[0] = max(peak[0], session_threads() - base)
+            time.sleep(0.002)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    scripted.enqueue(Reply(text="slow one", delay_s=0.8), Reply(text="slow two", delay_s=0.8))
+    assert handle.send("cli:busy1", "work").status_code == 202
+    assert handle.send("cli:busy2", "work").status_code == 202
+    wait_until(lambda: len(scripted.requests) == 2)
+
+    answers: dict[str, httpx.Response] = {}
+    waiter = threading.Thread(target=lambda: answers.update(late=handle.send("cli:late", "hi", wait=True)))
+    waiter.start()
+    time.sleep(0.3)
+    assert "cli:late" not in resident(handle), "started past the bound while both were busy"
+    assert waiter.is_alive(), "answered before there was room"
+    waiter.join(timeout=10)
+    sampling.set()
+    sampler.join()
+
+    assert answers["late"].status_code == 200 and answers["late"].json()["reply"] == "echo: hi"
+    assert peak[0] <= 2, f"{peak[0]} session threads at once under a bound of 2"
+    # One of the busy sessions made room once idle: it passivated, its reply kept.
+    assert len(resident(handle)) <= 2
+    for sid, text in (("cli:busy1", "slow one"), ("cli:busy2", "slow two")):
+        rows = chat_rows(handle.transcript(sid))
+        assert rows[0] == ("user", "work") and rows[1][0] == "assistant", (sid, rows)
+    assert sorted(chat_rows(handle.transcript(s))[1][1] for s in ("cli:busy1", "cli:busy2")) == [
+        "slow one",
+        "slow two",
+    ]
+
+
+def test_parked_messages_are_answered_not_dropped_when_the_daemon_shuts_down(
+    start_daemon: StartDaemon, scripted: ScriptedOpenAIThread
+) -> None:
+    handle = start_daemon(session={"max_resident_sessions": 1, "idle_timeout_s": 60})
+    scripted.enqueue(Reply(text="slow", delay_s=3))
+    assert handle.send("cli:busy", "work").status_code == 202
+    wait_until(lambda: len(scripted.requests) == 1)
+    answers: dict[str, httpx.Response] = {}
+    # Its own client: stopping the handle closes the handle's.
+    client = httpx.Client(base_url=handle.http.base_url, headers=handle.http.headers, timeout=10)
+
+    def send() -> None:
+        with client:
+            answers["late"] = client.post("/api/sessions/cli:parked/messages", json={"text": "hi"})
+
+    waiter = threading.Thread(target=send)
+    waiter.start()
+    wait_until(lambda: on_loop(handle, lambda: "cli:parked" in handle.daemon.manager._parked))  # type: ignore[union-attr]
+    handle.stop()
+    waiter.join(timeout=10)
+    assert answers["late"].status_code == 503, answers["late"].text
