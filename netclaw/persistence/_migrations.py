@@ -1,4 +1,5 @@
-"""Numbered SQL migrations, applied in order and recorded in ``schema_version``."""
+"""Numbered SQL migrations, one folder per backend (``migrations/sqlite``,
+``migrations/postgres``), applied in order and recorded in ``schema_version``."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from netclaw.errors import JournalError
 
@@ -20,19 +22,22 @@ class Migration:
     sql: str
 
 
-def migrations_dir() -> Path:
-    """Where the SQL files are: inside the installed wheel, else the source tree."""
-    packaged = Path(__file__).resolve().parent.parent / "_migrations"
+Backend = Literal["sqlite", "postgres"]
+
+
+def migrations_dir(backend: Backend = "sqlite") -> Path:
+    """Where a backend's SQL files are: inside the installed wheel, else the source tree."""
+    packaged = Path(__file__).resolve().parent.parent / "_migrations" / backend
     if packaged.is_dir():
         return packaged
-    source = Path(__file__).resolve().parents[2] / "migrations"
+    source = Path(__file__).resolve().parents[2] / "migrations" / backend
     if source.is_dir():
         return source
     raise JournalError(f"migrations not found (looked in {packaged} and {source}); reinstall netclaw")
 
 
-def load_migrations(directory: Path | None = None) -> list[Migration]:
-    directory = directory or migrations_dir()
+def load_migrations(directory: Path | None = None, backend: Backend = "sqlite") -> list[Migration]:
+    directory = directory or migrations_dir(backend)
     found: list[Migration] = []
     for path in sorted(directory.glob("*.sql")):
         match = _NAME.match(path.name)
