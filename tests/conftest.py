@@ -138,3 +138,35 @@ def write_config(path: Path, data: dict[str, Any]) -> Path:
 @pytest.fixture(autouse=True)
 def _quiet_httpx() -> None:
     logging.getLogger("httpx").setLevel(logging.WARNING)
+
+
+# -- PostgreSQL (the scale-out backend): one throwaway server per test run -------------------
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[Any]:
+    """The real PostgreSQL server, started once for the run in a temp dir. Skips (with the
+    reason) where the server is not installed, unless CI asks for it to be required."""
+    import os
+
+    from tests.postgres import REQUIRE_ENV, PostgresServer, find_bin_dir
+
+    if find_bin_dir() is None:
+        if os.environ.get(REQUIRE_ENV):
+            pytest.fail("PostgreSQL is required here but not installed: apt-get install postgresql")
+        pytest.skip("PostgreSQL server binaries not found (apt-get install postgresql)")
+    server = PostgresServer(fsync=False).start()
+    try:
+        yield server
+    finally:
+        server.remove()
+
+
+@pytest.fixture
+def pg_dsn(postgres: Any) -> str:
+    """A fresh database on the run's server, migrated."""
+    from netclaw.persistence.postgres import prepare_postgres
+
+    dsn: str = postgres.create_database()
+    prepare_postgres(dsn)
+    return dsn

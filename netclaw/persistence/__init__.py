@@ -1,4 +1,6 @@
-"""Persistence: the event journal, snapshots and session index (SQLite by default)."""
+"""Persistence: the event journal, snapshots and session index (SQLite by default;
+PostgreSQL for several nodes, from :mod:`netclaw.persistence.postgres`, which needs the
+``netclaw[postgres]`` extra)."""
 
 from netclaw.persistence._deliveries import DeliveryLog
 from netclaw.persistence._journal import (

@@ -429,6 +429,10 @@ class SessionManager:
     def resident(self) -> dict[str, Phase]:
         return {sid: e.phase for sid, e in self._resident.items()}
 
+    def parked(self) -> list[str]:
+        """Sessions waiting for room under the resident bound, first to start first."""
+        return list(self._parked)
+
     def is_resident(self, session_id: str) -> bool:
         return session_id in self._resident
 

@@ -85,8 +85,10 @@ def test_migrations_come_from_the_installed_package(installed: Installed, tmp_pa
     assert package_file.is_relative_to(site_packages), package_file
     assert migrations.is_relative_to(site_packages / "netclaw"), migrations
     assert not migrations.is_relative_to(REPO_ROOT.resolve())
-    shipped = sorted(p.name for p in migrations.glob("*.sql"))
-    assert shipped == sorted(p.name for p in (REPO_ROOT / "migrations").glob("*.sql")), shipped
+    for backend in ("sqlite", "postgres"):  # each backend's folder, whole
+        shipped = sorted(p.name for p in (migrations.parent / backend).glob("*.sql"))
+        source = sorted(p.name for p in (REPO_ROOT / "migrations" / backend).glob("*.sql"))
+        assert shipped == source and shipped, (backend, shipped)
 
     done = installed.run("--version", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
@@ -122,6 +124,6 @@ def test_installed_doctor_and_daemon(
     # The database it made carries the schema from the packaged migrations.
     done = installed.run("doctor", "--config", str(site.config), cwd=workdir)
     assert done.returncode == 0, done.stdout + done.stderr
-    newest = max(int(p.name[:4]) for p in (REPO_ROOT / "migrations").glob("*.sql"))
+    newest = max(int(p.name[:4]) for p in (REPO_ROOT / "migrations" / "sqlite").glob("*.sql"))
     assert f"schema {newest}," in done.stdout and "1 session(s)" in done.stdout, done.stdout
     assert f"daemon: not running at http://127.0.0.1:{site.port}" in done.stdout

@@ -667,7 +667,7 @@ def test_the_resident_bound_is_hard_a_new_session_waits_for_room_while_the_other
     assert peak[0] <= 2, f"{peak[0]} session threads at once under a bound of 2"
     # One of the busy sessions made room once idle: it passivated, its reply kept.
     assert len(resident(handle)) <= 2
-    for sid, text in (("cli:busy1", "slow one"), ("cli:busy2", "slow two")):
+    for sid in ("cli:busy1", "cli:busy2"):
         rows = chat_rows(handle.transcript(sid))
         assert rows[0] == ("user", "work") and rows[1][0] == "assistant", (sid, rows)
     assert sorted(chat_rows(handle.transcript(s))[1][1] for s in ("cli:busy1", "cli:busy2")) == [
@@ -693,7 +693,9 @@ def test_parked_messages_are_answered_not_dropped_when_the_daemon_shuts_down(
 
     waiter = threading.Thread(target=send)
     waiter.start()
-    wait_until(lambda: on_loop(handle, lambda: "cli:parked" in handle.daemon.manager._parked))  # type: ignore[union-attr]
+    manager = handle.daemon.manager
+    assert manager is not None
+    wait_until(lambda: on_loop(handle, manager.parked) == ["cli:parked"])
     handle.stop()
     waiter.join(timeout=10)
     assert answers["late"].status_code == 503, answers["late"].text

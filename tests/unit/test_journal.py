@@ -1,12 +1,15 @@
-"""The SQLite journal on real files: migrations, appends, group commit, durability, snapshots."""
+"""The journal on both backends (SQLite files, a real PostgreSQL): appends, group commit,
+snapshots, erase; and SQLite's own migrations, pragmas and writer thread."""
 
 from __future__ import annotations
 
 import asyncio
 import sqlite3
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -33,14 +36,44 @@ def row(
     )
 
 
-def count_events(db: Path, sid: str | None = None) -> int:
+if TYPE_CHECKING:
+    from netclaw.persistence.postgres import PostgresJournal
+
+    AnyJournal = SqliteJournal | PostgresJournal
+
+
+def count_rows(db: Path, table: str, sid: str | None = None) -> int:
     conn = sqlite3.connect(db)
     try:
         if sid is None:
-            return int(conn.execute("SELECT COUNT(*) FROM events").fetchone()[0])
-        return int(conn.execute("SELECT COUNT(*) FROM events WHERE persistence_id=?", (sid,)).fetchone()[0])
+            return int(conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
+        return int(conn.execute(f"SELECT COUNT(*) FROM {table} WHERE persistence_id=?", (sid,)).fetchone()[0])
     finally:
         conn.close()
+
+
+def count_pg_rows(dsn: str, table: str, sid: str | None = None) -> int:
+    import psycopg
+
+    with psycopg.connect(dsn) as conn:
+        if sid is None:
+            found = conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()
+        else:
+            found = conn.execute(f"SELECT COUNT(*) FROM {table} WHERE persistence_id=%s", (sid,)).fetchone()
+    assert found is not None
+    return int(found[0])
+
+
+@dataclass
+class Backend:
+    """One database a journal runs on: make journals on it, count what it holds."""
+
+    name: str
+    make: Callable[[], AnyJournal]
+    count: Callable[[str, str | None], int]
+
+    def count_events(self, sid: str | None = None) -> int:
+        return self.count("events", sid)
 
 
 @pytest.fixture
@@ -50,9 +83,21 @@ def db(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    if request.param == "sqlite":
+        path = tmp_path / "data" / "netclaw.db"
+        prepare_database(path)
+        return Backend("sqlite", lambda: SqliteJournal(path), lambda t, sid: count_rows(path, t, sid))
+    from netclaw.persistence.postgres import PostgresJournal
+
+    dsn: str = request.getfixturevalue("pg_dsn")
+    return Backend("postgres", lambda: PostgresJournal(dsn), lambda t, sid: count_pg_rows(dsn, t, sid))
+
+
 @pytest.fixture
-async def journal(db: Path) -> AsyncIterator[SqliteJournal]:
-    j = await SqliteJournal(db).open()
+async def journal(backend: Backend) -> AsyncIterator[AnyJournal]:
+    j = await backend.make().open()
     try:
         yield j
     finally:
@@ -145,7 +190,7 @@ def test_incomplete_statement_in_migration_raises(tmp_path: Path) -> None:
 # -- appends and replay -------------------------------------------------------------------------
 
 
-async def test_append_returns_the_new_last_seq(journal: SqliteJournal) -> None:
+async def test_append_returns_the_new_last_seq(journal: AnyJournal) -> None:
     assert await journal.last_seq("s") == 0
     assert await journal.append("s", 0, [ev(1), ev(2), ev(3)]) == 3
     assert await journal.append("s", 3, [ev(4)]) == 4
@@ -154,7 +199,7 @@ async def test_append_returns_the_new_last_seq(journal: SqliteJournal) -> None:
 
 
 async def test_append_with_wrong_expected_seq_conflicts_and_writes_nothing(
-    journal: SqliteJournal, db: Path
+    journal: AnyJournal, backend: Backend
 ) -> None:
     await journal.append("s", 0, [ev(1), ev(2)])
     for stale in (0, 1, 3, 99):
@@ -163,13 +208,13 @@ async def test_append_with_wrong_expected_seq_conflicts_and_writes_nothing(
         assert info.value.expected == stale
         assert info.value.actual == 2
         assert info.value.persistence_id == "s"
-    assert count_events(db, "s") == 2
+    assert backend.count_events("s") == 2
     assert [e.payload for e in await journal.replay("s")] == ['{"n": 1}', '{"n": 2}']
     assert await journal.get_session("s") is None  # the rejected row was not written either
     assert await journal.append("s", 2, [ev(3)]) == 3
 
 
-async def test_conflict_in_a_batch_does_not_fail_the_others(journal: SqliteJournal) -> None:
+async def test_conflict_in_a_batch_does_not_fail_the_others(journal: AnyJournal) -> None:
     await journal.append("s", 0, [ev(1)])
     results = await asyncio.gather(
         journal.append("s", 1, [ev(2)]),
@@ -183,7 +228,7 @@ async def test_conflict_in_a_batch_does_not_fail_the_others(journal: SqliteJourn
     assert [e.payload for e in await journal.replay("s")] == ['{"n": 1}', '{"n": 2}']
 
 
-async def test_chained_appends_in_one_batch(journal: SqliteJournal) -> None:
+async def test_chained_appends_in_one_batch(journal: AnyJournal) -> None:
     results = await asyncio.gather(
         journal.append("s", 0, [ev(1)]),
         journal.append("s", 1, [ev(2), ev(3)]),
@@ -194,7 +239,7 @@ async def test_chained_appends_in_one_batch(journal: SqliteJournal) -> None:
 
 
 async def test_appends_from_threads_are_settled_by_the_writer_in_order_with_the_loops(
-    journal: SqliteJournal,
+    journal: AnyJournal,
 ) -> None:
     """An actor's path: no loop hop, the same sequence checks, and the same batches."""
 
@@ -213,14 +258,14 @@ async def test_appends_from_threads_are_settled_by_the_writer_in_order_with_the_
     assert (await journal.get_session("s")) is not None
 
 
-async def test_a_thread_append_to_a_closed_journal_fails_at_once(db: Path) -> None:
-    j = await SqliteJournal(db).open()
+async def test_a_thread_append_to_a_closed_journal_fails_at_once(backend: Backend) -> None:
+    j = await backend.make().open()
     await j.close()
     future = j.append_threadsafe("s", 0, [ev(1)])
     assert isinstance(future.exception(0), JournalError)
 
 
-async def test_replay_after_seq(journal: SqliteJournal) -> None:
+async def test_replay_after_seq(journal: AnyJournal) -> None:
     await journal.append("s", 0, [ev(i, f"T{i}") for i in range(1, 6)])
     await journal.append("noise", 0, [ev(9)])
     events = await journal.replay("s")
@@ -233,7 +278,7 @@ async def test_replay_after_seq(journal: SqliteJournal) -> None:
     assert await journal.replay("unknown") == []
 
 
-async def test_concurrent_appends_group_commit(journal: SqliteJournal, db: Path) -> None:
+async def test_concurrent_appends_group_commit(journal: AnyJournal, backend: Backend) -> None:
     before = journal.commits
     sids = [f"cli:s{i}" for i in range(50)]
     results = await asyncio.gather(
@@ -242,16 +287,16 @@ async def test_concurrent_appends_group_commit(journal: SqliteJournal, db: Path)
     assert results == [2] * 50
     commits = journal.commits - before
     assert 1 <= commits < 50
-    assert count_events(db) == 100
+    assert backend.count_events() == 100
     assert {r.id for r in await journal.list_sessions()} == set(sids)
 
 
-async def test_events_survive_close_and_reopen(db: Path) -> None:
-    first = await SqliteJournal(db).open()
+async def test_events_survive_close_and_reopen(backend: Backend) -> None:
+    first = await backend.make().open()
     await first.append("s", 0, [ev(1), ev(2)], row("s", pending=1, turns=1, title="t"))
     await first.save_snapshot("s", 2, '{"snap": 2}')
     await first.close()
-    second = await SqliteJournal(db).open()
+    second = await backend.make().open()
     try:
         assert [e.seq for e in await second.replay("s")] == [1, 2]
         assert await second.last_seq("s") == 2
@@ -269,7 +314,7 @@ async def test_events_survive_close_and_reopen(db: Path) -> None:
         await second.close()
 
 
-async def test_session_row_written_with_the_events(journal: SqliteJournal) -> None:
+async def test_session_row_written_with_the_events(journal: AnyJournal) -> None:
     await journal.append("cli:a", 0, [ev(1)], row("cli:a", pending=1, last_activity=10.0, title="A"))
     await journal.append("cli:b", 0, [ev(1), ev(2)], row("cli:b", pending=2, last_activity=5.0))
     await journal.append("cli:c", 0, [ev(1)], row("cli:c", pending=0, last_activity=20.0))
@@ -296,7 +341,7 @@ async def test_session_row_written_with_the_events(journal: SqliteJournal) -> No
     assert len(await journal.list_sessions()) == 3
 
 
-async def test_snapshots_save_load_and_never_go_backwards(journal: SqliteJournal) -> None:
+async def test_snapshots_save_load_and_never_go_backwards(journal: AnyJournal) -> None:
     assert await journal.load_snapshot("s") is None
     await journal.append("s", 0, [ev(n) for n in range(1, 11)])
     await journal.save_snapshot("s", 5, "five")
@@ -315,7 +360,7 @@ async def test_snapshots_save_load_and_never_go_backwards(journal: SqliteJournal
     assert await journal.load_snapshot("other") is None
 
 
-async def test_older_snapshot_in_the_same_batch_does_not_win(journal: SqliteJournal) -> None:
+async def test_older_snapshot_in_the_same_batch_does_not_win(journal: AnyJournal) -> None:
     await journal.append("s", 0, [ev(n) for n in range(1, 11)])
     await asyncio.gather(journal.save_snapshot("s", 10, "ten"), journal.save_snapshot("s", 3, "three"))
     snap = await journal.load_snapshot("s")
@@ -324,7 +369,7 @@ async def test_older_snapshot_in_the_same_batch_does_not_win(journal: SqliteJour
 
 
 async def test_snapshot_rows_are_written_once_and_come_back_in_order(
-    journal: SqliteJournal, db: Path
+    journal: AnyJournal, backend: Backend
 ) -> None:
     await journal.append("s", 0, [ev(n) for n in range(1, 11)])
     await journal.save_snapshot("s", 4, "four", ["m0", "m1"], 0)
@@ -349,12 +394,11 @@ async def test_snapshot_rows_are_written_once_and_come_back_in_order(
     assert snap is not None and len(snap.messages) == 8
     await journal.erase("s")
     assert await journal.load_snapshot("s") is None
-    with sqlite3.connect(db) as conn:
-        assert conn.execute("SELECT COUNT(*) FROM snapshot_messages").fetchone()[0] == 0
+    assert backend.count("snapshot_messages", None) == 0
 
 
-async def test_appends_after_close_raise(db: Path) -> None:
-    j = await SqliteJournal(db).open()
+async def test_appends_after_close_raise(backend: Backend) -> None:
+    j = await backend.make().open()
     await j.append("s", 0, [ev(1)])
     await j.close()
     with pytest.raises(JournalError, match="closed"):
@@ -366,21 +410,21 @@ async def test_appends_after_close_raise(db: Path) -> None:
     await j.close()  # twice is harmless
 
 
-async def test_append_before_open_raises(db: Path) -> None:
+async def test_append_before_open_raises(backend: Backend) -> None:
     with pytest.raises(JournalError):
-        await SqliteJournal(db).append("s", 0, [ev(1)])
+        await backend.make().append("s", 0, [ev(1)])
 
 
-async def test_writes_queued_before_close_are_committed(db: Path) -> None:
-    j = await SqliteJournal(db).open()
+async def test_writes_queued_before_close_are_committed(backend: Backend) -> None:
+    j = await backend.make().open()
     tasks = [asyncio.create_task(j.append(f"s{i}", 0, [ev(1), ev(2)])) for i in range(10)]
     tasks.append(asyncio.create_task(j.save_snapshot("s0", 2, "snap")))
     await asyncio.sleep(0)  # every task has queued its write; none has been awaited
     await j.close()
     results = await asyncio.wait_for(asyncio.gather(*tasks), 5)
     assert results[:10] == [2] * 10
-    assert count_events(db) == 20
-    reopened = await SqliteJournal(db).open()
+    assert backend.count_events() == 20
+    reopened = await backend.make().open()
     try:
         for i in range(10):
             assert [e.seq for e in await reopened.replay(f"s{i}")] == [1, 2]
@@ -391,8 +435,12 @@ async def test_writes_queued_before_close_are_committed(db: Path) -> None:
         await reopened.close()
 
 
-async def test_durable_and_wal_by_default(journal: SqliteJournal, db: Path) -> None:
-    assert await journal.synchronous_levels() == (2, 2)  # FULL, writer and reader
+async def test_durable_and_wal_by_default(db: Path) -> None:
+    journal = await SqliteJournal(db).open()
+    try:
+        assert await journal.synchronous_levels() == (2, 2)  # FULL, writer and reader
+    finally:
+        await journal.close()
     plain = sqlite3.connect(db)
     try:
         assert plain.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
@@ -442,7 +490,7 @@ async def test_failed_open_leaves_no_thread_or_connection(tmp_path: Path) -> Non
 
 
 async def test_many_sessions_share_few_commits_and_get_their_own_seqs(
-    journal: SqliteJournal, db: Path
+    journal: AnyJournal, backend: Backend
 ) -> None:
     before = journal.commits
 
@@ -455,11 +503,11 @@ async def test_many_sessions_share_few_commits_and_get_their_own_seqs(
     results = await asyncio.gather(*(session(i) for i in range(40)))
     assert results == [[1, 2, 3, 4, 5]] * 40
     assert journal.commits - before < 200  # 200 appends, grouped
-    assert count_events(db) == 200
+    assert backend.count_events() == 200
 
 
-async def test_a_commit_that_fails_fails_its_batch_and_the_writer_goes_on(journal: SqliteJournal) -> None:
-    # sqlite cannot bind a payload that is not text: the whole transaction rolls back.
+async def test_a_commit_that_fails_fails_its_batch_and_the_writer_goes_on(journal: AnyJournal) -> None:
+    # No driver binds a payload that is not text: the whole transaction rolls back.
     bad = NewEvent("E", object())  # type: ignore[arg-type]
     good, broken = await asyncio.gather(
         journal.append("s-good", 0, [ev(1)]), journal.append("s-bad", 0, [bad]), return_exceptions=True
@@ -472,15 +520,15 @@ async def test_a_commit_that_fails_fails_its_batch_and_the_writer_goes_on(journa
     assert await journal.append("s-good", after_good, [ev(2)]) == after_good + 1
 
 
-async def test_close_lets_queued_writes_land_and_stops_the_thread(db: Path) -> None:
+async def test_close_lets_queued_writes_land_and_stops_the_thread(backend: Backend) -> None:
     before = writer_threads()
-    j = await SqliteJournal(db).open()
+    j = await backend.make().open()
     assert len(writer_threads()) == len(before) + 1
     tasks = [asyncio.create_task(j.append(f"q{i}", 0, [ev(1)])) for i in range(30)]
     await asyncio.sleep(0)
     await j.close()
     assert await asyncio.gather(*tasks) == [1] * 30
-    assert count_events(db) == 30
+    assert backend.count_events() == 30
     assert writer_threads() == before
     with pytest.raises(JournalError, match="closed"):
         await j.append("q0", 1, [ev(2)])
@@ -494,7 +542,7 @@ def test_no_private_aiosqlite_api() -> None:
     assert "._conn" not in source
 
 
-async def test_a_snapshot_ahead_of_its_journal_is_refused(journal: SqliteJournal) -> None:
+async def test_a_snapshot_ahead_of_its_journal_is_refused(journal: AnyJournal) -> None:
     # An erased session's late snapshot must not land on its successor.
     await journal.append("s", 0, [ev(1), ev(2)])
     await journal.erase("s")
@@ -505,7 +553,7 @@ async def test_a_snapshot_ahead_of_its_journal_is_refused(journal: SqliteJournal
 
 
 async def test_erase_removes_everything_of_a_session_after_what_was_queued(
-    journal: SqliteJournal, db: Path
+    journal: AnyJournal, backend: Backend
 ) -> None:
     await journal.append("gone", 0, [ev(1)], row("gone", pending=1))
     write = asyncio.create_task(journal.append("gone", 1, [ev(2)]))
@@ -514,4 +562,4 @@ async def test_erase_removes_everything_of_a_session_after_what_was_queued(
     assert await write == 2  # queued before the erase: it landed, then went with the rest
     assert await journal.replay("gone") == []
     assert await journal.get_session("gone") is None
-    assert count_events(db, "gone") == 0
+    assert backend.count_events("gone") == 0
