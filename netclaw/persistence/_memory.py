@@ -122,6 +122,21 @@ def normalise(text: str) -> str:
     return collapsed[:end] or collapsed
 
 
+def search_terms(text: str) -> list[str]:
+    """The words of free user text worth searching for: distinct, casefolded, letters and
+    digits only (no query syntax can survive), without stop words, at most
+    ``MAX_QUERY_TERMS``."""
+    terms: list[str] = []
+    for match in _WORD.finditer(text):
+        word = match.group().casefold()
+        if len(word) < 2 or word in _STOP_WORDS or word in terms:
+            continue
+        terms.append(word)
+        if len(terms) >= MAX_QUERY_TERMS:
+            break
+    return terms
+
+
 def fts_query(text: str) -> str | None:
     """A safe FTS5 query for free user text: its distinct words, each quoted, OR-ed.
 
@@ -129,17 +144,8 @@ def fts_query(text: str) -> str | None:
     ``*``, ``:``, ``-``, ``^``) and stray quotes in the text are just words.
     None when nothing searchable is left.
     """
-    terms: list[str] = []
-    seen: set[str] = set()
-    for match in _WORD.finditer(text):
-        word = match.group().casefold()
-        if len(word) < 2 or word in _STOP_WORDS or word in seen:
-            continue
-        seen.add(word)
-        terms.append(f'"{word}"')  # the pattern excludes '"', so no escaping is needed
-        if len(terms) >= MAX_QUERY_TERMS:
-            break
-    return " OR ".join(terms) if terms else None
+    terms = search_terms(text)  # the pattern excludes '"', so no escaping is needed
+    return " OR ".join(f'"{word}"' for word in terms) if terms else None
 
 
 def format_recall(memories: Sequence[Memory], char_budget: int = 1500) -> str | None:

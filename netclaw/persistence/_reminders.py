@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -96,17 +96,18 @@ class SqliteReminderStore:
 
     async def add(self, reminder: Reminder) -> None:
         await self._write(
-            f"INSERT INTO reminders ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)", _row(reminder)
+            f"INSERT INTO reminders ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)", reminder_row(reminder)
         )
 
     async def upsert(self, reminder: Reminder) -> None:
         await self._write(
-            f"INSERT OR REPLACE INTO reminders ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)", _row(reminder)
+            f"INSERT OR REPLACE INTO reminders ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+            reminder_row(reminder),
         )
 
     async def get(self, reminder_id: str) -> Reminder | None:
         rows = await self._read(f"SELECT {_COLUMNS} FROM reminders WHERE id = ?", (reminder_id,))
-        return _reminder(rows[0]) if rows else None
+        return reminder_from_row(rows[0]) if rows else None
 
     async def listing(self, session_id: str | None = None) -> list[Reminder]:
         if session_id is None:
@@ -118,7 +119,7 @@ class SqliteReminderStore:
                 f"SELECT {_COLUMNS} FROM reminders WHERE session_id = ? ORDER BY next_fire IS NULL, next_fire, id",
                 (session_id,),
             )
-        return [_reminder(r) for r in rows]
+        return [reminder_from_row(r) for r in rows]
 
     async def count(self, session_id: str) -> int:
         rows = await self._read("SELECT COUNT(*) FROM reminders WHERE session_id = ?", (session_id,))
@@ -146,7 +147,7 @@ class SqliteReminderStore:
             "ORDER BY next_fire LIMIT ?",
             (now, limit),
         )
-        return [_reminder(r) for r in rows]
+        return [reminder_from_row(r) for r in rows]
 
     async def fired(self, reminder_id: str, scheduled: float, next_fire: float | None) -> None:
         """The fire scheduled at ``scheduled`` was admitted: move on (a one-shot is done and
@@ -179,7 +180,8 @@ class SqliteReminderStore:
             raise JournalError(f"writing reminders failed: {exc}") from exc
 
 
-def _row(r: Reminder) -> tuple[Any, ...]:
+def reminder_row(r: Reminder) -> tuple[Any, ...]:
+    """The stored columns, in ``_COLUMNS`` order (either database)."""
     return (
         r.id,
         r.session_id,
@@ -195,7 +197,8 @@ def _row(r: Reminder) -> tuple[Any, ...]:
     )
 
 
-def _reminder(row: sqlite3.Row) -> Reminder:
+def reminder_from_row(row: Mapping[str, Any] | sqlite3.Row) -> Reminder:
+    """A stored row, by column name (either database)."""
     return Reminder(
         id=row["id"],
         session_id=row["session_id"],

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from netclaw.errors import JournalError
 from netclaw.persistence import (
     Memory,
+    MemoryStore,
     NewMemory,
     SqliteMemoryStore,
     format_recall,
@@ -30,9 +31,18 @@ def db(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.fixture
-async def store(db: Path) -> AsyncIterator[SqliteMemoryStore]:
-    s = await SqliteMemoryStore(db).open()
+@pytest.fixture(params=["sqlite", "postgres"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[MemoryStore]:
+    """The store on each backend: the same tests hold for both."""
+    s: MemoryStore
+    if request.param == "sqlite":
+        path = tmp_path / "store.db"
+        prepare_database(path)
+        s = await SqliteMemoryStore(path).open()
+    else:
+        from netclaw.persistence.postgres import PostgresMemoryStore
+
+        s = await PostgresMemoryStore(request.getfixturevalue("pg_dsn")).open()
     yield s
     await s.close()
 
@@ -94,7 +104,7 @@ async def test_a_closed_store_raises_journal_error(db: Path) -> None:
 # -- add -----------------------------------------------------------------------------------
 
 
-async def test_add_returns_the_stored_memories(store: SqliteMemoryStore) -> None:
+async def test_add_returns_the_stored_memories(store: MemoryStore) -> None:
     stored = await store.add(
         [NewMemory("  The user lives in Lisbon.  ", "fact"), NewMemory("Ship v2 on Friday", "decision")],
         session_id="cli:one",
@@ -109,7 +119,7 @@ async def test_add_returns_the_stored_memories(store: SqliteMemoryStore) -> None
     assert await store.count() == 2
 
 
-async def test_blank_texts_are_skipped_and_long_ones_truncated(store: SqliteMemoryStore) -> None:
+async def test_blank_texts_are_skipped_and_long_ones_truncated(store: MemoryStore) -> None:
     stored = await store.add(facts("", "   \n\t", "x" * 5000), session_id="s", audience="personal")
     assert len(stored) == 1
     assert stored[0].text == "x" * 2000
@@ -122,7 +132,7 @@ def test_unknown_kind_is_refused_when_made() -> None:
         NewMemory("x", "gossip")
 
 
-async def test_identical_facts_are_stored_once_per_audience(store: SqliteMemoryStore) -> None:
+async def test_identical_facts_are_stored_once_per_audience(store: MemoryStore) -> None:
     first = await store.add(facts("The user prefers dark mode."), session_id="a", audience="personal")
     assert len(first) == 1
     variants = facts(
@@ -147,7 +157,7 @@ def test_normalise() -> None:
     assert normalise("?!") == "?!"  # punctuation-only keeps a key
 
 
-async def test_concurrent_adds_do_not_fail(store: SqliteMemoryStore) -> None:
+async def test_concurrent_adds_do_not_fail(store: MemoryStore) -> None:
     results = await asyncio.gather(
         *(
             store.add(facts(f"fact number {i}", "shared fact"), session_id=f"s{i}", audience="personal")
@@ -179,7 +189,7 @@ async def test_memories_survive_close_and_reopen(db: Path) -> None:
 # -- search --------------------------------------------------------------------------------
 
 
-async def test_search_ranks_the_most_relevant_first(store: SqliteMemoryStore) -> None:
+async def test_search_ranks_the_most_relevant_first(store: MemoryStore) -> None:
     await store.add(
         facts(
             "The user's favourite database is PostgreSQL",
@@ -203,7 +213,7 @@ async def test_search_ranks_the_most_relevant_first(store: SqliteMemoryStore) ->
     assert await store.search("kubernetes") == []
 
 
-async def test_search_respects_the_limit(store: SqliteMemoryStore) -> None:
+async def test_search_respects_the_limit(store: MemoryStore) -> None:
     await store.add(
         facts(*(f"project alpha milestone {i}" for i in range(8))), session_id="s", audience="team"
     )
@@ -212,7 +222,7 @@ async def test_search_respects_the_limit(store: SqliteMemoryStore) -> None:
     assert await store.search("alpha", audience="team", limit=0) == []
 
 
-async def test_search_is_audience_scoped(store: SqliteMemoryStore) -> None:
+async def test_search_is_audience_scoped(store: MemoryStore) -> None:
     await store.add(facts("Salary negotiation notes for Alice"), session_id="cli:me", audience="personal")
     await store.add(facts("Alice owns the billing service"), session_id="slack:x", audience="team")
     await store.add(facts("Alice is our public spokesperson"), session_id="webhook:y", audience="public")
@@ -255,7 +265,7 @@ HOSTILE = [
 
 
 @pytest.mark.parametrize("query", HOSTILE, ids=range(len(HOSTILE)))
-async def test_hostile_queries_never_raise(store: SqliteMemoryStore, query: str) -> None:
+async def test_hostile_queries_never_raise(store: MemoryStore, query: str) -> None:
     await store.add(
         facts("near the secret data center", "x marks the spot"), session_id="s", audience="personal"
     )
@@ -263,7 +273,7 @@ async def test_hostile_queries_never_raise(store: SqliteMemoryStore, query: str)
     assert isinstance(found, list)
 
 
-async def test_operators_in_the_query_are_plain_words(store: SqliteMemoryStore) -> None:
+async def test_operators_in_the_query_are_plain_words(store: MemoryStore) -> None:
     await store.add(facts("Meet NEAR the station", "Nothing here"), session_id="s", audience="personal")
     assert [m.text for m in await store.search("NEAR(")] == ["Meet NEAR the station"]
     assert await store.search("the and of to a") == []  # only stop words: nothing to look for

@@ -1,5 +1,4 @@
-"""The PostgreSQL journal and snapshot store, for several daemons on one database (the
-``netclaw[postgres]`` extra; imported only when ``journal.backend`` is ``postgres``).
+"""The PostgreSQL journal and snapshot store, for several daemons on one database.
 
 The same shape as the SQLite journal: writes go to a writer thread with its own
 connection that group-commits whatever is queued (:mod:`._writer`), a session actor's
@@ -24,7 +23,6 @@ import psycopg_pool
 
 from netclaw.errors import JournalError
 from netclaw.persistence._journal import NewEvent, SessionRow, Snapshot, StoredEvent, UsageKey, UsageRow
-from netclaw.persistence._migrations import load_migrations
 from netclaw.persistence._writer import (
     Append,
     Batch,
@@ -35,65 +33,9 @@ from netclaw.persistence._writer import (
     WriterThread,
     settle,
 )
+from netclaw.persistence.postgres._schema import CONNECT_TIMEOUT_S, new_pool, open_pool, safe_dsn
 
 log = logging.getLogger(__name__)
-
-CONNECT_TIMEOUT_S = 10
-_MIGRATION_LOCK = 0x6E6574636C6177  # "netclaw": one node migrates, the others wait
-
-
-def prepare_postgres(dsn: str) -> list[int]:
-    """Apply the PostgreSQL migrations not yet recorded, each in its own transaction, under
-    an advisory lock (several nodes may start at once). Blocking; start-up only."""
-    migrations = load_migrations(backend="postgres")
-    applied: list[int] = []
-    try:
-        with psycopg.connect(dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S) as conn:
-            conn.execute("SELECT pg_advisory_lock(%s)", (_MIGRATION_LOCK,))
-            try:
-                conn.execute(
-                    "CREATE TABLE IF NOT EXISTS schema_version ("
-                    " version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at DOUBLE PRECISION NOT NULL)"
-                )
-                done = {int(r[0]) for r in conn.execute("SELECT version FROM schema_version").fetchall()}
-                newest_known = max((m.version for m in migrations), default=0)
-                if done and max(done) > newest_known:
-                    raise JournalError(
-                        f"the database schema is at version {max(done)}, newer than this netclaw knows "
-                        f"({newest_known}); upgrade netclaw on every node"
-                    )
-                for migration in migrations:
-                    if migration.version in done:
-                        continue
-                    try:
-                        with conn.transaction():
-                            conn.execute(migration.sql.encode())  # no parameters: several statements
-                            conn.execute(
-                                "INSERT INTO schema_version (version, name, applied_at)"
-                                " VALUES (%s, %s, extract(epoch from now()))",
-                                (migration.version, migration.name),
-                            )
-                    except psycopg.Error as exc:
-                        raise JournalError(
-                            f"migration postgres/{migration.version:04d}_{migration.name} failed: {exc}"
-                        ) from exc
-                    applied.append(migration.version)
-            finally:
-                conn.execute("SELECT pg_advisory_unlock(%s)", (_MIGRATION_LOCK,))
-    except psycopg.OperationalError as exc:
-        raise JournalError(f"cannot reach PostgreSQL ({_safe(dsn)}): {exc}") from exc
-    return applied
-
-
-def _safe(dsn: str) -> str:
-    """The DSN without its password, for messages."""
-    try:
-        info = psycopg.conninfo.conninfo_to_dict(dsn)
-    except psycopg.ProgrammingError:
-        return "the configured DSN"
-    host, port, db = info.get("host", "?"), info.get("port", "5432"), info.get("dbname", "?")
-    return f"{host}:{port}/{db}"
-
 
 _USAGE_KEYS: dict[str, str] = {
     "session": "persistence_id",
@@ -121,18 +63,9 @@ class PostgresJournal:
     async def open(self) -> PostgresJournal:
         """Open the reader pool and start the writer thread. Migrations must have run."""
         writer = _PgWriter(self)
-        pool = psycopg_pool.AsyncConnectionPool(
-            self.dsn,
-            min_size=1,
-            max_size=self._readers,
-            open=False,
-            kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT_S},
-            name="netclaw-journal-readers",
-        )
+        pool = new_pool(self.dsn, "journal-readers", self._readers)
         try:
-            await pool.open(wait=True, timeout=CONNECT_TIMEOUT_S)
-            async with pool.connection() as conn:
-                await conn.execute("SELECT 1 FROM events LIMIT 0")  # migrated? fail now, not later
+            await open_pool(pool, "events", self.dsn)
             writer.start()
             await asyncio.wrap_future(writer.ready)
         except (psycopg.Error, psycopg_pool.PoolTimeout, JournalError) as exc:
@@ -142,7 +75,9 @@ class PostgresJournal:
             await pool.close()
             if isinstance(exc, JournalError):
                 raise
-            raise JournalError(f"cannot open the journal on PostgreSQL ({_safe(self.dsn)}): {exc}") from exc
+            raise JournalError(
+                f"cannot open the journal on PostgreSQL ({safe_dsn(self.dsn)}): {exc}"
+            ) from exc
         self._pool = pool
         self._writer = writer
         return self
@@ -364,7 +299,9 @@ class _PgWriter(WriterThread[_Link]):
         try:
             link.get()
         except psycopg.Error as exc:
-            raise JournalError(f"cannot open the journal on PostgreSQL ({_safe(self.dsn)}): {exc}") from exc
+            raise JournalError(
+                f"cannot open the journal on PostgreSQL ({safe_dsn(self.dsn)}): {exc}"
+            ) from exc
         return link
 
     def disconnect(self, conn: _Link) -> None:

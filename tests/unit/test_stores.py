@@ -1,0 +1,146 @@
+"""The reminder store, the webhook delivery log and the warm-restart manifest on both
+backends (a SQLite file, a real PostgreSQL): one contract."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from netclaw.errors import IdempotencyKeyReused, JournalError
+from netclaw.persistence import DeliveryLog, Reminder, SqliteReminderStore, prepare_database
+from netclaw.persistence import save_manifest as save_sqlite_manifest
+from netclaw.persistence import take_manifest as take_sqlite_manifest
+from netclaw.reminders import Schedule
+
+
+@dataclass
+class Db:
+    backend: str
+    where: Any  # the SQLite file's path, or the PostgreSQL DSN
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> Db:
+    if request.param == "sqlite":
+        path = tmp_path / "netclaw.db"
+        prepare_database(path)
+        return Db("sqlite", path)
+    return Db("postgres", request.getfixturevalue("pg_dsn"))
+
+
+@pytest.fixture
+async def reminders(db: Db) -> AsyncIterator[Any]:
+    if db.backend == "sqlite":
+        store: Any = await SqliteReminderStore(db.where).open()
+    else:
+        from netclaw.persistence.postgres import PostgresReminderStore
+
+        store = await PostgresReminderStore(db.where).open()
+    yield store
+    await store.close()
+
+
+@pytest.fixture
+async def deliveries(db: Db) -> AsyncIterator[Any]:
+    if db.backend == "sqlite":
+        log: Any = await DeliveryLog(db.where).open()
+    else:
+        from netclaw.persistence.postgres import PostgresDeliveryLog
+
+        log = await PostgresDeliveryLog(db.where).open()
+    yield log
+    await log.close()
+
+
+def reminder(rid: str, session: str = "cli:a", next_fire: float | None = 100.0, **kw: Any) -> Reminder:
+    return Reminder(
+        id=rid,
+        session_id=session,
+        text=f"do {rid}",
+        schedule=Schedule("every", every_s=60.0),
+        next_fire=next_fire,
+        catch_up="latest",
+        created_by=kw.pop("created_by", "api"),
+        created_at=1.0,
+        **kw,
+    )
+
+
+async def test_reminders_add_list_due_fire_and_delete(reminders: Any) -> None:
+    await reminders.add(reminder("r1", next_fire=300.0))
+    await reminders.add(
+        reminder("r2", next_fire=100.0, name="standup", deliver={"channel": "slack", "to": "C1"})
+    )
+    await reminders.add(reminder("r3", session="cli:b", next_fire=None))
+    with pytest.raises(JournalError):
+        await reminders.add(reminder("r1"))  # the id is taken
+    assert [r.id for r in await reminders.listing()] == ["r2", "r1", "r3"]  # by next fire, done last
+    assert [r.id for r in await reminders.listing("cli:a")] == ["r2", "r1"]
+    assert await reminders.count("cli:a") == 2
+    assert await reminders.earliest() == 100.0
+    got = await reminders.get("r2")
+    assert got == reminder("r2", next_fire=100.0, name="standup", deliver={"channel": "slack", "to": "C1"})
+    assert [r.id for r in await reminders.due(200.0)] == ["r2"]
+
+    await reminders.fired("r2", 100.0, 160.0)
+    again = await reminders.get("r2")
+    assert again is not None and (again.next_fire, again.fired) == (160.0, 1)
+    await reminders.fired("r2", 100.0, 999.0)  # a stale fire changes nothing
+    again = await reminders.get("r2")
+    assert again is not None and again.next_fire == 160.0
+    await reminders.fired("r1", 300.0, None)  # a one-shot is done: it goes
+    assert await reminders.get("r1") is None
+
+    await reminders.upsert(reminder("r3", session="cli:b", next_fire=50.0))
+    assert await reminders.earliest() == 50.0
+    assert await reminders.delete("r3") and not await reminders.delete("r3")
+
+
+async def test_reminders_made_by_the_config_are_pruned_to_what_it_still_names(reminders: Any) -> None:
+    for rid, by in (("c1", "config:a"), ("c2", "config:b"), ("u1", "api"), ("c_3", "config_x")):
+        await reminders.add(reminder(rid, created_by=by))
+    assert await reminders.delete_where("config:", ["c1"]) == 1
+    assert sorted(r.id for r in await reminders.listing()) == ["c1", "c_3", "u1"]
+
+
+async def test_a_delivery_key_names_one_session_and_one_body(deliveries: Any) -> None:
+    first = await deliveries.session_for("gh", "k1", "webhook:gh:1", "sha-a")
+    assert first == "webhook:gh:1"
+    assert await deliveries.session_for("gh", "k1", "webhook:gh:2", "sha-a") == "webhook:gh:1"
+    assert await deliveries.session_for("other", "k1", "webhook:other:1", "sha-a") == "webhook:other:1"
+    with pytest.raises(IdempotencyKeyReused):
+        await deliveries.session_for("gh", "k1", "webhook:gh:3", "sha-b")
+
+
+async def test_concurrent_retries_of_one_delivery_agree(deliveries: Any) -> None:
+    answers = await asyncio.gather(
+        *(deliveries.session_for("gh", "same", f"webhook:gh:{i}", "sha") for i in range(10))
+    )
+    assert len(set(answers)) == 1
+
+
+async def test_a_signature_is_accepted_once(deliveries: Any) -> None:
+    assert await deliveries.first_key_of("gh", "sig", "k1", 9e9) == "k1"
+    assert await deliveries.first_key_of("gh", "sig", "k2", 9e9) == "k1"
+    assert await deliveries.first_key_of("gh", "sig2", "k2", 9e9) == "k2"
+
+
+def test_the_manifest_is_taken_once(db: Db) -> None:
+    if db.backend == "sqlite":
+        save_sqlite_manifest(db.where, ["cli:b", "cli:a"], 5.0)
+        taken, again = take_sqlite_manifest(db.where), take_sqlite_manifest(db.where)
+    else:
+        from netclaw.persistence.postgres import save_manifest, take_manifest
+
+        save_manifest(db.where, "node-1", ["cli:b", "cli:a"], 5.0)
+        save_manifest(db.where, "node-2", ["cli:z"], 6.0)  # another node's: not ours to take
+        taken, again = take_manifest(db.where, "node-1"), take_manifest(db.where, "node-1")
+        other = take_manifest(db.where, "node-2")
+        assert other is not None and other.session_ids == ("cli:z",)
+    assert taken is not None and taken.session_ids == ("cli:a", "cli:b") and taken.stopped_at == 5.0
+    assert again is None
