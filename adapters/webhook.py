@@ -33,7 +33,7 @@ from netclaw.credentials import read_secret
 from netclaw.errors import AdapterError, ApiError, NetclawError
 from netclaw.gateway import Gateway, Inbound
 from netclaw.messages import mark_external
-from netclaw.persistence import DeliveryLog
+from netclaw.persistence import DeliveryLog, make_deliveries
 from netclaw.web import (
     idempotency_key,
     identity_for,
@@ -152,7 +152,9 @@ class WebhookAdapter:
         return f"{len(self.routes_config)} route(s), each with its secret set"
 
     async def start(self) -> None:
-        self._deliveries = await DeliveryLog(self.settings.database_path).open()
+        deliveries = make_deliveries(self.settings)
+        await deliveries.open()
+        self._deliveries = deliveries
         detail = f"{len(self.routes_config)} route(s)"
         if missing := self.disabled_routes():
             detail += f"; disabled (secret not set): {', '.join(missing)}"

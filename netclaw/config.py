@@ -13,6 +13,7 @@ import datetime as dt
 import json
 import os
 import re
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -357,9 +358,46 @@ class AgentConfig(_Section):
 
 
 class JournalConfig(_Section):
-    """Extension: durability of the SQLite journal."""
+    """Where the journal and the other stores live: the embedded SQLite file (default), or
+    PostgreSQL (several nodes on one database) with the DSN in the variable ``dsn_env``
+    names. ``synchronous``: durability of the SQLite journal."""
 
+    backend: Literal["sqlite", "postgres"] = "sqlite"
+    dsn_env: str | None = None
     synchronous: Literal["full", "normal"] = "full"
+
+    @model_validator(mode="after")
+    def _postgres_needs_a_dsn(self) -> JournalConfig:
+        if self.backend == "postgres" and not self.dsn_env:
+            raise ValueError(
+                "dsn_env: journal.backend 'postgres' needs the name of the environment variable "
+                'holding the PostgreSQL DSN (e.g. "NETCLAW_PG_DSN")'
+            )
+        return self
+
+    def dsn(self) -> str:
+        """The PostgreSQL DSN from the environment; ConfigError naming the variable if unset."""
+        value = os.environ.get(self.dsn_env or "", "").strip()
+        if not value:
+            raise ConfigError(
+                f"journal.dsn_env: the environment variable {self.dsn_env!r} is not set; "
+                "set it to the PostgreSQL DSN (postgresql://user@host:5432/netclaw)"
+            )
+        return value
+
+
+class ClusterConfig(_Section):
+    """Several nodes on one PostgreSQL (only with ``journal.backend`` = ``postgres``):
+    ``node_id`` (default: the host name), the URL other nodes reach this one at, and how
+    long a node's hold on a session lasts without renewal."""
+
+    node_id: str | None = None
+    advertise_url: str | None = None
+    lease_s: float = Field(15.0, gt=0)
+
+    @property
+    def node(self) -> str:
+        return self.node_id or socket.gethostname()
 
 
 class Settings(BaseSettings):
@@ -385,6 +423,7 @@ class Settings(BaseSettings):
     audiences: dict[Literal["personal", "team", "public"], AudienceConfig] = {}
     agent: AgentConfig = AgentConfig()
     journal: JournalConfig = JournalConfig()
+    cluster: ClusterConfig = ClusterConfig()
     tools: ToolsConfig = ToolsConfig()
     mcp: McpConfig = McpConfig()
     schedules: dict[str, ScheduleConfig] = {}

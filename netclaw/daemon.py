@@ -33,11 +33,14 @@ from netclaw.listener import listen
 from netclaw.logs import configure_logging
 from netclaw.metrics import GaugeMetricFamily, Metrics, gauge
 from netclaw.persistence import (
+    Journal,
     Manifest,
-    SqliteJournal,
-    SqliteMemoryStore,
-    SqliteReminderStore,
-    prepare_database,
+    MemoryStore,
+    ReminderStore,
+    make_journal,
+    make_memory,
+    make_reminders,
+    prepare_stores,
     save_manifest,
     take_manifest,
 )
@@ -108,14 +111,14 @@ class Daemon:
         self._clock = clock  # the scheduler's (tests inject one that does not sleep)
         self._lock = DataDirLock(settings.data_dir)
         self.io: IoLoop | None = None
-        self.journal: SqliteJournal | None = None
+        self.journal: Journal | None = None
         self.provider: Provider | None = None
         self.compaction_provider: Provider | None = None
-        self.memory: SqliteMemoryStore | None = None
+        self.memory: MemoryStore | None = None
         self.tools: ToolRegistry | None = None
         self.mcp: McpHub | None = None
         self.metrics = Metrics()
-        self.reminders: SqliteReminderStore | None = None
+        self.reminders: ReminderStore | None = None
         self.scheduler: Scheduler | None = None
         self.manager: SessionManager | None = None
         self.gateway: Gateway | None = None
@@ -145,23 +148,17 @@ class Daemon:
         started = time.perf_counter()
         try:
             self._lock.acquire()
-            prepare_database(self.settings.database_path, synchronous=self.settings.journal.synchronous)
+            prepare_stores(self.settings)
             token = load_control_token(self.settings)
             preload_encoding()  # here, not in the first session's actor on the I/O loop
             self.io = IoLoop().start()
             metrics = self.metrics
-            self.journal = self.io.run(
-                SqliteJournal(
-                    self.settings.database_path,
-                    synchronous=self.settings.journal.synchronous,
-                    on_commit=metrics.commit_seconds.observe,
-                ).open()
-            )
-            self.memory = self.io.run(
-                SqliteMemoryStore(
-                    self.settings.database_path, synchronous=self.settings.journal.synchronous
-                ).open()
-            )
+            journal = make_journal(self.settings, metrics.commit_seconds.observe)
+            self.io.run(journal.open())
+            self.journal = journal
+            memory = make_memory(self.settings)
+            self.io.run(memory.open())
+            self.memory = memory
             self.provider = self._provider_factory(self.settings)
             self.compaction_provider = _compaction_provider(self.settings)
             self.tools = tools = build_registry(self.settings, self.memory)
@@ -170,7 +167,7 @@ class Daemon:
             self.mcp = McpHub(self.settings.mcp.servers)
             tools.add_source(self.mcp)
             self.io.run(self.mcp.start(MCP_START_WAIT_S), MCP_START_WAIT_S + 10)
-            io, journal, provider, memory = self.io, self.journal, self.provider, self.memory
+            io, provider = self.io, self.provider
             compaction_provider = self.compaction_provider
             self.manager = SessionManager(
                 lambda manager: SessionDeps(
@@ -178,14 +175,12 @@ class Daemon:
                 )
             )
             self.manager.on_session_stopped(HeapTrimmer(io.loop).session_stopped)
-            self.reminders = self.io.run(
-                SqliteReminderStore(
-                    self.settings.database_path, synchronous=self.settings.journal.synchronous
-                ).open()
-            )
-            self.gateway = Gateway(self.manager, self.journal, self.live, self.memory, self.reminders)
+            reminders = make_reminders(self.settings)
+            self.io.run(reminders.open())
+            self.reminders = reminders
+            self.gateway = Gateway(self.manager, journal, self.live, memory, reminders)
             self.scheduler = Scheduler(
-                self.reminders, self.gateway, lambda: self.live.current, clock=self._clock, metrics=metrics
+                reminders, self.gateway, lambda: self.live.current, clock=self._clock, metrics=metrics
             )
             for tool in reminder_tools(self.scheduler):
                 tools.register(tool)
@@ -196,7 +191,7 @@ class Daemon:
             app = api.app()
             # Sessions that were active at a graceful stop (and any with unanswered input)
             # recover now, before channels deliver and before READY=1.
-            manifest = take_manifest(self.settings.database_path)
+            manifest = take_manifest(self.settings)
             warmed = self.io.run(self._warm_sessions(manifest), WARM_TIMEOUT_S + 10)
             self._check_adapters(build_adapters(self.settings, self.gateway))
             hook_routes = [route for adapter in self.adapters for route in adapter.routes()]
@@ -411,7 +406,7 @@ class Daemon:
     def _save_manifest(self, io: IoLoop) -> None:
         assert self.manager is not None
         active = io.run(_call(self.manager.active_sessions), 5)
-        save_manifest(self.settings.database_path, active, time.time())
+        save_manifest(self.settings, active, time.time())
         log.info("warm-restart manifest: %d active session(s)", len(active))
 
     # -- the foreground process ---------------------------------------------------------------

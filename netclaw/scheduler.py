@@ -29,7 +29,7 @@ from netclaw.config import ScheduleConfig, Settings
 from netclaw.errors import InvalidInput, JournalError, NetclawError
 from netclaw.gateway import Gateway, Inbound, check_session_id
 from netclaw.metrics import Metrics
-from netclaw.persistence import Reminder, SqliteReminderStore
+from netclaw.persistence import Reminder, ReminderStore
 from netclaw.policy import reminders_allowed
 from netclaw.reminders import CatchUp, Schedule, check_text, fire_text, identity, iso, make_schedule, plan_due
 from netclaw.runtime import cancel_and_wait
@@ -73,7 +73,7 @@ class NewReminder:
 class Scheduler:
     def __init__(
         self,
-        store: SqliteReminderStore,
+        store: ReminderStore,
         gateway: Gateway,
         settings: Callable[[], Settings],
         *,

@@ -2,7 +2,17 @@
 PostgreSQL for several nodes, from :mod:`netclaw.persistence.postgres`, which needs the
 ``netclaw[postgres]`` extra)."""
 
-from netclaw.persistence._deliveries import DeliveryLog
+from netclaw.persistence._backends import (
+    make_deliveries,
+    make_journal,
+    make_memory,
+    make_reminders,
+    prepare_stores,
+    save_manifest,
+    take_manifest,
+    uses_postgres,
+)
+from netclaw.persistence._deliveries import DeliveryLog, SqliteDeliveryLog
 from netclaw.persistence._journal import (
     Journal,
     NewEvent,
@@ -12,7 +22,7 @@ from netclaw.persistence._journal import (
     UsageKey,
     UsageRow,
 )
-from netclaw.persistence._manifest import Manifest, save_manifest, take_manifest
+from netclaw.persistence._manifest import Manifest
 from netclaw.persistence._memory import (
     MAX_MEMORY_CHARS,
     Memory,
@@ -38,6 +48,7 @@ __all__ = [
     "ReminderStore",
     "SessionRow",
     "Snapshot",
+    "SqliteDeliveryLog",
     "SqliteJournal",
     "SqliteMemoryStore",
     "SqliteReminderStore",
@@ -47,8 +58,14 @@ __all__ = [
     "apply_migrations",
     "format_recall",
     "load_migrations",
+    "make_deliveries",
+    "make_journal",
+    "make_memory",
+    "make_reminders",
     "migrations_dir",
     "prepare_database",
+    "prepare_stores",
     "save_manifest",
     "take_manifest",
+    "uses_postgres",
 ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import sqlite3
 import time
 from pathlib import Path
+from typing import Protocol
 
 import aiosqlite
 
@@ -19,13 +20,24 @@ RETENTION_S = 7 * 24 * 3600.0  # the same window as sessions' replay identities
 PRUNE_EVERY_S = 600.0
 
 
-class DeliveryLog:
+class DeliveryLog(Protocol):
+    """Webhook deliveries as the webhook channel needs them (SQLite here; PostgreSQL in
+    :mod:`netclaw.persistence.postgres`)."""
+
+    async def session_for(self, route: str, key: str, new_session_id: str, body_sha256: str) -> str: ...
+
+    async def first_key_of(self, route: str, signature: str, key: str, expires: float) -> str: ...
+
+    async def close(self) -> None: ...
+
+
+class SqliteDeliveryLog:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._conn: aiosqlite.Connection | None = None
         self._pruned_at = 0.0
 
-    async def open(self) -> DeliveryLog:
+    async def open(self) -> SqliteDeliveryLog:
         try:
             self._conn = await aiosqlite.connect(self.path, isolation_level=None)
             await self._conn.execute("PRAGMA busy_timeout=5000")

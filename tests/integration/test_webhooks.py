@@ -733,12 +733,12 @@ def test_a_short_secret_is_refused_at_load(monkeypatch: pytest.MonkeyPatch, tmp_
 
 
 async def test_old_keys_and_stale_signatures_are_pruned(tmp_path: Any) -> None:
-    from netclaw.persistence import DeliveryLog, prepare_database
+    from netclaw.persistence import SqliteDeliveryLog, prepare_database
     from netclaw.persistence._deliveries import RETENTION_S
 
     db = tmp_path / "netclaw.db"
     prepare_database(db)
-    log = await DeliveryLog(db).open()
+    log = await SqliteDeliveryLog(db).open()
     try:
         now = time.time()
         assert await log.session_for("ci", "old", "webhook:ci:a", "h1") == "webhook:ci:a"

@@ -9,7 +9,7 @@ import threading
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -234,7 +234,7 @@ async def test_chained_appends_in_one_batch(journal: AnyJournal) -> None:
         journal.append("s", 1, [ev(2), ev(3)]),
         journal.append("s", 3, [ev(4)]),
     )
-    assert results == [1, 3, 4]
+    assert list(results) == [1, 3, 4]
     assert [e.seq for e in await journal.replay("s")] == [1, 2, 3, 4]
 
 
@@ -417,7 +417,9 @@ async def test_append_before_open_raises(backend: Backend) -> None:
 
 async def test_writes_queued_before_close_are_committed(backend: Backend) -> None:
     j = await backend.make().open()
-    tasks = [asyncio.create_task(j.append(f"s{i}", 0, [ev(1), ev(2)])) for i in range(10)]
+    tasks: list[asyncio.Task[Any]] = [
+        asyncio.create_task(j.append(f"s{i}", 0, [ev(1), ev(2)])) for i in range(10)
+    ]
     tasks.append(asyncio.create_task(j.save_snapshot("s0", 2, "snap")))
     await asyncio.sleep(0)  # every task has queued its write; none has been awaited
     await j.close()

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from netclaw.errors import IdempotencyKeyReused, JournalError
-from netclaw.persistence import DeliveryLog, Reminder, SqliteReminderStore, prepare_database
-from netclaw.persistence import save_manifest as save_sqlite_manifest
-from netclaw.persistence import take_manifest as take_sqlite_manifest
+from netclaw.persistence import Reminder, SqliteDeliveryLog, SqliteReminderStore, prepare_database
+from netclaw.persistence._manifest import save_manifest as save_sqlite_manifest
+from netclaw.persistence._manifest import take_manifest as take_sqlite_manifest
 from netclaw.reminders import Schedule
 
 
@@ -48,7 +48,7 @@ async def reminders(db: Db) -> AsyncIterator[Any]:
 @pytest.fixture
 async def deliveries(db: Db) -> AsyncIterator[Any]:
     if db.backend == "sqlite":
-        log: Any = await DeliveryLog(db.where).open()
+        log: Any = await SqliteDeliveryLog(db.where).open()
     else:
         from netclaw.persistence.postgres import PostgresDeliveryLog
 

@@ -1,0 +1,104 @@
+"""Which database the stores live on (``journal.backend``), and each store made there.
+
+The daemon and the webhook channel ask here, so the choice is made in one place; the
+PostgreSQL package (and psycopg) is imported only when it is the one configured."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING
+
+from netclaw.config import Settings
+from netclaw.errors import ConfigError
+from netclaw.persistence import _manifest
+from netclaw.persistence._deliveries import SqliteDeliveryLog
+from netclaw.persistence._manifest import Manifest
+from netclaw.persistence._memory import SqliteMemoryStore
+from netclaw.persistence._reminders import SqliteReminderStore
+from netclaw.persistence._sqlite import SqliteJournal, prepare_database
+
+if TYPE_CHECKING:
+    from netclaw.persistence.postgres import (
+        PostgresDeliveryLog,
+        PostgresJournal,
+        PostgresMemoryStore,
+        PostgresReminderStore,
+    )
+
+
+@contextlib.contextmanager
+def _needs_psycopg() -> Iterator[None]:
+    """Around the import of the PostgreSQL stores: psycopg is the netclaw[postgres] extra."""
+    try:
+        yield
+    except ImportError as exc:
+        raise ConfigError(
+            f"journal.backend: 'postgres' needs psycopg ({exc}); install netclaw[postgres]"
+        ) from exc
+
+
+def uses_postgres(settings: Settings) -> bool:
+    return settings.journal.backend == "postgres"
+
+
+def prepare_stores(settings: Settings) -> list[int]:
+    """Create or migrate the database; returns the migrations applied. Start-up only."""
+    if uses_postgres(settings):
+        with _needs_psycopg():
+            from netclaw.persistence.postgres import prepare_postgres
+        return prepare_postgres(settings.journal.dsn())
+    return prepare_database(settings.database_path, synchronous=settings.journal.synchronous)
+
+
+def make_journal(
+    settings: Settings, on_commit: Callable[[float], None] | None = None
+) -> SqliteJournal | PostgresJournal:
+    if uses_postgres(settings):
+        with _needs_psycopg():
+            from netclaw.persistence.postgres import PostgresJournal
+        return PostgresJournal(settings.journal.dsn(), on_commit=on_commit)
+    return SqliteJournal(
+        settings.database_path, synchronous=settings.journal.synchronous, on_commit=on_commit
+    )
+
+
+def make_memory(settings: Settings) -> SqliteMemoryStore | PostgresMemoryStore:
+    if uses_postgres(settings):
+        with _needs_psycopg():
+            from netclaw.persistence.postgres import PostgresMemoryStore
+        return PostgresMemoryStore(settings.journal.dsn())
+    return SqliteMemoryStore(settings.database_path, synchronous=settings.journal.synchronous)
+
+
+def make_reminders(settings: Settings) -> SqliteReminderStore | PostgresReminderStore:
+    if uses_postgres(settings):
+        with _needs_psycopg():
+            from netclaw.persistence.postgres import PostgresReminderStore
+        return PostgresReminderStore(settings.journal.dsn())
+    return SqliteReminderStore(settings.database_path, synchronous=settings.journal.synchronous)
+
+
+def make_deliveries(settings: Settings) -> SqliteDeliveryLog | PostgresDeliveryLog:
+    if uses_postgres(settings):
+        with _needs_psycopg():
+            from netclaw.persistence.postgres import PostgresDeliveryLog
+        return PostgresDeliveryLog(settings.journal.dsn())
+    return SqliteDeliveryLog(settings.database_path)
+
+
+def save_manifest(settings: Settings, session_ids: Sequence[str], stopped_at: float) -> None:
+    if uses_postgres(settings):
+        with _needs_psycopg():
+            from netclaw.persistence.postgres import save_manifest as save_pg_manifest
+        save_pg_manifest(settings.journal.dsn(), settings.cluster.node, session_ids, stopped_at)
+    else:
+        _manifest.save_manifest(settings.database_path, session_ids, stopped_at)
+
+
+def take_manifest(settings: Settings) -> Manifest | None:
+    if uses_postgres(settings):
+        with _needs_psycopg():
+            from netclaw.persistence.postgres import take_manifest as take_pg_manifest
+        return take_pg_manifest(settings.journal.dsn(), settings.cluster.node)
+    return _manifest.take_manifest(settings.database_path)
