@@ -246,9 +246,16 @@ class PostgresJournal:
                 await pool.close()
 
 
+_ONE_WRITER_LOCK = 0x6E6574636C6177 + 1  # held by the one node that writes this journal
+
+
 class _Link:
     """The writer's connection, replaced when the server dropped it (a restart, a
-    network blip): the batch that found it broken fails, the next one reconnects."""
+    network blip): the batch that found it broken fails, the next one reconnects.
+
+    Until sessions are leased per node, one node writes a database: the connection
+    holds a session advisory lock, and a second node's writer cannot get it (nor can
+    this one, after a reconnect, if another node took over meanwhile)."""
 
     def __init__(self, dsn: str) -> None:
         self.dsn = dsn
@@ -262,6 +269,13 @@ class _Link:
                     conn.close()
             self._conn = None
             conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
+            locked = conn.execute("SELECT pg_try_advisory_lock(%s)", (_ONE_WRITER_LOCK,)).fetchone()
+            if not locked or not locked[0]:
+                conn.close()
+                raise JournalError(
+                    f"another netclaw node is writing to this database ({safe_dsn(self.dsn)}); "
+                    "one node per database until cluster leases are in place"
+                )
             self._conn = conn
         return conn
 
@@ -297,7 +311,7 @@ class _PgWriter(WriterThread[_Link]):
     def connect(self) -> _Link:
         link = _Link(self.dsn)
         try:
-            link.get()
+            link.get()  # JournalError as it is: another node holds the journal
         except psycopg.Error as exc:
             raise JournalError(
                 f"cannot open the journal on PostgreSQL ({safe_dsn(self.dsn)}): {exc}"
@@ -308,7 +322,7 @@ class _PgWriter(WriterThread[_Link]):
         conn.close()
 
     def database_error(self, exc: Exception) -> bool:
-        return isinstance(exc, psycopg.Error)
+        return isinstance(exc, psycopg.Error | JournalError)  # JournalError: the lock (see _Link)
 
     def last_seqs(self, conn: _Link, persistence_ids: Iterable[str]) -> dict[str, int]:
         rows = (
