@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-REQUIRE_ENV = "NETCLAW_REQUIRE_POSTGRES"  # CI sets it: a missing server fails, never skips
+REQUIRE_ENV = "REQUIRE_POSTGRES_FOR_TESTS"  # CI sets it: a missing server fails, never skips
 
 
 def find_bin_dir() -> Path | None:
