@@ -4,6 +4,7 @@
     ├── ConfigError                 bad or unknown config; message names the key path
     ├── JournalError                the journal could not be read or written
     │   ├── SequenceConflict        append with a stale expected sequence number
+    │   ├── LeaseLost               another node owns the session now: the write is fenced
     │   └── JournalCorrupt          a stored event or snapshot cannot be decoded
     ├── ProviderError               an LLM call failed (``code`` is the error output's code)
     │   ├── ContextOverflow         the prompt is larger than the model's window
@@ -16,7 +17,8 @@
     ├── SessionError
     │   ├── IllegalTransition       a phase change the phase machine forbids
     │   ├── SessionUnavailable      the session could not be started or recovered
-    │   │   └── OutcomeUnknown      a write was not confirmed in time; it may still land
+    │   │   ├── OutcomeUnknown      a write was not confirmed in time; it may still land
+    │   │   └── SessionOwnedElsewhere  another node holds the session's lease
     │   └── ApprovalError           a decision on a tool call could not be taken
     │       ├── ApprovalNotFound    no such pending request (404)
     │       ├── ApprovalClosed      already decided or expired (409)
@@ -60,6 +62,13 @@ class SequenceConflict(JournalError):
         self.persistence_id = persistence_id
         self.expected = expected
         self.actual = actual
+
+
+class LeaseLost(JournalError):
+    """The session's lease moved to another node (or was never this node's): its writes
+    are refused, so two nodes never both extend one session's journal."""
+
+    code = "lease_lost"
 
 
 class JournalCorrupt(JournalError):
@@ -126,6 +135,24 @@ class OutcomeUnknown(SessionUnavailable):
     def __init__(self, message: str, identity: str | None = None) -> None:
         super().__init__(message)
         self.identity = identity
+
+
+class SessionOwnedElsewhere(SessionUnavailable):
+    """Another node of the cluster holds the session's lease: its input belongs there.
+    ``url`` is where that node can be reached (None when it advertises no address)."""
+
+    code = "owned_elsewhere"
+
+    def __init__(self, session_id: str, node_id: str, url: str | None, retry_after: float) -> None:
+        where = f" at {url}" if url else ""
+        super().__init__(
+            f"session {session_id} is resident on node {node_id}{where}; its lease expires in "
+            f"{max(retry_after, 0.0):.0f}s if that node is gone"
+        )
+        self.session_id = session_id
+        self.node_id = node_id
+        self.url = url
+        self.retry_after = retry_after
 
 
 class ApprovalError(SessionError):

@@ -57,7 +57,14 @@ def make_journal(
     if uses_postgres(settings):
         with _needs_psycopg():
             from netclaw.persistence.postgres import PostgresJournal
-        return PostgresJournal(settings.journal.dsn(), on_commit=on_commit)
+        cluster = settings.cluster
+        return PostgresJournal(
+            settings.journal.dsn(),
+            node_id=cluster.node,
+            advertise_url=cluster.advertise_url,
+            lease_s=cluster.lease_s,
+            on_commit=on_commit,
+        )
     return SqliteJournal(
         settings.database_path, synchronous=settings.journal.synchronous, on_commit=on_commit
     )

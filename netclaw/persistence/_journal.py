@@ -1,7 +1,7 @@
 """The journal and snapshot interfaces, and the records they carry.
 
-SQLite is the embedded implementation (:mod:`._sqlite`); a server database can
-implement the same protocol later. Payloads cross this boundary as JSON text so
+SQLite is the embedded implementation (:mod:`._sqlite`), PostgreSQL the one several
+nodes share (:mod:`netclaw.persistence.postgres`). Payloads cross this boundary as JSON text so
 the journal never needs to know what an event means.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 import concurrent.futures
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, ClassVar, Literal, Protocol
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +47,23 @@ class SessionRow:
     pending: int
     last_seq: int = 0
     undelivered: int = 0  # chat replies recorded but not yet shown in their conversation
+
+    # The listing's columns, in this order, in every database.
+    COLUMNS: ClassVar[str] = "id, channel, title, turns, last_activity, pending, last_seq, undelivered"
+
+    @classmethod
+    def from_row(cls, r: Sequence[Any]) -> SessionRow:
+        """From a database row of :attr:`COLUMNS`."""
+        return cls(str(r[0]), str(r[1]), r[2], int(r[3]), float(r[4]), int(r[5]), int(r[6]), int(r[7]))
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """Another node that holds a session's lease (several daemons on one database)."""
+
+    node_id: str
+    url: str | None  # where that node takes forwarded input (its cluster.advertise_url)
+    expires_in: float  # seconds until its lease expires unless renewed
 
 
 UsageKey = Literal["session", "day", "model"]
@@ -135,6 +152,21 @@ class Journal(Protocol):
 
     def problem(self) -> str | None:
         """Why the journal cannot take writes now (``/healthz``), or None."""
+        ...
+
+    async def claim(self, persistence_id: str) -> int:
+        """Own the session on this node before recovering it; the epoch that fences its
+        writes. Where several nodes share the database this is a lease, and
+        SessionOwnedElsewhere says another node holds it; an embedded journal has one
+        writer and answers 0."""
+        ...
+
+    def release(self, persistence_id: str, epoch: int) -> None:
+        """The session stopped here: its lease (of ``epoch``) goes, after its queued writes."""
+        ...
+
+    async def owner(self, persistence_id: str) -> Owner | None:
+        """Another node holding the session now (input for it belongs there), or None."""
         ...
 
     async def close(self) -> None: ...

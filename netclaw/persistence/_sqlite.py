@@ -11,31 +11,20 @@ seq — safe because this process is the only writer (the daemon holds a lock on
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import contextlib
 import logging
 import os
 import sqlite3
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import aiosqlite
 
 from netclaw.errors import JournalError
-from netclaw.persistence._journal import NewEvent, SessionRow, Snapshot, StoredEvent, UsageKey, UsageRow
+from netclaw.persistence._journal import SessionRow, Snapshot, StoredEvent, UsageKey, UsageRow
 from netclaw.persistence._migrations import apply_migrations, load_migrations
-from netclaw.persistence._writer import (
-    Append,
-    Batch,
-    Erase,
-    Query,
-    SaveSnapshot,
-    Write,
-    WriterThread,
-    settle,
-)
+from netclaw.persistence._writer import Batch, Erase, WriterJournal, WriterThread, settle
 
 log = logging.getLogger(__name__)
 
@@ -84,21 +73,16 @@ _USAGE_KEYS: dict[str, str] = {
 }
 
 
-class SqliteJournal:
+class SqliteJournal(WriterJournal):
     """Implements :class:`~netclaw.persistence.Journal` on one SQLite file."""
 
     def __init__(
         self, path: Path, *, synchronous: str = "full", on_commit: Callable[[float], None] | None = None
     ) -> None:
+        super().__init__(on_commit)
         self.path = path
         self._synchronous = synchronous
-        self.on_commit = on_commit  # seconds one group commit took (metrics); on the writer thread
         self._reader: aiosqlite.Connection | None = None
-        self._writer: _Writer | None = None
-        self._closing = False
-        self.commits = 0  # transactions committed (benchmarks report appends per commit)
-        self.last_failure: str | None = None  # the latest commit failed (health), until one succeeds
-        self.failed_commits = 0  # in the current run of failures
 
     async def open(self) -> SqliteJournal:
         """Open the reader and start the writer thread. Migrations must have run."""
@@ -110,94 +94,29 @@ class SqliteJournal:
                 raise JournalError(f"{self.path} is not in WAL mode; run migrations first")
             await self._reader.execute(f"PRAGMA synchronous={_sync_pragma(self._synchronous)}")
             await self._reader.execute("PRAGMA busy_timeout=5000")
-            writer.start()
-            await asyncio.wrap_future(writer.ready)
+            await self._start_writer(writer)
         except JournalError:
             await self._close_after_failed_open(writer)
             raise
         except sqlite3.Error as exc:
             await self._close_after_failed_open(writer)
             raise JournalError(f"cannot open journal {self.path}: {exc}") from exc
-        self._writer = writer
         return self
 
     async def _close_after_failed_open(self, writer: _Writer) -> None:
-        if writer.is_alive():
-            writer.put_stop()
-            await asyncio.wrap_future(writer.finished)
+        await self._stop_writer(writer)
         if self._reader is not None:
             with contextlib.suppress(Exception):
                 await self._reader.close()
             self._reader = None
 
-    @property
-    def is_open(self) -> bool:
-        return self._writer is not None and not self._closing
-
-    def problem(self) -> str | None:
-        """Why the journal cannot take writes now (``/healthz``), or None."""
-        if self._writer is None or self._closing:
-            return "the journal is closed"
-        if not self._writer.is_alive():
-            return "the journal's writer thread has stopped"
-        if self.last_failure is not None:
-            return f"the last journal commit failed ({self.last_failure})"
-        return None
-
-    # -- writes -------------------------------------------------------------------------------
-
-    async def append(
-        self,
-        persistence_id: str,
-        expected_seq: int,
-        events: Sequence[NewEvent],
-        row: SessionRow | None = None,
-    ) -> int:
-        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        self._put(Append(persistence_id, expected_seq, events, row, future))
-        return await future
-
-    def append_threadsafe(
-        self,
-        persistence_id: str,
-        expected_seq: int,
-        events: Sequence[NewEvent],
-        row: SessionRow | None = None,
-    ) -> concurrent.futures.Future[int]:
-        future: concurrent.futures.Future[int] = concurrent.futures.Future()
-        try:
-            self._put(Append(persistence_id, expected_seq, events, row, future))
-        except JournalError as exc:
-            future.set_exception(exc)
-        return future
-
-    async def save_snapshot(
-        self, persistence_id: str, seq: int, state: str, messages: Sequence[str] = (), first: int = 0
-    ) -> None:
-        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        self._put(SaveSnapshot(persistence_id, seq, state, messages, first, future))
-        await future
-
-    async def erase(self, persistence_id: str) -> None:
-        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        if self._writer is None or self._closing or not self._writer.is_alive():
-            raise JournalError("the journal is closed")
-        self._writer.put(Erase(persistence_id, future))
-        await future
-
-    def _put(self, write: Write) -> None:
-        if self._writer is None or self._closing or not self._writer.is_alive():
-            raise JournalError("the journal is closed")
-        self._writer.put(write)
-
     async def synchronous_levels(self) -> tuple[int, int]:
         """``PRAGMA synchronous`` of the writer and the reader (2 = FULL, 1 = NORMAL)."""
-        if self._writer is None or self._reader is None:
+        if self._reader is None:
             raise JournalError("the journal is closed")
-        future: concurrent.futures.Future[int] = concurrent.futures.Future()
-        self._writer.put(Query(lambda conn: int(conn.execute("PRAGMA synchronous").fetchone()[0]), future))
+        writer = await self.run_on_writer(lambda conn: int(conn.execute("PRAGMA synchronous").fetchone()[0]))
         reader = await (await self._reader.execute("PRAGMA synchronous")).fetchone()
-        return await asyncio.wrap_future(future), int(reader[0]) if reader else -1
+        return writer, int(reader[0]) if reader else -1
 
     # -- reads --------------------------------------------------------------------------------
 
@@ -238,15 +157,15 @@ class SqliteJournal:
         head = heads[0]
         return Snapshot(int(head[0]), str(head[1]), float(head[2]), [str(r[0]) for r in rows])
 
-    _ROW = "SELECT id, channel, title, turns, last_activity, pending, last_seq, undelivered FROM sessions"
+    _ROW = f"SELECT {SessionRow.COLUMNS} FROM sessions"
 
     async def list_sessions(self) -> list[SessionRow]:
         rows = await self._read(self._ROW + " ORDER BY last_activity DESC")
-        return [_session_row(r) for r in rows]
+        return [SessionRow.from_row(r) for r in rows]
 
     async def get_session(self, persistence_id: str) -> SessionRow | None:
         rows = await self._read(self._ROW + " WHERE id = ?", (persistence_id,))
-        return _session_row(rows[0]) if rows else None
+        return SessionRow.from_row(rows[0]) if rows else None
 
     async def sessions_with_pending_input(self) -> list[str]:
         rows = await self._read("SELECT id FROM sessions WHERE pending > 0 ORDER BY last_activity")
@@ -275,14 +194,7 @@ class SqliteJournal:
         return [UsageRow(str(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4])) for r in rows]
 
     async def close(self) -> None:
-        writer = self._writer
-        if writer is not None and not self._closing:
-            # Queued writes land before the writer stops: their callers are waiting on them.
-            self._closing = True
-            writer.put_stop()
-            await asyncio.wrap_future(writer.finished)
-        self._writer = None
-        self._closing = False
+        await self._stop_writer()
         if self._reader is not None:
             with contextlib.suppress(Exception):
                 await self._reader.close()
@@ -409,16 +321,3 @@ def _write_batch(conn: sqlite3.Connection, batch: Batch) -> None:
         with contextlib.suppress(sqlite3.Error):
             conn.execute("ROLLBACK")
         raise
-
-
-def _session_row(r: sqlite3.Row) -> SessionRow:
-    return SessionRow(
-        id=str(r[0]),
-        channel=str(r[1]),
-        title=r[2],
-        turns=int(r[3]),
-        last_activity=float(r[4]),
-        pending=int(r[5]),
-        last_seq=int(r[6]),
-        undelivered=int(r[7]),
-    )

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
 from netclaw.errors import JournalError, SequenceConflict
-from netclaw.persistence._journal import NewEvent, SessionRow
+from netclaw.persistence._journal import NewEvent, Owner, SessionRow
 
 log = logging.getLogger(__name__)
 
@@ -139,31 +139,66 @@ class WriterThread(threading.Thread, Generic[Conn]):
 
     # -- one group commit ----------------------------------------------------------------------
 
+    def transaction(self, conn: Conn) -> contextlib.AbstractContextManager[object]:
+        """What a whole group commit runs in: the fence, the sequence checks and the writes.
+        (SQLite's is :meth:`write_batch`'s own BEGIN IMMEDIATE: this process is its only writer.)"""
+        return contextlib.nullcontext()
+
+    def fence(self, conn: Conn, persistence_ids: Iterable[str]) -> dict[str, JournalError]:
+        """The sessions this node may not write (another node owns them), and why."""
+        return {}
+
     def commit(self, conn: Conn, writes: list[Write]) -> None:
         """Check and stage the writes, commit them in one transaction, settle every future."""
-        try:
-            current = self.last_seqs(conn, {w.persistence_id for w in writes})
-        except Exception as exc:
-            if not self.database_error(exc):
-                raise
-            failed = JournalError(f"journal read failed: {exc}")
-            settle([(w.future, failed) for w in writes])
-            return
-        refused: list[Result] = []
+        refused: dict[int, JournalError] = {}  # id(write) → why it may not land
         batch = Batch()
-        now = time.time()
         staged: dict[str, int] = {}  # seqs this batch will reach
+        started = time.perf_counter()
+        try:
+            with self.transaction(conn):
+                pids = {w.persistence_id for w in writes}
+                fenced = self.fence(conn, pids)
+                current = self.last_seqs(conn, pids - fenced.keys())
+                self._stage(conn, writes, current, fenced, refused, batch, staged)
+                if batch.done:
+                    self.write_batch(conn, batch)
+        except Exception as exc:  # noqa: BLE001 - a failed commit fails its batch, never the writer
+            failed = self._failed(exc)
+            settle([(w.future, refused.get(id(w), failed)) for w in writes])
+            return
+        if batch.done:
+            self._succeeded(time.perf_counter() - started)
+            self.committed(staged)
+        results: list[Result] = [(w.future, refused[id(w)]) for w in writes if id(w) in refused]
+        results.extend(batch.done)
+        settle(results)
+
+    def _stage(
+        self,
+        conn: Conn,
+        writes: list[Write],
+        current: dict[str, int],
+        fenced: dict[str, JournalError],
+        refused: dict[int, JournalError],
+        batch: Batch,
+        staged: dict[str, int],
+    ) -> None:
+        now = time.time()
         rows_saved: dict[str, int] = {}  # snapshot transcript rows saved, this batch's included
         for write in writes:
             pid = write.persistence_id
+            lost = fenced.get(pid)
+            if lost is not None:
+                refused[id(write)] = lost
+                continue
             seq = staged.get(pid, current.get(pid, 0))
             if isinstance(write, SaveSnapshot):
                 problem = self._stage_snapshot(conn, write, seq, rows_saved, batch, now)
                 if problem is not None:
-                    refused.append((write.future, problem))
+                    refused[id(write)] = problem
                 continue
             if write.expected_seq != seq:
-                refused.append((write.future, SequenceConflict(pid, write.expected_seq, seq)))
+                refused[id(write)] = SequenceConflict(pid, write.expected_seq, seq)
                 continue
             for event in write.events:
                 seq += 1
@@ -175,17 +210,6 @@ class WriterThread(threading.Thread, Generic[Conn]):
                     (r.id, r.channel, r.title, r.turns, r.last_activity, r.pending, seq, r.undelivered)
                 )
             batch.done.append((write.future, seq))
-        results: list[Result] = list(batch.done)
-        if batch.done:
-            started = time.perf_counter()
-            try:
-                self.write_batch(conn, batch)
-            except Exception as exc:  # noqa: BLE001 - a failed commit fails its batch, never the writer
-                results = [(future, self._failed(exc)) for future, _ in batch.done]
-            else:
-                self._succeeded(time.perf_counter() - started)
-                self.committed(staged)
-        settle(refused + results)
 
     def _stage_snapshot(
         self,
@@ -202,12 +226,7 @@ class WriterThread(threading.Thread, Generic[Conn]):
             return JournalError(f"snapshot of {pid} at {write.seq} is ahead of its journal")
         saved = rows_saved.get(pid)
         if saved is None:
-            try:
-                saved = self.saved_rows(conn, pid)
-            except Exception as exc:
-                if not self.database_error(exc):
-                    raise
-                return JournalError(f"journal read failed: {exc}")
+            saved = self.saved_rows(conn, pid)
         if write.first > saved:  # an earlier snapshot's rows never landed: the writer sends all again
             return JournalError(
                 f"snapshot of {pid} starts at transcript row {write.first}, but only {saved} are saved"
@@ -354,3 +373,108 @@ def _resolve_now(future: concurrent.futures.Future[int], result: int | BaseExcep
         future.set_exception(result)
     else:
         future.set_result(result)
+
+
+class WriterJournal:
+    """The write side every journal shares: writes go on its writer thread's queue, an
+    actor's append without a loop hop, and the commit counters. A subclass opens the
+    writer (:meth:`_start_writer`) and adds the database's reads."""
+
+    def __init__(self, on_commit: Callable[[float], None] | None) -> None:
+        self.on_commit = on_commit  # seconds one group commit took (metrics); on the writer thread
+        self._writer: WriterThread[Any] | None = None
+        self._closing = False
+        self.commits = 0  # transactions committed (benchmarks report appends per commit)
+        self.last_failure: str | None = None  # the latest commit failed (health), until one succeeds
+        self.failed_commits = 0  # in the current run of failures
+
+    async def _start_writer(self, writer: WriterThread[Any]) -> None:
+        """Start ``writer`` and wait until it is connected (JournalError if it cannot be)."""
+        writer.start()
+        await asyncio.wrap_future(writer.ready)
+        self._writer = writer
+
+    async def _stop_writer(self, writer: WriterThread[Any] | None = None) -> None:
+        """Stop the writer once what is queued has landed (their callers wait on them)."""
+        writer = writer or self._writer
+        if writer is not None and writer.is_alive() and not self._closing:
+            self._closing = True
+            writer.put_stop()
+            await asyncio.wrap_future(writer.finished)
+        self._writer = None
+        self._closing = False
+
+    @property
+    def is_open(self) -> bool:
+        return self._writer is not None and not self._closing
+
+    def problem(self) -> str | None:
+        """Why the journal cannot take writes now (``/healthz``), or None."""
+        if self._writer is None or self._closing:
+            return "the journal is closed"
+        if not self._writer.is_alive():
+            return "the journal's writer thread has stopped"
+        if self.last_failure is not None:
+            return f"the last journal commit failed ({self.last_failure})"
+        return None
+
+    # -- writes -------------------------------------------------------------------------------
+
+    async def append(
+        self,
+        persistence_id: str,
+        expected_seq: int,
+        events: Sequence[NewEvent],
+        row: SessionRow | None = None,
+    ) -> int:
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._put(Append(persistence_id, expected_seq, events, row, future))
+        return await future
+
+    def append_threadsafe(
+        self,
+        persistence_id: str,
+        expected_seq: int,
+        events: Sequence[NewEvent],
+        row: SessionRow | None = None,
+    ) -> concurrent.futures.Future[int]:
+        future: concurrent.futures.Future[int] = concurrent.futures.Future()
+        try:
+            self._put(Append(persistence_id, expected_seq, events, row, future))
+        except JournalError as exc:
+            future.set_exception(exc)
+        return future
+
+    async def save_snapshot(
+        self, persistence_id: str, seq: int, state: str, messages: Sequence[str] = (), first: int = 0
+    ) -> None:
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._put(SaveSnapshot(persistence_id, seq, state, messages, first, future))
+        await future
+
+    async def erase(self, persistence_id: str) -> None:
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._put(Erase(persistence_id, future))
+        await future
+
+    def _put(self, item: Item) -> None:
+        if self._writer is None or self._closing or not self._writer.is_alive():
+            raise JournalError("the journal is closed")
+        self._writer.put(item)
+
+    async def run_on_writer(self, run: Callable[[Any], int]) -> int:
+        """Run ``run`` on the writer's connection, in order with the writes (maintenance)."""
+        future: concurrent.futures.Future[int] = concurrent.futures.Future()
+        self._put(Query(run, future))
+        return await asyncio.wrap_future(future)
+
+    # -- ownership: one process writes an embedded journal, so there is nothing to lease ----
+
+    async def claim(self, persistence_id: str) -> int:
+        return 0
+
+    def release(self, persistence_id: str, epoch: int) -> None:
+        return None
+
+    async def owner(self, persistence_id: str) -> Owner | None:
+        return None

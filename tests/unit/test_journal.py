@@ -565,20 +565,3 @@ async def test_erase_removes_everything_of_a_session_after_what_was_queued(
     assert await journal.replay("gone") == []
     assert await journal.get_session("gone") is None
     assert backend.count_events("gone") == 0
-
-
-async def test_one_node_writes_a_postgres_journal_until_leases_exist(pg_dsn: str) -> None:
-    from netclaw.persistence.postgres import PostgresJournal
-
-    first = await PostgresJournal(pg_dsn).open()
-    try:
-        with pytest.raises(JournalError, match="another netclaw node is writing to this database"):
-            await PostgresJournal(pg_dsn).open()
-        assert await first.append("s", 0, [ev(1)]) == 1
-    finally:
-        await first.close()
-    second = await PostgresJournal(pg_dsn).open()  # the first let go
-    try:
-        assert await second.append("s", 1, [ev(2)]) == 2
-    finally:
-        await second.close()

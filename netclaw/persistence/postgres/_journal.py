@@ -11,7 +11,6 @@ A connection the server dropped is replaced at the next batch.
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import contextlib
 import logging
@@ -22,17 +21,9 @@ import psycopg
 import psycopg_pool
 
 from netclaw.errors import JournalError
-from netclaw.persistence._journal import NewEvent, SessionRow, Snapshot, StoredEvent, UsageKey, UsageRow
-from netclaw.persistence._writer import (
-    Append,
-    Batch,
-    Erase,
-    Query,
-    SaveSnapshot,
-    Write,
-    WriterThread,
-    settle,
-)
+from netclaw.persistence._journal import Owner, SessionRow, Snapshot, StoredEvent, UsageKey, UsageRow
+from netclaw.persistence._writer import Batch, Erase, Query, WriterJournal, WriterThread, settle
+from netclaw.persistence.postgres._leases import Leases
 from netclaw.persistence.postgres._schema import CONNECT_TIMEOUT_S, new_pool, open_pool, safe_dsn
 
 log = logging.getLogger(__name__)
@@ -44,109 +35,66 @@ _USAGE_KEYS: dict[str, str] = {
 }
 
 
-class PostgresJournal:
-    """Implements :class:`~netclaw.persistence.Journal` on a PostgreSQL database."""
+class PostgresJournal(WriterJournal):
+    """Implements :class:`~netclaw.persistence.Journal` on a PostgreSQL database, as one
+    node (``node_id``) of those sharing it: a session is claimed (leased) before it is
+    recovered, and its writes are fenced by the lease (:mod:`._leases`)."""
 
     def __init__(
-        self, dsn: str, *, on_commit: Callable[[float], None] | None = None, readers: int = 4
+        self,
+        dsn: str,
+        *,
+        node_id: str = "netclaw",
+        advertise_url: str | None = None,
+        lease_s: float = 15.0,
+        on_commit: Callable[[float], None] | None = None,
+        readers: int = 4,
     ) -> None:
+        super().__init__(on_commit)
         self.dsn = dsn
-        self.on_commit = on_commit  # seconds one group commit took (metrics); on the writer thread
+        self.leases = Leases(dsn, node_id, advertise_url=advertise_url, lease_s=lease_s)
         self._readers = readers
         self._pool: psycopg_pool.AsyncConnectionPool | None = None
-        self._writer: _PgWriter | None = None
-        self._closing = False
-        self.commits = 0
-        self.last_failure: str | None = None
-        self.failed_commits = 0
 
-    async def open(self) -> PostgresJournal:
-        """Open the reader pool and start the writer thread. Migrations must have run."""
+    async def open(self, *, join_wait_s: float | None = None) -> PostgresJournal:
+        """Join the cluster, open the reader pool and start the writer thread. Migrations
+        must have run. ``join_wait_s``: how long to wait for a previous run of this node id
+        to go quiet (default: a lease's time)."""
         writer = _PgWriter(self)
         pool = new_pool(self.dsn, "journal-readers", self._readers)
         try:
+            await self.leases.open(wait_s=join_wait_s)
             await open_pool(pool, "events", self.dsn)
-            writer.start()
-            await asyncio.wrap_future(writer.ready)
+            await self._start_writer(writer)
         except (psycopg.Error, psycopg_pool.PoolTimeout, JournalError) as exc:
-            if writer.is_alive():
-                writer.put_stop()
-                await asyncio.wrap_future(writer.finished)
+            await self._stop_writer(writer)
             await pool.close()
+            await self.leases.close()
             if isinstance(exc, JournalError):
                 raise
             raise JournalError(
                 f"cannot open the journal on PostgreSQL ({safe_dsn(self.dsn)}): {exc}"
             ) from exc
         self._pool = pool
-        self._writer = writer
         return self
 
-    @property
-    def is_open(self) -> bool:
-        return self._writer is not None and not self._closing
-
     def problem(self) -> str | None:
-        """Why the journal cannot take writes now (``/healthz``), or None."""
-        if self._writer is None or self._closing:
-            return "the journal is closed"
-        if not self._writer.is_alive():
-            return "the journal's writer thread has stopped"
-        if self.last_failure is not None:
-            return f"the last journal commit failed ({self.last_failure})"
-        return None
+        return super().problem() or self.leases.problem()
 
-    # -- writes -------------------------------------------------------------------------------
+    # -- ownership ----------------------------------------------------------------------------
 
-    async def append(
-        self,
-        persistence_id: str,
-        expected_seq: int,
-        events: Sequence[NewEvent],
-        row: SessionRow | None = None,
-    ) -> int:
-        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        self._put(Append(persistence_id, expected_seq, events, row, future))
-        return await future
+    async def claim(self, persistence_id: str) -> int:
+        return await self.leases.claim(persistence_id)
 
-    def append_threadsafe(
-        self,
-        persistence_id: str,
-        expected_seq: int,
-        events: Sequence[NewEvent],
-        row: SessionRow | None = None,
-    ) -> concurrent.futures.Future[int]:
-        future: concurrent.futures.Future[int] = concurrent.futures.Future()
-        try:
-            self._put(Append(persistence_id, expected_seq, events, row, future))
-        except JournalError as exc:
-            future.set_exception(exc)
-        return future
+    def release(self, persistence_id: str, epoch: int) -> None:
+        """After the session's queued writes: on the writer's queue. A journal already
+        closed released every lease as it closed."""
+        leases = self.leases
+        with contextlib.suppress(JournalError):
+            self._put(Query(lambda link: leases.release_on(link.get(), persistence_id, epoch), _ignored()))
 
-    async def save_snapshot(
-        self, persistence_id: str, seq: int, state: str, messages: Sequence[str] = (), first: int = 0
-    ) -> None:
-        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        self._put(SaveSnapshot(persistence_id, seq, state, messages, first, future))
-        await future
-
-    async def erase(self, persistence_id: str) -> None:
-        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        self._put(Erase(persistence_id, future))
-        await future
-
-    def _put(self, item: Write | Erase) -> None:
-        if self._writer is None or self._closing or not self._writer.is_alive():
-            raise JournalError("the journal is closed")
-        self._writer.put(item)
-
-    async def run_on_writer(self, run: Callable[[psycopg.Connection[Any]], int]) -> int:
-        """Run ``run`` on the writer's connection, in order with the writes (maintenance)."""
-        if self._writer is None:
-            raise JournalError("the journal is closed")
-        future: concurrent.futures.Future[int] = concurrent.futures.Future()
-        self._writer.put(Query(lambda link: run(link.get()), future))
-        return await asyncio.wrap_future(future)
+    async def owner(self, persistence_id: str) -> Owner | None:
+        return await self.leases.owner(persistence_id)
 
     # -- reads --------------------------------------------------------------------------------
 
@@ -197,15 +145,15 @@ class PostgresJournal:
             raise JournalError(f"journal read failed: {exc}") from exc
         return Snapshot(int(head[0]), str(head[1]), float(head[2]), [str(r[0]) for r in rows])
 
-    _ROW = "SELECT id, channel, title, turns, last_activity, pending, last_seq, undelivered FROM sessions"
+    _ROW = f"SELECT {SessionRow.COLUMNS} FROM sessions"
 
     async def list_sessions(self) -> list[SessionRow]:
         rows = await self._read(self._ROW + " ORDER BY last_activity DESC")
-        return [_session_row(r) for r in rows]
+        return [SessionRow.from_row(r) for r in rows]
 
     async def get_session(self, persistence_id: str) -> SessionRow | None:
         rows = await self._read(self._ROW + " WHERE id = %s", (persistence_id,))
-        return _session_row(rows[0]) if rows else None
+        return SessionRow.from_row(rows[0]) if rows else None
 
     async def sessions_with_pending_input(self) -> list[str]:
         rows = await self._read("SELECT id FROM sessions WHERE pending > 0 ORDER BY last_activity")
@@ -233,29 +181,22 @@ class PostgresJournal:
         return [UsageRow(str(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4])) for r in rows]
 
     async def close(self) -> None:
-        writer = self._writer
-        if writer is not None and not self._closing:
-            self._closing = True  # queued writes land before the writer stops
-            writer.put_stop()
-            await asyncio.wrap_future(writer.finished)
-        self._writer = None
-        self._closing = False
+        await self._stop_writer()
         pool, self._pool = self._pool, None
         if pool is not None:
             with contextlib.suppress(Exception):
                 await pool.close()
+        await self.leases.close()
 
 
-_ONE_WRITER_LOCK = 0x6E6574636C6177 + 1  # held by the one node that writes this journal
+def _ignored() -> concurrent.futures.Future[int]:
+    """A future nobody waits on (a lease release: the lease expires anyway if it fails)."""
+    return concurrent.futures.Future()
 
 
 class _Link:
     """The writer's connection, replaced when the server dropped it (a restart, a
-    network blip): the batch that found it broken fails, the next one reconnects.
-
-    Until sessions are leased per node, one node writes a database: the connection
-    holds a session advisory lock, and a second node's writer cannot get it (nor can
-    this one, after a reconnect, if another node took over meanwhile)."""
+    network blip): the batch that found it broken fails, the next one reconnects."""
 
     def __init__(self, dsn: str) -> None:
         self.dsn = dsn
@@ -269,13 +210,6 @@ class _Link:
                     conn.close()
             self._conn = None
             conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
-            locked = conn.execute("SELECT pg_try_advisory_lock(%s)", (_ONE_WRITER_LOCK,)).fetchone()
-            if not locked or not locked[0]:
-                conn.close()
-                raise JournalError(
-                    f"another netclaw node is writing to this database ({safe_dsn(self.dsn)}); "
-                    "one node per database until cluster leases are in place"
-                )
             self._conn = conn
         return conn
 
@@ -307,11 +241,12 @@ class _PgWriter(WriterThread[_Link]):
     def __init__(self, journal: PostgresJournal) -> None:
         super().__init__("netclaw-journal-writer", journal)
         self.dsn = journal.dsn
+        self.leases = journal.leases
 
     def connect(self) -> _Link:
         link = _Link(self.dsn)
         try:
-            link.get()  # JournalError as it is: another node holds the journal
+            link.get()
         except psycopg.Error as exc:
             raise JournalError(
                 f"cannot open the journal on PostgreSQL ({safe_dsn(self.dsn)}): {exc}"
@@ -322,7 +257,15 @@ class _PgWriter(WriterThread[_Link]):
         conn.close()
 
     def database_error(self, exc: Exception) -> bool:
-        return isinstance(exc, psycopg.Error | JournalError)  # JournalError: the lock (see _Link)
+        return isinstance(exc, psycopg.Error)
+
+    def transaction(self, conn: _Link) -> contextlib.AbstractContextManager[object]:
+        # The fence's row locks, the sequence checks and the writes: one transaction.
+        return conn.get().transaction()
+
+    def fence(self, conn: _Link, persistence_ids: Iterable[str]) -> dict[str, JournalError]:
+        with conn.get().cursor() as cur:
+            return dict(self.leases.fence(cur, persistence_ids))
 
     def last_seqs(self, conn: _Link, persistence_ids: Iterable[str]) -> dict[str, int]:
         rows = (
@@ -348,8 +291,7 @@ class _PgWriter(WriterThread[_Link]):
         return int(row[0]) if row else 0
 
     def write_batch(self, conn: _Link, batch: Batch) -> None:
-        db = conn.get()
-        with db.transaction(), db.cursor() as cur:
+        with conn.get().cursor() as cur:  # inside :meth:`transaction`
             if batch.events:
                 cur.executemany(_INSERT_EVENTS, batch.events)
             if batch.rows:
@@ -374,16 +316,3 @@ class _PgWriter(WriterThread[_Link]):
             settle([(erase.future, JournalError(f"erasing {pid} failed: {exc}"))])
             return
         settle([(erase.future, 0)])
-
-
-def _session_row(r: Sequence[Any]) -> SessionRow:
-    return SessionRow(
-        id=str(r[0]),
-        channel=str(r[1]),
-        title=r[2],
-        turns=int(r[3]),
-        last_activity=float(r[4]),
-        pending=int(r[5]),
-        last_seq=int(r[6]),
-        undelivered=int(r[7]),
-    )

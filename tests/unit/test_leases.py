@@ -1,0 +1,179 @@
+"""Session leases on PostgreSQL: one node owns a session at a time, and a node that lost
+its lease cannot write (its appends are fenced by the epoch)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from netclaw.errors import JournalError, LeaseLost, SequenceConflict, SessionOwnedElsewhere
+from netclaw.persistence import NewEvent
+
+if TYPE_CHECKING:
+    from netclaw.persistence.postgres import PostgresJournal
+
+
+def ev(node: str, epoch: int) -> NewEvent:
+    return NewEvent("Wrote", json.dumps({"node": node, "epoch": epoch}))
+
+
+@pytest.fixture
+def node(pg_dsn: str) -> Callable[..., AsyncIterator[PostgresJournal]]:
+    @asynccontextmanager
+    async def open_node(node_id: str, lease_s: float = 15.0) -> AsyncIterator[PostgresJournal]:
+        from netclaw.persistence.postgres import PostgresJournal
+
+        journal = await PostgresJournal(
+            pg_dsn, node_id=node_id, advertise_url=f"http://{node_id}.test:8765", lease_s=lease_s
+        ).open()
+        try:
+            yield journal
+        finally:
+            await journal.close()
+
+    return open_node  # type: ignore[return-value]
+
+
+async def test_a_claimed_session_is_owned_elsewhere_for_every_other_node(node: Callable[..., Any]) -> None:
+    async with node("a") as a, node("b") as b:
+        assert await a.claim("s") == 1
+        with pytest.raises(SessionOwnedElsewhere, match="resident on node a at http://a.test:8765") as caught:
+            await b.claim("s")
+        assert caught.value.node_id == "a" and caught.value.retry_after > 10
+        owner = await b.owner("s")
+        assert owner is not None and (owner.node_id, owner.url) == ("a", "http://a.test:8765")
+        assert await a.owner("s") is None  # its own: nothing to forward
+        assert await b.owner("never-claimed") is None
+        assert await a.append("s", 0, [ev("a", 1)]) == 1
+        with pytest.raises(LeaseLost, match="resident on node a"):
+            await b.append("s", 1, [ev("b", 0)])
+
+
+async def test_a_released_lease_is_taken_at_a_new_epoch_and_fences_the_old_holder(
+    node: Callable[..., Any],
+) -> None:
+    async with node("a") as a, node("b") as b:
+        epoch = await a.claim("s")
+        await a.append("s", 0, [ev("a", epoch)])
+        a.release("s", epoch)
+        await a.append("other", 0, [ev("a", 0)])  # ordered after the release on a's writer
+        assert await b.claim("s") == epoch + 1
+        await b.append("s", 1, [ev("b", epoch + 1)])
+        # a believes nothing: it simply does not hold the lease any more
+        with pytest.raises(LeaseLost):
+            await a.append("s", 2, [ev("a", epoch)])
+        assert [e.seq for e in await b.replay("s")] == [1, 2]
+
+
+async def test_an_expired_lease_is_taken_over_and_its_old_holder_hears_of_it(
+    node: Callable[..., Any],
+) -> None:
+    lost: list[str] = []
+    async with node("a", lease_s=0.4) as a, node("b", lease_s=0.4) as b:
+        a.leases.on_lost = lost.append
+        epoch = await a.claim("s")
+        await a.append("s", 0, [ev("a", epoch)])
+        await a.leases.stop_renewing()  # a stops answering, as a node that died would
+        with pytest.raises(SessionOwnedElsewhere):
+            await b.claim("s")
+        await asyncio.sleep(0.6)
+        assert await b.claim("s") == epoch + 1
+        # a comes back: its write is fenced, and its next renewal reports the loss
+        with pytest.raises(LeaseLost, match="taken over by node b"):
+            await a.append("s", 1, [ev("a", epoch)])
+        assert await a.leases.renew() == ["s"]
+        assert lost == ["s"]
+        assert await b.append("s", 1, [ev("b", epoch + 1)]) == 2
+
+
+async def test_a_live_lease_is_renewed_past_its_first_expiry(node: Callable[..., Any]) -> None:
+    async with node("a", lease_s=0.3) as a, node("b", lease_s=0.3) as b:
+        await a.claim("s")
+        await asyncio.sleep(1.0)  # three lease times: renewed every 0.1 s
+        with pytest.raises(SessionOwnedElsewhere):
+            await b.claim("s")
+        assert a.problem() is None
+
+
+async def test_a_second_process_with_the_same_node_id_is_refused(node: Callable[..., Any], pg_dsn: str) -> None:
+    from netclaw.persistence.postgres import PostgresJournal
+
+    async with node("a"):
+        twin = PostgresJournal(pg_dsn, node_id="a")
+        with pytest.raises(JournalError, match="node id 'a' is in use by another running netclaw"):
+            await twin.open(join_wait_s=0.3)
+    # after a clean stop the id is free at once
+    again = await PostgresJournal(pg_dsn, node_id="a").open(join_wait_s=0)
+    await again.close()
+
+
+async def test_closing_a_node_hands_its_sessions_over_at_once(node: Callable[..., Any]) -> None:
+    async with node("b") as b:
+        async with node("a") as a:
+            await a.claim("s")
+        assert await b.owner("s") is None
+        assert await b.claim("s") == 2
+
+
+async def test_two_nodes_contending_for_one_session_never_interleave_epochs(
+    node: Callable[..., Any],
+) -> None:
+    """Both nodes keep trying to own one session and write to it; some holds end in a
+    release, some in a 'crash' (the node stops renewing and forgets). Whatever lands, the
+    journal shows one owner at a time: epochs never go back, and each belongs to one node."""
+    rng = random.Random(7)
+    stop = asyncio.Event()
+
+    async def contend(journal: PostgresJournal, name: str) -> int:
+        landed = 0
+        while not stop.is_set():
+            try:
+                epoch = await journal.claim("s")
+            except SessionOwnedElsewhere:
+                await asyncio.sleep(rng.uniform(0.01, 0.05))
+                continue
+            for _ in range(rng.randint(1, 5)):
+                try:
+                    seq = await journal.last_seq("s")
+                    await journal.append("s", seq, [ev(name, epoch)])
+                    landed += 1
+                except (LeaseLost, SequenceConflict):
+                    break
+                await asyncio.sleep(rng.uniform(0, 0.02))
+            if rng.random() < 0.6:
+                journal.release("s", epoch)
+            else:  # a pause (GC, a stalled VM): renewal stops, then the node writes again
+                journal.leases.held.pop("s", None)
+                await asyncio.sleep(rng.uniform(0.1, 0.4))
+                journal.leases.held["s"] = epoch  # it still believes it holds the lease
+                try:
+                    await journal.append("s", await journal.last_seq("s"), [ev(name, epoch)])
+                    landed += 1  # nobody took it meanwhile: still the owner's write
+                except (LeaseLost, SequenceConflict):
+                    pass
+                journal.leases.held.pop("s", None)
+            await asyncio.sleep(rng.uniform(0, 0.05))
+        return landed
+
+    async with node("a", lease_s=0.2) as a, node("b", lease_s=0.2) as b:
+        tasks = [asyncio.create_task(contend(a, "a")), asyncio.create_task(contend(b, "b"))]
+        await asyncio.sleep(4.0)
+        stop.set()
+        landed = await asyncio.gather(*tasks)
+        events = await a.replay("s")
+    assert all(n > 0 for n in landed), landed  # both nodes owned it at some point
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    owners: dict[int, str] = {}
+    last_epoch = 0
+    for e in events:
+        payload = json.loads(e.payload)
+        assert payload["epoch"] >= last_epoch, f"seq {e.seq}: epoch went back from {last_epoch}"
+        assert owners.setdefault(payload["epoch"], payload["node"]) == payload["node"]
+        last_epoch = payload["epoch"]
+    assert len(owners) > 4
