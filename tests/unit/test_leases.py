@@ -43,7 +43,9 @@ def node(pg_dsn: str) -> Callable[..., AsyncIterator[PostgresJournal]]:
 async def test_a_claimed_session_is_owned_elsewhere_for_every_other_node(node: Callable[..., Any]) -> None:
     async with node("a") as a, node("b") as b:
         assert await a.claim("s") == 1
-        with pytest.raises(SessionOwnedElsewhere, match="resident on node a at http://a.test:8765") as caught:
+        with pytest.raises(
+            SessionOwnedElsewhere, match=r"resident on node a at http://a\.test:8765"
+        ) as caught:
             await b.claim("s")
         assert caught.value.node_id == "a" and caught.value.retry_after > 10
         owner = await b.owner("s")
@@ -101,7 +103,9 @@ async def test_a_live_lease_is_renewed_past_its_first_expiry(node: Callable[...,
         assert a.problem() is None
 
 
-async def test_a_second_process_with_the_same_node_id_is_refused(node: Callable[..., Any], pg_dsn: str) -> None:
+async def test_a_second_process_with_the_same_node_id_is_refused(
+    node: Callable[..., Any], pg_dsn: str
+) -> None:
     from netclaw.persistence.postgres import PostgresJournal
 
     async with node("a"):

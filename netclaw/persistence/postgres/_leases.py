@@ -50,9 +50,7 @@ _RENEW = (
     " WHERE l.persistence_id = c.pid AND l.epoch = c.epoch AND l.node_id = %s"
     " RETURNING l.persistence_id"
 )
-_RELEASE = (
-    "UPDATE leases SET expires_at = 'epoch' WHERE persistence_id = %s AND node_id = %s AND epoch = %s"
-)
+_RELEASE = "UPDATE leases SET expires_at = 'epoch' WHERE persistence_id = %s AND node_id = %s AND epoch = %s"
 _FENCE = (
     "SELECT persistence_id, node_id, epoch, expires_at < clock_timestamp()"
     " FROM leases WHERE persistence_id = ANY(%s) FOR SHARE"
