@@ -20,6 +20,7 @@ from aiohttp import web
 
 from netclaw import outputs as out
 from netclaw.attachments import MAX_FILES, IncomingFile
+from netclaw.cluster import SUBMIT_PATH, forwarded
 from netclaw.commands import parse_command
 from netclaw.errors import ApiError
 from netclaw.gateway import Gateway, Inbound, SessionSummary, TurnOutcome, check_session_id
@@ -66,7 +67,7 @@ class Api:
 
     def app(self) -> web.Application:
         app = web.Application(
-            middlewares=[errors_middleware, self._auth_middleware],
+            middlewares=[errors_middleware, self._auth_middleware, self._owner_middleware],
             client_max_size=MAX_MESSAGE_BODY_BYTES,
         )
         app.router.add_get("/healthz", self.healthz)
@@ -87,6 +88,7 @@ class Api:
         app.router.add_get("/api/memories", self.list_memories)
         app.router.add_delete("/api/memories/{id}", self.delete_memory)
         app.router.add_get("/api/usage", self.usage)
+        app.router.add_post(SUBMIT_PATH, self.forwarded_message)
         app.on_shutdown.append(self._close_streams)
         return app
 
@@ -99,6 +101,17 @@ class Api:
                 raise ApiError(401, "unauthorized", "missing 'Authorization: Bearer <token>' header")
             if not hmac.compare_digest(given.strip().encode("utf-8", "surrogateescape"), self._token):
                 raise ApiError(401, "unauthorized", "the control token is wrong")
+        return await handler(request)
+
+    @web.middleware
+    async def _owner_middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """Several nodes: a session's API calls are answered by the node that owns it."""
+        forwarder = self.gateway.forwarder
+        session_id = request.match_info.get("id") if request.path.startswith("/api/sessions/") else None
+        if forwarder is not None and session_id and not forwarded(request):
+            owner = await self.gateway.owner_of(check_session_id(session_id))
+            if owner is not None:
+                return await forwarder.proxy(request, session_id, owner)
         return await handler(request)
 
     # -- handlers -------------------------------------------------------------------------
@@ -180,6 +193,37 @@ class Api:
             wait=wait,
         )
         return submission_response(admission, outcome)
+
+    async def forwarded_message(self, request: web.Request) -> web.Response:
+        """Input another node received for a session this node owns (:mod:`netclaw.cluster`):
+        taken here, never forwarded again; answered once durable, as on one node."""
+        if not forwarded(request):
+            raise ApiError(400, "not_forwarded", f"{SUBMIT_PATH} is for the nodes of a cluster")
+        raw = await read_body(request, MAX_MESSAGE_BODY_BYTES)
+        body = (
+            await asyncio.to_thread(read_json_object, raw)
+            if len(raw) > MAX_BODY_BYTES
+            else read_json_object(raw)
+        )
+        inbound = body.get("inbound")
+        timeout = body.get("turn_timeout")
+        if not isinstance(inbound, dict) or not isinstance(timeout, int | float | None):
+            raise ApiError(
+                400, "invalid_body", "expected {'inbound': {...}, 'wait': bool, 'turn_timeout': number|null}"
+            )
+        admission, outcome = await self.gateway.submit(
+            Inbound.from_json(inbound), wait=bool(body.get("wait")), turn_timeout=timeout, forwarded=True
+        )
+        return web.json_response(
+            {
+                "admission": {
+                    "session_id": admission.session_id,
+                    "message_id": admission.message_id,
+                    "duplicate": admission.duplicate,
+                },
+                "outcome": outcome.to_dict() if outcome is not None else None,
+            }
+        )
 
     # -- control ----------------------------------------------------------------------------
 

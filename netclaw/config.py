@@ -395,6 +395,13 @@ class ClusterConfig(_Section):
     advertise_url: str | None = None
     lease_s: float = Field(15.0, gt=0)
 
+    @field_validator("advertise_url")
+    @classmethod
+    def _is_http(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError(f"must be an http:// or https:// URL other nodes can reach, got {value!r}")
+        return value
+
     @property
     def node(self) -> str:
         return self.node_id or socket.gethostname()
@@ -451,6 +458,15 @@ class Settings(BaseSettings):
                     f"models.{role}.provider: {model.provider!r} is not a configured provider "
                     f"(configured: {known})"
                 )
+        if (
+            self.journal.backend == "postgres"
+            and self.cluster.advertise_url is not None
+            and not self.gateway.control_token_env
+        ):
+            raise ValueError(
+                "cluster.advertise_url: nodes forward requests to each other with the control "
+                "token, so every node needs the same one: set gateway.control_token_env on each"
+            )
         return self
 
     # Derived values, so the rule lives in one place.

@@ -23,6 +23,7 @@ from aiohttp import web
 from adapters import Adapter, AdapterStatus, build_adapters
 from adapters.supervisor import AdapterSupervisor
 from netclaw.api import Api, webhook_app
+from netclaw.cluster import Forwarder, rescue_orphans
 from netclaw.config import LiveSettings, Settings, find_config_path, load_settings
 from netclaw.control_token import load_control_token
 from netclaw.errors import ConfigError, DaemonError
@@ -43,6 +44,7 @@ from netclaw.persistence import (
     prepare_stores,
     save_manifest,
     take_manifest,
+    uses_postgres,
 )
 from netclaw.providers import Provider, make_provider
 from netclaw.runtime import IoLoop
@@ -115,6 +117,7 @@ class Daemon:
         self.provider: Provider | None = None
         self.compaction_provider: Provider | None = None
         self.memory: MemoryStore | None = None
+        self.forwarder: Forwarder | None = None
         self.tools: ToolRegistry | None = None
         self.mcp: McpHub | None = None
         self.metrics = Metrics()
@@ -132,6 +135,7 @@ class Daemon:
         self._supervisors: dict[str, AdapterSupervisor] = {}  # keep the started ones up
         self.notifier = Notifier()
         self._heartbeat: concurrent.futures.Future[None] | None = None
+        self._rescuer: concurrent.futures.Future[None] | None = None
 
     @property
     def settings(self) -> Settings:
@@ -175,10 +179,13 @@ class Daemon:
                 )
             )
             self.manager.on_session_stopped(HeapTrimmer(io.loop).session_stopped)
+            journal.on_lease_lost = self.manager.lease_lost
             reminders = make_reminders(self.settings)
             self.io.run(reminders.open())
             self.reminders = reminders
-            self.gateway = Gateway(self.manager, journal, self.live, memory, reminders)
+            if uses_postgres(self.settings):  # several nodes: input goes to a session's owner
+                self.forwarder = Forwarder(self.settings.cluster.node, token)
+            self.gateway = Gateway(self.manager, journal, self.live, memory, reminders, self.forwarder)
             self.scheduler = Scheduler(
                 reminders, self.gateway, lambda: self.live.current, clock=self._clock, metrics=metrics
             )
@@ -205,6 +212,10 @@ class Daemon:
             self.io.run(_call(self.manager.release_held))
             # Scheduled input last: whatever it fires finds sessions and channels ready.
             self.io.run(self.scheduler.start())
+            if self.forwarder is not None:
+                self._rescuer = self.io.submit(
+                    rescue_orphans(journal, self.manager.warm, self.settings.cluster.lease_s / 2)
+                )
         except BaseException:
             self.stop()
             raise
@@ -348,6 +359,9 @@ class Daemon:
         beat, self._heartbeat = self._heartbeat, None
         if beat is not None:
             beat.cancel()
+        rescuer, self._rescuer = self._rescuer, None
+        if rescuer is not None:
+            rescuer.cancel()
         if io is not None:
             for runner in (self._webhook_runner, self._runner):
                 if runner is not None:
@@ -377,6 +391,7 @@ class Daemon:
         self.provider = None
         self.compaction_provider = None
         self.memory = None
+        self.forwarder = None
         if io is not None:
             io.stop()
         self.io = None
@@ -398,6 +413,7 @@ class Daemon:
             ("close the memory store", self.memory.close() if self.memory else None, 5),
             ("close the reminder store", self.reminders.close() if self.reminders else None, 5),
             ("close the journal", self.journal.close() if self.journal else None, 10),
+            ("close the links to other nodes", self.forwarder.close() if self.forwarder else None, 5),
         ]
         for what, closing, timeout in closers:
             if closing is not None:

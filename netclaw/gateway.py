@@ -20,23 +20,25 @@ the reverse.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import logging
 import re
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from netclaw import attachments
 from netclaw.attachments import IncomingFile, check_files
+from netclaw.cluster import Forwarder
 from netclaw.commands import HELP_TEXT, Command, parse_command
 from netclaw.config import ChannelAccess, LiveSettings, Settings
 from netclaw.errors import ApprovalNotFound, InvalidInput, NotAnApprover, OutcomeUnknown, SessionUnavailable
 from netclaw.history.tokens import fallback_count
 from netclaw.messages import Attachment, ChatMessage, PriorMessage, bounded_prior, prior_block
 from netclaw.outputs import OutputFilter
-from netclaw.persistence import Journal, Memory, MemoryStore, ReminderStore, UsageKey, UsageRow
+from netclaw.persistence import Journal, Memory, MemoryStore, Owner, ReminderStore, UsageKey, UsageRow
 from netclaw.policy import ChatEvent, Place, audience_of, channel_of, denial_reason
 from netclaw.runtime import Reply
 from netclaw.sessions import (
@@ -99,6 +101,56 @@ class Inbound:
     prior: Sequence[PriorMessage] = ()  # the conversation before the bot was addressed
     files: Sequence[IncomingFile] = ()
     place: Place | None = None  # where the session lives, when the channel knows better than its id
+
+    def to_json(self) -> dict[str, Any]:
+        """As it is forwarded to the node that owns the session (:mod:`netclaw.cluster`)."""
+        return {
+            "session_id": self.session_id,
+            "text": self.text,
+            "user": self.user,
+            "identity": self.identity,
+            "user_name": self.user_name,
+            "prior": [{"user": p.user, "user_name": p.user_name, "text": p.text} for p in self.prior],
+            "files": [
+                {"name": f.name, "mime_type": f.mime_type, "data_base64": base64.b64encode(f.data).decode()}
+                for f in self.files
+            ],
+            "place": self.place.to_dict() if self.place is not None else None,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Inbound:
+        """From :meth:`to_json`; InvalidInput naming what is missing or malformed."""
+        try:
+            place = data.get("place")
+            return cls(
+                session_id=str(data["session_id"]),
+                text=str(data["text"]),
+                user=_optional(data.get("user")),
+                identity=_optional(data.get("identity")),
+                user_name=_optional(data.get("user_name")),
+                prior=tuple(
+                    PriorMessage(str(p["user"]), str(p["user_name"]), str(p["text"]))
+                    for p in data.get("prior") or ()
+                ),
+                files=tuple(
+                    IncomingFile(
+                        str(f["name"]),
+                        str(f["mime_type"]),
+                        base64.b64decode(str(f["data_base64"]), validate=True),
+                    )
+                    for f in data.get("files") or ()
+                ),
+                place=Place.from_dict(dict(place)) if place is not None else None,
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InvalidInput(
+                "inbound", f"a forwarded message is malformed: {type(exc).__name__}: {exc}"
+            ) from exc
+
+
+def _optional(value: object) -> str | None:
+    return None if value is None else str(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,8 +240,10 @@ class Gateway:
         live: LiveSettings,
         memory: MemoryStore | None = None,
         reminders: ReminderStore | None = None,
+        forwarder: Forwarder | None = None,
     ) -> None:
         self._manager = manager
+        self.forwarder = forwarder  # several nodes: input for a session owned elsewhere goes there
         self._journal = journal
         self._live = live
         self._memory = memory
@@ -203,13 +257,31 @@ class Gateway:
 
     # -- input --------------------------------------------------------------------------------
 
+    async def owner_of(self, session_id: str) -> Owner | None:
+        """The other node that holds the session now (several nodes on one database), or
+        None: it is, or may become, resident here."""
+        if self._manager.is_resident(session_id):
+            return None
+        return await self._journal.owner(session_id)
+
     async def submit(
-        self, inbound: Inbound, *, wait: bool = False, turn_timeout: float | None = None
+        self,
+        inbound: Inbound,
+        *,
+        wait: bool = False,
+        turn_timeout: float | None = None,
+        forwarded: bool = False,
     ) -> tuple[Admission, TurnOutcome | None]:
         """Admit a message; returns once it is durable (and, with ``wait``, once its turn
         is recorded). If durability cannot be confirmed in time the answer is
-        :class:`OutcomeUnknown`: sending again with the same identity is safe."""
+        :class:`OutcomeUnknown`: sending again with the same identity is safe. A message
+        for a session another node owns is submitted there (unless it was ``forwarded``
+        here by another node: it is then taken here)."""
         check_inbound(inbound)
+        if self.forwarder is not None and not forwarded:
+            owner = await self.owner_of(inbound.session_id)
+            if owner is not None:
+                return await self._submit_on(owner, inbound, wait, turn_timeout)
         files: tuple[Attachment, ...] = ()
         if inbound.files:  # hashed and written in a worker thread, never on the I/O loop
             files = await asyncio.to_thread(
@@ -257,6 +329,24 @@ class Gateway:
                 f"within {limit:g}s; its reply will appear in the session"
             ) from exc
         return admission, outcome
+
+    async def _submit_on(
+        self, owner: Owner, inbound: Inbound, wait: bool, turn_timeout: float | None
+    ) -> tuple[Admission, TurnOutcome | None]:
+        assert self.forwarder is not None
+        answer = await self.forwarder.submit(
+            inbound.session_id,
+            owner,
+            {"inbound": inbound.to_json(), "wait": wait, "turn_timeout": turn_timeout},
+        )
+        try:
+            admission = Admission(**answer["admission"])
+            outcome = answer.get("outcome")
+            return admission, TurnOutcome(**outcome) if outcome is not None else None
+        except (KeyError, TypeError) as exc:
+            raise SessionUnavailable(
+                f"node {owner.node_id} answered a forwarded message in an unknown shape ({exc})"
+            ) from exc
 
     def permit(self, event: ChatEvent) -> ChatPermit | None:
         """The chat access policy for one platform message, from the live settings. A

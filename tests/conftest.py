@@ -15,6 +15,7 @@ import pykka
 import pytest
 
 from netclaw.config import Settings
+from netclaw.control_token import read_control_token
 from netclaw.daemon import Daemon
 from tests.fakes.scripted_openai import ScriptedOpenAIThread
 
@@ -37,7 +38,7 @@ def wait_until(
     return value
 
 
-def settings_data(data_dir: Path, base_url: str, **sections: Any) -> dict[str, Any]:
+def settings_data(data_dir: Path, base_url: str, /, **sections: Any) -> dict[str, Any]:
     """A config dict for tests: fast retries, port 0, the given base_url; sections override."""
     data: dict[str, Any] = {
         "data_dir": str(data_dir),
@@ -75,7 +76,8 @@ class DaemonHandle:
     def __init__(self, daemon: Daemon) -> None:
         self.daemon = daemon
         self._stopped = False
-        token = (daemon.settings.data_dir / "control.token").read_text().strip()
+        token = read_control_token(daemon.settings)
+        assert token is not None
         self.token = token
         self.http = httpx.Client(
             base_url=daemon.base_url, headers={"Authorization": f"Bearer {token}"}, timeout=30

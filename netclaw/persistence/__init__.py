@@ -16,6 +16,7 @@ from netclaw.persistence._deliveries import DeliveryLog, SqliteDeliveryLog
 from netclaw.persistence._journal import (
     Journal,
     NewEvent,
+    Owner,
     SessionRow,
     Snapshot,
     StoredEvent,
@@ -44,6 +45,7 @@ __all__ = [
     "MemoryStore",
     "NewEvent",
     "NewMemory",
+    "Owner",
     "Reminder",
     "ReminderStore",
     "SessionRow",

@@ -387,6 +387,8 @@ class WriterJournal:
         self.commits = 0  # transactions committed (benchmarks report appends per commit)
         self.last_failure: str | None = None  # the latest commit failed (health), until one succeeds
         self.failed_commits = 0  # in the current run of failures
+        # Told (on the loop) when another node took over a session this one held.
+        self.on_lease_lost: Callable[[str], None] | None = None
 
     async def _start_writer(self, writer: WriterThread[Any]) -> None:
         """Start ``writer`` and wait until it is connected (JournalError if it cannot be)."""
@@ -478,3 +480,8 @@ class WriterJournal:
 
     async def owner(self, persistence_id: str) -> Owner | None:
         return None
+
+    async def orphans(self) -> list[str]:
+        """Sessions with unanswered input that no node holds (left by a node that died);
+        the embedded journal's are recovered at start-up instead."""
+        return []

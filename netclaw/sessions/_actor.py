@@ -30,8 +30,10 @@ from netclaw.errors import (
     ContextOverflow,
     IdempotencyKeyReused,
     JournalError,
+    LeaseLost,
     OutcomeUnknown,
     ProviderError,
+    SessionOwnedElsewhere,
     SessionUnavailable,
 )
 from netclaw.policy import allowed_tools, audience_of
@@ -87,6 +89,7 @@ class SessionActor(TurnFlow, ApprovalFlow, CompactionFlow, PassivationFlow, pykk
         self.waiters = Waiters()
         self.received = 0  # routed commands received (compared with the manager's count)
         self.broken: str | None = None
+        self.lease: int | None = None  # the epoch of this node's claim, once recovered
         self._op_counter = 0
 
     def on_start(self) -> None:
@@ -134,6 +137,8 @@ class SessionActor(TurnFlow, ApprovalFlow, CompactionFlow, PassivationFlow, pykk
             self.run.future.cancel()
         self.waiters.fail_all(SessionUnavailable(f"session {self.session_id} stopped"))
         with contextlib.suppress(RuntimeError):  # the loop is gone: so is the manager
+            if self.lease is not None:  # after what we queued: another node may take it then
+                self.deps.io.call(self.deps.journal.release, self.session_id, self.lease)
             self.deps.io.call(self.deps.manager.actor_stopped, self.session_id, self.actor_ref)
 
     def _dispatch(self, message: object) -> None:  # noqa: C901 - one case per message type
@@ -240,7 +245,7 @@ class SessionActor(TurnFlow, ApprovalFlow, CompactionFlow, PassivationFlow, pykk
     def _recover(self) -> None:
         started = time.perf_counter()
         # I/O on the loop; decoding and the fold here, on our own thread.
-        state, saved_rows = recover_state(
+        state, saved_rows, self.lease = recover_state(
             self.deps.io, self.deps.journal, self.session_id, RECOVERY_TIMEOUT_S
         )
         self.state = state
@@ -340,9 +345,17 @@ class SessionActor(TurnFlow, ApprovalFlow, CompactionFlow, PassivationFlow, pykk
         self._start_next_turn()
 
     def _break(self, reason: str, exc: BaseException) -> None:
+        # Owned by another node now: input goes there, nothing here to restart.
+        moved = isinstance(exc, LeaseLost | SessionOwnedElsewhere)
         # A journal failure was already reported by the journal, plainly: no traceback here.
-        quiet = isinstance(exc, JournalError)
-        log.error("%s: session actor failed: %s", self.session_id, reason, exc_info=None if quiet else exc)
+        quiet = isinstance(exc, JournalError | SessionOwnedElsewhere)
+        log.log(
+            logging.INFO if moved else logging.ERROR,
+            "%s: session actor failed: %s",
+            self.session_id,
+            reason,
+            exc_info=None if quiet else exc,
+        )
         self.broken = reason
         self.clock.cancel()
         if self.run is not None and self.run.future is not None:
@@ -351,7 +364,7 @@ class SessionActor(TurnFlow, ApprovalFlow, CompactionFlow, PassivationFlow, pykk
         self.waiters.fail_all(SessionUnavailable(f"session {self.session_id} failed: {reason}"))
         self.subscribers.publish(out.Error(session_id=self.session_id, code="session_failed", message=reason))
         self.subscribers.close_all()
-        self.deps.io.call(self.deps.manager.actor_failed, self.session_id, self.actor_ref, reason)
+        self.deps.io.call(self.deps.manager.actor_failed, self.session_id, self.actor_ref, reason, moved)
 
     def _refuse(self, message: object) -> None:
         """Broken: whatever reaches us before we are retired gets an answer, never silence."""

@@ -28,7 +28,9 @@ class ManagerPort(Protocol):
 
     def stop_requested(self, session_id: str, ref: SessionRef, received: int, epoch: int) -> None: ...
 
-    def actor_failed(self, session_id: str, ref: SessionRef, reason: str) -> None: ...
+    def actor_failed(self, session_id: str, ref: SessionRef, reason: str, moved: bool = False) -> None:
+        """The actor broke; ``moved``: another node owns the session now (no restart here)."""
+        ...
 
     def actor_stopped(self, session_id: str, ref: SessionRef) -> None:
         """The last word of an actor's thread, however it stopped."""

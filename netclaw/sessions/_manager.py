@@ -362,16 +362,27 @@ class SessionManager:
         ref.tell(ConfirmStop(epoch))
         log.info("%s: passivated", session_id)
 
-    def actor_failed(self, session_id: str, ref: SessionRef, reason: str) -> None:
+    def actor_failed(self, session_id: str, ref: SessionRef, reason: str, moved: bool = False) -> None:
         self._recovered(session_id)
+        self._retire(session_id, ref)
+        if not self.closed and not moved:
+            self._schedule_restart(session_id)
+
+    def lease_lost(self, session_id: str) -> None:
+        """Another node took the session over (this node's lease expired unrenewed): the
+        actor here goes, unrestarted; its writes would be refused anyway."""
+        entry = self._resident.get(session_id)
+        if entry is not None:
+            self._retire(session_id, entry.ref)
+
+    def _retire(self, session_id: str, ref: SessionRef) -> None:
         entry = self._resident.get(session_id)
         if entry is not None and entry.ref is ref:
             del self._resident[session_id]
             self._stopping.add(ref)
         # Queued behind whatever was already routed to it, which it fails rather than drops.
-        ref.tell(Shutdown())
-        if not self.closed:
-            self._schedule_restart(session_id)
+        with contextlib.suppress(pykka.ActorDeadError):
+            ref.tell(Shutdown())
 
     # -- restarting a broken session ----------------------------------------------------------
 

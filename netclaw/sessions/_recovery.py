@@ -66,14 +66,23 @@ async def load_state(journal: Journal, session_id: str) -> SessionState:
 
 def recover_state(
     io: IoLoop, journal: Journal, session_id: str, timeout_s: float
-) -> tuple[SessionState, int]:
-    """For an actor's own thread: fetch on the loop (blocking this thread), rebuild here.
-    Also how many transcript rows the snapshot store holds for it (0 after a full replay:
-    the next snapshot writes them all again)."""
-    rows = io.run(fetch_journal(journal, session_id), timeout_s)
+) -> tuple[SessionState, int, int]:
+    """For an actor's own thread: claim the session for this node, fetch on the loop
+    (blocking this thread), rebuild here. Also how many transcript rows the snapshot
+    store holds for it (0 after a full replay: the next snapshot writes them all again),
+    and the claim's epoch (to release it with). SessionOwnedElsewhere when another node
+    holds it."""
+    epoch, rows = io.run(_claim_and_fetch(journal, session_id), timeout_s)
     state = rebuild_state(rows)
     if state is not None:
-        return state, len(rows.snapshot.messages) if rows.snapshot is not None else 0
+        return state, len(rows.snapshot.messages) if rows.snapshot is not None else 0, epoch
     state = rebuild_state(io.run(fetch_journal(journal, session_id, use_snapshot=False), timeout_s))
     assert state is not None
-    return state, 0
+    return state, 0, epoch
+
+
+async def _claim_and_fetch(journal: Journal, session_id: str) -> tuple[int, JournalRows]:
+    # Claimed first: what is read after it is everything any earlier owner wrote (their
+    # writes hold the lease row until they commit).
+    epoch = await journal.claim(session_id)
+    return epoch, await fetch_journal(journal, session_id)

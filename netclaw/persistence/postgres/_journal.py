@@ -53,6 +53,7 @@ class PostgresJournal(WriterJournal):
         super().__init__(on_commit)
         self.dsn = dsn
         self.leases = Leases(dsn, node_id, advertise_url=advertise_url, lease_s=lease_s)
+        self.leases.on_lost = self._lease_lost
         self._readers = readers
         self._pool: psycopg_pool.AsyncConnectionPool | None = None
 
@@ -95,6 +96,18 @@ class PostgresJournal(WriterJournal):
 
     async def owner(self, persistence_id: str) -> Owner | None:
         return await self.leases.owner(persistence_id)
+
+    def _lease_lost(self, persistence_id: str) -> None:
+        if self.on_lease_lost is not None:
+            self.on_lease_lost(persistence_id)
+
+    async def orphans(self) -> list[str]:
+        rows = await self._read(
+            "SELECT s.id FROM sessions s LEFT JOIN leases l ON l.persistence_id = s.id"
+            " WHERE s.pending > 0 AND (l.persistence_id IS NULL OR l.expires_at < clock_timestamp())"
+            " ORDER BY s.last_activity"
+        )
+        return [str(r[0]) for r in rows]
 
     # -- reads --------------------------------------------------------------------------------
 

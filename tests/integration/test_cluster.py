@@ -1,0 +1,153 @@
+"""Two nodes on one PostgreSQL, in one process: each session is resident on one node,
+and whatever reaches the other node for it — API calls, SSE streams, webhook input — is
+answered by its owner (forwarded over HTTP). The failover of a node that dies is
+tests/e2e/test_cluster_failover.py."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import DaemonHandle, wait_until
+from tests.e2e.conftest import free_port
+from tests.integration.test_sessions import chat_rows
+from tests.integration.test_webhooks import deliver, routes, secrets  # noqa: F401 - the fixture
+
+Node = Callable[..., DaemonHandle]
+TOKEN = "cluster-test-token-0123456789abcdef"
+
+
+@pytest.fixture
+def node(
+    pg_dsn: str, monkeypatch: pytest.MonkeyPatch, start_daemon: Callable[..., DaemonHandle], tmp_path: Path
+) -> Node:
+    monkeypatch.setenv("CLUSTER_TEST_PG_DSN", pg_dsn)
+    monkeypatch.setenv("CLUSTER_TEST_TOKEN", TOKEN)
+
+    def start(name: str, **sections: Any) -> DaemonHandle:
+        port = free_port()
+        return start_daemon(
+            data_dir=str(tmp_path / name),
+            gateway={"host": "127.0.0.1", "port": port, "control_token_env": "CLUSTER_TEST_TOKEN"},
+            journal={"backend": "postgres", "dsn_env": "CLUSTER_TEST_PG_DSN"},
+            cluster={"node_id": name, "advertise_url": f"http://127.0.0.1:{port}", "lease_s": 3},
+            **sections,
+        )
+
+    return start
+
+
+def resident(handle: DaemonHandle) -> set[str]:
+    assert handle.daemon.manager is not None
+    return set(handle.daemon.manager.resident())
+
+
+def forwarded(handle: DaemonHandle) -> int:
+    assert handle.daemon.forwarder is not None
+    return handle.daemon.forwarder.forwarded
+
+
+def test_a_message_sent_to_another_node_is_answered_by_the_sessions_owner(node: Node) -> None:
+    a, b = node("a"), node("b")
+    assert a.send("cli:one", "first", wait=True).json()["reply"] == "echo: first"
+    answer = b.send("cli:one", "second", wait=True)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["turn"] == 2 and answer.json()["reply"] == "echo: second"
+    assert forwarded(b) == 1 and forwarded(a) == 0
+    assert "cli:one" in resident(a) and "cli:one" not in resident(b)
+    # any node shows the same conversation: its owner's
+    assert chat_rows(b.transcript("cli:one")) == chat_rows(a.transcript("cli:one"))
+    assert [text for _, text in chat_rows(a.transcript("cli:one"))] == [
+        "first",
+        "echo: first",
+        "second",
+        "echo: second",
+    ]
+    # a control call too
+    assert b.http.post("/api/sessions/cli:one/cancel").json() == {"cancelled": False}
+    assert forwarded(b) >= 3
+
+
+def test_an_idempotent_resend_through_another_node_is_recorded_once(node: Node) -> None:
+    a, b = node("a"), node("b")
+    first = a.send("cli:key", "once", headers={"Idempotency-Key": "k-1"})
+    again = b.send("cli:key", "once", headers={"Idempotency-Key": "k-1"})
+    assert first.status_code == 202 and again.status_code == 202, again.text
+    assert again.json()["message_id"] == first.json()["message_id"] and again.json()["duplicate"]
+    wait_until(lambda: len(chat_rows(a.transcript("cli:key"))) == 2, 10, "the one reply")
+
+
+def test_an_sse_stream_on_another_node_carries_the_owners_outputs(node: Node) -> None:
+    a, b = node("a"), node("b")
+    a.send("cli:watch", "hello", wait=True)  # resident on a
+    seen: list[dict[str, Any]] = []
+    opened = threading.Event()
+
+    def watch() -> None:
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        with (
+            httpx.Client(base_url=b.base_url, headers=auth, timeout=30) as client,
+            client.stream("GET", "/api/sessions/cli:watch/events") as stream,
+        ):
+            opened.set()
+            for line in stream.iter_lines():
+                if line.startswith("data:"):
+                    seen.append(json.loads(line[5:]))
+                    if seen[-1].get("status") == "completed" and seen[-1].get("turn") == 2:
+                        return
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    assert opened.wait(10)
+    wait_until(lambda: forwarded(b) >= 1, 5, "the stream forwarded to a")
+    a.send("cli:watch", "are you there", wait=True)
+    watcher.join(15)
+    assert not watcher.is_alive(), seen
+    assert any("echo: are you there" in json.dumps(event) for event in seen), seen
+
+
+def test_webhook_input_reaching_another_node_is_taken_by_the_owner(
+    node: Node,
+    secrets: None,  # noqa: F811
+) -> None:
+    a, b = node("a", webhooks=routes()), node("b", webhooks=routes())
+    first = deliver(a, {"thread": "t9", "text": "disk full"}, key="d1", wait=True)
+    assert first.status_code == 200, first.text
+    session_id = first.json()["session_id"]
+    second = deliver(b, {"thread": "t9", "text": "disk still full"}, key="d2", wait=True)
+    assert second.status_code == 200, second.text
+    assert second.json()["session_id"] == session_id and second.json()["turn"] == 2
+    assert forwarded(b) == 1 and session_id not in resident(b)
+    again = deliver(b, {"thread": "t9", "text": "disk still full"}, key="d2", wait=True)
+    assert again.status_code == 200 and again.json()["session_id"] == session_id
+    users = [text for role, text in chat_rows(a.transcript(session_id)) if role == "user"]
+    assert len(users) == 2, users  # the redelivered d2 recorded once
+
+
+def test_a_node_that_stops_hands_its_sessions_to_the_next_node_at_once(node: Node) -> None:
+    a, b = node("a"), node("b")
+    a.send("cli:move", "one", wait=True)
+    a.stop()  # graceful: its leases are released
+    answer = b.send("cli:move", "two", wait=True)
+    assert answer.status_code == 200 and answer.json()["turn"] == 2, answer.text
+    assert "cli:move" in resident(b) and forwarded(b) == 0
+
+
+def test_without_an_advertised_address_the_owner_is_named_in_a_503(
+    pg_dsn: str, monkeypatch: pytest.MonkeyPatch, start_daemon: Callable[..., DaemonHandle], tmp_path: Path
+) -> None:
+    monkeypatch.setenv("CLUSTER_TEST_PG_DSN", pg_dsn)
+    journal = {"backend": "postgres", "dsn_env": "CLUSTER_TEST_PG_DSN"}
+    a = start_daemon(data_dir=str(tmp_path / "a"), journal=journal, cluster={"node_id": "a"})
+    b = start_daemon(data_dir=str(tmp_path / "b"), journal=journal, cluster={"node_id": "b"})
+    a.send("cli:here", "one", wait=True)
+    refused = b.send("cli:here", "two")
+    assert refused.status_code == 503
+    assert refused.json()["error"]["code"] == "owned_elsewhere"
+    assert "resident on node a" in refused.json()["error"]["message"]
