@@ -82,7 +82,9 @@ def make_reminders(settings: Settings) -> SqliteReminderStore | PostgresReminder
     if uses_postgres(settings):
         with _needs_psycopg():
             from netclaw.persistence.postgres import PostgresReminderStore
-        return PostgresReminderStore(settings.journal.dsn())
+        # A claim outlives a slow fire; a dead node's is taken over after it.
+        claim_s = max(settings.cluster.lease_s, 30.0)
+        return PostgresReminderStore(settings.journal.dsn(), node_id=settings.cluster.node, claim_s=claim_s)
     return SqliteReminderStore(settings.database_path, synchronous=settings.journal.synchronous)
 
 

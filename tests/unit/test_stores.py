@@ -144,3 +144,25 @@ def test_the_manifest_is_taken_once(db: Db) -> None:
         assert other is not None and other.session_ids == ("cli:z",)
     assert taken is not None and taken.session_ids == ("cli:a", "cli:b") and taken.stopped_at == 5.0
     assert again is None
+
+
+async def test_a_due_reminder_is_claimed_by_one_node_until_fired_or_expired(pg_dsn: str) -> None:
+    from netclaw.persistence.postgres import PostgresReminderStore
+
+    a = await PostgresReminderStore(pg_dsn, node_id="a", claim_s=30.0).open()
+    b = await PostgresReminderStore(pg_dsn, node_id="b", claim_s=30.0).open()
+    try:
+        await a.add(reminder("r1", next_fire=100.0))
+        await a.add(reminder("r2", next_fire=110.0))
+        assert [r.id for r in await a.due(120.0)] == ["r1", "r2"]
+        assert await b.due(120.0) == []  # a is firing them
+        assert await b.earliest() == 150.0  # due again for b when a's claim expires
+        assert [r.id for r in await a.due(121.0)] == ["r1", "r2"]  # a retries its own
+        await a.fired("r1", 100.0, 130.0)  # fired: claim settled, the next time is anyone's
+        assert [r.id for r in await b.due(140.0)] == ["r1"]  # r2 is still a's (until 151)
+        # a died with r2 claimed: once the claim expires, b fires it
+        assert [r.id for r in await b.due(151.0)] == ["r2", "r1"]  # by next fire
+        assert await a.due(151.0) == []
+    finally:
+        await a.close()
+        await b.close()

@@ -1,4 +1,7 @@
-"""Reminders on PostgreSQL: the same store as SQLite's (:mod:`netclaw.persistence._reminders`)."""
+"""Reminders on PostgreSQL: the same store as SQLite's (:mod:`netclaw.persistence._reminders`),
+for several nodes whose schedulers all look at it: :meth:`PostgresReminderStore.due`
+claims what it returns (``FOR UPDATE SKIP LOCKED``), so each fire is made by one node;
+a claim its node never settled (it died) expires after ``claim_s``."""
 
 from __future__ import annotations
 
@@ -15,6 +18,11 @@ _VALUES = "%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s"
 class PostgresReminderStore(PooledStore):
     table = "reminders"
     what = "the reminder store"
+
+    def __init__(self, dsn: str, *, node_id: str = "netclaw", claim_s: float = 30.0) -> None:
+        super().__init__(dsn)
+        self.node_id = node_id
+        self.claim_s = claim_s
 
     async def open(self) -> PostgresReminderStore:
         await self._open()
@@ -59,17 +67,25 @@ class PostgresReminderStore(PooledStore):
         )
 
     async def earliest(self) -> float | None:
-        rows = await self.fetch("SELECT MIN(next_fire) FROM reminders WHERE next_fire IS NOT NULL")
+        # A reminder another node claimed is due again for us only when its claim expires.
+        rows = await self.fetch(
+            "SELECT MIN(GREATEST(next_fire, COALESCE(claimed_until, next_fire)))"
+            " FROM reminders WHERE next_fire IS NOT NULL"
+        )
         value = rows[0][0] if rows else None
         return float(value) if value is not None else None
 
     async def due(self, now: float, limit: int = 100) -> list[Reminder]:
+        """The due reminders no other node is firing, claimed for this one."""
         rows = await self.fetch(
-            f"SELECT {_COLUMNS} FROM reminders WHERE next_fire IS NOT NULL AND next_fire <= %s"
-            " ORDER BY next_fire LIMIT %s",
-            (now, limit),
+            f"UPDATE reminders SET claimed_by = %s, claimed_until = %s WHERE id IN ("
+            " SELECT id FROM reminders WHERE next_fire IS NOT NULL AND next_fire <= %s"
+            " AND (claimed_until IS NULL OR claimed_until <= %s OR claimed_by = %s)"
+            " ORDER BY next_fire LIMIT %s FOR UPDATE SKIP LOCKED)"
+            f" RETURNING {_COLUMNS}",
+            (self.node_id, now + self.claim_s, now, now, self.node_id, limit),
         )
-        return [_reminder(r) for r in rows]
+        return sorted((_reminder(r) for r in rows), key=lambda r: r.next_fire or 0.0)
 
     async def fired(self, reminder_id: str, scheduled: float, next_fire: float | None) -> None:
         """The fire scheduled at ``scheduled`` was admitted: move on (a one-shot is done and
@@ -80,7 +96,8 @@ class PostgresReminderStore(PooledStore):
             )
         else:
             await self.execute(
-                "UPDATE reminders SET next_fire = %s, fired = fired + 1 WHERE id = %s AND next_fire = %s",
+                "UPDATE reminders SET next_fire = %s, fired = fired + 1, claimed_by = NULL,"
+                " claimed_until = NULL WHERE id = %s AND next_fire = %s",
                 (next_fire, reminder_id, scheduled),
             )
 
