@@ -183,8 +183,10 @@ class DaemonProcess:
         argv: list[str] | None = None,
         env: dict[str, str] | None = None,
         cwd: Path | None = None,
+        token: str | None = None,
     ) -> None:
         self.config = config
+        self.token = token  # the control token, when it comes from a variable (not data_dir)
         self.data_dir = data_dir
         self.port = port
         self.base_url = f"http://127.0.0.1:{port}"
@@ -228,7 +230,7 @@ class DaemonProcess:
             time.sleep(0.05)
         else:
             raise AssertionError(f"daemon not ready within {timeout:g}s:\n{self.stderr()}")
-        token = (self.data_dir / "control.token").read_text(encoding="utf-8").strip()
+        token = self.token or (self.data_dir / "control.token").read_text(encoding="utf-8").strip()
         self.http = httpx.Client(
             base_url=self.base_url, headers={"Authorization": f"Bearer {token}"}, timeout=30.0
         )
