@@ -5,6 +5,7 @@
 - ``sessions``, ``memory`` and ``approvals``: :mod:`._admin` (the control API from the shell).
 - ``status`` and ``usage``: :mod:`._status`.
 - ``doctor``: :mod:`._doctor`; ``init``: :mod:`._init`.
+- ``migrate-journal``: :mod:`._migrate` (SQLite → PostgreSQL).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from netclaw.cli._admin import cmd_approvals, cmd_memory, cmd_reminders, cmd_ses
 from netclaw.cli._chat import cmd_chat
 from netclaw.cli._doctor import cmd_doctor
 from netclaw.cli._init import cmd_init
+from netclaw.cli._migrate import cmd_migrate_journal
 from netclaw.cli._status import cmd_status, cmd_usage
 from netclaw.errors import NetclawError
 
@@ -140,6 +142,15 @@ def _parser() -> argparse.ArgumentParser:
     doctor = with_config(sub.add_parser("doctor", help="check config, database and provider"))
     doctor.add_argument("--json", action="store_true", help="the same checks as JSON")
     doctor.set_defaults(func=cmd_doctor)
+
+    migrate = with_config(
+        sub.add_parser("migrate-journal", help="copy the SQLite journal into PostgreSQL (daemon stopped)")
+    )
+    migrate.add_argument("--to", choices=["postgres"], required=True, help="the backend to move to")
+    migrate.add_argument(
+        "--dsn-env", metavar="NAME", help="the variable holding the DSN (default: journal.dsn_env)"
+    )
+    migrate.set_defaults(func=cmd_migrate_journal)
     return parser
 
 

@@ -2,6 +2,7 @@
 ``postgres``; the ``netclaw[postgres]`` extra). Each implements the same interface as
 its SQLite twin in :mod:`netclaw.persistence`, and the store tests run against both."""
 
+from netclaw.persistence.postgres._copy import copy_sqlite_to_postgres
 from netclaw.persistence.postgres._deliveries import PostgresDeliveryLog
 from netclaw.persistence.postgres._journal import PostgresJournal
 from netclaw.persistence.postgres._manifest import save_manifest, take_manifest
@@ -14,6 +15,7 @@ __all__ = [
     "PostgresJournal",
     "PostgresMemoryStore",
     "PostgresReminderStore",
+    "copy_sqlite_to_postgres",
     "prepare_postgres",
     "safe_dsn",
     "save_manifest",
