@@ -18,7 +18,9 @@ from aiohttp import web
 # running: serving. starting / reconnecting: connecting (the library retries by itself).
 # retrying: failed to start or lost for good; the supervisor starts it again after a backoff.
 # disabled: misconfigured (a token missing), until a restart. failed / stopped: down.
-AdapterState = Literal["starting", "running", "reconnecting", "retrying", "disabled", "failed", "stopped"]
+AdapterState = Literal[
+    "starting", "running", "reconnecting", "retrying", "standby", "disabled", "failed", "stopped"
+]
 
 
 @dataclass(frozen=True, slots=True)

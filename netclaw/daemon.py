@@ -21,6 +21,7 @@ import pykka
 from aiohttp import web
 
 from adapters import Adapter, AdapterStatus, build_adapters
+from adapters.leased import LeasedSupervisor
 from adapters.supervisor import AdapterSupervisor
 from netclaw.api import Api, webhook_app
 from netclaw.cluster import Forwarder, rescue_orphans
@@ -60,6 +61,8 @@ WARM_CONCURRENCY = 16  # sessions recovering at once at start-up
 WARM_TIMEOUT_S = 120.0
 MCP_START_WAIT_S = 15.0  # how long start-up waits for MCP servers' first connection
 PROBE_TIMEOUT_S = 10.0  # the start-up check of the provider
+# Channels one node of a cluster runs at a time (Discord: one gateway connection per bot).
+ONE_NODE_ADAPTERS = frozenset({"discord"})
 
 
 class DataDirLock:
@@ -132,7 +135,8 @@ class Daemon:
         self.webhook_port: int | None = None
         self.adapters: list[Adapter] = []  # checked and started (or starting)
         self._disabled: dict[str, AdapterStatus] = {}  # failed their check (misconfigured)
-        self._supervisors: dict[str, AdapterSupervisor] = {}  # keep the started ones up
+        # Keep the started ones up; a one-node channel runs where this node holds its lease.
+        self._supervisors: dict[str, AdapterSupervisor | LeasedSupervisor] = {}
         self.notifier = Notifier()
         self._heartbeat: concurrent.futures.Future[None] | None = None
         self._rescuer: concurrent.futures.Future[None] | None = None
@@ -179,7 +183,7 @@ class Daemon:
                 )
             )
             self.manager.on_session_stopped(HeapTrimmer(io.loop).session_stopped)
-            journal.on_lease_lost = self.manager.lease_lost
+            journal.on_lease_lost = self._lease_lost
             reminders = make_reminders(self.settings)
             self.io.run(reminders.open())
             self.reminders = reminders
@@ -264,7 +268,11 @@ class Daemon:
 
     async def _start_adapters(self) -> None:
         for adapter in self.adapters:
-            supervisor = self._supervisors[adapter.name] = AdapterSupervisor(adapter)
+            supervisor: AdapterSupervisor | LeasedSupervisor = AdapterSupervisor(adapter)
+            if self.forwarder is not None and adapter.name in ONE_NODE_ADAPTERS and self.journal is not None:
+                retry_s = self.settings.cluster.lease_s / 3
+                supervisor = LeasedSupervisor(AdapterSupervisor(adapter), self.journal, retry_s)
+            self._supervisors[adapter.name] = supervisor
             if not await supervisor.start():
                 log.error("adapter %s failed to start: %s", adapter.name, supervisor.status().detail)
 
@@ -277,13 +285,21 @@ class Daemon:
                 log.exception("adapter %s did not stop cleanly", adapter.name)
         self.adapters = []
 
+    def _lease_lost(self, name: str) -> None:
+        """Another node took a lease of ours over (on the loop): a session's, or a channel's."""
+        supervisor = self._supervisors.get(name.removeprefix("role:"))
+        if name.startswith("role:") and isinstance(supervisor, LeasedSupervisor):
+            supervisor.lost()
+        elif self.manager is not None:
+            self.manager.lease_lost(name)
+
     def health(self) -> dict[str, Any]:
         """``/healthz`` beyond the sessions: channels and MCP servers, and what is down."""
         adapters = self.adapter_statuses()
         problems = [
             f"adapter {name} is {status['state']}" + (f": {status['detail']}" if status.get("detail") else "")
             for name, status in adapters.items()
-            if status["state"] != "running"
+            if status["state"] not in ("running", "standby")  # standby: another node runs it
         ]
         journal = self.journal.problem() if self.journal is not None else "the journal is not open"
         if journal is not None:

@@ -129,6 +129,8 @@ class FakeDiscordServer:
         self.followups: list[dict[str, Any]] = []  # ephemeral answers to button presses
         self.requests: list[tuple[str, str]] = []  # (method, path) of every REST call
         self.identify: dict[str, Any] | None = None  # the IDENTIFY payload the client sent
+        self.connected = 0  # gateway connections identified and still open (one per bot, at most)
+        self.identifies = 0  # every IDENTIFY so far
         self.rate_limited: list[str] = []  # paths answered with 429
         self._limits: deque[float] = deque()  # retry_after for the next message POSTs
         self._nonces: dict[str, str] = {}
@@ -501,12 +503,24 @@ class FakeDiscordServer:
         ws = web.WebSocketResponse()
         await ws.prepare(request)
         await ws.send_str(json.dumps({"op": 10, "d": {"heartbeat_interval": 45_000}}))
+        identified = [False]  # counted in `connected` while it lasts
+        try:
+            await self._serve_gateway(ws, identified)
+        finally:
+            if identified[0]:
+                self.connected -= 1
+        return ws
+
+    async def _serve_gateway(self, ws: web.WebSocketResponse, identified: list[bool]) -> None:
         async for frame in ws:
             payload = json.loads(frame.data)
             if payload["op"] == 1:  # heartbeat
                 await ws.send_str(json.dumps({"op": 11}))
             elif payload["op"] == 2:  # identify
                 self.identify = payload["d"]
+                self.identifies += 1
+                self.connected += 1
+                identified[0] = True
                 if self.refuse_intents:
                     await ws.close(code=4014, message=b"Disallowed intent(s).")
                     break
@@ -525,7 +539,6 @@ class FakeDiscordServer:
                 await self._dispatch("GUILD_CREATE", self._guild())
         if self._ws is ws:
             self._ws = None
-        return ws
 
     def _guild(self) -> dict[str, Any]:
         everyone = {"id": self.guild_id, "name": "@everyone", "permissions": "0", "position": 0}

@@ -1,6 +1,7 @@
 """Two nodes on one PostgreSQL, in one process: each session is resident on one node,
 and whatever reaches the other node for it — API calls, SSE streams, webhook input — is
-answered by its owner (forwarded over HTTP). The failover of a node that dies is
+answered by its owner (forwarded over HTTP); Discord's one gateway connection is held by
+one node at a time. The failover of a node that dies is
 tests/e2e/test_cluster_failover.py."""
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import pytest
 
 from tests.conftest import DaemonHandle, wait_until
 from tests.e2e.conftest import free_port
+from tests.fakes.discord_port import FakeDiscordServer
+from tests.integration.test_discord import ALLOWED, BOT_ID, discord_server  # noqa: F401 - the fixture
 from tests.integration.test_sessions import chat_rows
 from tests.integration.test_webhooks import deliver, routes, secrets  # noqa: F401 - the fixture
 
@@ -151,3 +154,36 @@ def test_without_an_advertised_address_the_owner_is_named_in_a_503(
     assert refused.status_code == 503
     assert refused.json()["error"]["code"] == "owned_elsewhere"
     assert "resident on node a" in refused.json()["error"]["message"]
+
+
+def test_discords_one_gateway_connection_is_held_by_one_node_and_moves(
+    discord_server: FakeDiscordServer,  # noqa: F811 - the fixture, requested first (torn down last)
+    node: Node,
+) -> None:
+    discord = {"enabled": True, "channels": [ALLOWED]}
+    a = node("a", discord=discord)
+    assert a.http.get("/healthz").json()["adapters"]["discord"] == {"state": "running"}
+    b = node("b", discord=discord)
+    health = b.http.get("/healthz").json()
+    assert health["status"] == "ok", health  # standing by is healthy
+    assert health["adapters"]["discord"] == {"state": "standby", "detail": "node a holds the connection"}
+    assert discord_server.connected == 1 and discord_server.identifies == 1
+
+    discord_server.post_message(f"<@{BOT_ID}> who answers?", mentions_bot=True)
+    discord_server.wait_for(lambda: bool(discord_server.threads), what="a thread")
+    thread = discord_server.threads[0]["id"]
+    discord_server.wait_for(
+        lambda: discord_server.bot_messages(thread) == ["echo: who answers?"], what="one reply"
+    )
+
+    a.stop()  # its lease is released: b connects at its next try (lease_s / 3)
+    wait_until(
+        lambda: b.http.get("/healthz").json()["adapters"]["discord"] == {"state": "running"},
+        10,
+        "b to connect",
+    )
+    assert discord_server.identifies == 2
+    wait_until(lambda: discord_server.connected == 1, 5, "a's connection to be gone")
+    discord_server.post_message("still there?", channel_id=thread)
+    discord_server.wait_for(lambda: len(discord_server.bot_messages(thread)) == 2, what="b's reply")
+    assert discord_server.bot_messages(thread)[1] == "echo: still there?"
