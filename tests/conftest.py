@@ -147,21 +147,11 @@ def _quiet_httpx() -> None:
 
 @pytest.fixture(scope="session")
 def postgres() -> Iterator[Any]:
-    """The real PostgreSQL server, started once for the run in a temp dir. Skips (with the
-    reason) where the server is not installed, unless CI asks for it to be required."""
-    import os
+    """The real PostgreSQL server, started once for the run in a temp dir (skipped where it
+    is not installed, unless CI requires it)."""
+    from tests.postgres import server_for_tests
 
-    from tests.postgres import REQUIRE_ENV, PostgresServer, find_bin_dir
-
-    if find_bin_dir() is None:
-        if os.environ.get(REQUIRE_ENV):
-            pytest.fail("PostgreSQL is required here but not installed: apt-get install postgresql")
-        pytest.skip("PostgreSQL server binaries not found (apt-get install postgresql)")
-    server = PostgresServer(fsync=False).start()
-    try:
-        yield server
-    finally:
-        server.remove()
+    yield from server_for_tests()
 
 
 @pytest.fixture

@@ -110,6 +110,19 @@ class PostgresServer:
         self.remove()
 
 
+def server_for_tests() -> Iterator[PostgresServer]:
+    """A started server (fsync off) for a fixture to yield; removed after. Skips (with the
+    reason) where PostgreSQL is not installed, unless CI asks for it to be required."""
+    import pytest
+
+    if find_bin_dir() is None:
+        if os.environ.get(REQUIRE_ENV):
+            pytest.fail("PostgreSQL is required here but not installed: apt-get install postgresql")
+        pytest.skip("PostgreSQL server binaries not found (apt-get install postgresql)")
+    with postgres_server(fsync=False) as server:
+        yield server
+
+
 @contextlib.contextmanager
 def postgres_server(*, fsync: bool = True) -> Iterator[PostgresServer]:
     server = PostgresServer(fsync=fsync)

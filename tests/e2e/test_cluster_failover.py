@@ -195,15 +195,9 @@ def test_a_node_killed_under_load_loses_and_repeats_nothing(
 @pytest.fixture
 def own_postgres() -> Iterator[Any]:
     """A server of this test's own: it is stopped and started again mid-test."""
-    from tests.postgres import PostgresServer, find_bin_dir
+    from tests.postgres import server_for_tests
 
-    if find_bin_dir() is None:
-        pytest.skip("PostgreSQL server binaries not found (apt-get install postgresql)")
-    server = PostgresServer(fsync=False).start()
-    try:
-        yield server
-    finally:
-        server.remove()
+    yield from server_for_tests()
 
 
 def test_a_node_cut_off_from_its_database_answers_503_and_recovers(
