@@ -362,7 +362,10 @@ class SessionActor(TurnFlow, ApprovalFlow, CompactionFlow, PassivationFlow, pykk
             self.run.future.cancel()
         self.run = None
         self.waiters.fail_all(SessionUnavailable(f"session {self.session_id} failed: {reason}"))
-        self.subscribers.publish(out.Error(session_id=self.session_id, code="session_failed", message=reason))
+        if not moved:  # moved: the owner answers (a chat's reply comes from its outbox there)
+            self.subscribers.publish(
+                out.Error(session_id=self.session_id, code="session_failed", message=reason)
+            )
         self.subscribers.close_all()
         self.deps.io.call(self.deps.manager.actor_failed, self.session_id, self.actor_ref, reason, moved)
 
