@@ -313,6 +313,17 @@ class Gateway:
                 "it may still be recorded",
                 identity=inbound.identity,
             ) from exc
+        except OutcomeUnknown:
+            raise
+        except SessionUnavailable:
+            # Not admitted here: another node may have claimed the session meanwhile (its
+            # recovery here then failed). Then the message belongs there, once.
+            owner = (
+                await self._journal.owner(inbound.session_id) if self.forwarder and not forwarded else None
+            )
+            if owner is None:
+                raise
+            return await self._submit_on(owner, inbound, wait, turn_timeout)
         if done is None:
             return admission, None
         limit = turn_timeout or self.settings.session.turn_timeout_s + 30

@@ -90,6 +90,7 @@ class SessionActor(TurnFlow, ApprovalFlow, CompactionFlow, PassivationFlow, pykk
         self.received = 0  # routed commands received (compared with the manager's count)
         self.broken: str | None = None
         self.lease: int | None = None  # the epoch of this node's claim, once recovered
+        self.moved = False  # broken because another node owns the session: it answers
         self._op_counter = 0
 
     def on_start(self) -> None:
@@ -357,6 +358,7 @@ class SessionActor(TurnFlow, ApprovalFlow, CompactionFlow, PassivationFlow, pykk
             exc_info=None if quiet else exc,
         )
         self.broken = reason
+        self.moved = moved
         self.clock.cancel()
         if self.run is not None and self.run.future is not None:
             self.run.future.cancel()
@@ -375,8 +377,9 @@ class SessionActor(TurnFlow, ApprovalFlow, CompactionFlow, PassivationFlow, pykk
             self.stop()
             return
         reason = f"session {self.session_id} is unavailable: {self.broken}"
-        cmd.refuse(
-            message,
-            SessionUnavailable(reason),
-            out.Error(session_id=self.session_id, code="session_failed", message=reason),
+        notice = (
+            None
+            if self.moved
+            else out.Error(session_id=self.session_id, code="session_failed", message=reason)
         )
+        cmd.refuse(message, SessionUnavailable(reason), notice)

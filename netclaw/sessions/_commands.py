@@ -218,17 +218,18 @@ class ApprovalsDue:
     turn: int
 
 
-def refuse(message: object, error: Exception, notice: Error) -> None:
+def refuse(message: object, error: Exception, notice: Error | None) -> None:
     """Answer a command that cannot be carried out (its actor is broken): every reply
-    fails with ``error`` and a subscription gets ``notice`` and ends, so nothing that
-    waits on the command hangs."""
+    fails with ``error`` and a subscription gets ``notice`` (if any) and ends, so nothing
+    that waits on the command hangs."""
     match message:
         case SendUserMessage(ack=ack, done=done):
             ack.fail(error)
             if done is not None:
                 done.fail(error)
         case Subscribe(sink=sink):
-            sink.offer(notice)
+            if notice is not None:
+                sink.offer(notice)
             sink.close()
         case (
             Cancel(reply=reply)

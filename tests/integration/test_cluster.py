@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,8 +19,12 @@ import pytest
 from tests.conftest import DaemonHandle, wait_until
 from tests.e2e.conftest import free_port
 from tests.fakes.discord_port import FakeDiscordServer
+from tests.fakes.slack_api import APP_TOKEN as SLACK_APP_TOKEN
+from tests.fakes.slack_api import BOT_TOKEN as SLACK_BOT_TOKEN
+from tests.fakes.slack_api import FakeSlackThread
 from tests.integration.test_discord import ALLOWED, BOT_ID, discord_server  # noqa: F401 - the fixture
 from tests.integration.test_sessions import chat_rows
+from tests.integration.test_slack import MENTION, fake_slack, reply_in  # noqa: F401 - the fixture
 from tests.integration.test_webhooks import deliver, routes, secrets  # noqa: F401 - the fixture
 
 Node = Callable[..., DaemonHandle]
@@ -187,3 +192,34 @@ def test_discords_one_gateway_connection_is_held_by_one_node_and_moves(
     discord_server.post_message("still there?", channel_id=thread)
     discord_server.wait_for(lambda: len(discord_server.bot_messages(thread)) == 2, what="b's reply")
     assert discord_server.bot_messages(thread)[1] == "echo: still there?"
+
+
+def test_a_slack_message_reaching_another_node_is_answered_once_by_the_owner(
+    fake_slack: FakeSlackThread,  # noqa: F811 - the fixture, requested first (torn down last)
+    node: Node,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Slack hands each event to one Socket Mode connection (here: the newest): a thread
+    reply arriving at b for a session a owns runs on a and is answered once, with no error
+    note from b and no reaction left behind."""
+    monkeypatch.setenv("SLACK_BOT_TOKEN", SLACK_BOT_TOKEN)
+    monkeypatch.setenv("SLACK_APP_TOKEN", SLACK_APP_TOKEN)
+    slack = {"enabled": True, "channels": ["C1"], "api_url": fake_slack.api_url}
+    a = node("a", slack=slack)
+    ts, _ = fake_slack.say("C1", f"{MENTION} hello there")
+    reply_in(fake_slack, "C1", ts, "echo: hello there")
+    session_id = f"slack:C1:{ts}"
+    assert session_id in resident(a)
+
+    b = node("b", slack=slack)  # the newest connection: Slack sends the next events to b
+    fake_slack.say("C1", "and a follow-up", thread_ts=ts)
+    reply_in(fake_slack, "C1", ts, "echo: and a follow-up")
+    assert forwarded(b) >= 1 and session_id not in resident(b)
+    assert [m["content"] for m in a.transcript(session_id) if m["role"] == "user"] == [
+        "hello there",
+        "and a follow-up",
+    ]
+    wait_until(lambda: fake_slack.find("C1", ts)["reactions_by_bot"] == [], 10, "no reaction left")  # type: ignore[index]
+    time.sleep(0.5)
+    texts = [m["text"] for m in fake_slack.bot_messages("C1", ts)]
+    assert texts == ["echo: hello there", "echo: and a follow-up"], texts
