@@ -107,8 +107,10 @@ class Api:
     async def _owner_middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         """Several nodes: a session's API calls are answered by the node that owns it."""
         forwarder = self.gateway.forwarder
-        session_id = request.match_info.get("id") if request.path.startswith("/api/sessions/") else None
-        if forwarder is not None and session_id and not forwarded(request):
+        if forwarder is None or not request.path.startswith("/api/sessions/") or forwarded(request):
+            return await handler(request)
+        session_id = request.match_info.get("id")
+        if session_id:
             owner = await self.gateway.owner_of(check_session_id(session_id))
             if owner is not None:
                 return await forwarder.proxy(request, session_id, owner)

@@ -141,8 +141,9 @@ class SessionManager:
             self._tell(entry, Unsubscribe(sub_id))
 
     def warm(self, session_id: str) -> None:
-        """Start (recover) a session without a command: it resumes any unfinished turn."""
-        if session_id not in self._resident and not self.closed:
+        """Start (recover) a session without a command: it resumes any unfinished turn. One
+        that failed here restarts on its own backoff instead."""
+        if session_id not in self._resident and session_id not in self._failures and not self.closed:
             self._admit(session_id)
 
     async def warm_all(

@@ -73,10 +73,14 @@ def recover_state(
     and the claim's epoch (to release it with). SessionOwnedElsewhere when another node
     holds it."""
     epoch, rows = io.run(_claim_and_fetch(journal, session_id), timeout_s)
-    state = rebuild_state(rows)
-    if state is not None:
-        return state, len(rows.snapshot.messages) if rows.snapshot is not None else 0, epoch
-    state = rebuild_state(io.run(fetch_journal(journal, session_id, use_snapshot=False), timeout_s))
+    try:
+        state = rebuild_state(rows)
+        if state is not None:
+            return state, len(rows.snapshot.messages) if rows.snapshot is not None else 0, epoch
+        state = rebuild_state(io.run(fetch_journal(journal, session_id, use_snapshot=False), timeout_s))
+    except BaseException:
+        journal.release(session_id, epoch)  # not recovered: the claim must not outlive us
+        raise
     assert state is not None
     return state, 0, epoch
 

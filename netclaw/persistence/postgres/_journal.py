@@ -278,7 +278,7 @@ class _PgWriter(WriterThread[_Link]):
 
     def fence(self, conn: _Link, persistence_ids: Iterable[str]) -> dict[str, JournalError]:
         with conn.get().cursor() as cur:
-            return dict(self.leases.fence(cur, persistence_ids))
+            return self.leases.fence(cur, persistence_ids)
 
     def last_seqs(self, conn: _Link, persistence_ids: Iterable[str]) -> dict[str, int]:
         rows = (

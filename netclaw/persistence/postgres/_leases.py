@@ -166,14 +166,14 @@ class Leases(PooledStore):
             del self.held[persistence_id]
         return conn.execute(_RELEASE, (persistence_id, self.node_id, epoch)).rowcount
 
-    def fence(self, cur: psycopg.Cursor[Any], persistence_ids: Iterable[str]) -> dict[str, LeaseLost]:
+    def fence(self, cur: psycopg.Cursor[Any], persistence_ids: Iterable[str]) -> dict[str, JournalError]:
         """In the writer's transaction: lock the sessions' lease rows (a takeover waits for
         this transaction, and then sees its writes) and say which writes may not land. A
         session this node holds needs the row at its epoch; one it does not hold may be
         written only while nobody else holds it (maintenance, migration, tests)."""
         pids = list(persistence_ids)
         rows = {str(r[0]): r for r in cur.execute(_FENCE, (pids,)).fetchall()}
-        refused: dict[str, LeaseLost] = {}
+        refused: dict[str, JournalError] = {}
         for pid in pids:
             epoch = self.held.get(pid)
             row = rows.get(pid)
