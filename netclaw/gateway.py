@@ -249,6 +249,8 @@ class Gateway:
         self._memory = memory
         self._reminders = reminders  # read for /status (the scheduler owns them)
         self._openers: dict[str, ThreadOpener] = {}  # platform → its adapter's thread opener
+        self._shown: dict[str, Callable[[str], None]] = {}  # platform → its channel's outbox
+        manager.on_reply_owed(self._reply_owed)
 
     @property
     def settings(self) -> Settings:
@@ -515,10 +517,38 @@ class Gateway:
             raise SessionUnavailable(f"{platform} is not connected, so nothing can be delivered to {channel}")
         return await opener(channel, text, key, since)
 
-    def watch_owed_replies(self, listener: Callable[[str], None]) -> None:
-        """``listener(session_id)`` on the loop whenever a chat session records a reply (a
-        channel follows the session and posts it, whether or not anyone was watching)."""
-        self._manager.on_reply_owed(listener)
+    def watch_owed_replies(self, platform: str, listener: Callable[[str], None]) -> None:
+        """``listener(session_id)`` on the loop whenever a session of ``platform`` records a
+        reply (its channel follows the session and posts it, whether or not anyone was
+        watching), until :meth:`unwatch_owed_replies`."""
+        self._shown[platform] = listener
+
+    def unwatch_owed_replies(self, platform: str, listener: Callable[[str], None]) -> None:
+        """The channel stopped here (its adapter stopped, or another node took it over)."""
+        if self._shown.get(platform) == listener:
+            del self._shown[platform]
+
+    def _reply_owed(self, session_id: str) -> None:
+        platform = channel_of(session_id)
+        listener = self._shown.get(platform)
+        if listener is not None:
+            listener(session_id)
+        elif self.forwarder is not None:
+            # Several nodes: the platform is connected on another one (Discord's one
+            # connection). Let the session go, so the node that shows its replies takes it
+            # over and posts this one (its outbox looks for owed replies every few seconds).
+            log.info(
+                "%s: recorded a reply %s is not connected here for; handing the session over",
+                session_id,
+                platform,
+            )
+            self._manager.passivate(session_id)
+
+    @property
+    def cluster_poll_s(self) -> float | None:
+        """Several nodes: how often a channel looks for replies owed in sessions another node
+        recorded (None on one node, where every reply is recorded here)."""
+        return self.settings.cluster.lease_s / 3 if self.forwarder is not None else None
 
     # -- approvals ----------------------------------------------------------------------------
 

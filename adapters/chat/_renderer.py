@@ -155,7 +155,7 @@ class ChatRenderer:
         self._links: dict[str, _Link] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stopping = False
-        self._conversation_of: Callable[[str], Conversation | None] = lambda session_id: None
+        self._conversation_of: Callable[[str], Conversation | None] | None = None  # set by resume
         self._streaming = isinstance(port, StreamingPort)  # until the platform says it cannot
 
     # -- what adapters call -------------------------------------------------------------------
@@ -205,26 +205,57 @@ class ChatRenderer:
     async def resume(self, conversation_of: Callable[[str], Conversation | None]) -> None:
         """Follow every session of this platform that owes its conversation something: a
         turn a restart interrupted, or a recorded reply never shown (the outbox). From now
-        on, a reply recorded with nobody watching is followed and posted too."""
-        if self._conversation_of is not conversation_of:
+        on, a reply recorded with nobody watching is followed and posted too — and, with
+        several nodes, one another node recorded: they are looked for every few seconds."""
+        if self._conversation_of is None:
             self._conversation_of = conversation_of
-            self.gateway.watch_owed_replies(self._reply_owed)
-        platform = self.port.platform
+            self.gateway.watch_owed_replies(self.port.platform, self._reply_owed)
+            every = self.gateway.cluster_poll_s
+            if every is not None:
+                self._spawn(self._keep_looking(every))
+        await self._look_for_owed()
+
+    async def _look_for_owed(self) -> None:
+        platform, conversation_of = self.port.platform, self._conversation_of
+        if conversation_of is None:  # not resumed yet: nothing to post to
+            return
+        clustered = self.gateway.cluster_poll_s is not None
         try:
             pending = await self.gateway.sessions_with_pending_input(channel=platform)
             owing = await self.gateway.sessions_owing_replies(platform)
+            for session_id in dict.fromkeys([*pending, *owing]):
+                conversation = conversation_of(session_id)
+                if conversation is None or self._following(session_id):
+                    continue
+                # Owned by another node: it posts the reply itself, or (not connected to
+                # this platform) lets the session go once it recorded one, and a later look
+                # finds it free.
+                if clustered and await self.gateway.owner_of(session_id) is not None:
+                    continue
+                self._follow(session_id, conversation)
         except NetclawError as exc:  # best effort: the next message follows it anyway
             log.warning("%s: cannot list sessions owing replies: %s", platform, exc)
             return
-        for session_id in dict.fromkeys([*pending, *owing]):
-            conversation = conversation_of(session_id)
-            if conversation is not None:
-                self._follow(session_id, conversation)
+        if clustered:
+            # A message acknowledged here whose turn ran on another node: once its session
+            # owes nothing, the reaction it wears comes off.
+            done = {sid for sid, link in self._links.items() if not link.listening()} - {*pending, *owing}
+            for session_id in done:
+                self._drop(self._links[session_id])
+
+    async def _keep_looking(self, every_s: float) -> None:
+        while not self._stopping:
+            await asyncio.sleep(every_s)
+            await self._look_for_owed()
+
+    def _following(self, session_id: str) -> bool:
+        link = self._links.get(session_id)
+        return link is not None and link.listening()
 
     def _reply_owed(self, session_id: str) -> None:
         """A session recorded a reply: if no link shows it live, follow the session (its
         ``joined`` makes the outbox post what is owed)."""
-        if channel_of(session_id) != self.port.platform or self._stopping:
+        if channel_of(session_id) != self.port.platform or self._stopping or self._conversation_of is None:
             return
         link = self._links.get(session_id)
         if link is not None and link.listening():
@@ -251,7 +282,7 @@ class ChatRenderer:
         """The platform connection is back: every link that owes a reply listens again, and
         the outbox looks for replies recorded meanwhile."""
         if not self._stopping:
-            self._spawn(self.resume(self._conversation_of))
+            self._spawn(self._look_for_owed())
         for link in list(self._links.values()):
             if link.listening():
                 continue
@@ -304,6 +335,7 @@ class ChatRenderer:
 
     async def stop(self) -> None:
         self._stopping = True
+        self.gateway.unwatch_owed_replies(self.port.platform, self._reply_owed)
         links = list(self._links.values())
         self._links.clear()
         for link in links:

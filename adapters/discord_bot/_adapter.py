@@ -154,6 +154,7 @@ class DiscordAdapter:
         return await probe_login(self._token(), self.token_env)
 
     async def start(self) -> None:
+        self._resumed_sessions = False  # a new renderer: it looks for what is owed once connected
         if self._injected:
             assert self._port is not None
             self.renderer = ChatRenderer(self.gateway, self._port, self.options)

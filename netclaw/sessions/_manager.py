@@ -369,6 +369,13 @@ class SessionManager:
         if not self.closed and not moved:
             self._schedule_restart(session_id)
 
+    def passivate(self, session_id: str) -> None:
+        """Passivate the session now if it is idle (it declines otherwise)."""
+        entry = self._resident.get(session_id)
+        if entry is not None:
+            with contextlib.suppress(pykka.ActorDeadError):
+                self._tell(entry, PassivateNow())
+
     def lease_lost(self, session_id: str) -> None:
         """Another node took the session over (this node's lease expired unrenewed): the
         actor here goes, unrestarted; its writes would be refused anyway."""

@@ -41,8 +41,18 @@ SESSIONS = [f"cli:load-{i}" for i in range(6)]
 
 
 def start_node(
-    daemons: Daemons, root: Path, scripted: ScriptedOpenAIThread, dsn: str, name: str
+    daemons: Daemons,
+    root: Path,
+    scripted: ScriptedOpenAIThread,
+    dsn: str,
+    name: str,
+    *,
+    launcher: list[str] | None = None,
+    env: dict[str, str] | None = None,
+    **sections: Any,
 ) -> DaemonProcess:
+    """Node ``name`` of the cluster; ``launcher`` runs ``netclaw`` some other way (its
+    arguments follow), ``env`` adds variables, ``sections`` add config."""
     port = free_port()
     data_dir = root / name / "data"
     config = write_json(
@@ -54,10 +64,12 @@ def start_node(
             gateway={"control_token_env": "CLUSTER_E2E_TOKEN"},
             journal={"backend": "postgres", "dsn_env": "CLUSTER_E2E_DSN"},
             cluster={"node_id": name, "advertise_url": f"http://127.0.0.1:{port}", "lease_s": LEASE_S},
+            **sections,
         ),
     )
-    env = subprocess_env(CLUSTER_E2E_DSN=dsn, CLUSTER_E2E_TOKEN=TOKEN)
-    return daemons.start(config, data_dir, port, env=env, token=TOKEN)
+    argv = [*launcher, "run", "--config", str(config)] if launcher else None
+    environment = subprocess_env(CLUSTER_E2E_DSN=dsn, CLUSTER_E2E_TOKEN=TOKEN, **(env or {}))
+    return daemons.start(config, data_dir, port, env=environment, token=TOKEN, argv=argv)
 
 
 def owners(dsn: str) -> dict[str, str]:

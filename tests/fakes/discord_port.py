@@ -130,6 +130,7 @@ class FakeDiscordServer:
         self.requests: list[tuple[str, str]] = []  # (method, path) of every REST call
         self.identify: dict[str, Any] | None = None  # the IDENTIFY payload the client sent
         self.connected = 0  # gateway connections identified and still open (one per bot, at most)
+        self.most_connected = 0  # the most there ever were at once
         self.identifies = 0  # every IDENTIFY so far
         self.rate_limited: list[str] = []  # paths answered with 429
         self._limits: deque[float] = deque()  # retry_after for the next message POSTs
@@ -520,6 +521,7 @@ class FakeDiscordServer:
                 self.identify = payload["d"]
                 self.identifies += 1
                 self.connected += 1
+                self.most_connected = max(self.most_connected, self.connected)
                 identified[0] = True
                 if self.refuse_intents:
                     await ws.close(code=4014, message=b"Disallowed intent(s).")

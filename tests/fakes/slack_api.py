@@ -248,18 +248,21 @@ class FakeSlack:
         thread_ts: str | None = None,
         channel_type: str = "channel",
         files: list[tuple[str, str, bytes]] | None = None,
+        socket: int | None = None,
     ) -> tuple[str, list[dict[str, Any]]]:
         """A person writes: store the message and push the events Slack would send for it —
         a ``message`` event and, when it mentions the bot outside a DM, an ``app_mention``
-        (each with its own event id). Returns the message ts and the envelopes pushed."""
+        (each with its own event id). ``socket``: the connection (numbered from 1, in the
+        order they connected) that gets them; the newest by default. Returns the message ts
+        and the envelopes pushed."""
         event = self.user_message(
             channel, text, user=user, thread_ts=thread_ts, channel_type=channel_type, files=files
         )
         envelopes = []
         if f"<@{BOT_USER_ID}" in text and channel_type != "im":
             mention = {k: v for k, v in event.items() if k not in ("channel_type", "blocks") and k != "type"}
-            envelopes.append(await self.push({"type": "app_mention", **mention}))
-        envelopes.append(await self.push(event))
+            envelopes.append(await self.push({"type": "app_mention", **mention}, socket=socket))
+        envelopes.append(await self.push(event, socket=socket))
         return str(event["ts"]), envelopes
 
     def envelope(self, event: dict[str, Any], *, event_id: str | None = None) -> dict[str, Any]:
@@ -293,10 +296,13 @@ class FakeSlack:
             },
         }
 
-    async def push(self, event: dict[str, Any], *, event_id: str | None = None) -> dict[str, Any]:
-        """Send ``event`` in a new envelope on the current socket; returns the envelope."""
+    async def push(
+        self, event: dict[str, Any], *, event_id: str | None = None, socket: int | None = None
+    ) -> dict[str, Any]:
+        """Send ``event`` in a new envelope on the current socket (or connection number
+        ``socket``); returns the envelope."""
         envelope = self.envelope(event, event_id=event_id)
-        await self.send_envelope(envelope)
+        await self.send_envelope(envelope, socket=socket)
         return envelope
 
     async def click(
@@ -355,8 +361,10 @@ class FakeSlack:
         await self.send_envelope(again)
         return again
 
-    async def send_envelope(self, envelope: dict[str, Any], timeout: float = 10.0) -> None:
-        sock = await self._current_socket(timeout)
+    async def send_envelope(
+        self, envelope: dict[str, Any], timeout: float = 10.0, *, socket: int | None = None
+    ) -> None:
+        sock = await self._current_socket(timeout, socket)
         self.envelopes.append(envelope)
         await sock.ws.send_str(json.dumps(envelope))
 
@@ -370,11 +378,11 @@ class FakeSlack:
         sock = await self._current_socket(5.0)
         await sock.ws.send_str(json.dumps({"type": "disconnect", "reason": reason}))
 
-    async def _current_socket(self, timeout: float) -> Socket:
+    async def _current_socket(self, timeout: float, number: int | None = None) -> Socket:
         async def ready() -> Socket:
             async with self._changed:
                 while True:
-                    live = [s for s in self._sockets if not s.ws.closed]
+                    live = [s for s in self._sockets if not s.ws.closed and number in (None, s.number)]
                     if live:
                         return live[-1]
                     await self._changed.wait()

@@ -194,6 +194,27 @@ def test_discords_one_gateway_connection_is_held_by_one_node_and_moves(
     assert discord_server.bot_messages(thread)[1] == "echo: still there?"
 
 
+def test_a_discord_reply_recorded_on_a_node_without_the_connection_is_posted_by_the_holder(
+    discord_server: FakeDiscordServer,  # noqa: F811 - the fixture, requested first (torn down last)
+    node: Node,
+) -> None:
+    """b runs a turn of a Discord session (here: input through b's API) but does not hold
+    the Discord connection: it lets the session go, and a, which does, takes it over and
+    posts the reply — once."""
+    discord = {"enabled": True, "channels": [ALLOWED]}
+    a = node("a", discord=discord)
+    b = node("b", discord=discord)
+    session_id = f"discord:{ALLOWED}"
+    answer = b.send(session_id, "from the api", wait=True)
+    assert answer.status_code == 200 and answer.json()["reply"] == "echo: from the api", answer.text
+    discord_server.wait_for(
+        lambda: discord_server.bot_messages(ALLOWED) == ["echo: from the api"], what="a's post of b's reply"
+    )
+    wait_until(lambda: session_id in resident(a) and session_id not in resident(b), 5, "the session on a")
+    time.sleep(1.5)  # another look by a's outbox finds nothing owed
+    assert discord_server.bot_messages(ALLOWED) == ["echo: from the api"]
+
+
 def test_a_slack_message_reaching_another_node_is_answered_once_by_the_owner(
     fake_slack: FakeSlackThread,  # noqa: F811 - the fixture, requested first (torn down last)
     node: Node,

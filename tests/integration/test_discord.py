@@ -667,6 +667,23 @@ def test_the_daemon_runs_the_real_client_end_to_end(
     assert len(server.threads) == 1
 
 
+def test_a_reply_nobody_watched_is_posted_through_the_real_client(
+    discord_server: FakeDiscordServer, start_daemon: Callable[..., DaemonHandle]
+) -> None:
+    """A reminder fires in a channel no renderer follows: the outbox posts the reply (the
+    first connection must leave the outbox able to find the conversation)."""
+    server = discord_server
+    handle = start_daemon(discord={"enabled": True, "channels": [ALLOWED]})
+    sid = f"discord:{ALLOWED}"
+    answer = handle.http.post(
+        f"/api/sessions/{sid}/reminders", json={"text": "check the deploy", "in_s": 0.2}
+    )
+    assert answer.status_code == 201, answer.text
+    server.wait_for(lambda: bool(server.bot_messages(ALLOWED)), what="the reply in the channel")
+    [posted] = server.bot_messages(ALLOWED)
+    assert "check the deploy" in posted
+
+
 def test_approval_buttons_and_a_press_through_the_real_client(
     discord_server: FakeDiscordServer,
     start_daemon: Callable[..., DaemonHandle],

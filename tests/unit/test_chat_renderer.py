@@ -93,8 +93,14 @@ class StandInGateway:
     async def sessions_owing_replies(self, platform: str) -> list[str]:
         return list(self.owing)
 
-    def watch_owed_replies(self, listener: Callable[[str], None]) -> None:
+    def watch_owed_replies(self, platform: str, listener: Callable[[str], None]) -> None:
         self.listeners.append(listener)
+
+    def unwatch_owed_replies(self, platform: str, listener: Callable[[str], None]) -> None:
+        if listener in self.listeners:
+            self.listeners.remove(listener)
+
+    cluster_poll_s = None  # one node
 
     async def decide_in_chat(
         self, platform: str, session_id: str, approval_id: str, decision: str, *, user_id: str, user_name: str
