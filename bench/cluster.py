@@ -277,6 +277,8 @@ def main() -> None:
     info("cpu_per_turn_pg_3_node_sticky", sticky_cpu, "ms", "no request forwarded")
     hop = (pg3_cpu - sticky_cpu) / (2 / 3)  # two requests in three take the hop
     info("cpu_per_forwarding_hop", hop, "ms", "both nodes' share of one forwarded turn")
+    ratio = pg3_cpu / sticky_cpu
+    figure("cpu_per_turn_forwarded_vs_sticky", ratio, "x", "<= 1.25", ratio <= 1.25)
     p50, p99 = c.median(samples), c.percentile(samples, 99)
     limit = LEASE_S + 5
     figure("failover_p50", p50, "s", f"<= {limit:g} (lease_s {LEASE_S:g} + 5)", p50 <= limit)

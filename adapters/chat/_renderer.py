@@ -115,6 +115,7 @@ class _Reply:
 class _Ack:
     source: MessageRef  # the platform message wearing the reaction
     reacted: asyncio.Task[bool] | None = None
+    at: float = field(default_factory=time.monotonic)
 
 
 @dataclass(slots=True)
@@ -171,7 +172,9 @@ class ChatRenderer:
         before the turn can speak, and the message wears the reaction until its turn ends.
         A chat command runs instead (its answer arrives as a notice). A refused message gets
         a note in the conversation; None is returned."""
-        link = self._follow(inbound.session_id, conversation)
+        # Resident on another node: that node answers; here the message only wears the reaction.
+        elsewhere = await self._owned_elsewhere(inbound.session_id)
+        link = self._follow(inbound.session_id, conversation, listen=not elsewhere)
         link.holds += 1
         try:
             admission = await self.gateway.submit_chat(permit, inbound)
@@ -220,6 +223,7 @@ class ChatRenderer:
         if conversation_of is None:  # not resumed yet: nothing to post to
             return
         clustered = self.gateway.cluster_poll_s is not None
+        looked_at = time.monotonic()
         try:
             pending = await self.gateway.sessions_with_pending_input(channel=platform)
             owing = await self.gateway.sessions_owing_replies(platform)
@@ -230,23 +234,42 @@ class ChatRenderer:
                 # Owned by another node: it posts the reply itself, or (not connected to
                 # this platform) lets the session go once it recorded one, and a later look
                 # finds it free.
-                if clustered and await self.gateway.owner_of(session_id) is not None:
+                if await self._owned_elsewhere(session_id):
                     continue
                 self._follow(session_id, conversation)
         except NetclawError as exc:  # best effort: the next message follows it anyway
             log.warning("%s: cannot list sessions owing replies: %s", platform, exc)
             return
         if clustered:
-            # A message acknowledged here whose turn ran on another node: once its session
-            # owes nothing, the reaction it wears comes off.
-            done = {sid for sid, link in self._links.items() if not link.listening()} - {*pending, *owing}
-            for session_id in done:
-                self._drop(self._links[session_id])
+            # A message acknowledged here whose turn ran on another node (or ended before
+            # this node listened): once its session owes nothing, its reaction comes off.
+            owes = {*pending, *owing}
+            for link in [link for sid, link in self._links.items() if sid not in owes]:
+                self._settle(link, looked_at)
+
+    def _settle(self, link: _Link, before: float) -> None:
+        """The session owed nothing when we looked: take the reaction off the messages
+        acknowledged before that, and let the link go if nothing here is under way."""
+        for message_id, ack in list(link.acks.items()):
+            if ack.at < before:
+                del link.acks[message_id]
+                self._spawn(self._unreact(ack))
+        if not link.listening() and not link.pending():
+            self._drop(link)
 
     async def _keep_looking(self, every_s: float) -> None:
         while not self._stopping:
             await asyncio.sleep(every_s)
             await self._look_for_owed()
+
+    async def _owned_elsewhere(self, session_id: str) -> bool:
+        """Several nodes: is the session resident on another one?"""
+        if self.gateway.cluster_poll_s is None:
+            return False
+        try:
+            return await self.gateway.owner_of(session_id) is not None
+        except NetclawError:  # the database is away: try here, as on one node
+            return False
 
     def _following(self, session_id: str) -> bool:
         link = self._links.get(session_id)
@@ -357,12 +380,12 @@ class ChatRenderer:
 
     # -- links and subscriptions --------------------------------------------------------------
 
-    def _follow(self, session_id: str, conversation: Conversation) -> _Link:
+    def _follow(self, session_id: str, conversation: Conversation, *, listen: bool = True) -> _Link:
         link = self._links.get(session_id)
         if link is None or link.released:
             link = _Link(session_id, conversation)
             self._links[session_id] = link
-        if not link.listening():
+        if listen and not link.listening():
             self._listen(link)
         return link
 
@@ -439,6 +462,8 @@ class ChatRenderer:
         """The session ended our stream. With a reply owed, subscribe again (it restarts
         from its journal and finishes the turn); otherwise let go."""
         if link.released or self._stopping or not link.pending():
+            return False
+        if await self._owned_elsewhere(link.session_id):  # another node answers it
             return False
         if link.revives >= self.options.max_revives:
             log.warning(
