@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import collections
 import itertools
+import os
 import random
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -94,13 +96,23 @@ class Load:
     key; a message counts as acknowledged only on a 202 (a 503 or a dropped connection is
     retried with the same key, as a client would)."""
 
-    def __init__(self, nodes: list[DaemonProcess]) -> None:
+    def __init__(
+        self,
+        nodes: list[DaemonProcess],
+        sessions: list[str] = SESSIONS,
+        workers: int = 2,
+        pace_s: float = 0.02,
+    ) -> None:
+        self.pace_s = pace_s
         self.nodes = nodes
+        self.sessions = sessions
         self.dead: set[int] = set()
         self.acked: dict[str, list[tuple[str, str]]] = collections.defaultdict(list)  # (id, text)
         self.refused = 0
         self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(2)]
+        self.flowing = threading.Event()  # cleared: no new request is sent
+        self.flowing.set()
+        self._threads = [threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(workers)]
         self._counter = itertools.count()
         self._lock = threading.Lock()
 
@@ -122,11 +134,13 @@ class Load:
         }
         try:
             while not self._stop.is_set():
+                if not self.flowing.wait(0.1):
+                    continue
                 n = next(self._counter)
-                session = rng.choice(SESSIONS)
+                session = rng.choice(self.sessions)
                 text = f"m{n}"
                 self._send(clients, rng, session, text, key=f"k{n}")
-                time.sleep(0.02)
+                time.sleep(self.pace_s)
         finally:
             for client in clients.values():
                 client.close()
@@ -202,6 +216,63 @@ def test_a_node_killed_under_load_loses_and_repeats_nothing(
         assert all(c == 1 for c in texts.values()), f"{session_id}: an input recorded twice: {texts}"
         assert {mid for mid, _ in load.acked[session_id]} <= set(ids), f"{session_id}: lost an acked message"
     assert failover_s < LEASE_S + 20
+
+
+def test_two_nodes_contending_for_one_session_never_both_write(
+    tmp_path: Path, scripted: ScriptedOpenAIThread, daemons: Daemons, pg_dsn: str
+) -> None:
+    """Both nodes take messages for one session; its owner is paused (SIGSTOP: a GC pause, a
+    stalled VM) past its lease with requests in flight, the other takes the session over,
+    and the paused one wakes believing it still owns it. Its writes are refused, so the
+    session's history is one line: every acknowledged message once, in turn order."""
+    scripted.set_responder(slow_echo)
+    session_id = "cli:contended"
+    nodes = [start_node(daemons, tmp_path, scripted, pg_dsn, name) for name in ("n1", "n2")]
+    with Load(nodes, sessions=[session_id], workers=3, pace_s=0.4) as load:  # fewer than it answers
+        wait_until(lambda: len(load.acked[session_id]) >= 10, 30, "load flowing")
+        owner = next(i for i, n in enumerate(nodes) if n.config.parent.name == owners(pg_dsn)[session_id])
+        other = nodes[1 - owner]
+        load.flowing.clear()
+        os.kill(nodes[owner].pid, signal.SIGSTOP)  # requests in flight to it wait
+        load.dead.add(owner)
+        try:
+            # New requests go to the live node once the lease has expired (before, it
+            # would forward them to the paused owner, and they would wait too).
+            wait_until(lambda: session_id not in owners(pg_dsn), LEASE_S + 5, "the lease to expire")
+            load.flowing.set()
+            message_id = other.acked(session_id, "after the pause", idempotency_key="pause")
+            load.acked[session_id].append((message_id, "after the pause"))
+            assert owners(pg_dsn).get(session_id) == other.config.parent.name
+            time.sleep(0.5)  # it writes as the new owner meanwhile
+        finally:
+            os.kill(nodes[owner].pid, signal.SIGCONT)
+            load.dead.discard(owner)
+        time.sleep(LEASE_S)  # both nodes live again, the load going on
+    session = wait_until(
+        lambda: answered(other, session_id, load.acked[session_id]), 30, "every message answered"
+    )
+    users = [m for m in session["messages"] if m["role"] == "user"]
+    ids = collections.Counter(m["id"] for m in users)
+    assert all(c == 1 for c in ids.values()), f"a message recorded twice: {ids}"
+    assert {mid for mid, _ in load.acked[session_id]} <= set(ids), "an acknowledged message lost"
+    assert len(users) == len(load.acked[session_id])  # nothing recorded that was not acknowledged
+    turns = journal_turns(pg_dsn, session_id)
+    assert turns == list(range(1, len(turns) + 1)), f"turn numbers repeat or skip: {turns}"
+    assert "taken over by" in nodes[owner].stderr(), "the paused node never found its lease gone"
+
+
+def journal_turns(dsn: str, session_id: str) -> list[int]:
+    """The turn number of every turn the session's journal recorded, in order."""
+    import json
+
+    import psycopg
+
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(
+            "SELECT payload FROM events WHERE persistence_id = %s AND type = 'TurnRecorded' ORDER BY seq",
+            (session_id,),
+        ).fetchall()
+    return [int(json.loads(r[0])["turn"]) for r in rows]
 
 
 @pytest.fixture

@@ -65,7 +65,8 @@ class StandInGateway:
         queue = OutputQueue(asyncio.get_running_loop())
         number = len(self.streams)
         self.streams.append((session_id, queue))
-        queue.offer(out.Joined(session_id=session_id, title=None, turns=0, phase="ready"))
+        turns = max((turn for turn, _, _ in self.owed), default=0)  # it recorded those turns
+        queue.offer(out.Joined(session_id=session_id, title=None, turns=turns, phase="ready"))
         return Subscription(session_id, f"sub{number}", queue, lambda: self.closed.append(f"sub{number}"))
 
     async def submit_chat(self, permit: ChatPermit, inbound: Inbound) -> Admission:
@@ -100,7 +101,11 @@ class StandInGateway:
         if listener in self.listeners:
             self.listeners.remove(listener)
 
-    cluster_poll_s = None  # one node
+    cluster_poll_s: float | None = None  # one node; a number: several (the outbox looks that often)
+    elsewhere: set[str] = set()  # sessions resident on another node (several nodes)
+
+    async def owner_of(self, session_id: str) -> object | None:
+        return "another node" if session_id in self.elsewhere else None
 
     async def decide_in_chat(
         self, platform: str, session_id: str, approval_id: str, decision: str, *, user_id: str, user_name: str
@@ -491,6 +496,46 @@ async def test_a_resumed_turn_streams_afresh_into_the_same_message(harness: Any)
     gateway.push(delta("The answer is 42"))
     await until(lambda: port.texts("C1") == ["The answer is 42"], what="the resumed stream")
     assert port.count("post") == 1  # the same message, edited
+
+
+# -- several nodes -------------------------------------------------------------------------------
+
+
+@pytest.fixture
+async def clustered(harness: Any) -> Any:
+    _, gateway, _ = harness
+    gateway.cluster_poll_s = 0.05
+    gateway.elsewhere = {SID}
+    return harness
+
+
+async def test_a_message_for_a_session_owned_elsewhere_wears_the_reaction_until_it_owes_nothing(
+    clustered: Any,
+) -> None:
+    renderer, gateway, port = clustered
+    await renderer.resume(lambda sid: TO if sid == SID else None)
+    gateway.pending = [SID]  # admitted on the owner, its turn under way there
+    await admit(renderer, gateway, "u1", "m1")
+    assert gateway.streams == []  # the owner answers: no local subscription tried
+    await until(lambda: ("C1", "m1", "eyes") in port.reactions, what="the reaction")
+    await asyncio.sleep(0.2)  # the outbox looked a few times: the session still owes
+    assert ("C1", "m1", "eyes") in port.reactions and renderer.following() == []
+    gateway.pending = []  # the owner answered and posted
+    await until(lambda: not port.reactions, what="the reaction to come off")
+    assert port.texts("C1") == []
+
+
+async def test_a_reply_owed_by_a_session_another_node_let_go_is_posted_here(clustered: Any) -> None:
+    renderer, gateway, port = clustered
+    gateway.owing = [SID]
+    gateway.owed = [(1, "recorded on another node", time.time())]
+    await renderer.resume(lambda sid: TO if sid == SID else None)
+    await asyncio.sleep(0.2)
+    assert gateway.streams == [] and renderer.following() == []  # still resident there
+    gateway.elsewhere = set()  # that node let the session go
+    await until(lambda: port.texts("C1") == ["recorded on another node"], what="the owed reply")
+    await until(lambda: list(gateway.delivered) == [1], what="the delivery recorded")
+    assert port.count("post") == 1
 
 
 # -- against the real daemon --------------------------------------------------------------------
