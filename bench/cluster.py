@@ -6,6 +6,9 @@ provider is a process of its own; PostgreSQL is a throwaway server (fsync on). T
 is closed-loop: ``--sessions`` clients, each sending its next message (``?wait=1``) when
 the last one is answered, spread round-robin over the nodes the way a load balancer
 would, so most requests reach a node that does not own the session and are forwarded.
+Three nodes run once more with sticky routing (each client always to the same node:
+nothing forwarded), which splits the forwarding hop from three processes sharing the
+cores.
 CPU per turn is each node's /proc CPU over the run divided by the turns: on a 2-core
 machine the nodes compete for the cores, so that — not turns/s — is what tells how it
 scales on real hardware.
