@@ -49,7 +49,8 @@ if TYPE_CHECKING:
     from netclaw.sessions._recovery import load_state
     from netclaw.sessions._status import StatusReport
     from netclaw.sessions._subscribers import OutputQueue, Sink, Subscriber, SubscriberSet, Subscription
-    from netclaw.sessions._turn import build_context, continuity_notice
+    from netclaw.sessions._prompt import build_context
+    from netclaw.sessions._turn import continuity_notice
 
 _LAZY = {
     "ManagerPort": "_deps",
@@ -79,7 +80,7 @@ _LAZY = {
     "Subscriber": "_subscribers",
     "SubscriberSet": "_subscribers",
     "Subscription": "_subscribers",
-    "build_context": "_turn",
+    "build_context": "_prompt",
     "continuity_notice": "_turn",
 }
 

@@ -1,26 +1,27 @@
-"""Messages a session actor receives.
+"""Commands a session receives (a closed union, :data:`Command`).
 
 ``Routed`` ones come through the SessionManager, which counts them; the actor
 counts what it received, so passivation can tell whether anything is still in
-flight. The underscore-free internal ones come back from work on the I/O loop
-and carry the ``op_id`` they answer.
+flight. The others come back from work on the I/O loop and carry the ``op_id`` they
+answer, or from the session's timers and its own shell.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import get_args
 
+from netclaw.llm import Completion, Delta
 from netclaw.messages import Attachment
 from netclaw.outputs import Error, OutputFilter
 from netclaw.policy import Place
-from netclaw.providers import Completion, Delta
 from netclaw.runtime import Reply
 from netclaw.sessions._compaction import CompactionOutcome
 from netclaw.sessions._state import TurnOutcome
 from netclaw.sessions._status import StatusReport
 from netclaw.sessions._subscribers import Sink
-from netclaw.tools import ToolResult
+from netclaw.toolspec import ToolResult
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,6 +217,57 @@ class ApprovalsDue:
     """The earliest open approval request of ``turn`` has expired."""
 
     turn: int
+
+
+@dataclass(frozen=True, slots=True)
+class MemoriesSaved:
+    """The memories extracted at passivation are stored (``count`` of them)."""
+
+    op_id: int
+    through_turn: int  # the newest turn they cover
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriberLeft:
+    """A subscriber's sink reported itself gone while outputs were offered to it."""
+
+    sub_id: str
+
+
+Command = (
+    SendUserMessage
+    | Subscribe
+    | Unsubscribe
+    | Cancel
+    | Reset
+    | CompactNow
+    | ReportStatus
+    | Announce
+    | Decide
+    | ListApprovals
+    | MarkDelivered
+    | ListUndelivered
+    | Release
+    | PassivateNow
+    | ConfirmStop
+    | Shutdown
+    | ProviderDeltas
+    | ProviderDone
+    | CompactionDone
+    | ExtractionDone
+    | MemoriesSaved
+    | OpFailed
+    | ToolsDone
+    | IdleTick
+    | GraceElapsed
+    | TurnTimeout
+    | ApprovalsDue
+    | SubscriberLeft
+)
+
+COMMAND_TYPES: tuple[type, ...] = get_args(Command)
+assert len(set(COMMAND_TYPES)) == len(COMMAND_TYPES), "every command type appears once"
 
 
 def refuse(message: object, error: Exception, notice: Error | None) -> None:

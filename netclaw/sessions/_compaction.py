@@ -1,15 +1,15 @@
-"""Tiers 2 and 3 of compaction, as one operation on the I/O loop.
+"""Compaction, planned and recorded (pure): tier 1 (clear old tool results) and the
+plan for tiers 2 and 3 (memory flush, then a structured summary), and the
+``SessionCompacted`` event an outcome becomes.
 
-The actor plans (tier 1, choosing the boundary) and records; this runs the LLM
-calls: first the memory flush — so what the summary may lose is already durable —
-then the structured summary, retried once if it lacks required sections and
-cancelled if it still does. The whole operation has a time budget; running out
-cancels the summary, never the turn.
+The LLM tiers run on the I/O loop (:func:`._loop_ops.run_compaction`): first the
+memory flush — so what the summary may lose is already durable — then the summary,
+retried once if it lacks required sections and cancelled if it still does, all within
+a time budget; running out cancels the summary, never the turn.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Sequence
@@ -17,27 +17,18 @@ from dataclasses import dataclass, replace
 
 from netclaw import outputs as out
 from netclaw.config import ModelConfig, Settings
-from netclaw.errors import NetclawError
 from netclaw.history.compaction import (
     SUMMARY_MAX_CHARS,
     apply_clearing,
-    bound_summary,
     clearable_results,
-    flush_request,
-    missing_sections,
-    parse_flush,
     summary_boundary,
-    summary_request,
 )
+from netclaw.llm import ToolSchema
 from netclaw.messages import ChatMessage
-from netclaw.persistence import MemoryStore, NewMemory
 from netclaw.policy import memory_scope_of
-from netclaw.providers import Provider, ProviderRequest, ToolSchema
-from netclaw.runtime import Cancellable, Reply
 from netclaw.sessions._events import SessionCompacted
-from netclaw.sessions._prompt import PromptBuilder
+from netclaw.sessions._prompt import PromptBuilder, build_context
 from netclaw.sessions._state import SessionState
-from netclaw.sessions._turn import build_context
 
 log = logging.getLogger(__name__)
 
@@ -61,74 +52,6 @@ class CompactionOutcome:
     memories_saved: int
     flushed: bool
     note: str | None = None
-
-
-async def run_compaction(
-    plan: CompactionPlan, provider: Provider, memory: MemoryStore | None
-) -> CompactionOutcome:
-    saved, flushed = 0, False
-    try:
-        async with asyncio.timeout(plan.budget_s):
-            if plan.audience != "public":  # public sessions neither read nor plant memories
-                try:
-                    saved = await _flush(plan, provider, memory)
-                    flushed = True
-                except NetclawError as exc:
-                    # Nothing lossy may happen before the flush: without it, no summary either.
-                    return CompactionOutcome(
-                        None, saved, False, f"memory flush failed ({exc}); summary skipped"
-                    )
-            try:
-                return await _summarise(plan, provider, saved, flushed)
-            except NetclawError as exc:
-                return CompactionOutcome(
-                    None, saved, flushed, f"summary failed ({exc}); history kept as it was"
-                )
-    except TimeoutError:
-        return CompactionOutcome(
-            None, saved, flushed, f"compaction took longer than {plan.budget_s:g}s and was abandoned"
-        )
-
-
-async def _flush(plan: CompactionPlan, provider: Provider, memory: MemoryStore | None) -> int:
-    completion = await provider.complete(_request(plan, flush_request(plan.to_summarise)))
-    items = parse_flush(completion.text)
-    if memory is None or not items:
-        return 0
-    stored = await memory.add(
-        [NewMemory(text, kind) for text, kind in items],
-        session_id=plan.session_id,
-        audience=plan.audience,
-        turn=plan.turn,
-        scope=plan.scope,
-    )
-    return len(stored)
-
-
-async def _summarise(
-    plan: CompactionPlan, provider: Provider, saved: int, flushed: bool
-) -> CompactionOutcome:
-    missing: Sequence[str] = ()
-    for _attempt in range(2):  # the quality guard: one retry naming what was missing
-        messages = summary_request(plan.to_summarise, plan.prior_summary, plan.max_chars, missing)
-        completion = await provider.complete(_request(plan, messages))
-        text = completion.text.strip()
-        missing = missing_sections(text)
-        if not missing:
-            return CompactionOutcome(bound_summary(text, plan.max_chars), saved, flushed)
-        log.warning("%s: summary lacks sections %s", plan.session_id, list(missing))
-    return CompactionOutcome(
-        None,
-        saved,
-        flushed,
-        f"summary cancelled: still missing {', '.join(missing)} after a retry; history kept as it was",
-    )
-
-
-def _request(plan: CompactionPlan, messages: list[ChatMessage]) -> ProviderRequest:
-    return ProviderRequest(
-        model=plan.model.model, messages=messages, tools=(), max_output_tokens=plan.model.max_output_tokens
-    )
 
 
 # -- planning (pure; runs on the actor) ---------------------------------------------------
@@ -199,19 +122,6 @@ def plan_compaction(
         budget_s=settings.session.compaction_timeout_s,
     )
     return replace(start, plan=plan, first_kept_id=visible[boundary].id)
-
-
-@dataclass(slots=True)
-class CompactionRun:
-    """A compaction in flight on the actor: its op id, what tier 1 decided, and what
-    happens afterwards."""
-
-    op_id: int
-    start: CompactionStart
-    resume_turn: bool  # a tool loop (or an overflow retry) continues afterwards
-    forced: bool = False  # the overflow ladder's rung 1 or /compact, not the threshold
-    future: Cancellable | None = None
-    reply: Reply[str] | None = None  # /compact: told what happened
 
 
 def compaction_event(

@@ -1,190 +1,128 @@
-"""What every part of the session actor shares: its state, and the few steps they all
-take (persist, publish, change phase, start an op).
+"""What a session's activities see of it, and what an activity is (protocols, pure).
 
-The actor is split by concern — the turn (:mod:`._turn_flow`), compaction
-(:mod:`._compaction_flow`), passivation (:mod:`._passivation`) and the pykka shell that
-dispatches messages (:mod:`._actor`) — and composed in :class:`~._actor.SessionActor`.
-Steps one part takes in another are declared here; the part named beside each
-implements it.
+A session is always in exactly one activity — :class:`~._idle.Idle`,
+:class:`~._turning.Turn`, :class:`~._compacting.Compacting` or
+:class:`~._passivating.Passivating` — which owns the progress of what it is doing (the
+turn's op id and tool round, the compaction in flight, the extraction). Everything that
+outlives an activity is the session's (:class:`~._session.Session`): the durable state,
+the settings, the prompt builder and the context ladder, the timers, the callers
+waiting. Activities reach it through :class:`Core` only, so they import neither the
+session nor each other; a change of activity goes through the session
+(``begin_compaction``, ``turn_ended``, ...), which builds the next one.
 """
 
 from __future__ import annotations
 
-import logging
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from netclaw import outputs as out
 from netclaw.config import Settings
-from netclaw.errors import NetclawError
-from netclaw.messages import ChatMessage
-from netclaw.policy import Audience, allowed_tools, audience_of, memory_scope_of, recall_scope
-from netclaw.providers import ToolSchema
+from netclaw.history import TrimResult
+from netclaw.llm import Completion, ToolSchema
+from netclaw.policy import Audience
 from netclaw.runtime import Reply
-from netclaw.sessions import _turn as turn
-from netclaw.sessions._clock import SessionClock
-from netclaw.sessions._compaction import CompactionRun
-from netclaw.sessions._deps import SessionDeps, SessionRef
-from netclaw.sessions._events import SessionEvent
-from netclaw.sessions._extraction import Extraction
-from netclaw.sessions._ladder import Budget, Compact, Ladder, budget_of
-from netclaw.sessions._phases import Phase, PhaseMachine
-from netclaw.sessions._prompt import PromptBuilder
-from netclaw.sessions._recorder import Recorder
+from netclaw.sessions._commands import Command
+from netclaw.sessions._effects import Effect
+from netclaw.sessions._events import ApprovalRequest, Decision, SessionEvent, TurnStatus
+from netclaw.sessions._ladder import Budget, Compact, Fail, Proceed, Send, Trim
+from netclaw.sessions._phases import Phase
+from netclaw.sessions._prompt import Prompt, PromptBuilder
 from netclaw.sessions._state import SessionState
-from netclaw.sessions._subscribers import SubscriberSet, Waiters
-from netclaw.sessions._turn import TurnRun
-from netclaw.tools import ToolContext
-
-log = logging.getLogger(__name__)
+from netclaw.sessions._timers import Timers
+from netclaw.sessions._turn import Step
+from netclaw.toolspec import ToolContext
 
 
-class SessionCore:
-    """The state and shared steps of a session actor (see the module docstring)."""
+class Activity(Protocol):
+    """What the session is doing now; ``phase`` is how the outside sees it."""
 
-    session_id: str
-    deps: SessionDeps
-    settings: Settings
-    state: SessionState
-    phases: PhaseMachine
-    subscribers: SubscriberSet
-    recorder: Recorder
-    clock: SessionClock
-    ladder: Ladder
-    prompts: PromptBuilder | None  # built on the actor's thread (on_start)
-    audience: Audience
-    allowed_tools: list[str] | None  # None: every tool
-    run: TurnRun | None  # the turn in progress
-    compacting: CompactionRun | None
-    extraction: Extraction | None  # memories being extracted at passivation
-    grace_over: bool
-    waiters: Waiters
-    resumed_at: float | None  # warmed after a graceful restart: tell the model once
-    held: bool  # warmed at start-up: recovered, but going on only when released
-    received: int  # routed commands received (compared with the manager's count)
-    broken: str | None
-    _op_counter: int
+    @property
+    def phase(self) -> Phase: ...
 
-    if TYPE_CHECKING:
+    def handle(self, core: Core, command: Command) -> Activity:
+        """Carry ``command`` out (effects go through ``core``); the activity afterwards."""
+        ...
 
-        @property
-        def actor_ref(self) -> SessionRef: ...  # pykka's, on the composed actor
 
-    def _persist(self, *events: SessionEvent) -> None:
-        self.state = self.recorder.persist(self.state, *events)
+class Suspended(Protocol):
+    """A turn waiting while the session compacts in its middle."""
 
-    def _record(self, step: turn.Step) -> None:
-        """Persist a step's events, then tell subscribers what happened."""
-        self._persist(*step.events)
-        self._publish(*step.outputs)
+    @property
+    def phase(self) -> Phase: ...
 
-    def _publish(self, *outputs: out.Output) -> None:
-        for output in outputs:
-            self.subscribers.publish(output)
+    @property
+    def turn(self) -> int: ...
 
-    def _set_phase(self, new: Phase) -> None:
-        old = self.phases.phase
-        try:
-            self.phases.transition_to(new)
-        except NetclawError:
-            log.exception("%s: refused phase change", self.session_id)
-            raise
-        if new is Phase.READY and old is Phase.PASSIVATING:
-            self.clock.abort()  # invalidates the grace timer and any stop confirmation
-            if self.extraction is not None:  # its result is stale now: nothing gets written
-                self.extraction.future.cancel()
-                self.extraction = None
-            self._arm_idle()
-        self.subscribers.publish(out.Phase(session_id=self.session_id, from_=old.value, to=new.value))
-        self.deps.io.call(self.deps.manager.phase_changed, self.session_id, self.actor_ref, new)
+    def handle(self, core: Core, command: Command) -> Activity: ...
 
-    def _new_op(self) -> int:
-        self._op_counter += 1
-        return self._op_counter
+    def proceed(self, core: Core, *, trim: bool) -> Activity:
+        """Compaction is over: call the model again (after the overflow trim if ``trim``)."""
+        ...
 
-    def _next_op(self) -> int:
-        """A new op id for the turn: results of any earlier op are stale from now on."""
-        assert self.run is not None
-        self.run.op_id = self._new_op()
-        return self.run.op_id
+    def fail(
+        self, core: Core, code: str, message: str, status: TurnStatus, *, go_on: bool = True
+    ) -> Activity:
+        """End the turn without an answer."""
+        ...
 
-    def _current(self, op_id: int) -> bool:
-        if self.run is not None and self.run.op_id == op_id:
-            return True
-        log.debug("%s: dropping stale result of op %d", self.session_id, op_id)
-        return False
 
-    def _refresh_settings(self) -> None:
-        """Pick up a config reload at a turn boundary (SIGHUP applies to running sessions)."""
-        current = self.deps.live.current
-        if current is self.settings:
-            return
-        self.settings = current
-        self._place_changed()
-        assert self.prompts is not None
-        self.prompts.system_prompt = current.agent.system_prompt
-        self.prompts.budget = current.trim_budget_tokens
+class Core(Protocol):
+    """The session, as its activities use it."""
 
-    def _place_changed(self) -> None:
-        """The audience follows the settings and where the session lives (a DM's sender)."""
-        self.audience = audience_of(self.session_id, self.settings, self.state.place)
-        self.allowed_tools = allowed_tools(self.audience, self.settings)
+    # -- what it is and knows --------------------------------------------------------------------
+    @property
+    def session_id(self) -> str: ...
+    @property
+    def state(self) -> SessionState: ...
+    @property
+    def settings(self) -> Settings: ...
+    @property
+    def audience(self) -> Audience: ...
+    @property
+    def allowed_tools(self) -> tuple[str, ...] | None: ...
+    @property
+    def has_memory(self) -> bool: ...
+    @property
+    def prompts(self) -> PromptBuilder: ...
+    @property
+    def timers(self) -> Timers: ...
+    @property
+    def snapshot_seq(self) -> int: ...
+    def now(self) -> float: ...
+    def tools(self) -> list[ToolSchema]: ...
+    def tool_context(self, turn: int | None) -> ToolContext: ...
+    def budget(self) -> Budget: ...
+    def idle(self) -> bool: ...
 
-    def _tool_context(self, turn: int | None) -> ToolContext:
-        place = self.state.place
-        return ToolContext(
-            self.session_id,
-            self.audience,
-            turn,
-            scope=memory_scope_of(self.session_id, place),
-            recall_scope=recall_scope(self.session_id, self.audience, self.settings, place),
-            recall=self.settings.audience(self.audience).memory_scope != "none",
-        )
+    # -- effects ---------------------------------------------------------------------------------
+    def emit(self, effect: Effect) -> None: ...
+    def persist(self, *events: SessionEvent) -> None: ...
+    def record(self, step: Step) -> None: ...
+    def publish(self, *outputs: out.Output) -> None: ...
+    def answer(self, reply: Reply[Any], value: object) -> None: ...
+    def new_op(self) -> int: ...
+    def snapshot(self, *, wait: bool = False) -> None: ...
+    def resolve_waiters(self, message_id: str) -> None: ...
 
-    def _budget(self) -> Budget:
-        assert self.prompts is not None
-        return budget_of(self.settings, self.prompts.calibration.ratio)
+    # -- the context ladder (the session keeps what was tried) -----------------------------------
+    def before_call(self, prompt: Prompt) -> Send | Compact: ...
+    def observe_usage(self, estimate: int, completion: Completion) -> None: ...
+    def on_overflow(self, error: str) -> Compact | Trim | Fail: ...
+    def after_compaction(
+        self, *, forced: bool, summary_failed: bool, freed_nothing: bool
+    ) -> Trim | Proceed: ...
+    def record_trim(self, trim: TrimResult, reason: str) -> None: ...
+    def take_continuity(self) -> float | None: ...
+    def settle(self, request: ApprovalRequest, decision: Decision, by: str) -> None: ...
 
-    def _tools(self) -> list[ToolSchema]:
-        return self.deps.tools.schemas(self.allowed_tools)
-
-    def _idle(self) -> bool:
-        return (
-            self.phases.phase is Phase.READY
-            and self.run is None
-            and not self.state.inbox
-            and len(self.subscribers) == 0
-        )
-
-    def _arm_idle(self) -> None:
-        self.clock.arm(self._idle(), self.settings.session.idle_timeout_s)
-
-    # -- steps one part takes in another ------------------------------------------------------
-
-    def _call_provider(self) -> None:
-        raise NotImplementedError  # the turn: _turn_flow
-
-    def _overflow_trim(self) -> None:
-        raise NotImplementedError  # the turn: _turn_flow
-
-    def _start_next_turn(self) -> None:
-        raise NotImplementedError  # the turn: _turn_flow
-
-    def _compact_if_due(self, *, resume_turn: bool) -> bool:
-        raise NotImplementedError  # compaction: _compaction_flow
-
-    def _begin_compaction(
-        self, decision: Compact, *, resume_turn: bool, reply: Reply[str] | None = None
-    ) -> None:
-        raise NotImplementedError  # compaction: _compaction_flow
-
-    def _abandon_compaction(self) -> None:
-        raise NotImplementedError  # compaction: _compaction_flow
-
-    def _gate_round(self, assistant: ChatMessage) -> bool:
-        raise NotImplementedError  # approvals: _approval_flow
-
-    def _await_decisions(self) -> None:
-        raise NotImplementedError  # approvals: _approval_flow
-
-    def _close_open_approvals(self) -> None:
-        raise NotImplementedError  # approvals: _approval_flow
+    # -- changes of activity ---------------------------------------------------------------------
+    def enter(self, activity: Activity) -> None: ...
+    def begin_compaction(
+        self, decision: Compact, *, resume: Suspended | None = None, reply: Reply[str] | None = None
+    ) -> Activity: ...
+    def compact_if_due(self, resume: Suspended | None) -> Activity | None: ...
+    def begin_passivation(self, grace_s: float) -> Activity: ...
+    def turn_ended(self, *, go_on: bool) -> Activity: ...
+    def back_to_idle(self, *, go_on: bool) -> Activity: ...
+    def start_next_turn(self) -> Activity: ...
+    def reset_context(self, by: str) -> Activity: ...

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Any, Protocol
 
 import pykka
 
@@ -15,10 +15,9 @@ from netclaw.runtime import IoLoop
 from netclaw.sessions._phases import Phase
 from netclaw.tools import ToolRegistry
 
-if TYPE_CHECKING:
-    from netclaw.sessions._actor import SessionActor  # noqa: F401 - named in SessionRef
-
-SessionRef = pykka.ActorRef["SessionActor"]
+# Actors are only told things (never proxied), so the ref's actor type does not matter here;
+# naming SessionActor would make this module and the actor's import each other.
+SessionRef = pykka.ActorRef[Any]
 
 
 class ManagerPort(Protocol):

@@ -1,6 +1,6 @@
-"""Memory at passivation: before a session goes to sleep, the durable observations of
-the turns since its last extraction are saved (plan, pure → run on the loop,
-time-boxed → recorded by the actor).
+"""Memory at passivation, planned (pure): before a session goes to sleep, the durable
+observations of the turns since its last extraction are saved (plan, here → run on the
+loop, time-boxed, :func:`._loop_ops.run_extraction` → recorded by the session).
 
 One LLM call on the compaction model (the same prompt as compaction's memory flush),
 bounded by the passivation grace period plus a small margin. Skipped for public
@@ -11,14 +11,10 @@ so a message that aborts the passivation leaves nothing half-written.
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 
 from netclaw.config import ModelConfig
-from netclaw.history import flush_request, parse_flush
 from netclaw.messages import ChatMessage
-from netclaw.providers import Provider, ProviderRequest
-from netclaw.runtime import Cancellable
 from netclaw.sessions._state import SessionState
 
 EXTRACTION_MARGIN_S = 2.0
@@ -64,25 +60,3 @@ def _since_turn(transcript: tuple[ChatMessage, ...], turn: int) -> tuple[ChatMes
             if seen > turn:
                 return transcript[index:]
     return ()
-
-
-async def run_extraction(plan: ExtractionPlan, provider: Provider) -> list[tuple[str, str]]:
-    """``(text, kind)`` observations; TimeoutError past the plan's budget."""
-    request = ProviderRequest(
-        model=plan.model.model,
-        messages=flush_request(plan.messages),
-        tools=(),
-        max_output_tokens=plan.model.max_output_tokens,
-    )
-    async with asyncio.timeout(plan.budget_s):
-        completion = await provider.complete(request)
-    return parse_flush(completion.text)
-
-
-@dataclass(slots=True)
-class Extraction:
-    """An extraction in flight on the actor."""
-
-    op_id: int
-    plan: ExtractionPlan
-    future: Cancellable

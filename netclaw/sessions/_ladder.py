@@ -14,8 +14,9 @@ Decisions:
   compaction threshold → :class:`Compact`, once per history state (a compaction that
   could not shrink enough is not retried in a loop); else :class:`Send` (with the
   budget trim the prompt builder computed, if any).
-- :func:`after_call` — the provider counted our prompt past the threshold →
-  :class:`Compact` before the next call or turn.
+- :func:`observe` — what the provider counted of our prompt; then
+  :func:`compaction_due` — it counted past the threshold → :class:`Compact` before the
+  next call (after a tool round) or the next turn.
 - :func:`on_overflow` — the provider refused the prompt: compact once per turn, then
   trim to ~2/3, at most :data:`MAX_OVERFLOW_PASSES` passes, then :class:`Fail`.
 - :func:`after_compaction` — a forced compaction that freed nothing goes straight to
@@ -118,13 +119,11 @@ def before_call(
     return Send(trim), ladder
 
 
-def after_call(
-    ladder: Ladder, *, reported_input_tokens: int | None, turns: int, budget: Budget
-) -> tuple[Compact | Proceed, Ladder]:
-    """After a call that answered: did the provider count our prompt past the threshold?"""
-    if reported_input_tokens is not None:
-        ladder = replace(ladder, last_input_tokens=reported_input_tokens)
-    return compaction_due(ladder, turns=turns, budget=budget), ladder
+def observe(ladder: Ladder, *, reported_input_tokens: int | None) -> Ladder:
+    """After a call that answered: remember the provider's count of our prompt."""
+    if reported_input_tokens is None:
+        return ladder
+    return replace(ladder, last_input_tokens=reported_input_tokens)
 
 
 def compaction_due(ladder: Ladder, *, turns: int, budget: Budget) -> Compact | Proceed:

@@ -1,83 +1,92 @@
-"""Work a session actor hands to the I/O loop, and how its outcome comes back.
+"""Work a session hands to the I/O loop, and how its outcome comes back.
 
-Each ``start_*`` submits one operation and returns at once; its result (or failure)
-is told to the actor as a message carrying the ``op_id`` (``ProviderDone``,
-``ToolsDone``, ``CompactionDone``, ``OpFailed``). A provider call relays its streamed
-deltas back coalesced, with relevant memories recalled into its prompt first. The
-coroutines run on the loop and talk to the actor only by ``tell``."""
+Each function here carries out one effect (:mod:`._effects`) that starts work: it
+submits one operation and returns at once; the outcome (or failure) is told to the
+actor as a command carrying the ``op_id`` (``ProviderDone``, ``ToolsDone``,
+``CompactionDone``, ``ExtractionDone``, ``MemoriesSaved``, ``OpFailed``). A model call
+relays its streamed deltas back coalesced, with relevant memories recalled into its
+prompt first. The coroutines run on the loop and talk to the actor only by ``tell``.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Awaitable, Mapping, Sequence
+from dataclasses import replace
+from typing import TypeVar
 
 import pykka
 
-from netclaw.messages import ToolCall, system
-from netclaw.persistence import MemoryStore, format_recall
-from netclaw.providers import Delta, Provider, ProviderRequest
+from netclaw.errors import NetclawError
+from netclaw.history import flush_request, parse_flush
+from netclaw.history.compaction import bound_summary, missing_sections, summary_request
+from netclaw.llm import Delta, Provider, ProviderRequest
+from netclaw.messages import ChatMessage, ToolCall, system
+from netclaw.persistence import MemoryStore, NewMemory, format_recall
 from netclaw.runtime import Cancellable, IoLoop, Tellable
 from netclaw.sessions._commands import (
     CompactionDone,
     ExtractionDone,
+    MemoriesSaved,
     OpFailed,
     ProviderDeltas,
     ProviderDone,
     ToolsDone,
 )
-from netclaw.sessions._compaction import CompactionPlan, run_compaction
-from netclaw.sessions._extraction import ExtractionPlan, run_extraction
+from netclaw.sessions._compaction import CompactionOutcome, CompactionPlan
+from netclaw.sessions._effects import (
+    CallModel,
+    RecallQuery,
+    RunCompaction,
+    RunExtraction,
+    RunTools,
+    SaveMemories,
+)
+from netclaw.sessions._extraction import ExtractionPlan
 from netclaw.tools import ToolContext, ToolRegistry, ToolResult
 
 log = logging.getLogger(__name__)
 
 RECALL_TIMEOUT_S = 0.5
+T = TypeVar("T")
 
 
-@dataclass(frozen=True, slots=True)
-class Recall:
+async def recall_into(memory: MemoryStore, query: RecallQuery, request: ProviderRequest) -> ProviderRequest:
     """Relevant memories, put in a volatile block after the system prompt (never journaled)."""
-
-    memory: MemoryStore
-    query: str
-    audience: str
-    scope: str | None = None  # only memories made there (or audience-wide ones)
-
-    async def into(self, request: ProviderRequest) -> ProviderRequest:
-        try:
-            async with asyncio.timeout(RECALL_TIMEOUT_S):  # no task of its own, unlike wait_for
-                found = await self.memory.search(self.query, audience=self.audience, scope=self.scope)
-        except Exception as exc:  # noqa: BLE001 - slow or broken recall: no recall, never a failed turn
-            log.warning("memory recall skipped: %s", exc)
-            return request
-        block = format_recall(found)
-        if block is None:
-            return request
-        messages = list(request.messages)
-        messages.insert(1, system(block, id="recall"))
-        return replace(request, messages=messages)
+    try:
+        async with asyncio.timeout(RECALL_TIMEOUT_S):  # no task of its own, unlike wait_for
+            found = await memory.search(query.query, audience=query.audience, scope=query.scope)
+    except Exception as exc:  # noqa: BLE001 - slow or broken recall: no recall, never a failed turn
+        log.warning("memory recall skipped: %s", exc)
+        return request
+    block = format_recall(found)
+    if block is None:
+        return request
+    messages = list(request.messages)
+    messages.insert(1, system(block, id="recall"))
+    return replace(request, messages=messages)
 
 
 class DeltaRelay:
-    """Runs a provider call on the loop and forwards its deltas to the actor, coalesced:
+    """Runs a model call on the loop and forwards its deltas to the actor, coalesced:
     every delta that arrives in one loop iteration travels in one ``tell``; the ones still
     waiting when the answer is complete travel with it (one message, not two)."""
 
-    __slots__ = ("_op_id", "_pending", "_recall", "_ref", "_scheduled")
+    __slots__ = ("_op_id", "_pending", "_ref", "_scheduled")
 
-    def __init__(self, ref: Tellable, op_id: int, recall: Recall | None = None) -> None:
+    def __init__(self, ref: Tellable, op_id: int) -> None:
         self._ref = ref
         self._op_id = op_id
-        self._recall = recall
         self._pending: list[Delta] = []
         self._scheduled = False
 
-    async def stream(self, provider: Provider, request: ProviderRequest) -> ProviderDone:
-        if self._recall is not None:
-            request = await self._recall.into(request)
+    async def stream(
+        self, provider: Provider, request: ProviderRequest, recall: tuple[MemoryStore, RecallQuery] | None
+    ) -> ProviderDone:
+        if recall is not None:
+            request = await recall_into(*recall, request)
         try:
             completion = await provider.complete(request, self._on_delta)
         except BaseException:
@@ -100,39 +109,24 @@ class DeltaRelay:
                 self._ref.tell(ProviderDeltas(self._op_id, batch))
 
 
-def start_provider_call(
-    io: IoLoop,
-    actor: Tellable,
-    op_id: int,
-    provider: Provider,
-    request: ProviderRequest,
-    recall: Recall | None,
+def call_model(
+    io: IoLoop, actor: Tellable, effect: CallModel, provider: Provider, memory: MemoryStore | None
 ) -> Cancellable:
-    relay = DeltaRelay(actor, op_id, recall)
+    recall = (memory, effect.recall) if memory is not None and effect.recall is not None else None
+    relay = DeltaRelay(actor, effect.op_id)
+    op_id = effect.op_id
     return io.submit_and_tell(
-        relay.stream(provider, request),
+        relay.stream(provider, effect.request, recall),
         actor,
         lambda done: done,
         lambda error: OpFailed(op_id, error),
     )
 
 
-def start_tool_batch(
-    io: IoLoop,
-    actor: Tellable,
-    op_id: int,
-    tools: ToolRegistry,
-    calls: tuple[ToolCall, ...],
-    *,
-    timeout_s: float,
-    allowed: list[str] | None,
-    context: ToolContext,
-    refusals: Mapping[str, str] | None = None,
-) -> Cancellable:
-    """Run a tool round; a call in ``refusals`` (call id → why) does not run, and its result
-    is the reason (denied, expired) so the model sees every call answered."""
+def run_tools(io: IoLoop, actor: Tellable, effect: RunTools, tools: ToolRegistry) -> Cancellable:
+    op_id = effect.op_id
     return io.submit_and_tell(
-        _round(tools, calls, timeout_s, allowed, context, refusals or {}),
+        _round(tools, effect.calls, effect.timeout_s, effect.allowed, effect.context, effect.refusals),
         actor,
         lambda results: ToolsDone(op_id, results),
         lambda error: OpFailed(op_id, error),
@@ -143,7 +137,7 @@ async def _round(
     tools: ToolRegistry,
     calls: tuple[ToolCall, ...],
     timeout_s: float,
-    allowed: list[str] | None,
+    allowed: Sequence[str] | None,
     context: ToolContext,
     refusals: Mapping[str, str],
 ) -> list[ToolResult]:
@@ -152,28 +146,131 @@ async def _round(
     return [ToolResult(c, refusals[c.id], True) if c.id in refusals else next(ran) for c in calls]
 
 
-def start_compaction(
-    io: IoLoop,
-    actor: Tellable,
-    op_id: int,
-    plan: CompactionPlan,
-    provider: Provider,
-    memory: MemoryStore | None,
+def compact(
+    io: IoLoop, actor: Tellable, effect: RunCompaction, provider: Provider, memory: MemoryStore | None
 ) -> Cancellable:
+    op_id = effect.op_id
     return io.submit_and_tell(
-        run_compaction(plan, provider, memory),
+        run_compaction(effect.plan, provider, memory),
         actor,
         lambda outcome: CompactionDone(op_id, outcome),
         lambda error: OpFailed(op_id, error),
     )
 
 
-def start_extraction(
-    io: IoLoop, actor: Tellable, op_id: int, plan: ExtractionPlan, provider: Provider
-) -> Cancellable:
+def extract(io: IoLoop, actor: Tellable, effect: RunExtraction, provider: Provider) -> Cancellable:
+    op_id = effect.op_id
     return io.submit_and_tell(
-        run_extraction(plan, provider),
+        run_extraction(effect.plan, provider),
         actor,
         lambda observations: ExtractionDone(op_id, observations),
         lambda error: OpFailed(op_id, error),
     )
+
+
+def save_memories(io: IoLoop, actor: Tellable, effect: SaveMemories, memory: MemoryStore) -> Cancellable:
+    """Store what passivation extracted; the session records ``MemoriesExtracted`` once
+    they are (whatever it is doing by then: a message may have woken it meanwhile)."""
+    op_id, plan = effect.op_id, effect.plan
+    saving = memory.add(
+        [NewMemory(text, kind) for text, kind in effect.observations],
+        session_id=plan.session_id,
+        audience=plan.audience,
+        turn=plan.through_turn,
+        scope=effect.scope,
+    )
+    return io.submit_and_tell(
+        _time_boxed(saving, plan.budget_s),
+        actor,
+        lambda saved: MemoriesSaved(op_id, plan.through_turn, len(saved)),
+        lambda error: OpFailed(op_id, error),
+    )
+
+
+async def _time_boxed(work: Awaitable[T], seconds: float) -> T:
+    async with asyncio.timeout(seconds):
+        return await work
+
+
+# -- compaction's LLM tiers and memory extraction, on the loop ------------------------------
+
+
+async def run_compaction(
+    plan: CompactionPlan, provider: Provider, memory: MemoryStore | None
+) -> CompactionOutcome:
+    saved, flushed = 0, False
+    try:
+        async with asyncio.timeout(plan.budget_s):
+            if plan.audience != "public":  # public sessions neither read nor plant memories
+                try:
+                    saved = await _flush(plan, provider, memory)
+                    flushed = True
+                except NetclawError as exc:
+                    # Nothing lossy may happen before the flush: without it, no summary either.
+                    return CompactionOutcome(
+                        None, saved, False, f"memory flush failed ({exc}); summary skipped"
+                    )
+            try:
+                return await _summarise(plan, provider, saved, flushed)
+            except NetclawError as exc:
+                return CompactionOutcome(
+                    None, saved, flushed, f"summary failed ({exc}); history kept as it was"
+                )
+    except TimeoutError:
+        return CompactionOutcome(
+            None, saved, flushed, f"compaction took longer than {plan.budget_s:g}s and was abandoned"
+        )
+
+
+async def _flush(plan: CompactionPlan, provider: Provider, memory: MemoryStore | None) -> int:
+    completion = await provider.complete(_request(plan, flush_request(plan.to_summarise)))
+    items = parse_flush(completion.text)
+    if memory is None or not items:
+        return 0
+    stored = await memory.add(
+        [NewMemory(text, kind) for text, kind in items],
+        session_id=plan.session_id,
+        audience=plan.audience,
+        turn=plan.turn,
+        scope=plan.scope,
+    )
+    return len(stored)
+
+
+async def _summarise(
+    plan: CompactionPlan, provider: Provider, saved: int, flushed: bool
+) -> CompactionOutcome:
+    missing: Sequence[str] = ()
+    for _attempt in range(2):  # the quality guard: one retry naming what was missing
+        messages = summary_request(plan.to_summarise, plan.prior_summary, plan.max_chars, missing)
+        completion = await provider.complete(_request(plan, messages))
+        text = completion.text.strip()
+        missing = missing_sections(text)
+        if not missing:
+            return CompactionOutcome(bound_summary(text, plan.max_chars), saved, flushed)
+        log.warning("%s: summary lacks sections %s", plan.session_id, list(missing))
+    return CompactionOutcome(
+        None,
+        saved,
+        flushed,
+        f"summary cancelled: still missing {', '.join(missing)} after a retry; history kept as it was",
+    )
+
+
+def _request(plan: CompactionPlan, messages: list[ChatMessage]) -> ProviderRequest:
+    return ProviderRequest(
+        model=plan.model.model, messages=messages, tools=(), max_output_tokens=plan.model.max_output_tokens
+    )
+
+
+async def run_extraction(plan: ExtractionPlan, provider: Provider) -> list[tuple[str, str]]:
+    """``(text, kind)`` observations; TimeoutError past the plan's budget."""
+    request = ProviderRequest(
+        model=plan.model.model,
+        messages=flush_request(plan.messages),
+        tools=(),
+        max_output_tokens=plan.model.max_output_tokens,
+    )
+    async with asyncio.timeout(plan.budget_s):
+        completion = await provider.complete(request)
+    return parse_flush(completion.text)

@@ -18,14 +18,15 @@ from netclaw.history import (
     SweepResult,
     TokenCounter,
     TrimResult,
+    make_breadcrumb,
     sweep_orphans,
     trim_fraction_target,
     trim_to_budget,
 )
-from netclaw.messages import ChatMessage
-from netclaw.providers import ToolSchema
+from netclaw.history.compaction import apply_clearing, summary_message
+from netclaw.llm import ToolSchema
+from netclaw.messages import ChatMessage, system
 from netclaw.sessions._state import SessionState
-from netclaw.sessions._turn import build_context
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,25 @@ class Prompt:
     messages: tuple[ChatMessage, ...]
     estimate: int  # our token estimate of messages + tool schemas
     trim: TrimResult | None  # a trim that must be recorded before this prompt is sent
+
+
+def build_context(state: SessionState, system_prompt: str) -> list[ChatMessage]:
+    """The model-visible projection as recorded: the system prompt, the compaction
+    summary, a breadcrumb where turns were trimmed, then the kept transcript with
+    cleared tool results shown as placeholders."""
+    head = [system(system_prompt)]
+    visible = state.visible
+    if state.summary is not None:
+        head.append(
+            summary_message(
+                state.summary, id=f"summary:{state.compactions}", ts=visible[0].ts if visible else 0.0
+            )
+        )
+    if state.trimmed and visible:
+        head.append(make_breadcrumb(visible[0]))
+    if state.cleared:
+        return [*head, *apply_clearing(visible, state.cleared)]
+    return [*head, *visible]
 
 
 def tool_dicts(tools: Sequence[ToolSchema]) -> list[dict[str, Any]]:

@@ -1,6 +1,6 @@
 """The actor's write path: append events, wait for the durable ack, then the new state.
 
-Persist is the one blocking call an actor makes (ARCHITECTURE.md §1): the journal's
+Persist is the one blocking call an actor makes: the journal's
 group commit keeps the wait short. If the wait runs out, the write may still land —
 the outcome is unknown, so the caller is told exactly that (:class:`OutcomeUnknown`)
 and the actor, whose state can no longer be trusted, is replaced by one recovered
@@ -15,6 +15,7 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import time
+from collections.abc import Sequence
 
 from netclaw.errors import JournalError, OutcomeUnknown
 from netclaw.persistence import Journal, NewEvent, SessionRow
@@ -37,13 +38,12 @@ class Recorder:
         self.snapshot_rows = 0  # transcript messages the snapshot store holds (sent, at least)
         self._resend = False  # a snapshot failed: the next one sends every row again
 
-    def persist(self, state: SessionState, *events: SessionEvent) -> SessionState:
-        """Append durably; returns the state with ``events`` applied. Raises (and applies
-        nothing) if the write failed (JournalError) or its outcome is unknown."""
+    def write(self, new: SessionState, events: Sequence[SessionEvent]) -> None:
+        """Append ``events`` durably; ``new`` is the state with them applied (the session
+        applies them itself). Raises if the write failed (JournalError) or its outcome is
+        unknown (OutcomeUnknown)."""
         now = time.time()
-        new = state
-        for event in events:
-            new = new.apply(event, new.seq + 1, now)
+        base = new.seq - len(events)
         row = SessionRow(
             id=new.session_id,
             channel=new.channel,
@@ -54,24 +54,25 @@ class Recorder:
             undelivered=len(new.undelivered),
         )
         encoded = [NewEvent(*encode(e)) for e in events]
-        future = self._journal.append_threadsafe(state.session_id, state.seq, encoded, row)
+        future = self._journal.append_threadsafe(new.session_id, base, encoded, row)
         flush_batch()  # while the disk works: what this message handed the loop goes out now
         timeout = PERSIST_TIMEOUT_S  # read at each call, so tests can shorten it
         try:
             future.result(timeout)
         except concurrent.futures.TimeoutError as exc:
             raise OutcomeUnknown(
-                f"the journal did not confirm a write for {state.session_id} within {timeout:g}s; "
+                f"the journal did not confirm a write for {new.session_id} within {timeout:g}s; "
                 "it may still land"
             ) from exc
         except JournalError:
             raise
         except Exception as exc:  # anything else from the write path is a journal failure
-            raise JournalError(f"journal write for {state.session_id} failed: {exc}") from exc
-        return new
+            raise JournalError(f"journal write for {new.session_id} failed: {exc}") from exc
 
-    def snapshot_due(self, state: SessionState, interval: int) -> bool:
-        return state.seq - self.snapshot_seq >= interval
+    def recovered(self, seq: int, rows: int) -> None:
+        """Recovery found the latest snapshot at ``seq`` holding ``rows`` transcript rows."""
+        self.snapshot_seq = seq
+        self.snapshot_rows = rows
 
     def snapshot(self, state: SessionState, *, wait: bool) -> None:
         """Save ``state``; in the background unless ``wait`` (passivation)."""

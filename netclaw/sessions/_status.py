@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from netclaw.config import Settings
-from netclaw.providers import ToolSchema
+from netclaw.llm import ToolSchema
 from netclaw.sessions._phases import Phase
 from netclaw.sessions._prompt import PromptBuilder
 from netclaw.sessions._state import SessionState

@@ -21,8 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from netclaw import outputs as out
-from netclaw.runtime import Reply, call_soon
-from netclaw.sessions._state import SessionState, TurnOutcome
+from netclaw.runtime import call_soon
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +64,8 @@ class SubscriberSet:
     def __contains__(self, sub_id: object) -> bool:
         return sub_id in self._subs
 
-    def publish(self, output: out.Output) -> None:
+    def publish(self, output: out.Output) -> list[str]:
+        """Offer ``output`` to whoever wants it; returns the subscribers found gone (removed)."""
         gone = [
             sub.id
             for sub in self._subs.values()
@@ -74,6 +74,7 @@ class SubscriberSet:
         for sub_id in gone:
             log.info("subscriber %s disconnected; removed", sub_id)
             self._subs.pop(sub_id, None)
+        return gone
 
     def close_all(self) -> None:
         """The actor stops: end every stream, so clients reconnect to its successor."""
@@ -81,40 +82,13 @@ class SubscriberSet:
             sub.sink.close()
         self._subs.clear()
 
-    def send_to(self, sub_id: str, output: out.Output) -> None:
+    def send_to(self, sub_id: str, output: out.Output) -> bool:
+        """Offer ``output`` to one subscriber; False when it is found gone (removed)."""
         sub = self._subs.get(sub_id)
         if sub is not None and not sub.sink.offer(output):
             self._subs.pop(sub_id, None)
-
-
-class Waiters:
-    """Callers waiting for a turn's outcome (``?wait=1``), by the user message that
-    started it. Lives with the actor; every reply is answered exactly once."""
-
-    __slots__ = ("_replies",)
-
-    def __init__(self) -> None:
-        self._replies: dict[str, list[Reply[TurnOutcome]]] = {}
-
-    def add(self, state: SessionState, message_id: str, reply: Reply[TurnOutcome]) -> None:
-        """Answer at once if the turn is already recorded, else when it is."""
-        outcome = state.outcomes.get(message_id)
-        if outcome is not None:
-            reply.resolve(outcome)
-        else:
-            self._replies.setdefault(message_id, []).append(reply)
-
-    def resolve(self, state: SessionState, message_id: str) -> None:
-        outcome = state.outcomes.get(message_id)
-        for reply in self._replies.pop(message_id, []):
-            if outcome is not None:
-                reply.resolve(outcome)
-
-    def fail_all(self, error: Exception) -> None:
-        for replies in self._replies.values():
-            for reply in replies:
-                reply.fail(error)
-        self._replies.clear()
+            return False
+        return True
 
 
 class OutputQueue:

@@ -1,7 +1,6 @@
-"""The agent turn, as pure pieces: what the actor is waiting for, the context the
-model sees, and — for each step of a turn — the events it records and the outputs
-it publishes. The actor persists and publishes what these return; nothing here does
-I/O or touches an actor."""
+"""The agent turn, as pure pieces: its progress, and — for each step of a turn — the
+events it records and the outputs it publishes. The turn activity (:mod:`._turning`)
+persists and publishes what these return; nothing here does I/O."""
 
 from __future__ import annotations
 
@@ -11,14 +10,12 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
 
 from netclaw import outputs as out
-from netclaw.history import INTERRUPTED_TEXT, TrimResult, make_breadcrumb
-from netclaw.history.compaction import apply_clearing, summary_message
+from netclaw.history import INTERRUPTED_TEXT, TrimResult
+from netclaw.llm import Completion, Delta
 from netclaw.messages import ChatMessage, ToolCall, new_id, system, unmarked
-from netclaw.providers import Completion, Delta
-from netclaw.runtime import Cancellable
+from netclaw.sessions._commands import SendUserMessage
 from netclaw.sessions._events import (
     HistoryTrimmed,
     InputAdmitted,
@@ -30,10 +27,7 @@ from netclaw.sessions._events import (
     TurnStatus,
 )
 from netclaw.sessions._state import SessionState
-from netclaw.tools import ToolResult
-
-if TYPE_CHECKING:
-    from netclaw.sessions._commands import SendUserMessage  # which imports this module
+from netclaw.toolspec import ToolResult
 
 TITLE_MAX = 60
 
@@ -47,7 +41,6 @@ class TurnRun:
     iteration: int  # tool iterations done
     op_id: int = 0  # the one async result we accept; anything else is stale
     pending_calls: ChatMessage | None = None  # assistant message whose tools are running
-    future: Cancellable | None = None  # the loop future of the op in flight (to cancel it)
     estimate: int = 0  # our token estimate of the prompt in flight
     started: float = 0.0  # time.monotonic() when the turn began (metrics)
     input_tokens: int = 0  # what the provider reported over the turn's calls (log, usage, guard)
@@ -69,25 +62,6 @@ class Step:
 
     events: tuple[SessionEvent, ...]
     outputs: tuple[out.Output, ...]
-
-
-def build_context(state: SessionState, system_prompt: str) -> list[ChatMessage]:
-    """The model-visible projection as recorded: the system prompt, the compaction
-    summary, a breadcrumb where turns were trimmed, then the kept transcript with
-    cleared tool results shown as placeholders."""
-    head = [system(system_prompt)]
-    visible = state.visible
-    if state.summary is not None:
-        head.append(
-            summary_message(
-                state.summary, id=f"summary:{state.compactions}", ts=visible[0].ts if visible else 0.0
-            )
-        )
-    if state.trimmed and visible:
-        head.append(make_breadcrumb(visible[0]))
-    if state.cleared:
-        return [*head, *apply_clearing(visible, state.cleared)]
-    return [*head, *visible]
 
 
 # -- messages a turn records ----------------------------------------------------------------------

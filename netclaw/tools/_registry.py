@@ -5,70 +5,34 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from collections.abc import Iterable, Sequence
 
 from netclaw.errors import ToolError
-from netclaw.messages import Attachment, ToolCall
+from netclaw.llm import ToolSchema
+from netclaw.messages import ToolCall
 from netclaw.policy import tool_matches
-from netclaw.providers import ToolSchema
+from netclaw.toolspec import (
+    DEFAULT_CONTEXT,
+    Tool,
+    ToolContext,
+    ToolHandler,
+    ToolReply,
+    ToolResult,
+    ToolSource,
+)
+
+__all__ = [
+    "DEFAULT_CONTEXT",
+    "Tool",
+    "ToolContext",
+    "ToolHandler",
+    "ToolRegistry",
+    "ToolReply",
+    "ToolResult",
+    "ToolSource",
+]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class ToolContext:
-    """Who is calling: tools that keep state (memory) scope it by session and audience."""
-
-    session_id: str
-    audience: str  # personal / team / public
-    turn: int | None = None  # the turn that called (provenance of what the tool saves)
-    scope: str | None = None  # where memories made here belong (a channel, a DM, a route)
-    recall_scope: str | None = None  # what memory search keeps to (None: the whole audience)
-    recall: bool = True  # memory search is on (audiences.*.memory_scope is not "none")
-
-
-# Used when the caller passes no context (callers that predate it).
-DEFAULT_CONTEXT = ToolContext("", "personal")
-
-
-@dataclass(frozen=True, slots=True)
-class ToolReply:
-    """What a tool returns when it has more than text: files to show in the conversation
-    (a ``file`` output each, uploaded by chat channels)."""
-
-    content: str
-    files: tuple[Attachment, ...] = ()
-
-
-ToolHandler = Callable[[Mapping[str, Any], ToolContext], Awaitable[str | ToolReply]]
-
-
-@dataclass(frozen=True, slots=True)
-class Tool:
-    name: str
-    description: str
-    parameters: Mapping[str, Any]  # JSON schema of the arguments object
-    handler: ToolHandler
-
-    @property
-    def schema(self) -> ToolSchema:
-        return ToolSchema(self.name, self.description, self.parameters)
-
-
-@dataclass(frozen=True, slots=True)
-class ToolResult:
-    call: ToolCall
-    content: str
-    is_error: bool = False
-    files: tuple[Attachment, ...] = ()  # shared with the conversation
-
-
-class ToolSource(Protocol):
-    """Tools that come and go while the daemon runs (an MCP server's)."""
-
-    def tools(self) -> Iterable[Tool]: ...
 
 
 class ToolRegistry:

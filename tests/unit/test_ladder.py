@@ -98,13 +98,13 @@ def test_paused_summary_still_compacts_but_without_the_llm_tiers() -> None:
 
 
 def test_after_a_call_the_providers_count_decides() -> None:
-    decision, after = ladder.after_call(Ladder(), reported_input_tokens=760, turns=1, budget=BUDGET)
-    assert isinstance(decision, Compact)
+    after = ladder.observe(Ladder(), reported_input_tokens=760)
+    assert isinstance(ladder.compaction_due(after, turns=1, budget=BUDGET), Compact)
     assert after.last_input_tokens == 760
-    decision, after = ladder.after_call(after, reported_input_tokens=None, turns=1, budget=BUDGET)
-    assert isinstance(decision, Compact)  # no new count: the last one stands
-    decision, _ = ladder.after_call(Ladder(), reported_input_tokens=100, turns=1, budget=BUDGET)
-    assert decision == Proceed()
+    after = ladder.observe(after, reported_input_tokens=None)
+    assert isinstance(ladder.compaction_due(after, turns=1, budget=BUDGET), Compact)  # the last one stands
+    after = ladder.observe(Ladder(), reported_input_tokens=100)
+    assert ladder.compaction_due(after, turns=1, budget=BUDGET) == Proceed()
 
 
 def test_nothing_known_means_nothing_due() -> None:

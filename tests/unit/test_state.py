@@ -600,7 +600,7 @@ def test_re_recorded_identity_counts_as_newest_for_eviction(monkeypatch: pytest.
 
 def test_a_reset_empties_the_projection_and_keeps_the_transcript() -> None:
     from netclaw.sessions._events import SessionReset
-    from netclaw.sessions._turn import build_context
+    from netclaw.sessions._prompt import build_context
 
     state = SessionState("cli:r")
     user = ChatMessage(id="u1", role="user", content="hi", ts=1.0, identity="i1")

@@ -1,45 +1,50 @@
-"""A session's timers: the turn timeout, the idle timeout and the passivation grace.
+"""A session's timers, as bookkeeping (pure): the turn timeout, the approval expiry, the
+idle timeout and the passivation grace. Each start or stop is an effect; the actor's
+shell owns the real timers on the I/O loop.
 
 Idle and passivation timing goes by generation: every arm, abort or step of
 passivation starts a new *epoch*; the ticks a timer delivers (``IdleTick``,
 ``GraceElapsed``) and the manager's ``ConfirmStop`` carry the epoch they belong to,
-so one from an older generation is recognised and ignored — a message that
-arrived meanwhile has already moved the session on. The turn timer carries its
-turn number for the same reason.
-
-The clock schedules its ticks on the I/O loop (:class:`~netclaw.runtime.Timer`) and
-tells them to the actor; deciding what a tick means stays with the actor.
+so one from an older generation is recognised and ignored — a message that arrived
+meanwhile has already moved the session on. The turn timer carries its turn number
+for the same reason.
 """
 
 from __future__ import annotations
 
-from netclaw.runtime import IoLoop, Tellable, Timer
+from collections.abc import Callable
+
 from netclaw.sessions._commands import ApprovalsDue, GraceElapsed, IdleTick, TurnTimeout
+from netclaw.sessions._effects import Effect, StartTimer, StopTimer, TimerKind
 
 
-class SessionClock:
-    __slots__ = ("_approvals", "_idle", "_io", "_ref", "_turn", "epoch")
+class Timers:
+    __slots__ = ("_armed", "_emit", "epoch")
 
-    def __init__(self, io: IoLoop, ref: Tellable) -> None:
-        self._io = io
-        self._ref = ref
-        self._idle: Timer | None = None
-        self._turn: Timer | None = None
-        self._approvals: Timer | None = None
+    def __init__(self, emit: Callable[[Effect], None]) -> None:
+        self._emit = emit
+        self._armed: set[TimerKind] = set()
         self.epoch = 0
+
+    def _start(self, kind: TimerKind, delay_s: float, message: object) -> None:
+        self._armed.add(kind)
+        self._emit(StartTimer(kind, delay_s, message))
+
+    def _stop(self, kind: TimerKind) -> None:
+        if kind in self._armed:
+            self._armed.discard(kind)
+            self._emit(StopTimer(kind))
 
     # -- the turn -----------------------------------------------------------------------------
 
     def start_turn(self, turn: int, timeout_s: float) -> None:
         """A turn begins: no idle tick meanwhile, and a ``TurnTimeout`` if it runs too long."""
-        self._cancel_idle()
+        self._stop(TimerKind.IDLE)
         self.end_turn()
-        self._turn = Timer(self._io, timeout_s, self._ref, TurnTimeout(turn))
+        self._start(TimerKind.TURN, timeout_s, TurnTimeout(turn))
 
     def end_turn(self) -> None:
-        if self._turn is not None:
-            self._turn.cancel()
-            self._turn = None
+        self._stop(TimerKind.TURN)
         self.end_approvals()
 
     # -- approvals ----------------------------------------------------------------------------
@@ -48,12 +53,10 @@ class SessionClock:
         """The turn waits for people: its own timeout is off (a person has
         ``approval_timeout_s``), and ``ApprovalsDue`` comes when the earliest request expires."""
         self.end_turn()
-        self._approvals = Timer(self._io, max(due_in_s, 0.0), self._ref, ApprovalsDue(turn))
+        self._start(TimerKind.APPROVALS, max(due_in_s, 0.0), ApprovalsDue(turn))
 
     def end_approvals(self) -> None:
-        if self._approvals is not None:
-            self._approvals.cancel()
-            self._approvals = None
+        self._stop(TimerKind.APPROVALS)
 
     # -- idle and passivation -----------------------------------------------------------------
 
@@ -62,32 +65,22 @@ class SessionClock:
 
     def arm(self, idle: bool, timeout_s: float) -> None:
         """Start a new generation; when ``idle``, tick after ``timeout_s``."""
-        self._cancel_idle()
+        self._stop(TimerKind.IDLE)
         self.epoch += 1
         if idle:
-            self._idle = Timer(self._io, timeout_s, self._ref, IdleTick(self.epoch))
+            self._start(TimerKind.IDLE, timeout_s, IdleTick(self.epoch))
 
     def begin_grace(self, grace_s: float) -> bool:
         """Passivation begins: a new generation whose grace period ends with a tick.
         Returns False when there is no grace period (finish at once)."""
-        self._cancel_idle()
+        self._stop(TimerKind.IDLE)
         self.epoch += 1
         if grace_s <= 0:
             return False
-        self._idle = Timer(self._io, grace_s, self._ref, GraceElapsed(self.epoch))
+        self._start(TimerKind.IDLE, grace_s, GraceElapsed(self.epoch))
         return True
 
     def abort(self) -> None:
         """Passivation was aborted: whatever it scheduled or was told is stale now."""
-        self._cancel_idle()
+        self._stop(TimerKind.IDLE)
         self.epoch += 1
-
-    def cancel(self) -> None:
-        """Every timer off (the actor stops or breaks)."""
-        self._cancel_idle()
-        self.end_turn()
-
-    def _cancel_idle(self) -> None:
-        if self._idle is not None:
-            self._idle.cancel()
-            self._idle = None

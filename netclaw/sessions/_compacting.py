@@ -1,0 +1,139 @@
+"""Compacting: tier 1 planned when it begins, tiers 2 and 3 (LLM calls) on the loop,
+the outcome recorded, then the suspended turn (or the next one) goes on as the context
+ladder says. Messages arriving meanwhile are admitted and queued by the session."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, replace
+
+from netclaw.runtime import Reply
+from netclaw.sessions import _ladder as ladder
+from netclaw.sessions._commands import (
+    Cancel,
+    Command,
+    CompactionDone,
+    CompactNow,
+    OpFailed,
+    Reset,
+    TurnTimeout,
+)
+from netclaw.sessions._compaction import (
+    CompactionOutcome,
+    CompactionStart,
+    compaction_output,
+    compaction_record,
+    describe_compaction,
+)
+from netclaw.sessions._core import Activity, Core, Suspended
+from netclaw.sessions._effects import CancelOp, Measure, RunCompaction
+from netclaw.sessions._phases import Phase
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class Compacting:
+    op_id: int
+    start: CompactionStart  # what tier 1 decided, and the LLM tiers' plan if they must run
+    resume: Suspended | None  # the turn that goes on afterwards (a tool loop, an overflow retry)
+    forced: bool = False  # the overflow ladder's rung 1 or /compact, not the threshold
+    reply: Reply[str] | None = None  # /compact: told what happened
+    in_flight: bool = False
+
+    @property
+    def phase(self) -> Phase:
+        return Phase.COMPACTING
+
+    def handle(self, core: Core, command: Command) -> Activity:
+        match command:
+            case CompactionDone(op_id=op_id, outcome=outcome) if op_id == self.op_id:
+                self.in_flight = False
+                return self.finish(core, outcome)
+            case OpFailed(op_id=op_id, error=error) if op_id == self.op_id:
+                self.in_flight = False
+                log.error("%s: compaction failed: %r", core.session_id, error)
+                return self.finish(core, None, note=f"compaction failed: {error}")
+            case Cancel(reply=reply, by=by):
+                if self.resume is None:  # between turns: nothing to cancel
+                    core.answer(reply, None)
+                    return self
+                self.abandon(core)
+                after = self.resume.fail(core, "cancelled", f"the turn was cancelled by {by}", "cancelled")
+                core.answer(reply, self.resume.turn)
+                return after
+            case Reset(by=by, reply=reply):
+                self.abandon(core)
+                if self.resume is not None:
+                    self.resume.fail(
+                        core, "cancelled", f"the turn was cancelled by {by}", "cancelled", go_on=False
+                    )
+                else:
+                    core.back_to_idle(go_on=False)
+                after = core.reset_context(by)
+                core.answer(reply, None)
+                return after
+            case TurnTimeout(turn=timed_out) if self.resume is not None and self.resume.turn == timed_out:
+                self.abandon(core)
+                limit = core.settings.session.turn_timeout_s
+                return self.resume.fail(
+                    core, "turn_timeout", f"the turn took longer than {limit:g}s and was stopped", "timed_out"
+                )
+            case CompactNow(reply=reply):
+                core.answer(reply, "not now: the session is compacting; try again when it is done")
+            case _:
+                pass  # results of other ops: stale
+        return self
+
+    def begin(self, core: Core) -> Activity:
+        """Entered: finish at once when tier 1 is all there is, else run the LLM tiers."""
+        start = self.start
+        if start.plan is None and not start.cleared and (not self.forced or self.reply is not None):
+            # Nothing to clear and nothing old enough to summarise: record nothing, say
+            # nothing (it would repeat after every turn), and carry on.
+            log.debug("%s: compaction due but nothing to compact (%s)", core.session_id, start.note)
+            if self.reply is not None:
+                core.answer(
+                    self.reply, f"Nothing to compact yet ({start.note or 'the conversation is short'})."
+                )
+            return self._go_on(core, summary_failed=False, freed_nothing=False)
+        if start.plan is None:
+            return self.finish(core, None)
+        self.in_flight = True
+        core.emit(RunCompaction(self.op_id, start.plan))
+        return self
+
+    def finish(self, core: Core, outcome: CompactionOutcome | None, note: str | None = None) -> Activity:
+        start = self.start if note is None else replace(self.start, note=note)
+        event = compaction_record(core.state, start, outcome, core.prompts, core.tools())
+        core.persist(event)
+        core.emit(Measure("compactions", 1, "+".join(event.tiers) or "none"))
+        if self.reply is not None:
+            core.answer(self.reply, describe_compaction(event))
+        core.snapshot()
+        summary = {k: v for k, v in event.to_payload().items() if k not in ("summary", "cleared")}
+        log.info("%s: compaction %s", core.session_id, json.dumps(summary, sort_keys=True))
+        core.publish(compaction_output(core.session_id, event))
+        return self._go_on(
+            core,
+            summary_failed=start.plan is not None and event.summary is None,
+            freed_nothing=not event.cleared and event.summary is None,
+        )
+
+    def _go_on(self, core: Core, *, summary_failed: bool, freed_nothing: bool) -> Activity:
+        decision = core.after_compaction(
+            forced=self.forced, summary_failed=summary_failed, freed_nothing=freed_nothing
+        )
+        if self.resume is not None:
+            core.enter(self.resume)
+            return self.resume.proceed(core, trim=isinstance(decision, ladder.Trim))
+        core.back_to_idle(go_on=False)
+        return core.start_next_turn()
+
+    def abandon(self, core: Core) -> None:
+        if self.in_flight:
+            core.emit(CancelOp(self.op_id))
+            self.in_flight = False
+        if self.reply is not None:
+            core.answer(self.reply, "The compaction was abandoned.")

@@ -1,0 +1,174 @@
+"""Carrying a session's effects out: the journal (the one blocking call), the
+subscribers' sinks, work on the I/O loop, timers, the manager and metrics.
+
+This is the imperative half of the actor (:mod:`._actor`): it holds what the pure
+session must not — the recorder, the sinks, the loop futures of ops in flight, the
+timer handles — and does exactly what each effect says, in order.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import assert_never
+
+from netclaw.runtime import Cancellable, Tellable, Timer
+from netclaw.sessions import _loop_ops as ops
+from netclaw.sessions._commands import (
+    CompactionDone,
+    ExtractionDone,
+    MemoriesSaved,
+    OpFailed,
+    ProviderDone,
+    ToolsDone,
+)
+from netclaw.sessions._deps import SessionDeps, SessionRef
+from netclaw.sessions._effects import (
+    Answer,
+    AskToStop,
+    Attach,
+    CallModel,
+    CancelOp,
+    ContinuityDelivered,
+    Detach,
+    Effect,
+    Measure,
+    Persist,
+    PhaseChanged,
+    Publish,
+    Refuse,
+    ReplyOwed,
+    RunCompaction,
+    RunExtraction,
+    RunTools,
+    SaveMemories,
+    SendTo,
+    Snapshot,
+    StartTimer,
+    Stop,
+    StopTimer,
+    TimerKind,
+)
+from netclaw.sessions._recorder import Recorder
+from netclaw.sessions._subscribers import SubscriberSet
+
+log = logging.getLogger(__name__)
+
+_FINAL = (ProviderDone, ToolsDone, CompactionDone, ExtractionDone, MemoriesSaved, OpFailed)
+
+
+class Effector:
+    def __init__(
+        self, session_id: str, deps: SessionDeps, ref: SessionRef, stop: Callable[[], object]
+    ) -> None:
+        self._id = session_id
+        self._deps = deps
+        self._ref: Tellable = ref
+        self._stop = stop
+        self.actor_ref = ref
+        self.recorder = Recorder(deps.io, deps.journal)
+        self.subscribers = SubscriberSet()
+        self._timers: dict[TimerKind, Timer] = {}
+        self._ops: dict[int, Cancellable] = {}
+        self._left: list[str] = []  # subscribers found gone while outputs were offered
+        self.received = 0  # routed commands received (compared with the manager's count)
+
+    def __call__(self, effect: Effect) -> None:  # noqa: C901 - one case per effect
+        deps, io = self._deps, self._deps.io
+        match effect:
+            case Persist(events=events, state=state):
+                self.recorder.write(state, events)
+            case Snapshot(state=state, wait=wait):
+                self.recorder.snapshot(state, wait=wait)
+            case Publish(outputs=outputs):
+                for output in outputs:
+                    self._left += self.subscribers.publish(output)
+            case SendTo(sub_id=sub_id, outputs=outputs):
+                if not all(self.subscribers.send_to(sub_id, output) for output in outputs):
+                    self._left.append(sub_id)
+            case Attach(subscriber=subscriber):
+                self.subscribers.add(subscriber)
+            case Detach(sub_id=sub_id):
+                self.subscribers.remove(sub_id)
+            case Answer(reply=reply, value=value):
+                reply.resolve(value)
+            case Refuse(reply=reply, error=error):
+                reply.fail(error)
+            case CallModel(op_id=op_id):
+                self._ops[op_id] = ops.call_model(io, self._ref, effect, deps.provider, deps.memory)
+            case RunTools(op_id=op_id):
+                self._ops[op_id] = ops.run_tools(io, self._ref, effect, deps.tools)
+            case RunCompaction(op_id=op_id):
+                provider = deps.compaction_provider or deps.provider
+                self._ops[op_id] = ops.compact(io, self._ref, effect, provider, deps.memory)
+            case RunExtraction(op_id=op_id):
+                provider = deps.compaction_provider or deps.provider
+                self._ops[op_id] = ops.extract(io, self._ref, effect, provider)
+            case SaveMemories(op_id=op_id):
+                assert deps.memory is not None  # extraction runs only with a memory store
+                self._ops[op_id] = ops.save_memories(io, self._ref, effect, deps.memory)
+            case CancelOp(op_id=op_id):
+                future = self._ops.pop(op_id, None)
+                if future is not None:
+                    future.cancel()
+            case StartTimer(kind=kind, delay_s=delay_s, message=message):
+                self._cancel_timer(kind)
+                self._timers[kind] = Timer(io, delay_s, self._ref, message)
+            case StopTimer(kind=kind):
+                self._cancel_timer(kind)
+            case PhaseChanged(phase=phase):
+                io.call(deps.manager.phase_changed, self._id, self.actor_ref, phase)
+            case AskToStop(epoch=epoch):
+                io.call(deps.manager.stop_requested, self._id, self.actor_ref, self.received, epoch)
+            case ReplyOwed():
+                io.call(deps.manager.reply_owed, self._id)
+            case ContinuityDelivered():
+                io.call(deps.manager.continuity_delivered, self._id, self.actor_ref)
+            case Stop():
+                self._stop()
+            case Measure():
+                self._measure(effect)
+            case _:
+                assert_never(effect)
+
+    def settled(self, command: object) -> None:
+        """An op's last word arrived: forget its future."""
+        if isinstance(command, _FINAL):
+            self._ops.pop(command.op_id, None)
+
+    def take_left(self) -> list[str]:
+        left, self._left = self._left, []
+        return left
+
+    def close(self) -> None:
+        """The actor stops or broke: timers off, work in flight cancelled, streams ended."""
+        for kind in list(self._timers):
+            self._cancel_timer(kind)
+        for future in self._ops.values():
+            future.cancel()
+        self._ops.clear()
+        self.subscribers.close_all()
+
+    def _cancel_timer(self, kind: TimerKind) -> None:
+        timer = self._timers.pop(kind, None)
+        if timer is not None:
+            timer.cancel()
+
+    def _measure(self, effect: Measure) -> None:
+        metrics = self._deps.metrics
+        if metrics is None:
+            return
+        value, label = effect.value, effect.label
+        match effect.metric:
+            case "turns":
+                metrics.turns.labels(label).inc(value)
+            case "turn_seconds":
+                metrics.turn_seconds.observe(value)
+            case "tokens":
+                metrics.tokens.labels(label).inc(value)
+            case "compactions":
+                metrics.compactions.labels(label).inc(value)
+            case "trims":
+                metrics.trims.inc(value)
+            case "approvals_pending":
+                metrics.approvals_pending.inc(value)

@@ -1,0 +1,243 @@
+"""What a session asks its actor to carry out (pure values, a closed union).
+
+:class:`~._session.Session` decides; the actor (:mod:`._actor`, :mod:`._effector`) only
+carries these out, in the order they were produced. Each names a thing to do, never how:
+the journal, the subscribers' sinks, the I/O loop and the timers are the shell's.
+
+Effects are handed to the shell as they are produced (a persist is under way before the
+session goes on to build the next prompt), and a failing :class:`Persist` ends the
+command: what the session decided after it is never carried out, and the actor is
+replaced by one recovered from the journal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Literal, get_args
+
+from netclaw import outputs as out
+from netclaw.llm import ProviderRequest
+from netclaw.messages import ToolCall
+from netclaw.runtime import Reply
+from netclaw.sessions._compaction import CompactionPlan
+from netclaw.sessions._events import SessionEvent
+from netclaw.sessions._extraction import ExtractionPlan
+from netclaw.sessions._phases import Phase
+from netclaw.sessions._state import SessionState
+from netclaw.sessions._subscribers import Subscriber
+from netclaw.toolspec import ToolContext
+
+
+class TimerKind(StrEnum):
+    TURN = "turn"  # the turn's timeout (TurnTimeout)
+    APPROVALS = "approvals"  # the earliest open approval request expires (ApprovalsDue)
+    IDLE = "idle"  # the idle timeout, then the passivation grace (IdleTick, GraceElapsed)
+
+
+# -- the journal ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Persist:
+    """Append ``events`` durably (the one blocking call); ``state`` is the state with them
+    applied (the session index row is read from it)."""
+
+    events: tuple[SessionEvent, ...]
+    state: SessionState
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Save ``state``; in the background unless ``wait`` (passivation)."""
+
+    state: SessionState
+    wait: bool = False
+
+
+# -- subscribers and callers ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Publish:
+    """Offer ``outputs`` to every subscriber whose filter wants them."""
+
+    outputs: tuple[out.Output, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SendTo:
+    """Offer ``outputs`` to one subscriber (a newcomer's greeting)."""
+
+    sub_id: str
+    outputs: tuple[out.Output, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Attach:
+    subscriber: Subscriber
+
+
+@dataclass(frozen=True, slots=True)
+class Detach:
+    sub_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    reply: Reply[Any]
+    value: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Refuse:
+    reply: Reply[Any]
+    error: Exception
+
+
+# -- work on the I/O loop (its outcome comes back as a command with the op id) ------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RecallQuery:
+    """Memories relevant to ``query``, put in front of the request's newest turn."""
+
+    query: str
+    audience: str
+    scope: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CallModel:
+    op_id: int
+    request: ProviderRequest
+    recall: RecallQuery | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RunTools:
+    """Run a tool round; a call in ``refusals`` (call id → why) does not run and gets the
+    reason as its result."""
+
+    op_id: int
+    calls: tuple[ToolCall, ...]
+    timeout_s: float
+    allowed: tuple[str, ...] | None
+    context: ToolContext
+    refusals: Mapping[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class RunCompaction:
+    op_id: int
+    plan: CompactionPlan
+
+
+@dataclass(frozen=True, slots=True)
+class RunExtraction:
+    op_id: int
+    plan: ExtractionPlan
+
+
+@dataclass(frozen=True, slots=True)
+class SaveMemories:
+    op_id: int
+    plan: ExtractionPlan
+    observations: tuple[tuple[str, str], ...]  # (text, kind)
+    scope: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class CancelOp:
+    op_id: int
+
+
+# -- timers -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StartTimer:
+    """Tell ``message`` to the session after ``delay_s`` (replacing a timer of the kind)."""
+
+    kind: TimerKind
+    delay_s: float
+    message: object
+
+
+@dataclass(frozen=True, slots=True)
+class StopTimer:
+    kind: TimerKind
+
+
+# -- the manager ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseChanged:
+    phase: Phase
+
+
+@dataclass(frozen=True, slots=True)
+class AskToStop:
+    """Passivation is done: ask the manager to stop us (it confirms with ``epoch``)."""
+
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyOwed:
+    """A chat session recorded a reply nobody has shown yet (the outbox posts it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ContinuityDelivered:
+    """The model heard that a restart interrupted it: the notice no longer applies."""
+
+
+@dataclass(frozen=True, slots=True)
+class Stop:
+    """Stop the actor (confirmed passivation, or shutdown)."""
+
+
+# -- metrics ----------------------------------------------------------------------------------
+
+MetricName = Literal["turns", "turn_seconds", "tokens", "compactions", "trims", "approvals_pending"]
+
+
+@dataclass(frozen=True, slots=True)
+class Measure:
+    """Add ``value`` to a metric (``approvals_pending`` goes down with a negative value)."""
+
+    metric: MetricName
+    value: float
+    label: str | None = None
+
+
+Effect = (
+    Persist
+    | Snapshot
+    | Publish
+    | SendTo
+    | Attach
+    | Detach
+    | Answer
+    | Refuse
+    | CallModel
+    | RunTools
+    | RunCompaction
+    | RunExtraction
+    | SaveMemories
+    | CancelOp
+    | StartTimer
+    | StopTimer
+    | PhaseChanged
+    | AskToStop
+    | ReplyOwed
+    | ContinuityDelivered
+    | Stop
+    | Measure
+)
+
+EFFECT_TYPES: tuple[type, ...] = get_args(Effect)
+assert len(set(EFFECT_TYPES)) == len(EFFECT_TYPES), "every effect type appears once"

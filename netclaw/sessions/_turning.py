@@ -1,0 +1,405 @@
+"""A turn in progress: the model call (after the context ladder's decision), tool rounds,
+calls waiting for a person's decision, the overflow ladder, and the end of the turn —
+completed, failed, timed out or cancelled.
+
+The steps themselves are pure (:mod:`._turn` records and outputs, :mod:`._ladder`
+decisions, :mod:`._approvals`); this is their order. Work on the I/O loop carries this
+turn's current op id; a result for any other op is stale and dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from netclaw.errors import ContextOverflow, ProviderError
+from netclaw.llm import Completion, ProviderRequest, ToolSchema
+from netclaw.messages import ChatMessage, ToolCall
+from netclaw.policy import channel_of, needs_approval, recall_allowed, recall_scope
+from netclaw.sessions import _ladder as ladder
+from netclaw.sessions import _turn as turn
+from netclaw.sessions._approvals import closed_outputs, gated_calls, new_requests, refusals, request_outputs
+from netclaw.sessions._commands import (
+    ApprovalsDue,
+    Cancel,
+    Command,
+    CompactNow,
+    OpFailed,
+    ProviderDeltas,
+    ProviderDone,
+    Reset,
+    ToolsDone,
+    TurnTimeout,
+)
+from netclaw.sessions._core import Activity, Core
+from netclaw.sessions._effects import CallModel, CancelOp, Measure, RecallQuery, ReplyOwed, RunTools
+from netclaw.sessions._events import ApprovalRequested, TurnStatus
+from netclaw.sessions._phases import Phase
+from netclaw.sessions._state import utc_day
+from netclaw.sessions._turn import TurnRun
+from netclaw.toolspec import ToolResult
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class Turn:
+    run: TurnRun
+    in_flight: bool = field(default=False)  # an op of run.op_id runs on the loop
+
+    @property
+    def phase(self) -> Phase:
+        return Phase.PROCESSING
+
+    @property
+    def turn(self) -> int:
+        return self.run.turn
+
+    def handle(self, core: Core, command: Command) -> Activity:
+        run = self.run
+        match command:
+            case ProviderDeltas(op_id=op_id, deltas=deltas):
+                if self._current(core, op_id):
+                    core.publish(*turn.text_deltas(core.session_id, run.turn, deltas))
+            case ProviderDone(op_id=op_id, completion=completion, deltas=deltas):
+                if self._current(core, op_id):
+                    self.in_flight = False
+                    core.publish(*turn.text_deltas(core.session_id, run.turn, deltas))
+                    return self._answered(core, completion)
+            case ToolsDone(op_id=op_id, results=results):
+                if self._current(core, op_id):
+                    self.in_flight = False
+                    return self._tools_ran(core, results)
+            case OpFailed(op_id=op_id, error=error):
+                if self._current(core, op_id):
+                    self.in_flight = False
+                    return self._call_failed(core, error)
+            case TurnTimeout(turn=timed_out) if timed_out == run.turn:
+                limit = core.settings.session.turn_timeout_s
+                return self.fail(
+                    core, "turn_timeout", f"the turn took longer than {limit:g}s and was stopped", "timed_out"
+                )
+            case ApprovalsDue(turn=due) if due == run.turn:
+                return self._approvals_due(core)
+            case Cancel(reply=reply, by=by):
+                after = self.fail(core, "cancelled", f"the turn was cancelled by {by}", "cancelled")
+                core.answer(reply, run.turn)
+                return after
+            case Reset(by=by, reply=reply):
+                self.fail(core, "cancelled", f"the turn was cancelled by {by}", "cancelled", go_on=False)
+                after = core.reset_context(by)
+                core.answer(reply, None)
+                return after
+            case CompactNow(reply=reply):
+                core.answer(reply, "not now: the session is processing; try again when it is done")
+            case _:
+                pass  # ticks and results that belong to no turn: stale
+        return self
+
+    # -- starting, and calling the model ------------------------------------------------------
+
+    def start(self, core: Core) -> Activity:
+        """Entered: call the model, or wait for the decisions a recovered round still needs."""
+        pending = core.state.pending_round
+        if pending is not None and pending.turn == self.run.turn:
+            return self._await_decisions(core)  # recovered while a tool round waited for people
+        return self._call(core)
+
+    def proceed(self, core: Core, *, trim: bool) -> Activity:
+        return self._overflow_trim(core) if trim else self._call(core)
+
+    def _call(self, core: Core) -> Activity:
+        """Build the prompt, let the ladder decide (compact first?), record a trim, send."""
+        run = self.run
+        if self._over_budget(core):
+            return self.fail(core, *self._spend_stop(core), "failed", as_notice=True)
+        tools = self._tools(core)
+        prompt = core.prompts.build(core.state, tools)
+        decision = core.before_call(prompt)
+        if isinstance(decision, ladder.Compact):
+            return core.begin_compaction(decision, resume=self)
+        if decision.trim is not None:
+            core.record_trim(decision.trim, "budget")
+        model = core.settings.models.main
+        run.estimate = prompt.estimate
+        messages: Sequence[ChatMessage] = prompt.messages
+        stopped_at = core.take_continuity()
+        if stopped_at is not None:  # transient: in this request only, never journaled
+            messages = (messages[0], turn.continuity_notice(stopped_at, core.now()), *messages[1:])
+        request = ProviderRequest(
+            model=model.model,
+            messages=messages,
+            tools=tools,
+            max_output_tokens=model.max_output_tokens,
+            vision=model.vision,
+        )
+        core.emit(CallModel(self._next_op(core), request, self._recall(core)))
+        return self
+
+    def _tools(self, core: Core) -> list[ToolSchema]:
+        # Past the iteration limit the model gets no tools, so it must answer.
+        if self.run.iteration >= core.settings.session.max_tool_iterations:
+            return []
+        return core.tools()
+
+    def _over_budget(self, core: Core) -> bool:
+        """The daily spend guard: past ``session.max_tokens_per_day`` the turn ends with a
+        notice instead of another model call."""
+        limit = core.settings.session.max_tokens_per_day
+        return limit is not None and self._spent_today(core) >= limit
+
+    def _spent_today(self, core: Core) -> int:
+        run = self.run
+        return core.state.tokens_spent_on(utc_day(core.now())) + run.input_tokens + run.output_tokens
+
+    def _spend_stop(self, core: Core) -> tuple[str, str]:
+        limit = core.settings.session.max_tokens_per_day or 0
+        return "spend_limit", turn.spend_limit_message(self._spent_today(core), limit, core.now())
+
+    def _recall(self, core: Core) -> RecallQuery | None:
+        """Memories relevant to the turn's message, for the first call of a turn only."""
+        if not core.has_memory or self.run.iteration > 0:
+            return None
+        if not recall_allowed(core.audience, core.settings) or channel_of(core.session_id) == "webhook":
+            return None  # a payload from outside never pulls memories into the context
+        message = core.state.find_message(self.run.message_id)
+        if message is None:
+            return None
+        scope = recall_scope(core.session_id, core.audience, core.settings, core.state.place)
+        return RecallQuery(message.content, core.audience, scope)
+
+    def _next_op(self, core: Core) -> int:
+        """A new op id for the turn: results of any earlier op are stale from now on."""
+        self.run.op_id = core.new_op()
+        self.in_flight = True
+        return self.run.op_id
+
+    def _current(self, core: Core, op_id: int) -> bool:
+        if self.run.op_id == op_id:
+            return True
+        log.debug("%s: dropping stale result of op %d", core.session_id, op_id)
+        return False
+
+    # -- what came back -----------------------------------------------------------------------
+
+    def _answered(self, core: Core, completion: Completion) -> Activity:
+        run, settings = self.run, core.settings
+        window = settings.models.main.context_window
+        core.publish(*turn.answer_outputs(core.session_id, run.turn, completion, window))
+        if completion.usage is not None:
+            core.observe_usage(run.estimate, completion)
+            self._count_tokens(core, completion)
+        if not completion.tool_calls or run.iteration >= settings.session.max_tool_iterations:
+            core.record(turn.completed_turn(core.session_id, core.state, run, completion))
+            return self._end(core, "completed")
+        assistant = turn.assistant_message(completion, with_tool_calls=True)
+        core.publish(*turn.tool_call_outputs(core.session_id, run.turn, assistant))
+        if self._gate_round(core, assistant):  # some call waits for a person's decision
+            return self
+        run.pending_calls = assistant
+        self._run_tools(core, assistant.tool_calls, {})
+        return self
+
+    def _count_tokens(self, core: Core, completion: Completion) -> None:
+        usage, run = completion.usage, self.run
+        assert usage is not None  # checked by the caller
+        run.input_tokens += usage.input_tokens or 0
+        run.output_tokens += usage.output_tokens or 0
+        run.cache_read_tokens += usage.cache_read_tokens or 0
+        for kind, count in (
+            ("input", usage.input_tokens),
+            ("output", usage.output_tokens),
+            ("cache_read", usage.cache_read_tokens),
+            ("cache_write", usage.cache_write_tokens),
+        ):
+            if count:
+                core.emit(Measure("tokens", count, kind))
+
+    def _tools_ran(self, core: Core, results: Sequence[ToolResult]) -> Activity:
+        run = self.run
+        core.record(turn.tool_step(core.session_id, run, results))
+        run.pending_calls = None
+        run.iteration += 1
+        return core.compact_if_due(self) or self._call(core)
+
+    def _call_failed(self, core: Core, error: BaseException) -> Activity:
+        if isinstance(error, ContextOverflow):
+            return self._overflowed(core, error)
+        if isinstance(error, ProviderError):
+            return self.fail(core, error.code, str(error), "failed")
+        log.error("%s: turn work failed: %r", core.session_id, error)
+        return self.fail(core, "internal", f"the turn failed unexpectedly: {type(error).__name__}", "failed")
+
+    def _overflowed(self, core: Core, error: ContextOverflow) -> Activity:
+        decision = core.on_overflow(str(error))
+        match decision:
+            case ladder.Fail(code=code, message=message):
+                return self.fail(core, code, message, "failed")
+            case ladder.Compact():
+                log.warning(
+                    "%s: provider reported context overflow; compacting and retrying", core.session_id
+                )
+                return core.begin_compaction(decision, resume=self)
+            case ladder.Trim():
+                return self._overflow_trim(core)
+
+    def _overflow_trim(self, core: Core) -> Activity:
+        """The trim rung: shrink to ~2/3 of the refused prompt and retry, or give up."""
+        run, prompts = self.run, core.prompts
+        window = core.settings.models.main.context_window
+        prompts.observe_usage(run.estimate, max(window, run.estimate + 1))
+        trim = prompts.shrink_after_overflow(core.state, self._tools(core), run.estimate)
+        decision = ladder.overflow_trim(trim, estimate=run.estimate, budget=core.budget())
+        if isinstance(decision, ladder.Fail):
+            return self.fail(core, decision.code, decision.message, "failed")
+        assert decision.trim is not None  # a Send from overflow_trim always carries its trim
+        log.warning("%s: provider reported context overflow; trimming and retrying", core.session_id)
+        core.record_trim(decision.trim, "overflow")
+        return self._call(core)
+
+    # -- tool rounds and the people who approve them --------------------------------------------
+
+    def _run_tools(self, core: Core, calls: tuple[ToolCall, ...], refused: Mapping[str, str]) -> None:
+        settings = core.settings
+        core.emit(
+            RunTools(
+                self._next_op(core),
+                calls,
+                timeout_s=min(settings.tools.call_timeout_s, settings.session.turn_timeout_s),
+                allowed=core.allowed_tools,
+                context=core.tool_context(self.run.turn),
+                refusals=refused,
+            )
+        )
+
+    def _gate_round(self, core: Core, assistant: ChatMessage) -> bool:
+        """Journal and announce a round that needs approvals; False when none does. A call of
+        a tool that is not offered is never put to a person: it fails as unknown."""
+        state, run = core.state, self.run
+        offered = {t.name for t in self._tools(core)}
+        gated = frozenset(
+            c.name
+            for c in assistant.tool_calls
+            if c.name in offered
+            and c.name not in state.granted_tools
+            and needs_approval(c.name, core.audience, core.settings)
+        )
+        calls = gated_calls(assistant.tool_calls, gated)
+        if not calls:
+            return False
+        requests = new_requests(calls, core.now(), core.settings.tools.approval_timeout_s)
+        core.persist(ApprovalRequested(run.turn, assistant, requests))
+        log.info(
+            "%s: turn %d waits for approval of %s",
+            core.session_id,
+            run.turn,
+            ", ".join(f"{r.tool} ({r.id})" for r in requests),
+        )
+        self._await_decisions(core)
+        return True
+
+    def _await_decisions(self, core: Core) -> Activity:
+        """Announce what is open and wait for it (or run the round when nothing is)."""
+        pending, run = core.state.pending_round, self.run
+        assert pending is not None  # the caller found (or just recorded) the round
+        run.pending_calls = pending.assistant
+        run.op_id, self.in_flight = core.new_op(), False  # nothing in flight: late results are stale
+        if not pending.open:
+            return self.decided(core)
+        core.emit(Measure("approvals_pending", len(pending.open)))
+        core.publish(*request_outputs(core.session_id, pending))
+        due = min(r.expires_at for r in pending.open)
+        core.timers.await_approvals(run.turn, due - core.now())
+        return self
+
+    def decided(self, core: Core) -> Activity:
+        """Every request of the round is decided: run it (denied and expired calls get why)."""
+        pending, run = core.state.pending_round, self.run
+        if pending is None or pending.open or pending.turn != run.turn:
+            return self
+        core.timers.start_turn(run.turn, core.settings.session.turn_timeout_s)
+        run.pending_calls = pending.assistant
+        self._run_tools(core, pending.assistant.tool_calls, refusals(pending))
+        return self
+
+    def _approvals_due(self, core: Core) -> Activity:
+        pending = core.state.pending_round
+        if pending is None or pending.turn != self.run.turn:
+            return self
+        now = core.now()
+        for request in pending.open:
+            if request.expires_at <= now + 0.001:
+                core.settle(request, "expired", "timeout")
+        pending = core.state.pending_round
+        if pending is not None and not pending.open:
+            return self.decided(core)
+        if pending is not None:
+            core.timers.await_approvals(pending.turn, min(r.expires_at for r in pending.open) - now)
+        return self
+
+    def _close_open_approvals(self, core: Core) -> None:
+        """The turn ends while people are still asked (cancel, reset, timeout): tell them."""
+        pending = core.state.pending_round
+        if pending is None:
+            return
+        core.timers.end_approvals()
+        if pending.open:
+            core.emit(Measure("approvals_pending", -len(pending.open)))
+        core.publish(*closed_outputs(core.session_id, pending.open))
+
+    # -- the end of the turn --------------------------------------------------------------------
+
+    def fail(
+        self,
+        core: Core,
+        code: str,
+        message: str,
+        status: TurnStatus,
+        *,
+        go_on: bool = True,
+        as_notice: bool = False,
+    ) -> Activity:
+        """End the turn without an answer. Every tool call in flight still gets a result.
+        ``as_notice``: people see a ``notice`` (a limit doing its job), not an ``error``."""
+        run = self.run
+        if self.in_flight:
+            core.emit(CancelOp(run.op_id))
+            self.in_flight = False
+        run.op_id = -1  # whatever the cancelled op still reports is stale
+        self._close_open_approvals(core)
+        core.record(turn.failed_turn(core.session_id, run, code, message, status, as_notice=as_notice))
+        run.pending_calls = None
+        log.warning("%s: turn %d %s: %s", core.session_id, run.turn, status, message)
+        return self._end(core, status, go_on=go_on)
+
+    def _end(self, core: Core, status: TurnStatus, *, go_on: bool = True) -> Activity:
+        run = self.run
+        core.publish(turn.turn_completed(core.session_id, run, status))
+        seconds = time.monotonic() - run.started
+        core.emit(Measure("turns", 1, status))
+        core.emit(Measure("turn_seconds", seconds))
+        log.info(
+            "%s: turn %d %s in %.2fs (tokens in %d, out %d)",
+            core.session_id,
+            run.turn,
+            status,
+            seconds,
+            run.input_tokens,
+            run.output_tokens,
+            extra={
+                "session": core.session_id,
+                "turn": run.turn,
+                "event": "turn_completed",
+                "outcome": status,
+                "duration_s": round(seconds, 3),
+                "input_tokens": run.input_tokens,
+                "output_tokens": run.output_tokens,
+            },
+        )
+        if run.turn in core.state.undelivered:  # the channel's outbox posts it if nobody watched
+            core.emit(ReplyOwed())
+        core.resolve_waiters(run.message_id)
+        core.timers.end_turn()
+        return core.turn_ended(go_on=go_on)
