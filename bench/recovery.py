@@ -42,6 +42,7 @@ from _common import daemon_settings, figure, info, log, machine_load, median
 
 from netclaw.messages import ChatMessage, ToolCall, new_id
 from netclaw.persistence import NewEvent, SessionRow, SqliteJournal, prepare_database
+from netclaw.sessions import _snapshot as snapshots
 from netclaw.sessions._events import (
     InputAdmitted,
     SessionEvent,
@@ -164,7 +165,7 @@ async def save_snapshot(path: Path, pid: str, state: SessionState) -> int:
     """The snapshot as the actor writes it (the document and the transcript rows)."""
     journal = await SqliteJournal(path, synchronous="full").open()
     try:
-        document, rows = replace(state, session_id=pid).to_snapshot(0)
+        document, rows = snapshots.encode(replace(state, session_id=pid), 0)
         await journal.save_snapshot(pid, state.seq, document, rows, 0)
         return len(document) + sum(map(len, rows))
     finally:
@@ -193,7 +194,7 @@ async def cold_parts(path: Path, pid: str) -> dict[str, float]:
         snapshot = await journal.load_snapshot(pid)
         t1 = time.perf_counter()
         state = (
-            SessionState.from_snapshot(snapshot.state, snapshot.messages)
+            snapshots.decode(snapshot.state, snapshot.messages)
             if snapshot is not None
             else SessionState(pid)
         )
@@ -252,11 +253,11 @@ async def snapshot_write_cost(path: Path, state: SessionState, runs: int = 3) ->
     try:
         copy = replace(state, session_id=pid)
         saved = max(0, len(copy.transcript) - 16)
-        document, rows = copy.to_snapshot(0)
+        document, rows = snapshots.encode(copy, 0)
         await journal.save_snapshot(pid, copy.seq, document, rows[:saved], 0)  # the earlier rows
         for _ in range(runs):
             t0 = time.perf_counter()
-            document, rows = copy.to_snapshot(saved)
+            document, rows = snapshots.encode(copy, saved)
             t1 = time.perf_counter()
             await journal.save_snapshot(pid, copy.seq, document, rows, saved)
             t2 = time.perf_counter()

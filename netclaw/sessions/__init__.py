@@ -45,11 +45,10 @@ if TYPE_CHECKING:
     )
     from netclaw.sessions._deps import ManagerPort, SessionDeps
     from netclaw.sessions._manager import SessionManager
-    from netclaw.sessions._prompt import Prompt, PromptBuilder
+    from netclaw.sessions._prompt import Prompt, PromptBuilder, build_context
     from netclaw.sessions._recovery import load_state
     from netclaw.sessions._status import StatusReport
     from netclaw.sessions._subscribers import OutputQueue, Sink, Subscriber, SubscriberSet, Subscription
-    from netclaw.sessions._prompt import build_context
     from netclaw.sessions._turn import continuity_notice
 
 _LAZY = {

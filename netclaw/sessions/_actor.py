@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
 
 import pykka
@@ -35,10 +36,11 @@ from netclaw.sessions._commands import (
     SubscriberLeft,
     refuse,
 )
+from netclaw.sessions._context import SessionEnv
 from netclaw.sessions._deps import SessionDeps
 from netclaw.sessions._effector import Effector
 from netclaw.sessions._recovery import recover_state
-from netclaw.sessions._session import Session, SessionEnv
+from netclaw.sessions._session import Session
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +116,10 @@ class SessionActor(pykka.ThreadingActor):
             with contextlib.suppress(RuntimeError):  # the loop is gone: so is the manager
                 if self._lease is not None:  # after what we queued: another node may take it then
                     self._deps.io.call(self._deps.journal.release, self.session_id, self._lease)
-                self._deps.io.call(self._deps.manager.actor_stopped, self.session_id, self.actor_ref)
+                manager = self._deps.manager
+                self._deps.io.call(
+                    manager.actor_stopped, self.session_id, self.actor_ref, threading.current_thread()
+                )
 
     def _break(self, reason: str, exc: BaseException, message: object = None) -> None:
         # Owned by another node now: input goes there, nothing here to restart.

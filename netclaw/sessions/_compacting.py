@@ -106,7 +106,7 @@ class Compacting:
 
     def finish(self, core: Core, outcome: CompactionOutcome | None, note: str | None = None) -> Activity:
         start = self.start if note is None else replace(self.start, note=note)
-        event = compaction_record(core.state, start, outcome, core.prompts, core.tools())
+        event = compaction_record(core.state, start, outcome, core.context.prompts, core.context.tools())
         core.persist(event)
         core.emit(Measure("compactions", 1, "+".join(event.tiers) or "none"))
         if self.reply is not None:
@@ -122,8 +122,8 @@ class Compacting:
         )
 
     def _go_on(self, core: Core, *, summary_failed: bool, freed_nothing: bool) -> Activity:
-        decision = core.after_compaction(
-            forced=self.forced, summary_failed=summary_failed, freed_nothing=freed_nothing
+        decision = core.context.after_compaction(
+            core.state, forced=self.forced, summary_failed=summary_failed, freed_nothing=freed_nothing
         )
         if self.resume is not None:
             core.enter(self.resume)

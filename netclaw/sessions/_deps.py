@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -31,8 +32,8 @@ class ManagerPort(Protocol):
         """The actor broke; ``moved``: another node owns the session now (no restart here)."""
         ...
 
-    def actor_stopped(self, session_id: str, ref: SessionRef) -> None:
-        """The last word of an actor's thread, however it stopped."""
+    def actor_stopped(self, session_id: str, ref: SessionRef, thread: threading.Thread | None = None) -> None:
+        """The last word of an actor's thread (``thread``), however it stopped."""
         ...
 
     def continuity_delivered(self, session_id: str, ref: SessionRef) -> None:

@@ -4,13 +4,12 @@ It lives on the I/O loop (every method runs there), so routing is a dict lookup
 and a queue put — no extra actor hop per message, and no locks. It counts the
 commands it routes to each actor; an actor asking to stop reports how many it
 received, and only when the counts match (nothing in flight) is it retired.
-A command routed to an actor that died is re-routed to a freshly recovered one,
-and an actor that broke while it still owed replies (queued input, a turn the
-journal says is unfinished) is restarted from the journal, with backoff.
+A command routed to an actor that died is re-routed to a freshly recovered one;
+one that broke owing replies is restarted (:mod:`._restarts`).
 
-The resident bound is hard: an actor thread counts from its start until it says
-it has stopped (``actor_stopped``, the last thing its thread does), so retired
-actors still stopping hold their room too. A session that would start past the
+The resident bound is hard: an actor thread counts from its start until the thread
+is gone (after ``actor_stopped``, its last word), so retired actors still stopping
+hold their room too. A session that would start past the
 bound waits, its commands parked in order, while the least recently used idle
 sessions passivate (and every session that becomes idle meanwhile); it starts as
 soon as a thread is gone. Busy sessions are never cut short for room.
@@ -21,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import pykka
 
 from netclaw import outputs as out
-from netclaw.errors import NetclawError, SessionUnavailable
+from netclaw.errors import SessionUnavailable
 from netclaw.outputs import OutputFilter
 from netclaw.sessions._actor import SessionActor
 from netclaw.sessions._commands import (
@@ -44,13 +44,14 @@ from netclaw.sessions._commands import (
 )
 from netclaw.sessions._deps import SessionDeps, SessionRef
 from netclaw.sessions._phases import Phase
+from netclaw.sessions._restarts import Restarts
 from netclaw.sessions._subscribers import OutputQueue, Subscription
+from netclaw.sessions._warming import WarmStart
 
 log = logging.getLogger(__name__)
 
 STOP_TIMEOUT_S = 10.0
-RESTART_BACKOFF_S = (0.5, 2.0, 10.0, 30.0, 60.0)  # after the 1st, 2nd, ... failure in a row
-FAILURES_FORGOTTEN_AFTER_S = 600.0  # a session that ran this long without failing starts afresh
+THREAD_EXIT_POLL_S = 0.001  # a stopped actor's thread ends microseconds after it says so
 
 
 @dataclass(slots=True)
@@ -62,19 +63,10 @@ class _Resident:
 
 
 @dataclass(slots=True)
-class _Parked:
-    """A session waiting for room under the resident bound, and what it will start with."""
-
+class _Parked:  # a session waiting for room under the bound, and what it will start with
     commands: list[Routed] = field(default_factory=list)
     resumed_at: float | None = None
     held: bool = False
-
-
-@dataclass(slots=True)
-class _Failures:
-    count: int = 0
-    last: float = 0.0
-    restart: asyncio.TimerHandle | None = None
 
 
 class SessionManager:
@@ -83,18 +75,13 @@ class SessionManager:
         self._resident: dict[str, _Resident] = {}
         self._stopping: set[SessionRef] = set()  # retired, thread not yet gone: they hold room
         self._parked: dict[str, _Parked] = {}  # waiting for room, first come first started
-        self._failures: dict[str, _Failures] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._restarts = Restarts(self._deps.journal, self._admit, self._busy)
         # Sessions being erased: commands for them wait here, then go to a fresh session.
         self._erasing: dict[str, list[Routed]] = {}
-        # Warmed after a graceful restart and not yet told so: session → when it stopped.
-        self._continuity: dict[str, float] = {}
+        self._warm = WarmStart(self._admit, self._busy, lambda: self.closed)
         self._reply_listeners: list[Callable[[str], None]] = []
         self._stop_listeners: list[Callable[[str], None]] = []
-        self._recovering: dict[str, asyncio.Future[None]] = {}  # warm() waits on these
-        self._held: set[str] = set()  # warmed, waiting for release_held()
         self.started = 0  # actors started (recoveries), for /healthz and tests
-        self.restarts = 0  # broken actors restarted because they owed replies
         self.closed = False  # set by shutdown(): no new sessions may start
 
     # -- routing (loop thread) ----------------------------------------------------------------
@@ -143,7 +130,11 @@ class SessionManager:
     def warm(self, session_id: str) -> None:
         """Start (recover) a session without a command: it resumes any unfinished turn. One
         that failed here restarts on its own backoff instead."""
-        if session_id not in self._resident and session_id not in self._failures and not self.closed:
+        if (
+            session_id not in self._resident
+            and not self._restarts.failed_here(session_id)
+            and not self.closed
+        ):
             self._admit(session_id)
 
     async def warm_all(
@@ -155,37 +146,14 @@ class SessionManager:
         resumed: frozenset[str] = frozenset(),
         timeout_s: float = 120.0,
     ) -> int:
-        """Recover sessions before anyone talks to them, ``concurrency`` at a time; those in
-        ``resumed`` learn (once, on their first model call) that a restart at ``resumed_at``
-        interrupted them. They hold their interrupted turns until :meth:`release_held`, so
-        the channels that show the replies are listening first. Returns how many started."""
-        started = 0
-        deadline = asyncio.get_running_loop().time() + timeout_s
-        for first in range(0, len(session_ids), max(1, concurrency)):
-            waiting = []
-            for session_id in session_ids[first : first + concurrency]:
-                if session_id in self._resident or session_id in self._parked or self.closed:
-                    continue
-                when = resumed_at if session_id in resumed else None
-                if when is not None:
-                    self._continuity[session_id] = when
-                waiting.append(
-                    self._recovering.setdefault(session_id, asyncio.get_running_loop().create_future())
-                )
-                self._admit(session_id, resumed_at=when, held=True)
-                self._held.add(session_id)
-                started += 1
-            if waiting:
-                left = max(0.1, deadline - asyncio.get_running_loop().time())
-                _, late = await asyncio.wait(waiting, timeout=left)
-                if late:
-                    log.warning("%d session(s) still recovering; going on without waiting", len(late))
-        return started
+        """Recover sessions before anyone talks to them (see :class:`~._warming.WarmStart`)."""
+        return await self._warm.warm_all(
+            session_ids, concurrency=concurrency, resumed_at=resumed_at, resumed=resumed, timeout_s=timeout_s
+        )
 
     def release_held(self) -> None:
         """Let warmed sessions go on: resume their interrupted turns and queued input."""
-        held, self._held = self._held, set()
-        for session_id in sorted(held):
+        for session_id in self._warm.take_held():
             entry = self._resident.get(session_id)
             if entry is not None:
                 with contextlib.suppress(pykka.ActorDeadError):
@@ -194,7 +162,7 @@ class SessionManager:
     def continuity_of(self, session_id: str) -> float | None:
         """When the restart that warmed this session stopped netclaw, while the model has
         not been told yet."""
-        return self._continuity.get(session_id)
+        return self._warm.continuity.get(session_id)
 
     def active_sessions(self) -> list[str]:
         """Sessions worth warming after a graceful restart: resident and not passivating."""
@@ -238,7 +206,7 @@ class SessionManager:
     def _start(self, session_id: str, *, resumed_at: float | None = None, held: bool = False) -> _Resident:
         # A session warmed after a restart that passivated before the model heard of it
         # still owes the notice when it wakes.
-        resumed = resumed_at or self._continuity.get(session_id)
+        resumed = resumed_at or self._warm.continuity.get(session_id)
         ref = SessionActor.start(session_id, self._deps, resumed, held=held)
         entry = _Resident(ref)
         self._resident[session_id] = entry
@@ -281,9 +249,7 @@ class SessionManager:
             raise SessionUnavailable(f"session {session_id} is already being deleted")
         self._erasing[session_id] = []
         try:
-            failures = self._failures.pop(session_id, None)
-            if failures is not None and failures.restart is not None:
-                failures.restart.cancel()
+            self._restarts.forget(session_id)
             entry = self._resident.pop(session_id, None)
             if entry is not None:
                 self._stopping.add(entry.ref)
@@ -310,26 +276,36 @@ class SessionManager:
         if entry is not None and entry.ref is ref:
             entry.phase = phase
         if phase is not Phase.RECOVERING:
-            self._recovered(session_id)
+            self._warm.recovered(session_id)
         if phase is Phase.READY and self._parked:
             self._make_room()
 
-    def actor_stopped(self, session_id: str, ref: SessionRef) -> None:
-        """The actor's thread is ending: its room goes to the first parked session."""
-        self._stopping.discard(ref)
+    def actor_stopped(self, session_id: str, ref: SessionRef, thread: threading.Thread | None = None) -> None:
+        """The actor's thread is ending: its room goes to the first parked session once the
+        thread is gone (the bound counts threads, and a thread outlives its last word)."""
         entry = self._resident.get(session_id)
         if entry is not None and entry.ref is ref:  # stopped behind our back
             del self._resident[session_id]
-        self._start_parked()
+            self._stopping.add(ref)
         self._notify(self._stop_listeners, session_id)
+        self._free_when_gone(ref, thread)
 
-    def _recovered(self, session_id: str) -> None:
-        waiter = self._recovering.pop(session_id, None)
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+    def _free_when_gone(self, ref: SessionRef, thread: threading.Thread | None) -> None:
+        if thread is not None and thread.is_alive():
+            asyncio.get_running_loop().call_later(THREAD_EXIT_POLL_S, self._free_when_gone, ref, thread)
+            return
+        self._stopping.discard(ref)
+        self._start_parked()
+
+    def _busy(self, session_id: str) -> bool:
+        return session_id in self._resident or session_id in self._parked
+
+    @property
+    def restarts(self) -> int:  # broken actors restarted because they owed replies
+        return self._restarts.restarts
 
     def continuity_delivered(self, session_id: str, ref: SessionRef) -> None:
-        self._continuity.pop(session_id, None)
+        self._warm.continuity.pop(session_id, None)
 
     def on_reply_owed(self, listener: Callable[[str], None]) -> None:
         """Call ``listener(session_id)`` (on the loop) whenever a chat session records a reply
@@ -348,26 +324,24 @@ class SessionManager:
         for listener in list(listeners):
             try:
                 listener(session_id)
-            except Exception:
+            except Exception:  # one listener failing must not cost the others
                 log.exception("%s: a session listener failed", session_id)
 
     def stop_requested(self, session_id: str, ref: SessionRef, received: int, epoch: int) -> None:
         entry = self._resident.get(session_id)
-        if entry is None or entry.ref is not ref:
-            return
-        if entry.routed != received:
-            return  # a command is in flight; receiving it aborts the passivation
+        if entry is None or entry.ref is not ref or entry.routed != received:
+            return  # gone, or a command is in flight: receiving it aborts the passivation
         del self._resident[session_id]
         self._stopping.add(ref)
-        self._failures.pop(session_id, None)
+        self._restarts.forget(session_id)
         ref.tell(ConfirmStop(epoch))
         log.info("%s: passivated", session_id)
 
     def actor_failed(self, session_id: str, ref: SessionRef, reason: str, moved: bool = False) -> None:
-        self._recovered(session_id)
+        self._warm.recovered(session_id)
         self._retire(session_id, ref)
         if not self.closed and not moved:
-            self._schedule_restart(session_id)
+            self._restarts.schedule(session_id)
 
     def passivate(self, session_id: str) -> None:
         """Passivate the session now if it is idle (it declines otherwise)."""
@@ -392,57 +366,6 @@ class SessionManager:
         with contextlib.suppress(pykka.ActorDeadError):
             ref.tell(Shutdown())
 
-    # -- restarting a broken session ----------------------------------------------------------
-
-    def _schedule_restart(self, session_id: str) -> None:
-        """A client was told its accepted message resumes: make that true without waiting
-        for the next message. Backs off, so a broken journal is not hammered."""
-        now = time.monotonic()
-        failures = self._failures.setdefault(session_id, _Failures())
-        if now - failures.last > FAILURES_FORGOTTEN_AFTER_S:
-            failures.count = 0
-        failures.count += 1
-        failures.last = now
-        if failures.restart is not None:
-            failures.restart.cancel()
-            failures.restart = None
-        if failures.count > len(RESTART_BACKOFF_S):
-            log.error(
-                "%s: failed %d times in a row; not restarting it until its next message",
-                session_id,
-                failures.count,
-            )
-            return
-        delay = RESTART_BACKOFF_S[failures.count - 1]
-        failures.restart = asyncio.get_running_loop().call_later(delay, self._spawn_restart, session_id)
-
-    def _spawn_restart(self, session_id: str) -> None:
-        task = asyncio.get_running_loop().create_task(self._restart_if_owed(session_id))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _restart_if_owed(self, session_id: str) -> None:
-        failures = self._failures.get(session_id)
-        if failures is not None:
-            failures.restart = None
-        if self.closed or session_id in self._resident or session_id in self._parked:
-            return  # shutting down, or a new message already recovered it (or will)
-        try:
-            row = await self._deps.journal.get_session(session_id)
-        except NetclawError as exc:
-            log.warning("%s: cannot tell whether the failed session owes replies: %s", session_id, exc)
-            self._schedule_restart(session_id)
-            return
-        if row is None or row.pending == 0:
-            return
-        if self.closed or session_id in self._resident:
-            return
-        log.info(
-            "%s: restarting the failed session: %d message(s) still owe a reply", session_id, row.pending
-        )
-        self.restarts += 1
-        self._admit(session_id)
-
     # -- views and shutdown -------------------------------------------------------------------
 
     def resident(self) -> dict[str, Phase]:
@@ -462,12 +385,7 @@ class SessionManager:
     def shutdown(self) -> list[SessionRef]:
         """Tell every session to stop; returns their refs so the caller can wait."""
         self.closed = True
-        for failures in self._failures.values():
-            if failures.restart is not None:
-                failures.restart.cancel()
-        self._failures.clear()
-        for task in self._tasks:
-            task.cancel()
+        self._restarts.close()
         refs = [e.ref for e in self._resident.values()]
         self._resident.clear()
         parked, self._parked = self._parked, {}

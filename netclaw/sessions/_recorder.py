@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from netclaw.errors import JournalError, OutcomeUnknown
 from netclaw.persistence import Journal, NewEvent, SessionRow
 from netclaw.runtime import IoLoop, flush_batch
+from netclaw.sessions import _snapshot as snapshots
 from netclaw.sessions._events import SessionEvent, encode
 from netclaw.sessions._state import SessionState
 
@@ -79,7 +80,7 @@ class Recorder:
         first = 0 if self._resend else self.snapshot_rows
         self._resend = False
         seq = state.seq
-        data, rows = state.to_snapshot(first)
+        data, rows = snapshots.encode(state, first)
         future = self._io.submit(self._journal.save_snapshot(state.session_id, seq, data, rows, first))
         self.snapshot_seq = seq
         self.snapshot_rows = len(state.transcript)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from netclaw.errors import JournalCorrupt
 from netclaw.persistence import Journal, Snapshot, StoredEvent
 from netclaw.runtime import IoLoop
+from netclaw.sessions import _snapshot as snapshots
 from netclaw.sessions._events import decode
 from netclaw.sessions._state import SessionState
 
@@ -41,7 +42,7 @@ def rebuild_state(rows: JournalRows) -> SessionState | None:
     state = SessionState(rows.session_id)
     if rows.snapshot is not None:
         try:
-            state = SessionState.from_snapshot(rows.snapshot.state, rows.snapshot.messages)
+            state = snapshots.decode(rows.snapshot.state, rows.snapshot.messages)
         except JournalCorrupt as exc:
             log.warning(
                 "%s: ignoring unreadable snapshot at seq %d (%s); replaying all events",

@@ -1,91 +1,35 @@
 """The session: one conversation's state and what it is doing, as a pure function of the
 commands it receives — no threads, no I/O, no waiting.
 
-:meth:`Session.handle` takes a command and produces effects (:mod:`._effects`): events
-to persist, outputs to publish, work to start on the I/O loop, timers, answers. The
-actor (:mod:`._actor`) carries them out as they come. A session is always in one
-activity — :class:`~._idle.Idle`, :class:`~._turning.Turn`,
-:class:`~._compacting.Compacting` or :class:`~._passivating.Passivating` — whose
-``handle`` does what the command means there and says which activity comes next; what
-every activity shares (admission, subscribers, approvals' decisions, the ladder, the
-timers, the callers waiting) lives here. Tests drive it directly
-(``tests/unit/sessions/``).
+:meth:`Session.handle` takes a command and produces effects (:mod:`._effects`) that the
+actor carries out as they come. The current activity (:mod:`._core`) does what the
+command means there and says what comes next; what outlives an activity — admission,
+subscribers, the timers, the callers waiting, the changes of activity — lives here.
+Tests drive it directly (``tests/unit/sessions/``).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol, assert_never
+from typing import Any, assert_never
 
 from netclaw import outputs as out
-from netclaw.config import LiveSettings, Settings
-from netclaw.errors import ApprovalError, IdempotencyKeyReused, NetclawError
-from netclaw.history import TrimResult
-from netclaw.llm import Completion, ToolSchema
-from netclaw.policy import Audience, allowed_tools, audience_of, memory_scope_of, recall_scope
+from netclaw.config import Settings
+from netclaw.errors import IdempotencyKeyReused, NetclawError
 from netclaw.runtime import Reply
+from netclaw.sessions import _commands as cmd
+from netclaw.sessions import _decisions as decisions
+from netclaw.sessions import _effects as fx
 from netclaw.sessions import _ladder as ladder
 from netclaw.sessions import _turn as turn
-from netclaw.sessions._approvals import check_decision, pending_json, request_outputs
-from netclaw.sessions._commands import (
-    Admission,
-    Announce,
-    ApprovalsDue,
-    Cancel,
-    Command,
-    CompactionDone,
-    CompactNow,
-    ConfirmStop,
-    Decide,
-    ExtractionDone,
-    GraceElapsed,
-    IdleTick,
-    ListApprovals,
-    ListUndelivered,
-    MarkDelivered,
-    MemoriesSaved,
-    OpFailed,
-    PassivateNow,
-    ProviderDeltas,
-    ProviderDone,
-    Release,
-    ReportStatus,
-    Reset,
-    Routed,
-    SendUserMessage,
-    Shutdown,
-    Subscribe,
-    SubscriberLeft,
-    ToolsDone,
-    TurnTimeout,
-    Unsubscribe,
-)
+from netclaw.sessions._approvals import pending_json
 from netclaw.sessions._compacting import Compacting
 from netclaw.sessions._compaction import plan_compaction
+from netclaw.sessions._context import ModelContext, SessionEnv
 from netclaw.sessions._core import Activity, Suspended
-from netclaw.sessions._effects import (
-    Answer,
-    Attach,
-    ContinuityDelivered,
-    Detach,
-    Effect,
-    Measure,
-    Persist,
-    PhaseChanged,
-    Publish,
-    Refuse,
-    SendTo,
-    Snapshot,
-    Stop,
-)
 from netclaw.sessions._events import (
-    ApprovalDecided,
-    ApprovalRequest,
-    Decision,
     MemoriesExtracted,
     ReplyDelivered,
     SessionEvent,
@@ -96,33 +40,15 @@ from netclaw.sessions._extraction import plan_extraction
 from netclaw.sessions._idle import Idle
 from netclaw.sessions._passivating import Passivating
 from netclaw.sessions._phases import Phase, PhaseMachine
-from netclaw.sessions._prompt import Prompt, PromptBuilder
 from netclaw.sessions._state import SessionState
-from netclaw.sessions._status import status_report
+from netclaw.sessions._status import greeting, owed_replies, status_report
 from netclaw.sessions._subscribers import Subscriber
 from netclaw.sessions._timers import Timers
 from netclaw.sessions._turn import Step, TurnRun
 from netclaw.sessions._turning import Turn
 from netclaw.sessions._waiters import Waiters
-from netclaw.toolspec import ToolContext
 
 log = logging.getLogger(__name__)
-
-
-class ToolCatalog(Protocol):
-    """The tools on offer (the registry: built-ins and the MCP servers' current tools)."""
-
-    def schemas(self, allowed: Sequence[str] | None = None) -> list[ToolSchema]: ...
-
-
-@dataclass(frozen=True, slots=True)
-class SessionEnv:
-    """What a session reads from the daemon (nothing it could block on)."""
-
-    live: LiveSettings
-    tools: ToolCatalog
-    has_memory: bool  # a memory store exists: recall, extraction at passivation
-    clock: Callable[[], float] = time.time
 
 
 class Session:
@@ -130,7 +56,7 @@ class Session:
         self,
         session_id: str,
         env: SessionEnv,
-        carry_out: Callable[[Effect], None],
+        carry_out: Callable[[fx.Effect], None],
         *,
         resumed_at: float | None = None,
         held: bool = False,
@@ -138,53 +64,47 @@ class Session:
         self._id = session_id
         self._env = env
         self._carry_out = carry_out
-        self._produced: list[Effect] = []
-        self._settings = env.live.current
+        self._produced: list[fx.Effect] = []
         self._state = SessionState(session_id)
         self._phases = PhaseMachine()
-        self._prompts = PromptBuilder(self._settings.agent.system_prompt, self._settings.trim_budget_tokens)
-        self._ladder = ladder.Ladder()
-        self._audience: Audience = audience_of(session_id, self._settings)
-        self._allowed: tuple[str, ...] | None = None
-        self._timers = Timers(self.emit)
+        self.has_memory = env.has_memory  # a memory store exists: recall, extraction at passivation
+        self.context = ModelContext(session_id, env.live, env.tools)
+        self.timers = Timers(self.emit)
         self._waiters = Waiters()
         self._watchers: set[str] = set()
         self._resumed_at = resumed_at  # warmed after a graceful restart: tell the model once
         self._held = held  # warmed at start-up: recovered, but going on only when released
-        self._snapshot_seq = 0
+        self.snapshot_seq = 0
         self._ops = 0
         self.activity: Activity = Idle()
 
     # -- the shell's entry points -----------------------------------------------------------------
 
-    def recovered(self, state: SessionState) -> list[Effect]:
+    def recovered(self, state: SessionState) -> list[fx.Effect]:
         """Recovery is done (the shell read the journal): ready, then resume what was
         interrupted unless held."""
         self._produced = []
         self._state = state
-        self._snapshot_seq = state.seq
-        self._place_changed()
-        self._ladder = ladder.Ladder(last_input_tokens=state.last_input_tokens)
+        self.snapshot_seq = state.seq
+        self.context.recovered(state)
         self.enter(Idle())
         if not self._held:
             self._go_on()
         return self._produced
 
-    def handle(self, command: Command) -> list[Effect]:
+    def handle(self, command: cmd.Command) -> list[fx.Effect]:
         """Carry out ``command``; returns the effects it produced (already handed over)."""
         self._produced = []
-        activity = self.activity
-        routed = isinstance(command, Routed) and not isinstance(command, PassivateNow)
-        if routed and isinstance(activity, Passivating):  # anything routed here aborts it
-            activity.abort(self)
+        routed = isinstance(command, cmd.Routed) and not isinstance(command, cmd.PassivateNow)
+        if routed and isinstance(self.activity, Passivating):  # anything routed here aborts it
+            self.activity.abort(self)
             self.enter(Idle())
             self._arm_idle()
         self._dispatch(command)
         return self._produced
 
-    def stopping(self, error: NetclawError) -> list[Effect]:
-        """The actor stops or broke: every caller still waiting is answered (with ``error``,
-        or that a compaction it asked for was abandoned)."""
+    def stopping(self, error: NetclawError) -> list[fx.Effect]:
+        """The actor stops or broke: every caller still waiting is answered."""
         self._produced = []
         if isinstance(self.activity, Compacting):
             self.activity.abandon(self)
@@ -197,89 +117,88 @@ class Session:
 
     # -- dispatch ---------------------------------------------------------------------------------
 
-    def _dispatch(self, command: Command) -> None:  # noqa: C901 - one case per command
+    def _dispatch(self, command: cmd.Command) -> None:  # noqa: C901 - one case per command
         match command:
-            case SendUserMessage():
+            case cmd.SendUserMessage():
                 self._admit(command)
-            case Subscribe(sub_id=sub_id, filter=mask, sink=sink):
+            case cmd.Subscribe(sub_id=sub_id, filter=mask, sink=sink):
                 self._watchers.add(sub_id)
-                self.emit(Attach(Subscriber(sub_id, mask, sink)))
-                joined = out.Joined(
-                    session_id=self._id,
-                    title=self._state.title,
-                    turns=self._state.turns,
-                    phase=self.phase.value,
-                )
-                pending = self._state.pending_round  # a newcomer sees what waits for a decision
-                shown = request_outputs(self._id, pending) if pending is not None else []
-                self.emit(SendTo(sub_id, (joined, *shown)))
-            case Unsubscribe(sub_id=sub_id) | SubscriberLeft(sub_id=sub_id):
-                if isinstance(command, Unsubscribe):
-                    self.emit(Detach(sub_id))
+                self.emit(fx.Attach(Subscriber(sub_id, mask, sink)))
+                self.emit(fx.SendTo(sub_id, greeting(self._state, self.phase)))
+            case cmd.Unsubscribe(sub_id=sub_id) | cmd.SubscriberLeft(sub_id=sub_id):
+                if isinstance(command, cmd.Unsubscribe):
+                    self.emit(fx.Detach(sub_id))
                 self._watchers.discard(sub_id)
                 self._arm_idle()
-            case ReportStatus(reply=reply):
-                report = status_report(self._state, self.phase, self._prompts, self.tools(), self._settings)
+            case cmd.ReportStatus(reply=reply):
+                context = self.context
+                report = status_report(
+                    self._state, self.phase, context.prompts, context.tools(), context.settings
+                )
                 self.answer(reply, report)
-            case Announce(text=text, kind=kind):
+            case cmd.Announce(text=text, kind=kind):
                 self.publish(out.Notice(session_id=self._id, text=text, kind=kind))
-            case Decide():
-                self._decide(command)
-            case ListApprovals(reply=reply):
+            case cmd.Decide(reply=reply):
+                decided = decisions.decide(self, command)
+                if decided is not None and isinstance(self.activity, Turn):  # held: runs when it goes on
+                    self.enter(self.activity.decided(self))
+                if decided is not None:
+                    self.answer(reply, decided)
+            case cmd.ListApprovals(reply=reply):
                 pending = self._state.pending_round
                 self.answer(reply, pending_json(pending) if pending is not None else [])
-            case MarkDelivered(turn=delivered, message_ids=ids, reply=reply):
+            case cmd.MarkDelivered(turn=delivered, message_ids=ids, reply=reply):
                 owed = delivered in self._state.undelivered
                 if owed:
                     self.persist(ReplyDelivered(delivered, ids))
                 self.answer(reply, owed)
-            case ListUndelivered(reply=reply):
-                self.answer(reply, self._undelivered())
-            case Release():
+            case cmd.ListUndelivered(reply=reply):
+                self.answer(reply, owed_replies(self._state))
+            case cmd.Release():
                 if self._held:
                     self._go_on()
-            case Shutdown():
-                self.emit(Stop())
-            case MemoriesSaved(through_turn=through, count=count):  # recorded, even if woken meanwhile
+            case cmd.Shutdown():
+                self.emit(fx.Stop())
+            case cmd.MemoriesSaved(through_turn=through, count=count):  # recorded, even if woken meanwhile
                 self.persist(MemoriesExtracted(through, count))
                 log.info("%s: %d memories saved at passivation", self._id, count)
                 self._delegate(command)
             case (
-                Cancel()
-                | Reset()
-                | CompactNow()
-                | PassivateNow()
-                | ConfirmStop()
-                | ProviderDeltas()
-                | ProviderDone()
-                | CompactionDone()
-                | ExtractionDone()
-                | OpFailed()
-                | ToolsDone()
-                | IdleTick()
-                | GraceElapsed()
-                | TurnTimeout()
-                | ApprovalsDue()
+                cmd.Cancel()
+                | cmd.Reset()
+                | cmd.CompactNow()
+                | cmd.PassivateNow()
+                | cmd.ConfirmStop()
+                | cmd.ProviderDeltas()
+                | cmd.ProviderDone()
+                | cmd.CompactionDone()
+                | cmd.ExtractionDone()
+                | cmd.OpFailed()
+                | cmd.ToolsDone()
+                | cmd.IdleTick()
+                | cmd.GraceElapsed()
+                | cmd.TurnTimeout()
+                | cmd.ApprovalsDue()
             ):
                 self._delegate(command)
             case _:
                 assert_never(command)
 
-    def _delegate(self, command: Command) -> None:
+    def _delegate(self, command: cmd.Command) -> None:
         after = self.activity.handle(self, command)
         if after is not self.activity:
             self.enter(after)
 
-    def _admit(self, send: SendUserMessage) -> None:
+    def _admit(self, send: cmd.SendUserMessage) -> None:
         state, now = self._state, self.now()
         known = state.seen(send.identity, now) if send.identity else None
         if known is not None:
             first = state.find_message(known)
             if first is not None and first.content != send.text:
                 reused = IdempotencyKeyReused(f"{send.identity} was first used for a different message")
-                self.emit(Refuse(send.ack, reused))
+                self.emit(fx.Refuse(send.ack, reused))
                 return
-            self.answer(send.ack, Admission(self._id, known, duplicate=True))
+            self.answer(send.ack, cmd.Admission(self._id, known, duplicate=True))
             if send.done is not None:
                 self._emit_all(self._waiters.add(state, known, send.done))
             return
@@ -289,31 +208,12 @@ class Session:
         message, events = turn.admitted(state, send, start=start)
         self.persist(*events)  # a failed write ends here: the shell refuses the ack
         if send.place is not None:  # a DM's sender may decide the audience
-            self._place_changed()
-        self.answer(send.ack, Admission(self._id, message.id, duplicate=False))
+            self.context.place_changed(self._state.place)
+        self.answer(send.ack, cmd.Admission(self._id, message.id, duplicate=False))
         if send.done is not None:
             self._emit_all(self._waiters.add(self._state, message.id, send.done))
         if start:
             self._begin_turn()
-
-    def _decide(self, command: Decide) -> None:
-        approvers = self._settings.audience(self._audience).approvers
-        try:
-            request, decision = check_decision(
-                self._state,
-                command.approval_id,
-                command.decision,
-                command.by,
-                approvers=approvers,
-                approver=command.approver,
-            )
-        except (ApprovalError, ValueError) as exc:
-            self.emit(Refuse(command.reply, exc))
-            return
-        self.settle(request, decision, command.by)
-        if isinstance(self.activity, Turn):  # a held session runs the round when it goes on
-            self.enter(self.activity.decided(self))
-        self.answer(command.reply, decision)
 
     # -- what activities see (Core) -----------------------------------------------------------------
 
@@ -327,71 +227,30 @@ class Session:
 
     @property
     def settings(self) -> Settings:
-        return self._settings
-
-    @property
-    def audience(self) -> Audience:
-        return self._audience
-
-    @property
-    def allowed_tools(self) -> tuple[str, ...] | None:
-        return self._allowed
-
-    @property
-    def has_memory(self) -> bool:
-        return self._env.has_memory
-
-    @property
-    def prompts(self) -> PromptBuilder:
-        return self._prompts
-
-    @property
-    def timers(self) -> Timers:
-        return self._timers
-
-    @property
-    def snapshot_seq(self) -> int:
-        return self._snapshot_seq
+        return self.context.settings
 
     def now(self) -> float:
         return self._env.clock()
-
-    def tools(self) -> list[ToolSchema]:
-        return self._env.tools.schemas(self._allowed)
-
-    def tool_context(self, turn: int | None) -> ToolContext:
-        place = self._state.place
-        return ToolContext(
-            self._id,
-            self._audience,
-            turn,
-            scope=memory_scope_of(self._id, place),
-            recall_scope=recall_scope(self._id, self._audience, self._settings, place),
-            recall=self._settings.audience(self._audience).memory_scope != "none",
-        )
-
-    def budget(self) -> ladder.Budget:
-        return ladder.budget_of(self._settings, self._prompts.calibration.ratio)
 
     def idle(self) -> bool:
         return isinstance(self.activity, Idle) and not self._state.inbox and not self._watchers
 
     # -- effects ----------------------------------------------------------------------------------
 
-    def emit(self, effect: Effect) -> None:
+    def emit(self, effect: fx.Effect) -> None:
         self._produced.append(effect)
         self._carry_out(effect)
 
-    def _emit_all(self, effects: Sequence[Effect]) -> None:
+    def _emit_all(self, effects: Sequence[fx.Effect]) -> None:
         for effect in effects:
             self.emit(effect)
 
     def persist(self, *events: SessionEvent) -> None:
-        now = time.time()
+        now = self.now()
         state = self._state
         for event in events:
             state = state.apply(event, state.seq + 1, now)
-        self.emit(Persist(events, state))  # raises if the write failed: the state stays as it was
+        self.emit(fx.Persist(events, state))  # raises if the write failed: the state stays as it was
         self._state = state
 
     def record(self, step: Step) -> None:
@@ -401,82 +260,30 @@ class Session:
 
     def publish(self, *outputs: out.Output) -> None:
         if outputs:
-            self.emit(Publish(outputs))
+            self.emit(fx.Publish(outputs))
 
     def answer(self, reply: Reply[Any], value: object) -> None:
-        self.emit(Answer(reply, value))
+        self.emit(fx.Answer(reply, value))
 
     def new_op(self) -> int:
         self._ops += 1
         return self._ops
 
     def snapshot(self, *, wait: bool = False) -> None:
-        self.emit(Snapshot(self._state, wait))
-        self._snapshot_seq = self._state.seq
+        self.emit(fx.Snapshot(self._state, wait))
+        self.snapshot_seq = self._state.seq
 
     def resolve_waiters(self, message_id: str) -> None:
         self._emit_all(self._waiters.resolve(self._state, message_id))
 
-    # -- the context ladder -------------------------------------------------------------------------
-
-    def before_call(self, prompt: Prompt) -> ladder.Send | ladder.Compact:
-        trim = prompt.trim
-        decision, self._ladder = ladder.before_call(
-            self._ladder,
-            seq=self._state.seq,
-            untrimmed_estimate=trim.tokens_before if trim is not None else prompt.estimate,
-            trim=trim,
-            turns=self._state.turns,
-            budget=self.budget(),
-        )
-        return decision
-
-    def observe_usage(self, estimate: int, completion: Completion) -> None:
-        reported = completion.usage.input_tokens if completion.usage is not None else None
-        if reported is not None:
-            self._prompts.observe_usage(estimate, reported)
-        self._ladder = ladder.observe(self._ladder, reported_input_tokens=reported)
-
-    def on_overflow(self, error: str) -> ladder.Compact | ladder.Trim | ladder.Fail:
-        decision, self._ladder = ladder.on_overflow(self._ladder, turns=self._state.turns, error=error)
-        return decision
-
-    def after_compaction(
-        self, *, forced: bool, summary_failed: bool, freed_nothing: bool
-    ) -> ladder.Trim | ladder.Proceed:
-        decision, self._ladder = ladder.after_compaction(
-            self._ladder,
-            seq=self._state.seq,
-            turns=self._state.turns,
-            forced=forced,
-            summary_failed=summary_failed,
-            freed_nothing=freed_nothing,
-        )
-        return decision
-
-    def record_trim(self, trim: TrimResult, reason: str) -> None:
-        """Never silent: journal it, tell every subscriber, log one line."""
-        event, output = turn.trim_step(self._id, trim, reason)
-        self.persist(event)
-        self.emit(Measure("trims", 1))
-        log.info("%s: history_trimmed %s", self._id, json.dumps(event.to_payload(), sort_keys=True))
-        self.publish(output)
+    # -- what every activity records the same way -----------------------------------------------------
 
     def take_continuity(self) -> float | None:
         """When a restart interrupted this session, once (for the model's next request)."""
         stopped_at, self._resumed_at = self._resumed_at, None
         if stopped_at is not None:
-            self.emit(ContinuityDelivered())
+            self.emit(fx.ContinuityDelivered())
         return stopped_at
-
-    def settle(self, request: ApprovalRequest, decision: Decision, by: str) -> None:
-        """Journal one decision (before anything runs) and tell people."""
-        self.persist(ApprovalDecided(request.id, decision, by))
-        self.emit(Measure("approvals_pending", -1))
-        log.info("%s: %s %s (%s) by %s", self._id, decision, request.tool, request.id, by)
-        self.publish(
-            out.ApprovalDecided(session_id=self._id, approval_id=request.id, decision=decision, by=by)
-        )
 
     # -- changes of activity ----------------------------------------------------------------------
 
@@ -492,18 +299,19 @@ class Session:
             log.exception("%s: refused phase change", self._id)
             raise
         self.publish(out.Phase(session_id=self._id, from_=old.value, to=new.value))
-        self.emit(PhaseChanged(new))
+        self.emit(fx.PhaseChanged(new))
 
     def begin_compaction(
         self, decision: ladder.Compact, *, resume: Suspended | None = None, reply: Reply[str] | None = None
     ) -> Activity:
+        context = self.context
         start = plan_compaction(
             self._state,
-            self._prompts,
-            self.tools(),
-            self._settings,
-            threshold_tokens=self.budget().threshold_tokens,
-            audience=self._audience,
+            context.prompts,
+            context.tools(),
+            context.settings,
+            threshold_tokens=context.budget().threshold_tokens,
+            audience=context.audience,
             forced=decision.forced,
             summarise=decision.summarise,
         )
@@ -514,7 +322,7 @@ class Session:
     def compact_if_due(self, resume: Suspended | None) -> Activity | None:
         """After a tool round, a turn or at recovery: compact when the provider's last count
         crossed the threshold."""
-        decision = ladder.compaction_due(self._ladder, turns=self._state.turns, budget=self.budget())
+        decision = self.context.compaction_due(self._state)
         if isinstance(decision, ladder.Compact):
             return self.begin_compaction(decision, resume=resume)
         return None
@@ -524,14 +332,14 @@ class Session:
         passivating = Passivating()
         self.enter(passivating)
         plan = None
-        if self._env.has_memory:
-            model = self._settings.compaction_model
-            plan = plan_extraction(self._state, audience=self._audience, model=model, grace_s=grace_s)
+        if self.has_memory:
+            model = self.settings.compaction_model
+            plan = plan_extraction(self._state, audience=self.context.audience, model=model, grace_s=grace_s)
         return passivating.begin(self, grace_s, plan)
 
     def turn_ended(self, *, go_on: bool) -> Activity:
         # Once the reply is out: serialising a long session is not free, and nobody waits for it.
-        if self._state.seq - self._snapshot_seq >= self._settings.session.snapshot_interval:
+        if self._state.seq - self.snapshot_seq >= self.settings.session.snapshot_interval:
             self.snapshot()
         return self.back_to_idle(go_on=go_on)
 
@@ -553,25 +361,26 @@ class Session:
         """The model-visible context starts empty (the transcript and memories are kept);
         queued messages go on afterwards."""
         self.persist(SessionReset(by))
-        self._ladder = ladder.Ladder()
+        self.context.reset()
         self.publish(out.SessionReset(session_id=self._id, by=by))
         return self.start_next_turn()
 
     def _begin_turn(self) -> Activity:
         active = self._state.active
         assert active is not None  # called after TurnStarted (or recovery) made one active
-        self._refresh_settings()
-        self._timers.start_turn(active.turn, self._settings.session.turn_timeout_s)
+        self.context.refresh(self._state.place)
+        settings = self.settings
+        self.timers.start_turn(active.turn, settings.session.turn_timeout_s)
         run = TurnRun(
             turn=active.turn,
             message_id=active.message_id,
             iteration=active.steps,
             started=time.monotonic(),
-            model=self._settings.models.main.model,
+            model=settings.models.main.model,
         )
         started = Turn(run)
         self.enter(started)
-        self._ladder = self._ladder.new_turn()
+        self.context.new_turn()
         return started.start(self)
 
     def _go_on(self) -> Activity:
@@ -587,28 +396,4 @@ class Session:
     # -- upkeep -------------------------------------------------------------------------------------
 
     def _arm_idle(self) -> None:
-        self._timers.arm(self.idle(), self._settings.session.idle_timeout_s)
-
-    def _refresh_settings(self) -> None:
-        """Pick up a config reload at a turn boundary (SIGHUP applies to running sessions)."""
-        current = self._env.live.current
-        if current is self._settings:
-            return
-        self._settings = current
-        self._place_changed()
-        self._prompts.system_prompt = current.agent.system_prompt
-        self._prompts.budget = current.trim_budget_tokens
-
-    def _place_changed(self) -> None:
-        """The audience follows the settings and where the session lives (a DM's sender)."""
-        self._audience = audience_of(self._id, self._settings, self._state.place)
-        allowed = allowed_tools(self._audience, self._settings)
-        self._allowed = None if allowed is None else tuple(allowed)
-
-    def _undelivered(self) -> list[tuple[int, str, float]]:
-        owed = []
-        for turn_no, message_id in sorted(self._state.undelivered.items()):
-            message = self._state.find_message(message_id)
-            if message is not None:
-                owed.append((turn_no, message.content, message.ts))
-        return owed
+        self.timers.arm(self.idle(), self.settings.session.idle_timeout_s)

@@ -12,10 +12,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from netclaw import outputs as out
+from netclaw.config import Settings
 from netclaw.history import INTERRUPTED_TEXT, TrimResult
-from netclaw.llm import Completion, Delta
+from netclaw.llm import Completion, Delta, Usage
 from netclaw.messages import ChatMessage, ToolCall, new_id, system, unmarked
+from netclaw.policy import Audience, channel_of, recall_allowed, recall_scope
 from netclaw.sessions._commands import SendUserMessage
+from netclaw.sessions._effects import Measure, RecallQuery
 from netclaw.sessions._events import (
     HistoryTrimmed,
     InputAdmitted,
@@ -26,7 +29,7 @@ from netclaw.sessions._events import (
     TurnStarted,
     TurnStatus,
 )
-from netclaw.sessions._state import SessionState
+from netclaw.sessions._state import SessionState, utc_day
 from netclaw.toolspec import ToolResult
 
 TITLE_MAX = 60
@@ -296,3 +299,44 @@ def continuity_notice(stopped_at: float, now: float) -> ChatMessage:
         "conversation.]",
         id=f"continuity:{stopped_at:.3f}",
     )
+
+
+def spend_stop(state: SessionState, run: TurnRun, settings: Settings, now: float) -> str | None:
+    """The daily spend guard: past ``session.max_tokens_per_day`` the turn ends with this
+    notice instead of another model call (None: carry on)."""
+    limit = settings.session.max_tokens_per_day
+    if limit is None:
+        return None
+    spent = state.tokens_spent_on(utc_day(now)) + run.input_tokens + run.output_tokens
+    return spend_limit_message(spent, limit, now) if spent >= limit else None
+
+
+def recall_query(
+    state: SessionState, run: TurnRun, audience: Audience, settings: Settings
+) -> RecallQuery | None:
+    """Memories relevant to the turn's message, for the first call of a turn only; never
+    for a payload from outside (webhooks) or an audience without recall."""
+    if run.iteration > 0 or not recall_allowed(audience, settings):
+        return None
+    if channel_of(state.session_id) == "webhook":
+        return None
+    message = state.find_message(run.message_id)
+    if message is None:
+        return None
+    return RecallQuery(
+        message.content, audience, recall_scope(state.session_id, audience, settings, state.place)
+    )
+
+
+def count_tokens(run: TurnRun, usage: Usage) -> list[Measure]:
+    """Add a call's usage to the turn's totals; the metrics it feeds."""
+    run.input_tokens += usage.input_tokens or 0
+    run.output_tokens += usage.output_tokens or 0
+    run.cache_read_tokens += usage.cache_read_tokens or 0
+    counts = (
+        ("input", usage.input_tokens),
+        ("output", usage.output_tokens),
+        ("cache_read", usage.cache_read_tokens),
+        ("cache_write", usage.cache_write_tokens),
+    )
+    return [Measure("tokens", count, kind) for kind, count in counts if count]

@@ -9,18 +9,26 @@ turn's current op id; a result for any other op is stale and dropped.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from netclaw.errors import ContextOverflow, ProviderError
+from netclaw.history import TrimResult
 from netclaw.llm import Completion, ProviderRequest, ToolSchema
 from netclaw.messages import ChatMessage, ToolCall
-from netclaw.policy import channel_of, needs_approval, recall_allowed, recall_scope
+from netclaw.policy import needs_approval
 from netclaw.sessions import _ladder as ladder
 from netclaw.sessions import _turn as turn
-from netclaw.sessions._approvals import closed_outputs, gated_calls, new_requests, refusals, request_outputs
+from netclaw.sessions._approvals import (
+    closed_outputs,
+    gated_calls,
+    new_requests,
+    refusals,
+    request_outputs,
+)
 from netclaw.sessions._commands import (
     ApprovalsDue,
     Cancel,
@@ -34,10 +42,10 @@ from netclaw.sessions._commands import (
     TurnTimeout,
 )
 from netclaw.sessions._core import Activity, Core
-from netclaw.sessions._effects import CallModel, CancelOp, Measure, RecallQuery, ReplyOwed, RunTools
+from netclaw.sessions._decisions import settle
+from netclaw.sessions._effects import CallModel, CancelOp, Measure, ReplyOwed, RunTools
 from netclaw.sessions._events import ApprovalRequested, TurnStatus
 from netclaw.sessions._phases import Phase
-from netclaw.sessions._state import utc_day
 from netclaw.sessions._turn import TurnRun
 from netclaw.toolspec import ToolResult
 
@@ -113,15 +121,16 @@ class Turn:
     def _call(self, core: Core) -> Activity:
         """Build the prompt, let the ladder decide (compact first?), record a trim, send."""
         run = self.run
-        if self._over_budget(core):
-            return self.fail(core, *self._spend_stop(core), "failed", as_notice=True)
+        stop = turn.spend_stop(core.state, run, core.settings, core.now())
+        if stop is not None:
+            return self.fail(core, "spend_limit", stop, "failed", as_notice=True)
         tools = self._tools(core)
-        prompt = core.prompts.build(core.state, tools)
-        decision = core.before_call(prompt)
+        prompt = core.context.prompts.build(core.state, tools)
+        decision = core.context.before_call(prompt, core.state)
         if isinstance(decision, ladder.Compact):
             return core.begin_compaction(decision, resume=self)
         if decision.trim is not None:
-            core.record_trim(decision.trim, "budget")
+            self._record_trim(core, decision.trim, "budget")
         model = core.settings.models.main
         run.estimate = prompt.estimate
         messages: Sequence[ChatMessage] = prompt.messages
@@ -135,40 +144,19 @@ class Turn:
             max_output_tokens=model.max_output_tokens,
             vision=model.vision,
         )
-        core.emit(CallModel(self._next_op(core), request, self._recall(core)))
+        recall = (
+            turn.recall_query(core.state, run, core.context.audience, core.settings)
+            if core.has_memory
+            else None
+        )
+        core.emit(CallModel(self._next_op(core), request, recall))
         return self
 
     def _tools(self, core: Core) -> list[ToolSchema]:
         # Past the iteration limit the model gets no tools, so it must answer.
         if self.run.iteration >= core.settings.session.max_tool_iterations:
             return []
-        return core.tools()
-
-    def _over_budget(self, core: Core) -> bool:
-        """The daily spend guard: past ``session.max_tokens_per_day`` the turn ends with a
-        notice instead of another model call."""
-        limit = core.settings.session.max_tokens_per_day
-        return limit is not None and self._spent_today(core) >= limit
-
-    def _spent_today(self, core: Core) -> int:
-        run = self.run
-        return core.state.tokens_spent_on(utc_day(core.now())) + run.input_tokens + run.output_tokens
-
-    def _spend_stop(self, core: Core) -> tuple[str, str]:
-        limit = core.settings.session.max_tokens_per_day or 0
-        return "spend_limit", turn.spend_limit_message(self._spent_today(core), limit, core.now())
-
-    def _recall(self, core: Core) -> RecallQuery | None:
-        """Memories relevant to the turn's message, for the first call of a turn only."""
-        if not core.has_memory or self.run.iteration > 0:
-            return None
-        if not recall_allowed(core.audience, core.settings) or channel_of(core.session_id) == "webhook":
-            return None  # a payload from outside never pulls memories into the context
-        message = core.state.find_message(self.run.message_id)
-        if message is None:
-            return None
-        scope = recall_scope(core.session_id, core.audience, core.settings, core.state.place)
-        return RecallQuery(message.content, core.audience, scope)
+        return core.context.tools()
 
     def _next_op(self, core: Core) -> int:
         """A new op id for the turn: results of any earlier op are stale from now on."""
@@ -189,8 +177,9 @@ class Turn:
         window = settings.models.main.context_window
         core.publish(*turn.answer_outputs(core.session_id, run.turn, completion, window))
         if completion.usage is not None:
-            core.observe_usage(run.estimate, completion)
-            self._count_tokens(core, completion)
+            core.context.observe(run.estimate, completion)
+            for measure in turn.count_tokens(run, completion.usage):
+                core.emit(measure)
         if not completion.tool_calls or run.iteration >= settings.session.max_tool_iterations:
             core.record(turn.completed_turn(core.session_id, core.state, run, completion))
             return self._end(core, "completed")
@@ -201,21 +190,6 @@ class Turn:
         run.pending_calls = assistant
         self._run_tools(core, assistant.tool_calls, {})
         return self
-
-    def _count_tokens(self, core: Core, completion: Completion) -> None:
-        usage, run = completion.usage, self.run
-        assert usage is not None  # checked by the caller
-        run.input_tokens += usage.input_tokens or 0
-        run.output_tokens += usage.output_tokens or 0
-        run.cache_read_tokens += usage.cache_read_tokens or 0
-        for kind, count in (
-            ("input", usage.input_tokens),
-            ("output", usage.output_tokens),
-            ("cache_read", usage.cache_read_tokens),
-            ("cache_write", usage.cache_write_tokens),
-        ):
-            if count:
-                core.emit(Measure("tokens", count, kind))
 
     def _tools_ran(self, core: Core, results: Sequence[ToolResult]) -> Activity:
         run = self.run
@@ -233,7 +207,7 @@ class Turn:
         return self.fail(core, "internal", f"the turn failed unexpectedly: {type(error).__name__}", "failed")
 
     def _overflowed(self, core: Core, error: ContextOverflow) -> Activity:
-        decision = core.on_overflow(str(error))
+        decision = core.context.on_overflow(core.state, str(error))
         match decision:
             case ladder.Fail(code=code, message=message):
                 return self.fail(core, code, message, "failed")
@@ -247,17 +221,25 @@ class Turn:
 
     def _overflow_trim(self, core: Core) -> Activity:
         """The trim rung: shrink to ~2/3 of the refused prompt and retry, or give up."""
-        run, prompts = self.run, core.prompts
+        run, prompts = self.run, core.context.prompts
         window = core.settings.models.main.context_window
         prompts.observe_usage(run.estimate, max(window, run.estimate + 1))
         trim = prompts.shrink_after_overflow(core.state, self._tools(core), run.estimate)
-        decision = ladder.overflow_trim(trim, estimate=run.estimate, budget=core.budget())
+        decision = ladder.overflow_trim(trim, estimate=run.estimate, budget=core.context.budget())
         if isinstance(decision, ladder.Fail):
             return self.fail(core, decision.code, decision.message, "failed")
         assert decision.trim is not None  # a Send from overflow_trim always carries its trim
         log.warning("%s: provider reported context overflow; trimming and retrying", core.session_id)
-        core.record_trim(decision.trim, "overflow")
+        self._record_trim(core, decision.trim, "overflow")
         return self._call(core)
+
+    def _record_trim(self, core: Core, trim: TrimResult, reason: str) -> None:
+        """Never silent: journal it, tell every subscriber, log one line."""
+        event, output = turn.trim_step(core.session_id, trim, reason)
+        core.persist(event)
+        core.emit(Measure("trims", 1))
+        log.info("%s: history_trimmed %s", core.session_id, json.dumps(event.to_payload(), sort_keys=True))
+        core.publish(output)
 
     # -- tool rounds and the people who approve them --------------------------------------------
 
@@ -268,8 +250,8 @@ class Turn:
                 self._next_op(core),
                 calls,
                 timeout_s=min(settings.tools.call_timeout_s, settings.session.turn_timeout_s),
-                allowed=core.allowed_tools,
-                context=core.tool_context(self.run.turn),
+                allowed=core.context.allowed_tools,
+                context=core.context.tool_context(self.run.turn, core.state.place),
                 refusals=refused,
             )
         )
@@ -284,7 +266,7 @@ class Turn:
             for c in assistant.tool_calls
             if c.name in offered
             and c.name not in state.granted_tools
-            and needs_approval(c.name, core.audience, core.settings)
+            and needs_approval(c.name, core.context.audience, core.settings)
         )
         calls = gated_calls(assistant.tool_calls, gated)
         if not calls:
@@ -331,7 +313,7 @@ class Turn:
         now = core.now()
         for request in pending.open:
             if request.expires_at <= now + 0.001:
-                core.settle(request, "expired", "timeout")
+                settle(core, request, "expired", "timeout")
         pending = core.state.pending_round
         if pending is not None and not pending.open:
             return self.decided(core)

@@ -15,7 +15,7 @@ import pytest
 
 from netclaw import outputs as out
 from netclaw.history import tokens
-from netclaw.sessions import SessionState, _recorder, _recovery
+from netclaw.sessions import SessionState, _recorder, _recovery, _snapshot
 from tests.conftest import DaemonHandle
 from tests.fakes.faulty_journal import JournalFaults, has
 from tests.fakes.scripted_openai import Reply, ScriptedOpenAIThread
@@ -229,18 +229,18 @@ def test_recovery_and_api_reads_decode_off_the_loop(
     wait_until(lambda: not resident(handle, sid), timeout=5)
 
     threads: list[str] = []
-    real_from_snapshot = SessionState.from_snapshot.__func__  # type: ignore[attr-defined]
+    real_from_snapshot = _snapshot.decode
     real_decode = _recovery.decode
 
-    def from_snapshot(cls: type[SessionState], text: str, rows: Any) -> SessionState:
+    def from_snapshot(text: str, rows: Any) -> SessionState:
         threads.append(threading.current_thread().name)
-        return real_from_snapshot(cls, text, rows)  # type: ignore[no-any-return]
+        return real_from_snapshot(text, rows)
 
     def decode(type_name: str, payload: str) -> Any:
         threads.append(threading.current_thread().name)
         return real_decode(type_name, payload)
 
-    monkeypatch.setattr(SessionState, "from_snapshot", classmethod(from_snapshot))
+    monkeypatch.setattr(_snapshot, "decode", from_snapshot)
     monkeypatch.setattr(_recovery, "decode", decode)
     assert handle.send(sid, "two", wait=True).status_code == 200  # recovers from the snapshot
     assert handle.http.get(f"/api/sessions/{sid}").status_code == 200  # an API read

@@ -11,6 +11,7 @@ import pytest
 from netclaw.errors import JournalCorrupt
 from netclaw.messages import ChatMessage, ToolCall
 from netclaw.persistence import NewEvent, SqliteJournal, prepare_database
+from netclaw.sessions import _snapshot as snapshots
 from netclaw.sessions._events import (
     InputAdmitted,
     SessionEvent,
@@ -100,7 +101,7 @@ async def test_snapshot_plus_later_events_equals_events_only(journal: SqliteJour
     # a snapshot taken at `cut`, built by folding the stored prefix
     stored = await journal.replay(SID)
     head = SessionState(SID).apply_all((decode(e.type, e.payload), e.seq, e.ts) for e in stored[:cut])
-    await journal.save_snapshot(SID, cut, head.to_json())
+    await journal.save_snapshot(SID, cut, snapshots.to_json(head))
     assert await load_state(journal, SID) == full
 
 
@@ -109,7 +110,7 @@ async def test_snapshot_is_used_not_ignored(journal: SqliteJournal) -> None:
     the prefix shows through (so the test above cannot pass by ignoring snapshots)."""
     await journal.append(SID, 0, new_events(EVENTS[:5]))
     marked = SessionState(SID, seq=5, title="from snapshot", turns=1)
-    await journal.save_snapshot(SID, 5, marked.to_json())
+    await journal.save_snapshot(SID, 5, snapshots.to_json(marked))
     await journal.append(SID, 5, new_events([InputAdmitted(msg("u9", "user"))]))
     state = await load_state(journal, SID)
     assert state.title == "from snapshot"
@@ -167,7 +168,7 @@ async def test_unknown_event_type_raises(journal: SqliteJournal) -> None:
 async def test_unreadable_event_after_the_snapshot_still_raises(journal: SqliteJournal) -> None:
     await journal.append(SID, 0, new_events(EVENTS[:2]))
     snap = SessionState(SID).apply_all((e, i, 1.0) for i, e in enumerate(EVENTS[:2], start=1))
-    await journal.save_snapshot(SID, 2, snap.to_json())
+    await journal.save_snapshot(SID, 2, snapshots.to_json(snap))
     await journal.append(SID, 2, [NewEvent("InputAdmitted", '{"message": {}}')])
     with pytest.raises(JournalCorrupt):
         await load_state(journal, SID)

@@ -11,6 +11,7 @@ import pytest
 from netclaw.errors import JournalCorrupt
 from netclaw.messages import ChatMessage, MessageKind, ToolCall
 from netclaw.sessions import _events, _state
+from netclaw.sessions import _snapshot as snapshots
 from netclaw.sessions._events import (
     InputAdmitted,
     SessionEvent,
@@ -302,15 +303,15 @@ def test_realistic_state_has_everything() -> None:
 
 def test_snapshot_round_trip_equals_original() -> None:
     state = fold(realistic_events())
-    text = state.to_json()
+    text = snapshots.to_json(state)
     json.loads(text)  # it is JSON
-    restored = SessionState.from_json(text)
+    restored = snapshots.from_json(text)
     assert restored == state
     assert restored.transcript[1].tool_calls == (CALL_A, CALL_B)
     assert restored.transcript[1].thinking == "need the clock"
     assert restored.transcript[3].is_error is True
     # and restoring is stable: encode(decode(x)) == x
-    assert restored.to_json() == text
+    assert snapshots.to_json(restored) == text
 
 
 def test_a_row_snapshot_restores_the_same_state_from_rows_written_once() -> None:
@@ -320,34 +321,34 @@ def test_a_row_snapshot_restores_the_same_state_from_rows_written_once() -> None
     state = SessionState(SID)
     for seq, event in enumerate(events, start=1):
         state = state.apply(event, seq, 1000.0 + seq)
-        document, new_rows = state.to_snapshot(saved)
+        document, new_rows = snapshots.encode(state, saved)
         assert len(new_rows) == len(state.transcript) - saved  # only what is new
         rows += new_rows
         saved = len(state.transcript)
-        restored = SessionState.from_snapshot(document, rows)
+        restored = snapshots.decode(document, rows)
         assert restored == state
         assert restored.identities == state.identities  # rebuilt from the messages
         assert "identities" not in json.loads(document) and "transcript" not in json.loads(document)
     # Replies are referred to by their message, not repeated in the document.
-    assert "It is midnight." not in state.to_snapshot(saved)[0]
+    assert "It is midnight." not in snapshots.encode(state, saved)[0]
 
 
 def test_a_row_snapshot_with_missing_rows_is_unreadable() -> None:
     state = fold(realistic_events())
-    document, rows = state.to_snapshot(0)
+    document, rows = snapshots.encode(state, 0)
     with pytest.raises(JournalCorrupt, match="covers 9 transcript rows, only 8"):
-        SessionState.from_snapshot(document, rows[:-1])
-    assert SessionState.from_snapshot(document, [*rows, rows[0]]) == state  # rows beyond: ignored
+        snapshots.decode(document, rows[:-1])
+    assert snapshots.decode(document, [*rows, rows[0]]) == state  # rows beyond: ignored
 
 
 def test_a_version_1_snapshot_is_still_read() -> None:
     state = fold(realistic_events())
-    assert SessionState.from_snapshot(state.to_json(), ()) == state
+    assert snapshots.decode(snapshots.to_json(state), ()) == state
 
 
 def test_snapshot_round_trip_of_empty_state() -> None:
     state = SessionState("cli:x")
-    assert SessionState.from_json(state.to_json()) == state
+    assert snapshots.from_json(snapshots.to_json(state)) == state
 
 
 def test_snapshot_round_trip_keeps_marker_kinds_and_unicode() -> None:
@@ -359,7 +360,7 @@ def test_snapshot_round_trip_keeps_marker_kinds_and_unicode() -> None:
         kind=MessageKind.TRIM_BREADCRUMB,
     )
     state = fold([InputAdmitted(crumb), TurnStarted(1, "b1"), SessionTitleSet("日本語")])
-    restored = SessionState.from_json(state.to_json())
+    restored = snapshots.from_json(snapshots.to_json(state))
     assert restored == state
     assert restored.transcript[0].kind is MessageKind.TRIM_BREADCRUMB
 
@@ -384,14 +385,14 @@ def test_snapshot_round_trip_of_a_trimmed_state() -> None:
     trim = budget_trim()
     state = fold([*realistic_events(), trim])
     assert state != fold(realistic_events())
-    assert SessionState.from_json(state.to_json()) == state
+    assert snapshots.from_json(snapshots.to_json(state)) == state
 
 
 def test_snapshot_then_later_events_equals_full_fold() -> None:
     events = realistic_events()
     for cut in range(len(events) + 1):
         head = fold(events[:cut])
-        resumed = SessionState.from_json(head.to_json()).apply_all(
+        resumed = snapshots.from_json(snapshots.to_json(head)).apply_all(
             (event, seq, 1000.0 + seq) for seq, event in enumerate(events[cut:], start=cut + 1)
         )
         assert resumed == fold(events), f"cut at {cut}"
@@ -410,31 +411,31 @@ def test_snapshot_then_later_events_equals_full_fold() -> None:
 )
 def test_corrupt_snapshot_raises_journal_corrupt(text: str) -> None:
     with pytest.raises(JournalCorrupt):
-        SessionState.from_json(text)
+        snapshots.from_json(text)
 
 
 def test_snapshot_with_wrong_field_types_raises_journal_corrupt() -> None:
-    data = json.loads(fold(realistic_events()).to_json())
+    data = json.loads(snapshots.to_json(fold(realistic_events())))
     data["turns"] = "many"
     with pytest.raises(JournalCorrupt):
-        SessionState.from_json(json.dumps(data))
-    data = json.loads(fold(realistic_events()).to_json())
+        snapshots.from_json(json.dumps(data))
+    data = json.loads(snapshots.to_json(fold(realistic_events())))
     data["transcript"][0]["role"] = "robot"
     with pytest.raises(JournalCorrupt):
-        SessionState.from_json(json.dumps(data))
+        snapshots.from_json(json.dumps(data))
 
 
 @pytest.mark.parametrize("text", ["null", "[]", "42", '"snapshot"'])
 def test_non_object_snapshot_raises_journal_corrupt(text: str) -> None:
     with pytest.raises(JournalCorrupt):
-        SessionState.from_json(text)
+        snapshots.from_json(text)
 
 
 def test_snapshot_with_list_identities_raises_journal_corrupt() -> None:
-    data = json.loads(fold(realistic_events()).to_json())
+    data = json.loads(snapshots.to_json(fold(realistic_events())))
     data["identities"] = []
     with pytest.raises(JournalCorrupt):
-        SessionState.from_json(json.dumps(data))
+        snapshots.from_json(json.dumps(data))
 
 
 # -- event encoding -----------------------------------------------------------------------------
@@ -616,7 +617,7 @@ def test_a_reset_empties_the_projection_and_keeps_the_transcript() -> None:
     assert [m.id for m in state.transcript] == ["u1", "a1"]
     assert state.visible == ()
     assert [m.role for m in build_context(state, "sys")] == ["system"]
-    assert SessionState.from_json(state.to_json()) == state
+    assert snapshots.from_json(snapshots.to_json(state)) == state
 
 
 def test_failed_turns_are_remembered_for_people() -> None:
@@ -629,7 +630,7 @@ def test_failed_turns_are_remembered_for_people() -> None:
         ]
     )
     assert state.failures["u1"].status == "cancelled"
-    assert SessionState.from_json(state.to_json()).failures == state.failures
+    assert snapshots.from_json(snapshots.to_json(state)).failures == state.failures
 
 
 def _waiting() -> SessionState:
@@ -646,7 +647,7 @@ def test_a_pending_round_is_state_until_its_step_is_recorded() -> None:
     assert state.pending_round is not None and state.pending_round.open == ()
     assert state.pending_round.decisions == {"ap-1": ("always", "U1")}
     assert state.granted_tools == frozenset({"shell"})
-    assert SessionState.from_json(state.to_json()) == state  # snapshots keep the wait
+    assert snapshots.from_json(snapshots.to_json(state)) == state  # snapshots keep the wait
     step = _events.StepRecorded(1, (_GATED, user("t1"), user("t2")))
     assert state.apply(step, 5, 103.0).pending_round is None
 
@@ -672,7 +673,7 @@ def test_chat_replies_are_owed_until_delivered() -> None:
 
     slack = answered("slack:C1:1.2")
     assert slack.undelivered == {1: "a1"}
-    assert SessionState.from_json(slack.to_json()) == slack
+    assert snapshots.from_json(snapshots.to_json(slack)) == slack
     delivered = slack.apply(_events.ReplyDelivered(1, ("1712.1",)), 4, 102.0)
     assert delivered.undelivered == {}
     assert delivered.apply(_events.ReplyDelivered(1, ("x",)), 5, 103.0).undelivered == {}  # twice: harmless
@@ -734,10 +735,10 @@ def test_a_row_snapshot_keeps_only_the_outcomes_the_transcript_does_not_say(
     events += [InputAdmitted(user("u9", identity="id9")), TurnStarted(9, "u9")]  # running
     state = fold(events)
     assert list(state.outcomes) == ["u5", "u6", "u7", "u8"]
-    document, rows = state.to_snapshot(0)
+    document, rows = snapshots.encode(state, 0)
     stored = json.loads(document)["outcomes"]
     assert set(stored) == {"u5"}  # the one the transcript cannot say
-    restored = SessionState.from_snapshot(document, rows)
+    restored = snapshots.decode(document, rows)
     assert restored == state
     assert list(restored.outcomes) == list(state.outcomes)  # eviction order kept
     assert restored.outcomes["u6"].reply == "reply 6"

@@ -1,0 +1,147 @@
+"""What the model is offered and sees, for one session (pure): the settings in force, the
+audience and its tools, the prompt builder (token cache, calibration) and the context
+ladder (what was already tried about the prompt's size).
+
+Settings are picked up at a turn's start (a SIGHUP applies to running sessions); the
+audience follows them and where the session lives (a DM's sender).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from netclaw.config import LiveSettings, Settings
+from netclaw.llm import Completion, ToolSchema
+from netclaw.policy import Audience, Place, allowed_tools, audience_of, memory_scope_of, recall_scope
+from netclaw.sessions import _ladder as ladder
+from netclaw.sessions._prompt import Prompt, PromptBuilder
+from netclaw.sessions._state import SessionState
+from netclaw.toolspec import ToolContext
+
+
+class ToolCatalog(Protocol):
+    """The tools on offer (the registry: built-ins and the MCP servers' current tools)."""
+
+    def schemas(self, allowed: Sequence[str] | None = None) -> list[ToolSchema]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class SessionEnv:
+    """What a session reads from the daemon (nothing it could block on)."""
+
+    live: LiveSettings
+    tools: ToolCatalog
+    has_memory: bool  # a memory store exists: recall, extraction at passivation
+    clock: Callable[[], float] = time.time
+
+
+class ModelContext:
+    __slots__ = ("_allowed", "_audience", "_catalog", "_id", "_ladder", "_live", "_settings", "prompts")
+
+    def __init__(self, session_id: str, live: LiveSettings, catalog: ToolCatalog) -> None:
+        self._id = session_id
+        self._live = live
+        self._catalog = catalog
+        self._settings = live.current
+        self.prompts = PromptBuilder(self._settings.agent.system_prompt, self._settings.trim_budget_tokens)
+        self._ladder = ladder.Ladder()
+        self._audience: Audience = audience_of(session_id, self._settings)
+        self._allowed: tuple[str, ...] | None = None
+        self.place_changed(None)
+
+    @property
+    def settings(self) -> Settings:
+        return self._settings
+
+    @property
+    def audience(self) -> Audience:
+        return self._audience
+
+    @property
+    def allowed_tools(self) -> tuple[str, ...] | None:
+        return self._allowed
+
+    def recovered(self, state: SessionState) -> None:
+        self.place_changed(state.place)
+        self._ladder = ladder.Ladder(last_input_tokens=state.last_input_tokens)
+
+    def refresh(self, place: Place | None) -> None:
+        """Pick up a config reload at a turn boundary."""
+        current = self._live.current
+        if current is self._settings:
+            return
+        self._settings = current
+        self.place_changed(place)
+        self.prompts.system_prompt = current.agent.system_prompt
+        self.prompts.budget = current.trim_budget_tokens
+
+    def place_changed(self, place: Place | None) -> None:
+        self._audience = audience_of(self._id, self._settings, place)
+        allowed = allowed_tools(self._audience, self._settings)
+        self._allowed = None if allowed is None else tuple(allowed)
+
+    def tools(self) -> list[ToolSchema]:
+        return self._catalog.schemas(self._allowed)
+
+    def tool_context(self, turn: int | None, place: Place | None) -> ToolContext:
+        return ToolContext(
+            self._id,
+            self._audience,
+            turn,
+            scope=memory_scope_of(self._id, place),
+            recall_scope=recall_scope(self._id, self._audience, self._settings, place),
+            recall=self._settings.audience(self._audience).memory_scope != "none",
+        )
+
+    def budget(self) -> ladder.Budget:
+        return ladder.budget_of(self._settings, self.prompts.calibration.ratio)
+
+    # -- the ladder: each decision also remembers what was tried ------------------------------------
+
+    def new_turn(self) -> None:
+        self._ladder = self._ladder.new_turn()
+
+    def reset(self) -> None:
+        self._ladder = ladder.Ladder()
+
+    def before_call(self, prompt: Prompt, state: SessionState) -> ladder.Send | ladder.Compact:
+        trim = prompt.trim
+        decision, self._ladder = ladder.before_call(
+            self._ladder,
+            seq=state.seq,
+            untrimmed_estimate=trim.tokens_before if trim is not None else prompt.estimate,
+            trim=trim,
+            turns=state.turns,
+            budget=self.budget(),
+        )
+        return decision
+
+    def observe(self, estimate: int, completion: Completion) -> None:
+        """The provider's count of the prompt we estimated at ``estimate``."""
+        reported = completion.usage.input_tokens if completion.usage is not None else None
+        if reported is not None:
+            self.prompts.observe_usage(estimate, reported)
+        self._ladder = ladder.observe(self._ladder, reported_input_tokens=reported)
+
+    def compaction_due(self, state: SessionState) -> ladder.Compact | ladder.Proceed:
+        return ladder.compaction_due(self._ladder, turns=state.turns, budget=self.budget())
+
+    def on_overflow(self, state: SessionState, error: str) -> ladder.Compact | ladder.Trim | ladder.Fail:
+        decision, self._ladder = ladder.on_overflow(self._ladder, turns=state.turns, error=error)
+        return decision
+
+    def after_compaction(
+        self, state: SessionState, *, forced: bool, summary_failed: bool, freed_nothing: bool
+    ) -> ladder.Trim | ladder.Proceed:
+        decision, self._ladder = ladder.after_compaction(
+            self._ladder,
+            seq=state.seq,
+            turns=state.turns,
+            forced=forced,
+            summary_failed=summary_failed,
+            freed_nothing=freed_nothing,
+        )
+        return decision
