@@ -38,8 +38,9 @@ from adapters.chat import (
     SharedFile,
     fetch_files,
 )
+from adapters.slack._config import SlackConfig
 from adapters.slack._format import slack_unescape
-from netclaw.config import Settings, SlackConfig
+from netclaw.config import Settings
 from netclaw.credentials import read_secret, where_to_put
 from netclaw.errors import AdapterError, NetclawError
 from netclaw.gateway import Gateway, Inbound
@@ -106,7 +107,7 @@ class SlackAdapter:
     @property
     def config(self) -> SlackConfig:
         """The current ``slack`` section (allowlists follow a reload)."""
-        return self.gateway.settings.slack
+        return SlackConfig.of(self.gateway.settings)
 
     # -- the Adapter protocol -----------------------------------------------------------------
 
@@ -128,7 +129,7 @@ class SlackAdapter:
         bot_token, _ = self._tokens()
         from adapters.slack._client import probe_auth
 
-        config = self.settings.slack
+        config = SlackConfig.of(self.settings)
         return await probe_auth(bot_token, config.api_url, config.bot_token_env)
 
     async def start(self) -> None:
@@ -140,7 +141,7 @@ class SlackAdapter:
         bot_token, app_token = self._tokens()
         connection = SlackConnection(self._on_event, self._on_hello, self._on_click)
         self._connection = connection
-        start_up = self.settings.slack
+        start_up = SlackConfig.of(self.settings)
         try:
             identity = await connection.open(
                 bot_token=bot_token,
@@ -199,7 +200,7 @@ class SlackAdapter:
         self._recent.clear()
 
     def _tokens(self) -> tuple[str, str]:
-        config = self.settings.slack
+        config = SlackConfig.of(self.settings)
         bot = read_secret(config.bot_token_env)
         if not bot:
             raise AdapterError(
