@@ -101,7 +101,9 @@ class Links:
     def __init__(
         self, gateway: Subscribing, calls: PlatformCalls, options: RenderOptions, render: Render
     ) -> None:
-        self.options = options  # read at each use (a test or a reload may replace it)
+        # Replaceable: supervision reads it at each use; a link's parts (the edit interval,
+        # the reaction) take theirs when the link is made.
+        self.options = options
         self.stopping = False
         self._gateway = gateway
         self._calls = calls
