@@ -2,26 +2,41 @@
 
 ``build_adapters`` makes the ones the config enables. Adapters depend on the gateway,
 never the reverse; the daemon starts them after the sessions and before the HTTP API.
+
+Each channel declares its own section of netclaw.json beside its code
+(``<channel>/_config.py``); importing this package registers them with
+:mod:`netclaw.config`, which composes them (the core never imports an adapter). Every
+entry point that loads the configuration imports this package first; it stays light —
+the adapters themselves are imported only when built.
 """
 
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 from adapters.base import Adapter, AdapterStatus
-from netclaw.config import Settings
-from netclaw.gateway import Gateway
+from adapters.discord_bot import DiscordConfig
+from adapters.slack import SlackConfig
+from adapters.webhook import WebhooksConfig
+from netclaw.config import Settings, register_channel_sections
+
+if TYPE_CHECKING:
+    from netclaw.gateway import Gateway
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Adapter", "AdapterStatus", "build_adapters"]
+__all__ = ["CHANNEL_SECTIONS", "Adapter", "AdapterStatus", "build_adapters"]
+
+CHANNEL_SECTIONS = (WebhooksConfig, SlackConfig, DiscordConfig)
+register_channel_sections(*CHANNEL_SECTIONS)
 
 
 def build_adapters(settings: Settings, gateway: Gateway) -> list[Adapter]:
     """The enabled adapters, not yet checked or started. Platform libraries are imported
     only for enabled adapters, so a missing optional library disables just that one."""
     found: list[Adapter] = []
-    if settings.webhooks.routes:
+    if WebhooksConfig.of(settings).routes:
         from adapters.webhook import WebhookAdapter
 
         found.append(WebhookAdapter(settings, gateway))

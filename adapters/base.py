@@ -11,9 +11,10 @@ loses its connection for good is started again with backoff
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
-from aiohttp import web
+if TYPE_CHECKING:
+    from aiohttp import web
 
 # running: serving. starting / reconnecting: connecting (the library retries by itself).
 # retrying: failed to start or lost for good; the supervisor starts it again after a backoff.

@@ -1,6 +1,7 @@
 """Keeping a channel up: an adapter that fails to start, or whose connection is lost for
-good, is started again with capped exponential backoff, forever (a DNS blip at boot or a
-platform outage must not silence the bot until someone restarts the daemon).
+good, is started again with capped exponential backoff (:class:`~netclaw.retry.Backoff`),
+forever (a DNS blip at boot or a platform outage must not silence the bot until someone
+restarts the daemon).
 
 The supervisor also owns the one log line per connect and disconnect: it watches the
 adapter's status and logs each change of state. It runs on the I/O loop.
@@ -11,17 +12,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 import time
 from collections.abc import Awaitable, Callable
 
 from adapters.base import Adapter, AdapterStatus
+from netclaw.retry import Backoff
 from netclaw.runtime import cancel_and_wait
 
 log = logging.getLogger("adapters")
 
 FIRST_RETRY_S = 1.0
 MAX_RETRY_S = 60.0
+JITTER = 0.2  # several daemons (or adapters) do not retry in lockstep
 WATCH_EVERY_S = 2.0
 # States the adapter itself recovers from (a reconnect in progress) versus ones that need
 # the supervisor to start it afresh.
@@ -39,8 +41,7 @@ class AdapterSupervisor:
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.adapter = adapter
-        self.first_retry_s = first_retry_s
-        self.max_retry_s = max_retry_s
+        self.backoff = Backoff(first_s=first_retry_s, max_s=max_retry_s, jitter=JITTER)
         self.watch_every_s = watch_every_s
         self._sleep = sleep
         self._task: asyncio.Task[None] | None = None
@@ -59,7 +60,7 @@ class AdapterSupervisor:
         supervision goes on in the background. True when the first attempt worked."""
         up = await self._attempt()
         if not up:  # retrying from now on, also in /healthz before the task first runs
-            self._next_attempt = time.monotonic() + self.first_retry_s
+            self._next_attempt = time.monotonic() + self.backoff.first_s
         self._task = asyncio.create_task(self._supervise(), name=f"supervise-{self.name}")
         return up
 
@@ -91,18 +92,17 @@ class AdapterSupervisor:
         return True
 
     async def _supervise(self) -> None:
-        delay = self.first_retry_s
+        failures = 0  # failed restarts in a row (after the first failure it waits first_s)
         while True:
             if not self._running:
-                # Jitter: several daemons (or adapters) do not retry in lockstep.
-                wait = delay * random.uniform(0.8, 1.2)
+                wait = self.backoff.delay(failures)
                 self._next_attempt = time.monotonic() + wait
                 log.warning("adapter %s: %s; starting it again in %.0fs", self.name, self._error, wait)
                 self._last_state = "retrying"
                 await self._sleep(wait)
                 self._next_attempt = None
                 up = await self._attempt()
-                delay = self.first_retry_s if up else min(delay * 2, self.max_retry_s)
+                failures = 0 if up else failures + 1
                 continue
             self._note_state()
             await self._sleep(self.watch_every_s)

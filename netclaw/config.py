@@ -14,15 +14,27 @@ import json
 import os
 import re
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal, Self, TypeVar, cast
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializeAsAny,
+    ValidationError,
+    ValidationInfo,
+    ValidatorFunctionWrapHandler,
+    field_validator,
+    model_validator,
+)
+from pydantic.fields import FieldInfo
+from pydantic_core import PydanticCustomError
+from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
 from netclaw.credentials import read_secret, where_to_put
 from netclaw.errors import ConfigError
@@ -36,6 +48,9 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+Section = _Section  # a section's parts: unknown keys refused, frozen (adapters' sections use it too)
+
+
 def _check_env_name(value: str | None) -> str | None:
     if value is not None and not _ENV_NAME.match(value):
         raise ValueError(
@@ -43,6 +58,9 @@ def _check_env_name(value: str | None) -> str | None:
             "variable that holds the secret, never the secret itself"
         )
     return value
+
+
+check_env_name = _check_env_name  # for the sections declared beside their adapters
 
 
 class ProviderConfig(_Section):
@@ -140,40 +158,9 @@ class LogConfig(_Section):
         return value.lower() if isinstance(value, str) else value
 
 
-class WebhookAuth(_Section):
-    type: Literal["hmac", "bearer"]
-    secret_env: str
-
-    _env = field_validator("secret_env")(_check_env_name)
-
-
 class DeliverConfig(_Section):
     channel: Literal["slack", "discord"]
     to: str = Field(min_length=1)  # a channel id
-
-
-class WebhookRoute(_Section):
-    auth: WebhookAuth
-    session_key: str | None = None
-    text: str = "$.text"
-    audience: Literal["personal", "team", "public"] = "public"
-    max_body_bytes: int = Field(1_048_576, gt=0)
-    rate_limit_per_minute: int = Field(60, gt=0)
-    deliver: DeliverConfig | None = None  # post each delivery's reply as a new thread there
-
-
-class WebhooksConfig(_Section):
-    routes: dict[str, WebhookRoute] = {}
-
-    @field_validator("routes")
-    @classmethod
-    def _route_names(cls, routes: dict[str, WebhookRoute]) -> dict[str, WebhookRoute]:
-        # Route names go into URLs and session ids (webhook:<route>:<key>); a ":" would let
-        # one route's sessions pass for another's (and take its audience).
-        for name in routes:
-            if not re.fullmatch(r"[A-Za-z0-9._-]{1,64}", name):
-                raise ValueError(f"route name {name!r} must be 1-64 letters, digits, '.', '_' or '-'")
-        return routes
 
 
 class ChannelAccess(_Section):
@@ -189,20 +176,85 @@ class ChannelAccess(_Section):
     thread_context_tokens: int = Field(4000, ge=0)
 
 
-class SlackConfig(ChannelAccess):
+# -- channel sections: declared beside their adapters ------------------------------------------
+
+
+class ChannelSection(_Section):
+    """A channel's own section of netclaw.json (``webhooks``, ``slack``, ``discord``).
+
+    Its model is declared beside the adapter's code (``adapters/<channel>/_config.py``) and
+    registered by the ``adapters`` package (:func:`register_channel_sections`), so the core
+    never imports an adapter: :class:`Settings` names the sections and validates each with
+    its adapter's model. What the core reads of a section is declared here, on the base."""
+
+    key: ClassVar[str] = ""  # its key in netclaw.json
+    restart_keys: ClassVar[tuple[str, ...]] = ()  # its keys a reload cannot change (used at start-up)
+
+    def audience_of(self, session_id: str) -> Literal["personal", "team", "public"] | None:
+        """The audience this section gives a session of its channel, when it says."""
+        return None
+
+    def check_environment(self) -> None:
+        """Checks at load that read the environment (ConfigError naming the key path)."""
+
+    @classmethod
+    def of(cls, settings: Settings) -> Self:
+        """This section of ``settings``, as its adapter's model."""
+        section = getattr(settings, cls.key, None)
+        if not isinstance(section, cls):
+            raise TypeError(
+                f"settings.{cls.key} is a {type(section).__name__}, not a {cls.__name__}: "
+                "were the settings made before the `adapters` package registered the section?"
+            )
+        return section
+
+
+class ChatSection(ChannelAccess, ChannelSection):
+    """A chat platform's section: whether it runs, and who may talk (the gateway's policy)."""
+
     enabled: bool = False
-    bot_token_env: str = "SLACK_BOT_TOKEN"  # xoxb-…
-    app_token_env: str = "SLACK_APP_TOKEN"  # xapp-… (Socket Mode)
-    api_url: str | None = None  # Web API base, e.g. for a local test double; None: Slack's
-
-    _env = field_validator("bot_token_env", "app_token_env")(_check_env_name)
 
 
-class DiscordConfig(ChannelAccess):
-    enabled: bool = False
-    token_env: str = "DISCORD_BOT_TOKEN"
+S = TypeVar("S", bound=ChannelSection)
+_CHANNEL_SECTIONS: dict[str, type[ChannelSection]] = {}
 
-    _env = field_validator("token_env")(_check_env_name)
+
+def register_channel_sections(*models: type[ChannelSection]) -> None:
+    """The adapters' section models, each under its ``key`` (one of Settings' sections)."""
+    for model in models:
+        field = Settings.model_fields.get(model.key)
+        base = field.annotation if field is not None else None
+        if not (isinstance(base, type) and issubclass(model, base)):
+            raise TypeError(
+                f"{model.__name__}: netclaw.json has no channel section {model.key!r} of its kind"
+            )
+        known = _CHANNEL_SECTIONS.setdefault(model.key, model)
+        if known is not model:
+            raise TypeError(
+                f"two models for the {model.key!r} section: {known.__name__} and {model.__name__}"
+            )
+
+
+def _section_default(key: str, base: type[S]) -> Callable[[], S]:
+    """A section left out of the file: its adapter's defaults (the base's, unregistered)."""
+
+    def make() -> S:
+        return cast(type[S], _CHANNEL_SECTIONS.get(key, base))()
+
+    return make
+
+
+class _EnvSource(EnvSettingsSource):
+    """The environment, with each channel section read as its adapter's model (so that a
+    nested key such as ``NETCLAW_WEBHOOKS__ROUTES`` is parsed as JSON, as for any section)."""
+
+    def explode_env_vars(
+        self, field_name: str, field: FieldInfo, env_vars: Mapping[str, str | None]
+    ) -> dict[str, Any]:
+        model = _CHANNEL_SECTIONS.get(field_name)
+        return super().explode_env_vars(
+            field_name, FieldInfo.from_annotation(model) if model is not None else field, env_vars
+        )
 
 
 class AudienceConfig(_Section):
@@ -424,9 +476,11 @@ class Settings(BaseSettings):
     session: SessionConfig = SessionConfig()
     history: HistoryConfig = HistoryConfig()
     gateway: GatewayConfig = GatewayConfig()
-    webhooks: WebhooksConfig = WebhooksConfig()
-    slack: SlackConfig = SlackConfig()
-    discord: DiscordConfig = DiscordConfig()
+    webhooks: SerializeAsAny[ChannelSection] = Field(
+        default_factory=_section_default("webhooks", ChannelSection)
+    )
+    slack: SerializeAsAny[ChatSection] = Field(default_factory=_section_default("slack", ChatSection))
+    discord: SerializeAsAny[ChatSection] = Field(default_factory=_section_default("discord", ChatSection))
     audiences: dict[Literal["personal", "team", "public"], AudienceConfig] = {}
     agent: AgentConfig = AgentConfig()
     journal: JournalConfig = JournalConfig()
@@ -446,7 +500,21 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         # The file arrives as init kwargs; the environment must beat it.
-        return (env_settings, init_settings)
+        return (_EnvSource(settings_cls), init_settings)
+
+    @field_validator("webhooks", "slack", "discord", mode="wrap")
+    @classmethod
+    def _channel_section(cls, value: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo) -> Any:
+        """A channel section is validated with the model its adapter registered."""
+        model = _CHANNEL_SECTIONS.get(info.field_name or "")
+        if model is None:
+            if isinstance(value, ChannelSection):
+                return handler(value)
+            raise PydanticCustomError(
+                "channel_section",
+                "no adapter declared this section (import `adapters` before loading settings)",
+            )
+        return handler(value if isinstance(value, model) else model.model_validate(value))
 
     @model_validator(mode="after")
     def _references_exist(self) -> Settings:
@@ -528,7 +596,8 @@ def load_settings(path: str | os.PathLike[str] | None = None, *, explicit: bool 
         settings = settings.model_copy(update={"data_dir": (base / settings.data_dir).resolve()})
     elif not settings.data_dir.is_absolute():
         settings = settings.model_copy(update={"data_dir": settings.data_dir.resolve()})
-    _check_webhook_secrets(settings)
+    for key in _CHANNEL_SECTIONS:
+        getattr(settings, key).check_environment()
     workspace = settings.tools.workspace_dir
     if not workspace.is_absolute():
         # Like data_dir: relative to the config file when there is one.
@@ -556,22 +625,6 @@ def _read_json(path: Path, *, must_exist: bool) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold a JSON object at the top level")
     return data
-
-
-MIN_WEBHOOK_SECRET_BYTES = 32
-
-
-def _check_webhook_secrets(settings: Settings) -> None:
-    """A webhook secret short enough to guess is refused at load (a missing one only
-    disables its route)."""
-    for name, route in settings.webhooks.routes.items():
-        secret = read_secret(route.auth.secret_env)
-        if secret is not None and len(secret.encode()) < MIN_WEBHOOK_SECRET_BYTES:
-            raise ConfigError(
-                f"webhooks.routes.{name}.auth.secret_env: the secret in {route.auth.secret_env} is "
-                f"{len(secret.encode())} bytes; use at least {MIN_WEBHOOK_SECRET_BYTES} "
-                "(for example: openssl rand -hex 32)"
-            )
 
 
 def strip_comments(text: str) -> str:
@@ -621,12 +674,7 @@ RESTART_KEYS = (
     "providers",
     "models",
     "journal",
-    "slack.enabled",
-    "slack.bot_token_env",
-    "slack.app_token_env",
-    "slack.api_url",
-    "discord.enabled",
-    "discord.token_env",
+    # ... and each channel section's restart_keys (ChannelSection), e.g. "slack.bot_token_env".
     "tools.workspace_dir",  # the built-in tools are built once at start-up
     "tools.web_fetch",
     "tools.files",
@@ -653,8 +701,14 @@ def _diff(old: Any, new: Any, prefix: str) -> list[str]:
     return [prefix] if old != new else []
 
 
+def restart_keys() -> tuple[str, ...]:
+    """Every key path a reload cannot change: RESTART_KEYS and the channel sections' own."""
+    own = (f"{key}.{name}" for key, model in _CHANNEL_SECTIONS.items() for name in model.restart_keys)
+    return (*RESTART_KEYS, *own)
+
+
 def needs_restart(key: str, extra: tuple[str, ...] = ()) -> bool:
-    return any(key == k or key.startswith(k + ".") for k in (*RESTART_KEYS, *extra))
+    return any(key == k or key.startswith(k + ".") for k in (*restart_keys(), *extra))
 
 
 @dataclass(frozen=True, slots=True)

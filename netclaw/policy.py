@@ -74,8 +74,7 @@ def audience_of(session_id: str, settings: Settings, place: Place | None = None)
     if channel in ("slack", "discord"):
         return "team"
     if channel == "webhook":
-        route = settings.webhooks.routes.get(session_id.split(":")[1] if ":" in session_id else "")
-        return route.audience if route is not None else "public"
+        return settings.webhooks.audience_of(session_id) or "public"
     return "personal"
 
 

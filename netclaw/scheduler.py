@@ -32,11 +32,14 @@ from netclaw.metrics import Metrics
 from netclaw.persistence import Reminder, ReminderStore
 from netclaw.policy import reminders_allowed
 from netclaw.reminders import CatchUp, Schedule, check_text, fire_text, identity, iso, make_schedule, plan_due
+from netclaw.retry import Backoff
 from netclaw.runtime import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
-RETRY_AFTER_FAILURE_S = 5.0  # a fire the gateway could not admit is tried again this soon
+# A fire the gateway could not admit (or a reminder store that failed) is tried again after
+# 5 s, then 10, 20, 40, and every minute while it keeps failing.
+RETRY_BACKOFF = Backoff(first_s=5.0, max_s=60.0, jitter=0.0)
 MAX_SLEEP_S = 3600.0  # wake at least hourly (a changed clock, a hand-edited database)
 
 
@@ -88,6 +91,7 @@ class Scheduler:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._backoff_until: float | None = None  # a fire failed: no fires before this
+        self._failures = 0  # in a row: fires not admitted, or the store failing
         self.fired = 0  # fires admitted (tests, status)
 
     # -- people and the model -----------------------------------------------------------------
@@ -181,12 +185,18 @@ class Scheduler:
             try:
                 await self.fire_due()
                 earliest = await self.store.earliest()
+                if self._backoff_until is None:
+                    self._failures = 0
             except JournalError as exc:
                 log.error("scheduler: the reminder store failed: %s; retrying", exc)
-                earliest = self.clock.now() + RETRY_AFTER_FAILURE_S
+                earliest = self._retry_at(self.clock.now())
             if self._backoff_until is not None and (earliest is None or earliest < self._backoff_until):
                 earliest = self._backoff_until
             await self.clock.wait(earliest, self._wake)
+
+    def _retry_at(self, now: float) -> float:
+        self._failures += 1
+        return now + RETRY_BACKOFF.delay(self._failures - 1)
 
     async def fire_due(self) -> int:
         """Fire whatever is due now; the number of fires admitted."""
@@ -222,8 +232,9 @@ class Scheduler:
                 log.warning(
                     "reminder %s: fire at %s not admitted: %s; retrying", reminder.id, iso(scheduled), exc
                 )
-                self._backoff_until = now + RETRY_AFTER_FAILURE_S
+                self._backoff_until = self._retry_at(now)
                 return admitted
+            self._failures = 0
             admitted += 0 if admission.duplicate else 1
             self.fired += 0 if admission.duplicate else 1
             if self.metrics is not None and not admission.duplicate:

@@ -4,7 +4,11 @@ notices, files, approval buttons, idle release, re-subscribing).
 
 - ``_port``: :class:`ChatPort`, the conversation and message references, the port's
   error, and the retry policies for platform calls.
-- ``_renderer``: :class:`ChatRenderer`.
+- ``_renderer``: :class:`ChatRenderer`, composing one module per concern: ``_links``
+  (the subscription of each followed session), ``_streaming`` (the reply as it streams),
+  ``_reactions`` (the "working on it" mark), ``_approvals`` (buttons and decisions),
+  ``_outbox`` and ``_outbox_watch`` (every recorded reply shown once), over ``_calls``
+  (how they call the platform).
 - ``_inbound``: fetching a message's shared files within the limits; what people say in
   a followed thread that is not for the bot.
 - ``_text``: splitting replies to a platform's message size; notes for people.
@@ -14,6 +18,7 @@ A new platform is a port plus its event mapping (see ``adapters/slack/`` and
 """
 
 from adapters.chat._inbound import Asides, SharedFile, fetch_files
+from adapters.chat._links import SUBSCRIPTION, RenderOptions
 from adapters.chat._port import (
     BEST_EFFORT,
     MUST_DELIVER,
@@ -29,7 +34,7 @@ from adapters.chat._port import (
     outbox_key,
     retry_verdict,
 )
-from adapters.chat._renderer import SUBSCRIPTION, ChatRenderer, RenderOptions
+from adapters.chat._renderer import ChatRenderer
 from adapters.chat._text import error_note, note_for, split_message
 
 __all__ = [

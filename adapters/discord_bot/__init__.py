@@ -12,20 +12,30 @@ this package by that name. The modules:
   rendered by the shared :class:`~adapters.chat.ChatRenderer`.
 - ``_client``: discord.py itself (client, real port, normalisation, exception translation),
   imported only when the adapter starts, so the daemon runs without discord.py installed.
+- ``_config``: the ``discord`` config section (:class:`DiscordConfig`).
 
-Set-up for people: docs/channels/discord.md.
+Set-up for people: docs/channels/discord.md. This face imports the adapter and the port
+on first use, so that registering the config section stays light.
 """
 
-from adapters.discord_bot._adapter import DiscordAdapter, conversation_of, session_id_for, thread_name
-from adapters.discord_bot._port import (
-    MESSAGE_LIMIT,
-    SEEN_EMOJI,
-    DiscordApiError,
-    DiscordAttachment,
-    DiscordMessage,
-    DiscordPort,
-    rate_limited,
-)
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from adapters._lazy import lazy_names
+from adapters.discord_bot._config import DiscordConfig
+
+if TYPE_CHECKING:
+    from adapters.discord_bot._adapter import DiscordAdapter, conversation_of, session_id_for, thread_name
+    from adapters.discord_bot._port import (
+        MESSAGE_LIMIT,
+        SEEN_EMOJI,
+        DiscordApiError,
+        DiscordAttachment,
+        DiscordMessage,
+        DiscordPort,
+        rate_limited,
+    )
 
 __all__ = [
     "MESSAGE_LIMIT",
@@ -33,6 +43,7 @@ __all__ = [
     "DiscordAdapter",
     "DiscordApiError",
     "DiscordAttachment",
+    "DiscordConfig",
     "DiscordMessage",
     "DiscordPort",
     "conversation_of",
@@ -40,3 +51,16 @@ __all__ = [
     "session_id_for",
     "thread_name",
 ]
+
+_ADAPTER = ("DiscordAdapter", "conversation_of", "session_id_for", "thread_name")
+_PORT = (
+    "MESSAGE_LIMIT",
+    "SEEN_EMOJI",
+    "DiscordApiError",
+    "DiscordAttachment",
+    "DiscordMessage",
+    "DiscordPort",
+)
+__getattr__ = lazy_names(
+    __name__, {**dict.fromkeys(_ADAPTER, "_adapter"), **dict.fromkeys((*_PORT, "rate_limited"), "_port")}
+)

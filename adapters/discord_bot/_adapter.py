@@ -36,6 +36,7 @@ from adapters.chat import (
     fetch_files,
     retry_verdict,
 )
+from adapters.discord_bot._config import DiscordConfig
 from adapters.discord_bot._port import (
     SEEN_EMOJI,
     THREAD_NAME_LIMIT,
@@ -43,7 +44,7 @@ from adapters.discord_bot._port import (
     DiscordMessage,
     DiscordPort,
 )
-from netclaw.config import DiscordConfig, Settings
+from netclaw.config import Settings
 from netclaw.credentials import read_secret, where_to_put
 from netclaw.errors import AdapterError, NetclawError
 from netclaw.gateway import Admission, Gateway, Inbound
@@ -101,7 +102,7 @@ class DiscordAdapter:
     ) -> None:
         self.settings = settings
         self.gateway = gateway
-        self.token_env = settings.discord.token_env
+        self.token_env = DiscordConfig.of(settings).token_env
         idle = settings.session.idle_timeout_s
         self.options = RenderOptions(
             edit_interval_s=edit_interval_s,
@@ -128,7 +129,7 @@ class DiscordAdapter:
     def config(self) -> DiscordConfig:
         """The current ``discord`` section (follows a reload); the token and ``enabled``
         need a restart."""
-        return self.gateway.settings.discord
+        return DiscordConfig.of(self.gateway.settings)
 
     # -- the Adapter protocol -----------------------------------------------------------------
 

@@ -2,15 +2,37 @@
 
 - ``_adapter``: :class:`SlackAdapter` — event mapping, thread ↔ session, redelivery
   dedupe; replies are rendered by the shared :class:`~adapters.chat.ChatRenderer`.
-- ``_client``: slack-bolt and slack-sdk themselves (the Socket Mode connection, the Web
-  API behind the chat port, exception translation), imported only when the adapter
-  starts, so the daemon runs without the Slack extra installed.
+- ``_client``: the Socket Mode connection (slack-bolt), ``_web``: the Web API calls and
+  their errors, ``_port``: the chat port over them, ``_reading``: people's names, earlier
+  messages, shared files. These touch slack-bolt and slack-sdk and are imported only
+  when the adapter starts, so the daemon runs without the Slack extra installed.
 - ``_format``: Slack's text escaping.
+- ``_config``: the ``slack`` config section (:class:`SlackConfig`).
 
-Set-up for people: docs/channels/slack.md.
+Set-up for people: docs/channels/slack.md. This face imports the adapter on first use,
+so that registering the config section stays light.
 """
 
-from adapters.slack._adapter import PROCESSING_REACTION, SlackAdapter, conversation_of
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from adapters._lazy import lazy_names
+from adapters.slack._config import SlackConfig
 from adapters.slack._format import slack_escape, slack_unescape
 
-__all__ = ["PROCESSING_REACTION", "SlackAdapter", "conversation_of", "slack_escape", "slack_unescape"]
+if TYPE_CHECKING:
+    from adapters.slack._adapter import PROCESSING_REACTION, SlackAdapter, conversation_of
+
+__all__ = [
+    "PROCESSING_REACTION",
+    "SlackAdapter",
+    "SlackConfig",
+    "conversation_of",
+    "slack_escape",
+    "slack_unescape",
+]
+
+__getattr__ = lazy_names(
+    __name__, {"PROCESSING_REACTION": "_adapter", "SlackAdapter": "_adapter", "conversation_of": "_adapter"}
+)

@@ -1,6 +1,6 @@
 """The Slack adapter: event mapping and thread ↔ session. No slack-bolt or slack-sdk here
-(``_client.py`` has them); replies are rendered by the shared
-:class:`~adapters.chat.ChatRenderer`.
+(``_client``, ``_web``, ``_port`` and ``_reading`` have them); replies are rendered by the
+shared :class:`~adapters.chat.ChatRenderer`.
 
 A mention of the bot in an allowed channel starts the session
 ``slack:<channel_id>:<thread_ts>`` (the mention's ``ts`` when it is not yet in a thread);
@@ -38,8 +38,9 @@ from adapters.chat import (
     SharedFile,
     fetch_files,
 )
+from adapters.slack._config import SlackConfig
 from adapters.slack._format import slack_unescape
-from netclaw.config import Settings, SlackConfig
+from netclaw.config import Settings
 from netclaw.credentials import read_secret, where_to_put
 from netclaw.errors import AdapterError, NetclawError
 from netclaw.gateway import Gateway, Inbound
@@ -47,7 +48,9 @@ from netclaw.messages import PriorMessage
 from netclaw.policy import ChatEvent, Place, dm_audience
 
 if TYPE_CHECKING:
-    from adapters.slack._client import SlackConnection, SlackPort
+    from adapters.slack._client import SlackConnection
+    from adapters.slack._port import SlackPort
+    from adapters.slack._reading import SlackReader
 
 log = logging.getLogger("adapters.slack")
 
@@ -99,11 +102,12 @@ class SlackAdapter:
         self._mention: re.Pattern[str] | None = None
         self._asides: Asides[dict[str, str]] = Asides()  # said in followed threads, not to us
         self._port: SlackPort | None = None
+        self._reader: SlackReader | None = None
 
     @property
     def config(self) -> SlackConfig:
         """The current ``slack`` section (allowlists follow a reload)."""
-        return self.gateway.settings.slack
+        return SlackConfig.of(self.gateway.settings)
 
     # -- the Adapter protocol -----------------------------------------------------------------
 
@@ -125,7 +129,7 @@ class SlackAdapter:
         bot_token, _ = self._tokens()
         from adapters.slack._client import probe_auth
 
-        config = self.settings.slack
+        config = SlackConfig.of(self.settings)
         return await probe_auth(bot_token, config.api_url, config.bot_token_env)
 
     async def start(self) -> None:
@@ -137,7 +141,7 @@ class SlackAdapter:
         bot_token, app_token = self._tokens()
         connection = SlackConnection(self._on_event, self._on_hello, self._on_click)
         self._connection = connection
-        start_up = self.settings.slack
+        start_up = SlackConfig.of(self.settings)
         try:
             identity = await connection.open(
                 bot_token=bot_token,
@@ -155,8 +159,8 @@ class SlackAdapter:
             raise
         self.bot_user_id = identity.user_id
         self._mention = re.compile(rf"<@{re.escape(identity.user_id)}(?:\|[^>]*)?>")
-        assert connection.port is not None
-        self._port = connection.port
+        assert connection.port is not None and connection.reader is not None
+        self._port, self._reader = connection.port, connection.reader
         self.renderer = ChatRenderer(self.gateway, connection.port, self.options)
         await self.renderer.resume(conversation_of)  # turns a restart interrupted answer here
         self.gateway.offer_threads("slack", self._open_thread)
@@ -196,7 +200,7 @@ class SlackAdapter:
         self._recent.clear()
 
     def _tokens(self) -> tuple[str, str]:
-        config = self.settings.slack
+        config = SlackConfig.of(self.settings)
         bot = read_secret(config.bot_token_env)
         if not bot:
             raise AdapterError(
@@ -288,22 +292,22 @@ class SlackAdapter:
             return
         if not clean and not mentioned and not shared:
             return  # nothing to answer
-        port = self._port
-        if port is None:
+        port, reader = self._port, self._reader
+        if port is None or reader is None:
             return
-        name = await port.user_name(user)
+        name = await reader.user_name(user)
         prior = self._asides.take(session_id)
         if not thread_known and (root != ts or is_dm):
             # A session starts mid-conversation (a mention mid-thread, a DM): first, what was
             # said before. A new thread under a channel message starts from nothing.
-            prior = await self._earlier(port, channel, root if root != ts else None, ts) + prior
+            prior = await self._earlier(reader, channel, root if root != ts else None, ts) + prior
         files, refused = await fetch_files(
             [
                 SharedFile(
                     str(f.get("name") or f.get("title") or "file"),
                     str(f.get("mimetype") or "application/octet-stream"),
                     f["size"] if isinstance(f.get("size"), int) else None,
-                    partial(port.download, str(f["url_private_download"])),
+                    partial(reader.download, str(f["url_private_download"])),
                 )
                 for f in shared
             ],
@@ -315,7 +319,7 @@ class SlackAdapter:
             user=user,
             identity=f"slack:{event_id}" if event_id else f"slack:{channel}:{ts}",
             user_name=name,
-            prior=[await self._prior_of(port, m) for m in prior],
+            prior=[await self._prior_of(reader, m) for m in prior],
             files=files,
             # Memories stay in the channel (a DM channel is one person's); a DM is only
             # "team" when a user allowlist vetted who may write.
@@ -332,12 +336,12 @@ class SlackAdapter:
         return slack_unescape(self._mention.sub("", text) if self._mention else text).strip()
 
     async def _earlier(
-        self, port: SlackPort, channel: str, thread: str | None, before: str
+        self, reader: SlackReader, channel: str, thread: str | None, before: str
     ) -> list[dict[str, Any]]:
         """People's messages before ``before`` in the thread (or the channel), as Slack has them."""
         limit = self.config.thread_context_messages
         try:
-            found = await port.earlier_messages(channel, thread, before, limit)
+            found = await reader.earlier_messages(channel, thread, before, limit)
         except ChatApiError as exc:
             log.warning("slack: earlier messages of %s not read (%s); the turn goes without", channel, exc)
             return []
@@ -355,8 +359,8 @@ class SlackAdapter:
                 out.append({"user": str(m["user"]), "text": text})
         return out
 
-    async def _prior_of(self, port: SlackPort, message: dict[str, Any]) -> PriorMessage:
-        return PriorMessage(message["user"], await port.user_name(message["user"]), message["text"])
+    async def _prior_of(self, reader: SlackReader, message: dict[str, Any]) -> PriorMessage:
+        return PriorMessage(message["user"], await reader.user_name(message["user"]), message["text"])
 
     async def _knows(self, session_id: str) -> bool:
         try:

@@ -6,6 +6,9 @@
 - ``status`` and ``usage``: :mod:`._status`.
 - ``doctor``: :mod:`._doctor`; ``init``: :mod:`._init`.
 - ``migrate-journal``: :mod:`._migrate` (SQLite → PostgreSQL).
+
+Every command may load netclaw.json, whose channel sections (``slack``, ``discord``,
+``webhooks``) their adapters declare: ``adapters`` is imported first to register them.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+import adapters  # noqa: F401 - registers the channel sections (see above); light: no adapter is built
 from netclaw import __version__
 from netclaw.cli._admin import cmd_approvals, cmd_memory, cmd_reminders, cmd_sessions
 from netclaw.cli._chat import cmd_chat

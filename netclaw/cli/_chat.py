@@ -26,10 +26,11 @@ from netclaw.cli._connect import client_for
 from netclaw.client import DaemonClient
 from netclaw.errors import ClientError
 from netclaw.outputs import OutputFilter
+from netclaw.retry import Backoff
 
 DEFAULT_SESSION = "cli:default"
 RESUME_EXCHANGES = 3
-RECONNECT_BACKOFF_S = (0.5, 1.0, 2.0, 5.0)
+RECONNECT_BACKOFF = Backoff(first_s=0.5, max_s=5.0, jitter=0.0)  # 0.5 s, 1 s, 2 s, 4 s, 5 s, ...
 JOIN_TIMEOUT_S = 10.0
 
 
@@ -253,7 +254,7 @@ class ChatView:
                 self._lost = True
                 self._stderr.write("\n(lost the connection to the daemon; reconnecting…)\n")
                 self._stderr.flush()
-            self._sleep(RECONNECT_BACKOFF_S[min(attempt, len(RECONNECT_BACKOFF_S) - 1)])
+            self._sleep(RECONNECT_BACKOFF.delay(attempt))
             attempt += 1
 
     def show(self, output: out.Output) -> None:  # noqa: C901 - one case per output type

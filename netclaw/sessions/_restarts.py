@@ -11,10 +11,13 @@ from dataclasses import dataclass
 
 from netclaw.errors import NetclawError
 from netclaw.persistence import Journal
+from netclaw.retry import Backoff
 
 log = logging.getLogger(__name__)
 
-RESTART_BACKOFF_S = (0.5, 2.0, 10.0, 30.0, 60.0)  # after the 1st, 2nd, ... failure in a row
+# After the 1st, 2nd, ... failure in a row: 0.5 s, 2 s, 8 s, 32 s, 60 s; then the next message.
+RESTART_BACKOFF = Backoff(first_s=0.5, max_s=60.0, factor=4.0, jitter=0.0)
+RESTARTS_BEFORE_GIVING_UP = 5
 FAILURES_FORGOTTEN_AFTER_S = 600.0  # a session that ran this long without failing starts afresh
 
 
@@ -60,14 +63,14 @@ class Restarts:
         if failures.restart is not None:
             failures.restart.cancel()
             failures.restart = None
-        if failures.count > len(RESTART_BACKOFF_S):
+        if failures.count > RESTARTS_BEFORE_GIVING_UP:
             log.error(
                 "%s: failed %d times in a row; not restarting it until its next message",
                 session_id,
                 failures.count,
             )
             return
-        delay = RESTART_BACKOFF_S[failures.count - 1]
+        delay = RESTART_BACKOFF.delay(failures.count - 1)
         failures.restart = asyncio.get_running_loop().call_later(delay, self._spawn, session_id)
 
     def close(self) -> None:

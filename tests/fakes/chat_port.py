@@ -206,6 +206,11 @@ class FakeChatPort:
     def texts(self, channel_id: str) -> list[str]:
         return [m.text for m in self.in_channel(channel_id)]
 
+    def posted_with(self, key: str) -> str | None:
+        """The id of the message posted with idempotency key ``key``, if any."""
+        with self._lock:
+            return self._by_key.get(key)
+
     def count(self, op: str) -> int:
         with self._lock:
             return sum(1 for name, _ in self.calls if name == op)

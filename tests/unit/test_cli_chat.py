@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from netclaw import outputs as out
-from netclaw.cli._chat import RECONNECT_BACKOFF_S, ChatView
+from netclaw.cli._chat import RECONNECT_BACKOFF, ChatView
 from netclaw.errors import DaemonNotRunning
 
 SID = "cli:view"
@@ -52,7 +52,9 @@ def test_the_view_reconnects_with_backoff_and_finishes_a_turn_that_ended_meanwhi
     view = daemon.view = ChatView(daemon, SID, "text", stdout=stdout, stderr=stderr, sleep=sleeps.append)  # type: ignore[arg-type]
     view.follow()
     assert daemon.opened == 4
-    assert sleeps == list(RECONNECT_BACKOFF_S[:3])  # growing, and reset by a stream that delivered
+    assert sleeps == [
+        RECONNECT_BACKOFF.delay(n) for n in range(3)
+    ]  # growing, and reset by a stream that delivered
     assert stderr.getvalue().count("reconnecting") == 1  # said once, not per attempt
     assert "(reconnected)" in stderr.getvalue()
     assert view.turn_done.is_set()  # the session is ready: whatever we waited for is over

@@ -1,4 +1,4 @@
-"""Webhooks: ``POST /webhooks/{route}`` per ``webhooks.routes`` (CONTRACT.md).
+"""Webhooks: ``POST /webhooks/{route}`` per ``webhooks.routes`` (README.md, "Channels").
 
 Each route authenticates (HMAC-SHA256 over ``"<timestamp>." + body`` within ±300 s, or
 a bearer secret; constant-time comparison), limits its body size and request rate,
@@ -28,7 +28,8 @@ from typing import Any
 from aiohttp import web
 
 from adapters.base import AdapterStatus
-from netclaw.config import DeliverConfig, Settings, WebhookRoute
+from adapters.webhook._config import WebhookRoute, WebhooksConfig
+from netclaw.config import DeliverConfig, Settings
 from netclaw.credentials import read_secret
 from netclaw.errors import AdapterError, ApiError, NetclawError
 from netclaw.gateway import Gateway, Inbound
@@ -114,7 +115,7 @@ class WebhookAdapter:
     @property
     def routes_config(self) -> dict[str, WebhookRoute]:
         """The live routes: a reload (SIGHUP) adds, changes and removes routes at once."""
-        return self.gateway.settings.webhooks.routes
+        return WebhooksConfig.of(self.gateway.settings).routes
 
     def _limit(self, name: str, route: WebhookRoute) -> _RateLimit:
         limit = self._limits.get(name)

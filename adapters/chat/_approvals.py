@@ -1,0 +1,93 @@
+"""Approval prompts: a tool call waiting for a person's decision shows as a message with
+buttons (approve, deny, always); once decided, the message is edited to say so and the
+buttons go. A press comes back as a :class:`~adapters.chat.ButtonClick` and decides
+through the gateway, which checks who may; a refusal is told to the person who pressed
+only (:func:`decide`).
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import partial
+from typing import Protocol
+
+from adapters.chat._calls import PlatformCalls
+from adapters.chat._port import Button, ButtonClick, Conversation, new_key
+from netclaw import outputs as out
+from netclaw.errors import ApprovalError, ApprovalNotFound, InvalidInput, NetclawError
+
+log = logging.getLogger(__name__)
+
+MAX_APPROVAL_ARGUMENTS = 1500
+
+
+class ApprovalPrompts:
+    """The approval requests one conversation shows with buttons."""
+
+    def __init__(self, calls: PlatformCalls, to: Conversation) -> None:
+        self._calls = calls
+        self._to = to
+        self._shown: dict[str, tuple[str, str]] = {}  # approval id -> (its message, the tool)
+
+    def __contains__(self, approval_id: object) -> bool:
+        return approval_id in self._shown
+
+    async def ask(self, request: out.ApprovalRequested) -> None:
+        port = self._calls.port
+        arguments = request.arguments[:MAX_APPROVAL_ARGUMENTS]
+        text = port.escape(f"May I run {request.tool}?\n{arguments}")
+        buttons = [
+            Button("approve", "Approve", request.approval_id, "primary"),
+            Button("deny", "Deny", request.approval_id, "danger"),
+            Button("always", "Always", request.approval_id),
+        ]
+        key = new_key()
+        message_id = await self._calls.retried(
+            "ask for approval", partial(port.post_buttons, self._to, text, buttons, key=key)
+        )
+        self._shown[request.approval_id] = (message_id, request.tool)
+
+    async def show_decision(self, decided: out.ApprovalDecided) -> None:
+        shown = self._shown.pop(decided.approval_id, None)
+        if shown is not None:
+            message_id, tool = shown
+            port = self._calls.port
+            text = port.escape(f"{tool}: {decided.decision} by {decided.by}")
+            await self._calls.retried("show a decision", partial(port.edit, self._to, message_id, text))
+
+
+class Deciding(Protocol):
+    """What deciding a press needs of the gateway."""
+
+    async def find_approval(self, approval_id: str) -> str | None: ...
+
+    async def decide_in_chat(
+        self, platform: str, session_id: str, approval_id: str, decision: str, *, user_id: str, user_name: str
+    ) -> str: ...
+
+
+async def decide(gateway: Deciding, calls: PlatformCalls, click: ButtonClick, session_id: str | None) -> None:
+    """Decide the approval a press belongs to (``session_id``: the session that asked, when
+    this renderer showed it; else looked up among the pending, as after a restart)."""
+    platform = calls.platform
+    try:
+        if session_id is None:
+            session_id = await gateway.find_approval(click.value)
+        if session_id is None:
+            raise ApprovalNotFound("this request is no longer pending (decided, expired or cancelled)")
+        await gateway.decide_in_chat(
+            platform,
+            session_id,
+            click.value,
+            click.action_id,
+            user_id=click.user_id,
+            user_name=click.user_name or click.user_id,
+        )
+    except (ApprovalError, InvalidInput) as exc:
+        log.info("%s: %s's %r on %s refused: %s", platform, click.user_id, click.action_id, click.value, exc)
+        if click.respond is not None:
+            await calls.quietly("answer a button press", click.respond(str(exc)))
+    except NetclawError as exc:
+        log.warning("%s: deciding %s failed: %s", platform, click.value, exc)
+        if click.respond is not None:
+            await calls.quietly("answer a button press", click.respond(f"could not decide: {exc}"))
