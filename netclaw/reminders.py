@@ -319,7 +319,12 @@ def duration_text(seconds: float) -> str:
 
 
 def iso(t: float, timezone: str = "UTC") -> str:
-    return dt.datetime.fromtimestamp(t, ZoneInfo(timezone)).isoformat(timespec="minutes")
+    """``t`` as a local ISO-8601 time; never raises (a row stored before times were checked
+    may hold 9e18), it says the time is out of range instead."""
+    try:
+        return dt.datetime.fromtimestamp(t, ZoneInfo(timezone)).isoformat(timespec="minutes")
+    except (OverflowError, OSError, ValueError):
+        return f"{t:g} (Unix seconds, out of range)"
 
 
 def _zone(name: object) -> ZoneInfo:

@@ -7,6 +7,9 @@ own (nothing from outside split or forged a line)."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
+from pathlib import Path
 from typing import cast
 
 import pytest
@@ -94,3 +97,18 @@ def test_every_route_has_every_shape() -> None:
         for shape in ("Authorization: b'a\\x01b'", "hangup_request", "hangup_expect", "chunked", "HEAD"):
             assert any(shape in c.name for c in cases), (route.name, shape)
     assert sum(1 for c in corpus if c.refuse) >= 250
+
+
+def test_the_documented_count_command() -> None:
+    """``python -m tests.fuzz.corpus``, as the README gives it: one line per route, then the total."""
+    result = subprocess.run(
+        [sys.executable, "-m", "tests.fuzz.corpus"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parents[2],
+        timeout=60,
+    )
+    lines = result.stdout.splitlines()
+    assert lines[-1].split() == [str(len(build_corpus())), "cases", "in", "all"]
+    assert len(lines) == len(CORPUS) + 1

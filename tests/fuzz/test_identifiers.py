@@ -54,13 +54,18 @@ def target(start_daemon: Callable[..., DaemonHandle], monkeypatch: pytest.Monkey
     return Target("127.0.0.1", port, webhook_port, handle.token, WEBHOOK_SECRET)
 
 
-def answer_to(target: Target, route: Route, path_or_query: dict[str, str], body: dict[str, Any] | None) -> int:
+def answer_to(
+    target: Target, route: Route, path_or_query: dict[str, str], body: dict[str, Any] | None
+) -> int:
     segments = {k: quote(v, safe="") for k, v in path_or_query.items() if k in route.segments}
     query = {**route.query, **{k: quote(v, safe="") for k, v in path_or_query.items() if k in route.query}}
     path = route.path(segments) + ("?" + "&".join(f"{k}={v}" for k, v in query.items()) if query else "")
     chosen = body if body is not None else (route.bodies[0] if route.bodies else None)
     raw = json.dumps(chosen).encode() if chosen is not None else b""
-    headers = tuple((k, v.encode()) for k, v in route.headers.items()) + (("Content-Type", b"application/json"),)
+    headers = (
+        *tuple((k, v.encode()) for k, v in route.headers.items()),
+        ("Content-Type", b"application/json"),
+    )
     answer = send(Case(route.name, route, route.method, path, headers, raw), target)
     assert answer.status is not None, route.name
     assert answer.status < 500, (route.name, answer.status, answer.body)

@@ -75,6 +75,7 @@ bodies = st.fixed_dictionaries(
     },
 )
 
+
 def good_or_any(*good: Any) -> st.SearchStrategy[Any]:
     """A value that is often valid (so the 2xx side is exercised), else anything."""
     return st.one_of(st.sampled_from(good), st.sampled_from(good), st.sampled_from(good), json_values)
@@ -94,7 +95,9 @@ extras = {
 # Mostly one schedule field each, so that a good share of bodies are valid.
 schedules = st.one_of(
     *(
-        st.fixed_dictionaries({key: values, "text": good_or_any("stretch", "line one\nline two")}, optional=extras)
+        st.fixed_dictionaries(
+            {key: values, "text": good_or_any("stretch", "line one\nline two")}, optional=extras
+        )
         for key, values in (("in_s", in_s), ("at", at), ("every_s", every_s), ("cron", cron))
     )
 )

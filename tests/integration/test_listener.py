@@ -167,7 +167,9 @@ async def test_bad_bodies_are_4xx_never_500(
 async def test_an_unknown_expect_gets_the_json_error_shape(served: tuple[int, web.AppRunner]) -> None:
     port, _ = served
     for path in (b"/echo", b"/nowhere"):
-        request = b"POST " + path + b" HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nExpect: bogus-thing\r\n\r\n{}"
+        request = (
+            b"POST " + path + b" HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nExpect: bogus-thing\r\n\r\n{}"
+        )
         _, writer, answer = await raw(port, request)
         writer.close()
         status, body = status_and_body(answer)

@@ -22,6 +22,7 @@ from netclaw.reminders import (
     check_text,
     fire_text,
     identity,
+    iso,
     make_schedule,
     parse_duration,
     plan_due,
@@ -243,3 +244,9 @@ def test_identity_and_text() -> None:
     text = fire_text("Post the stand-up summary.", NOW, "Europe/Berlin", "standup")
     assert text.startswith("[Scheduled reminder 'standup', due 2026-03-27T12:00+01:00.")
     assert text.endswith("Post the stand-up summary.")
+
+
+def test_printing_a_time_never_fails() -> None:
+    """A row stored before times were checked (next_fire 9e18) still lists and logs."""
+    assert "out of range" in iso(9e18) and "out of range" in iso(-1e20, "Europe/Berlin")
+    assert iso(NOW, "Europe/Berlin") == "2026-03-27T12:00+01:00"
