@@ -18,7 +18,10 @@ Shapes, for every route:
   nested past the recursion limit, gzip-bombed or broken gzip;
 - framing: chunked, chunked with a broken size, both Content-Length and chunked,
   negative and doubled Content-Length, ``Expect: 100-continue`` answered and hung up on,
-  an unknown ``Expect``;
+  an unknown ``Expect``, upgrades (websocket, h2c), pipelining; request lines in
+  HTTP/1.0, HTTP/2.0 and junk versions, absolute-form and ``*`` targets, 10 KB targets,
+  unknown and lower-case methods; header lines without a colon, with NUL in the name,
+  bare LF line ends;
 - hang-ups: mid-head, after the head, mid-body, right after the request, and (for the
   event stream) right after the answer's head.
 
@@ -41,6 +44,7 @@ Framing = Literal[
     "chunked",  # Transfer-Encoding: chunked, in small chunks
     "expect",  # Expect: 100-continue, the body after the interim answer
     "raw",  # ``body`` is sent exactly as given (the head's framing is the case's own)
+    "pipelined",  # the request twice in one write; the first answer is read
     "hangup_head",  # half the request head, then the connection is closed
     "hangup_after_head",  # the whole head, then closed before the body
     "hangup_body",  # the head and half the body, then closed
@@ -66,6 +70,7 @@ class Case:
     refuse: bool = False  # the answer must be a 4xx (an identifier with a control character)
     baseline: bool = False  # the valid request: its answer must be one of ``route.answers``
     signed_over: bytes | None = None  # the body an HMAC route's signature covers, when not ``body``
+    head_edit: tuple[bytes, bytes] | None = None  # (old, new): replaced once in the request head
 
     @property
     def hangup(self) -> bool:
@@ -421,6 +426,36 @@ def _framing_cases(route: Route, valid: Case) -> list[Case]:
             (("Transfer-Encoding", b"gzip, chunked"),), b"0\r\n\r\n", "Transfer-Encoding: gzip, chunked"
         ),
         raw_head((("Transfer-Encoding", b"identity"),), body, "Transfer-Encoding: identity"),
+        raw_head(
+            (("Connection", b"Upgrade"), ("Upgrade", b"websocket")), b"\x81\x85junk!", "Upgrade: websocket"
+        ),
+        raw_head((("Connection", b"Upgrade, HTTP2-Settings"), ("Upgrade", b"h2c")), b"PRI * HTTP/2.0", "h2c"),
+        replace(with_body, name=f"{route.name}: pipelined", framing="pipelined"),
+    ]
+    request_line = f"{route.method} {valid.target} HTTP/1.1\r\n".encode()
+    edits = {
+        "HTTP/1.0": (b" HTTP/1.1\r\n", b" HTTP/1.0\r\n"),
+        "HTTP/2.0": (b" HTTP/1.1\r\n", b" HTTP/2.0\r\n"),
+        "HTTP/1.1 with junk": (b" HTTP/1.1\r\n", b" HTTP/1.1x\r\n"),
+        "absolute-form target": (request_line, request_line.replace(b" /", b" http://127.0.0.1/", 1)),
+        "asterisk target": (request_line, f"{route.method} * HTTP/1.1\r\n".encode()),
+        "10 KB target": (
+            request_line,
+            request_line.replace(b" HTTP/1.1", b"?" + b"a" * 10_000 + b" HTTP/1.1"),
+        ),
+        "lower-case method": (
+            request_line,
+            request_line.replace(route.method.encode(), route.method.lower().encode(), 1),
+        ),
+        "unknown method": (request_line, request_line.replace(route.method.encode(), b"BREW", 1)),
+        "header without a colon": (b"Host: 127.0.0.1\r\n", b"Host: 127.0.0.1\r\nNo colon here\r\n"),
+        "NUL in a header name": (b"Host: 127.0.0.1\r\n", b"Host: 127.0.0.1\r\nX-\x00: 1\r\n"),
+        "space before the colon": (b"Host: 127.0.0.1\r\n", b"Host: 127.0.0.1\r\nX-Space : 1\r\n"),
+        "two Hosts": (b"Host: 127.0.0.1\r\n", b"Host: 127.0.0.1\r\nHost: other\r\n"),
+        "LF line ends": (b"Host: 127.0.0.1\r\n", b"Host: 127.0.0.1\nX-Bare: lf\n"),
+    }
+    cases += [
+        replace(with_body, name=f"{route.name}: {label}", head_edit=edit) for label, edit in edits.items()
     ]
     return cases
 

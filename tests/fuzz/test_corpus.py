@@ -33,7 +33,7 @@ def check(case: Case, answer: Answer) -> str | None:
     status = answer.status
     if status is None:
         # Only a case that hung up, or whose framing the daemon may refuse by closing, has none.
-        return None if case.hangup or case.framing == "raw" else "no answer"
+        return None if case.hangup or case.framing == "raw" or case.head_edit else "no answer"
     if status >= 500:
         return f"{status} {answer.body[:300]!r}"
     if (
