@@ -74,9 +74,8 @@ def session_key(value: Any) -> str:
     """A URL-safe session key from any JSON scalar (long or odd keys keep a hash, so two
     different keys never share a session)."""
     text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
-    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[
-        :12
-    ]  # JSON's lone surrogates too
+    # "surrogatepass": a JSON string may hold a lone surrogate, which strict UTF-8 refuses.
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]
     safe = _UNSAFE.sub("-", text)[:MAX_KEY_CHARS]
     if safe != text:
         safe = f"{safe[: MAX_KEY_CHARS - 13]}-{digest}"

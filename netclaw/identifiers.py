@@ -36,8 +36,14 @@ def check_label(field: str, value: object, *, max_chars: int) -> str:
         raise InvalidInput(field, f"'{field}' must be a non-empty string of at most {max_chars} characters")
     if CONTROL.search(value):
         raise InvalidInput(field, f"'{field}' must not contain control characters (line breaks, tabs…)")
+    check_encodable(field, value)
+    return value.strip()
+
+
+def check_encodable(field: str, value: str) -> None:
+    """JSON can carry lone surrogates ("\\ud800") that no UTF-8 store accepts: refuse them
+    before anything is stored, rather than fail the write."""
     try:
         value.encode("utf-8")
-    except UnicodeEncodeError as exc:  # a lone surrogate from JSON ("\ud800")
+    except UnicodeEncodeError as exc:
         raise InvalidInput(field, f"'{field}' contains characters that are not valid Unicode") from exc
-    return value.strip()

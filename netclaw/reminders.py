@@ -28,7 +28,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from croniter import CroniterBadCronError, CroniterBadDateError, CroniterError, croniter
 
 from netclaw.errors import InvalidInput
-from netclaw.identifiers import check_label
+from netclaw.identifiers import check_encodable, check_label
 
 CatchUp = Literal["latest", "all", "skip"]
 Kind = Literal["at", "every", "cron"]
@@ -182,7 +182,7 @@ def check_text(text: object) -> str:
         raise InvalidInput("text", "'text' is required: what the reminder should say")
     if len(text) > MAX_TEXT_CHARS:
         raise InvalidInput("text", f"'text' is longer than {MAX_TEXT_CHARS} characters")
-    _check_encodable("text", text)
+    check_encodable("text", text)
     return text.strip()
 
 
@@ -195,14 +195,6 @@ def check_catch_up(value: object) -> CatchUp:
     if isinstance(value, str) and value in ("latest", "all", "skip"):
         return cast(CatchUp, value)
     raise InvalidInput("catch_up", "'catch_up' must be latest, all or skip")
-
-
-def _check_encodable(field: str, value: str) -> None:
-    # JSON may carry lone surrogates that no UTF-8 store accepts: refuse them before storing.
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise InvalidInput(field, f"'{field}' contains characters that are not valid Unicode") from exc
 
 
 @dataclass(frozen=True, slots=True)

@@ -91,12 +91,9 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
         return error_response(400, "invalid_body", f"the request body could not be read: {exc}")
     except NetclawError as exc:
         return error_response(500, exc.code, str(exc))
-    except ConnectionError:
-        if client_gone(request):  # no answer can reach it; the listener notes it at DEBUG
-            raise
-        log.exception("unhandled error answering %s %s", request.method, request.path)
-        return error_response(500, "internal", "internal error; see the daemon log")
-    except Exception:
+    except Exception as exc:
+        if isinstance(exc, ConnectionError) and client_gone(request):
+            raise  # the client hung up: no answer can reach it (the listener notes it at DEBUG)
         log.exception("unhandled error answering %s %s", request.method, request.path)
         return error_response(500, "internal", "internal error; see the daemon log")
 
