@@ -167,6 +167,7 @@ ROUTES: tuple[Route, ...] = (
         SUBMIT_PATH,
         bodies=({"inbound": INBOUND, "wait": False, "turn_timeout": None},),
         headers={FORWARDED_BY: "node-fuzz"},
+        id_fields=frozenset({"session_id"}),
     ),
     Route(
         "POST",

@@ -6,6 +6,7 @@ percent-encoded as a client would send them) and the identifiers in bodies (``us
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Callable
 from typing import Any
@@ -94,11 +95,21 @@ def test_no_route_accepts_an_id_with_a_control_character(target: Target, data: s
 @given(data=st.data())
 def test_no_body_identifier_with_a_control_character_is_accepted(target: Target, data: st.DataObject) -> None:
     route = data.draw(st.sampled_from(WITH_ID_FIELDS), label="route")
-    body = dict(route.bodies[0])
-    field = data.draw(st.sampled_from(sorted(route.id_fields & set(body))), label="field")
-    body[field] = data.draw(spoiled(str(body[field])), label="value")
+    body = copy.deepcopy(route.bodies[0])
+    node = data.draw(st.sampled_from(_holders(body, route.id_fields)), label="object")
+    field = data.draw(st.sampled_from(sorted(route.id_fields & set(node))), label="field")
+    node[field] = data.draw(spoiled(str(node[field])), label="value")
     status = answer_to(target, route, {}, body)
-    assert 400 <= status < 500, (route.name, field, body[field], status)
+    assert 400 <= status < 500, (route.name, field, node[field], status)
+
+
+def _holders(body: dict[str, Any], fields: frozenset[str]) -> list[dict[str, Any]]:
+    """The objects in ``body`` (itself or nested) that hold one of ``fields``."""
+    found = [body] if fields & set(body) else []
+    for value in body.values():
+        if isinstance(value, dict):
+            found += _holders(value, fields)
+    return found
 
 
 def test_a_trailing_newline_is_refused_on_every_route(target: Target) -> None:
