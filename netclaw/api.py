@@ -13,6 +13,7 @@ import datetime as dt
 import hmac
 import json
 import logging
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -23,11 +24,13 @@ from netclaw.attachments import MAX_FILES, IncomingFile
 from netclaw.cluster import SUBMIT_PATH, forwarded
 from netclaw.commands import parse_command
 from netclaw.errors import ApiError
-from netclaw.gateway import Gateway, Inbound, SessionSummary, TurnOutcome, check_session_id
+from netclaw.gateway import MAX_NAME_CHARS, Gateway, Inbound, SessionSummary, TurnOutcome
+from netclaw.identifiers import check_label, check_session_id
 from netclaw.messages import ChatMessage
 from netclaw.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from netclaw.metrics import Metrics
 from netclaw.persistence import Memory
+from netclaw.reminders import check_catch_up, check_name, check_text
 from netclaw.scheduler import NewReminder, Scheduler
 from netclaw.web import (
     Handler,
@@ -47,6 +50,8 @@ MAX_BODY_BYTES = 1_048_576
 # A message may carry files (base64: 4/3 of their size) up to the attachment limits.
 MAX_MESSAGE_BODY_BYTES = 48 * 1_048_576
 SSE_HEARTBEAT_S = 15.0
+_MEMORY_ID = re.compile(r"[0-9]{1,18}")
+MAX_USER_CHARS = 200
 
 
 class Api:
@@ -176,12 +181,9 @@ class Api:
         text = body.get("text", "" if files else None)
         if not isinstance(text, str):
             raise ApiError(400, "invalid_text", "'text' is required and must be a string")
-        user = body.get("user")
-        if user is not None and not isinstance(user, str):
-            raise ApiError(400, "invalid_user", "'user' must be a string")
-        user_name = body.get("user_name")
-        if user_name is not None and not isinstance(user_name, str):
-            raise ApiError(400, "invalid_user_name", "'user_name' must be a string")
+        # Identifiers from outside: one line each, no control characters (they reach the log).
+        user = _optional_label(body, "user", MAX_USER_CHARS)
+        user_name = _optional_label(body, "user_name", MAX_NAME_CHARS)
         command = parse_command(text) if not files else None
         if command is not None:  # a chat command: answered, never model input
             done = await self.gateway.command(session_id, command, by=user or "api")
@@ -268,10 +270,8 @@ class Api:
         decision = body.get("decision")
         if not isinstance(decision, str):
             raise ApiError(400, "invalid_decision", "'decision' is required: approve, deny or always")
-        user = body.get("user", "api")
-        if not isinstance(user, str) or not user.strip() or len(user) > 200:
-            raise ApiError(400, "invalid_user", "'user' must be a non-empty string (at most 200 characters)")
-        taken = await self.gateway.decide(session_id, approval_id, decision, by=user.strip())
+        user = check_label("user", body.get("user", "api"), max_chars=MAX_USER_CHARS)
+        taken = await self.gateway.decide(session_id, approval_id, decision, by=user)
         return web.json_response({"id": approval_id, "decision": taken})
 
     def _scheduler(self) -> Scheduler:
@@ -295,17 +295,12 @@ class Api:
         )
         if unknown:
             raise ApiError(400, "invalid_field", f"unknown field(s): {', '.join(unknown)}")
-        catch_up = body.get("catch_up", "latest")
-        if catch_up not in ("latest", "all", "skip"):
-            raise ApiError(400, "invalid_catch_up", "'catch_up' must be latest, all or skip")
-        name = body.get("name")
-        if name is not None and (not isinstance(name, str) or len(name) > 100):
-            raise ApiError(400, "invalid_name", "'name' must be a string of at most 100 characters")
+        # Every field is checked (each InvalidInput a 400 naming it) before the store is written.
+        catch_up = check_catch_up(body.get("catch_up", "latest"))
+        name = check_name(body.get("name"))
+        text = check_text(body.get("text"))
         schedule = scheduler.schedule_of(body)
-        text = body.get("text")
-        reminder = await scheduler.add(
-            NewReminder(session_id, text if isinstance(text, str) else "", schedule, "api", catch_up, name)
-        )
+        reminder = await scheduler.add(NewReminder(session_id, text, schedule, "api", catch_up, name))
         return web.json_response({"id": reminder.id, "next_fire": reminder.next_fire}, status=201)
 
     async def delete_reminder(self, request: web.Request) -> web.Response:
@@ -327,7 +322,7 @@ class Api:
 
     async def delete_memory(self, request: web.Request) -> web.Response:
         raw = request.match_info["id"]
-        if not raw.isdigit() or len(raw) > 18:
+        if not _MEMORY_ID.fullmatch(raw):  # ASCII digits: "²".isdigit() is True, int("²") fails
             raise ApiError(404, "memory_not_found", f"no memory {raw[:40]!r}")
         if not await self.gateway.forget(int(raw)):
             raise ApiError(404, "memory_not_found", f"no memory {raw}")
@@ -354,7 +349,10 @@ class Api:
                 "X-Accel-Buffering": "no",
             }
         )
-        await response.prepare(request)
+        try:
+            await response.prepare(request)
+        except ConnectionResetError:
+            return response  # the client hung up before the stream began: nothing to undo
         subscription = self.gateway.subscribe(session_id, mask)
         task = asyncio.current_task()
         if task is not None:
@@ -389,6 +387,11 @@ class Api:
 
 
 # -- helpers ------------------------------------------------------------------------------------
+
+
+def _optional_label(body: Mapping[str, Any], field: str, max_chars: int) -> str | None:
+    value = body.get(field)
+    return None if value is None else check_label(field, value, max_chars=max_chars)
 
 
 def _sse(output: out.Output) -> bytes:

@@ -22,7 +22,7 @@ _ALIASES: dict[str, Command] = {
     "status": "status",
     "help": "help",
 }
-_COMMAND = re.compile(r"^\s*[/!]([a-z]+)\s*$", re.IGNORECASE)
+_COMMAND = re.compile(r"\s*[/!]([a-z]+)\s*", re.IGNORECASE)
 
 HELP_TEXT = (
     "Commands: /new or /reset — start the conversation afresh (the transcript is kept); "
@@ -33,7 +33,7 @@ HELP_TEXT = (
 
 def parse_command(text: str) -> Command | None:
     """The command ``text`` is, or None when it is a message for the model."""
-    match = _COMMAND.match(text)
+    match = _COMMAND.fullmatch(text)
     if match is None:
         return None
     return _ALIASES.get(match.group(1).lower())

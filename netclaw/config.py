@@ -41,7 +41,7 @@ from netclaw.errors import ConfigError
 
 ENV_PREFIX = "NETCLAW_"
 CONFIG_ENV = "NETCLAW_CONFIG"
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class _Section(BaseModel):
@@ -52,7 +52,7 @@ Section = _Section  # a section's parts: unknown keys refused, frozen (adapters'
 
 
 def _check_env_name(value: str | None) -> str | None:
-    if value is not None and not _ENV_NAME.match(value):
+    if value is not None and not _ENV_NAME.fullmatch(value):
         raise ValueError(
             f"{value!r} is not an environment variable name; `*_env` keys name the "
             "variable that holds the secret, never the secret itself"
@@ -295,7 +295,7 @@ class ToolsConfig(_Section):
     call_timeout_s: float = Field(120.0, gt=0)  # extension: one tool call's limit (MCP: its own timeout_s)
 
 
-_SERVER_NAME = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
+_SERVER_NAME = re.compile(r"[A-Za-z0-9_-]{1,32}")
 
 
 class McpServerConfig(_Section):
@@ -383,7 +383,7 @@ class McpConfig(_Section):
     @classmethod
     def _names(cls, value: dict[str, McpServerConfig]) -> dict[str, McpServerConfig]:
         for name in value:
-            if not _SERVER_NAME.match(name) or "__" in name:
+            if not _SERVER_NAME.fullmatch(name) or "__" in name:
                 raise ValueError(
                     f"server name {name!r}: use letters, digits, '-' or single '_' (at most 32); "
                     "its tools appear as <server>__<tool>"

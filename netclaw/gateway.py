@@ -23,7 +23,6 @@ import asyncio
 import base64
 import contextlib
 import logging
-import re
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -36,6 +35,7 @@ from netclaw.commands import HELP_TEXT, Command, parse_command
 from netclaw.config import ChannelAccess, LiveSettings, Settings
 from netclaw.errors import ApprovalNotFound, InvalidInput, NotAnApprover, OutcomeUnknown, SessionUnavailable
 from netclaw.history.tokens import fallback_count
+from netclaw.identifiers import check_session_id
 from netclaw.messages import Attachment, ChatMessage, PriorMessage, bounded_prior, prior_block
 from netclaw.outputs import OutputFilter
 from netclaw.persistence import Journal, Memory, MemoryStore, Owner, ReminderStore, UsageKey, UsageRow
@@ -79,7 +79,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9:._\-]{0,199}$")
 MAX_TEXT_CHARS = 200_000
 MAX_NAME_CHARS = 80
 ACK_TIMEOUT_S = 30.0
@@ -189,16 +188,6 @@ class SessionView:
     messages: Sequence[ChatMessage]  # the transcript, or what the model sees now
     queued: Sequence[ChatMessage] = ()  # admitted, waiting for their turn (transcript view)
     failures: Mapping[str, TurnOutcome] = field(default_factory=dict)  # user message id → failed turn
-
-
-def check_session_id(session_id: str) -> str:
-    if not SESSION_ID.match(session_id):
-        raise InvalidInput(
-            "session_id",
-            f"invalid session id {session_id[:80]!r}: use 1-200 characters from "
-            "letters, digits and : . _ - (starting with a letter or digit)",
-        )
-    return session_id
 
 
 def _check_encodable(field: str, value: str) -> None:

@@ -10,7 +10,10 @@
   So ``/healthz`` and the API keep answering while hundreds of connections dawdle.
 - **Malformed requests** that aiohttp rejects before any handler runs (a bad request
   line, headers too long, broken chunking) are answered in the JSON error shape with one
-  short log line, not a plain-text page and a traceback.
+  short log line, not a plain-text page and a traceback; so is an unknown ``Expect``
+  (417), which aiohttp answers before any middleware runs.
+- **Clients that hang up** at any point — mid-head, while told "100 Continue", before,
+  during or after the answer's head — cost at most one DEBUG line, never a traceback.
 
 Request bodies have their own deadline: :func:`netclaw.web.read_body`.
 """
@@ -30,7 +33,7 @@ from aiohttp.web_request import BaseRequest
 from aiohttp.web_response import StreamResponse
 
 from netclaw.errors import DaemonError
-from netclaw.web import error_response, http_code
+from netclaw.web import client_gone, error_response, http_code
 
 log = logging.getLogger(__name__)
 
@@ -156,7 +159,8 @@ class GuardedConnection(asyncio.Protocol):
 
 
 class JsonErrorHandler(RequestHandler):
-    """aiohttp's per-connection handler, answering its own rejections as JSON."""
+    """aiohttp's per-connection handler, answering its own rejections as JSON (a 417 for
+    an unknown ``Expect``, a 400 for bad framing), and quiet about clients that hang up."""
 
     def log_exception(self, *args: Any, **kw: Any) -> None:
         # A body that cannot be decoded, met while aiohttp drains what a handler left unread
@@ -174,10 +178,20 @@ class JsonErrorHandler(RequestHandler):
         exc: BaseException | None = None,
         message: str | None = None,
     ) -> StreamResponse:
+        if isinstance(exc, ConnectionError) and client_gone(request):
+            # The client hung up (before, during or after the answer's head, or while told
+            # "100 Continue"): nothing to answer, and nothing wrong here.
+            log.debug("%s %s: the client hung up (%s)", request.method, request.path, exc)
+            raise ConnectionError("the client hung up") from exc
         if status >= 500:
             log.error("error answering %s %s", request.method, request.path, exc_info=exc)
         else:
-            log.info("refused a malformed request from %s: %s", request.remote, message or exc)
+            # aiohttp's message spans lines (the bytes it choked on, a caret): one line here.
+            log.info(
+                "refused a malformed request from %s: %s",
+                request.remote,
+                " ".join(str(message or exc).split()),
+            )
         if request.writer.output_size > 0:
             raise ConnectionError("the response already started; cannot send an error")
         text = message or HTTPStatus(status).phrase
@@ -186,6 +200,19 @@ class JsonErrorHandler(RequestHandler):
         response = error_response(status, http_code(status), text)
         response.force_close()
         return response
+
+    async def finish_response(
+        self, request: BaseRequest, resp: StreamResponse, start_time: float | None
+    ) -> tuple[StreamResponse, bool]:
+        # An HTTPException raised before the application's middleware (aiohttp's own
+        # handling of ``Expect``) would go out as text/plain: the JSON shape instead.
+        if isinstance(resp, web.HTTPException) and resp.status >= 400:
+            log.info("refused a request from %s: %s %s", request.remote, resp.status, resp.text)
+            text = resp.text if resp.text and not resp.text.startswith(f"{resp.status}:") else resp.reason
+            json_resp = error_response(resp.status, http_code(resp.status), text)
+            json_resp.force_close()
+            resp = json_resp
+        return await super().finish_response(request, resp, start_time)
 
 
 class GuardedSite(web.TCPSite):

@@ -1,4 +1,4 @@
-"""Logging set-up: one place decides the level, the format and what libraries may say.
+r"""Logging set-up: one place decides the level, the format and what libraries may say.
 
 Formats (``log.format``):
 
@@ -8,6 +8,11 @@ Formats (``log.format``):
   "exc"?}``, for log shippers.
 - Under systemd (``$JOURNAL_STREAM`` names our stderr) text lines carry a ``<N>``
   priority prefix and no timestamp: the journal records both itself.
+
+Whatever the format, a record is one line: control characters in a message or a field
+(a session id, a header, a name a client sent) are written escaped (``\n`` as ``\x0a``),
+and the lines of a traceback after the first are indented, so no client can forge a line
+of the log (:func:`escape_controls`).
 
 A warning or error that repeats (same logger and message template) more than ten times a
 minute is dropped, and the next one says how many were (:class:`RepeatFilter`); INFO lines
@@ -24,6 +29,7 @@ import datetime as dt
 import json
 import logging
 import os
+import re
 import sys
 from typing import Any, TextIO
 
@@ -45,6 +51,29 @@ _PRIORITY = {"DEBUG": 7, "INFO": 6, "WARNING": 4, "ERROR": 3, "CRITICAL": 2}
 _STANDARD = frozenset(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime"}
 
 
+# C0, DEL, C1 (NEL among them) and the Unicode line and paragraph separators: what a
+# terminal, a log viewer or journald could take for the end of a line or a command.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_CONTROL_BUT_NEWLINE = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def _escaped(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def escape_controls(text: str) -> str:
+    r"""``text`` on one line: every control character written as ``\xNN`` (``\uNNNN``)."""
+    return _CONTROL.sub(_escaped, text) if _CONTROL.search(text) else text
+
+
+def _continuation(text: str) -> str:
+    """A traceback (or stack) under a record's line: its own line breaks kept, every other
+    control character escaped, each line indented (a line in column 0 starts a record)."""
+    text = _CONTROL_BUT_NEWLINE.sub(_escaped, text)
+    return "\n".join("  " + line for line in text.split("\n"))
+
+
 def extra_fields(record: logging.LogRecord) -> dict[str, Any]:
     return {k: v for k, v in record.__dict__.items() if k not in _STANDARD and not k.startswith("_")}
 
@@ -55,13 +84,16 @@ class TextFormatter(logging.Formatter):
         super().__init__(fmt)
         self.journald = journald
 
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return escape_controls(super().formatMessage(record))
+
     def format(self, record: logging.LogRecord) -> str:
         text = super().format(record)
+        first, newline, rest = text.partition("\n")  # the message is one line: the rest is a traceback
         fields = extra_fields(record)
         if fields:
-            first, newline, rest = text.partition("\n")
             first += " " + " ".join(f"{k}={_flat(v)}" for k, v in fields.items())
-            text = first + newline + rest
+        text = first + (newline + _continuation(rest) if newline else "")
         if self.journald:
             # Every line carries the priority, so a traceback's lines keep the record's level.
             prefix = f"<{_PRIORITY.get(record.levelname, 6)}>"
@@ -80,12 +112,21 @@ class JsonFormatter(logging.Formatter):
         entry.update(extra_fields(record))
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
-        return json.dumps(entry, default=str, ensure_ascii=False)
+        # json.dumps escapes C0 but leaves DEL, C1 and U+2028/9 raw (valid JSON, yet a line
+        # break to some readers): escape those too.
+        return _JSON_RAW_CONTROL.sub(_json_escaped, json.dumps(entry, default=str, ensure_ascii=False))
+
+
+_JSON_RAW_CONTROL = re.compile(r"[\x7f-\x9f\u2028\u2029]")
+
+
+def _json_escaped(match: re.Match[str]) -> str:
+    return f"\\u{ord(match.group()):04x}"
 
 
 def _flat(value: Any) -> str:
     text = str(value)
-    return json.dumps(text) if (" " in text or not text) else text
+    return json.dumps(text) if (" " in text or not text) else escape_controls(text)
 
 
 def under_journald(stream: TextIO, environ: dict[str, str] | None = None) -> bool:

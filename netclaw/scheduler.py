@@ -31,7 +31,18 @@ from netclaw.gateway import Gateway, Inbound, check_session_id
 from netclaw.metrics import Metrics
 from netclaw.persistence import Reminder, ReminderStore
 from netclaw.policy import reminders_allowed
-from netclaw.reminders import CatchUp, Schedule, check_text, fire_text, identity, iso, make_schedule, plan_due
+from netclaw.reminders import (
+    CatchUp,
+    Schedule,
+    check_catch_up,
+    check_name,
+    check_text,
+    fire_text,
+    identity,
+    iso,
+    make_schedule,
+    plan_due,
+)
 from netclaw.retry import Backoff
 from netclaw.runtime import cancel_and_wait
 
@@ -97,9 +108,13 @@ class Scheduler:
     # -- people and the model -----------------------------------------------------------------
 
     async def add(self, new: NewReminder) -> Reminder:
-        """Validate and store a reminder; it fires from now on. InvalidInput names the field."""
+        """Validate and store a reminder; it fires from now on. InvalidInput names the field.
+        Everything that can fail is done before the store write, the last step: a refused
+        reminder is never stored, a stored one is never answered with an error."""
         check_session_id(new.session_id)
         text = check_text(new.text)
+        name = check_name(new.name)
+        catch_up = check_catch_up(new.catch_up)
         limit = self._settings().session.max_reminders
         if await self.store.count(new.session_id) >= limit:
             raise InvalidInput(
@@ -112,47 +127,38 @@ class Scheduler:
             text=text,
             schedule=new.schedule,
             next_fire=new.schedule.first_fire(now),
-            catch_up=new.catch_up,
+            catch_up=catch_up,
             created_by=new.created_by,
             created_at=now,
-            name=new.name,
+            name=name,
         )
+        described = reminder.schedule.describe()
         await self.store.add(reminder)
         self._wake.set()
-        log.info(
-            "reminder %s for %s: %s (%s)",
-            reminder.id,
-            reminder.session_id,
-            reminder.schedule.describe(),
-            new.created_by,
-        )
+        log.info("reminder %s for %s: %s (%s)", reminder.id, reminder.session_id, described, new.created_by)
         return reminder
 
     def schedule_of(self, fields: Mapping[str, Any], *, timezone: str | None = None) -> Schedule:
-        """A schedule from request fields (``at``, ``in_s``, ``every_s``, ``cron``, ``timezone``)."""
+        """A schedule from request fields (``at``, ``in_s``, ``every_s``, ``cron``, ``timezone``),
+        any JSON values; InvalidInput names the field that is wrong."""
+        given_zone = fields.get("timezone")
         return make_schedule(
             now=self.clock.now(),
             at=fields.get("at"),
             in_s=fields.get("in_s"),
             every_s=fields.get("every_s"),
             cron=fields.get("cron"),
-            timezone=fields.get("timezone") or timezone,
+            timezone=timezone if given_zone is None else given_zone,
         )
 
     async def add_for_model(self, session_id: str, audience: str, fields: Mapping[str, Any]) -> Reminder:
         """The model's ``schedule_reminder``: for its own session, if its audience may."""
         if not reminders_allowed(audience, self._settings()):  # type: ignore[arg-type]
             raise InvalidInput("reminders", f"{audience} sessions may not schedule reminders")
-        catch_up = fields.get("catch_up", "latest")
-        if catch_up not in ("latest", "all", "skip"):
-            raise InvalidInput("catch_up", "'catch_up' must be latest, all or skip")
+        catch_up = check_catch_up(fields.get("catch_up", "latest"))
+        text = check_text(fields.get("text"))
         schedule = self.schedule_of(fields)
-        text = fields.get("text")
-        return await self.add(
-            NewReminder(
-                session_id, text if isinstance(text, str) else "", schedule, f"model:{session_id}", catch_up
-            )
-        )
+        return await self.add(NewReminder(session_id, text, schedule, f"model:{session_id}", catch_up))
 
     async def listing(self, session_id: str | None = None) -> list[Reminder]:
         return await self.store.listing(session_id)

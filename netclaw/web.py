@@ -91,9 +91,17 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
         return error_response(400, "invalid_body", f"the request body could not be read: {exc}")
     except NetclawError as exc:
         return error_response(500, exc.code, str(exc))
-    except Exception:
+    except Exception as exc:
+        if isinstance(exc, ConnectionError) and client_gone(request):
+            raise  # the client hung up: no answer can reach it (the listener notes it at DEBUG)
         log.exception("unhandled error answering %s %s", request.method, request.path)
         return error_response(500, "internal", "internal error; see the daemon log")
+
+
+def client_gone(request: web.BaseRequest) -> bool:
+    """Whether the client hung up (its connection is closed or closing)."""
+    transport = request.transport
+    return transport is None or transport.is_closing()
 
 
 def _outcome_unknown(exc: OutcomeUnknown) -> web.Response:
@@ -116,6 +124,7 @@ def http_code(status: int) -> str:
         405: "method_not_allowed",
         408: "request_timeout",
         413: "body_too_large",
+        417: "expectation_failed",
         431: "headers_too_large",
         500: "internal",
     }.get(status, f"http_{status}")

@@ -50,6 +50,8 @@ TIMESTAMP_TOLERANCE_S = 300
 MAX_KEY_CHARS = 120
 DELIVER_LOOKBACK_S = 3600.0  # a retried delivery finds the thread its first try opened
 _UNSAFE = re.compile(r"[^A-Za-z0-9._\-]")
+_INDEX = re.compile(r"[0-9]{1,9}")
+_STAMP = re.compile(r"[0-9]{1,12}")
 
 
 def json_path(body: Any, path: str) -> Any:
@@ -62,7 +64,7 @@ def json_path(body: Any, path: str) -> Any:
     for step in path[2:].split("."):
         if isinstance(node, Mapping) and step in node:
             node = node[step]
-        elif isinstance(node, list) and step.isdigit() and int(step) < len(node):
+        elif isinstance(node, list) and _INDEX.fullmatch(step) and int(step) < len(node):
             node = node[int(step)]
         else:
             return None
@@ -73,10 +75,12 @@ def session_key(value: Any) -> str:
     """A URL-safe session key from any JSON scalar (long or odd keys keep a hash, so two
     different keys never share a session)."""
     text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    # "surrogatepass": a JSON string may hold a lone surrogate, which strict UTF-8 refuses.
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]
     safe = _UNSAFE.sub("-", text)[:MAX_KEY_CHARS]
     if safe != text:
-        safe = f"{safe[: MAX_KEY_CHARS - 13]}-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
-    return safe or hashlib.sha256(text.encode()).hexdigest()[:12]
+        safe = f"{safe[: MAX_KEY_CHARS - 13]}-{digest}"
+    return safe or digest
 
 
 def external(route: str, text: str) -> str:
@@ -257,7 +261,7 @@ class WebhookAdapter:
             ) from exc
 
 
-_SIGNATURE = re.compile(r"^sha256=[0-9a-f]{64}$")
+_SIGNATURE = re.compile(r"sha256=[0-9a-f]{64}")
 
 
 def _check_auth_headers(request: web.Request, route: WebhookRoute, secret: bytes) -> int | None:
@@ -269,7 +273,7 @@ def _check_auth_headers(request: web.Request, route: WebhookRoute, secret: bytes
             raise ApiError(401, "unauthorized", "missing or wrong 'Authorization: Bearer <secret>'")
         return None
     raw_stamp = request.headers.get("X-Netclaw-Timestamp", "")
-    if not raw_stamp.isdigit() or len(raw_stamp) > 12:
+    if not _STAMP.fullmatch(raw_stamp):  # ASCII digits only: "²".isdigit() is True
         raise ApiError(401, "unauthorized", "X-Netclaw-Timestamp must be unix seconds")
     stamp = int(raw_stamp)
     if abs(int(time.time()) - stamp) > TIMESTAMP_TOLERANCE_S:
@@ -278,7 +282,7 @@ def _check_auth_headers(request: web.Request, route: WebhookRoute, secret: bytes
             "unauthorized",
             f"X-Netclaw-Timestamp is more than {TIMESTAMP_TOLERANCE_S}s away from the server's clock",
         )
-    if not _SIGNATURE.match(request.headers.get("X-Netclaw-Signature", "")):
+    if not _SIGNATURE.fullmatch(request.headers.get("X-Netclaw-Signature", "")):
         raise ApiError(401, "unauthorized", "X-Netclaw-Signature must be 'sha256=' and 64 hex digits")
     return stamp
 

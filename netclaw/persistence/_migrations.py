@@ -12,7 +12,7 @@ from typing import Literal
 
 from netclaw.errors import JournalError
 
-_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+_NAME = re.compile(r"(\d{4})_([a-z0-9_]+)\.sql")
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +40,7 @@ def load_migrations(directory: Path | None = None, backend: Backend = "sqlite") 
     directory = directory or migrations_dir(backend)
     found: list[Migration] = []
     for path in sorted(directory.glob("*.sql")):
-        match = _NAME.match(path.name)
+        match = _NAME.fullmatch(path.name)
         if not match:
             raise JournalError(f"migration file {path.name!r} is not named NNNN_name.sql")
         found.append(Migration(int(match[1]), match[2], path.read_text(encoding="utf-8")))

@@ -49,7 +49,7 @@ CONTINUES_PLACEHOLDER = "[conversation continues]"
 #: Result sent for a tool call whose result is missing from the history.
 MISSING_RESULT = "[no result was recorded for this tool call]"
 
-_TOOL_ID_OK = re.compile(r"^[A-Za-z0-9_-]+$")
+_TOOL_ID_OK = re.compile(r"[A-Za-z0-9_-]+")
 _TOOL_ID_BAD_CHARS = re.compile(r"[^A-Za-z0-9_-]")
 
 
@@ -67,7 +67,7 @@ def wire_tool_id(call_id: str | None) -> str:
     Ids made by other providers may contain other characters; both the
     ``tool_use`` and its ``tool_result`` go through this, so they still match.
     """
-    if call_id and _TOOL_ID_OK.match(call_id):
+    if call_id and _TOOL_ID_OK.fullmatch(call_id):
         return call_id
     return _TOOL_ID_BAD_CHARS.sub("_", call_id or "") or "toolu_unknown"
 

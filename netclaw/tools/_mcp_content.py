@@ -25,7 +25,7 @@ import mcp_types as mt
 MAX_RESULT_CHARS = 64 * 1024
 SEPARATOR = "__"
 # OpenAI's function-name rule; Anthropic's is the same set. A longer name is refused there.
-_TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +48,7 @@ def exposed_tools(
         if allow is not None and tool.name not in allow:
             continue
         name = f"{server}{SEPARATOR}{tool.name}"
-        if not _TOOL_NAME.match(name):
+        if not _TOOL_NAME.fullmatch(name):
             skipped.append(f"{name!r}: a tool name must be 1-64 letters, digits, '_' or '-'")
             continue
         problem = schema_problem(tool.input_schema)

@@ -7,12 +7,12 @@ reminders at all (public sessions may not, by default) and how many a session ma
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Mapping
 from typing import Any, Protocol
 
 from netclaw.errors import InvalidInput, JournalError, ToolError
 from netclaw.persistence import Reminder
+from netclaw.reminders import iso
 from netclaw.tools._registry import Tool, ToolContext
 
 
@@ -98,4 +98,4 @@ def reminder_tools(port: ReminderPort) -> list[Tool]:
 def _when(t: float | None) -> str:
     if t is None:
         return "never (done)"
-    return dt.datetime.fromtimestamp(t, dt.UTC).isoformat(timespec="minutes").replace("+00:00", "Z")
+    return iso(t).replace("+00:00", "Z")

@@ -1,12 +1,14 @@
 """The listener's defences over real sockets: slow-loris connections evicted at the cap
-while real requests get through, request heads with a deadline, and malformed requests
-answered in the JSON error shape."""
+while real requests get through, request heads with a deadline, malformed requests and
+unknown ``Expect`` headers answered in the JSON error shape, and clients that hang up at
+any point costing at most one DEBUG line and no traceback."""
 
 from __future__ import annotations
 
 import asyncio
 import gzip
 import json
+import logging
 from collections.abc import AsyncIterator
 
 import pytest
@@ -25,6 +27,38 @@ async def echo(request: web.Request) -> web.Response:
     return web.json_response(body)
 
 
+async def stream(request: web.Request) -> web.StreamResponse:
+    """An event stream that writes until the client goes (no handling of its own)."""
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await response.prepare(request)
+    while True:
+        await response.write(b": tick\n\n")
+        await asyncio.sleep(0.01)
+
+
+async def gone_before_prepare(request: web.Request) -> web.StreamResponse:
+    """The client leaves just as the answer's head is written (made deterministic)."""
+    assert request.transport is not None
+    request.transport.close()
+    response = web.StreamResponse()
+    await response.prepare(request)
+    return response
+
+
+async def gone_after_prepare(request: web.Request) -> web.StreamResponse:
+    response = web.StreamResponse()
+    await response.prepare(request)
+    assert request.transport is not None
+    request.transport.close()
+    await response.write(b"more")
+    return response
+
+
+async def slow(request: web.Request) -> web.Response:
+    await asyncio.sleep(1.0)
+    return web.json_response({"ok": True})
+
+
 @pytest.fixture
 async def served(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[tuple[int, web.AppRunner]]:
     monkeypatch.setattr(listener, "connection_limit", lambda configured=512: 8)
@@ -32,6 +66,10 @@ async def served(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[tuple[int, we
     app = web.Application(middlewares=[errors_middleware])
     app.router.add_get("/ping", ping)
     app.router.add_post("/echo", echo)
+    app.router.add_get("/stream", stream)
+    app.router.add_get("/gone-before-prepare", gone_before_prepare)
+    app.router.add_get("/gone-after-prepare", gone_after_prepare)
+    app.router.add_get("/slow", slow)
     runner, port = await listener.listen(app, "127.0.0.1", 0, "test.port")
     yield port, runner
     await runner.cleanup()
@@ -124,3 +162,68 @@ async def test_bad_bodies_are_4xx_never_500(
     status, parsed = status_and_body(answer)
     writer.close()
     assert 400 <= status < 500 and parsed["error"]["code"] == code, parsed  # type: ignore[index]
+
+
+async def test_an_unknown_expect_gets_the_json_error_shape(served: tuple[int, web.AppRunner]) -> None:
+    port, _ = served
+    for path in (b"/echo", b"/nowhere"):
+        request = (
+            b"POST " + path + b" HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nExpect: bogus-thing\r\n\r\n{}"
+        )
+        _, writer, answer = await raw(port, request)
+        writer.close()
+        status, body = status_and_body(answer)
+        assert status == 417 and body["error"] == {  # type: ignore[comparison-overlap]
+            "code": "expectation_failed",
+            "message": "Unknown Expect: bogus-thing",
+        }
+
+
+# How each hang-up comes: after reading the answer's first byte, after a moment, or at once
+# (the server meets the closed connection when it writes "100 Continue").
+HANG_UPS = {
+    "mid-head": (b"GET /ping HTTP/1.1\r\nHost: x\r\nX-Half", "wait"),
+    "after the head of a body": (b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n", "wait"),
+    "mid-body": (b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n" + b'{"a": "', "wait"),
+    "while told 100 Continue": (
+        b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 8\r\nExpect: 100-continue\r\n\r\n",
+        "now",
+    ),
+    "after 100 Continue": (
+        b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 8\r\nExpect: 100-continue\r\n\r\n",
+        "read",
+    ),
+    "before the answer": (b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n", "wait"),
+    "during prepare": (b"GET /gone-before-prepare HTTP/1.1\r\nHost: x\r\n\r\n", "read"),
+    "after prepare": (b"GET /gone-after-prepare HTTP/1.1\r\nHost: x\r\n\r\n", "read"),
+    "mid-stream": (b"GET /stream HTTP/1.1\r\nHost: x\r\n\r\n", "read"),
+}
+
+
+@pytest.mark.parametrize(("request_bytes", "when"), list(HANG_UPS.values()), ids=list(HANG_UPS))
+async def test_a_client_hanging_up_costs_at_most_one_debug_line(
+    served: tuple[int, web.AppRunner],
+    caplog: pytest.LogCaptureFixture,
+    request_bytes: bytes,
+    when: str,
+) -> None:
+    port, _ = served
+    caplog.set_level(logging.DEBUG)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(request_bytes)
+    await writer.drain()
+    if when == "read":  # until the answer has begun (or the server closed)
+        await asyncio.wait_for(reader.read(1), 5)
+    elif when == "wait":
+        await asyncio.sleep(0.05)
+    writer.transport.abort()  # a hang-up, as abrupt as a crashed client's
+    await asyncio.sleep(0.5)  # the server notices
+    ours = [r for r in caplog.records if r.name.startswith(("netclaw", "aiohttp"))]
+    assert len(ours) <= 1, [r.getMessage() for r in ours]
+    assert all(r.levelno == logging.DEBUG and not r.exc_info for r in ours), [
+        (r.levelname, r.getMessage()) for r in ours
+    ]
+    # ... and the listener still answers.
+    _, writer, answer = await raw(port, b"GET /ping HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    writer.close()
+    assert status_and_body(answer) == (200, {"ok": True})

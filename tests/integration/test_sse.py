@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import socket
 import threading
 import time
@@ -306,6 +307,30 @@ def test_events_for_an_invalid_session_id_is_400(daemon: DaemonHandle) -> None:
 
 
 # -- disconnects and slow readers -------------------------------------------------------------
+
+
+def test_subscribers_hanging_up_at_once_leave_no_traceback(
+    daemon: DaemonHandle, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A client that subscribes and disconnects at once (before, during or just after the
+    stream's head is written): no warning or error in the log, and the session goes on."""
+    request = (
+        f"GET /api/sessions/cli:hangup/events HTTP/1.1\r\nHost: x\r\n"
+        f"Authorization: Bearer {daemon.token}\r\n\r\n"
+    ).encode()
+    port = int(daemon.base_url.rsplit(":", 1)[1])
+    for attempt in range(30):
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            sock.sendall(request)
+            if attempt % 3 == 1:
+                sock.recv(1)  # after the head began
+            elif attempt % 3 == 2:
+                time.sleep(0.005)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+    assert daemon.send("cli:hangup", "still there?", wait=True).status_code == 200
+    time.sleep(0.3)
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING or r.exc_info]
+    assert not errors, errors
 
 
 def test_subscriber_disconnecting_mid_turn_does_not_disturb_the_others(

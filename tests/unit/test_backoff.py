@@ -12,7 +12,7 @@ from adapters.supervisor import AdapterSupervisor
 from netclaw.cli._chat import RECONNECT_BACKOFF
 from netclaw.retry import Backoff, RetryPolicy, backoff_delay
 from netclaw.scheduler import RETRY_BACKOFF
-from netclaw.sessions._manager import RESTART_BACKOFF, RESTARTS_BEFORE_GIVING_UP
+from netclaw.sessions._restarts import RESTART_BACKOFF, RESTARTS_BEFORE_GIVING_UP
 
 backoffs = st.builds(
     Backoff,

@@ -6,6 +6,8 @@ import io
 import json
 import logging
 import os
+import re
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,8 +15,9 @@ import pytest
 
 from netclaw.config import load_settings
 from netclaw.errors import ConfigError
-from netclaw.logs import JsonFormatter, TextFormatter, configure_logging, under_journald
+from netclaw.logs import JsonFormatter, TextFormatter, configure_logging, escape_controls, under_journald
 
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 TURN = {"session": "cli:a", "turn": 3, "event": "turn_completed", "outcome": "completed"}
 
 
@@ -57,7 +60,7 @@ def test_json_carries_the_traceback() -> None:
     try:
         raise ValueError("boom")
     except ValueError:
-        rec = logging.LogRecord("x", logging.ERROR, __file__, 1, "failed", (), __import__("sys").exc_info())
+        rec = logging.LogRecord("x", logging.ERROR, __file__, 1, "failed", (), sys.exc_info())
     entry = json.loads(JsonFormatter().format(rec))
     assert entry["level"] == "error" and "ValueError: boom" in entry["exc"]
 
@@ -65,10 +68,55 @@ def test_json_carries_the_traceback() -> None:
 def test_journald_lines_have_priorities_and_no_timestamp() -> None:
     formatter = TextFormatter(journald=True)
     assert formatter.format(record(logging.WARNING, "careful")) == "<4>netclaw.sessions: careful"
-    assert formatter.format(record(logging.ERROR, "two\nlines")).split("\n") == [
-        "<3>netclaw.sessions: two",
-        "<3>lines",
-    ]
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        rec = logging.LogRecord("x", logging.ERROR, __file__, 1, "failed", (), sys.exc_info())
+    lines = formatter.format(rec).split("\n")
+    assert lines[0] == "<3>x: failed" and lines[-1] == "<3>  ValueError: boom"
+    assert all(line.startswith("<3>  ") for line in lines[1:])  # a traceback keeps the record's level
+
+
+FORGED = "x\n2026-01-01 00:00:00,000 INFO netclaw.gateway: deleted\r\u2028\x85\x1b[31m\x7f\x00"
+
+
+@pytest.mark.parametrize("journald", [False, True])
+def test_text_lines_never_carry_control_characters_from_outside(journald: bool) -> None:
+    rec = record(logging.INFO, "session %s deleted", session="x\nforged\x85", title=FORGED)
+    rec.args = (FORGED,)
+    line = TextFormatter(journald=journald).format(rec)
+    assert "\n" not in line and not CONTROL.search(line)
+    assert "session x\\x0a2026-01-01 00:00:00,000 INFO netclaw.gateway: deleted\\x0d\\u2028\\x85" in line
+    assert "session=x\\x0aforged\\x85" in line and 'title="x\\n2026' in line
+
+
+def test_a_traceback_cannot_forge_a_record() -> None:
+    """An exception's message from outside: its lines stay under the record, indented."""
+    try:
+        raise ValueError("bad id\n2026-01-01 00:00:00,000 INFO netclaw.gateway: forged\x1b[2J")
+    except ValueError:
+        rec = logging.LogRecord(
+            "netclaw.web", logging.ERROR, __file__, 1, "failed %s", ("a\nb",), sys.exc_info()
+        )
+    lines = TextFormatter().format(rec).split("\n")
+    assert lines[0].endswith("ERROR netclaw.web: failed a\\x0ab")
+    assert all(line.startswith("  ") for line in lines[1:])
+    assert "  2026-01-01 00:00:00,000 INFO netclaw.gateway: forged\\x1b[2J" in lines
+    assert not any(CONTROL.search(line) for line in lines)
+
+
+def test_json_lines_escape_what_json_leaves_raw() -> None:
+    rec = record(logging.INFO, "%s", session=FORGED)
+    rec.args = (FORGED,)
+    line = JsonFormatter().format(rec)
+    assert "\n" not in line and not CONTROL.search(line)
+    entry = json.loads(line)
+    assert entry["msg"] == FORGED and entry["session"] == FORGED  # escaped, not lost
+
+
+def test_escape_controls() -> None:
+    assert escape_controls("plain text, ünïcode ✓") == "plain text, ünïcode ✓"
+    assert escape_controls("a\tb\nc\u2029") == "a\\x09b\\x0ac\\u2029"
 
 
 def test_journald_is_detected_by_the_stream_identity(tmp_path: Path) -> None:

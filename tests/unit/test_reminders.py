@@ -14,10 +14,15 @@ from hypothesis import strategies as st
 from netclaw.errors import InvalidInput
 from netclaw.reminders import (
     LATE_AFTER_S,
+    MAX_AHEAD_S,
     MAX_CATCH_UP,
     Schedule,
+    check_catch_up,
+    check_name,
+    check_text,
     fire_text,
     identity,
+    iso,
     make_schedule,
     parse_duration,
     plan_due,
@@ -51,6 +56,92 @@ def test_bad_schedules_name_the_field(fields: dict[str, object], field: str, wor
         make_schedule(now=NOW, **fields)  # type: ignore[arg-type]
     assert caught.value.field == field
     assert words in str(caught.value)
+
+
+# The inputs that answered 500 (two of them after storing the reminder) in issue 34's
+# fuzz run, and their neighbours: each is an InvalidInput naming the field.
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        ({"in_s": 9e18}, "in_s"),
+        ({"at": 1e20}, "at"),
+        ({"at": -1e20}, "at"),
+        ({"cron": "0 9 * * *", "timezone": 5}, "timezone"),
+        ({"at": 10**400}, "at"),
+        ({"at": -(10**400)}, "at"),
+        ({"at": float("nan")}, "at"),
+        ({"at": float("inf")}, "at"),
+        ({"in_s": float("-inf")}, "in_s"),
+        ({"in_s": -5}, "in_s"),
+        ({"every_s": 10**30}, "every_s"),
+        ({"every_s": "9" * 400}, "every_s"),
+        ({"in_s": True}, "in_s"),
+        ({"in_s": [60]}, "in_s"),
+        ({"at": {"t": 1}}, "at"),
+        ({"at": "9999-12-31T23:59"}, "at"),  # past the century ahead
+        ({"at": "0001-01-01T00:00+01:00"}, "at"),  # before year 1 in UTC
+        ({"at": "2" * 100}, "at"),
+        ({"cron": ["0", "9", "*", "*", "*"]}, "cron"),
+        ({"cron": "0 9 * * *", "timezone": ""}, "timezone"),
+        ({"cron": "0 9 * * *", "timezone": ["UTC"]}, "timezone"),
+        ({"cron": "0 9 * * *", "timezone": "../../etc/passwd"}, "timezone"),
+        ({"cron": "0 9 * * *", "timezone": "UTC\n"}, "timezone"),
+        ({"cron": "0 0 31 2 *"}, "cron"),  # never comes
+        ({"cron": "*/0 * * * *"}, "cron"),
+        ({"cron": "0 9 * * * " * 50}, "cron"),
+    ],
+)
+def test_hostile_schedules_name_the_field(fields: dict[str, object], field: str) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        make_schedule(now=NOW, **fields)  # type: ignore[arg-type]
+    assert caught.value.field == field
+
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.sampled_from([10**400, -(10**400), 2**63, 9 * 10**18, -1, 0])
+    | st.floats()
+    | st.text(max_size=30)
+    | st.sampled_from(["10m", "1h", "2099-01-01T09:00", "0 9 * * *", "Europe/Berlin", "9" * 400]),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=5,
+)
+
+
+@given(
+    st.sampled_from(["at", "in_s", "every_s", "cron"]),
+    json_values,
+    st.one_of(st.none(), json_values),
+)
+def test_any_json_is_a_schedule_that_works_or_invalid_input(kind: str, value: object, zone: object) -> None:
+    """Whatever JSON comes in: InvalidInput, or a schedule whose every use works (its first
+    fire is finite, within a century, and can be printed)."""
+    try:
+        schedule = make_schedule(now=NOW, timezone=zone, **{kind: value})  # type: ignore[arg-type]
+    except InvalidInput:
+        return
+    first = schedule.first_fire(NOW)
+    assert NOW < first <= NOW + MAX_AHEAD_S
+    assert schedule.describe()
+    assert fire_text("t", first, schedule.timezone)
+
+
+def test_labels_and_text_from_outside() -> None:
+    assert check_name(None) is None and check_name(" legs ") == "legs"
+    for bad in ("", "a\nb", "x\u2028", "\x1b[31m", 5, "n" * 101, "\ud800"):
+        with pytest.raises(InvalidInput) as caught:
+            check_name(bad)
+        assert caught.value.field == "name"
+    for bad_text in (None, 5, ["x"], "  ", "\ud800", "x" * 4001):
+        with pytest.raises(InvalidInput) as caught:
+            check_text(bad_text)
+        assert caught.value.field == "text"
+    assert check_text("line one\nline two") == "line one\nline two"  # free text may have lines
+    assert check_catch_up("all") == "all"
+    with pytest.raises(InvalidInput):
+        check_catch_up(["all"])
 
 
 def test_one_shots_and_periods() -> None:
@@ -153,3 +244,9 @@ def test_identity_and_text() -> None:
     text = fire_text("Post the stand-up summary.", NOW, "Europe/Berlin", "standup")
     assert text.startswith("[Scheduled reminder 'standup', due 2026-03-27T12:00+01:00.")
     assert text.endswith("Post the stand-up summary.")
+
+
+def test_printing_a_time_never_fails() -> None:
+    """A row stored before times were checked (next_fire 9e18) still lists and logs."""
+    assert "out of range" in iso(9e18) and "out of range" in iso(-1e20, "Europe/Berlin")
+    assert iso(NOW, "Europe/Berlin") == "2026-03-27T12:00+01:00"
