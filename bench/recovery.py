@@ -194,9 +194,7 @@ async def cold_parts(path: Path, pid: str) -> dict[str, float]:
         snapshot = await journal.load_snapshot(pid)
         t1 = time.perf_counter()
         state = (
-            snapshots.decode(snapshot.state, snapshot.messages)
-            if snapshot is not None
-            else SessionState(pid)
+            snapshots.decode(snapshot.state, snapshot.messages) if snapshot is not None else SessionState(pid)
         )
         t2 = time.perf_counter()
         stored = await journal.replay(pid, state.seq)
