@@ -38,7 +38,7 @@ from netclaw.errors import ApprovalNotFound, InvalidInput, NotAnApprover, Outcom
 from netclaw.history.tokens import fallback_count
 from netclaw.messages import Attachment, ChatMessage, PriorMessage, bounded_prior, prior_block
 from netclaw.outputs import OutputFilter
-from netclaw.persistence import Journal, Memory, MemoryStore, Owner, ReminderStore, UsageKey, UsageRow
+from netclaw.persistence import Journal, Memory, MemoryStore, Node, Owner, ReminderStore, UsageKey, UsageRow
 from netclaw.policy import ChatEvent, Place, audience_of, channel_of, denial_reason
 from netclaw.runtime import Reply
 from netclaw.sessions import (
@@ -189,6 +189,12 @@ class SessionView:
     messages: Sequence[ChatMessage]  # the transcript, or what the model sees now
     queued: Sequence[ChatMessage] = ()  # admitted, waiting for their turn (transcript view)
     failures: Mapping[str, TurnOutcome] = field(default_factory=dict)  # user message id → failed turn
+    # Where the model's view begins in ``messages`` (transcript view) and why.
+    kept_from: int = 0
+    compactions: int = 0
+    trimmed: bool = False
+    summarized: bool = False
+    resets: int = 0
 
 
 def check_session_id(session_id: str) -> str:
@@ -633,6 +639,10 @@ class Gateway:
         """Provider tokens from the journal, per session, UTC day or model."""
         return await self._journal.usage(by, since)
 
+    async def cluster_nodes(self) -> list[Node]:
+        """The nodes sharing the database (empty on one node with an embedded journal)."""
+        return await self._journal.nodes()
+
     async def list_sessions(self) -> list[SessionSummary]:
         resident = self._manager.resident()
         rows = await self._journal.list_sessions()
@@ -675,7 +685,18 @@ class Gateway:
             if resumed_at is not None:  # what the next model call carries, until it has
                 messages.insert(1, continuity_notice(resumed_at, time.time()))
             return SessionView(summary, "context", messages)
-        return SessionView(summary, "transcript", state.transcript, state.inbox, state.failures)
+        return SessionView(
+            summary,
+            "transcript",
+            state.transcript,
+            state.inbox,
+            state.failures,
+            kept_from=state.kept_from,
+            compactions=state.compactions,
+            trimmed=state.trimmed,
+            summarized=state.summary is not None,
+            resets=state.resets,
+        )
 
     async def knows(self, session_id: str) -> bool:
         """Is this an existing session (a thread the bot already takes part in)?"""

@@ -16,6 +16,7 @@ from netclaw.persistence._deliveries import DeliveryLog, SqliteDeliveryLog
 from netclaw.persistence._journal import (
     Journal,
     NewEvent,
+    Node,
     Owner,
     SessionRow,
     Snapshot,
@@ -45,6 +46,7 @@ __all__ = [
     "MemoryStore",
     "NewEvent",
     "NewMemory",
+    "Node",
     "Owner",
     "Reminder",
     "ReminderStore",

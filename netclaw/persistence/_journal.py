@@ -66,6 +66,20 @@ class Owner:
     expires_in: float  # seconds until its lease expires unless renewed
 
 
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A node of the cluster as the shared database knows it (several daemons on one database)."""
+
+    node_id: str
+    url: str | None  # its cluster.advertise_url
+    started_at: float  # unix time
+    seen_ago_s: float  # since it last renewed its leases (database clock)
+    sessions: int  # sessions it holds a live lease on
+
+    def alive(self, lease_s: float) -> bool:
+        return self.seen_ago_s <= lease_s
+
+
 UsageKey = Literal["session", "day", "model"]
 
 
@@ -163,6 +177,11 @@ class Journal(Protocol):
 
     def release(self, persistence_id: str, epoch: int) -> None:
         """The session stopped here: its lease (of ``epoch``) goes, after its queued writes."""
+        ...
+
+    async def nodes(self) -> list[Node]:
+        """The nodes sharing this database and how many sessions each holds (an embedded
+        journal has no cluster: empty)."""
         ...
 
     async def owner(self, persistence_id: str) -> Owner | None:

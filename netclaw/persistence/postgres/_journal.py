@@ -21,7 +21,7 @@ import psycopg
 import psycopg_pool
 
 from netclaw.errors import JournalError
-from netclaw.persistence._journal import Owner, SessionRow, Snapshot, StoredEvent, UsageKey, UsageRow
+from netclaw.persistence._journal import Node, Owner, SessionRow, Snapshot, StoredEvent, UsageKey, UsageRow
 from netclaw.persistence._writer import Batch, Erase, Query, WriterJournal, WriterThread, settle
 from netclaw.persistence.postgres._leases import Leases
 from netclaw.persistence.postgres._schema import CONNECT_TIMEOUT_S, new_pool, open_pool, safe_dsn
@@ -96,6 +96,9 @@ class PostgresJournal(WriterJournal):
 
     async def owner(self, persistence_id: str) -> Owner | None:
         return await self.leases.owner(persistence_id)
+
+    async def nodes(self) -> list[Node]:
+        return await self.leases.nodes()
 
     def _lease_lost(self, persistence_id: str) -> None:
         if self.on_lease_lost is not None:
