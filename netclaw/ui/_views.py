@@ -19,7 +19,7 @@ from typing import Literal
 from netclaw.messages import ChatMessage, MessageKind, unmarked
 
 PER_PAGE = 50
-PHASES = ("processing", "idle", "compacting", "passivating", "passivated")
+PHASES = ("recovering", "ready", "processing", "compacting", "passivating", "passivated")
 
 
 @dataclass(frozen=True, slots=True)

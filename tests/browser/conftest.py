@@ -38,12 +38,18 @@ def room(browser: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Roo
 
 
 @pytest.fixture
-def page(browser: Any, room: Room) -> Iterator[Any]:
-    """A logged-in page of a fresh browser context."""
+def console_errors() -> list[str]:
+    """What the page logged as errors; a test expecting one takes it out."""
+    return []
+
+
+@pytest.fixture
+def page(browser: Any, room: Room, console_errors: list[str]) -> Iterator[Any]:
+    """A logged-in page of a fresh browser context; no script error or failed load allowed."""
     context = browser.new_context(base_url=room.base_url)
     context.set_default_timeout(20_000)
     page = context.new_page()
-    errors: list[str] = []
+    errors = console_errors
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
     log_in(page, room)

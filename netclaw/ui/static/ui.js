@@ -120,6 +120,7 @@
         phase.textContent = d.to;
         phase.className = "phase phase-" + d.to;
       }
+      signal("status-changed"); // turns, queue and context as they are now
     });
     on("usage", function (d) {
       var meter = document.querySelector("#context meter");
@@ -136,7 +137,6 @@
       bubble = null;
       done = done.concat(Array.prototype.slice.call(live.children));
       signal("transcript-changed");
-      signal("status-changed");
     });
 
     document.body.addEventListener("htmx:afterSwap", function (event) {
