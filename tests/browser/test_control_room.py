@@ -126,7 +126,9 @@ def test_a_reminder_added_in_the_page_can_be_paused_and_fires(page: Any, room: R
     room.clock.advance(1200)  # paused: its time passes, nothing fires
     page.wait_for_timeout(300)
     assert room.handle.http.get(f"/api/sessions/{sid}").status_code == 404
-    page.locator("#reminder-list tr", has_text="stretch").get_by_role("button", name="Resume reminder legs").click()
+    page.locator("#reminder-list tr", has_text="stretch").get_by_role(
+        "button", name="Resume reminder legs"
+    ).click()
     page.locator("#reminder-list tr", has_text="paused").wait_for(state="detached")
     room.clock.advance(1)  # a one-shot whose time passed while paused fires when resumed
     wait_until(lambda: room.handle.http.get(f"/api/sessions/{sid}").status_code == 200, what="the fire")

@@ -40,7 +40,9 @@ def content(room: Room) -> None:
     assert room.handle.send("cli:pages", "remember tea", wait=True).status_code == 200
     room.scripted.enqueue(Reply(tool_calls=[ToolCallSpec("deploy", {"what": "pages"})]), Reply(text="done"))
     assert room.handle.send("cli:pages", "deploy").status_code == 202
-    added = room.handle.http.post("/api/sessions/cli:pages/reminders", json={"text": "tea time", "in_s": "1h"})
+    added = room.handle.http.post(
+        "/api/sessions/cli:pages/reminders", json={"text": "tea time", "in_s": "1h"}
+    )
     assert added.status_code == 201
 
 
@@ -75,7 +77,10 @@ def test_pages_read_and_forms_work_without_javascript(browser: Any, room: Room) 
         page = context.new_page()
         log_in(page, room)
         page.goto("/ui/sessions?q=pages")
-        assert page.locator("table.sessions a", has_text="cli:pages").count() >= 1 or "cli:pages" in page.content()
+        assert (
+            page.locator("table.sessions a", has_text="cli:pages").count() >= 1
+            or "cli:pages" in page.content()
+        )
         page.goto("/ui/sessions/cli:pages")
         assert page.locator("#recorded article.assistant", has_text="ok").count() == 1
         page.goto("/ui/reminders")
