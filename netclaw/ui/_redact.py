@@ -24,7 +24,10 @@ from netclaw.errors import ConfigError
 
 HIDDEN = "[hidden]"
 MIN_SECRET_CHARS = 6  # shorter values would be replaced inside ordinary words
-_SECRET_KEY = re.compile(r"(token|secret|password|passwd|api_?key|authorization|credential|dsn)", re.I)
+# A key that names a secret: ``bot_token``, ``api_key``, ``password``; not ``max_tokens``.
+_SECRET_KEY = re.compile(
+    r"(^|_)(token|secret|password|passwd|api_?key|private_key|authorization|credentials?|dsn)$", re.I
+)
 _URL_PASSWORD = re.compile(r"(?P<head>[a-z][a-z0-9+.-]*://[^/:@\s]*:)(?P<password>[^@/\s]+)(?=@)", re.I)
 
 
