@@ -21,12 +21,13 @@ from netclaw.errors import ApiError, NetclawError, SessionUnavailable
 from netclaw.gateway import Inbound, SessionSummary, StatusReport, check_session_id
 from netclaw.ui._app import PREFIX, ControlRoom
 from netclaw.ui._views import (
+    PER_PAGE,
     PHASES,
     Boundary,
     Listed,
     Page,
     context_lines,
-    session_page,
+    page_window,
     transcript_entries,
 )
 from netclaw.web import sse_event
@@ -68,13 +69,32 @@ class SessionPages:
             number = int(request.query.get("page", "1"))
         except ValueError:
             number = 1
-        summaries = await self.gateway.list_sessions()
+        number = max(number, 1)
+        found = await self.gateway.find_sessions(
+            text=q.strip(), channel=channel, phase=phase, offset=(number - 1) * PER_PAGE, limit=PER_PAGE
+        )
+        clamped, pages, offset = page_window(found.total, number)
+        if clamped != number:  # past the last page: show the last one
+            number = clamped
+            found = await self.gateway.find_sessions(
+                text=q.strip(), channel=channel, phase=phase, offset=offset, limit=PER_PAGE
+            )
+        ids = [s.id for s in found.sessions]
         today = dt.datetime.fromtimestamp(self.room.clock(), dt.UTC).replace(
             hour=0, minute=0, second=0, microsecond=0
         )
-        spent = {row.key: row.to_json() for row in await self.gateway.usage("session", today.timestamp())}
-        page = session_page(
-            [_listed(s, spent.get(s.id)) for s in summaries], q=q, channel=channel, phase=phase, page=number
+        spent = {
+            row.key: row.to_json() for row in await self.gateway.usage("session", today.timestamp(), ids)
+        }
+        page = Page(
+            rows=tuple(_listed(s, spent.get(s.id)) for s in found.sessions),
+            total=found.total,
+            page=number,
+            pages=pages,
+            q=q,
+            channel=channel,
+            phase=phase,
+            channels=tuple(found.channels),
         )
         page = await self._with_status(page)
         return self.room.fragment_or_page(

@@ -1,7 +1,7 @@
 """What the pages show, computed from the gateway's reads (pure: no I/O, no aiohttp).
 
-- :func:`session_page` filters, searches and pages the session listing (10,000 sessions
-  are one list read; a page renders 50 of them).
+- :func:`page_window` pages the session listing (the journal filters and pages it: a page
+  of 10,000 sessions reads 50 rows).
 - :func:`transcript_entries` turns a session's recorded messages into what a person
   reads: messages, tool calls with their results (collapsed), failed turns, and a
   marker where the model's view begins (after a trim, a compaction or a reset).
@@ -53,39 +53,11 @@ class Page:
     channels: tuple[str, ...] = ()  # every channel present, for the filter's choices
 
 
-def session_page(
-    sessions: Sequence[Listed],
-    *,
-    q: str = "",
-    channel: str = "",
-    phase: str = "",
-    page: int = 1,
-    per_page: int = PER_PAGE,
-) -> Page:
-    """The ``page``-th page (clamped) of the sessions matching every given filter, the most
-    recently active first. ``q`` matches the id or title, case-insensitively."""
-    needle = q.strip().lower()
-    matching = [
-        s
-        for s in sessions
-        if (not channel or s.channel == channel)
-        and (not phase or s.phase == phase)
-        and (not needle or needle in s.id.lower() or needle in (s.title or "").lower())
-    ]
-    matching.sort(key=lambda s: (-s.last_activity, s.id))
-    pages = max(1, math.ceil(len(matching) / per_page))
+def page_window(total: int, page: int, per_page: int = PER_PAGE) -> tuple[int, int, int]:
+    """(the page, clamped to 1..pages; how many pages; the offset of its first row)."""
+    pages = max(1, math.ceil(total / per_page))
     page = min(max(page, 1), pages)
-    start = (page - 1) * per_page
-    return Page(
-        rows=tuple(matching[start : start + per_page]),
-        total=len(matching),
-        page=page,
-        pages=pages,
-        q=q,
-        channel=channel,
-        phase=phase,
-        channels=tuple(sorted({s.channel for s in sessions})),
-    )
+    return page, pages, (page - 1) * per_page
 
 
 # -- one session's transcript -------------------------------------------------------------------

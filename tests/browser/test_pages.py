@@ -138,3 +138,24 @@ def test_a_form_posted_from_another_origin_is_refused(
     assert "refused" in page.content()
     assert room.handle.http.get("/api/memories", params={"q": "tea"}).json() == memories
     console_errors.remove("Failed to load resource: the server responded with a status of 403 (Forbidden)")
+
+
+def test_the_sessions_page_searches_filters_and_pages(page: Any, room: Room) -> None:
+    api = room.handle
+    for i in range(52):
+        assert api.send(f"webhook:many:{i:02d}", f"hello {i}", wait=True).status_code == 200
+    page.goto("/ui/sessions")
+    assert "page 1 of 2" in page.locator("#session-table .count").inner_text()
+    page.get_by_role("link", name="Older →").click()
+    page.locator("#session-table .count", has_text="page 2 of 2").wait_for()
+    assert "page=2" in page.url
+    page.get_by_label("Search").fill("MANY:0")
+    page.locator("#session-table .count", has_text="10 sessions").wait_for()
+    assert "q=MANY" in page.url
+    page.get_by_label("Search").fill("")
+    page.get_by_label("Channel").select_option("webhook")
+    page.locator("#session-table .count", has_text="52 sessions").wait_for()
+    page.get_by_label("Phase").select_option("passivated")
+    page.locator("#session-table .count", has_text="0 sessions").wait_for()  # all resident here
+    page.get_by_label("Phase").select_option("ready")
+    page.locator("#session-table .count", has_text="52 sessions · page 1 of 2").wait_for()
