@@ -33,7 +33,6 @@ import asyncio
 import json
 import re
 import time
-from typing import Any
 
 import _common as c
 import httpx
@@ -125,7 +124,9 @@ def lag_in_browser(daemon: Daemon, token: str, sid: str, turns: int) -> tuple[li
             page.wait_for_selector("#recorded article.assistant")
             page.evaluate(OBSERVER)
             page.wait_for_timeout(300)  # the live stream has joined
-            api = httpx.Client(base_url=daemon.base_url, headers={"Authorization": f"Bearer {token}"}, timeout=60)
+            api = httpx.Client(
+                base_url=daemon.base_url, headers={"Authorization": f"Bearer {token}"}, timeout=60
+            )
             for i in range(turns):
                 api.post(f"/api/sessions/{sid}/messages", params={"wait": 1}, json={"text": f"turn {i}"})
             page.wait_for_function(f"() => Object.keys(window.__replies).length >= {turns}", timeout=60_000)
@@ -175,7 +176,9 @@ def main() -> int:
         provider = ProviderProcess(tmp / "provider.log").start()
         daemon: Daemon | None = None
         try:
-            settings = daemon_settings(tmp / "data", provider.base_url, session={"max_resident_sessions": 1000})
+            settings = daemon_settings(
+                tmp / "data", provider.base_url, session={"max_resident_sessions": 1000}
+            )
             daemon = Daemon(settings)
             daemon.start()
             assert daemon.io is not None

@@ -35,6 +35,19 @@ CHROMIUM_ARGS = [
 ]
 
 
+def need_chromium() -> None:
+    """Skip (saying why) where no browser test can run; fail instead where CI requires them
+    (``REQUIRE_CHROMIUM_FOR_TESTS=1``)."""
+    import pytest
+
+    reason = chromium_missing()
+    if reason is None:
+        return
+    if os.environ.get("REQUIRE_CHROMIUM_FOR_TESTS") == "1":
+        pytest.fail(f"REQUIRE_CHROMIUM_FOR_TESTS=1 but {reason}")
+    pytest.skip(reason)
+
+
 def chromium_missing() -> str | None:
     """Why no browser test can run here, or None."""
     if not Path(CHROMIUM).exists():

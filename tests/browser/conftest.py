@@ -10,14 +10,12 @@ from typing import Any
 import pykka
 import pytest
 
-from tests.browser._room import Room, chromium_missing, launch, log_in, open_room
+from tests.browser._room import Room, launch, log_in, need_chromium, open_room
 
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    reason = chromium_missing()
-    if reason is not None:
-        pytest.skip(reason)
+    need_chromium()
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:

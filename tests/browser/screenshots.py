@@ -56,11 +56,18 @@ def populate(room: Room) -> None:
         Reply(text="Noted. The build is green; shall I deploy version 2.4 to production?", usage=(4600, 90)),
         Reply(tool_calls=[ToolCallSpec("deploy", {"what": "api", "version": "2.4"})], usage=(4900, 40)),
     )
-    assert send("cli:release", "Is the build green? I like releasing on Tuesdays.", wait=True).status_code == 200
+    assert (
+        send("cli:release", "Is the build green? I like releasing on Tuesdays.", wait=True).status_code == 200
+    )
     assert send("cli:release", "Yes, deploy 2.4 to production.").status_code == 202
     wait_until(lambda: room.handle.http.get("/api/approvals").json(), what="the approval")
     for fields in (
-        {"text": "Post the stand-up summary", "cron": "0 9 * * 1-5", "timezone": "Europe/Paris", "name": "standup"},
+        {
+            "text": "Post the stand-up summary",
+            "cron": "0 9 * * 1-5",
+            "timezone": "Europe/Paris",
+            "name": "standup",
+        },
         {"text": "Check the disk on db-2 again", "in_s": "2h"},
     ):
         assert room.handle.http.post("/api/sessions/cli:default/reminders", json=fields).status_code == 201

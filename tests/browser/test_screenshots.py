@@ -7,18 +7,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-from tests.browser._room import chromium_missing
+from tests.browser._room import need_chromium
 from tests.browser.screenshots import PHONE_SHOTS, SHOTS
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def test_python_m_tests_browser_screenshots_saves_every_page(tmp_path: Path) -> None:
-    reason = chromium_missing()
-    if reason is not None:
-        pytest.skip(reason)
+    need_chromium()
     done = subprocess.run(
         [sys.executable, "-m", "tests.browser.screenshots", str(tmp_path)],
         cwd=REPO,
