@@ -109,6 +109,22 @@ def test_stop_cancels_the_running_turn(page: Any, room: Room) -> None:
     page.locator("#phase", has_text="ready").wait_for()
 
 
+def test_reset_is_marked_live_and_in_the_record(page: Any, room: Room) -> None:
+    sid = "cli:ui-reset"
+    open_session(page, room, sid)
+    page.get_by_role("button", name="Reset").click()
+    page.locator("#control-result", has_text="Started afresh").wait_for()
+    page.locator("#live .marker", has_text="Reset by control room").wait_for()
+    page.get_by_label("Message").fill("are you new?")
+    page.get_by_role("button", name="Send").click()
+    marker = page.locator("#recorded .marker", has_text="The model no longer sees the messages above: reset")
+    marker.wait_for()
+    # The marker stands between the old conversation and the new one.
+    texts = page.locator("#recorded .entry").all_inner_texts()
+    at = next(i for i, t in enumerate(texts) if "no longer sees" in t)
+    assert "hello" in " ".join(texts[:at]) and "are you new?" in " ".join(texts[at:])
+
+
 def test_a_reminder_added_in_the_page_can_be_paused_and_fires(page: Any, room: Room) -> None:
     sid = "cli:ui-remind"
     page.goto("/ui/reminders")

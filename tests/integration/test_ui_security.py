@@ -179,6 +179,20 @@ def test_the_bearer_api_and_the_cookie_do_not_stand_in_for_each_other(handle: Da
     assert bearer.get("/ui/sessions").status_code == 303
 
 
+def test_what_people_and_the_model_wrote_is_shown_as_text_never_as_html(
+    guarded: tuple[DaemonHandle, ScriptedOpenAIThread],
+) -> None:
+    handle, scripted = guarded
+    sid = "cli:markup"
+    scripted.enqueue(Reply(text="<script>alert('model')</script>"))
+    assert handle.send(sid, '<img src=x onerror="alert(1)">', wait=True).status_code == 200
+    client = logged_in(handle)
+    for path in (f"/ui/sessions/{sid}", f"/ui/sessions/{sid}/transcript", "/ui/sessions?q=markup"):
+        html = client.get(path).text
+        assert "<img src=x" not in html and "<script>alert" not in html, path
+        assert "&lt;img src=x" in html, path
+
+
 def test_pages_carry_strict_security_headers(handle: DaemonHandle) -> None:
     answer = logged_in(handle).get("/ui/sessions")
     assert "script-src 'self'" in answer.headers["content-security-policy"]
