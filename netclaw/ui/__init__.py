@@ -8,7 +8,7 @@ SameSite=Strict cookie (:mod:`netclaw.ui._auth`); secrets never reach a page
 (:mod:`netclaw.ui._redact`). Every read and action goes through the gateway.
 """
 
-from netclaw.ui._app import PREFIX as UI_PREFIX
-from netclaw.ui._app import ControlRoom
+from netclaw.ui._app import control_room
+from netclaw.ui._room import PREFIX as UI_PREFIX
 
-__all__ = ["UI_PREFIX", "ControlRoom"]
+__all__ = ["UI_PREFIX", "control_room"]

@@ -1,318 +1,36 @@
-"""The control room's web application: its guard (login, CSRF, headers, secrets), the
-login and logout pages, templates and static files. The pages themselves are in
-:mod:`netclaw.ui._session_pages` and :mod:`netclaw.ui._pages`.
-
-Mounted by the daemon under ``/ui`` of the control listener only (the webhook listener
-never serves it). Runs on the I/O loop; every read goes through the gateway.
-"""
+"""The control room as an aiohttp application, mounted by the daemon under ``/ui`` of the
+control listener only (the webhook listener never serves it): the guard, the login, the
+static files, the session pages and the others."""
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
-from pathlib import Path
-from typing import Any
-from urllib.parse import quote, urlsplit
+from collections.abc import Callable
 
-import jinja2
 from aiohttp import web
 
-from netclaw import __version__
-from netclaw.config import Settings
-from netclaw.errors import ApiError, ApprovalError, InvalidInput, NetclawError, SessionUnavailable
 from netclaw.gateway import Gateway
 from netclaw.scheduler import Scheduler
-from netclaw.ui._auth import COOKIE, Login, Logins, LoginThrottle
-from netclaw.ui._charts import fmt
-from netclaw.ui._redact import Scrubber
-from netclaw.ui._views import utc, when
-from netclaw.web import SseStreams
-
-log = logging.getLogger(__name__)
-
-HERE = Path(__file__).parent
-PREFIX = "/ui"
-MAX_FORM_BYTES = 256 * 1024
-PUBLIC = ("/ui/login", "/ui/static/")
-# Content: only our own files; nothing may frame the pages; forms post only here.
-SECURITY_HEADERS = {
-    "Content-Security-Policy": (
-        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-        "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
-    ),
-    "X-Content-Type-Options": "nosniff",
-    "X-Frame-Options": "DENY",
-    "Referrer-Policy": "same-origin",
-    "Cache-Control": "no-store",
-}
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-HealthReport = Callable[[], Mapping[str, Any]]  # what /healthz answers
+from netclaw.ui._guard import Guard
+from netclaw.ui._pages import OtherPages
+from netclaw.ui._room import HERE, HealthReport, Room
+from netclaw.ui._session_pages import SessionPages
 
 
-class ControlRoom:
-    """Everything the pages share: the gateway, the scheduler, logins, templates."""
-
-    def __init__(
-        self,
-        gateway: Gateway,
-        token: str,
-        *,
-        scheduler: Scheduler | None = None,
-        health: HealthReport | None = None,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self.gateway = gateway
-        self.scheduler = scheduler
-        self.health = health
-        self.clock = clock
-        self._token = token
-        self.logins = Logins(token, gateway.settings.ui.login_hours * 3600, clock)
-        self.throttle = LoginThrottle()
-        self.streams = SseStreams()
-        self._scrubber: Scrubber | None = None
-        self._scrubbed_for: Settings | None = None
-        self.templates = jinja2.Environment(
-            loader=jinja2.FileSystemLoader(HERE / "templates"),
-            autoescape=True,
-            undefined=jinja2.StrictUndefined,
-            trim_blocks=True,
-            lstrip_blocks=True,
-        )
-        self.templates.filters.update(when=lambda ts: when(ts, self.clock()), utc=utc, fmt=fmt)
-
-    @property
-    def settings(self) -> Settings:
-        return self.gateway.settings
-
-    def app(self) -> web.Application:
-        from netclaw.ui._pages import OtherPages
-        from netclaw.ui._session_pages import SessionPages
-
-        app = web.Application(middlewares=[self._guard])
-        app.router.add_get("", self._home)
-        app.router.add_get("/", self._home)
-        app.router.add_get("/login", self._login_page)
-        app.router.add_post("/login", self._login)
-        app.router.add_post("/logout", self._logout)
-        app.router.add_static("/static", HERE / "static", append_version=False)
-        app.router.add_routes(SessionPages(self).routes())
-        app.router.add_routes(OtherPages(self).routes())
-        app.on_shutdown.append(self.streams.close_all)
-        return app
-
-    # -- the guard ------------------------------------------------------------------------------
-
-    @web.middleware
-    async def _guard(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        try:
-            response = await self._guarded(request, handler)
-        except web.HTTPException as exc:
-            if exc.status < 400:
-                raise  # redirects
-            response = self.error_page(request, exc.status, exc.reason)
-        except ApiError as exc:
-            response = self.error_page(request, exc.status, exc.message)
-        except InvalidInput as exc:
-            response = self.error_page(request, 400, str(exc))
-        except ApprovalError as exc:
-            response = self.error_page(request, exc.status, str(exc))
-        except SessionUnavailable as exc:
-            response = self.error_page(request, 503, str(exc))
-        except NetclawError as exc:
-            log.warning("control room: %s %s failed: %s", request.method, request.path, exc)
-            response = self.error_page(request, 500, str(exc))
-        response.headers.update(SECURITY_HEADERS)
-        if isinstance(response, web.Response) and response.text is not None:
-            response.text = (await self.scrubber()).scrub(response.text)
-        return response
-
-    async def _guarded(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.path.startswith(PUBLIC):
-            return await handler(request)
-        login = self.logins.check(request.cookies.get(COOKIE))
-        if login is None:
-            return self._not_logged_in(request)
-        if request.method not in ("GET", "HEAD"):
-            await self._check_post(request, login)
-        return await handler(request)
-
-    def _not_logged_in(self, request: web.Request) -> web.StreamResponse:
-        if request.method == "GET" and request.headers.get("Sec-Fetch-Site") == "cross-site":
-            # A link from elsewhere (a chat message): a SameSite=Strict cookie is not sent on
-            # that navigation. Ask again from here, where it is.
-            return self.render(request, "continue.html", here=request.path_qs, title="Continue")
-        if request.method != "GET" or "HX-Request" in request.headers:
-            response = self.error_page(request, 401, "log in first")
-            response.headers["HX-Redirect"] = f"{PREFIX}/login"
-            return response
-        if request.headers.get("Accept", "").startswith("text/event-stream"):
-            return self.error_page(request, 401, "log in first")
-        raise web.HTTPSeeOther(f"{PREFIX}/login?next={quote(request.path_qs, safe='')}")
-
-    async def _check_post(self, request: web.Request, login: Login) -> None:
-        """A state change must come from our own pages: same origin, with the login's CSRF token."""
-        if not self._same_origin(request):
-            raise ApiError(403, "cross_site", "refused: this form was not sent from the control room")
-        if request.content_length is not None and request.content_length > MAX_FORM_BYTES:
-            raise ApiError(413, "body_too_large", f"a form may carry at most {MAX_FORM_BYTES} bytes")
-        given = request.headers.get("X-CSRF-Token")
-        if given is None and request.content_type in (
-            "application/x-www-form-urlencoded",
-            "multipart/form-data",
-        ):
-            form = await request.post()
-            field = form.get("csrf")
-            given = field if isinstance(field, str) else None
-        if not self.logins.csrf_matches(login, given):
-            raise ApiError(
-                403, "csrf", "refused: the form's security token is missing or stale; reload the page"
-            )
-
-    @staticmethod
-    def _same_origin(request: web.Request) -> bool:
-        site = request.headers.get("Sec-Fetch-Site")
-        if site is not None and site not in ("same-origin", "none"):
-            return False
-        origin = request.headers.get("Origin")
-        if origin is None or origin == "null":
-            return origin is None  # "null": a sandboxed or privacy-stripped context
-        parts = urlsplit(origin)
-        return parts.netloc == request.host
-
-    async def scrubber(self) -> Scrubber:
-        settings = self.settings
-        if self._scrubber is None or self._scrubbed_for is not settings:
-            # Reading secret files is file I/O: not on the loop.
-            self._scrubber = await asyncio.to_thread(Scrubber.of, settings, self._token)
-            self._scrubbed_for = settings
-        return self._scrubber
-
-    # -- rendering ------------------------------------------------------------------------------
-
-    def render(
-        self, request: web.Request, template: str, *, status: int = 200, **context: Any
-    ) -> web.Response:
-        page = self.templates.get_template(template)
-        context.setdefault("title", "netclaw")
-        login = self.login_of(request)
-        html = page.render(
-            csrf=self.logins.csrf(login) if login is not None else "",
-            logged_in=login is not None,
-            path=request.path,
-            version=__version__,
-            **context,
-        )
-        return web.Response(text=html, status=status, content_type="text/html", charset="utf-8")
-
-    def login_of(self, request: web.Request) -> Login | None:
-        """The login the request's cookie proves (the guard let only such requests in)."""
-        return self.logins.check(request.cookies.get(COOKIE))
-
-    def fragment_or_page(
-        self, request: web.Request, template: str, fragments: Mapping[str, str], /, **context: Any
-    ) -> web.Response:
-        """An htmx request naming one of ``fragments`` (target id → template) gets that part
-        alone; anything else, the whole page."""
-        target = request.headers.get("HX-Target") if "HX-Request" in request.headers else None
-        return self.render(request, fragments.get(target or "", template), **context)
-
-    def error_page(self, request: web.Request, status: int, message: str) -> web.Response:
-        return self.render(
-            request, "error.html", status=status, status_code=status, message=message, title=f"Error {status}"
-        )
-
-    async def after_form(
-        self, request: web.Request, back: str, fragment: Callable[[], Awaitable[web.Response]]
-    ) -> web.Response:
-        """After a form: htmx gets the fragment to swap in; a plain form post is sent back
-        to ``back`` (post/redirect/get)."""
-        if "HX-Request" in request.headers:
-            return await fragment()
-        raise web.HTTPSeeOther(back)
-
-    # -- login ----------------------------------------------------------------------------------
-
-    async def _home(self, request: web.Request) -> web.Response:
-        raise web.HTTPSeeOther(f"{PREFIX}/sessions")
-
-    async def _login_page(self, request: web.Request) -> web.Response:
-        if self.logins.check(request.cookies.get(COOKIE)) is not None:
-            raise web.HTTPSeeOther(_safe_next(request.query.get("next")))
-        return self.render(
-            request, "login.html", next=_safe_next(request.query.get("next")), message=None, title="Log in"
-        )
-
-    async def _login(self, request: web.Request) -> web.Response:
-        address = request.remote or "?"
-        if not self._same_origin(request):
-            return self.render(
-                request,
-                "login.html",
-                status=403,
-                next=f"{PREFIX}/sessions",
-                title="Log in",
-                message="Refused: this form was not sent from the control room.",
-            )
-        wait = self.throttle.wait_s(address)
-        if wait > 0:
-            response = self.render(
-                request,
-                "login.html",
-                status=429,
-                next=f"{PREFIX}/sessions",
-                title="Log in",
-                message=f"Too many failed logins from your address: try again in {wait:.0f} s.",
-            )
-            response.headers["Retry-After"] = str(max(1, round(wait)))
-            return response
-        if request.content_length is not None and request.content_length > MAX_FORM_BYTES:
-            raise ApiError(413, "body_too_large", "the login form is too large")
-        form = await request.post()
-        token, target = form.get("token"), _safe_next(_text(form.get("next")))
-        if not isinstance(token, str) or not self.logins.token_matches(token):
-            wait = self.throttle.failed(address)
-            log.warning("control room: a failed login from %s (next try in %.0f s)", address, wait)
-            return self.render(
-                request,
-                "login.html",
-                status=401,
-                next=target,
-                title="Log in",
-                message=f"That is not the control token. Next try in {wait:.0f} s.",
-            )
-        self.throttle.succeeded(address)
-        cookie, _ = self.logins.issue()
-        log.info("control room: login from %s", address)
-        response = web.HTTPSeeOther(target)
-        response.set_cookie(
-            COOKIE,
-            cookie,
-            max_age=int(self.logins.lifetime_s),
-            path=PREFIX,
-            httponly=True,
-            samesite="Strict",
-            secure=request.secure or request.headers.get("X-Forwarded-Proto") == "https",
-        )
-        raise response
-
-    async def _logout(self, request: web.Request) -> web.Response:
-        login = self.login_of(request)
-        if login is not None:
-            self.logins.revoke(login)
-        response = web.HTTPSeeOther(f"{PREFIX}/login")
-        response.del_cookie(COOKIE, path=PREFIX)
-        raise response
-
-
-def _text(value: object) -> str | None:
-    return value if isinstance(value, str) else None
-
-
-def _safe_next(target: str | None) -> str:
-    """Where to go after logging in: a page of the control room, never another site."""
-    if target and target.startswith(f"{PREFIX}/") and not target.startswith("//") and "\\" not in target:
-        return target
-    return f"{PREFIX}/sessions"
+def control_room(
+    gateway: Gateway,
+    token: str,
+    *,
+    scheduler: Scheduler | None = None,
+    health: HealthReport | None = None,
+    clock: Callable[[], float] = time.time,
+) -> web.Application:
+    room = Room(gateway, token, scheduler=scheduler, health=health, clock=clock)
+    guard = Guard(room)
+    app = web.Application(middlewares=[guard.middleware])
+    app.router.add_routes(guard.routes())
+    app.router.add_static("/static", HERE / "static", append_version=False)
+    app.router.add_routes(SessionPages(room).routes())
+    app.router.add_routes(OtherPages(room).routes())
+    app.on_shutdown.append(room.streams.close_all)
+    return app

@@ -12,16 +12,16 @@ from aiohttp import web
 from netclaw.errors import ApiError
 from netclaw.gateway import check_session_id
 from netclaw.scheduler import NewReminder, Scheduler
-from netclaw.ui._app import PREFIX, ControlRoom
 from netclaw.ui._charts import usage_view
 from netclaw.ui._redact import config_text
+from netclaw.ui._room import PREFIX, Room
 
 USAGE_DAYS = (7, 14, 30, 90)
 WHEN_KINDS = {"in": "in_s", "at": "at", "every": "every_s", "cron": "cron"}
 MAX_MEMORIES_SHOWN = 200
 
 
-async def all_approvals_fragment(room: ControlRoom, request: web.Request) -> web.Response:
+async def all_approvals_fragment(room: Room, request: web.Request) -> web.Response:
     return room.render(
         request,
         "_all_approvals.html",
@@ -31,7 +31,7 @@ async def all_approvals_fragment(room: ControlRoom, request: web.Request) -> web
 
 
 class OtherPages:
-    def __init__(self, room: ControlRoom) -> None:
+    def __init__(self, room: Room) -> None:
         self.room = room
         self.gateway = room.gateway
 

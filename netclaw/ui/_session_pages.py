@@ -19,7 +19,8 @@ from aiohttp import web
 from netclaw import outputs as out
 from netclaw.errors import ApiError, NetclawError, SessionUnavailable
 from netclaw.gateway import Inbound, SessionSummary, StatusReport, check_session_id
-from netclaw.ui._app import PREFIX, ControlRoom
+from netclaw.ui._pages import all_approvals_fragment
+from netclaw.ui._room import PREFIX, Room
 from netclaw.ui._views import (
     PER_PAGE,
     PHASES,
@@ -38,7 +39,7 @@ MAX_MESSAGE_CHARS = 200_000
 
 
 class SessionPages:
-    def __init__(self, room: ControlRoom) -> None:
+    def __init__(self, room: Room) -> None:
         self.room = room
         self.gateway = room.gateway
 
@@ -241,8 +242,6 @@ class SessionPages:
         back = form.get("back", "")
         back = back if back in (f"{PREFIX}/approvals", _page_of(session_id)) else _page_of(session_id)
         if back == f"{PREFIX}/approvals":
-            from netclaw.ui._pages import all_approvals_fragment
-
             return await self.room.after_form(
                 request, back, lambda: all_approvals_fragment(self.room, request)
             )

@@ -17,7 +17,7 @@ import pytest
 
 from netclaw.config import Settings
 from netclaw.daemon import Daemon
-from netclaw.ui import ControlRoom
+from netclaw.ui import control_room
 from netclaw.ui._auth import COOKIE, Logins
 from tests.conftest import DaemonHandle, settings_data, wait_until
 from tests.fakes.scripted_openai import Reply, ScriptedOpenAIThread, ToolCallSpec
@@ -79,7 +79,7 @@ def csrf_of(client: httpx.Client) -> str:
 def concrete_routes(handle: DaemonHandle) -> list[tuple[str, str]]:
     """(method, path) of every route the control room has, with real ids in the placeholders."""
     assert handle.daemon.gateway is not None
-    app = ControlRoom(handle.daemon.gateway, handle.token).app()
+    app = control_room(handle.daemon.gateway, handle.token)
     reminder = handle.http.get("/api/reminders").json()[0]["id"]
     values = {"id": SID, "approval_id": "appr-1"}
     found = []
