@@ -18,13 +18,21 @@ from aiohttp import web
 
 from netclaw import outputs as out
 from netclaw.errors import ApiError, NetclawError, SessionUnavailable
-from netclaw.gateway import Inbound, SessionSummary, StatusReport, check_session_id
+from netclaw.gateway import (
+    Inbound,
+    SessionSummary,
+    SessionView,
+    StatusReport,
+    TurnOutcome,
+    check_session_id,
+)
 from netclaw.ui._pages import all_approvals_fragment
 from netclaw.ui._room import PREFIX, Room
 from netclaw.ui._views import (
     PER_PAGE,
     PHASES,
     Boundary,
+    Entry,
     Listed,
     Page,
     context_lines,
@@ -124,7 +132,7 @@ class SessionPages:
 
     # -- one session ----------------------------------------------------------------------------
 
-    async def _view(self, session_id: str, *, context: bool = False) -> Any:
+    async def _view(self, session_id: str, *, context: bool = False) -> SessionView:
         found = await self.gateway.get_session(session_id, context=context)
         if found is None:
             raise ApiError(404, "session_not_found", f"no session {session_id!r}")
@@ -154,7 +162,7 @@ class SessionPages:
             context["entries"] = self._entries(found)
         return self.room.render(request, "session.html", **context)
 
-    def _entries(self, found: Any) -> list[Any]:
+    def _entries(self, found: SessionView) -> list[Entry]:
         failures = {message_id: _failure_text(outcome) for message_id, outcome in found.failures.items()}
         boundary = Boundary(found.kept_from, found.compactions, found.trimmed, found.summarized, found.resets)
         return transcript_entries(found.messages, failures=failures, boundary=boundary, queued=found.queued)
@@ -288,7 +296,7 @@ def _with_report(row: Listed, report: StatusReport) -> Listed:
     )
 
 
-def _failure_text(outcome: Any) -> str:
+def _failure_text(outcome: TurnOutcome) -> str:
     error = outcome.error or {}
     reason = error.get("message", f"the turn {outcome.status}")
     return f"Turn {outcome.turn} {outcome.status}: {reason}"

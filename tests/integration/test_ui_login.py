@@ -47,3 +47,13 @@ def test_the_control_room_can_be_turned_off(start_daemon: Callable[..., DaemonHa
     handle = start_daemon(ui={"enabled": False})
     assert httpx.get(f"{handle.base_url}/ui/login").status_code == 404
     assert handle.http.get("/api/sessions").status_code == 200
+
+
+def test_the_health_page_says_degraded_and_why(start_daemon: Callable[..., DaemonHandle]) -> None:
+    handle = start_daemon(slack={"enabled": True, "bot_token_env": "UI_NO_SUCH_TOKEN"})
+    client = httpx.Client(base_url=handle.base_url, timeout=30)
+    assert client.post("/ui/login", data={"token": handle.token}).status_code == 303
+    page = client.get("/ui/health").text
+    assert "<strong>degraded</strong>: adapter slack is disabled" in page
+    assert "UI_NO_SUCH_TOKEN" in page  # the reason names what to set
+    assert handle.http.get("/healthz").json()["status"] == "degraded"
