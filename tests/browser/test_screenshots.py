@@ -20,7 +20,7 @@ def test_python_m_tests_browser_screenshots_saves_every_page(tmp_path: Path) -> 
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=180,
+        timeout=110,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     for name, _ in SHOTS + PHONE_SHOTS:
