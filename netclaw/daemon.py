@@ -53,6 +53,7 @@ from netclaw.scheduler import Clock, Scheduler
 from netclaw.service import Notifier, SignalWaiter, heartbeat
 from netclaw.sessions import SessionActor, SessionDeps, SessionManager
 from netclaw.tools import McpHub, ToolRegistry, build_registry, reminder_tools
+from netclaw.ui import UI_PREFIX, control_room
 
 log = logging.getLogger(__name__)
 
@@ -200,6 +201,9 @@ class Daemon:
                 self.gateway, token, health_extra=self.health, scheduler=self.scheduler, metrics=metrics
             )
             app = api.app()
+            if self.settings.ui.enabled:  # the control listener only: never the webhook listener's app
+                room = control_room(self.gateway, token, scheduler=self.scheduler, health=api.health)
+                app.add_subapp(UI_PREFIX, room)
             # Sessions that were active at a graceful stop (and any with unanswered input)
             # recover now, before channels deliver and before READY=1.
             manifest = take_manifest(self.settings)
