@@ -309,6 +309,9 @@ class Daemon:
         if journal is not None:
             problems.insert(0, journal)
         body: dict[str, Any] = {"adapters": adapters}
+        if self.manager is not None and self.manager.compaction_failing:
+            # Not a problem of the daemon (those sessions trim instead), but worth a look.
+            body["compaction_failing"] = dict(sorted(self.manager.compaction_failing.items()))
         if self.mcp is not None and self.mcp.servers:
             body["mcp"] = {name: status.to_json() for name, status in self.mcp.statuses().items()}
             problems += self.mcp.problems()
@@ -325,6 +328,11 @@ class Daemon:
         servers = self.mcp.statuses() if self.mcp is not None else {}
         return [
             gauge("netclaw_sessions_resident", "Sessions with a live actor", {(): resident}),
+            gauge(
+                "netclaw_sessions_compaction_failing",
+                "Sessions whose last summaries failed (they trim instead)",
+                {(): len(self.manager.compaction_failing) if self.manager is not None else 0},
+            ),
             gauge("netclaw_adapter_up", "1 when the channel is running", adapters, ("adapter",)),
             gauge(
                 "netclaw_mcp_server_up",
