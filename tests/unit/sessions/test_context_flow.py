@@ -4,6 +4,8 @@ between tool rounds, the overflow ladder (compact, trim, fail — never a loop),
 
 from __future__ import annotations
 
+import itertools
+
 from netclaw import outputs as out
 from netclaw.errors import ContextOverflow
 from netclaw.sessions._commands import CompactNow
@@ -136,7 +138,7 @@ def test_a_model_that_cannot_summarise_backs_off_says_why_and_keeps_answering() 
             else:
                 break
     # The LLM tiers ran at ever longer intervals (3, 6, 12 ... turns), not every few turns.
-    gaps = [b - a for a, b in zip(summaries_tried, summaries_tried[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(summaries_tried)]
     assert gaps == sorted(gaps) and gaps[0] >= 3 and len(summaries_tried) <= 5
     notices = [o for o in d.outputs() if isinstance(o, out.Notice) and o.kind == "compaction_failing"]
     assert len(notices) == len(summaries_tried)
