@@ -215,6 +215,8 @@ class AudienceConfig(_Section):
     # channel or Discord channel, the same person's DMs, the same webhook route), the whole
     # audience's (`audience`), or none.
     memory_scope: Literal["channel", "audience", "none"] = "channel"
+    # May shell commands of this audience's sessions reach the network? None: tools.shell.network.
+    shell_network: Literal["none", "host"] | None = None
 
 
 class WebFetchConfig(_Section):
@@ -232,6 +234,28 @@ class ShellConfig(_Section):
     enabled: bool = False
     timeout_s: float = Field(60.0, gt=0)
     max_output_bytes: int = Field(65536, gt=0)
+    # Where commands run: a bubblewrap sandbox (read-only system, the workspace the only
+    # writable path, no network, own PID/IPC/UTS namespaces), or — an explicit opt-out —
+    # directly on the host as the daemon's user.
+    sandbox: Literal["bwrap", "none"] = "bwrap"
+    network: Literal["none", "host"] = "none"  # audiences.<name>.shell_network overrides it
+    cpu_s: int = Field(60, gt=0)  # CPU seconds per process (RLIMIT_CPU)
+    memory_mb: int = Field(2048, gt=0)  # address space per process (RLIMIT_AS)
+    max_processes: int = Field(64, gt=0)  # processes in the sandbox (RLIMIT_NPROC)
+    max_file_mb: int = Field(256, gt=0)  # largest file a command may write (RLIMIT_FSIZE)
+    ro_paths: list[Path] = []  # more host paths the sandbox sees read-only (e.g. /opt/tools)
+    # When the daemon runs as root, commands never do: they run as this uid/gid, which then
+    # owns the workspace.
+    sandbox_uid: int = Field(65534, gt=0)
+    sandbox_gid: int = Field(65534, gt=0)
+
+    @field_validator("ro_paths")
+    @classmethod
+    def _absolute(cls, value: list[Path]) -> list[Path]:
+        for path in value:
+            if not path.is_absolute():
+                raise ValueError(f"{str(path)!r} must be an absolute path")
+        return value
 
 
 class ToolsConfig(_Section):

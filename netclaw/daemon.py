@@ -169,7 +169,7 @@ class Daemon:
             self.memory = memory
             self.provider = self._provider_factory(self.settings)
             self.compaction_provider = _compaction_provider(self.settings)
-            self.tools = tools = build_registry(self.settings, self.memory)
+            self.tools = tools = build_registry(self.settings, self.memory, lambda: self.live.current)
             # MCP servers connect before any session runs, so the first turns see their tools
             # (a server that is slow or broken keeps retrying in the background).
             self.mcp = McpHub(self.settings.mcp.servers)
