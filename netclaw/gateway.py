@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import dataclasses
 import logging
 import re
 import time
@@ -40,6 +41,7 @@ from netclaw.messages import Attachment, ChatMessage, PriorMessage, bounded_prio
 from netclaw.outputs import OutputFilter
 from netclaw.persistence import Journal, Memory, MemoryStore, Owner, ReminderStore, UsageKey, UsageRow
 from netclaw.policy import ChatEvent, Place, audience_of, channel_of, denial_reason
+from netclaw.redact import notice, redact, redact_files, redact_prior
 from netclaw.runtime import Reply
 from netclaw.sessions import (
     Admission,
@@ -212,6 +214,16 @@ def _check_encodable(field: str, value: str) -> None:
         ) from exc
 
 
+def redact_inbound(inbound: Inbound) -> tuple[Inbound, tuple[str, ...]]:
+    """The message and the conversation it comes with, secrets replaced; what was found."""
+    text = redact(inbound.text)
+    prior, in_prior = redact_prior(inbound.prior)
+    found = (*text.kinds, *(k for k in in_prior if k not in text.kinds))
+    if not found:
+        return inbound, ()
+    return dataclasses.replace(inbound, text=text.text, prior=prior), found
+
+
 def check_inbound(inbound: Inbound) -> None:
     check_session_id(inbound.session_id)
     if not inbound.text.strip() and not inbound.files:
@@ -284,11 +296,15 @@ class Gateway:
             owner = await self.owner_of(inbound.session_id)
             if owner is not None:
                 return await self._submit_on(owner, inbound, wait, turn_timeout)
+        # Secrets out before anything is stored or shown to a model (netclaw/redact.py).
+        inbound, found = redact_inbound(inbound)
         files: tuple[Attachment, ...] = ()
         if inbound.files:  # hashed and written in a worker thread, never on the I/O loop
             files = await asyncio.to_thread(
                 attachments.store, self.settings.data_dir, inbound.session_id, inbound.files
             )
+            files, in_files = redact_files(files)
+            found = (*found, *(k for k in in_files if k not in found))
         loop = asyncio.get_running_loop()
         ack: Reply[Admission] = Reply(loop)
         done: Reply[TurnOutcome] | None = Reply(loop) if wait else None
@@ -326,6 +342,11 @@ class Gateway:
             if owner is None:
                 raise
             return await self._submit_on(owner, inbound, wait, turn_timeout)
+        if found:
+            log.info(
+                "%s: redacted %s from message %s", inbound.session_id, ", ".join(found), admission.message_id
+            )
+            self._manager.route(inbound.session_id, Announce(notice(found), "redaction"))
         if done is None:
             return admission, None
         limit = turn_timeout or self.settings.session.turn_timeout_s + 30

@@ -6,13 +6,14 @@ import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from netclaw.errors import ToolError
 from netclaw.messages import Attachment, ToolCall
 from netclaw.policy import tool_matches
 from netclaw.providers import ToolSchema
+from netclaw.redact import redact
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +120,23 @@ class ToolRegistry:
         allowed: Iterable[str] | None = None,
         context: ToolContext | None = None,
     ) -> ToolResult:
-        """Run one call. Never raises: every failure becomes an error result the model sees."""
+        """Run one call. Never raises: every failure becomes an error result the model sees.
+        Secrets in what it returns are redacted here, before the result is journaled or
+        shown to the model (:mod:`netclaw.redact`)."""
+        result = await self._run(call, timeout_s, allowed, context)
+        done = redact(result.content)
+        if done.changed:
+            log.info("tool %s: redacted %s from its result", call.name, ", ".join(done.kinds))
+            result = replace(result, content=done.text)
+        return result
+
+    async def _run(
+        self,
+        call: ToolCall,
+        timeout_s: float,
+        allowed: Iterable[str] | None,
+        context: ToolContext | None,
+    ) -> ToolResult:
         tool = self.get(call.name)
         if tool is None:
             return ToolResult(call, f"error: there is no tool named {call.name!r}", True)
