@@ -219,6 +219,21 @@ class AudienceConfig(_Section):
     shell_network: Literal["none", "host"] | None = None
 
 
+class RoleConfig(_Section):
+    """What the people and API tokens of one role may do (on top of what the audience of
+    the session allows). ``members``: ``slack:U0123``, ``discord:1234``, ``token:NAME``,
+    ``webhook:ROUTE`` — or globs such as ``slack:*``; an exact member beats a glob."""
+
+    members: list[str] = []
+    tools: list[str] | None = None  # tool-name patterns it may use; None: all the audience allows
+    approve_tools: list[str] = []  # patterns whose calls wait for approval in this role's turns
+    approve: bool = False  # may decide on other people's tool calls
+    chat: bool = True  # may send messages that start turns
+    commands: list[Literal["reset", "stop", "compact", "status", "help"]] | None = None  # None: all
+    memory: Literal["read_write", "read", "none"] = "read_write"  # remember / search_memory
+    manage: bool = False  # delete sessions and memories, reminders of others (API)
+
+
 class WebFetchConfig(_Section):
     enabled: bool = True
     allow_private_networks: bool = False
@@ -459,6 +474,18 @@ class Settings(BaseSettings):
     mcp: McpConfig = McpConfig()
     schedules: dict[str, ScheduleConfig] = {}
     log: LogConfig = LogConfig()
+    # Per-person permissions (netclaw/roles.py). Empty: everyone may do what the audience
+    # allows. "admin" (the control token) may do everything; a role named "default" applies
+    # to whoever no role lists.
+    roles: dict[str, RoleConfig] = {}
+
+    @field_validator("roles")
+    @classmethod
+    def _role_names(cls, value: dict[str, RoleConfig]) -> dict[str, RoleConfig]:
+        for name in value:
+            if not re.fullmatch(r"[a-z][a-z0-9_-]{0,31}", name):
+                raise ValueError(f"role name {name!r}: use 1-32 lowercase letters, digits, '_' or '-'")
+        return value
 
     @classmethod
     def settings_customise_sources(

@@ -35,10 +35,12 @@ from netclaw.listener import listen
 from netclaw.logs import configure_logging
 from netclaw.metrics import GaugeMetricFamily, Metrics, gauge
 from netclaw.persistence import (
+    AccessLogic,
     Journal,
     Manifest,
     MemoryStore,
     ReminderStore,
+    make_access,
     make_journal,
     make_memory,
     make_reminders,
@@ -122,6 +124,7 @@ class Daemon:
         self.memory: MemoryStore | None = None
         self.forwarder: Forwarder | None = None
         self.tools: ToolRegistry | None = None
+        self.access: AccessLogic | None = None
         self.mcp: McpHub | None = None
         self.metrics = Metrics()
         self.reminders: ReminderStore | None = None
@@ -189,7 +192,12 @@ class Daemon:
             self.reminders = reminders
             if uses_postgres(self.settings):  # several nodes: input goes to a session's owner
                 self.forwarder = Forwarder(self.settings.cluster.node, token)
-            self.gateway = Gateway(self.manager, journal, self.live, memory, reminders, self.forwarder)
+            access = make_access(self.settings)
+            self.io.run(access.open())
+            self.access = access
+            self.gateway = Gateway(
+                self.manager, journal, self.live, memory, reminders, self.forwarder, access=access
+            )
             self.scheduler = Scheduler(
                 reminders, self.gateway, lambda: self.live.current, clock=self._clock, metrics=metrics
             )
@@ -402,6 +410,7 @@ class Daemon:
         self.mcp = None
         self.scheduler = None
         self.reminders = None
+        self.access = None
         self.manager = None
         self.journal = None
         self.provider = None
@@ -428,6 +437,7 @@ class Daemon:
             ),
             ("close the memory store", self.memory.close() if self.memory else None, 5),
             ("close the reminder store", self.reminders.close() if self.reminders else None, 5),
+            ("close the audit and token store", self.access.close() if self.access else None, 5),
             ("close the journal", self.journal.close() if self.journal else None, 10),
             ("close the links to other nodes", self.forwarder.close() if self.forwarder else None, 5),
         ]
@@ -489,6 +499,11 @@ class Daemon:
         if any(key == "log" or key.startswith("log.") for key in change.applied):
             self.apply_log_config()
         (log.warning if change.restart else log.info)("%s", change.describe())
+        if self.gateway is not None and self.io is not None and (change.applied or change.restart):
+            record = self.gateway.audit(
+                "config_reload", "daemon", applied=list(change.applied), restart=list(change.restart)
+            )
+            self.io.submit(record)  # the audit trail; never holds up the reload
         self.notifier.ready()
 
 

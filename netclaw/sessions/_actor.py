@@ -57,6 +57,7 @@ from netclaw.sessions._status import status_report
 from netclaw.sessions._subscribers import Subscriber, SubscriberSet, Waiters
 from netclaw.sessions._turn import TurnRun
 from netclaw.sessions._turn_flow import TurnFlow
+from netclaw.trust import system_prompt
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +102,9 @@ class SessionActor(TurnFlow, ApprovalFlow, CompactionFlow, PassivationFlow, pykk
         # on_start failures call neither on_failure nor on_stop in pykka: catch them here and
         # stay alive in a "broken" mode that fails whatever was routed to us, until retired.
         try:
-            self.prompts = PromptBuilder(self.settings.agent.system_prompt, self.settings.trim_budget_tokens)
+            self.prompts = PromptBuilder(
+                system_prompt(self.settings.agent.system_prompt), self.settings.trim_budget_tokens
+            )
             self._recover()
         except Exception as exc:  # noqa: BLE001 - any failure leaves us broken, visibly
             self._break(f"recovery failed: {exc}", exc)

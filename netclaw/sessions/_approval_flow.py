@@ -23,11 +23,12 @@ from collections.abc import Sequence
 from netclaw import outputs as out
 from netclaw.errors import ApprovalClosed, ApprovalNotFound, NotAnApprover
 from netclaw.messages import ChatMessage, ToolCall
-from netclaw.policy import needs_approval
+from netclaw.roles import turn_needs_approval
 from netclaw.sessions._core import SessionCore
 from netclaw.sessions._events import ApprovalDecided, ApprovalRequest, ApprovalRequested, Decision
 from netclaw.sessions._loop_ops import start_tool_batch
 from netclaw.sessions._state import PendingRound
+from netclaw.trust import read_untrusted
 
 log = logging.getLogger(__name__)
 
@@ -102,10 +103,12 @@ class ApprovalFlow(SessionCore):
         run = self.run
         assert run is not None
         names = {c.name for c in assistant.tool_calls}
+        untrusted = read_untrusted(self.state.transcript, run.message_id)
+        role = self._turn_role()
         gated = frozenset(
             n
             for n in names
-            if n not in self.state.granted_tools and needs_approval(n, self.audience, self.settings)
+            if turn_needs_approval(n, self.audience, self.settings, role, self.state.granted_tools, untrusted)
         )
         calls = gated_calls(assistant.tool_calls, gated)
         if not calls:

@@ -17,8 +17,9 @@ from netclaw import outputs as out
 from netclaw.config import Settings
 from netclaw.errors import NetclawError
 from netclaw.messages import ChatMessage
-from netclaw.policy import Audience, allowed_tools, audience_of, memory_scope_of, recall_scope
+from netclaw.policy import Audience, audience_of, memory_scope_of, recall_scope
 from netclaw.providers import ToolSchema
+from netclaw.roles import turn_tools
 from netclaw.runtime import Reply
 from netclaw.sessions import _turn as turn
 from netclaw.sessions._clock import SessionClock
@@ -34,6 +35,7 @@ from netclaw.sessions._state import SessionState
 from netclaw.sessions._subscribers import SubscriberSet, Waiters
 from netclaw.sessions._turn import TurnRun
 from netclaw.tools import ToolContext
+from netclaw.trust import system_prompt
 
 log = logging.getLogger(__name__)
 
@@ -121,13 +123,22 @@ class SessionCore:
         self.settings = current
         self._place_changed()
         assert self.prompts is not None
-        self.prompts.system_prompt = current.agent.system_prompt
+        self.prompts.system_prompt = system_prompt(current.agent.system_prompt)
         self.prompts.budget = current.trim_budget_tokens
 
     def _place_changed(self) -> None:
         """The audience follows the settings and where the session lives (a DM's sender)."""
         self.audience = audience_of(self.session_id, self.settings, self.state.place)
-        self.allowed_tools = allowed_tools(self.audience, self.settings)
+        # Per turn: what the audience allows and the speaker's role grants (netclaw/roles.py).
+        self.allowed_tools = turn_tools(
+            self.settings, self.audience, self._turn_role(), self.deps.tools.names()
+        )
+
+    def _turn_role(self) -> str | None:
+        """The role of whoever started the running turn (recorded with their message)."""
+        active = self.state.active
+        message = self.state.find_message(active.message_id) if active is not None else None
+        return message.speaker_role if message is not None else None
 
     def _tool_context(self, turn: int | None) -> ToolContext:
         place = self.state.place

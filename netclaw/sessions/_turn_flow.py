@@ -44,6 +44,7 @@ class TurnFlow(SessionCore):
         active = self.state.active
         assert active is not None
         self._refresh_settings()
+        self._place_changed()  # the tools of this turn follow its speaker's role
         self.clock.start_turn(active.turn, self.settings.session.turn_timeout_s)
         self._set_phase(Phase.PROCESSING)
         self.run = TurnRun(

@@ -14,6 +14,7 @@ from netclaw.messages import Attachment, ToolCall
 from netclaw.policy import tool_matches
 from netclaw.providers import ToolSchema
 from netclaw.redact import redact
+from netclaw.trust import is_untrusted, label
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +129,8 @@ class ToolRegistry:
         if done.changed:
             log.info("tool %s: redacted %s from its result", call.name, ", ".join(done.kinds))
             result = replace(result, content=done.text)
+        if is_untrusted(call.name) and not result.is_error:
+            result = replace(result, content=label(call.name, result.content))  # netclaw/trust.py
         return result
 
     async def _run(
@@ -143,7 +146,10 @@ class ToolRegistry:
         if allowed is not None and not tool_matches(call.name, allowed):
             audience = (context or DEFAULT_CONTEXT).audience
             return ToolResult(
-                call, f"error: tool {call.name!r} is not available to {audience} sessions", True
+                call,
+                f"error: tool {call.name!r} is not available here: neither {audience} sessions nor "
+                "the role of the person whose turn this is may use it",
+                True,
             )
         try:
             args = json.loads(call.arguments or "{}")

@@ -8,6 +8,7 @@ killed or refused."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import tempfile
@@ -62,7 +63,16 @@ def run(handle: DaemonHandle, scripted: ScriptedOpenAIThread, command: str) -> s
     results = [m for m in handle.transcript(sid) if m["role"] == "tool"]
     assert len(results) == 1
     content: str = results[0]["content"]
-    return content
+    if results[0].get("is_error"):
+        return content  # a refusal or a timeout: netclaw's own words
+    # A command's output reaches the model labelled as untrusted (netclaw/trust.py).
+    labelled = re.fullmatch(
+        r'<untrusted-content source="shell" id="([0-9a-f]+)">\n(.*)\n</untrusted-content id="\1">',
+        content,
+        re.DOTALL,
+    )
+    assert labelled is not None, content
+    return labelled.group(2)
 
 
 def test_only_the_workspace_and_a_private_tmp_are_writable(
