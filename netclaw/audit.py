@@ -57,7 +57,7 @@ def _short(text: str) -> str:
 def _outcome(content: str, is_error: bool) -> str:
     if not is_error:
         return "ok"
-    if content.startswith("error: the call to ") or " is not available to " in content:
+    if content.startswith("error: the call to ") or " is not available " in content:
         return "refused"
     return "error"
 
