@@ -113,7 +113,7 @@ def test_tools_are_offered_per_turn_from_the_speakers_role(
         status = intern.post(f"/api/sessions/{sid}/messages", json={"text": "/reset"})
         assert status.status_code == 403 and "/reset" in status.json()["error"]["message"]
     assert deploy.runs == 0
-    refusal = [m for m in handle.transcript(sid) if m["role"] == "tool"][0]
+    refusal = next(m for m in handle.transcript(sid) if m["role"] == "tool")
     assert refusal["is_error"] and "not available here" in refusal["content"]
 
     scripted.enqueue(Reply(tool_calls=[ToolCallSpec("deploy", {})]), Reply(text="done"))

@@ -49,7 +49,9 @@ def offered(request: dict[str, Any]) -> list[str]:
 
 
 def test_two_people_in_one_thread_get_their_own_roles(
-    start_slack: StartSlack, fake_slack: FakeSlackThread, scripted: ScriptedOpenAIThread
+    start_slack: StartSlack,  # noqa: F811 - the fixture imported above
+    fake_slack: FakeSlackThread,  # noqa: F811
+    scripted: ScriptedOpenAIThread,
 ) -> None:
     handle, _ = start_slack({"roles": ROLES})
     deploy = Deploy()
@@ -91,9 +93,11 @@ def test_two_people_in_one_thread_get_their_own_roles(
 
 
 def test_only_a_role_with_approval_rights_decides(
-    start_slack: StartSlack, fake_slack: FakeSlackThread, scripted: ScriptedOpenAIThread
+    start_slack: StartSlack,  # noqa: F811 - the fixture imported above
+    fake_slack: FakeSlackThread,  # noqa: F811
+    scripted: ScriptedOpenAIThread,
 ) -> None:
-    handle, _ = start_slack({"roles": ROLES, "audiences": {"team": {"approve": ["current_time"]}}})
+    start_slack({"roles": ROLES, "audiences": {"team": {"approve": ["current_time"]}}})
     scripted.enqueue(Reply(tool_calls=[ToolCallSpec("current_time", {})]), Reply(text="it is late"))
     ts, _ = fake_slack.say("C1", f"{MENTION} what time is it?", user=VIEWER)
     asked = wait_for(
