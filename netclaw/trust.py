@@ -10,6 +10,7 @@ pass what follows for netclaw's own words.
 
 from __future__ import annotations
 
+import re
 import secrets
 from collections.abc import Sequence
 
@@ -51,3 +52,14 @@ def read_untrusted(transcript: Sequence[ChatMessage], message_id: str) -> bool:
         if message.role == "tool" and message.name is not None and is_untrusted(message.name):
             return True
     return False
+
+
+_LABELLED = re.compile(
+    r'<untrusted-content source="[^"]*" id="([0-9a-f]+)">\n(.*)\n</untrusted-content id="\1">', re.DOTALL
+)
+
+
+def unlabel(text: str) -> str:
+    """The content inside :func:`label`'s wrapper (``text`` itself when it has none)."""
+    found = _LABELLED.fullmatch(text)
+    return found.group(2) if found is not None else text

@@ -147,8 +147,8 @@ class ToolRegistry:
             audience = (context or DEFAULT_CONTEXT).audience
             return ToolResult(
                 call,
-                f"error: tool {call.name!r} is not available here: neither {audience} sessions nor "
-                "the role of the person whose turn this is may use it",
+                f"error: tool {call.name!r} is not available to {audience} sessions "
+                "or to the role of the person whose turn this is",
                 True,
             )
         try:

@@ -114,7 +114,7 @@ def test_tools_are_offered_per_turn_from_the_speakers_role(
         assert status.status_code == 403 and "/reset" in status.json()["error"]["message"]
     assert deploy.runs == 0
     refusal = next(m for m in handle.transcript(sid) if m["role"] == "tool")
-    assert refusal["is_error"] and "not available here" in refusal["content"]
+    assert refusal["is_error"] and "is not available to" in refusal["content"]
 
     scripted.enqueue(Reply(tool_calls=[ToolCallSpec("deploy", {})]), Reply(text="done"))
     assert handle.send(sid, "deploy now", wait=True).status_code == 200  # the control token: admin

@@ -105,7 +105,7 @@ def test_reload_applies_prompt_routes_and_allowlists_and_says_what_waits(
         client.post(f"/api/sessions/{sid}/messages", json={"text": "two"}, params={"wait": "1"}).status_code
         == 200
     )
-    assert scripted.requests[-1]["messages"][0]["content"] == "You are the second prompt."
+    assert scripted.requests[-1]["messages"][0]["content"] == trusted("You are the second prompt.")
     # A route added by the reload answers.
     added = client.post("/webhooks/b", json={"text": "hi"}, headers={"Authorization": f"Bearer {SECRET}"})
     assert added.status_code == 202, added.text

@@ -237,12 +237,16 @@ def test_a_fork_bomb_stops_at_the_process_limit_and_is_killed_whole(
 def test_runaway_commands_are_killed_by_time_cpu_memory_and_file_size(
     start_daemon: StartDaemon, scripted: ScriptedOpenAIThread, sandbox_home: Path
 ) -> None:
-    handle = shell_daemon(start_daemon, sandbox_home, timeout_s=3, cpu_s=1, memory_mb=128, max_file_mb=1)
+    timed = shell_daemon(start_daemon, sandbox_home, timeout_s=3)
     marker = f"sleepy-{uuid.uuid4().hex}"
-    out = run(handle, scripted, f"echo started; sleep 600 & sleep 600 # {marker}")
+    out = run(timed, scripted, f"echo started; sleep 600 & sleep 600 # {marker}")
     assert "started" in out and "timed out after 3s and was killed" in out
     assert processes_running(marker) == 0
+    timed.stop()
 
+    # A wall-clock limit far away: the CPU limit must be what stops the loop (under load, one
+    # CPU second can take many seconds).
+    handle = shell_daemon(start_daemon, sandbox_home, timeout_s=120, cpu_s=1, memory_mb=128, max_file_mb=1)
     out = run(handle, scripted, "sh -c 'while :; do :; done'; echo cpu=$?")
     assert "cpu=137" in out or "cpu=152" in out  # SIGKILL / SIGXCPU at the CPU limit
     out = run(handle, scripted, 'python3 -c "b = bytearray(512 * 1024 * 1024)"; echo mem=$?')

@@ -71,7 +71,7 @@ def test_two_people_in_one_thread_get_their_own_roles(
     assert offered(scripted.requests[-2]) == ["current_time"]
     sid = f"slack:C1:{ts}"
     results = [m for m in handle.transcript(sid) if m["role"] == "tool"]
-    assert results[-1]["is_error"] and "not available here" in results[-1]["content"]
+    assert results[-1]["is_error"] and "is not available to" in results[-1]["content"]
     users = [(m["speaker"], m["speaker_role"]) for m in handle.transcript(sid) if m["role"] == "user"]
     assert users == [(f"slack:{OPERATOR}", "operator"), (f"slack:{VIEWER}", "viewer")]
 

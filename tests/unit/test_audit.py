@@ -39,7 +39,7 @@ def test_approvals_tool_runs_and_resets_with_who_and_what() -> None:
         ChatMessage(
             "t2",
             "tool",
-            "error: tool 'web_fetch' is not available here",
+            "error: tool 'web_fetch' is not available to personal sessions",
             0.0,
             tool_call_id="c2",
             is_error=True,
