@@ -64,7 +64,11 @@ def permission_for(method: str, path: str) -> Permission:
         return "manage"
     if "/approvals/" in path:
         return "approve"
-    return "chat"  # messages, reminders, cancel and reset (these also as commands)
+    if path.endswith("/reminders"):
+        # A reminder's turn has no speaker, so it runs with the audience's rules alone:
+        # scheduling one is for people trusted with those.
+        return "manage"
+    return "chat"  # messages, cancel and reset (these also as commands)
 
 
 class Access:
