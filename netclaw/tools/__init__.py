@@ -42,6 +42,7 @@ __all__ = [
     "build_registry",
     "memory_tools",
     "reminder_tools",
+    "runner_for",
 ]
 
 

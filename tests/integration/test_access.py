@@ -87,6 +87,8 @@ def test_tokens_are_stored_hashed_and_a_read_only_role_cannot_post(start_daemon:
         assert refused.json()["error"]["code"] == "forbidden"
         assert "Your role (reader) does not allow sending messages" in refused.json()["error"]["message"]
         assert reader.delete("/api/sessions/cli:seen").status_code == 403
+        reminder = {"text": "ping", "in_s": 3600}
+        assert reader.post("/api/sessions/cli:seen/reminders", json=reminder).status_code == 403
         assert reader.get("/api/audit").status_code == 403
         assert reader.post("/api/tokens", json={"name": "me", "role": "admin"}).status_code == 403
     with client(handle, "nct_not-a-token") as stranger:

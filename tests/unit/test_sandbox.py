@@ -80,3 +80,20 @@ def test_mounts_follow_the_settings(tmp_path: Path) -> None:
     assert closed[closed.index("--bind") + 1 : closed.index("--bind") + 3] == [str(workspace)] * 2
     assert closed.index("--remount-ro") > closed.index("--bind")
     assert "--clearenv" in closed and "--die-with-parent" in closed and "--new-session" in closed
+
+
+def test_doctor_reports_the_sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from netclaw.cli._doctor import _doctor_sandbox
+    from netclaw.config import Settings
+
+    found: list[tuple[bool, str, str]] = []
+    settings = Settings(tools={"workspace_dir": tmp_path, "shell": {"enabled": True, "sandbox": "none"}})
+    _doctor_sandbox(settings, lambda *a: found.append(a))
+    assert found == [(True, "shell sandbox", "off (sandbox: none): commands run on the host")]
+    monkeypatch.setattr(
+        shutil, "which", lambda name, **kw: None if name == "bwrap" else REAL_WHICH(name, **kw)
+    )
+    _doctor_sandbox(
+        Settings(tools={"workspace_dir": tmp_path, "shell": {"enabled": True}}), lambda *a: found.append(a)
+    )
+    assert found[-1][0] is False and "apt-get install bubblewrap" in found[-1][2]
