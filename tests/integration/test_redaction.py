@@ -79,3 +79,14 @@ def test_a_tool_result_is_redacted_before_it_is_recorded(
     assert "BEGIN OPENSSH" not in result and SLACK not in result
     assert "[redacted: Private Key]" in result and "[redacted: Slack Token]" in result
     assert SLACK not in str(scripted.requests[-1])
+
+
+def test_log_lines_at_info_and_above_never_carry_message_text(
+    daemon: DaemonHandle, scripted: ScriptedOpenAIThread, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO")
+    marker = "zebra-quartz-7781"
+    scripted.enqueue(Reply(tool_calls=[ToolCallSpec("current_time", {})]), Reply(text=f"reply {marker}"))
+    assert daemon.send("cli:logs", f"tell me about {marker} and {SLACK}", wait=True).status_code == 200
+    shown = [r.getMessage() for r in caplog.records if r.levelno >= 20]
+    assert shown and not [line for line in shown if marker in line or SLACK in line]
