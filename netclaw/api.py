@@ -9,8 +9,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import datetime as dt
-import hmac
 import logging
 import re
 from collections.abc import Callable, Mapping
@@ -19,10 +17,11 @@ from typing import Any
 from aiohttp import web
 
 from netclaw import outputs as out
+from netclaw.api_access import Access, Principal, actor, principal
 from netclaw.attachments import MAX_FILES, IncomingFile
 from netclaw.cluster import SUBMIT_PATH, forwarded
-from netclaw.commands import parse_command
-from netclaw.errors import ApiError
+from netclaw.commands import Command, parse_command
+from netclaw.errors import ApiError, NotPermitted
 from netclaw.gateway import MAX_NAME_CHARS, Gateway, Inbound, SessionSummary, TurnOutcome
 from netclaw.identifiers import check_label, check_session_id
 from netclaw.messages import ChatMessage
@@ -30,6 +29,7 @@ from netclaw.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from netclaw.metrics import Metrics
 from netclaw.persistence import Memory
 from netclaw.reminders import check_catch_up, check_name, check_text
+from netclaw.roles import may_command, refusal
 from netclaw.scheduler import NewReminder, Scheduler
 from netclaw.web import (
     Handler,
@@ -38,6 +38,7 @@ from netclaw.web import (
     flag,
     idempotency_key,
     identity_for,
+    parse_since,
     read_body,
     read_json_object,
     submission_response,
@@ -65,13 +66,13 @@ class Api:
         self.gateway = gateway
         self.metrics = metrics
         self.scheduler = scheduler
-        self._token = token.encode()
+        self.access = Access(gateway, token, lambda: gateway.settings)  # who may call what
         self._health_extra = health_extra
         self._streams = SseStreams()
 
     def app(self) -> web.Application:
         app = web.Application(
-            middlewares=[errors_middleware, self._auth_middleware, self._owner_middleware],
+            middlewares=[errors_middleware, self.access.middleware, self._owner_middleware],
             client_max_size=MAX_MESSAGE_BODY_BYTES,
         )
         app.router.add_get("/healthz", self.healthz)
@@ -93,19 +94,9 @@ class Api:
         app.router.add_delete("/api/memories/{id}", self.delete_memory)
         app.router.add_get("/api/usage", self.usage)
         app.router.add_post(SUBMIT_PATH, self.forwarded_message)
+        self.access.routes(app)
         app.on_shutdown.append(self._streams.close_all)
         return app
-
-    @web.middleware
-    async def _auth_middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.path.startswith("/api/"):
-            header = request.headers.get("Authorization", "")
-            scheme, _, given = header.partition(" ")
-            if scheme.lower() != "bearer" or not given:
-                raise ApiError(401, "unauthorized", "missing 'Authorization: Bearer <token>' header")
-            if not hmac.compare_digest(given.strip().encode("utf-8", "surrogateescape"), self._token):
-                raise ApiError(401, "unauthorized", "the control token is wrong")
-        return await handler(request)
 
     @web.middleware
     async def _owner_middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -188,15 +179,25 @@ class Api:
         # Identifiers from outside: one line each, no control characters (they reach the log).
         user = _optional_label(body, "user", MAX_USER_CHARS)
         user_name = _optional_label(body, "user_name", MAX_NAME_CHARS)
+        who = principal(request)
         command = parse_command(text) if not files else None
         if command is not None:  # a chat command: answered, never model input
-            done = await self.gateway.command(session_id, command, by=user or "api")
+            if not may_command(self.gateway.settings, who.role, command):
+                raise NotPermitted(refusal(who.role, f"/{command}"))
+            done = await self.gateway.command(session_id, command, by=user or actor(request))
             return web.json_response(
                 {"session_id": session_id, "command": done.command, "notice": done.notice}
             )
         admission, outcome = await self.gateway.submit(
             Inbound(
-                session_id, text, user=user, identity=identity_for(key), user_name=user_name, files=files
+                session_id,
+                text,
+                user=user,
+                identity=identity_for(key),
+                user_name=user_name,
+                files=files,
+                speaker=who.speaker,
+                speaker_role=who.role,
             ),
             wait=wait,
         )
@@ -243,22 +244,30 @@ class Api:
 
     async def cancel(self, request: web.Request) -> web.Response:
         session_id = await self._known(request)
-        turn = await self.gateway.cancel(session_id, by="api")
+        self._may_command(request, "stop")
+        turn = await self.gateway.cancel(session_id, by=actor(request))
         return web.json_response(
             {"cancelled": True, "turn": turn} if turn is not None else {"cancelled": False}
         )
 
     async def reset(self, request: web.Request) -> web.Response:
         session_id = await self._known(request)
-        await self.gateway.reset(session_id, by="api")
+        self._may_command(request, "reset")
+        await self.gateway.reset(session_id, by=actor(request))
         return web.json_response({"session_id": session_id})
 
     async def delete_session(self, request: web.Request) -> web.Response:
         session_id = check_session_id(request.match_info["id"])
         memories = flag(request, "memories")
-        if not await self.gateway.delete(session_id, memories=memories):
+        if not await self.gateway.delete(session_id, memories=memories, by=actor(request)):
             raise ApiError(404, "session_not_found", f"no session {session_id!r}")
         return web.Response(status=204)
+
+    def _may_command(self, request: web.Request, command: Command) -> Principal:
+        who = principal(request)
+        if not may_command(self.gateway.settings, who.role, command):
+            raise NotPermitted(refusal(who.role, f"/{command}"))
+        return who
 
     async def list_approvals(self, request: web.Request) -> web.Response:
         session_id = await self._known(request)
@@ -274,7 +283,7 @@ class Api:
         decision = body.get("decision")
         if not isinstance(decision, str):
             raise ApiError(400, "invalid_decision", "'decision' is required: approve, deny or always")
-        user = check_label("user", body.get("user", "api"), max_chars=MAX_USER_CHARS)
+        user = check_label("user", body.get("user", actor(request)), max_chars=MAX_USER_CHARS)
         taken = await self.gateway.decide(session_id, approval_id, decision, by=user)
         return web.json_response({"id": approval_id, "decision": taken})
 
@@ -328,7 +337,7 @@ class Api:
         raw = request.match_info["id"]
         if not _MEMORY_ID.fullmatch(raw):  # ASCII digits: "²".isdigit() is True, int("²") fails
             raise ApiError(404, "memory_not_found", f"no memory {raw[:40]!r}")
-        if not await self.gateway.forget(int(raw)):
+        if not await self.gateway.forget(int(raw), by=actor(request)):
             raise ApiError(404, "memory_not_found", f"no memory {raw}")
         return web.Response(status=204)
 
@@ -467,16 +476,3 @@ def webhook_app(routes: list[web.RouteDef]) -> web.Application:
     app = web.Application(middlewares=[errors_middleware], client_max_size=MAX_BODY_BYTES)
     app.router.add_routes(routes)
     return app
-
-
-def parse_since(text: str) -> float:
-    """``since``: an ISO-8601 date or date-time (UTC unless it says otherwise)."""
-    try:
-        when = dt.datetime.fromisoformat(text)
-    except ValueError as exc:
-        raise ApiError(
-            400,
-            "invalid_since",
-            f"since must be an ISO-8601 date or date-time (2026-11-01), not {text[:40]!r}",
-        ) from exc
-    return (when if when.tzinfo else when.replace(tzinfo=dt.UTC)).timestamp()

@@ -126,6 +126,11 @@ class DaemonClient:
         ).json()
         return result
 
+    def json(self, method: str, path: str, **kwargs: Any) -> Any:
+        """Any control API call: the answer's JSON (None for an empty answer)."""
+        response = self._request(method, path, headers=self._headers(), **kwargs)
+        return response.json() if response.content else None
+
     def approvals(self, session_id: str | None = None) -> list[dict[str, Any]]:
         path = f"/api/sessions/{session_id}/approvals" if session_id else "/api/approvals"
         result: list[dict[str, Any]] = self._request("GET", path, headers=self._headers()).json()

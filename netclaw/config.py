@@ -274,6 +274,23 @@ class AudienceConfig(_Section):
     # channel or Discord channel, the same person's DMs, the same webhook route), the whole
     # audience's (`audience`), or none.
     memory_scope: Literal["channel", "audience", "none"] = "channel"
+    # May shell commands of this audience's sessions reach the network? None: tools.shell.network.
+    shell_network: Literal["none", "host"] | None = None
+
+
+class RoleConfig(_Section):
+    """What the people and API tokens of one role may do (on top of what the audience of
+    the session allows). ``members``: ``slack:U0123``, ``discord:1234``, ``token:NAME``,
+    ``webhook:ROUTE`` — or globs such as ``slack:*``; an exact member beats a glob."""
+
+    members: list[str] = []
+    tools: list[str] | None = None  # tool-name patterns it may use; None: all the audience allows
+    approve_tools: list[str] = []  # patterns whose calls wait for approval in this role's turns
+    approve: bool = False  # may decide on other people's tool calls
+    chat: bool = True  # may send messages that start turns
+    commands: list[Literal["reset", "stop", "compact", "status", "help"]] | None = None  # None: all
+    memory: Literal["read_write", "read", "none"] = "read_write"  # remember / search_memory
+    manage: bool = False  # delete sessions and memories, reminders of others (API)
 
 
 class WebFetchConfig(_Section):
@@ -291,6 +308,28 @@ class ShellConfig(_Section):
     enabled: bool = False
     timeout_s: float = Field(60.0, gt=0)
     max_output_bytes: int = Field(65536, gt=0)
+    # Where commands run: a bubblewrap sandbox (read-only system, the workspace the only
+    # writable path, no network, own PID/IPC/UTS namespaces), or — an explicit opt-out —
+    # directly on the host as the daemon's user.
+    sandbox: Literal["bwrap", "none"] = "bwrap"
+    network: Literal["none", "host"] = "none"  # audiences.<name>.shell_network overrides it
+    cpu_s: int = Field(60, gt=0)  # CPU seconds per process (RLIMIT_CPU)
+    memory_mb: int = Field(2048, gt=0)  # address space per process (RLIMIT_AS)
+    max_processes: int = Field(64, gt=0)  # processes in the sandbox (RLIMIT_NPROC)
+    max_file_mb: int = Field(256, gt=0)  # largest file a command may write (RLIMIT_FSIZE)
+    ro_paths: list[Path] = []  # more host paths the sandbox sees read-only (e.g. /opt/tools)
+    # When the daemon runs as root, commands never do: they run as this uid/gid, which then
+    # owns the workspace.
+    sandbox_uid: int = Field(65534, gt=0)
+    sandbox_gid: int = Field(65534, gt=0)
+
+    @field_validator("ro_paths")
+    @classmethod
+    def _absolute(cls, value: list[Path]) -> list[Path]:
+        for path in value:
+            if not path.is_absolute():
+                raise ValueError(f"{str(path)!r} must be an absolute path")
+        return value
 
 
 class ToolsConfig(_Section):
@@ -497,6 +536,18 @@ class Settings(BaseSettings):
     schedules: dict[str, ScheduleConfig] = {}
     log: LogConfig = LogConfig()
     ui: UiConfig = UiConfig()
+    # Per-person permissions (netclaw/roles.py). Empty: everyone may do what the audience
+    # allows. "admin" (the control token) may do everything; a role named "default" applies
+    # to whoever no role lists.
+    roles: dict[str, RoleConfig] = {}
+
+    @field_validator("roles")
+    @classmethod
+    def _role_names(cls, value: dict[str, RoleConfig]) -> dict[str, RoleConfig]:
+        for name in value:
+            if not re.fullmatch(r"[a-z][a-z0-9_-]{0,31}", name):
+                raise ValueError(f"role name {name!r}: use 1-32 lowercase letters, digits, '_' or '-'")
+        return value
 
     @classmethod
     def settings_customise_sources(

@@ -35,10 +35,12 @@ from netclaw.listener import listen
 from netclaw.logs import configure_logging
 from netclaw.metrics import GaugeMetricFamily, Metrics, gauge
 from netclaw.persistence import (
+    AccessLogic,
     Journal,
     Manifest,
     MemoryStore,
     ReminderStore,
+    make_access,
     make_journal,
     make_memory,
     make_reminders,
@@ -123,6 +125,7 @@ class Daemon:
         self.memory: MemoryStore | None = None
         self.forwarder: Forwarder | None = None
         self.tools: ToolRegistry | None = None
+        self.access: AccessLogic | None = None
         self.mcp: McpHub | None = None
         self.metrics = Metrics()
         self.reminders: ReminderStore | None = None
@@ -170,7 +173,7 @@ class Daemon:
             self.memory = memory
             self.provider = self._provider_factory(self.settings)
             self.compaction_provider = _compaction_provider(self.settings)
-            self.tools = tools = build_registry(self.settings, self.memory)
+            self.tools = tools = build_registry(self.settings, self.memory, lambda: self.live.current)
             # MCP servers connect before any session runs, so the first turns see their tools
             # (a server that is slow or broken keeps retrying in the background).
             self.mcp = McpHub(self.settings.mcp.servers)
@@ -190,7 +193,12 @@ class Daemon:
             self.reminders = reminders
             if uses_postgres(self.settings):  # several nodes: input goes to a session's owner
                 self.forwarder = Forwarder(self.settings.cluster.node, token)
-            self.gateway = Gateway(self.manager, journal, self.live, memory, reminders, self.forwarder)
+            access = make_access(self.settings)
+            self.io.run(access.open())
+            self.access = access
+            self.gateway = Gateway(
+                self.manager, journal, self.live, memory, reminders, self.forwarder, access=access
+            )
             self.scheduler = Scheduler(
                 reminders, self.gateway, lambda: self.live.current, clock=self._clock, metrics=metrics
             )
@@ -414,6 +422,7 @@ class Daemon:
         self.mcp = None
         self.scheduler = None
         self.reminders = None
+        self.access = None
         self.manager = None
         self.journal = None
         self.provider = None
@@ -440,6 +449,7 @@ class Daemon:
             ),
             ("close the memory store", self.memory.close() if self.memory else None, 5),
             ("close the reminder store", self.reminders.close() if self.reminders else None, 5),
+            ("close the audit and token store", self.access.close() if self.access else None, 5),
             ("close the journal", self.journal.close() if self.journal else None, 10),
             ("close the links to other nodes", self.forwarder.close() if self.forwarder else None, 5),
         ]
@@ -501,6 +511,11 @@ class Daemon:
         if any(key == "log" or key.startswith("log.") for key in change.applied):
             self.apply_log_config()
         (log.warning if change.restart else log.info)("%s", change.describe())
+        if self.gateway is not None and self.io is not None and (change.applied or change.restart):
+            record = self.gateway.audit(
+                "config_reload", "daemon", applied=list(change.applied), restart=list(change.restart)
+            )
+            self.io.submit(record)  # the audit trail; never holds up the reload
         self.notifier.ready()
 
 

@@ -210,6 +210,13 @@ class ApiError(NetclawError):
         return self
 
 
+class NotPermitted(ApiError):
+    """The caller's role does not allow this (netclaw/roles.py): a 403, or a note in chat."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(403, "forbidden", message)
+
+
 class AdapterError(NetclawError):
     code = "adapter_error"
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -30,15 +31,24 @@ from typing import Any, TypeVar
 
 from netclaw import attachments
 from netclaw.attachments import IncomingFile, check_files
+from netclaw.audit import AuditEntry
 from netclaw.cluster import Forwarder
 from netclaw.commands import HELP_TEXT, Command, parse_command
 from netclaw.config import ChannelAccess, LiveSettings, Settings
-from netclaw.errors import ApprovalNotFound, InvalidInput, NotAnApprover, OutcomeUnknown, SessionUnavailable
+from netclaw.errors import (
+    ApprovalNotFound,
+    InvalidInput,
+    NotAnApprover,
+    NotPermitted,
+    OutcomeUnknown,
+    SessionUnavailable,
+)
 from netclaw.history.tokens import fallback_count
 from netclaw.identifiers import check_session_id
 from netclaw.messages import Attachment, ChatMessage, PriorMessage, bounded_prior, prior_block
 from netclaw.outputs import OutputFilter
 from netclaw.persistence import (
+    AccessLogic,
     Journal,
     Memory,
     MemoryStore,
@@ -51,6 +61,8 @@ from netclaw.persistence import (
     UsageRow,
 )
 from netclaw.policy import ChatEvent, Place, audience_of, channel_of, denial_reason
+from netclaw.redact import notice, redact, redact_files, redact_prior
+from netclaw.roles import may, may_command, refusal, role_for, speaker_of
 from netclaw.runtime import Reply
 from netclaw.sessions import (
     Admission,
@@ -73,6 +85,7 @@ from netclaw.sessions import (
     continuity_notice,
     load_state,
 )
+from netclaw.trust import system_prompt as trusted_prompt
 
 __all__ = [
     "Admission",
@@ -112,6 +125,10 @@ class Inbound:
     prior: Sequence[PriorMessage] = ()  # the conversation before the bot was addressed
     files: Sequence[IncomingFile] = ()
     place: Place | None = None  # where the session lives, when the channel knows better than its id
+    # Who sent it when the channel authenticated them (the API: "token:NAME", "control") and
+    # the role that comes with that (a token's own); chat platforms name their users instead.
+    speaker: str | None = None
+    speaker_role: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """As it is forwarded to the node that owns the session (:mod:`netclaw.cluster`)."""
@@ -127,6 +144,8 @@ class Inbound:
                 for f in self.files
             ],
             "place": self.place.to_dict() if self.place is not None else None,
+            "speaker": self.speaker,
+            "speaker_role": self.speaker_role,
         }
 
     @classmethod
@@ -153,6 +172,8 @@ class Inbound:
                     for f in data.get("files") or ()
                 ),
                 place=Place.from_dict(dict(place)) if place is not None else None,
+                speaker=_optional(data.get("speaker")),
+                speaker_role=_optional(data.get("speaker_role")),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise InvalidInput(
@@ -242,6 +263,16 @@ def _check_encodable(field: str, value: str) -> None:
         ) from exc
 
 
+def redact_inbound(inbound: Inbound) -> tuple[Inbound, tuple[str, ...]]:
+    """The message and the conversation it comes with, secrets replaced; what was found."""
+    text = redact(inbound.text)
+    prior, in_prior = redact_prior(inbound.prior)
+    found = (*text.kinds, *(k for k in in_prior if k not in text.kinds))
+    if not found:
+        return inbound, ()
+    return dataclasses.replace(inbound, text=text.text, prior=prior), found
+
+
 def check_inbound(inbound: Inbound) -> None:
     check_session_id(inbound.session_id)
     if not inbound.text.strip() and not inbound.files:
@@ -271,8 +302,10 @@ class Gateway:
         memory: MemoryStore | None = None,
         reminders: ReminderStore | None = None,
         forwarder: Forwarder | None = None,
+        access: AccessLogic | None = None,
     ) -> None:
         self._manager = manager
+        self.access = access  # the audit table and API tokens (netclaw/persistence/_access.py)
         self.forwarder = forwarder  # several nodes: input for a session owned elsewhere goes there
         self._journal = journal
         self._live = live
@@ -314,11 +347,19 @@ class Gateway:
             owner = await self.owner_of(inbound.session_id)
             if owner is not None:
                 return await self._submit_on(owner, inbound, wait, turn_timeout)
+        speaker = speaker_of(inbound.session_id, inbound.user, inbound.speaker)
+        role = role_for(self.settings, speaker, inbound.speaker_role)
+        if not may(self.settings, role, "chat"):
+            raise NotPermitted(refusal(role, "sending messages that start turns"))
+        # Secrets out before anything is stored or shown to a model (netclaw/redact.py).
+        inbound, found = redact_inbound(inbound)
         files: tuple[Attachment, ...] = ()
         if inbound.files:  # hashed and written in a worker thread, never on the I/O loop
             files = await asyncio.to_thread(
                 attachments.store, self.settings.data_dir, inbound.session_id, inbound.files
             )
+            files, in_files = redact_files(files)
+            found = (*found, *(k for k in in_files if k not in found))
         loop = asyncio.get_running_loop()
         ack: Reply[Admission] = Reply(loop)
         done: Reply[TurnOutcome] | None = Reply(loop) if wait else None
@@ -335,6 +376,8 @@ class Gateway:
                 prior=self._prior_block(inbound),
                 files=files,
                 place=inbound.place,
+                speaker=speaker,
+                speaker_role=role,
             ),
         )
         try:
@@ -356,6 +399,11 @@ class Gateway:
             if owner is None:
                 raise
             return await self._submit_on(owner, inbound, wait, turn_timeout)
+        if found:
+            log.info(
+                "%s: redacted %s from message %s", inbound.session_id, ", ".join(found), admission.message_id
+            )
+            self._manager.route(inbound.session_id, Announce(notice(found), "redaction"))
         if done is None:
             return admission, None
         limit = turn_timeout or self.settings.session.turn_timeout_s + 30
@@ -426,6 +474,9 @@ class Gateway:
         command = parse_command(inbound.text)
         if command is not None:
             check_inbound(inbound)
+            role = role_for(self.settings, f"{permit.event.platform}:{permit.event.user_id}")
+            if not may_command(self.settings, role, command):
+                raise NotPermitted(refusal(role, f"/{command}"))
             return await self.command(inbound.session_id, command, by=inbound.user or permit.event.user_id)
         admission, _ = await self.submit(inbound)
         return admission
@@ -483,7 +534,12 @@ class Gateway:
             parts.append(f"{await self._memory.count(audience)} {audience} memorie(s)")
         return "; ".join(parts) + "."
 
-    async def delete(self, session_id: str, *, memories: bool = False) -> bool:
+    async def audit(self, kind: str, actor: str, session_id: str | None = None, **detail: Any) -> None:
+        """Append to the audit trail what happened outside sessions (see netclaw/audit.py)."""
+        if self.access is not None:
+            await self.access.record(AuditEntry(time.time(), kind, actor, session_id, detail))
+
+    async def delete(self, session_id: str, *, memories: bool = False, by: str = "api") -> bool:
         """Erase a session: its journal, snapshot, listing row and webhook deliveries (and,
         with ``memories``, what was learnt in it). False when there is no such session."""
         check_session_id(session_id)
@@ -491,6 +547,8 @@ class Gateway:
             return False
 
         async def erase() -> None:
+            if self.access is not None:  # the session's trail outlives its journal
+                await self.access.keep_trail_of(session_id)
             await self._journal.erase(session_id)
             await asyncio.to_thread(attachments.erase, self.settings.data_dir, session_id)
             if memories and self._memory is not None:
@@ -498,6 +556,7 @@ class Gateway:
 
         await self._manager.erase(session_id, erase)
         log.info("%s: deleted%s", session_id, " with its memories" if memories else "")
+        await self.audit("session_deleted", by, session_id, memories=memories)
         return True
 
     async def memories(
@@ -508,8 +567,11 @@ class Gateway:
             return []
         return await self._memory.listing(query=query, audience=audience, session_id=session_id)
 
-    async def forget(self, memory_id: int) -> bool:
-        return self._memory is not None and await self._memory.delete(memory_id)
+    async def forget(self, memory_id: int, *, by: str = "api") -> bool:
+        deleted = self._memory is not None and await self._memory.delete(memory_id)
+        if deleted:
+            await self.audit("memory_deleted", by, memory_id=memory_id)
+        return deleted
 
     def announce(self, session_id: str, text: str, kind: str) -> None:
         """Tell the session's subscribers something (a ``notice``); no turn, nothing stored."""
@@ -621,6 +683,9 @@ class Gateway:
         access = self._access(platform)
         if access.users is not None and user_id not in access.users:
             raise NotAnApprover(f"{user_name} may not talk to this session, so may not decide")
+        role = role_for(self.settings, f"{platform}:{user_id}")
+        if role is not None and not may(self.settings, role, "approve"):
+            raise NotAnApprover(f"{user_name} may not decide on tool calls: {refusal(role, 'approving')}")
         return await self.decide(session_id, approval_id, decision, by=user_name, approver=user_id)
 
     async def find_approval(self, approval_id: str) -> str | None:
@@ -707,7 +772,7 @@ class Gateway:
             pending=state.pending_inputs,
         )
         if context:
-            system_prompt = self.settings.agent.system_prompt
+            system_prompt = trusted_prompt(self.settings.agent.system_prompt)
             messages = await asyncio.to_thread(build_context, state, system_prompt)
             resumed_at = self._manager.continuity_of(session_id)
             if resumed_at is not None:  # what the next model call carries, until it has

@@ -132,6 +132,10 @@ class ChatMessage:
     user_name: str | None = None  # role="user": how people call the sender ("Alice")
     prior: str | None = None  # role="user": the conversation before the bot was addressed
     files: tuple[Attachment, ...] = ()  # role="user": what came attached
+    # role="user": who sent it as roles name them (slack:U1, token:ci, control) and the role
+    # they acted in (netclaw/roles.py): whose turn it is.
+    speaker: str | None = None
+    speaker_role: str | None = None
 
     @property
     def is_real_user(self) -> bool:
@@ -169,6 +173,10 @@ class ChatMessage:
             out["prior"] = self.prior
         if self.files:
             out["files"] = [f.to_dict() for f in self.files]
+        if self.speaker is not None:
+            out["speaker"] = self.speaker
+        if self.speaker_role is not None:
+            out["speaker_role"] = self.speaker_role
         return out
 
     @classmethod
@@ -199,6 +207,8 @@ class ChatMessage:
             get("user_name"),
             get("prior"),
             tuple(Attachment.from_dict(f) for f in files) if files else (),
+            get("speaker"),
+            get("speaker_role"),
         )
 
 

@@ -8,6 +8,7 @@ submitted message. Bad input is a 4xx naming what was wrong, never a 500.
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import json
 import logging
 import uuid
@@ -280,3 +281,16 @@ class SseStreams:
     async def close_all(self, app: web.Application) -> None:
         for task in list(self._tasks):
             task.cancel()
+
+
+def parse_since(text: str) -> float:
+    """``since``: an ISO-8601 date or date-time (UTC unless it says otherwise)."""
+    try:
+        when = dt.datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise ApiError(
+            400,
+            "invalid_since",
+            f"since must be an ISO-8601 date or date-time (2026-11-01), not {text[:40]!r}",
+        ) from exc
+    return (when if when.tzinfo else when.replace(tzinfo=dt.UTC)).timestamp()

@@ -18,6 +18,7 @@ import sys
 
 import adapters  # noqa: F401 - registers the channel sections (see above); light: no adapter is built
 from netclaw import __version__
+from netclaw.cli._access import cmd_audit, cmd_tokens
 from netclaw.cli._admin import cmd_approvals, cmd_memory, cmd_reminders, cmd_sessions
 from netclaw.cli._chat import cmd_chat
 from netclaw.cli._doctor import cmd_doctor
@@ -98,6 +99,19 @@ def _parser() -> argparse.ArgumentParser:
     memory.add_argument("--session", metavar="ID", help="only memories learnt in this session")
     memory.add_argument("--json", action="store_true")
     memory.set_defaults(func=cmd_memory)
+
+    audit = with_config(sub.add_parser("audit", help="the audit trail: approvals, tool runs, changes"))
+    audit.add_argument("--since", metavar="DATE", help="ISO-8601 date or date-time")
+    audit.add_argument("--session", metavar="ID", help="only this session's")
+    audit.add_argument("--json", action="store_true")
+    audit.set_defaults(func=cmd_audit)
+
+    tokens = with_config(sub.add_parser("tokens", help="named API tokens with a role: list, add, rm"))
+    tokens.add_argument("action", nargs="?", choices=["list", "add", "rm"], default="list")
+    tokens.add_argument("name", nargs="?")
+    tokens.add_argument("--role", help="add: the role (admin or one of `roles` in the config)")
+    tokens.add_argument("--json", action="store_true")
+    tokens.set_defaults(func=cmd_tokens)
 
     approvals = with_config(sub.add_parser("approvals", help="tool calls waiting for a decision"))
     approvals.add_argument("action", nargs="?", choices=["list", "approve", "deny", "always"], default="list")

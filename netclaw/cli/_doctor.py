@@ -43,6 +43,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     _doctor_files(settings, report)
     _doctor_provider(settings, report)
     _doctor_adapters(settings, report)
+    _doctor_sandbox(settings, report)
     from netclaw.client import DaemonClient
     from netclaw.errors import ClientError
 
@@ -89,6 +90,26 @@ def _doctor_mcp(settings: Settings, report: Any, health: dict[str, Any] | None) 
     for name, status in asyncio.run(probe()).items():
         up = status.state == "up"
         report(up, f"mcp {name}", f"{status.tools} tool(s)" if up else (status.error or status.state))
+
+
+def _doctor_sandbox(settings: Settings, report: Any) -> None:
+    """With the shell tool on: does its sandbox start here (the same check as start-up)?"""
+    shell = settings.tools.shell
+    if not shell.enabled:
+        return
+    from netclaw.tools import runner_for
+
+    try:
+        runner = runner_for(shell, settings.tools.workspace_dir, hidden=(settings.data_dir,))
+    except NetclawError as exc:
+        report(False, "shell sandbox", str(exc))
+        return
+    what = (
+        "bubblewrap starts a sandbox"
+        if runner.name == "bwrap"
+        else "off (sandbox: none): commands run on the host"
+    )
+    report(True, "shell sandbox", what)
 
 
 def _finish(checks: list[dict[str, Any]], daemon: dict[str, Any] | None, as_json: bool) -> int:

@@ -2,7 +2,9 @@
 PostgreSQL for several nodes, from :mod:`netclaw.persistence.postgres`, which needs the
 ``netclaw[postgres]`` extra)."""
 
+from netclaw.persistence._access import AccessLogic, ApiToken, SqliteAccessStore, hash_token
 from netclaw.persistence._backends import (
+    make_access,
     make_deliveries,
     make_journal,
     make_memory,
@@ -41,6 +43,8 @@ from netclaw.persistence._sqlite import SqliteJournal, prepare_database
 
 __all__ = [
     "MAX_MEMORY_CHARS",
+    "AccessLogic",
+    "ApiToken",
     "DeliveryLog",
     "Journal",
     "Manifest",
@@ -56,6 +60,7 @@ __all__ = [
     "SessionQuery",
     "SessionRow",
     "Snapshot",
+    "SqliteAccessStore",
     "SqliteDeliveryLog",
     "SqliteJournal",
     "SqliteMemoryStore",
@@ -65,7 +70,9 @@ __all__ = [
     "UsageRow",
     "apply_migrations",
     "format_recall",
+    "hash_token",
     "load_migrations",
+    "make_access",
     "make_deliveries",
     "make_journal",
     "make_memory",

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from netclaw.config import Settings
 from netclaw.errors import ConfigError
 from netclaw.persistence import _manifest
+from netclaw.persistence._access import SqliteAccessStore
 from netclaw.persistence._deliveries import SqliteDeliveryLog
 from netclaw.persistence._manifest import Manifest
 from netclaw.persistence._memory import SqliteMemoryStore
@@ -20,6 +21,7 @@ from netclaw.persistence._sqlite import SqliteJournal, prepare_database
 
 if TYPE_CHECKING:
     from netclaw.persistence.postgres import (
+        PostgresAccessStore,
         PostgresDeliveryLog,
         PostgresJournal,
         PostgresMemoryStore,
@@ -86,6 +88,15 @@ def make_reminders(settings: Settings) -> SqliteReminderStore | PostgresReminder
         claim_s = max(settings.cluster.lease_s, 30.0)
         return PostgresReminderStore(settings.journal.dsn(), node_id=settings.cluster.node, claim_s=claim_s)
     return SqliteReminderStore(settings.database_path, synchronous=settings.journal.synchronous)
+
+
+def make_access(settings: Settings) -> SqliteAccessStore | PostgresAccessStore:
+    """The audit table and named API tokens."""
+    if uses_postgres(settings):
+        with _needs_psycopg():
+            from netclaw.persistence.postgres import PostgresAccessStore
+        return PostgresAccessStore(settings.journal.dsn())
+    return SqliteAccessStore(settings.database_path, synchronous=settings.journal.synchronous)
 
 
 def make_deliveries(settings: Settings) -> SqliteDeliveryLog | PostgresDeliveryLog:

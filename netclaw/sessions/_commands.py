@@ -49,6 +49,8 @@ class SendUserMessage(Routed):
     prior: str | None = None  # the earlier conversation, rendered (messages.prior_block)
     files: tuple[Attachment, ...] = ()  # already stored (netclaw.attachments)
     place: Place | None = None  # where the channel says the session lives
+    speaker: str | None = None  # who sent it, as roles name them (netclaw/roles.py)
+    speaker_role: str | None = None  # the role they act in (recorded: whose turn it is)
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,17 +15,21 @@ from typing import Protocol
 
 from netclaw.config import LiveSettings, Settings
 from netclaw.llm import Completion, ToolSchema
-from netclaw.policy import Audience, Place, allowed_tools, audience_of, memory_scope_of, recall_scope
+from netclaw.policy import Audience, Place, audience_of, memory_scope_of, recall_scope
+from netclaw.roles import turn_tools
 from netclaw.sessions import _ladder as ladder
 from netclaw.sessions._prompt import Prompt, PromptBuilder
 from netclaw.sessions._state import SessionState
 from netclaw.toolspec import ToolContext
+from netclaw.trust import system_prompt
 
 
 class ToolCatalog(Protocol):
     """The tools on offer (the registry: built-ins and the MCP servers' current tools)."""
 
     def schemas(self, allowed: Sequence[str] | None = None) -> list[ToolSchema]: ...
+
+    def names(self) -> list[str]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,17 +43,20 @@ class SessionEnv:
 
 
 class ModelContext:
-    __slots__ = ("_allowed", "_audience", "_catalog", "_id", "_ladder", "_live", "_settings", "prompts")
+    __slots__ = ("_allowed", "_audience", "_catalog", "_id", "_ladder", "_live", "_role", "_settings", "prompts")
 
     def __init__(self, session_id: str, live: LiveSettings, catalog: ToolCatalog) -> None:
         self._id = session_id
         self._live = live
         self._catalog = catalog
         self._settings = live.current
-        self.prompts = PromptBuilder(self._settings.agent.system_prompt, self._settings.trim_budget_tokens)
+        self.prompts = PromptBuilder(
+            system_prompt(self._settings.agent.system_prompt), self._settings.trim_budget_tokens
+        )
         self._ladder = ladder.Ladder()
         self._audience: Audience = audience_of(session_id, self._settings)
         self._allowed: tuple[str, ...] | None = None
+        self._role: str | None = None  # the role of whoever started the turn (netclaw/roles.py)
         self.place_changed(None)
 
     @property
@@ -70,19 +77,25 @@ class ModelContext:
             state.last_input_tokens, state.summary_failures, state.summary_failed_turn
         )
 
-    def refresh(self, place: Place | None) -> None:
-        """Pick up a config reload at a turn boundary."""
+    @property
+    def role(self) -> str | None:
+        return self._role
+
+    def refresh(self, place: Place | None, role: str | None) -> None:
+        """A turn begins: pick up a config reload; the tools on offer follow the speaker."""
+        self._role = role
         current = self._live.current
-        if current is self._settings:
-            return
-        self._settings = current
+        if current is not self._settings:
+            self._settings = current
+            self.prompts.system_prompt = system_prompt(current.agent.system_prompt)
+            self.prompts.budget = current.trim_budget_tokens
         self.place_changed(place)
-        self.prompts.system_prompt = current.agent.system_prompt
-        self.prompts.budget = current.trim_budget_tokens
 
     def place_changed(self, place: Place | None) -> None:
+        """The audience follows the settings and where the session lives (a DM's sender);
+        the tools, what the audience allows and the speaker's role grants."""
         self._audience = audience_of(self._id, self._settings, place)
-        allowed = allowed_tools(self._audience, self._settings)
+        allowed = turn_tools(self._settings, self._audience, self._role, self._catalog.names())
         self._allowed = None if allowed is None else tuple(allowed)
 
     def tools(self) -> list[ToolSchema]:

@@ -370,7 +370,8 @@ class Session:
     def _begin_turn(self) -> Activity:
         active = self._state.active
         assert active is not None  # called after TurnStarted (or recovery) made one active
-        self.context.refresh(self._state.place)
+        speaker = self._state.find_message(active.message_id)  # whose turn it is decides its tools
+        self.context.refresh(self._state.place, speaker.speaker_role if speaker is not None else None)
         settings = self.settings
         self.timers.start_turn(active.turn, settings.session.turn_timeout_s)
         run = TurnRun(

@@ -86,6 +86,8 @@ def admitted(
         user_name=send.user_name,
         prior=send.prior,
         files=send.files,
+        speaker=send.speaker,
+        speaker_role=send.speaker_role,
     )
     # The place is journaled while it is news (a session's first message, or a change).
     place = send.place if send.place is not None and send.place != state.place else None

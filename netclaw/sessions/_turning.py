@@ -19,7 +19,7 @@ from netclaw.errors import ContextOverflow, ProviderError
 from netclaw.history import TrimResult
 from netclaw.llm import Completion, ProviderRequest, ToolSchema
 from netclaw.messages import ChatMessage, ToolCall
-from netclaw.policy import needs_approval
+from netclaw.roles import turn_needs_approval
 from netclaw.sessions import _ladder as ladder
 from netclaw.sessions import _turn as turn
 from netclaw.sessions._approvals import (
@@ -48,6 +48,7 @@ from netclaw.sessions._events import ApprovalRequested, TurnStatus
 from netclaw.sessions._phases import Phase
 from netclaw.sessions._turn import TurnRun
 from netclaw.toolspec import ToolResult
+from netclaw.trust import read_untrusted
 
 log = logging.getLogger(__name__)
 
@@ -259,14 +260,16 @@ class Turn:
     def _gate_round(self, core: Core, assistant: ChatMessage) -> bool:
         """Journal and announce a round that needs approvals; False when none does. A call of
         a tool that is not offered is never put to a person: it fails as unknown."""
-        state, run = core.state, self.run
+        state, run, context = core.state, self.run, core.context
         offered = {t.name for t in self._tools(core)}
+        untrusted = read_untrusted(state.transcript, run.message_id)  # no "always" after it
         gated = frozenset(
             c.name
             for c in assistant.tool_calls
             if c.name in offered
-            and c.name not in state.granted_tools
-            and needs_approval(c.name, core.context.audience, core.settings)
+            and turn_needs_approval(
+                c.name, context.audience, core.settings, context.role, state.granted_tools, untrusted
+            )
         )
         calls = gated_calls(assistant.tool_calls, gated)
         if not calls:

@@ -1,6 +1,9 @@
 """Tools the model can call: the registry, the built-in tools, the memory tools and the
 tools of MCP servers."""
 
+import os
+from collections.abc import Callable
+
 from netclaw.config import Settings
 from netclaw.persistence import MemoryStore
 from netclaw.tools._builtin import BUILTIN_TOOLS, CURRENT_TIME
@@ -16,6 +19,7 @@ from netclaw.tools._registry import (
     ToolSource,
 )
 from netclaw.tools._reminders import ReminderPort, reminder_tools
+from netclaw.tools._sandbox import Bubblewrap, Network, Runner, runner_for
 from netclaw.tools._shell import shell_tool
 from netclaw.tools._web_fetch import web_fetch_tool
 from netclaw.tools._workspace import ensure_workspace, workspace_tools
@@ -23,9 +27,11 @@ from netclaw.tools._workspace import ensure_workspace, workspace_tools
 __all__ = [
     "BUILTIN_TOOLS",
     "CURRENT_TIME",
+    "Bubblewrap",
     "McpHub",
     "McpServerStatus",
     "ReminderPort",
+    "Runner",
     "Tool",
     "ToolContext",
     "ToolHandler",
@@ -36,6 +42,7 @@ __all__ = [
     "build_registry",
     "memory_tools",
     "reminder_tools",
+    "runner_for",
 ]
 
 
@@ -43,9 +50,16 @@ def default_registry() -> ToolRegistry:
     return ToolRegistry(BUILTIN_TOOLS)
 
 
-def build_registry(settings: Settings, memory: MemoryStore | None = None) -> ToolRegistry:
+def build_registry(
+    settings: Settings,
+    memory: MemoryStore | None = None,
+    settings_of: Callable[[], Settings] | None = None,
+) -> ToolRegistry:
     """The built-ins ``settings.tools`` switches on, plus the memory tools. MCP servers are
-    added by the daemon as a source (they need the I/O loop)."""
+    added by the daemon as a source (they need the I/O loop). ``settings_of``: the running
+    config (what a reload may change, e.g. an audience's ``shell_network``).
+
+    Raises ConfigError when the shell sandbox cannot start here."""
     registry = default_registry()
     if memory is not None:
         for tool in memory_tools(memory):
@@ -60,17 +74,33 @@ def build_registry(settings: Settings, memory: MemoryStore | None = None) -> Too
                 timeout_s=web.timeout_s,
             )
         )
-    if config.files.enabled or config.shell.enabled:
-        ensure_workspace(config.workspace_dir)
+    shell = config.shell
+    runner = None
+    owner = None  # when the daemon is root, the sandbox's user owns the workspace
+    if shell.enabled and shell.sandbox != "none" and os.geteuid() == 0:
+        owner = (shell.sandbox_uid, shell.sandbox_gid)
+    if config.files.enabled or shell.enabled:
+        ensure_workspace(config.workspace_dir, owner)
+    if shell.enabled:
+        # Checked now: a sandbox that cannot start stops start-up with what to do.
+        runner = runner_for(shell, config.workspace_dir, hidden=(settings.data_dir,))
     if config.files.enabled:
-        for tool in workspace_tools(config.workspace_dir, settings.data_dir):
+        for tool in workspace_tools(config.workspace_dir, settings.data_dir, owner=owner):
             registry.register(tool)
-    if config.shell.enabled:
+    if shell.enabled:
+        current = settings_of or (lambda: settings)
+
+        def network_for(audience: str) -> Network:
+            chosen = current().audience(audience).shell_network
+            return chosen if chosen is not None else current().tools.shell.network
+
         registry.register(
             shell_tool(
                 config.workspace_dir,
-                timeout_s=config.shell.timeout_s,
-                max_output_bytes=config.shell.max_output_bytes,
+                timeout_s=shell.timeout_s,
+                max_output_bytes=shell.max_output_bytes,
+                runner=runner,
+                network_for=network_for,
             )
         )
     return registry

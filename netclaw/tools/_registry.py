@@ -6,11 +6,13 @@ import asyncio
 import json
 import logging
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 
 from netclaw.errors import ToolError
 from netclaw.llm import ToolSchema
 from netclaw.messages import ToolCall
 from netclaw.policy import tool_matches
+from netclaw.redact import redact
 from netclaw.toolspec import (
     DEFAULT_CONTEXT,
     Tool,
@@ -20,6 +22,7 @@ from netclaw.toolspec import (
     ToolResult,
     ToolSource,
 )
+from netclaw.trust import is_untrusted, label
 
 __all__ = [
     "DEFAULT_CONTEXT",
@@ -83,14 +86,35 @@ class ToolRegistry:
         allowed: Iterable[str] | None = None,
         context: ToolContext | None = None,
     ) -> ToolResult:
-        """Run one call. Never raises: every failure becomes an error result the model sees."""
+        """Run one call. Never raises: every failure becomes an error result the model sees.
+        Secrets in what it returns are redacted here, before the result is journaled or
+        shown to the model (:mod:`netclaw.redact`)."""
+        result = await self._run(call, timeout_s, allowed, context)
+        done = redact(result.content)
+        if done.changed:
+            log.info("tool %s: redacted %s from its result", call.name, ", ".join(done.kinds))
+            result = replace(result, content=done.text)
+        if is_untrusted(call.name) and not result.is_error:
+            result = replace(result, content=label(call.name, result.content))  # netclaw/trust.py
+        return result
+
+    async def _run(
+        self,
+        call: ToolCall,
+        timeout_s: float,
+        allowed: Iterable[str] | None,
+        context: ToolContext | None,
+    ) -> ToolResult:
         tool = self.get(call.name)
         if tool is None:
             return ToolResult(call, f"error: there is no tool named {call.name!r}", True)
         if allowed is not None and not tool_matches(call.name, allowed):
             audience = (context or DEFAULT_CONTEXT).audience
             return ToolResult(
-                call, f"error: tool {call.name!r} is not available to {audience} sessions", True
+                call,
+                f"error: tool {call.name!r} is not available to {audience} sessions "
+                "or to the role of the person whose turn this is",
+                True,
             )
         try:
             args = json.loads(call.arguments or "{}")

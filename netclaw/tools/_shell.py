@@ -1,10 +1,12 @@
 """The ``shell`` tool: one ``/bin/sh -c`` command in the workspace.
 
-No stdin; stdout and stderr merged and capped (the rest is drained so the command never
-blocks on a full pipe); its own process group, killed whole on timeout or when the turn
-is cancelled; environment variables whose names look secret are not passed on. Off by
-default, and a call waits for a person's approval unless the audience grants ``shell``
-by name and does not list it in ``approve`` (:func:`netclaw.policy.needs_approval`).
+Where it runs is a :class:`~netclaw.tools._sandbox.Runner`'s business (a bubblewrap
+sandbox by default, see :mod:`netclaw.tools._sandbox`). Here: no stdin; stdout and stderr
+merged and capped (the rest is drained so the command never blocks on a full pipe); its
+own process group, killed whole on timeout or when the turn is cancelled (in the sandbox
+that takes its whole PID namespace along). Off by default, and a call waits for a
+person's approval unless the audience grants ``shell`` by name and does not list it in
+``approve`` (:func:`netclaw.policy.needs_approval`).
 """
 
 from __future__ import annotations
@@ -12,32 +14,53 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import re
+import shutil
 import signal
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from netclaw.errors import ToolError
 from netclaw.tools._registry import Tool, ToolContext
+from netclaw.tools._sandbox import HostRunner, Limits, Network, Runner, clean_environment
 
-_SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
 MAX_COMMAND_CHARS = 10_000
 
+__all__ = ["clean_environment", "run_command", "shell_tool"]
 
-def shell_tool(root: Path, *, timeout_s: float = 60.0, max_output_bytes: int = 65536) -> Tool:
+
+def shell_tool(
+    root: Path,
+    *,
+    timeout_s: float = 60.0,
+    max_output_bytes: int = 65536,
+    runner: Runner | None = None,
+    network_for: Callable[[str], Network] | None = None,
+) -> Tool:
+    """``runner`` None: on the host (``sandbox: none``). ``network_for(audience)``: may the
+    command reach the network (default: no)."""
+    chosen = runner or HostRunner(root, Limits(), clean_environment(os.environ), shutil.which("prlimit"))
+
     async def run(args: Mapping[str, Any], ctx: ToolContext) -> str:
         command = args.get("command")
         if not isinstance(command, str) or not command.strip():
             raise ToolError("'command' is required: one shell command line")
         if len(command) > MAX_COMMAND_CHARS:
             raise ToolError(f"'command' is longer than {MAX_COMMAND_CHARS} characters")
-        return await run_command(command, root, timeout_s=timeout_s, max_output_bytes=max_output_bytes)
+        network = network_for(ctx.audience) if network_for is not None else "none"
+        return await run_command(
+            command, chosen, timeout_s=timeout_s, max_output_bytes=max_output_bytes, network=network
+        )
 
+    where = (
+        "in a sandbox: the workspace is the only writable place, no network"
+        if chosen.name != "none"
+        else "on the host"
+    )
     return Tool(
         "shell",
-        f"Run one shell command (/bin/sh -c) in the workspace; no input, at most {timeout_s:g}s, "
-        "output capped. Environment variables that look like secrets are not available.",
+        f"Run one shell command (/bin/sh -c) in the workspace, {where}; no input, at most "
+        f"{timeout_s:g}s, output capped. Environment variables that look like secrets are not available.",
         {
             "type": "object",
             "properties": {"command": {"type": "string", "description": "the command line"}},
@@ -48,20 +71,20 @@ def shell_tool(root: Path, *, timeout_s: float = 60.0, max_output_bytes: int = 6
     )
 
 
-def clean_environment(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
-    return {k: v for k, v in environ.items() if not _SECRET_NAME.search(k)}
-
-
-async def run_command(command: str, cwd: Path, *, timeout_s: float, max_output_bytes: int) -> str:
+async def run_command(
+    command: str, runner: Runner, *, timeout_s: float, max_output_bytes: int, network: Network = "none"
+) -> str:
+    launch = runner.launch(command, network)
     process = await asyncio.create_subprocess_exec(
-        "/bin/sh",
-        "-c",
-        command,
-        cwd=cwd,
+        *launch.argv,
+        cwd=launch.cwd,
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
-        env=clean_environment(),
+        env=launch.env,
+        user=launch.user,
+        group=launch.group,
+        extra_groups=[] if launch.user is not None else None,
         start_new_session=True,  # its own process group: a timeout kills everything it started
     )
     kept = bytearray()
@@ -91,7 +114,16 @@ async def run_command(command: str, cwd: Path, *, timeout_s: float, max_output_b
         await _reap(process)
         raise
     _kill_group(process)  # whatever it left running in the background goes too
-    return f"{_shown(kept, total)}\n[exit code {process.returncode}]"
+    return f"{_shown(kept, total)}\n[exit code {_exit_code(process.returncode)}]"
+
+
+def _exit_code(code: int | None) -> str:
+    if code is not None and code < 0:
+        try:
+            return f"{code} (killed by {signal.Signals(-code).name})"
+        except ValueError:
+            return str(code)
+    return str(code)
 
 
 def _shown(kept: bytearray, total: int) -> str:

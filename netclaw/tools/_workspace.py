@@ -28,14 +28,30 @@ MAX_LIST_ENTRIES = 500
 MAX_WRITE_BYTES = 5 * 1024 * 1024
 
 
-def ensure_workspace(root: Path) -> Path:
-    """The workspace directory, created (mode 0700) if missing."""
+Owner = tuple[int, int]  # (uid, gid)
+
+
+def ensure_workspace(root: Path, owner: Owner | None = None) -> Path:
+    """The workspace directory, created (mode 0700) if missing. With ``owner`` (the shell
+    sandbox's user, when the daemon runs as root) it and everything in it belong to them."""
     root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if owner is not None:
+        _chown_tree(root, owner)
     return root.resolve()
 
 
-def workspace_tools(root: Path, data_dir: Path | None = None) -> list[Tool]:
-    """The file tools on ``root``; with ``data_dir``, also ``share_file``."""
+def _chown_tree(root: Path, owner: Owner) -> None:
+    os.chown(root, *owner)
+    for folder, dirs, files in os.walk(root):
+        for name in (*dirs, *files):
+            path = os.path.join(folder, name)
+            if os.lstat(path).st_uid != owner[0]:
+                os.chown(path, *owner, follow_symlinks=False)
+
+
+def workspace_tools(root: Path, data_dir: Path | None = None, *, owner: Owner | None = None) -> list[Tool]:
+    """The file tools on ``root``; with ``data_dir``, also ``share_file``. With ``owner``,
+    what they write belongs to that user (the shell sandbox's, see :func:`ensure_workspace`)."""
     base = root.resolve()
 
     def inside(raw: object, *, field: str = "path") -> Path:
@@ -55,7 +71,7 @@ def workspace_tools(root: Path, data_dir: Path | None = None) -> list[Tool]:
         data = content.encode("utf-8")
         if len(data) > MAX_WRITE_BYTES:
             raise ToolError(f"'content' is {len(data):,} bytes; at most {MAX_WRITE_BYTES:,} can be written")
-        await asyncio.to_thread(_write, path, data, base)
+        await asyncio.to_thread(_write, path, data, base, owner)
         return f"wrote {len(data):,} bytes to {path.relative_to(base)}"
 
     async def list_dir(args: Mapping[str, Any], ctx: ToolContext) -> str:
@@ -69,7 +85,7 @@ def workspace_tools(root: Path, data_dir: Path | None = None) -> list[Tool]:
             raise ToolError("'old_text' is required: the exact text to replace (it must occur once)")
         if not isinstance(new, str):
             raise ToolError("'new_text' is required: the text to put in its place")
-        return await asyncio.to_thread(_edit, path, args["path"], old, new, base)
+        return await asyncio.to_thread(_edit, path, args["path"], old, new, base, owner)
 
     path_arg = {"type": "string", "description": "a path relative to the workspace"}
     return [
@@ -216,15 +232,20 @@ def _read(path: Path, shown: str, offset: int, limit: int) -> str:
     return text
 
 
-def _write(path: Path, data: bytes, base: Path) -> None:
+def _write(path: Path, data: bytes, base: Path, owner: Owner | None = None) -> None:
     if path.is_dir():
         raise ToolError(f"{path.relative_to(base)} is a directory")
+    made = [p for p in reversed(path.parents) if p.is_relative_to(base) and not p.exists()]
     path.parent.mkdir(parents=True, exist_ok=True)
     # Write beside it and rename: a reader never sees half a file.
     fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
+        if owner is not None:
+            for folder in made:
+                os.chown(folder, *owner)
+            os.chown(temp, *owner)
         os.replace(temp, path)
     except BaseException:
         Path(temp).unlink(missing_ok=True)
@@ -249,7 +270,7 @@ def _list(path: Path, base: Path) -> str:
     return "\n".join(lines) if lines else "(empty)"
 
 
-def _edit(path: Path, shown: str, old: str, new: str, base: Path) -> str:
+def _edit(path: Path, shown: str, old: str, new: str, base: Path, owner: Owner | None = None) -> str:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError as exc:
@@ -261,5 +282,5 @@ def _edit(path: Path, shown: str, old: str, new: str, base: Path) -> str:
         raise ToolError(
             f"old_text occurs {count} times in {shown!r}; it must occur exactly once (add surrounding lines)"
         )
-    _write(path, text.replace(old, new, 1).encode("utf-8"), base)
+    _write(path, text.replace(old, new, 1).encode("utf-8"), base, owner)
     return f"edited {shown}"

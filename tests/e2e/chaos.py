@@ -51,6 +51,8 @@ class ChaosResult:
     reordered: int = 0
     answered_twice: int = 0
     unanswered: int = 0
+    tool_runs: int = 0  # tool results in the transcripts
+    audited_wrong: int = 0  # tool runs missing from the audit trail, or in it more than once
     kills: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
     restart_s: list[float] = field(default_factory=list)
     resumed: int = 0  # sessions with unfinished work that a restart resumed (from the start-up lines)
@@ -265,6 +267,7 @@ class Chaos:
             users = [m["content"] for m in messages if m["role"] == "user"]
             self._compare(session_id, sent, users)
             self._answers(session_id, messages)
+            self._audited(session_id, messages)
         self._journal_identities()
 
     def _compare(self, session_id: str, sent: list[str], users: list[str]) -> None:
@@ -310,6 +313,22 @@ class Chaos:
             ):
                 finals += 1
         close()
+
+    def _audited(self, session_id: str, messages: list[dict[str, Any]]) -> None:
+        """Every tool run of the transcript is in the audit trail exactly once."""
+        assert self.daemon is not None
+        assert self.daemon.http is not None
+        response = self.daemon.http.get("/api/audit", params={"session": session_id, "limit": "100000"})
+        response.raise_for_status()
+        audited = [e["detail"]["call_id"] for e in response.json() if e["kind"] == "tool_run"]
+        ran = [m["tool_call_id"] for m in messages if m["role"] == "tool"]
+        self.result.tool_runs += len(ran)
+        if sorted(audited) != sorted(ran) or len(set(audited)) != len(audited):
+            self.result.audited_wrong += 1
+            self.result.problems.append(
+                f"{session_id}: {len(ran)} tool run(s), {len(audited)} in the audit trail "
+                f"({len(set(audited))} distinct)"
+            )
 
     def _journal_identities(self) -> None:
         """Straight from the database: no idempotency identity was admitted twice."""

@@ -74,3 +74,10 @@ def test_a_pending_approval_survives_a_restart_and_deciding_it_resumes_the_turn(
     twice = second.http.post(f"/api/sessions/{sid}/approvals/{aid}", json={"decision": "approve"})
     assert twice.status_code == 409
     assert len(journal_rows(site.db_path, sid, "StepRecorded")) == 1  # the tool ran once
+    # The audit trail, across the restart: asked once, decided once, run once.
+    trail = second.http.get("/api/audit", params={"session": sid}).json()
+    assert [(e["kind"], e["detail"].get("tool")) for e in trail] == [
+        ("approval_requested", "current_time"),
+        ("approval_decided", "current_time"),
+        ("tool_run", "current_time"),
+    ]

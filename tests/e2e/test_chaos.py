@@ -33,4 +33,5 @@ def test_sigkills_under_concurrent_load_lose_and_repeat_nothing(
         0,
     )
     assert sum(result.kills.values()) == 3
+    assert result.tool_runs > 0 and result.audited_wrong == 0  # each tool run audited once
     assert result.restart_max_s < 10

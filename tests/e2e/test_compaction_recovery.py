@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from netclaw.history import FLUSH_MARKER, SUMMARY_MARKER
+from netclaw.trust import system_prompt as trusted
 from tests.e2e.conftest import (
     SYSTEM_PROMPT,
     DaemonProcess,
@@ -72,7 +73,7 @@ def test_sigkill_right_after_compaction_keeps_the_projection(
     second = start()
     context = second.session(sid, "context")["messages"]
     transcript = second.session(sid)["messages"]
-    assert (context[0]["role"], context[0]["content"]) == ("system", SYSTEM_PROMPT)
+    assert (context[0]["role"], context[0]["content"]) == ("system", trusted(SYSTEM_PROMPT))
     assert context[1]["kind"] == "compaction_summary" and SUMMARY in context[1]["content"]
     assert context[2]["id"] == compacted["first_kept_id"] and context[2]["role"] == "user"
     assert_no_orphans(context[2:])

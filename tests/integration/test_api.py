@@ -11,6 +11,7 @@ import pytest
 
 from netclaw.config import Settings
 from netclaw.daemon import Daemon
+from netclaw.trust import system_prompt as trusted
 from tests.conftest import DaemonHandle, settings_data
 from tests.fakes.scripted_openai import ErrorReply, Reply, ScriptedOpenAIThread
 
@@ -529,7 +530,7 @@ def test_get_session_transcript_and_context_views(daemon: DaemonHandle) -> None:
     context = daemon.transcript(sid, "context")
     assert context[0]["role"] == "system"
     assert daemon.daemon.settings.agent.system_prompt
-    assert context[0]["content"] == daemon.daemon.settings.agent.system_prompt
+    assert context[0]["content"] == trusted(daemon.daemon.settings.agent.system_prompt)
     assert [m["id"] for m in context[1:]] == [m["id"] for m in transcript]
 
 

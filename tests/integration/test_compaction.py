@@ -17,6 +17,7 @@ from typing import Any
 
 from netclaw.history import FLUSH_MARKER, REQUIRED_SECTIONS, SUMMARY_MARKER
 from netclaw.persistence import NewMemory, SqliteMemoryStore
+from netclaw.trust import system_prompt as trusted
 from tests.conftest import DaemonHandle
 from tests.fakes.scripted_openai import (
     ErrorReply,
@@ -210,7 +211,7 @@ def test_threshold_crossed_runs_every_tier_in_order(
     context = handle.transcript(sid, view="context")
     transcript = handle.transcript(sid)
     assert context[0]["role"] == "system"
-    assert context[0]["content"] == handle.daemon.settings.agent.system_prompt
+    assert context[0]["content"] == trusted(handle.daemon.settings.agent.system_prompt)
     assert context[1]["kind"] == "compaction_summary"
     assert GOOD_SUMMARY in context[1]["content"]
     first_kept = context[2]

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from netclaw.trust import unlabel
 from tests.conftest import DaemonHandle, wait_until
 from tests.fakes.scripted_openai import Reply, ScriptedOpenAIThread, ToolCallSpec
 
@@ -59,7 +60,12 @@ def offered(request: dict[str, Any]) -> set[str]:
 
 
 def tool_results(handle: DaemonHandle, sid: str) -> list[dict[str, Any]]:
-    return [m for m in handle.transcript(sid) if m["role"] == "tool"]
+    """The tool results, their content without the untrusted-content label (netclaw/trust.py)
+    every successful MCP result wears."""
+    found = [m for m in handle.transcript(sid) if m["role"] == "tool"]
+    for m in found:
+        assert m.get("is_error") or m["content"].startswith("<untrusted-content "), m["content"]
+    return [{**m, "content": unlabel(m["content"])} for m in found]
 
 
 def test_stdio_and_http_servers_serve_tools_to_the_model(

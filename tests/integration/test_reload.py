@@ -16,6 +16,7 @@ import pytest
 from netclaw.config import load_settings
 from netclaw.daemon import Daemon
 from netclaw.policy import ChatEvent
+from netclaw.trust import system_prompt as trusted
 from tests.conftest import settings_data
 from tests.fakes.scripted_openai import ScriptedOpenAIThread
 
@@ -74,7 +75,7 @@ def test_reload_applies_prompt_routes_and_allowlists_and_says_what_waits(
         client.post(f"/api/sessions/{sid}/messages", json={"text": "one"}, params={"wait": "1"}).status_code
         == 200
     )
-    assert system_prompt(client, sid) == "You are the first prompt."
+    assert system_prompt(client, sid) == trusted("You are the first prompt.")
     new_route = client.post("/webhooks/b", json={"text": "hi"}, headers={"Authorization": f"Bearer {SECRET}"})
     assert new_route.status_code == 404
 
@@ -98,13 +99,13 @@ def test_reload_applies_prompt_routes_and_allowlists_and_says_what_waits(
     assert "needs a restart (running values kept): providers.local.timeout_s" in line
 
     # The API shows what the model now sees.
-    assert system_prompt(client, sid) == "You are the second prompt."
+    assert system_prompt(client, sid) == trusted("You are the second prompt.")
     # The running session's next turn is sent with it.
     assert (
         client.post(f"/api/sessions/{sid}/messages", json={"text": "two"}, params={"wait": "1"}).status_code
         == 200
     )
-    assert scripted.requests[-1]["messages"][0]["content"] == "You are the second prompt."
+    assert scripted.requests[-1]["messages"][0]["content"] == trusted("You are the second prompt.")
     # A route added by the reload answers.
     added = client.post("/webhooks/b", json={"text": "hi"}, headers={"Authorization": f"Bearer {SECRET}"})
     assert added.status_code == 202, added.text

@@ -30,6 +30,8 @@ TABLES = (
     "webhook_deliveries",
     "webhook_signatures",
     "reminders",
+    "audit",
+    "api_tokens",
 )
 _BATCH = 5_000
 
@@ -56,10 +58,11 @@ def copy_sqlite_to_postgres(
                 if progress is not None:
                     progress(table, copied[table])
             # ids were copied as they were: new memories number on after them
-            target.execute(
-                "SELECT setval(pg_get_serial_sequence('memories', 'id'), COALESCE(MAX(id), 0) + 1, false)"
-                " FROM memories"
-            )
+            for serial in ("memories", "audit"):
+                target.execute(
+                    f"SELECT setval(pg_get_serial_sequence('{serial}', 'id'), COALESCE(MAX(id), 0) + 1, false)"
+                    f" FROM {serial}"
+                )
     except sqlite3.Error as exc:
         raise JournalError(f"reading {sqlite_path} failed: {exc}; nothing was copied") from exc
     except psycopg.Error as exc:

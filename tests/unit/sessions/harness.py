@@ -56,6 +56,9 @@ class Catalog:
     def schemas(self, allowed: Sequence[str] | None = None) -> list[ToolSchema]:
         return [t for t in self._tools if allowed is None or t.name in allowed]
 
+    def names(self) -> list[str]:
+        return sorted(t.name for t in self._tools)
+
 
 class Sink:
     """A subscriber's sink that keeps what it was offered."""

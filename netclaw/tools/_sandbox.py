@@ -1,0 +1,306 @@
+"""Where a shell command runs: inside a bubblewrap sandbox, or (an explicit opt-out) on the host.
+
+The bubblewrap sandbox (``tools.shell.sandbox: bwrap``, the default) shows the command a
+read-only system — ``/usr`` (and the ``/bin``, ``/lib``… links into it), a short list of
+harmless files from ``/etc``, and any ``tools.shell.ro_paths`` — with the workspace as the
+only writable path besides a private ``/tmp``. It gets its own user, PID, IPC, UTS and
+(unless the audience allows the network) network namespaces, no capabilities, a new
+session (no terminal to inject into), an environment of five variables, and it dies with
+its parent. Inside, ``prlimit`` bounds each process's CPU seconds, address space and file
+size, and the number of processes (so a fork bomb stops at the limit). The daemon's data
+directory is never visible, even when it lies under a path the sandbox sees.
+
+When the daemon runs as root, commands never do: bubblewrap is started as
+``tools.shell.sandbox_uid`` (it then owns the workspace), because root's own processes are
+exempt from the process limit, and root owns ``/etc/shadow``-like files anyway.
+
+What it does not protect: a kernel bug reachable from an unprivileged user namespace; the
+workspace itself (commands may read and change everything in it, and files the file tools
+wrote); anything under ``ro_paths``; and with ``network: host``, the network.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import subprocess
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from netclaw.config import ShellConfig
+from netclaw.errors import ConfigError
+
+Network = Literal["none", "host"]
+
+# Files from /etc a command needs to run ordinary tools: names, libraries, time zones,
+# certificates, the alternatives links many /usr/bin programs point through. No secrets.
+ETC_FILES = (
+    "alternatives",
+    "ca-certificates",
+    "ca-certificates.conf",
+    "group",
+    "host.conf",
+    "hosts",
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "localtime",
+    "mime.types",
+    "nsswitch.conf",
+    "os-release",
+    "passwd",
+    "protocols",
+    "resolv.conf",
+    "services",
+    "ssl",
+    "timezone",
+)
+# The usual links of a merged-/usr system (directories of their own on older ones).
+USR_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Resource limits of each process of a command (``prlimit``)."""
+
+    cpu_s: int = 60
+    memory_bytes: int = 2048 * 1024 * 1024
+    processes: int = 64
+    file_bytes: int = 256 * 1024 * 1024
+
+    @classmethod
+    def of(cls, config: ShellConfig) -> Limits:
+        mib = 1024 * 1024
+        return cls(config.cpu_s, config.memory_mb * mib, config.max_processes, config.max_file_mb * mib)
+
+    def prlimit(self, prlimit: str) -> list[str]:
+        return [
+            prlimit,
+            f"--cpu={self.cpu_s}",
+            f"--as={self.memory_bytes}",
+            f"--nproc={self.processes}",
+            f"--fsize={self.file_bytes}",
+            "--core=0",
+            "--",
+        ]
+
+
+@dataclass(frozen=True, slots=True)
+class Launch:
+    """How to start one command: argv, environment, and the uid/gid to start it as."""
+
+    argv: list[str]
+    env: dict[str, str]
+    user: int | None = None
+    group: int | None = None
+    cwd: Path | None = None
+
+
+class Runner:
+    """Turns a command line into a :class:`Launch`."""
+
+    name: str = "none"
+
+    def launch(self, command: str, network: Network) -> Launch:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True, slots=True)
+class HostRunner(Runner):
+    """``sandbox: none``: ``/bin/sh -c`` in the workspace as the daemon's user, with the
+    resource limits (when ``prlimit`` is there) and no secret-looking variables."""
+
+    workspace: Path
+    limits: Limits
+    environ: Mapping[str, str]
+    prlimit: str | None = None
+    name: str = "none"
+
+    def launch(self, command: str, network: Network) -> Launch:
+        limits = self.limits.prlimit(self.prlimit) if self.prlimit else []
+        return Launch([*limits, "/bin/sh", "-c", command], dict(self.environ), cwd=self.workspace)
+
+
+@dataclass(frozen=True, slots=True)
+class Bubblewrap(Runner):
+    workspace: Path
+    limits: Limits
+    hidden: tuple[Path, ...] = ()  # never visible, even under a path the sandbox sees
+    ro_paths: tuple[Path, ...] = ()
+    run_as: tuple[int, int] | None = None  # (uid, gid) when the daemon is root
+    bwrap: str = "bwrap"
+    prlimit: str = "/usr/bin/prlimit"
+    disable_userns: bool = True  # bubblewrap ≥ 0.8: no nested user namespaces inside
+    name: str = "bwrap"
+
+    def launch(self, command: str, network: Network) -> Launch:
+        uid, gid = self.run_as if self.run_as is not None else (None, None)
+        argv = [
+            self.bwrap,
+            *self.options(network),
+            *self.limits.prlimit(self.prlimit),
+            "/bin/sh",
+            "-c",
+            command,
+        ]
+        return Launch(argv, self.environment(), user=uid, group=gid)
+
+    def environment(self) -> dict[str, str]:
+        # bubblewrap itself gets no more than the command: nothing of the daemon's
+        # environment is readable inside, not even through /proc.
+        return {"PATH": SANDBOX_PATH, "LANG": "C.UTF-8"}
+
+    def options(self, network: Network) -> list[str]:
+        ws = str(self.workspace)
+        opts = [
+            "--unshare-all",
+            "--unshare-user",
+            *(["--share-net"] if network == "host" else []),
+            *(["--disable-userns"] if self.disable_userns else []),
+            "--die-with-parent",
+            "--new-session",
+            "--cap-drop",
+            "ALL",
+            "--hostname",
+            "sandbox",
+            "--ro-bind",
+            "/usr",
+            "/usr",
+        ]
+        for name in USR_LINKS:
+            path = Path("/") / name
+            if path.is_symlink():
+                opts += ["--symlink", os.readlink(path), str(path)]
+            elif path.is_dir():
+                opts += ["--ro-bind", str(path), str(path)]
+        for name in ETC_FILES:
+            path = Path("/etc") / name
+            if path.exists():
+                opts += ["--ro-bind", str(path), str(path)]
+        for path in self.ro_paths:
+            if path.exists():
+                opts += ["--ro-bind", str(path), str(path)]
+        opts += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--bind", ws, ws]
+        for path in self.hidden:
+            if any(_under(path, seen) for seen in (self.workspace, *self.ro_paths)):
+                opts += ["--tmpfs", str(path)]  # masked: an empty directory in its place
+        opts += [
+            "--remount-ro",
+            "/",
+            "--chdir",
+            ws,
+            "--clearenv",
+            "--setenv",
+            "PATH",
+            SANDBOX_PATH,
+            "--setenv",
+            "HOME",
+            ws,
+            "--setenv",
+            "TMPDIR",
+            "/tmp",
+            "--setenv",
+            "LANG",
+            "C.UTF-8",
+            "--setenv",
+            "TERM",
+            "dumb",
+            "--",
+        ]
+        return opts
+
+
+def _under(path: Path, root: Path) -> bool:
+    return path == root or path.is_relative_to(root)
+
+
+def runner_for(
+    config: ShellConfig,
+    workspace: Path,
+    *,
+    hidden: Iterable[Path] = (),
+    environ: Mapping[str, str] | None = None,
+) -> Runner:
+    """The runner ``config.sandbox`` asks for, checked: a sandbox that cannot start here is a
+    :class:`ConfigError` saying what to do, raised at start-up rather than at the first call."""
+    limits = Limits.of(config)
+    if config.sandbox == "none":
+        return HostRunner(
+            workspace, limits, clean_environment(environ or os.environ), shutil.which("prlimit")
+        )
+    bwrap, prlimit = shutil.which("bwrap"), shutil.which("prlimit", path="/usr/bin:/bin")
+    if bwrap is None:
+        raise ConfigError(
+            "tools.shell.sandbox is 'bwrap' but bubblewrap is not installed: install it "
+            '(Debian/Ubuntu: apt-get install bubblewrap), or set tools.shell.sandbox to "none" '
+            "to run shell commands unsandboxed as the daemon's user"
+        )
+    if prlimit is None or not prlimit.startswith("/usr/"):
+        raise ConfigError(
+            "tools.shell.sandbox: prlimit (util-linux) is not under /usr, so the sandbox cannot "
+            'limit its commands; install util-linux, or set tools.shell.sandbox to "none"'
+        )
+    run_as = (config.sandbox_uid, config.sandbox_gid) if os.geteuid() == 0 else None
+    runner = Bubblewrap(
+        workspace.resolve(),
+        limits,
+        hidden=tuple(p.resolve() for p in hidden),
+        ro_paths=tuple(config.ro_paths),
+        run_as=run_as,
+        bwrap=bwrap,
+        prlimit=prlimit,
+    )
+    problem = probe(runner)
+    if problem is not None and "disable-userns" in problem:
+        runner = dataclasses.replace(runner, disable_userns=False)  # an older bubblewrap
+        problem = probe(runner)
+    if problem is not None:
+        if run_as is not None:
+            problem += (
+                f" (the daemon runs as root, so the sandbox runs as uid {run_as[0]}, set by "
+                "tools.shell.sandbox_uid: that user must be able to reach bubblewrap and the "
+                f"workspace {workspace}, so every folder above it needs o+x)"
+            )
+        raise ConfigError(
+            f"tools.shell.sandbox is 'bwrap' but bubblewrap cannot start a sandbox here: {problem}. "
+            "It needs unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1; "
+            "under systemd allow them with RestrictNamespaces=; in a container run it with a "
+            'seccomp profile that allows them), or set tools.shell.sandbox to "none" to run '
+            "shell commands unsandboxed as the daemon's user"
+        )
+    return runner
+
+
+def probe(runner: Runner, timeout_s: float = 20.0) -> str | None:
+    """Start ``true`` in the sandbox once; None when it works, else what went wrong."""
+    launch = runner.launch("true", "none")
+    try:
+        done = subprocess.run(
+            launch.argv,
+            env=launch.env,
+            user=launch.user,
+            group=launch.group,
+            extra_groups=[] if launch.user is not None else None,
+            cwd=launch.cwd,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=timeout_s,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    if done.returncode != 0:
+        return (done.stderr or done.stdout).decode(errors="replace").strip() or f"exit code {done.returncode}"
+    return None
+
+
+SECRET_NAME_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL")
+
+
+def clean_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """The daemon's environment without variables whose names look secret (``sandbox: none``)."""
+    return {k: v for k, v in environ.items() if not any(w in k.upper() for w in SECRET_NAME_WORDS)}
