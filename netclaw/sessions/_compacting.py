@@ -26,6 +26,7 @@ from netclaw.sessions._compaction import (
     compaction_record,
     describe_compaction,
     failing_notice,
+    plan_compaction,
 )
 from netclaw.sessions._core import Activity, Core, Suspended
 from netclaw.sessions._effects import CancelOp, CompactionHealth, Measure, RunCompaction
@@ -87,6 +88,25 @@ class Compacting:
             case _:
                 pass  # results of other ops: stale
         return self
+
+    @classmethod
+    def planned(
+        cls, core: Core, decision: ladder.Compact, *, resume: Suspended | None, reply: Reply[str] | None
+    ) -> Compacting:
+        """Tier 1 decided now (which tool results to clear), and the LLM tiers' plan if the
+        threshold is still crossed after it."""
+        context = core.context
+        start = plan_compaction(
+            core.state,
+            context.prompts,
+            context.tools(),
+            context.settings,
+            threshold_tokens=context.budget().threshold_tokens,
+            audience=context.audience,
+            forced=decision.forced,
+            summarise=decision.summarise,
+        )
+        return cls(core.new_op(), start, resume, decision.forced, reply)
 
     def begin(self, core: Core) -> Activity:
         """Entered: finish at once when tier 1 is all there is, else run the LLM tiers."""

@@ -43,7 +43,17 @@ class SessionEnv:
 
 
 class ModelContext:
-    __slots__ = ("_allowed", "_audience", "_catalog", "_id", "_ladder", "_live", "_role", "_settings", "prompts")
+    __slots__ = (
+        "_allowed",
+        "_audience",
+        "_catalog",
+        "_id",
+        "_ladder",
+        "_live",
+        "_role",
+        "_settings",
+        "prompts",
+    )
 
     def __init__(self, session_id: str, live: LiveSettings, catalog: ToolCatalog) -> None:
         self._id = session_id

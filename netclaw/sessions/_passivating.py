@@ -19,7 +19,7 @@ from netclaw.sessions._commands import (
 )
 from netclaw.sessions._core import Activity, Core
 from netclaw.sessions._effects import AskToStop, CancelOp, RunExtraction, SaveMemories, Stop
-from netclaw.sessions._extraction import ExtractionPlan
+from netclaw.sessions._extraction import ExtractionPlan, plan_extraction
 from netclaw.sessions._phases import Phase
 
 log = logging.getLogger(__name__)
@@ -66,9 +66,13 @@ class Passivating:
                 return self  # stale
         return self.step(core)
 
-    def begin(self, core: Core, grace_s: float, plan: ExtractionPlan | None) -> Activity:
+    def begin(self, core: Core, grace_s: float) -> Activity:
         """Entered: extract memories during the grace period (when there is something new
         and a store), snapshot, stop."""
+        plan = None
+        if core.has_memory:
+            model, audience = core.settings.compaction_model, core.context.audience
+            plan = plan_extraction(core.state, audience=audience, model=model, grace_s=grace_s)
         if plan is not None:
             op_id = core.new_op()
             self.extraction = (op_id, plan)

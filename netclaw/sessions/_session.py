@@ -26,7 +26,6 @@ from netclaw.sessions import _ladder as ladder
 from netclaw.sessions import _turn as turn
 from netclaw.sessions._approvals import pending_json
 from netclaw.sessions._compacting import Compacting
-from netclaw.sessions._compaction import plan_compaction
 from netclaw.sessions._context import ModelContext, SessionEnv
 from netclaw.sessions._core import Activity, Suspended
 from netclaw.sessions._events import (
@@ -36,7 +35,6 @@ from netclaw.sessions._events import (
     SessionReset,
     TurnStarted,
 )
-from netclaw.sessions._extraction import plan_extraction
 from netclaw.sessions._idle import Idle
 from netclaw.sessions._passivating import Passivating
 from netclaw.sessions._phases import Phase, PhaseMachine
@@ -306,18 +304,7 @@ class Session:
     def begin_compaction(
         self, decision: ladder.Compact, *, resume: Suspended | None = None, reply: Reply[str] | None = None
     ) -> Activity:
-        context = self.context
-        start = plan_compaction(
-            self._state,
-            context.prompts,
-            context.tools(),
-            context.settings,
-            threshold_tokens=context.budget().threshold_tokens,
-            audience=context.audience,
-            forced=decision.forced,
-            summarise=decision.summarise,
-        )
-        compacting = Compacting(self.new_op(), start, resume, decision.forced, reply)
+        compacting = Compacting.planned(self, decision, resume=resume, reply=reply)
         self.enter(compacting)
         return compacting.begin(self)
 
@@ -333,11 +320,7 @@ class Session:
         """Idle and unwatched: extract memories during the grace period, snapshot, stop."""
         passivating = Passivating()
         self.enter(passivating)
-        plan = None
-        if self.has_memory:
-            model = self.settings.compaction_model
-            plan = plan_extraction(self._state, audience=self.context.audience, model=model, grace_s=grace_s)
-        return passivating.begin(self, grace_s, plan)
+        return passivating.begin(self, grace_s)
 
     def turn_ended(self, *, go_on: bool) -> Activity:
         # Once the reply is out: serialising a long session is not free, and nobody waits for it.
