@@ -1,4 +1,4 @@
-"""``/metrics`` on the real daemon: Prometheus text, no auth, the contract's families, and
+"""``/metrics`` on the real daemon: Prometheus text, no auth, the families docs/http-api.md lists, and
 values that follow what happened (turns by outcome, tokens, commits, approvals waiting)."""
 
 from __future__ import annotations
