@@ -10,8 +10,9 @@
 
 from __future__ import annotations
 
-import argparse
+import contextlib
 import dataclasses
+import io
 import json
 import os
 import re
@@ -141,29 +142,60 @@ def test_the_reference_pages_are_linked_from_the_readme() -> None:
 # -- docs/cli.md --------------------------------------------------------------------------------
 
 
-def subcommands() -> dict[str, argparse.ArgumentParser]:
-    sub = next(a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction))
-    return dict(sub.choices)
+def help_of(*argv: str) -> str:
+    """What ``netclaw *argv --help`` prints (wide, so no choice list is wrapped)."""
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed), pytest.raises(SystemExit):
+        _parser().parse_args([*argv, "--help"])
+    return printed.getvalue()
 
 
-def test_the_cli_page_names_every_command_and_option() -> None:
+def cli_surface(
+    monkeypatch: pytest.MonkeyPatch,
+) -> dict[str, tuple[list[str], list[str], dict[str, list[str]]]]:
+    """Each command: its action words, its options, and each option's choices, as its
+    ``--help`` shows them."""
+    monkeypatch.setenv("COLUMNS", "250")
+    listed = re.search(r"\{([\w,-]+)\}", help_of())
+    assert listed is not None, "netclaw --help lists no commands"
+    commands = listed.group(1).split(",")
+    found = {}
+    for command in commands:
+        words: list[str] = []
+        options: list[str] = []
+        choices: dict[str, list[str]] = {}
+        for line in help_of(command).splitlines():
+            head = line.strip().split("  ")[0]
+            if head.startswith("{"):
+                words += head.strip("{}").split(",")
+            elif head.startswith("-") and line.startswith("  "):
+                for part in head.split(", "):
+                    option, _, argument = part.partition(" ")
+                    if option not in ("-h", "--help"):
+                        options.append(option)
+                        if argument.startswith("{"):
+                            choices[option] = argument.strip("{}").split(",")
+        found[command] = (words, options, choices)
+    return found
+
+
+def test_the_cli_page_names_every_command_and_option(monkeypatch: pytest.MonkeyPatch) -> None:
     doc = read("docs/cli.md")
+    surface = cli_surface(monkeypatch)
+    assert {"run", "chat", "sessions", "doctor"} <= set(surface), "reading --help went wrong"
     missing = []
-    for name, parser in subcommands().items():
-        if f"`netclaw {name}" not in doc:
-            missing.append(f"netclaw {name}")
-        for action in parser._actions:
-            if isinstance(action, argparse._HelpAction):
-                continue
-            missing += [f"netclaw {name} {o}" for o in action.option_strings if o not in doc]
-            for choice in action.choices or ():
-                if action.option_strings:  # --by day: `--by session\|day\|model` or `day`
-                    spelled = [f"{o} {choice}" for o in action.option_strings]
-                    spelled += [f"\\|{choice}", f"`{choice}`"]
-                else:  # an action word: `sessions show`, `sessions [list]`
-                    spelled = [f"{name} {choice}", f"{name} [{choice}]"]
-                if not any(s in doc for s in spelled):
-                    missing.append(f"netclaw {name} ... {choice}")
+    for command, (words, options, choices) in surface.items():
+        if f"`netclaw {command}" not in doc:
+            missing.append(f"netclaw {command}")
+        # An action word: `sessions show`, or the default `sessions [list]`.
+        missing += [f"netclaw {command} {w}" for w in words if not re.search(rf"{command} \[?{w}\b", doc)]
+        missing += [f"netclaw {command} {o}" for o in options if o not in doc]
+        for option, values in choices.items():  # --by day: `--by session\|day\|model`
+            missing += [
+                f"netclaw {command} {option} {v}"
+                for v in values
+                if not any(s in doc for s in (f"{option} {v}", f"\\|{v}", f"`{v}`"))
+            ]
     assert not missing, "docs/cli.md does not mention: " + ", ".join(missing)
 
 
@@ -224,7 +256,9 @@ def _holds(found: Any, expected: Any) -> bool:
     if isinstance(found, BaseModel):
         found = found.model_dump(mode="json")
     if isinstance(expected, dict):
-        return isinstance(found, dict) and all(k in found and _holds(found[k], v) for k, v in expected.items())
+        return isinstance(found, dict) and all(
+            k in found and _holds(found[k], v) for k, v in expected.items()
+        )
     return bool(found == expected)
 
 
@@ -277,7 +311,9 @@ def test_the_http_page_lists_every_route() -> None:
     served = served_routes()
     assert len(served) > 15
     assert not served - documented, f"docs/http-api.md does not list: {sorted(served - documented)}"
-    assert not documented - served, f"docs/http-api.md lists routes nobody serves: {sorted(documented - served)}"
+    assert not documented - served, (
+        f"docs/http-api.md lists routes nobody serves: {sorted(documented - served)}"
+    )
 
 
 # -- docs/events.md -----------------------------------------------------------------------------
@@ -286,7 +322,9 @@ def test_the_http_page_lists_every_route() -> None:
 def test_the_events_page_matches_the_outputs() -> None:
     rows = table_after("docs/events.md", "events table")
     documented = {row[0].strip("`"): row for row in rows}
-    assert set(documented) == set(outputs.OUTPUT_TYPES), "docs/events.md and netclaw/outputs.py name different events"
+    assert set(documented) == set(outputs.OUTPUT_TYPES), (
+        "docs/events.md and netclaw/outputs.py name different events"
+    )
     for event, (_, bit, payload) in documented.items():
         cls = outputs.OUTPUT_TYPES[event]
         assert bit == ("always" if cls.bit is None else cls.bit.name), f"{event}: filter bit"
@@ -338,12 +376,14 @@ def test_the_layers_table_is_the_import_contract() -> None:
     documented = [" ".join(row[1].replace("`", "").split()) for row in rows if row[0].isdigit()]
     assert documented == contract_layers(), "docs/architecture.md's layers differ from pyproject.toml's"
     named = {m for layer in contract_layers() for m in re.split(r"[ :|]+", layer) if m}
-    top = {f"netclaw.{p.stem}" for p in (REPO / "netclaw").iterdir() if p.suffix == ".py" and p.stem != "__init__"}
+    top = {
+        f"netclaw.{p.stem}"
+        for p in (REPO / "netclaw").iterdir()
+        if p.suffix == ".py" and p.stem != "__init__"
+    }
     top |= {f"netclaw.{p.name}" for p in (REPO / "netclaw").iterdir() if (p / "__init__.py").exists()}
     outside = {m for m in top if not any(m == n or m.startswith(n + ".") for n in named)}
-    listed = {
-        span for row in rows if not row[0].isdigit() for span in code_spans(row[1])
-    }
+    listed = {span for row in rows if not row[0].isdigit() for span in code_spans(row[1])}
     assert listed == outside, f"modules in no layer: {sorted(outside)}; the page lists {sorted(listed)}"
 
 

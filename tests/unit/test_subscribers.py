@@ -85,7 +85,7 @@ DOCUMENTED_BITS = {
 
 def test_tables_match_the_documentation() -> None:
     assert dict(EVENT_FILTER) == {e: bit for e, bit in DOCUMENTED_BITS.items() if bit is not None}
-    assert LIFECYCLE_EVENTS == {e for e, bit in DOCUMENTED_BITS.items() if bit is None}
+    assert {e for e, bit in DOCUMENTED_BITS.items() if bit is None} == LIFECYCLE_EVENTS
     assert not set(EVENT_FILTER) & LIFECYCLE_EVENTS
     assert not DROPPABLE_EVENTS & LIFECYCLE_EVENTS
     assert "text" not in DROPPABLE_EVENTS
