@@ -11,7 +11,6 @@ import base64
 import binascii
 import datetime as dt
 import hmac
-import json
 import logging
 import re
 from collections.abc import Callable, Mapping
@@ -34,6 +33,7 @@ from netclaw.reminders import check_catch_up, check_name, check_text
 from netclaw.scheduler import NewReminder, Scheduler
 from netclaw.web import (
     Handler,
+    SseStreams,
     errors_middleware,
     flag,
     idempotency_key,
@@ -49,7 +49,6 @@ log = logging.getLogger(__name__)
 MAX_BODY_BYTES = 1_048_576
 # A message may carry files (base64: 4/3 of their size) up to the attachment limits.
 MAX_MESSAGE_BODY_BYTES = 48 * 1_048_576
-SSE_HEARTBEAT_S = 15.0
 _MEMORY_ID = re.compile(r"[0-9]{1,18}")
 MAX_USER_CHARS = 200
 
@@ -68,7 +67,7 @@ class Api:
         self.scheduler = scheduler
         self._token = token.encode()
         self._health_extra = health_extra
-        self._streams: set[asyncio.Task[Any]] = set()
+        self._streams = SseStreams()
 
     def app(self) -> web.Application:
         app = web.Application(
@@ -94,7 +93,7 @@ class Api:
         app.router.add_delete("/api/memories/{id}", self.delete_memory)
         app.router.add_get("/api/usage", self.usage)
         app.router.add_post(SUBMIT_PATH, self.forwarded_message)
-        app.on_shutdown.append(self._close_streams)
+        app.on_shutdown.append(self._streams.close_all)
         return app
 
     @web.middleware
@@ -123,7 +122,9 @@ class Api:
 
     # -- handlers -------------------------------------------------------------------------
 
-    async def healthz(self, request: web.Request) -> web.Response:
+    def health(self) -> dict[str, Any]:
+        """What ``/healthz`` answers: sessions by phase, channels, MCP servers, the journal,
+        and ``degraded`` with the reasons when something enabled is down."""
         resident = self.gateway.resident_phases()
         by_phase: dict[str, int] = {}
         for phase in resident.values():
@@ -138,8 +139,11 @@ class Api:
             # Something enabled is down (a channel, an MCP server): degraded, and why.
             body["status"] = "degraded"
             body["reason"] = "; ".join(body["problems"])
-            return web.json_response(body, status=503)
-        return web.json_response(body)
+        return body
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        body = self.health()
+        return web.json_response(body, status=503 if body["status"] == "degraded" else 200)
 
     async def metrics_text(self, request: web.Request) -> web.Response:
         """Prometheus text format, no auth: counts only, no content."""
@@ -342,48 +346,7 @@ class Api:
             mask = out.OutputFilter.parse(request.query.get("filter"))
         except ValueError as exc:
             raise ApiError(400, "invalid_filter", str(exc)) from exc
-        response = web.StreamResponse(
-            headers={
-                "Content-Type": "text/event-stream",
-                "Cache-Control": "no-cache",
-                "X-Accel-Buffering": "no",
-            }
-        )
-        try:
-            await response.prepare(request)
-        except ConnectionResetError:
-            return response  # the client hung up before the stream began: nothing to undo
-        subscription = self.gateway.subscribe(session_id, mask)
-        task = asyncio.current_task()
-        if task is not None:
-            self._streams.add(task)
-        try:
-            while True:
-                try:
-                    output = await subscription.get(SSE_HEARTBEAT_S)
-                except TimeoutError:
-                    await response.write(b": keep-alive\n\n")
-                    continue
-                if output is None:
-                    if subscription.overflowed:
-                        message = "this stream fell too far behind and was closed; reconnect"
-                        overflow = out.Error(
-                            session_id=session_id, code="subscriber_overflow", message=message
-                        )
-                        await response.write(_sse(overflow))
-                    break
-                await response.write(_sse(output))
-        except ConnectionResetError:
-            pass  # the client went away; the finally unsubscribes it
-        finally:
-            subscription.close()
-            if task is not None:
-                self._streams.discard(task)
-        return response
-
-    async def _close_streams(self, app: web.Application) -> None:
-        for task in list(self._streams):
-            task.cancel()
+        return await self._streams.serve(request, session_id, self.gateway.subscribe(session_id, mask))
 
 
 # -- helpers ------------------------------------------------------------------------------------
@@ -392,12 +355,6 @@ class Api:
 def _optional_label(body: Mapping[str, Any], field: str, max_chars: int) -> str | None:
     value = body.get(field)
     return None if value is None else check_label(field, value, max_chars=max_chars)
-
-
-def _sse(output: out.Output) -> bytes:
-    """One SSE message: ``event: <name>`` and the output's payload as ``data:``."""
-    data = json.dumps(out.payload(output), ensure_ascii=False, separators=(",", ":"))
-    return f"event: {output.event}\ndata: {data}\n\n".encode()
 
 
 def _summary_json(summary: SessionSummary) -> dict[str, Any]:

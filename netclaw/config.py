@@ -147,6 +147,13 @@ class GatewayConfig(_Section):
         return self
 
 
+class UiConfig(_Section):
+    """The control room in a browser, under ``/ui`` on the control listener."""
+
+    enabled: bool = True
+    login_hours: float = Field(12.0, gt=0, le=720)  # how long a login lasts
+
+
 class LogConfig(_Section):
     level: Literal["debug", "info", "warning", "error"] = "info"
     format: Literal["text", "json"] = "text"
@@ -489,6 +496,7 @@ class Settings(BaseSettings):
     mcp: McpConfig = McpConfig()
     schedules: dict[str, ScheduleConfig] = {}
     log: LogConfig = LogConfig()
+    ui: UiConfig = UiConfig()
 
     @classmethod
     def settings_customise_sources(

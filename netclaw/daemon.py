@@ -53,6 +53,7 @@ from netclaw.scheduler import Clock, Scheduler
 from netclaw.service import Notifier, SignalWaiter, heartbeat
 from netclaw.sessions import SessionActor, SessionDeps, SessionManager
 from netclaw.tools import McpHub, ToolRegistry, build_registry, reminder_tools
+from netclaw.ui import UI_PREFIX, control_room
 
 log = logging.getLogger(__name__)
 
@@ -200,6 +201,9 @@ class Daemon:
                 self.gateway, token, health_extra=self.health, scheduler=self.scheduler, metrics=metrics
             )
             app = api.app()
+            if self.settings.ui.enabled:  # the control listener only: never the webhook listener's app
+                room = control_room(self.gateway, token, scheduler=self.scheduler, health=api.health)
+                app.add_subapp(UI_PREFIX, room)
             # Sessions that were active at a graceful stop (and any with unanswered input)
             # recover now, before channels deliver and before READY=1.
             manifest = take_manifest(self.settings)
@@ -305,6 +309,9 @@ class Daemon:
         if journal is not None:
             problems.insert(0, journal)
         body: dict[str, Any] = {"adapters": adapters}
+        if self.manager is not None and self.manager.compaction_failing:
+            # Not a problem of the daemon (those sessions trim instead), but worth a look.
+            body["compaction_failing"] = dict(sorted(self.manager.compaction_failing.items()))
         if self.mcp is not None and self.mcp.servers:
             body["mcp"] = {name: status.to_json() for name, status in self.mcp.statuses().items()}
             problems += self.mcp.problems()
@@ -321,6 +328,11 @@ class Daemon:
         servers = self.mcp.statuses() if self.mcp is not None else {}
         return [
             gauge("netclaw_sessions_resident", "Sessions with a live actor", {(): resident}),
+            gauge(
+                "netclaw_sessions_compaction_failing",
+                "Sessions whose last summaries failed (they trim instead)",
+                {(): len(self.manager.compaction_failing) if self.manager is not None else 0},
+            ),
             gauge("netclaw_adapter_up", "1 when the channel is running", adapters, ("adapter",)),
             gauge(
                 "netclaw_mcp_server_up",

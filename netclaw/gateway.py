@@ -25,7 +25,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from netclaw import attachments
@@ -38,7 +38,18 @@ from netclaw.history.tokens import fallback_count
 from netclaw.identifiers import check_session_id
 from netclaw.messages import Attachment, ChatMessage, PriorMessage, bounded_prior, prior_block
 from netclaw.outputs import OutputFilter
-from netclaw.persistence import Journal, Memory, MemoryStore, Owner, ReminderStore, UsageKey, UsageRow
+from netclaw.persistence import (
+    Journal,
+    Memory,
+    MemoryStore,
+    Node,
+    Owner,
+    ReminderStore,
+    SessionQuery,
+    SessionRow,
+    UsageKey,
+    UsageRow,
+)
 from netclaw.policy import ChatEvent, Place, audience_of, channel_of, denial_reason
 from netclaw.runtime import Reply
 from netclaw.sessions import (
@@ -71,6 +82,7 @@ __all__ = [
     "Inbound",
     "SessionSummary",
     "SessionView",
+    "SessionsFound",
     "StatusReport",
     "Subscription",
     "TurnOutcome",
@@ -182,12 +194,41 @@ class SessionSummary:
 
 
 @dataclass(frozen=True, slots=True)
+class SessionsFound:
+    """A page of the session listing (:meth:`Gateway.find_sessions`)."""
+
+    sessions: list[SessionSummary]
+    total: int  # matching, on every page
+    channels: list[str]  # every channel that has a session
+
+
+@dataclass(frozen=True, slots=True)
 class SessionView:
     summary: SessionSummary
     view: str  # "transcript" or "context"
     messages: Sequence[ChatMessage]  # the transcript, or what the model sees now
     queued: Sequence[ChatMessage] = ()  # admitted, waiting for their turn (transcript view)
     failures: Mapping[str, TurnOutcome] = field(default_factory=dict)  # user message id → failed turn
+    # Where the model's view begins in ``messages`` (transcript view) and why.
+    kept_from: int = 0
+    compactions: int = 0
+    trimmed: bool = False
+    summarized: bool = False
+    resets: int = 0
+
+
+def _summary(row: SessionRow, resident: Mapping[str, Any]) -> SessionSummary:
+    phase = resident.get(row.id)
+    return SessionSummary(
+        id=row.id,
+        channel=row.channel,
+        title=row.title,
+        phase=phase.value if phase is not None else "passivated",
+        turns=row.turns,
+        last_activity=row.last_activity,
+        resident=phase is not None,
+        pending=row.pending,
+    )
 
 
 def _check_encodable(field: str, value: str) -> None:
@@ -618,26 +659,34 @@ class Gateway:
 
     # -- reads --------------------------------------------------------------------------------
 
-    async def usage(self, by: UsageKey, since: float | None = None) -> list[UsageRow]:
-        """Provider tokens from the journal, per session, UTC day or model."""
-        return await self._journal.usage(by, since)
+    async def usage(
+        self, by: UsageKey, since: float | None = None, sessions: Sequence[str] | None = None
+    ) -> list[UsageRow]:
+        """Provider tokens from the journal, per session, UTC day or model (of ``sessions``
+        only, when given)."""
+        return await self._journal.usage(by, since, sessions)
+
+    async def cluster_nodes(self) -> list[Node]:
+        """The nodes sharing the database (empty on one node with an embedded journal)."""
+        return await self._journal.nodes()
 
     async def list_sessions(self) -> list[SessionSummary]:
         resident = self._manager.resident()
-        rows = await self._journal.list_sessions()
-        return [
-            SessionSummary(
-                id=r.id,
-                channel=r.channel,
-                title=r.title,
-                phase=resident[r.id].value if r.id in resident else "passivated",
-                turns=r.turns,
-                last_activity=r.last_activity,
-                resident=r.id in resident,
-                pending=r.pending,
-            )
-            for r in rows
-        ]
+        return [_summary(r, resident) for r in await self._journal.list_sessions()]
+
+    async def find_sessions(
+        self, *, text: str = "", channel: str = "", phase: str = "", offset: int = 0, limit: int = 50
+    ) -> SessionsFound:
+        """A page of the listing, the most recently active first: ``text`` in the id or
+        title, one ``channel``, one ``phase`` ("passivated": not resident here)."""
+        resident = self._manager.resident()
+        query = SessionQuery(text, channel, offset=offset, limit=limit)
+        if phase == "passivated":
+            query = replace(query, excluding=tuple(resident))
+        elif phase:
+            query = replace(query, only=[sid for sid, p in resident.items() if p.value == phase])
+        found = await self._journal.find_sessions(query)
+        return SessionsFound([_summary(r, resident) for r in found.rows], found.total, found.channels)
 
     async def get_session(self, session_id: str, *, context: bool = False) -> SessionView | None:
         """One session: its transcript (and queued input), or with ``context`` what the
@@ -664,7 +713,18 @@ class Gateway:
             if resumed_at is not None:  # what the next model call carries, until it has
                 messages.insert(1, continuity_notice(resumed_at, time.time()))
             return SessionView(summary, "context", messages)
-        return SessionView(summary, "transcript", state.transcript, state.inbox, state.failures)
+        return SessionView(
+            summary,
+            "transcript",
+            state.transcript,
+            state.inbox,
+            state.failures,
+            kept_from=state.kept_from,
+            compactions=state.compactions,
+            trimmed=state.trimmed,
+            summarized=state.summary is not None,
+            resets=state.resets,
+        )
 
     async def knows(self, session_id: str) -> bool:
         """Is this an existing session (a thread the bot already takes part in)?"""

@@ -172,6 +172,31 @@ class Scheduler:
         self._wake.set()
         return deleted
 
+    async def pause(self, reminder_id: str) -> bool:
+        """Stop firing a reminder until :meth:`resume`; times that pass meanwhile are not
+        fired afterwards. False when there is no such reminder."""
+        if not await self.store.set_next_fire(reminder_id, None):
+            return False
+        log.info("reminder %s paused", reminder_id)
+        self._wake.set()
+        return True
+
+    async def resume(self, reminder_id: str) -> Reminder | None:
+        """Fire a paused reminder again from its next scheduled time after now (a one-shot
+        whose time passed meanwhile fires now, as its ``catch_up`` says); None when there
+        is no such reminder."""
+        found = await self.store.get(reminder_id)
+        if found is None:
+            return None
+        if not found.paused:
+            return found
+        next_fire = found.schedule.first_fire(self.clock.now())
+        if not await self.store.set_next_fire(reminder_id, next_fire):
+            return None
+        log.info("reminder %s resumed: next fire %s", reminder_id, iso(next_fire))
+        self._wake.set()
+        return replace(found, next_fire=next_fire)
+
     # -- the loop -----------------------------------------------------------------------------
 
     async def start(self) -> None:
@@ -181,6 +206,10 @@ class Scheduler:
     async def stop(self) -> None:
         task, self._task = self._task, None
         await cancel_and_wait(task)
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
 
     def wake(self) -> None:
         self._wake.set()
@@ -297,8 +326,9 @@ class Scheduler:
                 existing is not None and existing.schedule == schedule and existing.session_id == session_id
             )
             kept_fire = existing.next_fire if unchanged and existing is not None else None
-            next_fire = kept_fire if kept_fire is not None else schedule.first_fire(now)
-            if schedule.kind == "at" and not unchanged and next_fire <= now:
+            paused = unchanged and existing is not None and existing.paused  # stays paused
+            next_fire = None if paused else kept_fire if kept_fire is not None else schedule.first_fire(now)
+            if schedule.kind == "at" and not unchanged and next_fire is not None and next_fire <= now:
                 log.info("schedule %s: its time %s has passed; not firing it", name, iso(next_fire))
                 continue
             reminder = Reminder(

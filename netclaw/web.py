@@ -17,6 +17,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
+from netclaw import outputs as out
 from netclaw.errors import (
     ApiError,
     ApprovalError,
@@ -27,11 +28,12 @@ from netclaw.errors import (
     OutcomeUnknown,
     SessionUnavailable,
 )
-from netclaw.gateway import Admission, TurnOutcome
+from netclaw.gateway import Admission, Subscription, TurnOutcome
 
 log = logging.getLogger(__name__)
 
 MAX_IDEMPOTENCY_KEY = 200
+SSE_HEARTBEAT_S = 15.0
 BODY_TIMEOUT_S = 30.0  # a request body must arrive within this (slow senders hold a connection)
 IDEMPOTENCY_PREFIX = "idem:"  # a key's replay identity in the session
 
@@ -205,3 +207,76 @@ def idempotency_key(request: web.Request) -> str:
 
 def identity_for(key: str) -> str:
     return IDEMPOTENCY_PREFIX + key
+
+
+# -- SSE: a session's outputs as a stream ---------------------------------------------------------
+
+
+def sse_event(output: out.Output) -> bytes:
+    """One SSE message: ``event: <name>`` and the output's payload as ``data:``."""
+    data = json.dumps(out.payload(output), ensure_ascii=False, separators=(",", ":"))
+    return f"event: {output.event}\ndata: {data}\n\n".encode()
+
+
+class SseStreams:
+    """The open SSE responses of one application, cancelled when it shuts down."""
+
+    def __init__(self) -> None:
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    async def serve(
+        self,
+        request: web.Request,
+        session_id: str,
+        subscription: Subscription,
+        encode: Callable[[out.Output], bytes] = sse_event,
+    ) -> web.StreamResponse:
+        """Stream ``subscription`` until the client leaves or the session's stream ends (a
+        subscriber that fell too far behind is told so); a comment every
+        ``SSE_HEARTBEAT_S`` keeps proxies from closing an idle stream."""
+        response = web.StreamResponse(
+            headers={
+                "Content-Type": "text/event-stream",
+                "Cache-Control": "no-cache",
+                "X-Accel-Buffering": "no",
+            }
+        )
+        try:
+            await response.prepare(request)
+        except ConnectionResetError:
+            subscription.close()
+            return response  # the client hung up before the stream began: nothing to undo
+        except BaseException:
+            subscription.close()
+            raise
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
+        try:
+            while True:
+                try:
+                    output = await subscription.get(SSE_HEARTBEAT_S)
+                except TimeoutError:
+                    await response.write(b": keep-alive\n\n")
+                    continue
+                if output is None:
+                    if subscription.overflowed:
+                        message = "this stream fell too far behind and was closed; reconnect"
+                        await response.write(
+                            encode(
+                                out.Error(session_id=session_id, code="subscriber_overflow", message=message)
+                            )
+                        )
+                    break
+                await response.write(encode(output))
+        except ConnectionResetError:
+            pass  # the client went away; the finally unsubscribes it
+        finally:
+            subscription.close()
+            if task is not None:
+                self._tasks.discard(task)
+        return response
+
+    async def close_all(self, app: web.Application) -> None:
+        for task in list(self._tasks):
+            task.cancel()

@@ -76,6 +76,10 @@ def print_status(url: str, health: dict[str, Any], figures: dict[str, Any]) -> N
         print("tokens:    " + ", ".join(f"{n:,} {kind}" for kind, n in sorted(tokens.items())))
     print(f"approvals: {figures['approvals_pending']} pending")
     print(f"history:   {figures['compactions']} compaction(s), {figures['history_trims']} trim(s)")
+    failing = health.get("compaction_failing", {})
+    if failing:
+        listed = ", ".join(f"{sid} ({n} in a row)" for sid, n in sorted(failing.items()))
+        print(f"summaries failing (trimming instead): {listed}")
     if figures["journal_commit_ms_mean"] is not None:
         print(f"journal:   mean commit {figures['journal_commit_ms_mean']:.2f} ms")
 

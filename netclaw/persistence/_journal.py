@@ -58,12 +58,51 @@ class SessionRow:
 
 
 @dataclass(frozen=True, slots=True)
+class SessionQuery:
+    """One page of the session listing, the most recently active first (ties by id)."""
+
+    text: str = ""  # in the id or the title, case-insensitive
+    channel: str = ""
+    only: Sequence[str] | None = None  # these ids only (e.g. the resident ones in a phase)
+    excluding: Sequence[str] = ()  # not these ids (e.g. the resident ones)
+    offset: int = 0
+    limit: int = 50
+
+
+@dataclass(frozen=True, slots=True)
+class SessionPage:
+    rows: list[SessionRow]
+    total: int  # the sessions matching the query, on every page
+    channels: list[str]  # every channel that has a session (a filter's choices)
+
+
+def like_pattern(text: str) -> str:
+    """``text`` as a LIKE pattern matching it anywhere (``\\`` escapes ``%`` and ``_``)."""
+    escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
+@dataclass(frozen=True, slots=True)
 class Owner:
     """Another node that holds a session's lease (several daemons on one database)."""
 
     node_id: str
     url: str | None  # where that node takes forwarded input (its cluster.advertise_url)
     expires_in: float  # seconds until its lease expires unless renewed
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A node of the cluster as the shared database knows it (several daemons on one database)."""
+
+    node_id: str
+    url: str | None  # its cluster.advertise_url
+    started_at: float  # unix time
+    seen_ago_s: float  # since it last renewed its leases (database clock)
+    sessions: int  # sessions it holds a live lease on
+
+    def alive(self, lease_s: float) -> bool:
+        return self.seen_ago_s <= lease_s
 
 
 UsageKey = Literal["session", "day", "model"]
@@ -135,14 +174,22 @@ class Journal(Protocol):
 
     async def list_sessions(self) -> list[SessionRow]: ...
 
+    async def find_sessions(self, query: SessionQuery) -> SessionPage:
+        """A page of the listing (the control room's sessions page: 10,000 sessions are one
+        small read, not a transfer of every row)."""
+        ...
+
     async def get_session(self, persistence_id: str) -> SessionRow | None: ...
 
     async def sessions_with_pending_input(self) -> list[str]: ...
 
     async def sessions_owing_replies(self, channel: str) -> list[str]: ...
 
-    async def usage(self, by: UsageKey, since: float | None = None) -> list[UsageRow]:
-        """Tokens of the turns recorded at or after ``since`` (unix time), grouped ``by``."""
+    async def usage(
+        self, by: UsageKey, since: float | None = None, sessions: Sequence[str] | None = None
+    ) -> list[UsageRow]:
+        """Tokens of the turns recorded at or after ``since`` (unix time), grouped ``by``;
+        of ``sessions`` only when given."""
         ...
 
     async def erase(self, persistence_id: str) -> None:
@@ -163,6 +210,11 @@ class Journal(Protocol):
 
     def release(self, persistence_id: str, epoch: int) -> None:
         """The session stopped here: its lease (of ``epoch``) goes, after its queued writes."""
+        ...
+
+    async def nodes(self) -> list[Node]:
+        """The nodes sharing this database and how many sessions each holds (an embedded
+        journal has no cluster: empty)."""
         ...
 
     async def owner(self, persistence_id: str) -> Owner | None:

@@ -35,6 +35,11 @@ class Reminder:
     deliver: dict[str, str] | None = None
     fired: int = 0
 
+    @property
+    def paused(self) -> bool:
+        """A paused reminder has no next fire (a one-shot that fired is deleted instead)."""
+        return self.next_fire is None
+
     def to_json(self) -> dict[str, Any]:
         body: dict[str, Any] = {
             "id": self.id,
@@ -67,6 +72,10 @@ class ReminderStore(Protocol):
     async def earliest(self) -> float | None: ...
     async def due(self, now: float, limit: int = 100) -> list[Reminder]: ...
     async def fired(self, reminder_id: str, scheduled: float, next_fire: float | None) -> None: ...
+    async def set_next_fire(self, reminder_id: str, next_fire: float | None) -> bool:
+        """Pause (None: never due) or resume a reminder; False when there is none."""
+        ...
+
     async def close(self) -> None: ...
 
 
@@ -162,6 +171,11 @@ class SqliteReminderStore:
                 "UPDATE reminders SET next_fire = ?, fired = fired + 1 WHERE id = ? AND next_fire = ?",
                 (next_fire, reminder_id, scheduled),
             )
+
+    async def set_next_fire(self, reminder_id: str, next_fire: float | None) -> bool:
+        return (
+            await self._write("UPDATE reminders SET next_fire = ? WHERE id = ?", (next_fire, reminder_id)) > 0
+        )
 
     async def _read(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
         if self._conn is None:

@@ -12,17 +12,27 @@ seq — safe because this process is the only writer (the daemon holds a lock on
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import sqlite3
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import aiosqlite
 
 from netclaw.errors import JournalError
-from netclaw.persistence._journal import SessionRow, Snapshot, StoredEvent, UsageKey, UsageRow
+from netclaw.persistence._journal import (
+    SessionPage,
+    SessionQuery,
+    SessionRow,
+    Snapshot,
+    StoredEvent,
+    UsageKey,
+    UsageRow,
+    like_pattern,
+)
 from netclaw.persistence._migrations import apply_migrations, load_migrations
 from netclaw.persistence._writer import Batch, Erase, WriterJournal, WriterThread, settle
 
@@ -163,6 +173,35 @@ class SqliteJournal(WriterJournal):
         rows = await self._read(self._ROW + " ORDER BY last_activity DESC")
         return [SessionRow.from_row(r) for r in rows]
 
+    async def find_sessions(self, query: SessionQuery) -> SessionPage:
+        if query.only is not None and not query.only:
+            return SessionPage([], 0, await self._channels())
+        where: list[str] = ["1"]
+        params: list[Any] = []
+        if query.text:
+            where.append("(id LIKE ? ESCAPE '\\' OR title LIKE ? ESCAPE '\\')")
+            params += [like_pattern(query.text)] * 2
+        if query.channel:
+            where.append("channel = ?")
+            params.append(query.channel)
+        # Lists go in as one JSON parameter: no limit on how many ids a filter names.
+        if query.only is not None:
+            where.append("id IN (SELECT value FROM json_each(?))")
+            params.append(json.dumps(list(query.only)))
+        if query.excluding:
+            where.append("id NOT IN (SELECT value FROM json_each(?))")
+            params.append(json.dumps(list(query.excluding)))
+        clause = " WHERE " + " AND ".join(where)
+        rows = await self._read(
+            self._ROW + clause + " ORDER BY last_activity DESC, id LIMIT ? OFFSET ?",
+            (*params, query.limit, query.offset),
+        )
+        total = await self._read("SELECT COUNT(*) FROM sessions" + clause, tuple(params))
+        return SessionPage([SessionRow.from_row(r) for r in rows], int(total[0][0]), await self._channels())
+
+    async def _channels(self) -> list[str]:
+        return [str(r[0]) for r in await self._read("SELECT DISTINCT channel FROM sessions ORDER BY channel")]
+
     async def get_session(self, persistence_id: str) -> SessionRow | None:
         rows = await self._read(self._ROW + " WHERE id = ?", (persistence_id,))
         return SessionRow.from_row(rows[0]) if rows else None
@@ -178,9 +217,15 @@ class SqliteJournal(WriterJournal):
         )
         return [str(r[0]) for r in rows]
 
-    async def usage(self, by: UsageKey, since: float | None = None) -> list[UsageRow]:
+    async def usage(
+        self, by: UsageKey, since: float | None = None, sessions: Sequence[str] | None = None
+    ) -> list[UsageRow]:
         # A turn's totals are in "spent"; turns recorded before it existed have "usage".
         key = _USAGE_KEYS[by]
+        only = " AND persistence_id IN (SELECT value FROM json_each(?))" if sessions is not None else ""
+        params: tuple[Any, ...] = (since if since is not None else 0.0,)
+        if sessions is not None:
+            params += (json.dumps(list(sessions)),)
         rows = await self._read(
             f"SELECT {key} AS k, COUNT(*),"
             " SUM(COALESCE(json_extract(payload, '$.spent.input_tokens'),"
@@ -188,8 +233,8 @@ class SqliteJournal(WriterJournal):
             " SUM(COALESCE(json_extract(payload, '$.spent.output_tokens'),"
             "              json_extract(payload, '$.usage.output_tokens'), 0)),"
             " SUM(COALESCE(json_extract(payload, '$.spent.cache_read_tokens'), 0))"
-            " FROM events WHERE type = 'TurnRecorded' AND ts >= ? GROUP BY k ORDER BY k",
-            (since if since is not None else 0.0,),
+            f" FROM events WHERE type = 'TurnRecorded' AND ts >= ?{only} GROUP BY k ORDER BY k",
+            params,
         )
         return [UsageRow(str(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4])) for r in rows]
 

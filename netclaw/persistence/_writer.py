@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
 from netclaw.errors import JournalError, SequenceConflict
-from netclaw.persistence._journal import NewEvent, Owner, SessionRow
+from netclaw.persistence._journal import NewEvent, Node, Owner, SessionRow
 
 log = logging.getLogger(__name__)
 
@@ -480,6 +480,9 @@ class WriterJournal:
 
     async def owner(self, persistence_id: str) -> Owner | None:
         return None
+
+    async def nodes(self) -> list[Node]:
+        return []
 
     async def orphans(self) -> list[str]:
         """Sessions with unanswered input that no node holds (left by a node that died);

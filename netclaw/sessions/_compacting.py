@@ -25,9 +25,11 @@ from netclaw.sessions._compaction import (
     compaction_output,
     compaction_record,
     describe_compaction,
+    failing_notice,
 )
 from netclaw.sessions._core import Activity, Core, Suspended
-from netclaw.sessions._effects import CancelOp, Measure, RunCompaction
+from netclaw.sessions._effects import CancelOp, CompactionHealth, Measure, RunCompaction
+from netclaw.sessions._events import SessionCompacted
 from netclaw.sessions._phases import Phase
 
 log = logging.getLogger(__name__)
@@ -97,7 +99,7 @@ class Compacting:
                 core.answer(
                     self.reply, f"Nothing to compact yet ({start.note or 'the conversation is short'})."
                 )
-            return self._go_on(core, summary_failed=False, freed_nothing=False)
+            return self._go_on(core, event=None)
         if start.plan is None:
             return self.finish(core, None)
         self.in_flight = True
@@ -115,16 +117,22 @@ class Compacting:
         summary = {k: v for k, v in event.to_payload().items() if k not in ("summary", "cleared")}
         log.info("%s: compaction %s", core.session_id, json.dumps(summary, sort_keys=True))
         core.publish(compaction_output(core.session_id, event))
-        return self._go_on(
-            core,
-            summary_failed=start.plan is not None and event.summary is None,
-            freed_nothing=not event.cleared and event.summary is None,
-        )
+        return self._go_on(core, event=event)
 
-    def _go_on(self, core: Core, *, summary_failed: bool, freed_nothing: bool) -> Activity:
+    def _go_on(self, core: Core, *, event: SessionCompacted | None) -> Activity:
+        summary_failed = event is not None and event.summary_failed
         decision = core.context.after_compaction(
-            core.state, forced=self.forced, summary_failed=summary_failed, freed_nothing=freed_nothing
+            core.state,
+            forced=self.forced,
+            summary_failed=summary_failed,
+            freed_nothing=event is not None and not event.cleared and event.summary is None,
+            summarised=event is not None and event.summary is not None,
         )
+        if summary_failed or (event is not None and event.summary is not None):
+            failures, retry_at = core.context.summaries()
+            core.emit(CompactionHealth(failures))
+            if event is not None and summary_failed:
+                core.publish(failing_notice(core.session_id, event, failures, retry_at, core.state.turns))
         if self.resume is not None:
             core.enter(self.resume)
             return self.resume.proceed(core, trim=isinstance(decision, ladder.Trim))

@@ -144,6 +144,7 @@ def compaction_event(
         tokens_before=start.tokens_before,
         tokens_after=tokens_after,
         note=(outcome.note if outcome is not None else None) or start.note,
+        summary_failed=start.plan is not None and summary is None,
     )
 
 
@@ -192,3 +193,22 @@ def describe_compaction(event: SessionCompacted) -> str:
     what = ", ".join(done) if done else "changed nothing"
     note = f" ({event.note})" if event.note else ""
     return f"Compacted: {what}; the context went from {event.tokens_before} to {event.tokens_after} tokens{note}."
+
+
+def failing_notice(
+    session_id: str, event: SessionCompacted, failures: int, retry_at: int | None, turns: int
+) -> out.Notice:
+    """What people are told when compaction could not summarise: why, and what happens now."""
+    why = event.note or "the summary failed"
+    if retry_at is None:
+        then = (
+            f"after {failures} failures in a row it stops trying on its own: older turns are trimmed "
+            "instead until a summary succeeds (/compact tries now)"
+        )
+    else:
+        then = f"older turns are trimmed meanwhile; it tries again in {max(retry_at - turns, 0)} turn(s)"
+    return out.Notice(
+        session_id=session_id,
+        text=f"Compaction could not summarise the conversation ({why}); {then}.",
+        kind="compaction_failing",
+    )

@@ -66,7 +66,9 @@ class ModelContext:
 
     def recovered(self, state: SessionState) -> None:
         self.place_changed(state.place)
-        self._ladder = ladder.Ladder(last_input_tokens=state.last_input_tokens)
+        self._ladder = ladder.Ladder.recovered(
+            state.last_input_tokens, state.summary_failures, state.summary_failed_turn
+        )
 
     def refresh(self, place: Place | None) -> None:
         """Pick up a config reload at a turn boundary."""
@@ -134,7 +136,13 @@ class ModelContext:
         return decision
 
     def after_compaction(
-        self, state: SessionState, *, forced: bool, summary_failed: bool, freed_nothing: bool
+        self,
+        state: SessionState,
+        *,
+        forced: bool,
+        summary_failed: bool,
+        freed_nothing: bool,
+        summarised: bool,
     ) -> ladder.Trim | ladder.Proceed:
         decision, self._ladder = ladder.after_compaction(
             self._ladder,
@@ -143,5 +151,12 @@ class ModelContext:
             forced=forced,
             summary_failed=summary_failed,
             freed_nothing=freed_nothing,
+            summarised=summarised,
         )
         return decision
+
+    def summaries(self) -> tuple[int, int | None]:
+        """Failed summaries in a row, and the turn the LLM tiers try again (None: given up,
+        only a forced compaction tries)."""
+        record = self._ladder
+        return record.summary_failures, None if record.summaries_given_up else record.summary_paused_until

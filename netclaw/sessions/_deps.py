@@ -40,6 +40,10 @@ class ManagerPort(Protocol):
         """The restart notice reached the model: it no longer applies."""
         ...
 
+    def compaction_health(self, session_id: str, failures: int) -> None:
+        """How many summaries in a row failed for the session (0: compaction works)."""
+        ...
+
     def reply_owed(self, session_id: str) -> None:
         """A chat session recorded a reply its conversation has not been shown yet."""
         ...

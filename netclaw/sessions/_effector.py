@@ -29,6 +29,7 @@ from netclaw.sessions._effects import (
     Attach,
     CallModel,
     CancelOp,
+    CompactionHealth,
     ContinuityDelivered,
     Detach,
     Effect,
@@ -124,6 +125,8 @@ class Effector:
                 io.call(deps.manager.reply_owed, self._id)
             case ContinuityDelivered():
                 io.call(deps.manager.continuity_delivered, self._id, self.actor_ref)
+            case CompactionHealth(failures=failures):
+                io.call(deps.manager.compaction_health, self._id, failures)
             case Stop():
                 self._stop()
             case Measure():

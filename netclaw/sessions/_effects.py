@@ -196,6 +196,13 @@ class ContinuityDelivered:
 
 
 @dataclass(frozen=True, slots=True)
+class CompactionHealth:
+    """How many summaries in a row failed (0: the last one worked), for status and metrics."""
+
+    failures: int
+
+
+@dataclass(frozen=True, slots=True)
 class Stop:
     """Stop the actor (confirmed passivation, or shutdown)."""
 
@@ -235,6 +242,7 @@ Effect = (
     | AskToStop
     | ReplyOwed
     | ContinuityDelivered
+    | CompactionHealth
     | Stop
     | Measure
 )

@@ -110,6 +110,7 @@ class SessionCompacted:
     tokens_before: int
     tokens_after: int
     note: str | None = None  # why a tier was skipped or cancelled, for people
+    summary_failed: bool = False  # the LLM tiers ran and no summary came of them
 
     def to_payload(self) -> dict[str, Any]:
         return {
@@ -123,6 +124,7 @@ class SessionCompacted:
             "tokens_before": self.tokens_before,
             "tokens_after": self.tokens_after,
             "note": self.note,
+            "summary_failed": self.summary_failed,
         }
 
 

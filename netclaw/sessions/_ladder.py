@@ -21,7 +21,10 @@ Decisions:
   trim to ~2/3, at most :data:`MAX_OVERFLOW_PASSES` passes, then :class:`Fail`.
 - :func:`after_compaction` — a forced compaction that freed nothing goes straight to
   the trim rung (the same prompt would overflow again); a failed summary pauses the
-  LLM tiers for :data:`SUMMARY_RETRY_TURNS` turns (tier 1 and trimming carry on).
+  LLM tiers, longer after each failure in a row (:func:`summary_pause`: 3, 6, 12, 24,
+  then 48 turns; tier 1 and trimming keep the prompt within budget meanwhile), and after
+  :data:`SUMMARY_GIVE_UP` failures in a row only a forced compaction (an overflow,
+  ``/compact``) tries again: the session lives on trimming alone until one succeeds.
 
 Invariants (property-tested in ``tests/unit/test_ladder.py``): a turn never loops —
 at most ``MAX_OVERFLOW_PASSES`` overflow recoveries, at most one compaction per
@@ -37,7 +40,16 @@ from netclaw.config import Settings
 from netclaw.history import TrimResult
 
 MAX_OVERFLOW_PASSES = 3
-SUMMARY_RETRY_TURNS = 3
+SUMMARY_RETRY_TURNS = 3  # after the first failed summary in a row
+SUMMARY_MAX_PAUSE_TURNS = 48
+SUMMARY_GIVE_UP = 5  # failures in a row after which only a forced compaction summarises
+
+
+def summary_pause(failures: int) -> int:
+    """Turns the LLM tiers rest after ``failures`` failed summaries in a row."""
+    if failures <= 0:
+        return 0
+    return min(SUMMARY_RETRY_TURNS << min(failures - 1, 16), SUMMARY_MAX_PAUSE_TURNS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,9 +73,21 @@ class Ladder:
     summary_paused_until: int = 0  # after a failed summary: the turn the LLM tiers resume
     overflow_passes: int = 0  # this turn
     compacted_this_turn: bool = False  # the overflow ladder's first rung ran this turn
+    summary_failures: int = 0  # failed summaries in a row (journaled: see SessionState)
 
     def new_turn(self) -> Ladder:
         return replace(self, overflow_passes=0, compacted_this_turn=False)
+
+    @classmethod
+    def recovered(cls, last_input_tokens: int | None, summary_failures: int, failed_turn: int) -> Ladder:
+        """What a recovered session knows: the provider's last count, and its summaries'
+        record (so a restart does not reset the backoff)."""
+        paused = failed_turn + summary_pause(summary_failures)
+        return cls(last_input_tokens, summary_paused_until=paused, summary_failures=summary_failures)
+
+    @property
+    def summaries_given_up(self) -> bool:
+        return self.summary_failures >= SUMMARY_GIVE_UP
 
 
 # -- decisions ----------------------------------------------------------------------------------
@@ -102,7 +126,7 @@ Decision = Send | Compact | Trim | Fail | Proceed
 
 
 def _summarise(ladder: Ladder, turns: int, forced: bool) -> bool:
-    return forced or turns >= ladder.summary_paused_until
+    return forced or (not ladder.summaries_given_up and turns >= ladder.summary_paused_until)
 
 
 def before_call(
@@ -179,13 +203,18 @@ def after_compaction(
     forced: bool,
     summary_failed: bool,
     freed_nothing: bool,
+    summarised: bool = False,
 ) -> tuple[Trim | Proceed, Ladder]:
     """A compaction ended (``seq``: the history state it left). The provider's count
     described the old prompt, so it is forgotten."""
     ladder = replace(ladder, checked_at_seq=seq, last_input_tokens=None)
-    if summary_failed:
+    if summarised:
+        ladder = replace(ladder, summary_failures=0, summary_paused_until=0)
+    elif summary_failed:
         # Not retried on every message: tier 1 and the trim backstop carry on meanwhile.
-        ladder = replace(ladder, summary_paused_until=turns + SUMMARY_RETRY_TURNS)
+        failures = ladder.summary_failures + 1
+        pause = summary_pause(failures)
+        ladder = replace(ladder, summary_failures=failures, summary_paused_until=turns + pause)
     if forced and freed_nothing:
         return Trim(), ladder  # the same prompt would overflow again
     return Proceed(), ladder

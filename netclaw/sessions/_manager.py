@@ -82,6 +82,7 @@ class SessionManager:
         self._reply_listeners: list[Callable[[str], None]] = []
         self._stop_listeners: list[Callable[[str], None]] = []
         self.started = 0  # actors started (recoveries), for /healthz and tests
+        self.compaction_failing: dict[str, int] = {}  # session → failed summaries in a row
         self.closed = False  # set by shutdown(): no new sessions may start
 
     # -- routing (loop thread) ----------------------------------------------------------------
@@ -315,6 +316,12 @@ class SessionManager:
     def on_session_stopped(self, listener: Callable[[str], None]) -> None:
         """Call ``listener(session_id)`` (on the loop) whenever a session's actor has stopped."""
         self._stop_listeners.append(listener)
+
+    def compaction_health(self, session_id: str, failures: int) -> None:
+        if failures:
+            self.compaction_failing[session_id] = failures
+        else:
+            self.compaction_failing.pop(session_id, None)
 
     def reply_owed(self, session_id: str) -> None:
         self._notify(self._reply_listeners, session_id)

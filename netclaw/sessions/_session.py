@@ -87,6 +87,8 @@ class Session:
         self._state = state
         self.snapshot_seq = state.seq
         self.context.recovered(state)
+        if state.summary_failures:
+            self.emit(fx.CompactionHealth(state.summary_failures))
         self.enter(Idle())
         if not self._held:
             self._go_on()

@@ -126,6 +126,8 @@ def _document(state: SessionState, *, whole: bool) -> dict[str, Any]:
         "spend_day": state.spend_day,
         "spend_tokens": state.spend_tokens,
         "place": None if state.place is None else state.place.to_dict(),
+        "summary_failures": state.summary_failures,
+        "summary_failed_turn": state.summary_failed_turn,
     }
     if whole:
         data["transcript"] = [m.to_dict() for m in state.transcript]
@@ -175,6 +177,8 @@ def _from_document(d: dict[str, Any]) -> SessionState:
             spend_day=str(d.get("spend_day", "")),
             spend_tokens=int(d.get("spend_tokens", 0)),
             place=Place.from_dict(d["place"]) if d.get("place") else None,
+            summary_failures=int(d.get("summary_failures", 0)),
+            summary_failed_turn=int(d.get("summary_failed_turn", 0)),
         )
     except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
         raise JournalCorrupt(f"cannot decode snapshot: {exc}") from exc

@@ -138,6 +138,9 @@ class SessionState:
     spend_day: str = ""
     spend_tokens: int = 0
     place: Place | None = None  # where the channel says the session lives (memory scope, DM audience)
+    # Compactions in a row whose summary failed, and the turn of the latest (its backoff).
+    summary_failures: int = 0
+    summary_failed_turn: int = 0
 
     def tokens_spent_on(self, day: str) -> int:
         """Provider tokens (input + output) recorded on the UTC date ``day``."""
@@ -301,12 +304,19 @@ class SessionState:
             case HistoryTrimmed(first_kept_id=first):
                 return self._evolve(seq=seq, kept_from=self._index_of(first), trimmed=True)
             case SessionCompacted():
+                failed_summaries = self.summary_failures
+                if event.summary is not None:
+                    failed_summaries = 0
+                elif event.summary_failed:
+                    failed_summaries += 1
                 state = self._evolve(
                     seq=seq,
                     cleared=self.cleared | frozenset(event.cleared),
                     compactions=self.compactions + 1,
                     last_input_tokens=None,  # the provider's count no longer describes the prompt
                     last_activity=ts,
+                    summary_failures=failed_summaries,
+                    summary_failed_turn=self.turns if event.summary_failed else self.summary_failed_turn,
                 )
                 if event.summary is not None and event.first_kept_id is not None:
                     # The summary covers everything before the kept part: no breadcrumb.

@@ -14,6 +14,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 import netclaw
@@ -118,6 +119,10 @@ def test_installed_doctor_and_daemon(
     done = installed.run("chat", "-p", "hello from the wheel", "--config", str(site.config), cwd=workdir)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "echo: hello from the wheel"
+    # The control room's templates and vendored script came with the wheel.
+    base = f"http://127.0.0.1:{site.port}"
+    assert "Control token" in httpx.get(f"{base}/ui/login").text
+    assert httpx.get(f"{base}/ui/static/htmx.min.js").text.startswith("var htmx=")
     code, took = daemon.sigterm(timeout=10)
     assert code == 0, f"exit {code} after {took:.1f}s:\n{daemon.stderr()}"
 

@@ -372,6 +372,29 @@ def test_summary_still_bad_after_retry_is_cancelled(
         assert big(n) in sent
 
 
+def test_a_session_whose_summaries_fail_is_shown_in_status_and_metrics(
+    start_daemon: Start, scripted: ScriptedOpenAIThread
+) -> None:
+    handle = start(start_daemon)
+    route_compaction(scripted, summary="## Key decisions\n- none of the other sections")
+    sid = "cli:failing"
+    sse = SseReader(handle, sid)
+    try:
+        tool_conversation(handle, scripted, sid)
+        compactions(sse)
+        notice = wait_for(
+            lambda: [n for n in sse.named("notice") if n["kind"] == "compaction_failing"], "notice"
+        )
+    finally:
+        sse.close()
+    assert "could not summarise" in notice[0]["text"] and "tries again in 3 turn(s)" in notice[0]["text"]
+    health = handle.http.get("/healthz").json()
+    assert health["compaction_failing"] == {sid: 1}
+    assert health["status"] == "ok"  # the session trims instead: not a fault of the daemon
+    metrics = handle.http.get("/metrics").text
+    assert "netclaw_sessions_compaction_failing 1.0" in metrics
+
+
 # -- 4. merging with the prior summary ----------------------------------------------------------
 
 

@@ -269,3 +269,28 @@ def test_a_fire_that_cannot_be_delivered_is_retried_without_spinning(
     assert listed["next_fire"] == START + 3600  # still owed
     clock.advance(5)
     wait_until(lambda: len(caplog.records) == 2, what="the retry")
+
+
+def test_a_paused_reminder_skips_its_times_and_resumes_from_the_next_one(start: Start) -> None:
+    """Pausing (the control room's button): times that pass while paused are not fired
+    later; resuming fires from the next scheduled time after now. A paused config reminder
+    stays paused across a restart that reads the same config."""
+    schedules = {"nightly": {"every_s": 3600, "text": "nightly report", "session": "cli:nightly"}}
+    handle, clock = start(schedules=schedules)
+    scheduler, io = handle.daemon.scheduler, handle.daemon.io
+    assert scheduler is not None and io is not None
+    sid = "cli:paused"
+    created = add(handle, sid, text="water the plants", every_s="1h")
+    assert io.run(scheduler.pause(created["id"])) and io.run(scheduler.pause("config:nightly"))
+    assert not io.run(scheduler.pause("rem-missing"))
+    clock.advance(3 * 3600)
+    time.sleep(0.3)
+    assert reminder_messages(handle, sid) == [] and reminder_messages(handle, "cli:nightly") == []
+    resumed = io.run(scheduler.resume(created["id"]))
+    assert resumed is not None and resumed.next_fire == clock.now() + 3600
+    clock.advance(3600)
+    wait_until(lambda: len(reminder_messages(handle, sid)) == 1, what="the first fire after resuming")
+    handle.stop()
+    handle, _ = start(clock, schedules=schedules)
+    nightly = next(r for r in handle.http.get("/api/reminders").json() if r["id"] == "config:nightly")
+    assert nightly["next_fire"] is None  # still paused

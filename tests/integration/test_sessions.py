@@ -669,7 +669,7 @@ def test_the_resident_bound_is_hard_a_new_session_waits_for_room_while_the_other
     # may still be streaming its slow reply when the late one is answered (under load).
     assert len(resident(handle)) <= 2
     busy = ("cli:busy1", "cli:busy2")
-    wait_until(lambda: all(len(chat_rows(handle.transcript(s))) >= 2 for s in busy), what="both replies")
+    wait_until(lambda: all(len(chat_rows(handle.transcript(s))) >= 2 for s in busy), timeout=10)
     for sid in busy:
         rows = chat_rows(handle.transcript(sid))
         assert rows[0] == ("user", "work") and rows[1][0] == "assistant", (sid, rows)

@@ -565,3 +565,74 @@ async def test_erase_removes_everything_of_a_session_after_what_was_queued(
     assert await journal.replay("gone") == []
     assert await journal.get_session("gone") is None
     assert backend.count_events("gone") == 0
+
+
+LISTED = [
+    ("cli:alpha", "cli", "Plans for Q3", 50.0),
+    ("cli:beta", "cli", None, 40.0),
+    ("slack:C1:1.5", "slack", "100%_done", 30.0),
+    ("slack:C1:2.5", "slack", "Alpha release", 30.0),
+    ("webhook:hook:k", "webhook", "a_b", 10.0),
+]
+
+
+def model_of(
+    text: str = "", channel: str = "", only: list[str] | None = None, excluding: tuple[str, ...] = ()
+) -> list[str]:
+    """What find_sessions must answer, computed the plain way."""
+    found = [
+        (sid, last)
+        for sid, ch, title, last in LISTED
+        if (not text or text.lower() in sid.lower() or text.lower() in (title or "").lower())
+        and (not channel or ch == channel)
+        and (only is None or sid in only)
+        and sid not in excluding
+    ]
+    return [sid for sid, _ in sorted(found, key=lambda f: (-f[1], f[0]))]
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        {},
+        {"text": "ALPHA"},
+        {"text": "%"},
+        {"text": "_"},
+        {"text": "%_"},
+        {"text": "c1"},
+        {"channel": "slack"},
+        {"channel": "slack", "text": "release"},
+        {"only": ["cli:beta", "webhook:hook:k", "nope"]},
+        {"only": []},
+        {"excluding": ("cli:alpha", "slack:C1:1.5")},
+        {"channel": "nope"},
+    ],
+)
+async def test_find_sessions_filters_and_pages_in_the_database(
+    journal: AnyJournal, query: dict[str, Any]
+) -> None:
+    from netclaw.persistence import SessionQuery
+
+    for sid, channel, title, last in LISTED:
+        await journal.append(sid, 0, [ev(1)], SessionRow(sid, channel, title, 1, last, 0))
+    expected = model_of(**query)
+    whole = await journal.find_sessions(SessionQuery(**query))
+    assert [r.id for r in whole.rows] == expected and whole.total == len(expected)
+    assert whole.channels == ["cli", "slack", "webhook"]
+    paged = [
+        r.id
+        for offset in (0, 2, 4)
+        for r in (await journal.find_sessions(SessionQuery(**query, offset=offset, limit=2))).rows
+    ]
+    assert paged == expected
+
+
+async def test_usage_can_be_limited_to_some_sessions(journal: AnyJournal) -> None:
+    recorded = '{"turn": 1, "spent": {"input_tokens": 100, "output_tokens": 10}}'
+    for sid in ("cli:a", "cli:b", "cli:c"):
+        await journal.append(sid, 0, [NewEvent("TurnRecorded", recorded)])
+    every = await journal.usage("session")
+    assert [r.key for r in every] == ["cli:a", "cli:b", "cli:c"]
+    some = await journal.usage("session", None, ["cli:c", "cli:a", "cli:none"])
+    assert [(r.key, r.input_tokens) for r in some] == [("cli:a", 100), ("cli:c", 100)]
+    assert await journal.usage("day", None, []) == []

@@ -4,7 +4,7 @@ three overflow passes, compaction before trimming, a failed summary backs off.""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -319,3 +319,39 @@ def test_an_overflow_far_below_the_window_blames_the_servers_window() -> None:
     assert isinstance(failed, Fail) and failed.code == "context_overflow"
     assert "about 298 tokens" in failed.message and "models.main.context_window says 32768" in failed.message
     assert "smaller than configured" in failed.message
+
+
+# -- failed summaries back off ------------------------------------------------------------------
+
+
+def test_failed_summaries_back_off_exponentially_then_give_up_until_a_forced_one() -> None:
+    from netclaw.sessions._ladder import SUMMARY_GIVE_UP, summary_pause
+
+    assert [summary_pause(n) for n in range(0, 8)] == [0, 3, 6, 12, 24, 48, 48, 48]
+    state, turn, retries = Ladder(), 0, []
+    for _ in range(40 * 12):
+        turn += 1
+        decision = ladder.compaction_due(replace(state, last_input_tokens=900), turns=turn, budget=BUDGET)
+        assert isinstance(decision, Compact)
+        if decision.summarise:  # the LLM tiers run, and fail
+            retries.append(turn)
+            _, state = ladder.after_compaction(
+                state, seq=turn, turns=turn, forced=False, summary_failed=True, freed_nothing=False
+            )
+    assert retries == [1, 4, 10, 22, 46]  # 3, 6, 12, 24 turns apart; then trimming alone
+    assert state.summary_failures == SUMMARY_GIVE_UP and state.summaries_given_up
+    forced, state = ladder.on_overflow(state, turns=turn, error="x")
+    assert forced == Compact(forced=True, summarise=True)  # a forced compaction still tries
+    _, state = ladder.after_compaction(
+        state, seq=turn, turns=turn, forced=True, summary_failed=False, freed_nothing=False, summarised=True
+    )
+    assert state.summary_failures == 0 and not state.summaries_given_up
+    decision = ladder.compaction_due(replace(state, last_input_tokens=900), turns=turn + 1, budget=BUDGET)
+    assert decision == Compact(forced=False, summarise=True)
+
+
+def test_a_recovered_ladder_keeps_the_backoff_it_had() -> None:
+    recovered = Ladder.recovered(None, summary_failures=2, failed_turn=10)
+    assert recovered.summary_paused_until == 16 and recovered.summary_failures == 2
+    decision = ladder.compaction_due(replace(recovered, last_input_tokens=900), turns=12, budget=BUDGET)
+    assert decision == Compact(forced=False, summarise=False)

@@ -181,3 +181,19 @@ async def test_two_nodes_contending_for_one_session_never_interleave_epochs(
         assert owners.setdefault(payload["epoch"], payload["node"]) == payload["node"]
         last_epoch = payload["epoch"]
     assert len(owners) > 4
+
+
+async def test_the_nodes_and_the_sessions_each_holds_are_listed(node: Callable[..., Any]) -> None:
+    async with node("a") as a, node("b") as b:
+        assert await a.claim("s1") == 1
+        assert await a.claim("s2") == 1
+        assert await b.claim("s3") == 1
+        listed = await b.nodes()
+        assert [(n.node_id, n.url, n.sessions) for n in listed] == [
+            ("a", "http://a.test:8765", 2),
+            ("b", "http://b.test:8765", 1),
+        ]
+        assert all(n.alive(15.0) and n.started_at > 0 for n in listed)
+        a.release("s1", 1)
+        await asyncio.sleep(0.2)  # the release goes through the writer
+        assert [n.sessions for n in await a.nodes()] == [1, 1]

@@ -166,3 +166,16 @@ async def test_a_due_reminder_is_claimed_by_one_node_until_fired_or_expired(pg_d
     finally:
         await a.close()
         await b.close()
+
+
+async def test_a_paused_reminder_is_never_due_and_resumes_at_its_new_time(reminders: Any) -> None:
+    await reminders.add(reminder("r1", next_fire=100.0))
+    assert await reminders.set_next_fire("r1", None)
+    found = await reminders.get("r1")
+    assert found.paused and await reminders.due(10_000.0) == [] and await reminders.earliest() is None
+    # A fire that was under way when it was paused does not un-pause it.
+    await reminders.fired("r1", 100.0, 160.0)
+    assert (await reminders.get("r1")).paused
+    assert await reminders.set_next_fire("r1", 500.0)
+    assert [r.id for r in await reminders.due(500.0)] == ["r1"] and not (await reminders.get("r1")).paused
+    assert not await reminders.set_next_fire("missing", None)

@@ -21,7 +21,18 @@ import psycopg
 import psycopg_pool
 
 from netclaw.errors import JournalError
-from netclaw.persistence._journal import Owner, SessionRow, Snapshot, StoredEvent, UsageKey, UsageRow
+from netclaw.persistence._journal import (
+    Node,
+    Owner,
+    SessionPage,
+    SessionQuery,
+    SessionRow,
+    Snapshot,
+    StoredEvent,
+    UsageKey,
+    UsageRow,
+    like_pattern,
+)
 from netclaw.persistence._writer import Batch, Erase, Query, WriterJournal, WriterThread, settle
 from netclaw.persistence.postgres._leases import Leases
 from netclaw.persistence.postgres._schema import CONNECT_TIMEOUT_S, new_pool, open_pool, safe_dsn
@@ -97,6 +108,9 @@ class PostgresJournal(WriterJournal):
     async def owner(self, persistence_id: str) -> Owner | None:
         return await self.leases.owner(persistence_id)
 
+    async def nodes(self) -> list[Node]:
+        return await self.leases.nodes()
+
     def _lease_lost(self, persistence_id: str) -> None:
         if self.on_lease_lost is not None:
             self.on_lease_lost(persistence_id)
@@ -164,6 +178,34 @@ class PostgresJournal(WriterJournal):
         rows = await self._read(self._ROW + " ORDER BY last_activity DESC")
         return [SessionRow.from_row(r) for r in rows]
 
+    async def find_sessions(self, query: SessionQuery) -> SessionPage:
+        if query.only is not None and not query.only:
+            return SessionPage([], 0, await self._channels())
+        where: list[str] = ["TRUE"]
+        params: list[Any] = []
+        if query.text:
+            where.append("(id ILIKE %s OR title ILIKE %s)")
+            params += [like_pattern(query.text)] * 2
+        if query.channel:
+            where.append("channel = %s")
+            params.append(query.channel)
+        if query.only is not None:
+            where.append("id = ANY(%s)")
+            params.append(list(query.only))
+        if query.excluding:
+            where.append("NOT (id = ANY(%s))")
+            params.append(list(query.excluding))
+        clause = " WHERE " + " AND ".join(where)
+        rows = await self._read(
+            self._ROW + clause + " ORDER BY last_activity DESC, id LIMIT %s OFFSET %s",
+            (*params, query.limit, query.offset),
+        )
+        total = await self._read("SELECT COUNT(*) FROM sessions" + clause, tuple(params))
+        return SessionPage([SessionRow.from_row(r) for r in rows], int(total[0][0]), await self._channels())
+
+    async def _channels(self) -> list[str]:
+        return [str(r[0]) for r in await self._read("SELECT DISTINCT channel FROM sessions ORDER BY channel")]
+
     async def get_session(self, persistence_id: str) -> SessionRow | None:
         rows = await self._read(self._ROW + " WHERE id = %s", (persistence_id,))
         return SessionRow.from_row(rows[0]) if rows else None
@@ -179,8 +221,14 @@ class PostgresJournal(WriterJournal):
         )
         return [str(r[0]) for r in rows]
 
-    async def usage(self, by: UsageKey, since: float | None = None) -> list[UsageRow]:
+    async def usage(
+        self, by: UsageKey, since: float | None = None, sessions: Sequence[str] | None = None
+    ) -> list[UsageRow]:
         key = _USAGE_KEYS[by]
+        only = " AND persistence_id = ANY(%s)" if sessions is not None else ""
+        params: tuple[Any, ...] = (since if since is not None else 0.0,)
+        if sessions is not None:
+            params += (list(sessions),)
         rows = await self._read(
             f"SELECT {key} AS k, COUNT(*),"
             " SUM(COALESCE((payload::jsonb->'spent'->>'input_tokens')::bigint,"
@@ -188,8 +236,8 @@ class PostgresJournal(WriterJournal):
             " SUM(COALESCE((payload::jsonb->'spent'->>'output_tokens')::bigint,"
             "              (payload::jsonb->'usage'->>'output_tokens')::bigint, 0)),"
             " SUM(COALESCE((payload::jsonb->'spent'->>'cache_read_tokens')::bigint, 0))"
-            " FROM events WHERE type = 'TurnRecorded' AND ts >= %s GROUP BY k ORDER BY k",
-            (since if since is not None else 0.0,),
+            f" FROM events WHERE type = 'TurnRecorded' AND ts >= %s{only} GROUP BY k ORDER BY k",
+            params,
         )
         return [UsageRow(str(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4])) for r in rows]
 

@@ -26,7 +26,7 @@ from typing import Any
 import psycopg
 
 from netclaw.errors import JournalError, LeaseLost, SessionOwnedElsewhere
-from netclaw.persistence._journal import Owner
+from netclaw.persistence._journal import Node, Owner
 from netclaw.persistence.postgres._schema import PooledStore
 
 log = logging.getLogger(__name__)
@@ -43,6 +43,12 @@ _OWNER = (
     "SELECT l.node_id, n.advertise_url, l.expires_at > clock_timestamp(),"
     " extract(epoch from l.expires_at - clock_timestamp())"
     " FROM leases l LEFT JOIN nodes n ON n.node_id = l.node_id WHERE l.persistence_id = %s"
+)
+_NODES = (
+    "SELECT n.node_id, n.advertise_url, extract(epoch from n.started_at),"
+    " extract(epoch from clock_timestamp() - n.seen_at),"
+    " (SELECT COUNT(*) FROM leases l WHERE l.node_id = n.node_id AND l.expires_at > clock_timestamp())"
+    " FROM nodes n ORDER BY n.node_id"
 )
 _RENEW = (
     "UPDATE leases l SET expires_at = clock_timestamp() + make_interval(secs => %s)"
@@ -158,6 +164,11 @@ class Leases(PooledStore):
         if not live or node_id == self.node_id:
             return None
         return Owner(str(node_id), str(url) if url else None, float(expires_in))
+
+    async def nodes(self) -> list[Node]:
+        """Every node that ever joined, with the sessions it holds now."""
+        rows = await self.fetch(_NODES)
+        return [Node(str(r[0]), r[1], float(r[2]), float(r[3]), int(r[4])) for r in rows]
 
     def release_on(self, conn: psycopg.Connection[Any], persistence_id: str, epoch: int) -> int:
         """Give the lease up (on the journal's writer connection, after the session's

@@ -66,6 +66,15 @@ class PostgresReminderStore(PooledStore):
             (created_by_prefix.replace("%", r"\%").replace("_", r"\_") + "%", list(keep)),
         )
 
+    async def set_next_fire(self, reminder_id: str, next_fire: float | None) -> bool:
+        return (
+            await self.execute(
+                "UPDATE reminders SET next_fire = %s, claimed_by = NULL, claimed_until = NULL WHERE id = %s",
+                (next_fire, reminder_id),
+            )
+            > 0
+        )
+
     async def earliest(self) -> float | None:
         # A reminder another node claimed is due again for us only when its claim expires.
         rows = await self.fetch(

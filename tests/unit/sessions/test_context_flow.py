@@ -4,10 +4,12 @@ between tool rounds, the overflow ladder (compact, trim, fail — never a loop),
 
 from __future__ import annotations
 
+import itertools
+
 from netclaw import outputs as out
 from netclaw.errors import ContextOverflow
 from netclaw.sessions._commands import CompactNow
-from netclaw.sessions._effects import CallModel, Publish, RunCompaction
+from netclaw.sessions._effects import CallModel, CompactionHealth, Publish, RunCompaction
 from netclaw.sessions._events import HistoryTrimmed, SessionCompacted, TurnRecorded
 from netclaw.sessions._phases import Phase
 from tests.unit.sessions.harness import Driver, tool_call
@@ -117,3 +119,37 @@ def test_compact_now_with_nothing_to_compact_says_so() -> None:
     assert isinstance(said, str) and said.startswith("Nothing to compact yet")
     assert d.phase is Phase.READY
     d.close()
+
+
+def test_a_model_that_cannot_summarise_backs_off_says_why_and_keeps_answering() -> None:
+    d = _driver()
+    _turns(d, 3)
+    summaries_tried: list[int] = []
+    for i in range(3, 40):
+        d.send(f"{i} {WORDS}")
+        while True:  # compactions (failing) and calls, until the turn ends
+            if d.phase is Phase.COMPACTING:
+                run = d.pending(RunCompaction)
+                summaries_tried.append(d.state.turns)
+                assert run.plan is not None
+                d.compaction_done(None)  # the summary failed
+            elif d.phase is Phase.PROCESSING:
+                d.answer(f"answer {i} {WORDS}", input_tokens=1600)  # always past the threshold
+            else:
+                break
+    # The LLM tiers ran at ever longer intervals (3, 6, 12 ... turns), not every few turns.
+    gaps = [b - a for a, b in itertools.pairwise(summaries_tried)]
+    assert gaps == sorted(gaps) and gaps[0] >= 3 and len(summaries_tried) <= 5
+    notices = [o for o in d.outputs() if isinstance(o, out.Notice) and o.kind == "compaction_failing"]
+    assert len(notices) == len(summaries_tried)
+    assert "tries again in" in notices[0].text
+    health = [e.failures for e in d.effects if isinstance(e, CompactionHealth)]
+    assert health == list(range(1, len(summaries_tried) + 1))
+    assert d.state.summary_failures == len(summaries_tried)
+    recorded = [e for e in d.events() if isinstance(e, TurnRecorded)]
+    assert all(r.status == "completed" for r in recorded)  # every turn still answered
+    # Meanwhile trimming kept the prompt within its budget while the record grew.
+    assert any(isinstance(e, HistoryTrimmed) for e in d.events())
+    prompt = d.pending(CallModel).request
+    assert len(prompt.messages) < len(d.state.transcript) / 2
+    assert d.session.context.prompts.estimate(d.state, prompt.tools) <= d.live.current.trim_budget_tokens

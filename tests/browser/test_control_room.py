@@ -1,0 +1,193 @@
+"""The control room in a real Chromium against the daemon and the scripted provider: a turn
+streams into the page as it is written, a pending tool call is approved with a button and
+runs, a running turn is stopped, a reminder added in the page fires, a memory is found and
+deleted, and the usage charts follow new turns."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from tests.browser._room import Room
+from tests.conftest import wait_until
+from tests.fakes.scripted_openai import Reply, ToolCallSpec
+
+LONG_REPLY = " ".join(f"word{i}" for i in range(60))
+
+
+def open_session(page: Any, room: Room, sid: str) -> None:
+    """A session that exists (one answered message), opened in the page, its live stream joined."""
+    response = room.handle.send(sid, "hello", wait=True)
+    assert response.status_code == 200, response.text
+    page.goto(f"/ui/sessions/{sid}")
+    page.wait_for_selector("#recorded article.assistant")
+    # The live stream is open once the page asked for its fragments after "joined".
+    page.wait_for_function("() => document.querySelector('#live') !== null")
+
+
+def test_a_turn_streams_into_the_page_as_it_is_written(page: Any, room: Room) -> None:
+    sid = "cli:ui-stream"
+    open_session(page, room, sid)
+    room.scripted.enqueue(Reply(text=LONG_REPLY, chunk_size=6, chunk_delay_s=0.05))
+    page.get_by_label("Message").fill("tell me a long story")
+    page.get_by_role("button", name="Send").click()
+    # Part of the reply is on the page while the rest is still being written.
+    page.wait_for_function(
+        "full => { const t = document.querySelector('#live .live-text .text');"
+        " return t && t.textContent.length > 0 && t.textContent.length < full.length; }",
+        arg=LONG_REPLY,
+    )
+    # Then all of it, recorded: the transcript fragment has the turn.
+    page.wait_for_function(
+        "full => [...document.querySelectorAll('#recorded article.assistant .text')]"
+        ".some(e => e.textContent === full)",
+        arg=LONG_REPLY,
+    )
+    assert page.locator("#recorded article.user .text", has_text="tell me a long story").count() == 1
+    assert page.get_by_label("Message").input_value() == ""
+
+
+def test_a_pending_tool_call_is_approved_with_the_keyboard_and_runs(page: Any, room: Room) -> None:
+    sid = "cli:ui-approve"
+    open_session(page, room, sid)
+    room.scripted.enqueue(
+        Reply(tool_calls=[ToolCallSpec("deploy", {"what": "api"})]), Reply(text="deployed it")
+    )
+    assert room.handle.send(sid, "deploy the api").status_code == 202
+    approve = page.locator("#approvals button.approve")
+    approve.wait_for()
+    assert "deploy" in page.locator("#approvals").inner_text()
+    assert json.loads(page.locator("#approvals pre").inner_text()) == {"what": "api"}
+    assert room.deploy.calls.count({"what": "api"}) == 0  # nothing runs before the decision
+    approve.focus()
+    page.keyboard.press("Enter")
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('#recorded details.tool .result')]"
+        ".some(e => e.textContent === 'deployed api')"
+    )
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('#recorded article.assistant .text')]"
+        ".some(e => e.textContent === 'deployed it')"
+    )
+    assert room.deploy.calls.count({"what": "api"}) == 1
+    page.locator("#approvals", has_text="Nothing is waiting").wait_for()
+    decided = [m for m in room.handle.transcript(sid) if m["role"] == "tool"]
+    assert decided[-1]["content"] == "deployed api"
+
+
+def test_the_approvals_page_lists_every_session_and_always_grants_the_tool(page: Any, room: Room) -> None:
+    sid = "cli:ui-always"
+    room.handle.send(sid, "hello", wait=True)
+    room.scripted.enqueue(
+        Reply(tool_calls=[ToolCallSpec("deploy", {"what": "web"})]),
+        Reply(text="first done"),
+        Reply(tool_calls=[ToolCallSpec("deploy", {"what": "db"})]),
+        Reply(text="second done"),
+    )
+    page.goto("/ui/approvals")
+    assert room.handle.send(sid, "deploy the web").status_code == 202
+    item = page.locator("#all-approvals li.approval", has_text=sid)
+    item.wait_for(timeout=30_000)  # the page refreshes itself every few seconds
+    item.get_by_role("button", name="Always").click()
+    page.locator("#all-approvals", has_text="Nothing is waiting").wait_for()
+    wait_until(lambda: room.handle.transcript(sid)[-1]["content"] == "first done", what="the first reply")
+    # "always": the next call of the tool in this session runs without asking.
+    assert room.handle.send(sid, "deploy the db", wait=True).json()["reply"] == "second done"
+    assert {"what": "db"} in room.deploy.calls
+
+
+def test_stop_cancels_the_running_turn(page: Any, room: Room) -> None:
+    sid = "cli:ui-stop"
+    open_session(page, room, sid)
+    room.scripted.enqueue(Reply(hang=True))
+    assert room.handle.send(sid, "think forever").status_code == 202
+    page.locator("#phase", has_text="processing").wait_for()
+    page.get_by_role("button", name="Stop").click()
+    page.locator("#control-result", has_text=re.compile(r"Stopped turn \d+")).wait_for()
+    page.locator("#recorded .failure", has_text="cancelled").wait_for()
+    page.locator("#phase", has_text="ready").wait_for()
+
+
+def test_reset_is_marked_live_and_in_the_record(page: Any, room: Room) -> None:
+    sid = "cli:ui-reset"
+    open_session(page, room, sid)
+    page.get_by_role("button", name="Reset").click()
+    page.locator("#control-result", has_text="Started afresh").wait_for()
+    page.locator("#live .marker", has_text="Reset by control room").wait_for()
+    page.get_by_label("Message").fill("are you new?")
+    page.get_by_role("button", name="Send").click()
+    marker = page.locator("#recorded .marker", has_text="The model no longer sees the messages above: reset")
+    marker.wait_for()
+    # The marker stands between the old conversation and the new one.
+    texts = page.locator("#recorded .entry").all_inner_texts()
+    at = next(i for i, t in enumerate(texts) if "no longer sees" in t)
+    assert "hello" in " ".join(texts[:at]) and "are you new?" in " ".join(texts[at:])
+
+
+def test_a_reminder_added_in_the_page_can_be_paused_and_fires(page: Any, room: Room) -> None:
+    sid = "cli:ui-remind"
+    page.goto("/ui/reminders")
+    page.get_by_label("Session").fill(sid)
+    page.get_by_label("What to say").fill("stretch your legs")
+    page.get_by_label("Kind of time").select_option("in")
+    page.get_by_label("Time", exact=True).fill("10m")
+    page.get_by_label("Name (optional)").fill("legs")
+    page.get_by_role("button", name="Add").click()
+    row = page.locator("#reminder-list tr", has_text="stretch your legs")
+    row.wait_for()
+    assert "in 10m" in row.inner_text() or "at " in row.inner_text()
+    row.get_by_role("button", name="Pause reminder legs").click()
+    page.locator("#reminder-list tr", has_text="paused").wait_for()
+    room.clock.advance(1200)  # paused: its time passes, nothing fires
+    page.wait_for_timeout(300)
+    assert room.handle.http.get(f"/api/sessions/{sid}").status_code == 404
+    page.locator("#reminder-list tr", has_text="stretch").get_by_role(
+        "button", name="Resume reminder legs"
+    ).click()
+    page.locator("#reminder-list tr", has_text="paused").wait_for(state="detached")
+    room.clock.advance(1)  # a one-shot whose time passed while paused fires when resumed
+    wait_until(lambda: room.handle.http.get(f"/api/sessions/{sid}").status_code == 200, what="the fire")
+    page.goto(f"/ui/sessions/{sid}")
+    page.locator("#recorded article.user", has_text="stretch your legs").wait_for(timeout=30_000)
+    page.reload()
+    page.locator("#recorded article.assistant").first.wait_for()
+    assert "Scheduled reminder" in page.locator("#recorded article.user").first.inner_text()
+
+
+def test_a_memory_is_found_with_where_it_came_from_and_deleted(page: Any, room: Room) -> None:
+    sid = "cli:ui-memory"
+    room.scripted.enqueue(
+        Reply(tool_calls=[ToolCallSpec("remember", {"text": "Ana drinks her coffee black"})]),
+        Reply(text="noted"),
+    )
+    assert room.handle.send(sid, "remember how I take my coffee", wait=True).json()["reply"] == "noted"
+    page.goto("/ui/memories")
+    page.get_by_label("Search").fill("coffee")
+    item = page.locator("#memory-list li.memory", has_text="Ana drinks her coffee black")
+    item.wait_for()
+    assert f"learnt in {sid}, turn 1" in item.inner_text()
+    memory_id = item.get_attribute("id")
+    assert memory_id is not None
+    item.get_by_role("button", name=re.compile("Delete memory")).click()
+    page.locator(f"#{memory_id}").wait_for(state="detached")
+    found = room.handle.http.get("/api/memories", params={"q": "coffee"}).json()
+    assert [m["text"] for m in found] == []
+
+
+def test_the_usage_charts_follow_new_turns(page: Any, room: Room) -> None:
+    page.goto("/ui/usage")
+    before = int(page.locator("#total-turns").inner_text())
+    today_total = page.locator("#tokens-by-day-table tbody tr").last.locator("td").last  # in <details>
+    tokens_before = today_total.text_content()
+    for i in range(2):
+        room.scripted.enqueue(Reply(text=f"counted {i}", usage=(4000, 100)))
+        assert room.handle.send("cli:ui-usage", f"count {i}", wait=True).status_code == 200
+    # The charts refresh themselves (every 5 s): the totals, the bars and their numbers move.
+    page.wait_for_function(
+        "n => Number(document.querySelector('#total-turns').textContent) >= n", arg=before + 2, timeout=30_000
+    )
+    assert today_total.text_content() != tokens_before
+    bars = page.locator("#tokens-by-session rect title").all_text_contents()
+    assert any(t.startswith("cli:ui-usage · uncached input: 8,000") for t in bars), bars
+    assert page.locator("#total-cost").inner_text() == "not recorded"
