@@ -1,4 +1,5 @@
-"""The control token: the bearer secret of the HTTP control API (CONTRACT.md, "HTTP").
+"""The control token: the bearer secret of the HTTP control API (docs/http-api.md,
+"Authentication").
 
 It is ``gateway.control_token_env``'s variable if set, else the file
 ``<data_dir>/control.token``, created with mode 0600 on the daemon's first start.

@@ -7,7 +7,7 @@ the module, not the names: several outputs share a name with the thing they repo
 
     from netclaw import outputs as out
 
-The event names are the contract's (CONTRACT.md, "Output events"); :func:`payload`
+The event names and payloads are documented in docs/events.md; :func:`payload`
 turns an output into the JSON object an SSE ``data:`` line carries, and
 :func:`parse` turns such an object back into an output (the CLI client, tests). Both
 are the one place the wire shape lives.

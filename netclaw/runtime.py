@@ -1,4 +1,4 @@
-"""The I/O loop thread and the actor↔loop bridge (ARCHITECTURE.md §1).
+"""The I/O loop thread and the actor↔loop bridge (docs/architecture.md, "Threads").
 
 Actors own state; the loop owns I/O. An actor hands a coroutine to
 :meth:`IoLoop.submit` and gets the outcome back as a message told to it (never

@@ -1,6 +1,6 @@
 """The acceptance flow: an acknowledged message survives a crash of the daemon.
 
-"Acknowledged" is a 202 from ``POST /api/sessions/{id}/messages``: the contract says the
+"Acknowledged" is a 202 from ``POST /api/sessions/{id}/messages``: docs/http-api.md says the
 message is durable then. The daemon runs as a subprocess and is killed with SIGKILL (no
 shutdown code runs), then started again on the same data_dir.
 """

@@ -1,4 +1,4 @@
-"""The HTTP contract (CONTRACT.md): health, auth, every control-API path and error path."""
+"""The HTTP API (docs/http-api.md): health, auth, every control-API path and error path."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``/metrics`` on the real daemon: Prometheus text, no auth, the contract's families, and
+"""``/metrics`` on the real daemon: Prometheus text, no auth, the families docs/http-api.md lists, and
 values that follow what happened (turns by outcome, tokens, commits, approvals waiting)."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import httpx
 
 from netclaw.tools import Tool, ToolContext
 from tests.conftest import DaemonHandle, wait_until
+from tests.doc_blocks import read
 from tests.fakes.scripted_openai import ErrorReply, Reply, ScriptedOpenAIThread, ToolCallSpec
 
 StartDaemon = Callable[..., DaemonHandle]
@@ -64,3 +65,14 @@ def test_mcp_servers_show_as_up_or_down(start_daemon: StartDaemon) -> None:
     handle = start_daemon(mcp={"servers": {"ghost": {"command": "/nonexistent/mcp-server"}}})
     values = scrape(handle)
     assert values['netclaw_mcp_server_up{server="ghost"}'] == 0
+
+
+def test_the_families_are_the_ones_docs_http_api_lists(start_daemon: StartDaemon) -> None:
+    handle = start_daemon()
+    text = httpx.get(f"{handle.base_url}/metrics", timeout=5).text
+    exposed = set(re.findall(r"^# TYPE (netclaw_\w+) ", text, flags=re.M))
+    documented = set(re.findall(r"`(netclaw_\w+)", read("docs/http-api.md")))
+    assert exposed == documented, (
+        f"exposed but not in docs/http-api.md: {sorted(exposed - documented)}; "
+        f"documented but not exposed: {sorted(documented - exposed)}"
+    )

@@ -241,7 +241,7 @@ def test_two_subscribers_see_only_their_filtered_outputs_plus_lifecycle(
     assert [(u["input_tokens"], u["output_tokens"]) for u in usage] == [(11, 7), (123, 45)]
     assert all(u["context_window"] == 32768 and u["turn"] == 1 for u in usage)
 
-    # tool_call / tool_result as CONTRACT.md.
+    # tool_call / tool_result as docs/events.md gives them.
     (call,) = streaming.of("tool_call")
     assert call == {
         "session_id": sid,

@@ -1,4 +1,4 @@
-"""Webhooks (CONTRACT.md "Webhooks"): ``POST /webhooks/{route}`` against the real daemon.
+"""Webhooks (docs/http-api.md, "Webhooks"): ``POST /webhooks/{route}`` against the real daemon.
 
 HMAC and bearer auth, JSON paths, session ids, every refusal (never a 500), body limits
 with and without Content-Length, the per-route rate limit, Idempotency-Key (also across a

@@ -12,46 +12,11 @@ import pytest
 
 from netclaw.config import Settings, find_config_path, load_settings
 from netclaw.errors import ConfigError
+from tests.doc_blocks import block_after
 
-# The example block from CONTRACT.md "Configuration (netclaw.json)", copied verbatim.
-CONTRACT_EXAMPLE = """
-{
-  "data_dir": "./data",
-  "providers": {
-    "local":  {"type": "openai", "base_url": "http://127.0.0.1:11434/v1", "api_key_env": null, "timeout_s": 180},
-    "claude": {"type": "anthropic", "base_url": "https://api.anthropic.com", "api_key_env": "ANTHROPIC_API_KEY"}
-  },
-  "models": {
-    "main":       {"provider": "local", "model": "qwen3:8b", "context_window": 32768, "max_output_tokens": 4096},
-    "compaction": null
-  },
-  "session": {
-    "compaction_threshold": 0.75,
-    "keep_recent_tool_results": 3,
-    "snapshot_interval": 20,
-    "idle_timeout_s": 1800,
-    "passivation_grace_s": 5,
-    "max_tool_iterations": 25,
-    "turn_timeout_s": 300,
-    "max_resident_sessions": 1000
-  },
-  "history": {"trim_budget_tokens": null},
-  "gateway": {"host": "127.0.0.1", "port": 5199, "control_token_env": null},
-  "webhooks": {"routes": {}},
-  "slack": {"enabled": false},
-  "discord": {"enabled": false},
-  "audiences": {}
-}
-"""
-
-# The webhook routes example from CONTRACT.md "Webhooks".
-CONTRACT_WEBHOOKS = """
-{"routes": {
-  "alerts": {"auth": {"type": "hmac", "secret_env": "ALERTS_SECRET"},
-             "session_key": "$.thread", "text": "$.text",
-             "audience": "public", "max_body_bytes": 1048576, "rate_limit_per_minute": 60}
-}}
-"""
+# The examples as the documentation shows them (read from the pages, so they cannot drift).
+DOCUMENTED_EXAMPLE = block_after("docs/configuration.md", "example: netclaw.json")
+DOCUMENTED_WEBHOOKS = block_after("docs/http-api.md", "example: webhooks")
 
 
 @pytest.fixture(autouse=True)
@@ -329,8 +294,8 @@ def test_load_settings_follows_the_order(
 # -- the documented example ---------------------------------------------------------------------
 
 
-def test_contract_example_is_accepted_as_is() -> None:
-    data = json.loads(CONTRACT_EXAMPLE)
+def test_the_documented_example_is_accepted_as_is() -> None:
+    data = json.loads(DOCUMENTED_EXAMPLE)
     settings = Settings(**data)
     assert settings.providers["claude"].type == "anthropic"
     assert settings.providers["claude"].api_key_env == "ANTHROPIC_API_KEY"
@@ -349,15 +314,15 @@ def test_contract_example_is_accepted_as_is() -> None:
                 assert key in dumped[section], f"{section}.{key}"
 
 
-def test_contract_example_loads_from_a_file(clean_env: Path) -> None:
-    write(clean_env / "netclaw.json", CONTRACT_EXAMPLE)
+def test_the_documented_example_loads_from_a_file(clean_env: Path) -> None:
+    write(clean_env / "netclaw.json", DOCUMENTED_EXAMPLE)
     settings = load_settings()
     assert settings.data_dir == (clean_env / "data").resolve()
     assert set(settings.providers) == {"local", "claude"}
 
 
-def test_contract_webhook_example_is_accepted() -> None:
-    settings = Settings(webhooks=json.loads(CONTRACT_WEBHOOKS))
+def test_the_documented_webhook_example_is_accepted() -> None:
+    settings = Settings(webhooks=json.loads(DOCUMENTED_WEBHOOKS))
     route = settings.webhooks.routes["alerts"]
     assert route.auth.type == "hmac"
     assert route.auth.secret_env == "ALERTS_SECRET"

@@ -14,6 +14,7 @@ import pytest
 from netclaw import outputs
 from netclaw.outputs import OUTPUT_TYPES, Output, OutputFilter
 from netclaw.sessions import OutputQueue, Subscriber, SubscriberSet
+from tests.doc_blocks import table_after
 
 F = OutputFilter
 
@@ -75,24 +76,16 @@ def test_all_has_every_bit() -> None:
 
 # -- Output.wanted_by ---------------------------------------------------------------------------
 
-CONTRACT_FILTERED = {
-    "text": F.TEXT,
-    "text_delta": F.TEXT_STREAMING,
-    "thinking": F.THINKING,
-    "tool_call": F.TOOL_CALLS,
-    "tool_result": F.TOOL_CALLS,
-    "usage": F.USAGE,
-    "file": F.FILES,
+# The events table of docs/events.md: event → its filter bit (None: always delivered).
+DOCUMENTED_BITS = {
+    row[0].strip("`"): None if row[1] == "always" else F[row[1]]
+    for row in table_after("docs/events.md", "events table")
 }
-CONTRACT_LIFECYCLE = {"joined", "turn_completed", "title", "error", "compaction", "history_trimmed", "phase"}
 
 
-CONTRACT_LIFECYCLE_ADDITIONS = {"approval_requested", "approval_decided", "notice", "session_reset"}
-
-
-def test_tables_match_the_contract() -> None:
-    assert dict(EVENT_FILTER) == CONTRACT_FILTERED
-    assert LIFECYCLE_EVENTS == CONTRACT_LIFECYCLE | CONTRACT_LIFECYCLE_ADDITIONS
+def test_tables_match_the_documentation() -> None:
+    assert dict(EVENT_FILTER) == {e: bit for e, bit in DOCUMENTED_BITS.items() if bit is not None}
+    assert {e for e, bit in DOCUMENTED_BITS.items() if bit is None} == LIFECYCLE_EVENTS
     assert not set(EVENT_FILTER) & LIFECYCLE_EVENTS
     assert not DROPPABLE_EVENTS & LIFECYCLE_EVENTS
     assert "text" not in DROPPABLE_EVENTS

@@ -1,0 +1,402 @@
+"""The documentation stands alone and says what the code does.
+
+- No file of the repository refers to documents outside it, and every relative link in
+  README.md and docs/ reaches a file (and a heading) that exists.
+- Each reference page is checked against the code it describes: every CLI command and
+  option, every configuration key, every HTTP route, every output event and its payload,
+  every chat command, and the layers of the import contract. A change to one without the
+  other fails here, naming what to add or remove.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import io
+import json
+import os
+import re
+import shlex
+import subprocess
+import tomllib
+import types
+import typing
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+from pydantic import BaseModel
+
+import adapters
+from adapters.webhook import WebhookAdapter
+from netclaw import outputs
+from netclaw.api import Api
+from netclaw.cli import _parser
+from netclaw.commands import Command, parse_command
+from netclaw.config import Settings, load_settings
+from netclaw.gateway import Gateway
+from tests.doc_blocks import REPO, block_after, code_spans, read, table_after
+
+# -- nothing points outside the repository --------------------------------------------------
+
+# Written so that these lines do not match themselves (a search for the names finds
+# only real references).
+OUTSIDE = [
+    re.compile(r"[C]ONTRACT\.md"),
+    re.compile(r"[A]RCHITECTURE\.md"),
+    re.compile(r"\.\./[s]hared\b"),
+    re.compile(r"\b[s]hared/design\b"),
+    re.compile(r"/[w]ork/(?:shared|main|wt)\b"),
+]
+
+
+def tracked_files() -> list[Path]:
+    try:
+        listed = subprocess.run(
+            ["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True
+        ).stdout.decode()
+        names = [n for n in listed.split("\0") if n]
+    except (OSError, subprocess.CalledProcessError):  # not a git checkout (an unpacked sdist)
+        names = [
+            str(p.relative_to(REPO))
+            for p in REPO.rglob("*")
+            if p.is_file() and not {".git", "__pycache__", "node_modules"} & set(p.parts)
+        ]
+    return [REPO / n for n in names if (REPO / n).is_file()]
+
+
+def test_no_file_refers_to_documents_outside_the_repository() -> None:
+    found = []
+    for path in tracked_files():
+        data = path.read_bytes()
+        if b"\0" in data:
+            continue  # binary (images)
+        text = data.decode("utf-8", "replace")
+        for number, line in enumerate(text.splitlines(), 1):
+            if any(p.search(line) for p in OUTSIDE):
+                found.append(f"{path.relative_to(REPO)}:{number}: {line.strip()[:120]}")
+    assert not found, "point at the repository's own docs/ instead:\n" + "\n".join(found)
+
+
+# -- links --------------------------------------------------------------------------------------
+
+_LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
+
+
+def markdown_files() -> list[Path]:
+    return [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+
+
+def _prose(text: str) -> str:
+    """``text`` without fenced code blocks and code spans (links there are examples)."""
+    text = re.sub(r"^(```|~~~).*?^\1", "", text, flags=re.S | re.M)
+    return re.sub(r"`[^`\n]+`", "", text)
+
+
+def anchors(path: Path) -> set[str]:
+    """GitHub's anchors for the headings of ``path``."""
+    found: set[str] = set()
+    text = re.sub(r"^(```|~~~).*?^\1", "", path.read_text(encoding="utf-8"), flags=re.S | re.M)
+    for heading in re.findall(r"^#{1,6}\s+(.+?)\s*#*$", text, flags=re.M):
+        slug = re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+        unique, n = slug, 0
+        while unique in found:
+            n += 1
+            unique = f"{slug}-{n}"
+        found.add(unique)
+    return found
+
+
+def relative_links() -> Iterator[tuple[Path, str]]:
+    for page in markdown_files():
+        for target in _LINK.findall(_prose(page.read_text(encoding="utf-8"))):
+            if not re.match(r"[a-z][a-z0-9+.-]*:", target):  # http:, https:, mailto:
+                yield page, target
+
+
+def test_every_relative_link_reaches_a_file_and_heading_that_exist() -> None:
+    broken = []
+    checked = 0
+    for page, target in relative_links():
+        checked += 1
+        where, _, anchor = target.partition("#")
+        path = (page.parent / where).resolve() if where else page
+        shown = f"{page.relative_to(REPO)}: ({target})"
+        if not path.is_relative_to(REPO):
+            broken.append(f"{shown} leaves the repository")
+        elif not path.exists():
+            broken.append(f"{shown} does not exist")
+        elif anchor and path.suffix == ".md" and anchor not in anchors(path):
+            broken.append(f"{shown}: {path.name} has no heading #{anchor}")
+    assert checked > 20, "the link pattern found almost nothing: is it still right?"
+    assert not broken, "\n".join(broken)
+
+
+def test_the_reference_pages_are_linked_from_the_readme() -> None:
+    readme = read("README.md")
+    for page in ("cli", "configuration", "http-api", "events", "chat-commands", "architecture"):
+        assert f"(docs/{page}.md" in readme, f"README.md does not link docs/{page}.md"
+
+
+# -- docs/cli.md --------------------------------------------------------------------------------
+
+
+def help_of(*argv: str) -> str:
+    """What ``netclaw *argv --help`` prints (wide, so no choice list is wrapped)."""
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed), pytest.raises(SystemExit):
+        _parser().parse_args([*argv, "--help"])
+    return printed.getvalue()
+
+
+def cli_surface(
+    monkeypatch: pytest.MonkeyPatch,
+) -> dict[str, tuple[list[str], list[str], dict[str, list[str]]]]:
+    """Each command: its action words, its options, and each option's choices, as its
+    ``--help`` shows them."""
+    monkeypatch.setenv("COLUMNS", "250")
+    listed = re.search(r"\{([\w,-]+)\}", help_of())
+    assert listed is not None, "netclaw --help lists no commands"
+    commands = listed.group(1).split(",")
+    found = {}
+    for command in commands:
+        words: list[str] = []
+        options: list[str] = []
+        choices: dict[str, list[str]] = {}
+        for line in help_of(command).splitlines():
+            head = line.strip().split("  ")[0]
+            if head.startswith("{"):
+                words += head.strip("{}").split(",")
+            elif head.startswith("-") and line.startswith("  "):
+                for part in head.split(", "):
+                    option, _, argument = part.partition(" ")
+                    if option not in ("-h", "--help"):
+                        options.append(option)
+                        if argument.startswith("{"):
+                            choices[option] = argument.strip("{}").split(",")
+        found[command] = (words, options, choices)
+    return found
+
+
+def test_the_cli_page_names_every_command_and_option(monkeypatch: pytest.MonkeyPatch) -> None:
+    doc = read("docs/cli.md")
+    surface = cli_surface(monkeypatch)
+    assert {"run", "chat", "sessions", "doctor"} <= set(surface), "reading --help went wrong"
+    missing = []
+    for command, (words, options, choices) in surface.items():
+        if f"`netclaw {command}" not in doc:
+            missing.append(f"netclaw {command}")
+        # An action word: `sessions show`, or the default `sessions [list]`.
+        missing += [f"netclaw {command} {w}" for w in words if not re.search(rf"{command} \[?{w}\b", doc)]
+        missing += [f"netclaw {command} {o}" for o in options if o not in doc]
+        for option, values in choices.items():  # --by day: `--by session\|day\|model`
+            missing += [
+                f"netclaw {command} {option} {v}"
+                for v in values
+                if not any(s in doc for s in (f"{option} {v}", f"\\|{v}", f"`{v}`"))
+            ]
+    assert not missing, "docs/cli.md does not mention: " + ", ".join(missing)
+
+
+# -- docs/configuration.md ----------------------------------------------------------------------
+
+
+def _model_of(annotation: Any) -> tuple[type[BaseModel] | None, bool]:
+    """(the model a field holds, whether it may be null)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation, False
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        args = typing.get_args(annotation)
+        models = [a for a in args if isinstance(a, type) and issubclass(a, BaseModel)]
+        if models:
+            return models[0], type(None) in args
+    return None, False
+
+
+def config_keys(model: type[BaseModel] = Settings, prefix: str = "") -> Iterator[str]:
+    """Every key path of netclaw.json. A section (a model) gives its keys; a map of models
+    gives ``<name>.`` keys; an optional model (``null`` by default) is one key."""
+    sections = {m.key: m for m in adapters.CHANNEL_SECTIONS} if not prefix else {}
+    for name, field in model.model_fields.items():
+        annotation = sections.get(name, field.annotation)
+        path = f"{prefix}{name}"
+        inner, nullable = _model_of(annotation)
+        if typing.get_origin(annotation) is dict:
+            value = typing.get_args(annotation)[1]
+            if isinstance(value, type) and issubclass(value, BaseModel):
+                yield from config_keys(value, f"{path}.<name>.")
+                continue
+        if inner is not None and not nullable:
+            yield from config_keys(inner, f"{path}.")
+        else:
+            yield path
+
+
+def documented_config_keys() -> set[str]:
+    keys = set()
+    for line in read("docs/configuration.md").splitlines():
+        if line.startswith("| `"):
+            keys.update(code_spans(line.split("|")[1]))
+    return keys
+
+
+def test_the_configuration_page_documents_every_key() -> None:
+    keys = set(config_keys())
+    documented = documented_config_keys()
+    assert len(keys) > 80, "config_keys found too few keys: is the walk still right?"
+    missing = sorted(keys - documented)
+    stale = sorted(k for k in documented - keys if not any(key.startswith(f"{k}.") for key in keys))
+    assert not missing, "docs/configuration.md has no row for: " + ", ".join(missing)
+    assert not stale, "docs/configuration.md documents keys that do not exist: " + ", ".join(stale)
+
+
+def _holds(found: Any, expected: Any) -> bool:
+    """``found`` (a loaded value) holds what ``expected`` (the JSON given) says."""
+    if isinstance(found, BaseModel):
+        found = found.model_dump(mode="json")
+    if isinstance(expected, dict):
+        return isinstance(found, dict) and all(
+            k in found and _holds(found[k], v) for k, v in expected.items()
+        )
+    return bool(found == expected)
+
+
+def test_the_override_examples_of_the_configuration_page_load(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Each line of the page's example: its variables, loaded as `netclaw run` would."""
+    block = block_after("docs/configuration.md", "example: overrides")
+    for line in block.splitlines():
+        words = shlex.split(line)
+        given = dict(w.split("=", 1) for w in words if re.match(r"NETCLAW_\w+=", w))
+        assert given and words[len(given) :] == ["netclaw", "run"], line
+        with monkeypatch.context() as env:
+            for name in list(os.environ):
+                if name.upper().startswith("NETCLAW_"):
+                    env.delenv(name)
+            env.setenv("HOME", str(tmp_path))  # no ~/.config/netclaw/netclaw.json either
+            env.chdir(tmp_path)
+            for name, value in given.items():
+                env.setenv(name, value)
+            settings = load_settings()
+        for name, value in given.items():
+            found: Any = settings
+            for part in name.removeprefix("NETCLAW_").lower().split("__"):
+                found = found[part] if isinstance(found, dict) else getattr(found, part)
+            try:
+                expected = json.loads(value)
+            except ValueError:
+                expected = value
+            assert _holds(found, expected), f"{name}={value} loaded as {found!r}"
+
+
+# -- docs/http-api.md ---------------------------------------------------------------------------
+
+
+def served_routes() -> set[str]:
+    api = Api(cast(Gateway, None), "token")
+    routes = {
+        f"{route.method} {route.resource.canonical}"
+        for route in api.app().router.routes()
+        if route.method != "HEAD" and route.resource is not None
+    }
+    webhooks = WebhookAdapter(Settings(), cast(Gateway, None))
+    routes |= {f"{r.method} {r.path}" for r in webhooks.routes()}  # type: ignore[attr-defined]
+    return routes
+
+
+def test_the_http_page_lists_every_route() -> None:
+    documented = {row[0].strip("`") for row in table_after("docs/http-api.md", "routes table")}
+    served = served_routes()
+    assert len(served) > 15
+    assert not served - documented, f"docs/http-api.md does not list: {sorted(served - documented)}"
+    assert not documented - served, (
+        f"docs/http-api.md lists routes nobody serves: {sorted(documented - served)}"
+    )
+
+
+# -- docs/events.md -----------------------------------------------------------------------------
+
+
+def test_the_events_page_matches_the_outputs() -> None:
+    rows = table_after("docs/events.md", "events table")
+    documented = {row[0].strip("`"): row for row in rows}
+    assert set(documented) == set(outputs.OUTPUT_TYPES), (
+        "docs/events.md and netclaw/outputs.py name different events"
+    )
+    for event, (_, bit, payload) in documented.items():
+        cls = outputs.OUTPUT_TYPES[event]
+        assert bit == ("always" if cls.bit is None else cls.bit.name), f"{event}: filter bit"
+        fields = [f.strip() for f in payload.strip("`").split(",")]
+        wire = {"from_": "from"}
+        expected = {
+            wire.get(name, name) + ("?" if name in cls.omit_if_none else "")
+            for name in (f.name for f in dataclasses.fields(cls))
+            if name != "session_id"
+        }
+        assert set(fields) == expected, f"{event}: the payload is {sorted(expected)}"
+
+
+def test_the_filters_the_events_page_names_are_the_filters() -> None:
+    names = {row[0].strip("`") for row in table_after("docs/events.md", "filters table")}
+    assert names == {name.lower() for name in outputs.OutputFilter.__members__} - {"none"}
+    for name in names:
+        assert outputs.OutputFilter.parse(name)
+
+
+# -- docs/chat-commands.md ----------------------------------------------------------------------
+
+
+def test_the_chat_commands_page_matches_the_parser() -> None:
+    rows = table_after("docs/chat-commands.md", "commands table")
+    canonical = set()
+    for command, also, *_ in rows:
+        name = command.strip("`").removeprefix("/")
+        canonical.add(name)
+        for spelling in [command, *code_spans(also)]:
+            word = spelling.strip("`").removeprefix("/")
+            for text in (f"/{word}", f"!{word}", f"/{word.upper()}", f"  /{word} "):
+                assert parse_command(text) == name, f"{text!r} should be /{name}"
+    assert canonical == set(typing.get_args(Command)), "docs/chat-commands.md and netclaw/commands.py differ"
+    assert parse_command("/status please") is None
+
+
+# -- docs/architecture.md -----------------------------------------------------------------------
+
+
+def contract_layers() -> list[str]:
+    config = tomllib.loads(read("pyproject.toml"))["tool"]["importlinter"]["contracts"]
+    [layers] = [c["layers"] for c in config if c["type"] == "layers" and "containers" not in c]
+    return [" ".join(layer.split()) for layer in layers]
+
+
+def test_the_layers_table_is_the_import_contract() -> None:
+    rows = table_after("docs/architecture.md", "layers table")
+    documented = [" ".join(row[1].replace("`", "").split()) for row in rows if row[0].isdigit()]
+    assert documented == contract_layers(), "docs/architecture.md's layers differ from pyproject.toml's"
+    named = {m for layer in contract_layers() for m in re.split(r"[ :|]+", layer) if m}
+    top = {
+        f"netclaw.{p.stem}"
+        for p in (REPO / "netclaw").iterdir()
+        if p.suffix == ".py" and p.stem != "__init__"
+    }
+    top |= {f"netclaw.{p.name}" for p in (REPO / "netclaw").iterdir() if (p / "__init__.py").exists()}
+    outside = {m for m in top if not any(m == n or m.startswith(n + ".") for n in named)}
+    listed = {span for row in rows if not row[0].isdigit() for span in code_spans(row[1])}
+    assert listed == outside, f"modules in no layer: {sorted(outside)}; the page lists {sorted(listed)}"
+
+
+def test_the_architecture_page_names_every_module() -> None:
+    doc = read("docs/architecture.md")
+    missing = []
+    for root in ("netclaw", "adapters"):
+        for path in sorted((REPO / root).rglob("*.py")):
+            if path.stem in ("__init__", "__main__"):
+                continue
+            rel = path.relative_to(REPO)
+            dotted = ".".join(rel.with_suffix("").parts)
+            spellings = (f"{path.stem}.py", f"`{path.stem}`", dotted, f"{rel.parent.name}/{path.stem}")
+            if not any(s in doc for s in spellings):
+                missing.append(str(rel))
+    assert not missing, "docs/architecture.md does not say where these live: " + ", ".join(missing)
