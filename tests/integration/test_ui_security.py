@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import httpx
@@ -17,6 +17,7 @@ import pytest
 
 from netclaw.config import Settings
 from netclaw.daemon import Daemon
+from netclaw.tools import Tool, ToolContext
 from netclaw.ui import control_room
 from netclaw.ui._auth import COOKIE, Logins
 from tests.conftest import DaemonHandle, settings_data, wait_until
@@ -43,6 +44,12 @@ def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[DaemonHa
         daemon = Daemon(Settings(**config))
         daemon.start()
         handle = DaemonHandle(daemon)
+
+        async def deploy(args: Mapping[str, Any], context: ToolContext) -> str:
+            return "deployed"
+
+        # Approvals are asked only for tools that exist and are offered.
+        daemon.tools.register(Tool("deploy", "Deploy something.", {"type": "object"}, deploy))
         try:
             assert handle.send(SID, "hello", wait=True).status_code == 200
             added = handle.http.post(f"/api/sessions/{SID}/reminders", json={"text": "tick", "in_s": "1h"})
