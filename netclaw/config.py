@@ -247,13 +247,15 @@ _SERVER_NAME = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
 
 
 class McpServerConfig(_Section):
-    """One MCP server: ``command`` (+ ``args``) over stdio, or ``url`` (streamable HTTP)."""
+    """One MCP server: ``command`` (+ ``args``) over stdio, or ``url`` (streamable HTTP, or
+    the legacy HTTP+SSE transport with ``transport: "sse"``)."""
 
     command: str | None = None
     args: list[str] = []
     env_env: dict[str, str] = {}  # variable the server sees → variable of ours holding the value
     cwd: Path | None = None
     url: str | None = None
+    transport: Literal["http", "sse"] = "http"  # for `url`: streamable HTTP, or HTTP+SSE (older servers)
     headers_env: dict[str, str] = {}  # HTTP header → variable holding its value
     tools: list[str] | None = None  # allowlist of the server's own tool names; None: all
     timeout_s: float = Field(60.0, gt=0)  # one call
@@ -279,8 +281,8 @@ class McpServerConfig(_Section):
             raise ValueError("give exactly one of `command` (a stdio server) or `url` (streamable HTTP)")
         if self.url is not None and (self.args or self.env_env or self.cwd is not None):
             raise ValueError("`args`, `env_env` and `cwd` are for stdio servers (`command`), not `url`")
-        if self.command is not None and self.headers_env:
-            raise ValueError("`headers_env` is for HTTP servers (`url`), not `command`")
+        if self.command is not None and (self.headers_env or self.transport != "http"):
+            raise ValueError("`headers_env` and `transport` are for HTTP servers (`url`), not `command`")
         return self
 
 
@@ -326,6 +328,8 @@ class ScheduleConfig(_Section):
 
 class McpConfig(_Section):
     servers: dict[str, McpServerConfig] = {}
+    # A server that fails is reconnected with full-jitter backoff from 1 s up to this.
+    max_reconnect_delay_s: float = Field(60.0, ge=1.0)
 
     @field_validator("servers")
     @classmethod

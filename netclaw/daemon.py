@@ -33,6 +33,7 @@ from netclaw.heap import HeapTrimmer, settle_heap
 from netclaw.history import preload_encoding
 from netclaw.listener import listen
 from netclaw.logs import configure_logging
+from netclaw.mcp import McpHub
 from netclaw.metrics import GaugeMetricFamily, Metrics, gauge
 from netclaw.persistence import (
     Journal,
@@ -52,7 +53,7 @@ from netclaw.runtime import IoLoop
 from netclaw.scheduler import Clock, Scheduler
 from netclaw.service import Notifier, SignalWaiter, heartbeat
 from netclaw.sessions import SessionActor, SessionDeps, SessionManager
-from netclaw.tools import McpHub, ToolRegistry, build_registry, reminder_tools
+from netclaw.tools import ToolRegistry, build_registry, reminder_tools
 
 log = logging.getLogger(__name__)
 
@@ -172,7 +173,7 @@ class Daemon:
             self.tools = tools = build_registry(self.settings, self.memory)
             # MCP servers connect before any session runs, so the first turns see their tools
             # (a server that is slow or broken keeps retrying in the background).
-            self.mcp = McpHub(self.settings.mcp.servers)
+            self.mcp = McpHub(self.settings.mcp)
             tools.add_source(self.mcp)
             self.io.run(self.mcp.start(MCP_START_WAIT_S), MCP_START_WAIT_S + 10)
             io, provider = self.io, self.provider

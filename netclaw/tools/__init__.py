@@ -1,10 +1,9 @@
-"""Tools the model can call: the registry, the built-in tools, the memory tools and the
-tools of MCP servers."""
+"""Tools the model can call: the registry, the built-in tools and the memory tools (the
+tools of MCP servers come from :mod:`netclaw.mcp`, a source of the registry)."""
 
 from netclaw.config import Settings
 from netclaw.persistence import MemoryStore
 from netclaw.tools._builtin import BUILTIN_TOOLS, CURRENT_TIME
-from netclaw.tools._mcp_hub import McpHub, McpServerStatus
 from netclaw.tools._memory import memory_tools
 from netclaw.tools._registry import (
     Tool,
@@ -23,8 +22,6 @@ from netclaw.tools._workspace import ensure_workspace, workspace_tools
 __all__ = [
     "BUILTIN_TOOLS",
     "CURRENT_TIME",
-    "McpHub",
-    "McpServerStatus",
     "ReminderPort",
     "Tool",
     "ToolContext",

@@ -3,9 +3,11 @@ run as a real subprocess.
 
     python -m tests.fakes.mcp_fake stdio
     python -m tests.fakes.mcp_fake http --port 0 [--require-header NAME=VALUE]
+    python -m tests.fakes.mcp_fake sse --port 0     (the legacy HTTP+SSE transport)
 
 In HTTP mode it prints ``listening on http://127.0.0.1:<port>/mcp`` once it accepts
-connections. Tools: ``echo``, ``add``, ``env`` (a variable the server sees), ``slow``
+connections (``.../sse`` in SSE mode). :class:`HttpProcess` runs it from a test and can
+kill it and start it again on the same port. Tools: ``echo``, ``add``, ``env`` (a variable the server sees), ``slow``
 (writes ``slow-started``/``slow-finished`` in ``$FAKE_MCP_MARKER_DIR``), ``fail`` (an
 ``isError`` result), ``image``, ``resource``, ``big``, ``crash`` (the process exits), and
 ``toggle`` (adds or removes ``extra`` and says ``tools/list_changed``). Each start appends a
@@ -19,6 +21,7 @@ import asyncio
 import base64
 import os
 import socket
+import subprocess
 import sys
 from pathlib import Path
 
@@ -117,7 +120,7 @@ def _free_port() -> int:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("transport", choices=["stdio", "http"])
+    parser.add_argument("transport", choices=["stdio", "http", "sse"])
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--name", default="fake")
     parser.add_argument("--require-header", default=None, help="NAME=VALUE every HTTP request must carry")
@@ -130,7 +133,12 @@ def main(argv: list[str] | None = None) -> None:
         server.run("stdio")
         return
     port = args.port or _free_port()
-    app = server.streamable_http_app(streamable_http_path="/mcp")
+    path = "/sse" if args.transport == "sse" else "/mcp"
+    app = (
+        server.sse_app()
+        if args.transport == "sse"
+        else server.streamable_http_app(streamable_http_path="/mcp")
+    )
     if args.require_header:
         header, _, value = args.require_header.partition("=")
         app = _require(app, header.lower().encode(), value.encode())
@@ -143,7 +151,7 @@ def main(argv: list[str] | None = None) -> None:
         task = asyncio.ensure_future(served.serve())
         while not served.started and not task.done():  # noqa: ASYNC110 - uvicorn has no started event
             await asyncio.sleep(0.02)
-        print(f"listening on http://127.0.0.1:{port}/mcp", flush=True)
+        print(f"listening on http://127.0.0.1:{port}{path}", flush=True)
         await task
 
     asyncio.run(serve())
@@ -163,6 +171,62 @@ def _require(app: object, header: bytes, value: bytes) -> object:
         await app(scope, receive, send)  # type: ignore[operator]
 
     return guarded
+
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+class HttpProcess:
+    """The fake as an HTTP server in a subprocess that a test can kill and start again on
+    the same port (``url`` stays the same)."""
+
+    def __init__(self, *args: str, transport: str = "http", env: dict[str, str] | None = None) -> None:
+        self.args = args
+        self.transport = transport
+        self.env = env
+        self.port = _free_port()
+        self.proc: subprocess.Popen[str] | None = None
+        self.url = ""
+
+    def start(self) -> str:
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tests.fakes.mcp_fake",
+                self.transport,
+                "--port",
+                str(self.port),
+                *self.args,
+            ],
+            cwd=REPO_ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env=None if self.env is None else {**os.environ, **self.env},
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        assert line.startswith("listening on "), line
+        self.url = line.split()[-1]
+        return self.url
+
+    def kill(self) -> None:
+        """SIGKILL: no goodbye on any connection."""
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait(10)
+            self.proc = None
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+            self.proc = None
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ import base64
 
 import mcp_types as mt
 
-from netclaw.tools._mcp_content import MAX_RESULT_CHARS, argument_problem, exposed_tools, result_text
+from netclaw.mcp._content import MAX_RESULT_CHARS, argument_problem, exposed_tools, result_text
 
 OBJECT = {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}
 

@@ -1,14 +1,20 @@
-"""MCP servers as tools: one supervised client session per configured server.
+"""One configured MCP server, supervised: its connection, its tools, and every call to it.
 
 Each :class:`McpServer` owns one connection (the official ``mcp`` SDK's ``Client`` over
-stdio or streamable HTTP) inside one task on the I/O loop — the SDK's transports are
-anyio context managers that must be entered and left by the same task. The task is a
-supervisor: connect, list the tools, then watch (a ping every ``PING_INTERVAL_S``, or a
-call that finds the connection gone); when the server fails to start, exits or stops
-answering, its tools disappear from the model's list and the task reconnects with
-backoff, and they come back when it answers again. Nothing here can stop the daemon.
+stdio, streamable HTTP or HTTP+SSE) inside one task on the I/O loop — the SDK's
+transports are anyio context managers that must be entered and left by the same task,
+and whose task groups cancel *that* task when the transport fails. The task is a
+supervisor: connect, list the tools, then watch (a probe every ``PING_INTERVAL_S``, a
+call or a change stream that finds the connection gone); when the server fails to start,
+exits or stops answering, its tools disappear from the model's list and the task
+reconnects with full-jitter backoff, whatever the transport. Every state change is
+logged and kept as ``detail`` for ``/healthz``. Nothing here can stop the daemon.
 
-:class:`~netclaw.tools._mcp_hub.McpHub` is the registry's view of all of them.
+The connection is entered with ``async with`` so that the exception which ended it
+reaches the SDK's task groups: a transport failure arrives as a cancellation of the
+supervisor, and only an exit that sees that cancellation turns it back into the
+transport's error (issue 28: exiting with ``(None, None, None)`` let it escape and end
+the supervisor, so an HTTP server was never reconnected).
 """
 
 from __future__ import annotations
@@ -17,38 +23,39 @@ import asyncio
 import contextlib
 import logging
 import os
-import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any
 
 import httpx2
 import mcp_types as mt
-from mcp import Client, MCPError, StdioServerParameters
+from mcp import Client, MCPError
 from mcp.client.session import IncomingMessage
-from mcp.client.stdio import stdio_client
-from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
 
 from netclaw import __version__
 from netclaw.config import McpServerConfig
-from netclaw.credentials import read_secret, where_to_put
 from netclaw.errors import ToolError
+from netclaw.mcp._content import ServerTool, argument_problem, exposed_tools, result_text
+from netclaw.mcp._status import McpServerStatus, McpState
+from netclaw.mcp._transport import open_transport, transport_kind
 from netclaw.retry import RetryPolicy, backoff_delay
 from netclaw.runtime import cancel_and_wait
-from netclaw.tools._mcp_content import ServerTool, argument_problem, exposed_tools, result_text
-from netclaw.tools._mcp_hub import McpServerStatus, McpState
-from netclaw.tools._registry import Tool, ToolContext
+from netclaw.tools import Tool, ToolContext
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("netclaw.mcp")
 
 PING_INTERVAL_S = 10.0  # how soon a server that died quietly between calls is noticed
 PING_TIMEOUT_S = 10.0
 CONNECT_TIMEOUT_S = 30.0
-RESTART_POLICY = RetryPolicy(max_retries=1_000_000, base_delay_s=1.0, max_delay_s=60.0)
+
+
+def restart_policy(max_delay_s: float = 60.0) -> RetryPolicy:
+    return RetryPolicy(max_retries=1_000_000, base_delay_s=1.0, max_delay_s=max_delay_s)
 
 
 class ServerGone(Exception):
-    """The connection died under a call: the supervisor reconnects."""
+    """The connection died under a call or a probe: the supervisor reconnects."""
 
 
 class McpServer:
@@ -61,20 +68,21 @@ class McpServer:
         *,
         on_tools_changed: Callable[[], None] = lambda: None,
         environ: Mapping[str, str] = os.environ,
-        policy: RetryPolicy = RESTART_POLICY,
+        policy: RetryPolicy | None = None,
     ) -> None:
         self.name = name
         self.config = config
         self._environ = environ
-        self._policy = policy
+        self._policy = policy or restart_policy()
         self._on_tools_changed = on_tools_changed
         self._client: Client | None = None
         self._tools: dict[str, ServerTool] = {}
         self._state: McpState = "starting"
-        self._error: str | None = None
+        self._detail: str | None = None  # why it is not up (or "connecting")
+        self._since = time.time()
         self._restarts = 0
         self._attempted = asyncio.Event()  # the first connection attempt ended (either way)
-        self._broken = asyncio.Event()  # a call found the connection gone
+        self._broken = asyncio.Event()  # a call or a change stream found the connection gone
         self._relist = asyncio.Event()  # the server said its tools changed
         self._stopping = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -82,13 +90,18 @@ class McpServer:
     # -- the registry's view --------------------------------------------------------------
 
     @property
-    def transport(self) -> Literal["stdio", "http"]:
-        return "http" if self.config.url is not None else "stdio"
+    def transport(self) -> str:
+        return transport_kind(self.config)
 
     def status(self) -> McpServerStatus:
-        error = None if self._state == "up" else self._error
         return McpServerStatus(
-            self.name, self.transport, self._state, len(self._tools), self._restarts, error
+            self.name,
+            self.transport,
+            self._state,
+            len(self._tools),
+            self._restarts,
+            None if self._state == "up" else self._detail,
+            self._since,
         )
 
     def tools(self) -> list[Tool]:
@@ -108,7 +121,7 @@ class McpServer:
         client = self._client
         if client is None or self._state != "up":
             raise ToolError(
-                f"MCP server {self.name!r} is not connected right now ({self._error or 'starting'})"
+                f"MCP server {self.name!r} is not connected right now ({self._detail or 'starting'})"
             )
         timeout = self.config.timeout_s
         try:
@@ -119,22 +132,28 @@ class McpServer:
                 f"{tool.name}: MCP server {self.name!r} did not answer within {timeout:g}s"
             ) from exc
         except MCPError as exc:
-            if exc.code == mt.CONNECTION_CLOSED:  # the server exited under us: reconnect
-                self._broken.set()
+            if exc.code == mt.CONNECTION_CLOSED:  # the server went away under us: reconnect
+                self._lost(client)
                 raise ToolError(
-                    f"MCP server {self.name!r} went away during {tool.name}; it is being restarted"
+                    f"MCP server {self.name!r} went away during {tool.name}; it is being reconnected"
                 ) from exc
             raise ToolError(f"{tool.name} failed on MCP server {self.name!r}: {exc.message}") from exc
         except (OSError, httpx2.HTTPError, RuntimeError, EOFError) as exc:
             # The transport is gone (process exited, connection refused): reconnect.
-            self._broken.set()
+            self._lost(client)
             raise ToolError(
-                f"MCP server {self.name!r} went away during {tool.name}: {_describe(exc)}"
+                f"MCP server {self.name!r} went away during {tool.name}: {describe(exc)}; "
+                "it is being reconnected"
             ) from exc
         text = result_text(result)
         if result.is_error:
             raise ToolError(f"{tool.name} reported an error: {text}")
         return text
+
+    def _lost(self, client: Client) -> None:
+        """A call found ``client``'s connection gone: reconnect, unless that already happened."""
+        if self._client is client:
+            self._broken.set()
 
     # -- supervision ----------------------------------------------------------------------
 
@@ -148,61 +167,88 @@ class McpServer:
         self._stopping.set()
         task, self._task = self._task, None
         await cancel_and_wait(task)
-        self._state = "stopped"
+        self._set_state("stopped", "stopped")
+
+    def _set_state(self, state: McpState, detail: str | None) -> None:
+        """The one place the state changes: recorded with its time, and logged."""
+        changed = state != self._state
+        self._state, self._detail = state, detail
+        if changed:
+            self._since = time.time()
 
     async def _supervise(self) -> None:
         failures = 0
         while not self._stopping.is_set():
+            was_up = False
             try:
                 await self._connected_once()
+                reason = "the connection ended"
             except asyncio.CancelledError:
+                if self._stopping.is_set():
+                    raise
+                # A transport cancelled us without taking its cancellation back: not a
+                # stop (that sets _stopping first). Undo it and reconnect like any failure.
+                _uncancel()
+                reason = "the connection was cut (cancelled by the transport)"
+            except (KeyboardInterrupt, SystemExit):
                 raise
             except BaseException as exc:  # noqa: BLE001 - any failure of a server means "reconnect"
-                self._error = _describe(exc)
-                # A server that was up starts its backoff afresh; one that never came up backs off.
-                failures = 1 if self._state == "up" else failures + 1
-                log.warning("MCP server %s is down: %s", self.name, self._error)
+                reason = describe(exc)
             finally:
                 self._client = None
                 was_up = self._state == "up"
-                self._state = "down"
                 if self._tools:
                     self._tools = {}
                     self._on_tools_changed()
-                self._attempted.set()
+            if self._stopping.is_set():
+                return
+            # A server that was up starts its backoff afresh; one that never came up backs off.
+            failures = 1 if was_up else failures + 1
             if was_up:
                 self._restarts += 1
-            delay = backoff_delay(max(failures - 1, 0), self._policy)
+            delay = backoff_delay(failures - 1, self._policy)
+            self._set_state("down", reason)
+            if was_up:
+                log.warning("MCP server %s is down: %s; reconnecting in %.1f s", self.name, reason, delay)
+            else:
+                log.warning(
+                    "MCP server %s: connection attempt %d failed: %s; next attempt in %.1f s",
+                    self.name,
+                    failures,
+                    reason,
+                    delay,
+                )
+            self._attempted.set()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), delay)
 
     async def _connected_once(self) -> None:
         client = Client(
-            self._transport(),
+            open_transport(self.name, self.config, self._environ),
             message_handler=self._on_message,
             client_info=mt.Implementation(name="netclaw", version=__version__),
             cache=None,  # list_changed is ours to act on; no stale tool list
         )
-        async with asyncio.timeout(CONNECT_TIMEOUT_S):
-            await client.__aenter__()
-        try:
+        # `async with`, not __aenter__/__aexit__ by hand: see the module docstring.
+        async with contextlib.AsyncExitStack() as stack:
+            async with asyncio.timeout(CONNECT_TIMEOUT_S):
+                await stack.enter_async_context(client)
+            self._broken.clear()  # news about an earlier connection
+            self._relist.clear()
             self._client = client
             await self._list_tools(client)
-            self._state = "up"
-            self._error = None
+            self._set_state("up", None)
             self._attempted.set()
-            log.info("MCP server %s is up: %d tool(s)", self.name, len(self._tools))
+            log.info(
+                "MCP server %s is up (%s, protocol %s): %d tool(s)",
+                self.name,
+                self.transport,
+                client.protocol_version,
+                len(self._tools),
+            )
             listener = asyncio.ensure_future(self._listen(client))
-            try:
-                await self._watch(client)
-            finally:
-                listener.cancel()
-                with contextlib.suppress(BaseException):
-                    await listener
-        finally:
-            self._client = None
-            with contextlib.suppress(BaseException):
-                await client.__aexit__(None, None, None)
+            stack.push_async_callback(cancel_and_wait, listener)
+            await self._watch(client)
 
     async def _watch(self, client: Client) -> None:
         """Return (raise) when the connection is lost; relist tools when told to."""
@@ -227,6 +273,8 @@ class McpServer:
                 await self._list_tools(client, quiet=True)
         except TimeoutError as exc:
             raise ServerGone(f"no answer within {PING_TIMEOUT_S:g}s") from exc
+        except MCPError as exc:
+            raise ServerGone(f"the liveness probe failed: {exc.message}") from exc
 
     async def _listen(self, client: Client) -> None:
         """Tool-list changes on a 2026-07-28 connection come on a ``subscriptions/listen``
@@ -238,9 +286,9 @@ class McpServer:
         except ListenNotSupportedError:
             return
         except SubscriptionLost:
-            self._broken.set()  # the stream dropped with the connection: reconnect now
-        except (MCPError, OSError) as exc:
-            log.debug("MCP server %s: no tool-list changes from now on: %s", self.name, _describe(exc))
+            self._lost(client)  # the stream dropped with the connection: reconnect now
+        except (MCPError, OSError, httpx2.HTTPError) as exc:
+            log.debug("MCP server %s: no tool-list changes from now on: %s", self.name, describe(exc))
 
     async def _list_tools(self, client: Client, *, quiet: bool = False) -> None:
         listed: list[mt.Tool] = []
@@ -265,30 +313,7 @@ class McpServer:
         if isinstance(message, mt.ToolListChangedNotification):
             self._relist.set()
         elif isinstance(message, Exception):
-            log.debug("MCP server %s: transport said %s", self.name, _describe(message))
-
-    def _transport(self) -> Any:
-        config = self.config
-        if config.url is not None:
-            headers = {
-                header: self._secret(var, f"headers_env.{header}")
-                for header, var in config.headers_env.items()
-            }
-            http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30.0, read=300.0))
-            return streamable_http_client(config.url, http_client=http)
-        assert config.command is not None
-        env = {name: self._secret(var, f"env_env.{name}") for name, var in config.env_env.items()}
-        params = StdioServerParameters(
-            command=config.command, args=list(config.args), env=env or None, cwd=config.cwd
-        )
-        # The server's stderr joins ours: under systemd both land in the journal.
-        return stdio_client(params, errlog=sys.stderr)
-
-    def _secret(self, var: str, key: str) -> str:
-        value = read_secret(var, self._environ)
-        if value is None:
-            raise ToolError(f"mcp.servers.{self.name}.{key}: {var} is not set; {where_to_put(var)}")
-        return value
+            log.debug("MCP server %s: transport said %s", self.name, describe(message))
 
 
 async def _first(*waits: Any) -> None:
@@ -300,12 +325,23 @@ async def _first(*waits: Any) -> None:
             task.cancel()
 
 
-def _describe(exc: BaseException) -> str:
+def _uncancel() -> None:
+    task = asyncio.current_task()
+    while task is not None and task.cancelling():
+        task.uncancel()
+
+
+def describe(exc: BaseException) -> str:
     """One line for a person; exception groups (anyio task groups) say what is inside."""
     if isinstance(exc, BaseExceptionGroup):
-        return "; ".join(_describe(e) for e in exc.exceptions)
+        inner = [e for e in exc.exceptions if not isinstance(e, asyncio.CancelledError)]
+        return "; ".join(describe(e) for e in inner) or "cancelled"
+    if isinstance(exc, ServerGone | ToolError):
+        return str(exc)
+    if isinstance(exc, MCPError):
+        return f"MCP error {exc.code}: {exc.message}"
     text = str(exc).strip() or type(exc).__name__
-    return text if isinstance(exc, ToolError) else f"{type(exc).__name__}: {text}"
+    return f"{type(exc).__name__}: {text}"
 
 
-__all__: Sequence[str] = ["McpServer"]
+__all__: Sequence[str] = ["McpServer", "describe", "restart_policy"]
