@@ -58,3 +58,12 @@ def test_results_become_one_capped_text() -> None:
     assert long.endswith(
         f"[output cut: {MAX_RESULT_CHARS + 10:,} characters, the first {MAX_RESULT_CHARS:,} shown]"
     )
+
+
+def test_status_lines_show_state_transport_restarts_and_detail() -> None:
+    from netclaw.cli._status import mcp_line
+
+    up = {"state": "up", "transport": "http", "tools": 10, "restarts": 1, "since": 1.0}
+    assert mcp_line(up) == "up (http), 10 tool(s), 1 restart(s)"
+    down = {"state": "down", "transport": "stdio", "tools": 0, "restarts": 0, "detail": "OSError: gone"}
+    assert mcp_line(down) == "down (stdio): OSError: gone"
