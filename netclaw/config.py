@@ -259,6 +259,10 @@ class McpServerConfig(_Section):
     headers_env: dict[str, str] = {}  # HTTP header → variable holding its value
     tools: list[str] | None = None  # allowlist of the server's own tool names; None: all
     timeout_s: float = Field(60.0, gt=0)  # one call
+    trust_annotations: bool = True  # its readOnlyHint/destructiveHint decide approvals (README)
+    # "auto": probe server/discover (2026-07-28) and fall back to the initialize handshake;
+    # "legacy": the handshake only (protocol 2025-11-25 and older), for servers the probe upsets.
+    protocol: Literal["auto", "legacy"] = "auto"
     enabled: bool = True  # extension
 
     @field_validator("env_env", "headers_env")

@@ -173,7 +173,7 @@ class Daemon:
             self.tools = tools = build_registry(self.settings, self.memory)
             # MCP servers connect before any session runs, so the first turns see their tools
             # (a server that is slow or broken keeps retrying in the background).
-            self.mcp = McpHub(self.settings.mcp)
+            self.mcp = McpHub(self.settings.mcp, files_dir=self.settings.data_dir)
             tools.add_source(self.mcp)
             self.io.run(self.mcp.start(MCP_START_WAIT_S), MCP_START_WAIT_S + 10)
             io, provider = self.io, self.provider

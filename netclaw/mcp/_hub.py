@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from netclaw.config import McpConfig
@@ -20,14 +21,16 @@ if TYPE_CHECKING:
 class McpHub:
     """All configured servers: the registry's tool source, and their health."""
 
-    def __init__(self, config: McpConfig, *, environ: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, config: McpConfig, *, environ: Mapping[str, str] | None = None, files_dir: Path | None = None
+    ) -> None:
         enabled = {name: server for name, server in config.servers.items() if server.enabled}
         self.servers: list[McpServer] = []
         if enabled:
             from netclaw.mcp._server import McpServer, restart_policy
 
             policy = restart_policy(config.max_reconnect_delay_s)
-            options: dict[str, Any] = {"policy": policy}
+            options: dict[str, Any] = {"policy": policy, "files_dir": files_dir}
             if environ is not None:
                 options["environ"] = environ
             self.servers = [

@@ -25,6 +25,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -33,15 +34,16 @@ from mcp import Client, MCPError
 from mcp.client.session import IncomingMessage
 from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
 
-from netclaw import __version__
+from netclaw import __version__, attachments
 from netclaw.config import McpServerConfig
 from netclaw.errors import ToolError
-from netclaw.mcp._content import ServerTool, argument_problem, exposed_tools, result_text
+from netclaw.mcp._content import ConvertedResult, ServerTool, argument_problem, convert_result, exposed_tools
 from netclaw.mcp._status import McpServerStatus, McpState
 from netclaw.mcp._transport import open_transport, transport_kind
+from netclaw.messages import Attachment
 from netclaw.retry import RetryPolicy, backoff_delay
 from netclaw.runtime import cancel_and_wait
-from netclaw.tools import Tool, ToolContext
+from netclaw.tools import Tool, ToolContext, ToolReply
 
 log = logging.getLogger("netclaw.mcp")
 
@@ -69,9 +71,11 @@ class McpServer:
         on_tools_changed: Callable[[], None] = lambda: None,
         environ: Mapping[str, str] = os.environ,
         policy: RetryPolicy | None = None,
+        files_dir: Path | None = None,
     ) -> None:
         self.name = name
         self.config = config
+        self._files_dir = files_dir  # the data dir: images from results are kept per session there
         self._environ = environ
         self._policy = policy or restart_policy()
         self._on_tools_changed = on_tools_changed
@@ -108,12 +112,28 @@ class McpServer:
         return [self._as_tool(t) for t in self._tools.values()] if self._state == "up" else []
 
     def _as_tool(self, tool: ServerTool) -> Tool:
-        async def handler(args: Mapping[str, Any], ctx: ToolContext) -> str:
-            return await self.call(tool, args)
+        async def handler(args: Mapping[str, Any], ctx: ToolContext) -> ToolReply:
+            converted = await self.call(tool, args)
+            return ToolReply(converted.text, images=await self._keep_images(tool, converted, ctx))
 
-        return Tool(tool.name, tool.description, tool.schema, handler)
+        return Tool(tool.name, tool.description, tool.schema, handler, tool.hints)
 
-    async def call(self, tool: ServerTool, args: Mapping[str, Any]) -> str:
+    async def _keep_images(
+        self, tool: ServerTool, converted: ConvertedResult, ctx: ToolContext
+    ) -> tuple[Attachment, ...]:
+        """The result's images, stored with the session's files (they stay in its history)."""
+        if not converted.images or self._files_dir is None or not ctx.session_id:
+            return ()
+        files = [
+            attachments.IncomingFile(
+                f"{tool.name}-{i + 1}.{image.mime_type.rpartition('/')[2]}", image.mime_type, image.data
+            )
+            for i, image in enumerate(converted.images)
+        ]
+        stored = await asyncio.to_thread(attachments.store, self._files_dir, ctx.session_id, files)
+        return tuple(f for f in stored if f.kind == "image")
+
+    async def call(self, tool: ServerTool, args: Mapping[str, Any]) -> ConvertedResult:
         """Run one call; every failure is a ToolError the model sees."""
         problem = argument_problem(tool.schema, args)
         if problem is not None:
@@ -145,10 +165,9 @@ class McpServer:
                 f"MCP server {self.name!r} went away during {tool.name}: {describe(exc)}; "
                 "it is being reconnected"
             ) from exc
-        text = result_text(result)
         if result.is_error:
-            raise ToolError(f"{tool.name} reported an error: {text}")
-        return text
+            raise ToolError(f"{tool.name} reported an error: {convert_result(result, max_images=0).text}")
+        return convert_result(result)
 
     def _lost(self, client: Client) -> None:
         """A call found ``client``'s connection gone: reconnect, unless that already happened."""
@@ -228,6 +247,7 @@ class McpServer:
             message_handler=self._on_message,
             client_info=mt.Implementation(name="netclaw", version=__version__),
             cache=None,  # list_changed is ours to act on; no stale tool list
+            mode=self.config.protocol,
         )
         # `async with`, not __aenter__/__aexit__ by hand: see the module docstring.
         async with contextlib.AsyncExitStack() as stack:
@@ -300,7 +320,9 @@ class McpServer:
             cursor = page.next_cursor
             if not cursor:
                 break
-        kept, skipped = exposed_tools(self.name, listed, self.config.tools)
+        kept, skipped = exposed_tools(
+            self.name, listed, self.config.tools, trust_annotations=self.config.trust_annotations
+        )
         tools = {t.name: t for t in kept}
         if quiet and tools == self._tools:
             return

@@ -105,7 +105,8 @@ class ApprovalFlow(SessionCore):
         gated = frozenset(
             n
             for n in names
-            if n not in self.state.granted_tools and needs_approval(n, self.audience, self.settings)
+            if n not in self.state.granted_tools
+            and needs_approval(n, self.audience, self.settings, self.deps.tools.hints(n))
         )
         calls = gated_calls(assistant.tool_calls, gated)
         if not calls:

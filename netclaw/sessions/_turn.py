@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from netclaw import outputs as out
 from netclaw.history import INTERRUPTED_TEXT, TrimResult, make_breadcrumb
 from netclaw.history.compaction import apply_clearing, summary_message
-from netclaw.messages import ChatMessage, ToolCall, new_id, system, unmarked
+from netclaw.messages import Attachment, ChatMessage, ToolCall, new_id, system, unmarked
 from netclaw.providers import Completion, Delta
 from netclaw.runtime import Cancellable
 from netclaw.sessions._events import (
@@ -133,7 +133,9 @@ def assistant_message(completion: Completion, *, with_tool_calls: bool) -> ChatM
     )
 
 
-def tool_message(call: ToolCall, content: str, is_error: bool) -> ChatMessage:
+def tool_message(
+    call: ToolCall, content: str, is_error: bool, images: tuple[Attachment, ...] = ()
+) -> ChatMessage:
     return ChatMessage(
         id=new_id("t"),
         role="tool",
@@ -142,6 +144,7 @@ def tool_message(call: ToolCall, content: str, is_error: bool) -> ChatMessage:
         tool_call_id=call.id,
         name=call.name,
         is_error=is_error,
+        files=images,
     )
 
 
@@ -194,7 +197,7 @@ def tool_call_outputs(session_id: str, turn: int, assistant: ChatMessage) -> lis
 def tool_step(session_id: str, run: TurnRun, results: Sequence[ToolResult]) -> Step:
     """A tool round: the calls and all their results, recorded together."""
     assert run.pending_calls is not None
-    messages = [tool_message(r.call, r.content, r.is_error) for r in results]
+    messages = [tool_message(r.call, r.content, r.is_error, r.images) for r in results]
     shown = tuple(
         out.ToolResult(
             session_id=session_id,

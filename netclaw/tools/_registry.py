@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 from netclaw.errors import ToolError
 from netclaw.messages import Attachment, ToolCall
-from netclaw.policy import tool_matches
+from netclaw.policy import NO_HINTS, ToolHints, tool_matches
 from netclaw.providers import ToolSchema
 
 log = logging.getLogger(__name__)
@@ -36,10 +36,12 @@ DEFAULT_CONTEXT = ToolContext("", "personal")
 @dataclass(frozen=True, slots=True)
 class ToolReply:
     """What a tool returns when it has more than text: files to show in the conversation
-    (a ``file`` output each, uploaded by chat channels)."""
+    (a ``file`` output each, uploaded by chat channels), and images for the model (stored
+    with the tool's message; a vision model sees them, another gets a note)."""
 
     content: str
     files: tuple[Attachment, ...] = ()
+    images: tuple[Attachment, ...] = ()
 
 
 ToolHandler = Callable[[Mapping[str, Any], ToolContext], Awaitable[str | ToolReply]]
@@ -51,6 +53,7 @@ class Tool:
     description: str
     parameters: Mapping[str, Any]  # JSON schema of the arguments object
     handler: ToolHandler
+    hints: ToolHints = NO_HINTS  # what it says about itself (approvals read it)
 
     @property
     def schema(self) -> ToolSchema:
@@ -63,6 +66,7 @@ class ToolResult:
     content: str
     is_error: bool = False
     files: tuple[Attachment, ...] = ()  # shared with the conversation
+    images: tuple[Attachment, ...] = ()  # for the model, with the tool's message
 
 
 class ToolSource(Protocol):
@@ -103,6 +107,10 @@ class ToolRegistry:
 
     def names(self) -> list[str]:
         return sorted(self._current())
+
+    def hints(self, name: str) -> ToolHints:
+        tool = self.get(name)
+        return tool.hints if tool is not None else NO_HINTS
 
     def schemas(self, allowed: Iterable[str] | None = None) -> list[ToolSchema]:
         patterns = None if allowed is None else list(allowed)
@@ -147,7 +155,7 @@ class ToolRegistry:
             log.exception("tool %s failed", call.name)
             return ToolResult(call, f"error: tool {call.name} failed: {type(exc).__name__}: {exc}", True)
         if isinstance(content, ToolReply):
-            return ToolResult(call, content.content, files=content.files)
+            return ToolResult(call, content.content, files=content.files, images=content.images)
         return ToolResult(call, content)
 
     async def run_batch(

@@ -5,12 +5,18 @@ run as a real subprocess.
     python -m tests.fakes.mcp_fake http --port 0 [--require-header NAME=VALUE]
     python -m tests.fakes.mcp_fake sse --port 0     (the legacy HTTP+SSE transport)
 
+A client with ``mode="legacy"`` (netclaw's ``"protocol": "legacy"``) gets the handshake
+era (2025-11-25), where tools can say ``execution.taskSupport`` and servers send requests
+(sampling, elicitation, roots) to the client.
+
 In HTTP mode it prints ``listening on http://127.0.0.1:<port>/mcp`` once it accepts
 connections (``.../sse`` in SSE mode). :class:`HttpProcess` runs it from a test and can
 kill it and start it again on the same port. Tools: ``echo``, ``add``, ``env`` (a variable the server sees), ``slow``
 (writes ``slow-started``/``slow-finished`` in ``$FAKE_MCP_MARKER_DIR``), ``fail`` (an
-``isError`` result), ``image``, ``resource``, ``big``, ``crash`` (the process exits), and
-``toggle`` (adds or removes ``extra`` and says ``tools/list_changed``). Each start appends a
+``isError`` result), ``image``, ``resource``, ``big``, ``crash`` (the process exits),
+``toggle`` (adds or removes ``extra`` and says ``tools/list_changed``), ``wipe``
+(``destructiveHint``), ``lookup`` (``readOnlyHint``) and ``research`` (listed as requiring
+task-augmented execution). Each start appends a
 line to ``$FAKE_MCP_START_FILE`` if set, so tests can count restarts.
 """
 
@@ -92,6 +98,21 @@ def build(name: str = "fake") -> MCPServer:
         """The server process exits at once."""
         os._exit(3)
 
+    @server.tool(annotations=mt.ToolAnnotations(destructive_hint=True))
+    def wipe(path: str) -> str:
+        """Delete everything under path (says destructiveHint)."""
+        return f"wiped {path}"
+
+    @server.tool(annotations=mt.ToolAnnotations(read_only_hint=True))
+    def lookup(key: str) -> str:
+        """Read a value (says readOnlyHint)."""
+        return f"value of {key}"
+
+    @server.tool()
+    def research(topic: str) -> str:
+        """Listed as requiring task-augmented execution: a client without tasks must hide it."""
+        return topic
+
     async def extra() -> str:
         return "extra!"
 
@@ -109,6 +130,18 @@ def build(name: str = "fake") -> MCPServer:
         await ctx.session.send_tool_list_changed()  # older clients: the notification
         return state
 
+    listed = server.list_tools
+
+    async def list_with_tasks() -> list[mt.Tool]:
+        tools = await listed()
+        return [
+            t.model_copy(update={"execution": mt.ToolExecution(task_support="required")})
+            if t.name == "research"
+            else t
+            for t in tools
+        ]
+
+    server.list_tools = list_with_tasks  # type: ignore[method-assign]
     return server
 
 
