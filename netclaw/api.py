@@ -23,7 +23,15 @@ from netclaw.attachments import MAX_FILES, IncomingFile
 from netclaw.cluster import SUBMIT_PATH, forwarded
 from netclaw.commands import parse_command
 from netclaw.errors import ApiError
-from netclaw.gateway import Gateway, Inbound, SessionSummary, TurnOutcome, check_session_id
+from netclaw.gateway import (
+    CommandDone,
+    Gateway,
+    Inbound,
+    SessionSummary,
+    TurnOutcome,
+    check_session_id,
+    parse_prompt_or_fail,
+)
 from netclaw.messages import ChatMessage
 from netclaw.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from netclaw.metrics import Metrics
@@ -182,6 +190,20 @@ class Api:
         user_name = body.get("user_name")
         if user_name is not None and not isinstance(user_name, str):
             raise ApiError(400, "invalid_user_name", "'user_name' must be a string")
+        prompt = parse_prompt_or_fail(text)
+        if prompt is not None:  # an MCP prompt: the message, or an answer instead
+            submitted = await self.gateway.submit_prompt(
+                Inbound(
+                    session_id, text, user=user, identity=identity_for(key), user_name=user_name, files=files
+                ),
+                prompt,
+                wait=wait,
+            )
+            if isinstance(submitted, CommandDone):
+                return web.json_response(
+                    {"session_id": session_id, "command": submitted.command, "notice": submitted.notice}
+                )
+            return submission_response(*submitted)
         command = parse_command(text) if not files else None
         if command is not None:  # a chat command: answered, never model input
             done = await self.gateway.command(session_id, command, by=user or "api")

@@ -260,6 +260,8 @@ class McpServerConfig(_Section):
     tools: list[str] | None = None  # allowlist of the server's own tool names; None: all
     timeout_s: float = Field(60.0, gt=0)  # one call
     trust_annotations: bool = True  # its readOnlyHint/destructiveHint decide approvals (README)
+    resources: bool = True  # its resources as <server>__list_resources / <server>__read_resource
+    roots: bool = True  # the workspace is offered to it as its root (when the file or shell tools are on)
     # "auto": probe server/discover (2026-07-28) and fall back to the initialize handshake;
     # "legacy": the handshake only (protocol 2025-11-25 and older), for servers the probe upsets.
     protocol: Literal["auto", "legacy"] = "auto"

@@ -173,7 +173,13 @@ class Daemon:
             self.tools = tools = build_registry(self.settings, self.memory)
             # MCP servers connect before any session runs, so the first turns see their tools
             # (a server that is slow or broken keeps retrying in the background).
-            self.mcp = McpHub(self.settings.mcp, files_dir=self.settings.data_dir)
+            tools_config = self.settings.tools
+            workspace = tools_config.files.enabled or tools_config.shell.enabled
+            self.mcp = McpHub(
+                self.settings.mcp,
+                files_dir=self.settings.data_dir,
+                roots=[tools_config.workspace_dir] if workspace else [],
+            )
             tools.add_source(self.mcp)
             self.io.run(self.mcp.start(MCP_START_WAIT_S), MCP_START_WAIT_S + 10)
             io, provider = self.io, self.provider
@@ -190,7 +196,9 @@ class Daemon:
             self.reminders = reminders
             if uses_postgres(self.settings):  # several nodes: input goes to a session's owner
                 self.forwarder = Forwarder(self.settings.cluster.node, token)
-            self.gateway = Gateway(self.manager, journal, self.live, memory, reminders, self.forwarder)
+            self.gateway = Gateway(
+                self.manager, journal, self.live, memory, reminders, self.forwarder, mcp=self.mcp
+            )
             self.scheduler = Scheduler(
                 reminders, self.gateway, lambda: self.live.current, clock=self._clock, metrics=metrics
             )

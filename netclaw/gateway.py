@@ -26,16 +26,17 @@ import logging
 import re
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from netclaw import attachments
 from netclaw.attachments import IncomingFile, check_files
 from netclaw.cluster import Forwarder
-from netclaw.commands import HELP_TEXT, Command, parse_command
+from netclaw.commands import HELP_TEXT, Command, PromptCommand, PromptSyntaxError, parse_command, parse_prompt
 from netclaw.config import ChannelAccess, LiveSettings, Settings
 from netclaw.errors import ApprovalNotFound, InvalidInput, NotAnApprover, OutcomeUnknown, SessionUnavailable
 from netclaw.history.tokens import fallback_count
+from netclaw.mcp import McpHub, PromptExpansion, expand_prompt
 from netclaw.messages import Attachment, ChatMessage, PriorMessage, bounded_prior, prior_block
 from netclaw.outputs import OutputFilter
 from netclaw.persistence import Journal, Memory, MemoryStore, Owner, ReminderStore, UsageKey, UsageRow
@@ -75,6 +76,7 @@ __all__ = [
     "Subscription",
     "TurnOutcome",
     "check_session_id",
+    "parse_prompt_or_fail",
 ]
 
 log = logging.getLogger(__name__)
@@ -191,6 +193,14 @@ class SessionView:
     failures: Mapping[str, TurnOutcome] = field(default_factory=dict)  # user message id → failed turn
 
 
+def parse_prompt_or_fail(text: str) -> PromptCommand | None:
+    """The ``/prompt`` command ``text`` is (None: not one); InvalidInput when unreadable."""
+    try:
+        return parse_prompt(text)
+    except PromptSyntaxError as exc:
+        raise InvalidInput("text", str(exc)) from exc
+
+
 def check_session_id(session_id: str) -> str:
     if not SESSION_ID.match(session_id):
         raise InvalidInput(
@@ -241,8 +251,10 @@ class Gateway:
         memory: MemoryStore | None = None,
         reminders: ReminderStore | None = None,
         forwarder: Forwarder | None = None,
+        mcp: McpHub | None = None,
     ) -> None:
         self._manager = manager
+        self._mcp = mcp  # MCP servers: their prompts are `/prompt` commands
         self.forwarder = forwarder  # several nodes: input for a session owned elsewhere goes there
         self._journal = journal
         self._live = live
@@ -393,12 +405,37 @@ class Gateway:
                 "session_id",
                 f"a {permit.event.platform} message cannot go to session {inbound.session_id[:80]!r}",
             )
+        prompt = parse_prompt_or_fail(inbound.text)
+        if prompt is not None:
+            check_inbound(inbound)
+            submitted = await self.submit_prompt(inbound, prompt)
+            return submitted if isinstance(submitted, CommandDone) else submitted[0]
         command = parse_command(inbound.text)
         if command is not None:
             check_inbound(inbound)
             return await self.command(inbound.session_id, command, by=inbound.user or permit.event.user_id)
         admission, _ = await self.submit(inbound)
         return admission
+
+    async def submit_prompt(
+        self, inbound: Inbound, command: PromptCommand, *, wait: bool = False
+    ) -> tuple[Admission, TurnOutcome | None] | CommandDone:
+        """``/prompt``: an MCP server's prompt, filled in, is submitted as the message; a
+        listing, a missing argument or a failure is answered with a notice instead."""
+        check_session_id(inbound.session_id)
+        if self._mcp is None or not self._mcp.servers:
+            expansion = PromptExpansion(notice="No MCP servers are configured, so there are no prompts.")
+        elif audience_of(inbound.session_id, self.settings, inbound.place) == "public":
+            expansion = PromptExpansion(notice="MCP prompts are not available in public conversations.")
+        else:
+            expansion = await expand_prompt(self._mcp, command)
+        if expansion.notice is not None or expansion.text is None:
+            notice = expansion.notice or "The prompt came back empty."
+            self._manager.route(inbound.session_id, Announce(notice, "command"))
+            return CommandDone(inbound.session_id, "prompt", notice)
+        return await self.submit(
+            replace(inbound, text=expansion.text, files=(*inbound.files, *expansion.files)), wait=wait
+        )
 
     # -- control --------------------------------------------------------------------------------
 
@@ -417,6 +454,10 @@ class Gateway:
                 notice = await self.status_text(session_id)
             case "help":
                 notice = HELP_TEXT
+            case "prompt":
+                notice = (
+                    "Send an MCP server's prompt with /prompt server:name args; /prompt alone lists them."
+                )
         self._manager.route(session_id, Announce(notice, "command"))
         return CommandDone(session_id, command, notice)
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from netclaw.config import McpConfig
-from netclaw.mcp._status import McpServerStatus
+from netclaw.mcp._types import McpServerStatus
 from netclaw.tools import Tool
 
 if TYPE_CHECKING:
@@ -22,10 +22,18 @@ class McpHub:
     """All configured servers: the registry's tool source, and their health."""
 
     def __init__(
-        self, config: McpConfig, *, environ: Mapping[str, str] | None = None, files_dir: Path | None = None
+        self,
+        config: McpConfig,
+        *,
+        environ: Mapping[str, str] | None = None,
+        files_dir: Path | None = None,
+        roots: Sequence[Path] = (),
     ) -> None:
+        """``files_dir``: where images from results are kept (the data dir); ``roots``: the
+        folders servers may work in (the workspace), offered to those whose ``roots`` is on."""
         enabled = {name: server for name, server in config.servers.items() if server.enabled}
         self.servers: list[McpServer] = []
+        self._roots = list(roots)
         if enabled:
             from netclaw.mcp._server import McpServer, restart_policy
 
@@ -34,10 +42,26 @@ class McpHub:
             if environ is not None:
                 options["environ"] = environ
             self.servers = [
-                McpServer(name, server, on_tools_changed=self._changed, **options)
+                McpServer(
+                    name,
+                    server,
+                    on_tools_changed=self._changed,
+                    roots=self.roots if server.roots else None,
+                    **options,
+                )
                 for name, server in sorted(enabled.items())
             ]
         self.version = 0  # bumped whenever any server's tools appear, change or vanish
+
+    def roots(self) -> list[Path]:
+        return list(self._roots)
+
+    async def set_roots(self, roots: Sequence[Path]) -> None:
+        """New roots; each connected server that takes roots is told they changed."""
+        if list(roots) == self._roots:
+            return
+        self._roots = list(roots)
+        await asyncio.gather(*(s.roots_changed() for s in self.servers), return_exceptions=True)
 
     def _changed(self) -> None:
         self.version += 1

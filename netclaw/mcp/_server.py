@@ -24,28 +24,32 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx2
 import mcp_types as mt
 from mcp import Client, MCPError
-from mcp.client.session import IncomingMessage
+from mcp.client.session import ClientRequestContext, IncomingMessage
 from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from netclaw import __version__, attachments
 from netclaw.config import McpServerConfig
 from netclaw.errors import ToolError
+from netclaw.mcp import _resources
 from netclaw.mcp._content import ConvertedResult, ServerTool, argument_problem, convert_result, exposed_tools
-from netclaw.mcp._status import McpServerStatus, McpState
 from netclaw.mcp._transport import open_transport, transport_kind
+from netclaw.mcp._types import McpServerStatus, McpState
 from netclaw.messages import Attachment
+from netclaw.policy import ToolHints
 from netclaw.retry import RetryPolicy, backoff_delay
 from netclaw.runtime import cancel_and_wait
 from netclaw.tools import Tool, ToolContext, ToolReply
 
 log = logging.getLogger("netclaw.mcp")
+T = TypeVar("T")
 
 PING_INTERVAL_S = 10.0  # how soon a server that died quietly between calls is noticed
 PING_TIMEOUT_S = 10.0
@@ -72,10 +76,14 @@ class McpServer:
         environ: Mapping[str, str] = os.environ,
         policy: RetryPolicy | None = None,
         files_dir: Path | None = None,
+        roots: Callable[[], Sequence[Path]] | None = None,
     ) -> None:
         self.name = name
         self.config = config
         self._files_dir = files_dir  # the data dir: images from results are kept per session there
+        self._roots = roots  # the folders the server may work in (None: no roots capability)
+        self.capabilities: mt.ServerCapabilities | None = None  # while connected
+        self.protocol_version: str | None = None
         self._environ = environ
         self._policy = policy or restart_policy()
         self._on_tools_changed = on_tools_changed
@@ -109,24 +117,119 @@ class McpServer:
         )
 
     def tools(self) -> list[Tool]:
-        return [self._as_tool(t) for t in self._tools.values()] if self._state == "up" else []
+        if self._state != "up":
+            return []
+        found = [self._as_tool(t) for t in self._tools.values()]
+        if self.has("resources") and self.config.resources:
+            found += [t for t in self._resource_tools() if t.name not in self._tools]
+        return found
+
+    def has(self, capability: str) -> bool:
+        """The connected server offers ``capability`` (``resources``, ``prompts``, ``completions``)."""
+        return self.capabilities is not None and getattr(self.capabilities, capability, None) is not None
+
+    def _resource_tools(self) -> list[Tool]:
+        list_name, read_name = _resources.tool_names(self.name)
+        list_text, read_text = _resources.descriptions(self.name)
+        read_only = ToolHints(read_only=True)
+
+        async def listing(args: Mapping[str, Any], ctx: ToolContext) -> str:
+            resources, templates = await self.list_resources()
+            return _resources.listing_text(self.name, resources, templates)
+
+        async def read(args: Mapping[str, Any], ctx: ToolContext) -> ToolReply:
+            problem = argument_problem(_resources.READ_SCHEMA, args)
+            if problem is not None:
+                raise ToolError(f"invalid arguments for {read_name}: {problem}")
+            result = await self.read_resource(str(args["uri"]))
+            converted = convert_result(_resources.as_tool_result(result))
+            return ToolReply(converted.text, images=await self._keep_images(read_name, converted, ctx))
+
+        return [
+            Tool(list_name, list_text, _resources.LIST_SCHEMA, listing, read_only),
+            Tool(read_name, read_text, _resources.READ_SCHEMA, read, read_only),
+        ]
+
+    # -- resources and prompts (for the model's tools, chat commands and `netclaw mcp`) ----
+
+    async def list_resources(self) -> tuple[list[mt.Resource], list[mt.ResourceTemplate]]:
+        resources = await self._pages(
+            "resources/list", lambda c, cursor: c.list_resources(cursor=cursor), lambda r: r.resources
+        )
+        templates = await self._pages(
+            "resources/templates/list",
+            lambda c, cursor: c.list_resource_templates(cursor=cursor),
+            lambda r: r.resource_templates,
+        )
+        return resources, templates
+
+    async def read_resource(self, uri: str) -> mt.ReadResourceResult:
+        return await self.use(f"reading {uri}", lambda client: client.read_resource(uri))
+
+    async def list_prompts(self) -> list[mt.Prompt]:
+        if not self.has("prompts"):
+            return []
+        return await self._pages(
+            "prompts/list", lambda c, cursor: c.list_prompts(cursor=cursor), lambda r: r.prompts
+        )
+
+    async def get_prompt(self, name: str, arguments: Mapping[str, str]) -> mt.GetPromptResult:
+        return await self.use(f"prompt {name}", lambda client: client.get_prompt(name, dict(arguments)))
+
+    async def complete_prompt_argument(
+        self, prompt: str, argument: str, value: str, context: Mapping[str, str] | None = None
+    ) -> list[str]:
+        """Suggestions the server offers for one argument of a prompt (none if it offers none)."""
+        if not self.has("completions"):
+            return []
+        ref = mt.PromptReference(name=prompt)
+        result = await self.use(
+            f"completing {prompt}.{argument}",
+            lambda client: client.complete(
+                ref, {"name": argument, "value": value}, dict(context or {}) or None
+            ),
+        )
+        return list(result.completion.values)
+
+    async def list_tools_now(self) -> list[mt.Tool]:
+        """The server's own tool list as it answers now (for operators; nothing filtered)."""
+        return await self._pages(
+            "tools/list", lambda c, cursor: c.list_tools(cursor=cursor), lambda r: r.tools
+        )
+
+    async def _pages(
+        self,
+        what: str,
+        fetch: Callable[[Client, str | None], Awaitable[Any]],
+        items: Callable[[Any], Sequence[Any]],
+        max_pages: int = 50,
+    ) -> list[Any]:
+        found: list[Any] = []
+        cursor: str | None = None
+        for _ in range(max_pages):  # a server whose cursor never ends cannot hang us
+            page = await self.use(what, lambda client, cursor=cursor: fetch(client, cursor))  # type: ignore[misc]
+            found.extend(items(page))
+            cursor = page.next_cursor
+            if not cursor:
+                break
+        return found
 
     def _as_tool(self, tool: ServerTool) -> Tool:
         async def handler(args: Mapping[str, Any], ctx: ToolContext) -> ToolReply:
             converted = await self.call(tool, args)
-            return ToolReply(converted.text, images=await self._keep_images(tool, converted, ctx))
+            return ToolReply(converted.text, images=await self._keep_images(tool.name, converted, ctx))
 
         return Tool(tool.name, tool.description, tool.schema, handler, tool.hints)
 
     async def _keep_images(
-        self, tool: ServerTool, converted: ConvertedResult, ctx: ToolContext
+        self, what: str, converted: ConvertedResult, ctx: ToolContext
     ) -> tuple[Attachment, ...]:
         """The result's images, stored with the session's files (they stay in its history)."""
         if not converted.images or self._files_dir is None or not ctx.session_id:
             return ()
         files = [
             attachments.IncomingFile(
-                f"{tool.name}-{i + 1}.{image.mime_type.rpartition('/')[2]}", image.mime_type, image.data
+                f"{what}-{i + 1}.{image.mime_type.rpartition('/')[2]}", image.mime_type, image.data
             )
             for i, image in enumerate(converted.images)
         ]
@@ -138,36 +241,41 @@ class McpServer:
         problem = argument_problem(tool.schema, args)
         if problem is not None:
             raise ToolError(f"invalid arguments for {tool.name}: {problem}")
+        result = await self.use(tool.name, lambda client: client.call_tool(tool.remote_name, dict(args)))
+        if result.is_error:
+            raise ToolError(f"{tool.name} reported an error: {convert_result(result, max_images=0).text}")
+        return convert_result(result)
+
+    async def use(
+        self, what: str, request: Callable[[Client], Awaitable[T]], timeout: float | None = None
+    ) -> T:
+        """One request to the server (``what`` names it for people), within ``timeout``
+        (the server's ``timeout_s``). Every failure is a ToolError saying what happened; a
+        connection found gone is reconnected."""
         client = self._client
         if client is None or self._state != "up":
             raise ToolError(
                 f"MCP server {self.name!r} is not connected right now ({self._detail or 'starting'})"
             )
-        timeout = self.config.timeout_s
+        limit = timeout or self.config.timeout_s
         try:
-            async with asyncio.timeout(timeout):
-                result = await client.call_tool(tool.remote_name, dict(args))
+            async with asyncio.timeout(limit):
+                return await request(client)
         except TimeoutError as exc:
-            raise ToolError(
-                f"{tool.name}: MCP server {self.name!r} did not answer within {timeout:g}s"
-            ) from exc
+            raise ToolError(f"{what}: MCP server {self.name!r} did not answer within {limit:g}s") from exc
         except MCPError as exc:
             if exc.code == mt.CONNECTION_CLOSED:  # the server went away under us: reconnect
                 self._lost(client)
                 raise ToolError(
-                    f"MCP server {self.name!r} went away during {tool.name}; it is being reconnected"
+                    f"MCP server {self.name!r} went away during {what}; it is being reconnected"
                 ) from exc
-            raise ToolError(f"{tool.name} failed on MCP server {self.name!r}: {exc.message}") from exc
+            raise ToolError(f"{what} failed on MCP server {self.name!r}: {exc.message}") from exc
         except (OSError, httpx2.HTTPError, RuntimeError, EOFError) as exc:
             # The transport is gone (process exited, connection refused): reconnect.
             self._lost(client)
             raise ToolError(
-                f"MCP server {self.name!r} went away during {tool.name}: {describe(exc)}; "
-                "it is being reconnected"
+                f"MCP server {self.name!r} went away during {what}: {describe(exc)}; it is being reconnected"
             ) from exc
-        if result.is_error:
-            raise ToolError(f"{tool.name} reported an error: {convert_result(result, max_images=0).text}")
-        return convert_result(result)
 
     def _lost(self, client: Client) -> None:
         """A call found ``client``'s connection gone: reconnect, unless that already happened."""
@@ -215,6 +323,7 @@ class McpServer:
                 reason = describe(exc)
             finally:
                 self._client = None
+                self.capabilities = None
                 was_up = self._state == "up"
                 if self._tools:
                     self._tools = {}
@@ -245,6 +354,7 @@ class McpServer:
         client = Client(
             open_transport(self.name, self.config, self._environ),
             message_handler=self._on_message,
+            list_roots_callback=self._list_roots if self._roots is not None else None,
             client_info=mt.Implementation(name="netclaw", version=__version__),
             cache=None,  # list_changed is ours to act on; no stale tool list
             mode=self.config.protocol,
@@ -256,6 +366,8 @@ class McpServer:
             self._broken.clear()  # news about an earlier connection
             self._relist.clear()
             self._client = client
+            self.capabilities = client.server_capabilities
+            self.protocol_version = client.protocol_version
             await self._list_tools(client)
             self._set_state("up", None)
             self._attempted.set()
@@ -330,6 +442,19 @@ class McpServer:
             log.warning("MCP server %s: skipping tool %s", self.name, line)
         self._tools = tools
         self._on_tools_changed()
+
+    async def _list_roots(self, context: ClientRequestContext) -> mt.ListRootsResult:
+        folders = self._roots() if self._roots is not None else ()
+        return mt.ListRootsResult(roots=[mt.Root(uri=f.as_uri(), name=f.name or str(f)) for f in folders])
+
+    async def roots_changed(self) -> None:
+        """Tell the server its roots changed (``notifications/roots/list_changed``; the
+        2026-07-28 protocol has no such notification: a server asks again when it needs them)."""
+        client = self._client
+        if client is None or self._roots is None or self.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            return
+        with contextlib.suppress(Exception):  # best effort: a dead connection is reconnected anyway
+            await client.session.send_roots_list_changed()
 
     async def _on_message(self, message: IncomingMessage) -> None:
         if isinstance(message, mt.ToolListChangedNotification):

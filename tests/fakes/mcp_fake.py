@@ -15,8 +15,11 @@ kill it and start it again on the same port. Tools: ``echo``, ``add``, ``env`` (
 (writes ``slow-started``/``slow-finished`` in ``$FAKE_MCP_MARKER_DIR``), ``fail`` (an
 ``isError`` result), ``image``, ``resource``, ``big``, ``crash`` (the process exits),
 ``toggle`` (adds or removes ``extra`` and says ``tools/list_changed``), ``wipe``
-(``destructiveHint``), ``lookup`` (``readOnlyHint``) and ``research`` (listed as requiring
-task-augmented execution). Each start appends a
+(``destructiveHint``), ``lookup`` (``readOnlyHint``), ``research`` (listed as requiring
+task-augmented execution) and ``roots`` (the client's roots). Resources: ``fake://doc/readme``,
+``fake://pixel`` (a PNG) and the template ``fake://note/{name}``. Prompts: ``greet(name,
+style?)`` (with completions for ``name``) and ``review(code)`` (several messages and an
+image). Each start appends a
 line to ``$FAKE_MCP_START_FILE`` if set, so tests can count restarts.
 """
 
@@ -30,15 +33,22 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Annotated
 
 import mcp_types as mt
-from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver import Context, ListRoots, MCPServer, Resolve
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.prompts.base import AssistantMessage, Message, UserMessage
 
 # A 1x1 transparent PNG.
 PIXEL = base64.b64decode(
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
 )
+
+
+async def ask_roots() -> ListRoots:
+    """A resolver: the client's roots (a request mid-call, or an input round on 2026-07-28)."""
+    return ListRoots()
 
 
 def build(name: str = "fake") -> MCPServer:
@@ -112,6 +122,49 @@ def build(name: str = "fake") -> MCPServer:
     def research(topic: str) -> str:
         """Listed as requiring task-augmented execution: a client without tasks must hide it."""
         return topic
+
+    @server.tool()
+    async def roots(found: Annotated[mt.ListRootsResult, Resolve(ask_roots)]) -> str:
+        """The client's roots, one URI a line."""
+        return "\n".join(str(r.uri) for r in found.roots) or "(no roots)"
+
+    # -- resources and prompts ---------------------------------------------------------
+
+    @server.resource(
+        "fake://doc/readme", name="readme", mime_type="text/markdown", description="How it works."
+    )
+    def readme() -> str:
+        return "# Fake\nIt answers."
+
+    @server.resource("fake://pixel", name="pixel", mime_type="image/png")
+    def pixel() -> bytes:
+        return PIXEL
+
+    @server.resource("fake://note/{name}", name="note", description="A note by name.")
+    def note(name: str) -> str:
+        return f"note {name}"
+
+    @server.prompt(description="Greet someone.")
+    def greet(name: str, style: str = "plain") -> str:
+        return f"Please greet {name} in a {style} way."
+
+    @server.prompt(description="A conversation to continue, with a picture.")
+    def review(code: str) -> list[Message]:
+        return [
+            UserMessage(f"Review this: {code}"),
+            AssistantMessage("What should I look for?"),
+            UserMessage(mt.ImageContent(data=base64.b64encode(PIXEL).decode(), mime_type="image/png")),
+        ]
+
+    @server.completion()
+    async def complete(
+        ref: mt.PromptReference | mt.ResourceTemplateReference,
+        argument: mt.CompletionArgument,
+        context: mt.CompletionContext | None,
+    ) -> mt.Completion | None:
+        if isinstance(ref, mt.PromptReference) and ref.name == "greet" and argument.name == "name":
+            return mt.Completion(values=[n for n in ("Ann", "Bob") if n.startswith(argument.value)])
+        return None
 
     async def extra() -> str:
         return "extra!"

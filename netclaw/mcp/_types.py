@@ -1,9 +1,12 @@
-"""What ``/healthz``, ``/metrics``, ``netclaw status`` and ``doctor`` see of one MCP server."""
+"""The MCP client's value types that the rest of netclaw handles without loading the SDK:
+what health shows of a server, and what a ``/prompt`` command became."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Literal
+
+from netclaw.attachments import IncomingFile
 
 McpState = Literal["starting", "up", "down", "stopped"]
 
@@ -29,3 +32,13 @@ class McpServerStatus:
         if self.error:
             body["detail"] = self.error
         return body
+
+
+@dataclass(frozen=True, slots=True)
+class PromptExpansion:
+    """The message a ``/prompt`` sends (``text`` + ``files``), or ``notice`` for the person
+    instead (a listing, a missing argument, a failure)."""
+
+    text: str | None = None
+    files: tuple[IncomingFile, ...] = ()
+    notice: str | None = None
