@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -162,6 +163,17 @@ class DaemonClient:
             "GET", "/api/usage", params=params, headers=self._headers()
         ).json()
         return result
+
+    def mcp_servers(self) -> dict[str, Any]:
+        servers: dict[str, Any] = self._request("GET", "/api/mcp", headers=self._headers()).json()["servers"]
+        return servers
+
+    def mcp_view(self, name: str, what: str) -> Any:
+        """``tools``, ``resources`` or ``prompts`` of one MCP server, as the daemon gets them."""
+        return self._request("GET", f"/api/mcp/{quote(name, safe='')}/{what}", headers=self._headers()).json()
+
+    def mcp_reconnect(self, name: str) -> None:
+        self._request("POST", f"/api/mcp/{quote(name, safe='')}/reconnect", headers=self._headers())
 
     def metrics(self) -> str:
         """The Prometheus text of ``/metrics`` (no token needed)."""

@@ -34,6 +34,7 @@ from netclaw.history import preload_encoding
 from netclaw.listener import listen
 from netclaw.logs import configure_logging
 from netclaw.mcp import McpHub
+from netclaw.mcp_api import mcp_routes
 from netclaw.metrics import GaugeMetricFamily, Metrics, gauge
 from netclaw.persistence import (
     Journal,
@@ -177,7 +178,7 @@ class Daemon:
             workspace = tools_config.files.enabled or tools_config.shell.enabled
             self.mcp = McpHub(
                 self.settings.mcp,
-                files_dir=self.settings.data_dir,
+                data_dir=self.settings.data_dir,
                 roots=[tools_config.workspace_dir] if workspace else [],
             )
             tools.add_source(self.mcp)
@@ -209,6 +210,7 @@ class Daemon:
                 self.gateway, token, health_extra=self.health, scheduler=self.scheduler, metrics=metrics
             )
             app = api.app()
+            app.router.add_routes(mcp_routes(self.mcp))
             # Sessions that were active at a graceful stop (and any with unanswered input)
             # recover now, before channels deliver and before READY=1.
             manifest = take_manifest(self.settings)

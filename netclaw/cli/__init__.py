@@ -4,6 +4,7 @@
 - ``chat``: :mod:`._chat`.
 - ``sessions``, ``memory`` and ``approvals``: :mod:`._admin` (the control API from the shell).
 - ``status`` and ``usage``: :mod:`._status`.
+- ``mcp``: :mod:`._mcp` (the MCP servers as the daemon sees them; OAuth logins).
 - ``doctor``: :mod:`._doctor`; ``init``: :mod:`._init`.
 - ``migrate-journal``: :mod:`._migrate` (SQLite → PostgreSQL).
 """
@@ -18,6 +19,7 @@ from netclaw.cli._admin import cmd_approvals, cmd_memory, cmd_reminders, cmd_ses
 from netclaw.cli._chat import cmd_chat
 from netclaw.cli._doctor import cmd_doctor
 from netclaw.cli._init import cmd_init
+from netclaw.cli._mcp import add_parser as add_mcp_parser
 from netclaw.cli._migrate import cmd_migrate_journal
 from netclaw.cli._status import cmd_status, cmd_usage
 from netclaw.errors import NetclawError
@@ -101,6 +103,8 @@ def _parser() -> argparse.ArgumentParser:
     approvals.add_argument("--session", metavar="ID", help="only this session's")
     approvals.add_argument("--json", action="store_true")
     approvals.set_defaults(func=cmd_approvals)
+
+    add_mcp_parser(sub, with_config)
 
     reminders = with_config(sub.add_parser("reminders", help="scheduled reminders: list, add, rm"))
     reminders.add_argument("action", nargs="?", choices=["list", "add", "rm"], default="list")

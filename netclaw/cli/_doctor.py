@@ -80,7 +80,10 @@ def _doctor_mcp(settings: Settings, report: Any, health: dict[str, Any] | None) 
     from netclaw.mcp import McpHub
 
     async def probe() -> dict[str, Any]:
-        hub = McpHub(McpConfig(servers=servers, max_reconnect_delay_s=settings.mcp.max_reconnect_delay_s))
+        hub = McpHub(
+            McpConfig(servers=servers, max_reconnect_delay_s=settings.mcp.max_reconnect_delay_s),
+            data_dir=settings.data_dir,
+        )
         try:
             await hub.start(wait_s=20.0)
             return hub.statuses()

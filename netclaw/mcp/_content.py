@@ -55,26 +55,27 @@ class ServerTool:
 
 def exposed_tools(
     server: str, listed: Sequence[mt.Tool], allow: Sequence[str] | None, *, trust_annotations: bool = True
-) -> tuple[list[ServerTool], list[str]]:
-    """The tools to expose, and one line per tool skipped (naming it and why)."""
+) -> tuple[list[ServerTool], dict[str, str]]:
+    """The tools to expose, and why each skipped one is (by the server's own name). A tool
+    left out by the ``tools`` allowlist is not "skipped": it was not asked for."""
     kept: list[ServerTool] = []
-    skipped: list[str] = []
+    skipped: dict[str, str] = {}
     for tool in listed:
         if allow is not None and tool.name not in allow:
             continue
         name = f"{server}{SEPARATOR}{tool.name}"
         if not _TOOL_NAME.match(name):
-            skipped.append(f"{name!r}: a tool name must be 1-64 letters, digits, '_' or '-'")
+            skipped[tool.name] = f"{name!r}: a tool name must be 1-64 letters, digits, '_' or '-'"
             continue
         if tool.execution is not None and tool.execution.task_support == "required":
-            skipped.append(
+            skipped[tool.name] = (
                 f"{name!r}: it requires task-augmented execution (MCP tasks), which netclaw does not "
                 "support; every call would fail"
             )
             continue
         problem = schema_problem(tool.input_schema)
         if problem is not None:
-            skipped.append(f"{name!r}: invalid input schema: {problem}")
+            skipped[tool.name] = f"{name!r}: invalid input schema: {problem}"
             continue
         description = tool.description or tool.title or tool.name
         hints = hints_of(tool.annotations) if trust_annotations else ToolHints()

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from netclaw.config import McpConfig
+from netclaw.errors import ToolError
 from netclaw.mcp._types import McpServerStatus
 from netclaw.tools import Tool
 
@@ -26,10 +27,10 @@ class McpHub:
         config: McpConfig,
         *,
         environ: Mapping[str, str] | None = None,
-        files_dir: Path | None = None,
+        data_dir: Path | None = None,
         roots: Sequence[Path] = (),
     ) -> None:
-        """``files_dir``: where images from results are kept (the data dir); ``roots``: the
+        """``data_dir``: where images from results and OAuth tokens are kept; ``roots``: the
         folders servers may work in (the workspace), offered to those whose ``roots`` is on."""
         enabled = {name: server for name, server in config.servers.items() if server.enabled}
         self.servers: list[McpServer] = []
@@ -38,7 +39,7 @@ class McpHub:
             from netclaw.mcp._server import McpServer, restart_policy
 
             policy = restart_policy(config.max_reconnect_delay_s)
-            options: dict[str, Any] = {"policy": policy, "files_dir": files_dir}
+            options: dict[str, Any] = {"policy": policy, "data_dir": data_dir}
             if environ is not None:
                 options["environ"] = environ
             self.servers = [
@@ -95,3 +96,26 @@ class McpHub:
             for s in (server.status() for server in self.servers)
             if s.state != "up"
         ]
+
+    async def view(self, name: str, what: str) -> Any:
+        """What operators see of server ``name``: ``server``, ``tools``, ``resources`` or
+        ``prompts`` (:mod:`._views`). KeyError: no such server; ToolError: it is not up, or
+        did not answer."""
+        from netclaw.mcp import _views
+
+        server = self.server(name)
+        if server is None:
+            raise KeyError(name)
+        if what == "server":
+            return _views.server_view(server)
+        status = server.status()
+        if status.state != "up":
+            raise ToolError(
+                f"MCP server {name} is {status.state}" + (f": {status.error}" if status.error else "")
+            )
+        views = {
+            "tools": _views.tools_view,
+            "resources": _views.resources_view,
+            "prompts": _views.prompts_view,
+        }
+        return await views[what](server)

@@ -75,12 +75,12 @@ class McpServer:
         on_tools_changed: Callable[[], None] = lambda: None,
         environ: Mapping[str, str] = os.environ,
         policy: RetryPolicy | None = None,
-        files_dir: Path | None = None,
+        data_dir: Path | None = None,
         roots: Callable[[], Sequence[Path]] | None = None,
     ) -> None:
         self.name = name
         self.config = config
-        self._files_dir = files_dir  # the data dir: images from results are kept per session there
+        self._data_dir = data_dir  # images from results are kept per session there; OAuth tokens too
         self._roots = roots  # the folders the server may work in (None: no roots capability)
         self.capabilities: mt.ServerCapabilities | None = None  # while connected
         self.protocol_version: str | None = None
@@ -97,6 +97,7 @@ class McpServer:
         self._broken = asyncio.Event()  # a call or a change stream found the connection gone
         self._relist = asyncio.Event()  # the server said its tools changed
         self._stopping = asyncio.Event()
+        self._wake = asyncio.Event()  # reconnect now, whatever the backoff says
         self._task: asyncio.Task[None] | None = None
 
     # -- the registry's view --------------------------------------------------------------
@@ -225,7 +226,7 @@ class McpServer:
         self, what: str, converted: ConvertedResult, ctx: ToolContext
     ) -> tuple[Attachment, ...]:
         """The result's images, stored with the session's files (they stay in its history)."""
-        if not converted.images or self._files_dir is None or not ctx.session_id:
+        if not converted.images or self._data_dir is None or not ctx.session_id:
             return ()
         files = [
             attachments.IncomingFile(
@@ -233,7 +234,7 @@ class McpServer:
             )
             for i, image in enumerate(converted.images)
         ]
-        stored = await asyncio.to_thread(attachments.store, self._files_dir, ctx.session_id, files)
+        stored = await asyncio.to_thread(attachments.store, self._data_dir, ctx.session_id, files)
         return tuple(f for f in stored if f.kind == "image")
 
     async def call(self, tool: ServerTool, args: Mapping[str, Any]) -> ConvertedResult:
@@ -289,6 +290,13 @@ class McpServer:
 
     async def first_attempt(self) -> None:
         await self._attempted.wait()
+
+    def reconnect_now(self) -> None:
+        """Cut the backoff short (after ``netclaw mcp login``), or drop a live connection
+        and make a new one."""
+        self._wake.set()
+        if self._client is not None:
+            self._broken.set()
 
     async def stop(self) -> None:
         self._stopping.set()
@@ -347,12 +355,19 @@ class McpServer:
                     delay,
                 )
             self._attempted.set()
+            self._wake.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), delay)
+                await asyncio.wait_for(_first(self._stopping.wait(), self._wake.wait()), delay)
 
     async def _connected_once(self) -> None:
+        auth = None
+        if self.config.oauth is not None:
+            from netclaw.mcp._oauth import daemon_auth
+
+            assert self._data_dir is not None, "OAuth needs the data dir for its tokens"
+            auth = await daemon_auth(self.name, self.config, self._data_dir, self._environ)
         client = Client(
-            open_transport(self.name, self.config, self._environ),
+            open_transport(self.name, self.config, self._environ, auth),
             message_handler=self._on_message,
             list_roots_callback=self._list_roots if self._roots is not None else None,
             client_info=mt.Implementation(name="netclaw", version=__version__),
@@ -438,7 +453,7 @@ class McpServer:
         tools = {t.name: t for t in kept}
         if quiet and tools == self._tools:
             return
-        for line in skipped:
+        for line in skipped.values():
             log.warning("MCP server %s: skipping tool %s", self.name, line)
         self._tools = tools
         self._on_tools_changed()

@@ -1,6 +1,6 @@
 """How netclaw reaches one configured MCP server: a stdio subprocess, streamable HTTP, or
 the legacy HTTP+SSE transport of older servers; HTTP ones with the headers ``headers_env``
-names and, with ``oauth``, OAuth 2.1 tokens (:mod:`._oauth`)."""
+names and, with ``oauth``, OAuth 2.1 tokens (:mod:`._oauth`, passed in as ``auth``)."""
 
 from __future__ import annotations
 

@@ -131,7 +131,7 @@ def test_a_legacy_sse_server_serves_tools_and_is_reconnected(
         assert mcp_health(handle)["mcp"]["web"] | {"since": 0} == {
             "state": "up",
             "transport": "sse",
-            "tools": 10,
+            "tools": 14,
             "restarts": 0,
             "since": 0,
         }
