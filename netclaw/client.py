@@ -164,6 +164,22 @@ class DaemonClient:
         ).json()
         return result
 
+    def questions(self, session_id: str | None = None) -> list[dict[str, Any]]:
+        path = f"/api/sessions/{session_id}/questions" if session_id else "/api/questions"
+        result: list[dict[str, Any]] = self._request("GET", path, headers=self._headers()).json()
+        return result
+
+    def answer(
+        self, session_id: str, question_id: str, action: str, content: dict[str, Any] | None, user: str
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {"action": action, "user": user}
+        if content is not None:
+            body["content"] = content
+        result: dict[str, Any] = self._request(
+            "POST", f"/api/sessions/{session_id}/questions/{question_id}", json=body, headers=self._headers()
+        ).json()
+        return result
+
     def mcp_servers(self) -> dict[str, Any]:
         servers: dict[str, Any] = self._request("GET", "/api/mcp", headers=self._headers()).json()["servers"]
         return servers

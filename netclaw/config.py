@@ -277,6 +277,8 @@ class McpServerConfig(_Section):
     trust_annotations: bool = True  # its readOnlyHint/destructiveHint decide approvals (README)
     resources: bool = True  # its resources as <server>__list_resources / <server>__read_resource
     roots: bool = True  # the workspace is offered to it as its root (when the file or shell tools are on)
+    elicitation: bool = True  # it may ask the person in the conversation (forms, links); public: declined
+    sampling: bool = False  # it may ask the session's model, once a person allows each request
     # "auto": probe server/discover (2026-07-28) and fall back to the initialize handshake;
     # "legacy": the handshake only (protocol 2025-11-25 and older), for servers the probe upsets.
     protocol: Literal["auto", "legacy"] = "auto"

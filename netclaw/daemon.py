@@ -50,11 +50,12 @@ from netclaw.persistence import (
     uses_postgres,
 )
 from netclaw.providers import Provider, make_provider
+from netclaw.questions_api import question_routes
 from netclaw.runtime import IoLoop
 from netclaw.scheduler import Clock, Scheduler
 from netclaw.service import Notifier, SignalWaiter, heartbeat
 from netclaw.sessions import SessionActor, SessionDeps, SessionManager
-from netclaw.tools import ToolRegistry, build_registry, reminder_tools
+from netclaw.tools import Questions, ToolRegistry, build_registry, reminder_tools
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +126,7 @@ class Daemon:
         self.forwarder: Forwarder | None = None
         self.tools: ToolRegistry | None = None
         self.mcp: McpHub | None = None
+        self.questions: Questions | None = None  # what tools ask people (MCP elicitation, sampling)
         self.metrics = Metrics()
         self.reminders: ReminderStore | None = None
         self.scheduler: Scheduler | None = None
@@ -185,9 +187,19 @@ class Daemon:
             self.io.run(self.mcp.start(MCP_START_WAIT_S), MCP_START_WAIT_S + 10)
             io, provider = self.io, self.provider
             compaction_provider = self.compaction_provider
+            questions = self.questions = Questions()
             self.manager = SessionManager(
                 lambda manager: SessionDeps(
-                    io, journal, provider, tools, self.live, manager, memory, compaction_provider, metrics
+                    io,
+                    journal,
+                    provider,
+                    tools,
+                    self.live,
+                    manager,
+                    memory,
+                    compaction_provider,
+                    metrics,
+                    questions=questions,
                 )
             )
             self.manager.on_session_stopped(HeapTrimmer(io.loop).session_stopped)
@@ -198,7 +210,14 @@ class Daemon:
             if uses_postgres(self.settings):  # several nodes: input goes to a session's owner
                 self.forwarder = Forwarder(self.settings.cluster.node, token)
             self.gateway = Gateway(
-                self.manager, journal, self.live, memory, reminders, self.forwarder, mcp=self.mcp
+                self.manager,
+                journal,
+                self.live,
+                memory,
+                reminders,
+                self.forwarder,
+                mcp=self.mcp,
+                questions=self.questions,
             )
             self.scheduler = Scheduler(
                 reminders, self.gateway, lambda: self.live.current, clock=self._clock, metrics=metrics
@@ -211,6 +230,7 @@ class Daemon:
             )
             app = api.app()
             app.router.add_routes(mcp_routes(self.mcp))
+            app.router.add_routes(question_routes(self.gateway))
             # Sessions that were active at a graceful stop (and any with unanswered input)
             # recover now, before channels deliver and before READY=1.
             manifest = take_manifest(self.settings)

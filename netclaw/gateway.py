@@ -63,6 +63,7 @@ from netclaw.sessions import (
     continuity_notice,
     load_state,
 )
+from netclaw.tools import Questions
 
 __all__ = [
     "Admission",
@@ -252,9 +253,11 @@ class Gateway:
         reminders: ReminderStore | None = None,
         forwarder: Forwarder | None = None,
         mcp: McpHub | None = None,
+        questions: Questions | None = None,
     ) -> None:
         self._manager = manager
         self._mcp = mcp  # MCP servers: their prompts are `/prompt` commands
+        self._questions = questions  # what running tools ask people (answered here)
         self.forwarder = forwarder  # several nodes: input for a session owned elsewhere goes there
         self._journal = journal
         self._live = live
@@ -493,6 +496,43 @@ class Gateway:
             audience = audience_of(session_id, self.settings)
             parts.append(f"{await self._memory.count(audience)} {audience} memorie(s)")
         return "; ".join(parts) + "."
+
+    # -- questions from running tools (MCP elicitation, sampling's go-ahead) ------------------
+
+    def questions(self, session_id: str | None = None) -> list[dict[str, Any]]:
+        """The open questions (of one session, or all on this node), oldest first."""
+        if session_id is not None:
+            check_session_id(session_id)
+        found = self._questions.of(session_id) if self._questions is not None else []
+        return [q.to_json() for q in sorted(found, key=lambda q: q.asked_at)]
+
+    def answer_question(
+        self,
+        session_id: str,
+        question_id: str,
+        action: str,
+        content: Mapping[str, Any] | None = None,
+        *,
+        by: str,
+        approver: str | None = None,
+    ) -> dict[str, Any]:
+        """Answer a question a running tool asked: ``accept`` (with the form's ``content``),
+        ``decline`` or ``cancel``. ``approver`` (a platform user id) must be one of the
+        audience's approvers when it names any; the control-token holder passes None."""
+        check_session_id(session_id)
+        if self._questions is None:
+            raise ApprovalNotFound(f"no open question {question_id!r} in session {session_id}")
+        pending = self._questions.answer(
+            session_id,
+            question_id,
+            action,
+            content,
+            by=by,
+            approver=approver,
+            approvers=lambda audience: self.settings.audience(audience).approvers,
+        )
+        log.info("%s: question %s (%s) answered %s by %s", session_id, question_id, pending.tool, action, by)
+        return {"question_id": question_id, "action": action, "by": by}
 
     async def delete(self, session_id: str, *, memories: bool = False) -> bool:
         """Erase a session: its journal, snapshot, listing row and webhook deliveries (and,

@@ -2,7 +2,7 @@
 
 - ``run``: the daemon in the foreground.
 - ``chat``: :mod:`._chat`.
-- ``sessions``, ``memory`` and ``approvals``: :mod:`._admin` (the control API from the shell).
+- ``sessions``, ``memory``, ``approvals`` and ``questions``: :mod:`._admin` (the control API from the shell).
 - ``status`` and ``usage``: :mod:`._status`.
 - ``mcp``: :mod:`._mcp` (the MCP servers as the daemon sees them; OAuth logins).
 - ``doctor``: :mod:`._doctor`; ``init``: :mod:`._init`.
@@ -15,7 +15,7 @@ import argparse
 import sys
 
 from netclaw import __version__
-from netclaw.cli._admin import cmd_approvals, cmd_memory, cmd_reminders, cmd_sessions
+from netclaw.cli._admin import cmd_approvals, cmd_memory, cmd_questions, cmd_reminders, cmd_sessions
 from netclaw.cli._chat import cmd_chat
 from netclaw.cli._doctor import cmd_doctor
 from netclaw.cli._init import cmd_init
@@ -103,6 +103,16 @@ def _parser() -> argparse.ArgumentParser:
     approvals.add_argument("--session", metavar="ID", help="only this session's")
     approvals.add_argument("--json", action="store_true")
     approvals.set_defaults(func=cmd_approvals)
+
+    questions = with_config(sub.add_parser("questions", help="what running tools ask people (MCP servers)"))
+    questions.add_argument(
+        "action", nargs="?", choices=["list", "answer", "accept", "decline", "cancel"], default="list"
+    )
+    questions.add_argument("question_id", nargs="?")
+    questions.add_argument("values", nargs="*", help="answer: the form's fields as key=value")
+    questions.add_argument("--session", metavar="ID", help="only this session's")
+    questions.add_argument("--json", action="store_true")
+    questions.set_defaults(func=cmd_questions)
 
     add_mcp_parser(sub, with_config)
 

@@ -40,13 +40,14 @@ from netclaw.config import McpServerConfig
 from netclaw.errors import ToolError
 from netclaw.mcp import _resources
 from netclaw.mcp._content import ConvertedResult, ServerTool, argument_problem, convert_result, exposed_tools
+from netclaw.mcp._requests import ServerRequests
 from netclaw.mcp._transport import open_transport, transport_kind
 from netclaw.mcp._types import McpServerStatus, McpState
 from netclaw.messages import Attachment
 from netclaw.policy import ToolHints
 from netclaw.retry import RetryPolicy, backoff_delay
 from netclaw.runtime import cancel_and_wait
-from netclaw.tools import Tool, ToolContext, ToolReply
+from netclaw.tools import Tool, ToolContext, ToolReply, deadline
 
 log = logging.getLogger("netclaw.mcp")
 T = TypeVar("T")
@@ -82,6 +83,7 @@ class McpServer:
         self.config = config
         self._data_dir = data_dir  # images from results are kept per session there; OAuth tokens too
         self._roots = roots  # the folders the server may work in (None: no roots capability)
+        self._requests = ServerRequests(name)  # what the server asks of us, routed to the call's session
         self.capabilities: mt.ServerCapabilities | None = None  # while connected
         self.protocol_version: str | None = None
         self._environ = environ
@@ -142,7 +144,8 @@ class McpServer:
             problem = argument_problem(_resources.READ_SCHEMA, args)
             if problem is not None:
                 raise ToolError(f"invalid arguments for {read_name}: {problem}")
-            result = await self.read_resource(str(args["uri"]))
+            with self._requests.calling(ctx):
+                result = await self.read_resource(str(args["uri"]))
             converted = convert_result(_resources.as_tool_result(result))
             return ToolReply(converted.text, images=await self._keep_images(read_name, converted, ctx))
 
@@ -217,7 +220,7 @@ class McpServer:
 
     def _as_tool(self, tool: ServerTool) -> Tool:
         async def handler(args: Mapping[str, Any], ctx: ToolContext) -> ToolReply:
-            converted = await self.call(tool, args)
+            converted = await self.call(tool, args, ctx)
             return ToolReply(converted.text, images=await self._keep_images(tool.name, converted, ctx))
 
         return Tool(tool.name, tool.description, tool.schema, handler, tool.hints)
@@ -237,12 +240,21 @@ class McpServer:
         stored = await asyncio.to_thread(attachments.store, self._data_dir, ctx.session_id, files)
         return tuple(f for f in stored if f.kind == "image")
 
-    async def call(self, tool: ServerTool, args: Mapping[str, Any]) -> ConvertedResult:
-        """Run one call; every failure is a ToolError the model sees."""
+    async def call(
+        self, tool: ServerTool, args: Mapping[str, Any], ctx: ToolContext | None = None
+    ) -> ConvertedResult:
+        """Run one call; every failure is a ToolError the model sees. With the call's
+        context, the server's progress reaches its session (a progress token goes with
+        every call) and its requests (elicitation, sampling) are asked there."""
         problem = argument_problem(tool.schema, args)
         if problem is not None:
             raise ToolError(f"invalid arguments for {tool.name}: {problem}")
-        result = await self.use(tool.name, lambda client: client.call_tool(tool.remote_name, dict(args)))
+        progress = self._requests.progress_for(ctx)
+        with self._requests.calling(ctx):
+            result = await self.use(
+                tool.name,
+                lambda client: client.call_tool(tool.remote_name, dict(args), progress_callback=progress),
+            )
         if result.is_error:
             raise ToolError(f"{tool.name} reported an error: {convert_result(result, max_images=0).text}")
         return convert_result(result)
@@ -260,8 +272,9 @@ class McpServer:
             )
         limit = timeout or self.config.timeout_s
         try:
-            async with asyncio.timeout(limit):
-                return await request(client)
+            async with asyncio.timeout(limit) as until:
+                with deadline(until):  # stands still while the server's question waits for a person
+                    return await request(client)
         except TimeoutError as exc:
             raise ToolError(f"{what}: MCP server {self.name!r} did not answer within {limit:g}s") from exc
         except MCPError as exc:
@@ -370,6 +383,10 @@ class McpServer:
             open_transport(self.name, self.config, self._environ, auth),
             message_handler=self._on_message,
             list_roots_callback=self._list_roots if self._roots is not None else None,
+            elicitation_callback=self._requests.elicit if self.config.elicitation else None,
+            sampling_callback=self._requests.sample if self.config.sampling else None,
+            logging_callback=self._requests.server_log,
+            log_level="info",
             client_info=mt.Implementation(name="netclaw", version=__version__),
             cache=None,  # list_changed is ours to act on; no stale tool list
             mode=self.config.protocol,

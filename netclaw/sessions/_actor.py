@@ -214,6 +214,9 @@ class SessionActor(TurnFlow, ApprovalFlow, CompactionFlow, PassivationFlow, pykk
             case cmd.ToolsDone(op_id=op_id, results=results):
                 if self._current(op_id):
                     self._on_tool_results(results)
+            case cmd.ToolEvent(turn=event_turn):
+                if self.run is not None and self.run.turn == event_turn:
+                    self._on_tool_event(self.run, message)
             case cmd.CompactionDone(op_id=op_id, outcome=outcome):
                 if self.compacting is not None and self.compacting.op_id == op_id:
                     self._finish_compaction(self.compacting, outcome)
@@ -324,6 +327,21 @@ class SessionActor(TurnFlow, ApprovalFlow, CompactionFlow, PassivationFlow, pykk
         else:
             log.error("%s: turn work failed: %r", self.session_id, error)
             self._fail_turn("internal", f"the turn failed unexpectedly: {type(error).__name__}", "failed")
+
+    def _on_tool_event(self, run: TurnRun, event: cmd.ToolEvent) -> None:
+        """A running tool's news (:mod:`._tool_port`): tokens it spent on our model, an
+        output, a person asked or answered (while one is asked the turn's timeout is off:
+        the question's own expiry bounds the wait, as with approvals)."""
+        run.input_tokens += event.input_tokens
+        run.output_tokens += event.output_tokens
+        if event.waiting:
+            run.waiting_on_people = max(0, run.waiting_on_people + event.waiting)
+            if run.waiting_on_people:
+                self.clock.end_turn()
+            else:
+                self.clock.start_turn(run.turn, self.settings.session.turn_timeout_s)
+        if event.output is not None:
+            self._publish(event.output)
 
     def _undelivered(self) -> list[tuple[int, str, float]]:
         owed = []

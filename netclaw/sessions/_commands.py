@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from netclaw.messages import Attachment
-from netclaw.outputs import Error, OutputFilter
+from netclaw.outputs import Error, Output, OutputFilter
 from netclaw.policy import Place
 from netclaw.providers import Completion, Delta
 from netclaw.runtime import Reply
@@ -194,6 +194,18 @@ class OpFailed:
 class ToolsDone:
     op_id: int
     results: Sequence[ToolResult]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolEvent:
+    """A running tool told its session something (:mod:`._tool_port`): an output to publish,
+    tokens it spent on the session's model. Dropped once ``turn`` is over."""
+
+    turn: int
+    output: Output | None = None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    waiting: int = 0  # +1: a person is asked (the turn's timeout stops), -1: answered
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,6 +32,7 @@ from netclaw.sessions._prompt import PromptBuilder
 from netclaw.sessions._recorder import Recorder
 from netclaw.sessions._state import SessionState
 from netclaw.sessions._subscribers import SubscriberSet, Waiters
+from netclaw.sessions._tool_port import SessionToolPort
 from netclaw.sessions._turn import TurnRun
 from netclaw.tools import ToolContext
 
@@ -131,6 +132,17 @@ class SessionCore:
 
     def _tool_context(self, turn: int | None) -> ToolContext:
         place = self.state.place
+        port = None
+        if turn is not None:  # what the round's tools may ask of us (progress, questions, sampling)
+            port = SessionToolPort(
+                session_id=self.session_id,
+                audience=self.audience,
+                turn=turn,
+                actor=self.actor_ref,
+                questions=self.deps.questions,
+                provider=self.deps.provider,
+                settings=self.settings,
+            )
         return ToolContext(
             self.session_id,
             self.audience,
@@ -138,6 +150,7 @@ class SessionCore:
             scope=memory_scope_of(self.session_id, place),
             recall_scope=recall_scope(self.session_id, self.audience, self.settings, place),
             recall=self.settings.audience(self.audience).memory_scope != "none",
+            session=port,
         )
 
     def _budget(self) -> Budget:

@@ -13,7 +13,7 @@ from netclaw.persistence import Journal, MemoryStore
 from netclaw.providers import Provider
 from netclaw.runtime import IoLoop
 from netclaw.sessions._phases import Phase
-from netclaw.tools import ToolRegistry
+from netclaw.tools import Questions, ToolRegistry
 
 if TYPE_CHECKING:
     from netclaw.sessions._actor import SessionActor  # noqa: F401 - named in SessionRef
@@ -56,3 +56,4 @@ class SessionDeps:
     memory: MemoryStore | None = None
     compaction_provider: Provider | None = None  # models.compaction's; None: the main provider
     metrics: Metrics | None = None
+    questions: Questions | None = None  # what tools ask people, waiting on the loop (netclaw.tools)

@@ -54,6 +54,7 @@ class TurnRun:
     output_tokens: int = 0
     cache_read_tokens: int = 0
     model: str = ""
+    waiting_on_people: int = 0  # questions a running tool asked and nobody answered yet
 
     def spent(self) -> dict[str, int]:
         return {

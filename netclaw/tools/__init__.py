@@ -3,6 +3,18 @@ tools of MCP servers come from :mod:`netclaw.mcp`, a source of the registry)."""
 
 from netclaw.config import Settings
 from netclaw.persistence import MemoryStore
+from netclaw.tools._asks import (
+    Answer,
+    PendingQuestion,
+    Question,
+    Questions,
+    SampleRefused,
+    SampleReply,
+    SampleRequest,
+    ToolSession,
+    deadline,
+    waiting_for_a_person,
+)
 from netclaw.tools._builtin import BUILTIN_TOOLS, CURRENT_TIME
 from netclaw.tools._memory import memory_tools
 from netclaw.tools._registry import (
@@ -22,17 +34,27 @@ from netclaw.tools._workspace import ensure_workspace, workspace_tools
 __all__ = [
     "BUILTIN_TOOLS",
     "CURRENT_TIME",
+    "Answer",
+    "PendingQuestion",
+    "Question",
+    "Questions",
     "ReminderPort",
+    "SampleRefused",
+    "SampleReply",
+    "SampleRequest",
     "Tool",
     "ToolContext",
     "ToolHandler",
     "ToolRegistry",
     "ToolReply",
     "ToolResult",
+    "ToolSession",
     "ToolSource",
     "build_registry",
+    "deadline",
     "memory_tools",
     "reminder_tools",
+    "waiting_for_a_person",
 ]
 
 

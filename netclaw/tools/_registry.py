@@ -6,13 +6,15 @@ import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from netclaw.errors import ToolError
 from netclaw.messages import Attachment, ToolCall
 from netclaw.policy import NO_HINTS, ToolHints, tool_matches
 from netclaw.providers import ToolSchema
+from netclaw.tools._asks import ToolSession
+from netclaw.tools._asks import deadline as running_until
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +29,9 @@ class ToolContext:
     scope: str | None = None  # where memories made here belong (a channel, a DM, a route)
     recall_scope: str | None = None  # what memory search keeps to (None: the whole audience)
     recall: bool = True  # memory search is on (audiences.*.memory_scope is not "none")
+    session: ToolSession | None = None  # what the call may ask of its session (progress, questions)
+    call_id: str = ""  # the call being run (set by the registry for each call)
+    tool: str = ""
 
 
 # Used when the caller passes no context (callers that predate it).
@@ -142,9 +147,11 @@ class ToolRegistry:
             return ToolResult(call, f"error: arguments are not valid JSON: {exc.msg}", True)
         if not isinstance(args, dict):
             return ToolResult(call, "error: arguments must be a JSON object", True)
+        bound = replace(context or DEFAULT_CONTEXT, call_id=call.id, tool=call.name)
         try:
             async with asyncio.timeout(timeout_s) as deadline:
-                content = await tool.handler(args, context or DEFAULT_CONTEXT)
+                with running_until(deadline):  # stands still while the tool asks a person
+                    content = await tool.handler(args, bound)
         except TimeoutError as exc:
             if not deadline.expired():  # the tool's own timeout (e.g. an upstream call), not ours
                 return ToolResult(call, f"error: tool {call.name} failed: TimeoutError: {exc}", True)

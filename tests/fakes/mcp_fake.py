@@ -16,7 +16,9 @@ kill it and start it again on the same port. Tools: ``echo``, ``add``, ``env`` (
 ``isError`` result), ``image``, ``resource``, ``big``, ``crash`` (the process exits),
 ``toggle`` (adds or removes ``extra`` and says ``tools/list_changed``), ``wipe``
 (``destructiveHint``), ``lookup`` (``readOnlyHint``), ``research`` (listed as requiring
-task-augmented execution) and ``roots`` (the client's roots). Resources: ``fake://doc/readme``,
+task-augmented execution), ``roots`` (the client's roots), ``signup`` (asks the person for
+an email: form elicitation), ``consult`` (asks the client's model: sampling) and ``steps``
+(progress notifications). Resources: ``fake://doc/readme``,
 ``fake://pixel`` (a PNG) and the template ``fake://note/{name}``. Prompts: ``greet(name,
 style?)`` (with completions for ``name``) and ``review(code)`` (several messages and an
 image). Each start appends a
@@ -36,14 +38,35 @@ from pathlib import Path
 from typing import Annotated
 
 import mcp_types as mt
-from mcp.server.mcpserver import Context, ListRoots, MCPServer, Resolve
+from mcp.server.elicitation import AcceptedElicitation, DeclinedElicitation, ElicitationResult
+from mcp.server.mcpserver import Context, Elicit, ListRoots, MCPServer, Resolve, Sample
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.prompts.base import AssistantMessage, Message, UserMessage
+from pydantic import BaseModel
 
 # A 1x1 transparent PNG.
 PIXEL = base64.b64decode(
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
 )
+
+
+class Contact(BaseModel):
+    """What the ``signup`` tool asks the person for."""
+
+    email: str
+    age: int = 0
+
+
+async def ask_contact() -> Elicit[Contact]:
+    return Elicit("Which email address should the account use?", Contact)
+
+
+async def ask_model(question: str) -> Sample:
+    return Sample(
+        [mt.SamplingMessage(role="user", content=mt.TextContent(text=question))],
+        max_tokens=64,
+        system_prompt="Answer in one word.",
+    )
 
 
 async def ask_roots() -> ListRoots:
@@ -127,6 +150,32 @@ def build(name: str = "fake") -> MCPServer:
     async def roots(found: Annotated[mt.ListRootsResult, Resolve(ask_roots)]) -> str:
         """The client's roots, one URI a line."""
         return "\n".join(str(r.uri) for r in found.roots) or "(no roots)"
+
+    @server.tool()
+    async def signup(contact: Annotated[ElicitationResult[Contact], Resolve(ask_contact)]) -> str:
+        """Ask the person for an email address (form elicitation)."""
+        match contact:
+            case AcceptedElicitation(data=data):
+                return f"signed up {data.email} (age {data.age})"
+            case DeclinedElicitation():
+                return "the person declined"
+            case _:
+                return "the person cancelled"
+
+    @server.tool()
+    async def consult(question: str, answer: Annotated[mt.CreateMessageResult, Resolve(ask_model)]) -> str:
+        """Ask the client's model (sampling)."""
+        content = answer.content
+        text = content.text if isinstance(content, mt.TextContent) else "?"
+        return f"the model said {text!r} ({answer.model})"
+
+    @server.tool()
+    async def steps(n: int, ctx: Context) -> str:
+        """Report progress n times (notifications/progress), then answer."""
+        for i in range(1, n + 1):
+            await ctx.report_progress(i, n, f"step {i} of {n}")
+            await asyncio.sleep(0.05)
+        return f"{n} steps done"
 
     # -- resources and prompts ---------------------------------------------------------
 

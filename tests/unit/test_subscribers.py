@@ -83,11 +83,19 @@ CONTRACT_FILTERED = {
     "tool_result": F.TOOL_CALLS,
     "usage": F.USAGE,
     "file": F.FILES,
+    "tool_progress": F.TOOL_CALLS,  # issue 28: an MCP server's progress on a running call
 }
 CONTRACT_LIFECYCLE = {"joined", "turn_completed", "title", "error", "compaction", "history_trimmed", "phase"}
 
 
-CONTRACT_LIFECYCLE_ADDITIONS = {"approval_requested", "approval_decided", "notice", "session_reset"}
+CONTRACT_LIFECYCLE_ADDITIONS = {
+    "approval_requested",
+    "approval_decided",
+    "notice",
+    "session_reset",
+    "input_requested",  # issue 28: a running tool asks a person (and the answer)
+    "input_answered",
+}
 
 
 def test_tables_match_the_contract() -> None:
