@@ -204,3 +204,32 @@ def test_an_http_server_restarted_mid_session_keeps_serving(
         ] == "hi"
     finally:
         web.stop()
+
+
+def test_questions_from_the_shell(tmp_path: Path, scripted: ScriptedOpenAIThread, daemons: Daemons) -> None:
+    site = Setup(tmp_path, scripted.base_url, mcp={"servers": {"docs": docs()}})
+    daemon = daemons.start(site.config, site.data_dir, site.port)
+    assert run_cli("questions", "--config", str(site.config)).stdout.strip() == "no tool asks anything"
+    scripted.enqueue(Reply(tool_calls=[ToolCallSpec("docs__signup", {})]), Reply(text="signed up"))
+    daemon.acked("cli:shell", "sign me up")
+
+    def listed() -> str:
+        out = run_cli("questions", "--config", str(site.config)).stdout
+        return out if out.startswith("q-") else ""
+
+    shown = wait_until(listed, timeout=20, what="the question")
+    qid = shown.split()[0]
+    assert "cli:shell turn 1: MCP server docs (docs__signup) asks: Which email address" in shown
+    assert f"answer: netclaw questions answer {qid} email=… age?=…" in shown
+    bad = run_cli("questions", "answer", qid, "age=x", "--config", str(site.config))
+    assert bad.returncode == 1 and "email" in bad.stderr + bad.stdout
+    done = run_cli("questions", "answer", qid, "email=sam@example.org", "age=7", "--config", str(site.config))
+    assert done.returncode == 0 and f"accept: MCP server docs ({qid})" in done.stdout, done.stderr
+    wait_until(
+        lambda: any(m["role"] == "tool" for m in daemon.session("cli:shell")["messages"]),
+        timeout=20,
+        what="result",
+    )
+    [result] = [m for m in daemon.session("cli:shell")["messages"] if m["role"] == "tool"]
+    assert result["content"] == "signed up sam@example.org (age 7)"
+    assert run_cli("questions", "decline", qid, "--config", str(site.config)).returncode == 1  # gone
