@@ -10,6 +10,13 @@ exits or stops answering, its tools disappear from the model's list and the task
 reconnects with full-jitter backoff, whatever the transport. Every state change is
 logged and kept as ``detail`` for ``/healthz``. Nothing here can stop the daemon.
 
+Besides its tools, a server is asked here for its resources (offered to the model as two
+tools, :mod:`._resources`), prompts and completions (``/prompt``, :mod:`._prompts`), and
+the roots it may work in are served from here; what a server asks during a call (progress,
+elicitation, sampling) goes through :mod:`._requests` to the call's session. Every request
+goes through :meth:`McpServer.use`: one timeout, one way to report a failure, and a
+connection found gone is reconnected.
+
 The connection is entered with ``async with`` so that the exception which ended it
 reaches the SDK's task groups: a transport failure arrives as a cancellation of the
 supervisor, and only an exit that sees that cancellation turns it back into the
@@ -24,6 +31,7 @@ import contextlib
 import logging
 import os
 import time
+import warnings
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -33,6 +41,7 @@ import mcp_types as mt
 from mcp import Client, MCPError
 from mcp.client.session import ClientRequestContext, IncomingMessage
 from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
+from mcp.shared.exceptions import MCPDeprecationWarning
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from netclaw import __version__, attachments
@@ -485,7 +494,8 @@ class McpServer:
         client = self._client
         if client is None or self._roots is None or self.protocol_version in MODERN_PROTOCOL_VERSIONS:
             return
-        with contextlib.suppress(Exception):  # best effort: a dead connection is reconnected anyway
+        with contextlib.suppress(Exception), warnings.catch_warnings():  # best effort: a dead one reconnects
+            warnings.simplefilter("ignore", MCPDeprecationWarning)  # deprecated only from 2026-07-28 on
             await client.session.send_roots_list_changed()
 
     async def _on_message(self, message: IncomingMessage) -> None:

@@ -18,7 +18,8 @@ kill it and start it again on the same port. Tools: ``echo``, ``add``, ``env`` (
 (``destructiveHint``), ``lookup`` (``readOnlyHint``), ``research`` (listed as requiring
 task-augmented execution), ``roots`` (the client's roots), ``signup`` (asks the person for
 an email: form elicitation), ``consult`` (asks the client's model: sampling) and ``steps``
-(progress notifications). Resources: ``fake://doc/readme``,
+(progress notifications). A ``notifications/roots/list_changed`` appends a line to
+``$FAKE_MCP_MARKER_DIR/roots-changed``. Resources: ``fake://doc/readme``,
 ``fake://pixel`` (a PNG) and the template ``fake://note/{name}``. Prompts: ``greet(name,
 style?)`` (with completions for ``name``) and ``review(code)`` (several messages and an
 image). Each start appends a
@@ -231,6 +232,16 @@ def build(name: str = "fake") -> MCPServer:
         await ctx.notify_tools_changed()  # 2026-07-28 clients: their subscriptions/listen stream
         await ctx.session.send_tool_list_changed()  # older clients: the notification
         return state
+
+    async def roots_changed(ctx: object, params: object) -> None:
+        markers = os.environ.get("FAKE_MCP_MARKER_DIR")
+        if markers:
+            with open(Path(markers, "roots-changed"), "a") as fh:  # noqa: ASYNC230 - a tiny test marker
+                fh.write("1\n")
+
+    server._lowlevel_server.add_notification_handler(
+        "notifications/roots/list_changed", mt.NotificationParams, roots_changed
+    )
 
     listed = server.list_tools
 

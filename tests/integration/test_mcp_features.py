@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import DaemonHandle
+from tests.conftest import DaemonHandle, wait_until
 from tests.fakes.mcp_fake import PIXEL
 from tests.fakes.scripted_openai import Reply, ScriptedOpenAIThread, ToolCallSpec
 
@@ -160,3 +160,19 @@ def test_prompts_are_not_for_public_sessions_and_bad_quotes_are_refused(
     assert response.status_code == 400 and "cannot read the arguments" in response.json()["error"]["message"]
     public = post(handle, "webhook:hook:x", "/prompt")
     assert public["notice"] == "MCP prompts are not available in public conversations."
+
+
+def test_new_roots_are_announced_and_served(
+    start_daemon: StartDaemon, scripted: ScriptedOpenAIThread, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_MCP_MARKER_DIR", str(tmp_path))
+    env = {"FAKE_MCP_MARKER_DIR": "FAKE_MCP_MARKER_DIR"}
+    handle = start_daemon(mcp={"servers": {"docs": docs(protocol="legacy", env_env=env)}})
+    hub = handle.daemon.mcp
+    assert hub is not None and handle.daemon.io is not None
+    elsewhere = tmp_path / "elsewhere"
+    handle.daemon.io.run(hub.set_roots([elsewhere]), 10)
+    wait_until(lambda: (tmp_path / "roots-changed").exists(), what="roots/list_changed")
+    scripted.enqueue(Reply(tool_calls=[ToolCallSpec("docs__roots", {})]), Reply(text="ok"))
+    assert handle.send("cli:moved", "where now?", wait=True).status_code == 200
+    assert tool_results(handle, "cli:moved")[0]["content"] == elsewhere.as_uri()
