@@ -32,6 +32,7 @@ from typing import Any
 import mcp_types as mt
 from mcp.client.session import ClientRequestContext
 
+from netclaw.errors import ProviderError
 from netclaw.tools import Question, SampleRefused, SampleRequest, ToolContext
 
 log = logging.getLogger("netclaw.mcp")
@@ -114,6 +115,9 @@ class ServerRequests:
             reply = await call.session.sample(call.call_id, call.tool, request)
         except SampleRefused as exc:
             return mt.ErrorData(code=USER_REJECTED, message=str(exc))
+        except ProviderError as exc:  # the model failed: the server hears why, the call goes on
+            log.warning("MCP server %s: sampling failed: %s", self.server, exc)
+            return mt.ErrorData(code=mt.INTERNAL_ERROR, message=f"the model could not answer: {exc}")
         return mt.CreateMessageResult(
             role="assistant",
             content=mt.TextContent(text=reply.text),
