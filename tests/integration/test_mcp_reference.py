@@ -15,6 +15,7 @@ The server comes from npm: ``.ci/run`` installs it into ``.ci-npm/`` (or point
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import socket
@@ -269,3 +270,21 @@ def test_over_streamable_http_killed_and_restarted(
         assert "back" in tool_results(handle, "cli:http")[0]["content"]
     finally:
         server.kill()
+
+
+def test_its_log_messages_reach_the_daemons_log(
+    start_daemon: StartDaemon, scripted: ScriptedOpenAIThread, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="netclaw.mcp.server")
+    handle = start_daemon(mcp={"servers": {"every": every()}})
+    scripted.enqueue(
+        Reply(tool_calls=[ToolCallSpec("every__toggle-simulated-logging", {})]), Reply(text="on")
+    )
+    assert handle.send("cli:logs", "log something", wait=True).status_code == 200
+    wait_until(  # it logs every 5 s once asked
+        lambda: any(
+            r.name == "netclaw.mcp.server" and "MCP server every" in r.getMessage() for r in caplog.records
+        ),
+        timeout=20,
+        what="a log message from the server",
+    )
