@@ -22,7 +22,15 @@ from netclaw.attachments import MAX_FILES, IncomingFile
 from netclaw.cluster import SUBMIT_PATH, forwarded
 from netclaw.commands import Command, parse_command
 from netclaw.errors import ApiError, NotPermitted
-from netclaw.gateway import MAX_NAME_CHARS, Gateway, Inbound, SessionSummary, TurnOutcome
+from netclaw.gateway import (
+    MAX_NAME_CHARS,
+    CommandDone,
+    Gateway,
+    Inbound,
+    SessionSummary,
+    TurnOutcome,
+    parse_prompt_or_fail,
+)
 from netclaw.identifiers import check_label, check_session_id
 from netclaw.messages import ChatMessage
 from netclaw.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
@@ -180,6 +188,27 @@ class Api:
         user = _optional_label(body, "user", MAX_USER_CHARS)
         user_name = _optional_label(body, "user_name", MAX_NAME_CHARS)
         who = principal(request)
+        prompt = parse_prompt_or_fail(text)
+        if prompt is not None:  # an MCP prompt: the message, or an answer instead
+            submitted = await self.gateway.submit_prompt(
+                Inbound(
+                    session_id,
+                    text,
+                    user=user,
+                    identity=identity_for(key),
+                    user_name=user_name,
+                    files=files,
+                    speaker=who.speaker,
+                    speaker_role=who.role,
+                ),
+                prompt,
+                wait=wait,
+            )
+            if isinstance(submitted, CommandDone):
+                return web.json_response(
+                    {"session_id": session_id, "command": submitted.command, "notice": submitted.notice}
+                )
+            return submission_response(*submitted)
         command = parse_command(text) if not files else None
         if command is not None:  # a chat command: answered, never model input
             if not may_command(self.gateway.settings, who.role, command):

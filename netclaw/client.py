@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -167,6 +168,33 @@ class DaemonClient:
             "GET", "/api/usage", params=params, headers=self._headers()
         ).json()
         return result
+
+    def questions(self, session_id: str | None = None) -> list[dict[str, Any]]:
+        path = f"/api/sessions/{session_id}/questions" if session_id else "/api/questions"
+        result: list[dict[str, Any]] = self._request("GET", path, headers=self._headers()).json()
+        return result
+
+    def answer(
+        self, session_id: str, question_id: str, action: str, content: dict[str, Any] | None, user: str
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {"action": action, "user": user}
+        if content is not None:
+            body["content"] = content
+        result: dict[str, Any] = self._request(
+            "POST", f"/api/sessions/{session_id}/questions/{question_id}", json=body, headers=self._headers()
+        ).json()
+        return result
+
+    def mcp_servers(self) -> dict[str, Any]:
+        servers: dict[str, Any] = self._request("GET", "/api/mcp", headers=self._headers()).json()["servers"]
+        return servers
+
+    def mcp_view(self, name: str, what: str) -> Any:
+        """``tools``, ``resources`` or ``prompts`` of one MCP server, as the daemon gets them."""
+        return self._request("GET", f"/api/mcp/{quote(name, safe='')}/{what}", headers=self._headers()).json()
+
+    def mcp_reconnect(self, name: str) -> None:
+        self._request("POST", f"/api/mcp/{quote(name, safe='')}/reconnect", headers=self._headers())
 
     def metrics(self) -> str:
         """The Prometheus text of ``/metrics`` (no token needed)."""

@@ -4,14 +4,22 @@ A message whose text — after a leading bot mention, which the channel strips �
 of these is a command: ``/new`` (same as ``/reset``), ``/reset``, ``/stop``,
 ``/compact``, ``/status``, ``/help``. ``!`` works in place of ``/`` (some clients
 swallow a leading slash). Commands answer with a short ``notice`` and start no turn.
+
+``/prompt server:name args…`` is the one command that becomes model input: an MCP
+server's prompt, filled in with the arguments (``key=value`` or in the prompt's order;
+quote a value with spaces), is sent as the person's message. ``/prompt`` alone lists the
+prompts, ``/prompt server`` one server's; a prompt missing a required argument is
+answered with its arguments (and the server's suggestions) instead.
 """
 
 from __future__ import annotations
 
 import re
+import shlex
+from dataclasses import dataclass
 from typing import Literal
 
-Command = Literal["reset", "stop", "compact", "status", "help"]
+Command = Literal["reset", "stop", "compact", "status", "help", "prompt"]
 
 _ALIASES: dict[str, Command] = {
     "new": "reset",
@@ -27,7 +35,8 @@ _COMMAND = re.compile(r"\s*[/!]([a-z]+)\s*", re.IGNORECASE)
 HELP_TEXT = (
     "Commands: /new or /reset — start the conversation afresh (the transcript is kept); "
     "/stop — stop the running turn; /compact — summarise the conversation now; "
-    "/status — model, context used, memories; /help — this. `!` works in place of `/`."
+    "/status — model, context used, memories; /prompt server:name args — send an MCP "
+    "server's prompt (/prompt alone lists them); /help — this. `!` works in place of `/`."
 )
 
 
@@ -37,3 +46,46 @@ def parse_command(text: str) -> Command | None:
     if match is None:
         return None
     return _ALIASES.get(match.group(1).lower())
+
+
+@dataclass(frozen=True, slots=True)
+class PromptCommand:
+    """``/prompt [server[:name]] [args…]``: ``server`` and ``name`` None to list."""
+
+    server: str | None
+    name: str | None
+    named: tuple[tuple[str, str], ...] = ()  # key=value arguments, in order
+    positional: tuple[str, ...] = ()
+
+
+class PromptSyntaxError(ValueError):
+    """A ``/prompt`` line that cannot be read (an unclosed quote); the message says why."""
+
+
+_PROMPT = re.compile(r"^\s*[/!]prompt(?:\s+(?P<rest>.*))?$", re.IGNORECASE | re.DOTALL)
+_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+
+
+def parse_prompt(text: str) -> PromptCommand | None:
+    """The ``/prompt`` command ``text`` is, or None when it is not one."""
+    match = _PROMPT.match(text)
+    if match is None:
+        return None
+    rest = (match.group("rest") or "").strip()
+    if not rest:
+        return PromptCommand(None, None)
+    try:
+        words = shlex.split(rest)
+    except ValueError as exc:
+        raise PromptSyntaxError(f"cannot read the arguments of /prompt: {exc}") from exc
+    head, *args = words
+    server, _, name = head.partition(":")
+    named: list[tuple[str, str]] = []
+    positional: list[str] = []
+    for word in args:
+        key, eq, value = word.partition("=")
+        if eq and _KEY.match(key):
+            named.append((key, value))
+        else:
+            positional.append(word)
+    return PromptCommand(server or None, name or None, tuple(named), tuple(positional))

@@ -344,17 +344,42 @@ class ToolsConfig(_Section):
 _SERVER_NAME = re.compile(r"[A-Za-z0-9_-]{1,32}")
 
 
+class McpOAuthConfig(_Section):
+    """OAuth 2.1 for an HTTP server (authorization code + PKCE); ``netclaw mcp login NAME``
+    stores its tokens. Without ``client_id`` the client registers itself (dynamic client
+    registration)."""
+
+    scopes: list[str] | None = None  # None: what the server's metadata asks for
+    redirect_port: int = Field(33418, ge=0, le=65535)  # the login listens on 127.0.0.1:<port>/callback
+    client_name: str = "netclaw"
+    client_id: str | None = None  # a client registered beforehand
+    client_secret_env: str | None = None  # its secret, if it has one
+
+    _env = field_validator("client_secret_env")(_check_env_name)
+
+
 class McpServerConfig(_Section):
-    """One MCP server: ``command`` (+ ``args``) over stdio, or ``url`` (streamable HTTP)."""
+    """One MCP server: ``command`` (+ ``args``) over stdio, or ``url`` (streamable HTTP, or
+    the legacy HTTP+SSE transport with ``transport: "sse"``)."""
 
     command: str | None = None
     args: list[str] = []
     env_env: dict[str, str] = {}  # variable the server sees → variable of ours holding the value
     cwd: Path | None = None
     url: str | None = None
+    transport: Literal["http", "sse"] = "http"  # for `url`: streamable HTTP, or HTTP+SSE (older servers)
     headers_env: dict[str, str] = {}  # HTTP header → variable holding its value
+    oauth: McpOAuthConfig | None = None  # OAuth 2.1 (HTTP servers); `netclaw mcp login NAME`
     tools: list[str] | None = None  # allowlist of the server's own tool names; None: all
     timeout_s: float = Field(60.0, gt=0)  # one call
+    trust_annotations: bool = True  # its readOnlyHint/destructiveHint decide approvals (README)
+    resources: bool = True  # its resources as <server>__list_resources / <server>__read_resource
+    roots: bool = True  # the workspace is offered to it as its root (when the file or shell tools are on)
+    elicitation: bool = True  # it may ask the person in the conversation (forms, links); public: declined
+    sampling: bool = False  # it may ask the session's model, once a person allows each request
+    # "auto": probe server/discover (2026-07-28) and fall back to the initialize handshake;
+    # "legacy": the handshake only (protocol 2025-11-25 and older), for servers the probe upsets.
+    protocol: Literal["auto", "legacy"] = "auto"
     enabled: bool = True  # extension
 
     @field_validator("env_env", "headers_env")
@@ -377,8 +402,10 @@ class McpServerConfig(_Section):
             raise ValueError("give exactly one of `command` (a stdio server) or `url` (streamable HTTP)")
         if self.url is not None and (self.args or self.env_env or self.cwd is not None):
             raise ValueError("`args`, `env_env` and `cwd` are for stdio servers (`command`), not `url`")
-        if self.command is not None and self.headers_env:
-            raise ValueError("`headers_env` is for HTTP servers (`url`), not `command`")
+        if self.command is not None and (self.headers_env or self.transport != "http" or self.oauth):
+            raise ValueError(
+                "`headers_env`, `transport` and `oauth` are for HTTP servers (`url`), not `command`"
+            )
         return self
 
 
@@ -424,6 +451,8 @@ class ScheduleConfig(_Section):
 
 class McpConfig(_Section):
     servers: dict[str, McpServerConfig] = {}
+    # A server that fails is reconnected with full-jitter backoff from 1 s up to this.
+    max_reconnect_delay_s: float = Field(60.0, ge=1.0)
 
     @field_validator("servers")
     @classmethod

@@ -33,6 +33,8 @@ from netclaw.heap import HeapTrimmer, settle_heap
 from netclaw.history import preload_encoding
 from netclaw.listener import listen
 from netclaw.logs import configure_logging
+from netclaw.mcp import McpHub
+from netclaw.mcp_api import mcp_routes
 from netclaw.metrics import GaugeMetricFamily, Metrics, gauge
 from netclaw.persistence import (
     AccessLogic,
@@ -50,11 +52,12 @@ from netclaw.persistence import (
     uses_postgres,
 )
 from netclaw.providers import Provider, make_provider
+from netclaw.questions_api import question_routes
 from netclaw.runtime import IoLoop
 from netclaw.scheduler import Clock, Scheduler
 from netclaw.service import Notifier, SignalWaiter, heartbeat
 from netclaw.sessions import SessionActor, SessionDeps, SessionManager
-from netclaw.tools import McpHub, ToolRegistry, build_registry, reminder_tools
+from netclaw.tools import Questions, ToolRegistry, build_registry, reminder_tools
 from netclaw.ui import UI_PREFIX, control_room
 
 log = logging.getLogger(__name__)
@@ -127,6 +130,7 @@ class Daemon:
         self.tools: ToolRegistry | None = None
         self.access: AccessLogic | None = None
         self.mcp: McpHub | None = None
+        self.questions: Questions | None = None  # what tools ask people (MCP elicitation, sampling)
         self.metrics = Metrics()
         self.reminders: ReminderStore | None = None
         self.scheduler: Scheduler | None = None
@@ -176,14 +180,30 @@ class Daemon:
             self.tools = tools = build_registry(self.settings, self.memory, lambda: self.live.current)
             # MCP servers connect before any session runs, so the first turns see their tools
             # (a server that is slow or broken keeps retrying in the background).
-            self.mcp = McpHub(self.settings.mcp.servers)
+            tools_config = self.settings.tools
+            workspace = tools_config.files.enabled or tools_config.shell.enabled
+            self.mcp = McpHub(
+                self.settings.mcp,
+                data_dir=self.settings.data_dir,
+                roots=[tools_config.workspace_dir] if workspace else [],
+            )
             tools.add_source(self.mcp)
             self.io.run(self.mcp.start(MCP_START_WAIT_S), MCP_START_WAIT_S + 10)
             io, provider = self.io, self.provider
             compaction_provider = self.compaction_provider
+            questions = self.questions = Questions()
             self.manager = SessionManager(
                 lambda manager: SessionDeps(
-                    io, journal, provider, tools, self.live, manager, memory, compaction_provider, metrics
+                    io,
+                    journal,
+                    provider,
+                    tools,
+                    self.live,
+                    manager,
+                    memory,
+                    compaction_provider,
+                    metrics,
+                    questions=questions,
                 )
             )
             self.manager.on_session_stopped(HeapTrimmer(io.loop).session_stopped)
@@ -197,7 +217,15 @@ class Daemon:
             self.io.run(access.open())
             self.access = access
             self.gateway = Gateway(
-                self.manager, journal, self.live, memory, reminders, self.forwarder, access=access
+                self.manager,
+                journal,
+                self.live,
+                memory,
+                reminders,
+                self.forwarder,
+                access=access,
+                mcp=self.mcp,
+                questions=self.questions,
             )
             self.scheduler = Scheduler(
                 reminders, self.gateway, lambda: self.live.current, clock=self._clock, metrics=metrics
@@ -212,6 +240,8 @@ class Daemon:
             if self.settings.ui.enabled:  # the control listener only: never the webhook listener's app
                 room = control_room(self.gateway, token, scheduler=self.scheduler, health=api.health)
                 app.add_subapp(UI_PREFIX, room)
+            app.router.add_routes(mcp_routes(self.mcp))
+            app.router.add_routes(question_routes(self.gateway))
             # Sessions that were active at a graceful stop (and any with unanswered input)
             # recover now, before channels deliver and before READY=1.
             manifest = take_manifest(self.settings)

@@ -33,7 +33,7 @@ from netclaw import attachments
 from netclaw.attachments import IncomingFile, check_files
 from netclaw.audit import AuditEntry
 from netclaw.cluster import Forwarder
-from netclaw.commands import HELP_TEXT, Command, parse_command
+from netclaw.commands import HELP_TEXT, Command, PromptCommand, PromptSyntaxError, parse_command, parse_prompt
 from netclaw.config import ChannelAccess, LiveSettings, Settings
 from netclaw.errors import (
     ApprovalNotFound,
@@ -45,6 +45,7 @@ from netclaw.errors import (
 )
 from netclaw.history.tokens import fallback_count
 from netclaw.identifiers import check_session_id
+from netclaw.mcp import McpHub, PromptExpansion, expand_prompt
 from netclaw.messages import Attachment, ChatMessage, PriorMessage, bounded_prior, prior_block
 from netclaw.outputs import OutputFilter
 from netclaw.persistence import (
@@ -85,6 +86,7 @@ from netclaw.sessions import (
     continuity_notice,
     load_state,
 )
+from netclaw.tools import Questions
 from netclaw.trust import system_prompt as trusted_prompt
 
 __all__ = [
@@ -100,6 +102,7 @@ __all__ = [
     "Subscription",
     "TurnOutcome",
     "check_session_id",
+    "parse_prompt_or_fail",
 ]
 
 log = logging.getLogger(__name__)
@@ -238,6 +241,14 @@ class SessionView:
     resets: int = 0
 
 
+def parse_prompt_or_fail(text: str) -> PromptCommand | None:
+    """The ``/prompt`` command ``text`` is (None: not one); InvalidInput when unreadable."""
+    try:
+        return parse_prompt(text)
+    except PromptSyntaxError as exc:
+        raise InvalidInput("text", str(exc)) from exc
+
+
 def _summary(row: SessionRow, resident: Mapping[str, Any]) -> SessionSummary:
     phase = resident.get(row.id)
     return SessionSummary(
@@ -303,8 +314,12 @@ class Gateway:
         reminders: ReminderStore | None = None,
         forwarder: Forwarder | None = None,
         access: AccessLogic | None = None,
+        mcp: McpHub | None = None,
+        questions: Questions | None = None,
     ) -> None:
         self._manager = manager
+        self._mcp = mcp  # MCP servers: their prompts are `/prompt` commands
+        self._questions = questions  # what running tools ask people (answered here)
         self.access = access  # the audit table and API tokens (netclaw/persistence/_access.py)
         self.forwarder = forwarder  # several nodes: input for a session owned elsewhere goes there
         self._journal = journal
@@ -471,6 +486,11 @@ class Gateway:
                 "session_id",
                 f"a {permit.event.platform} message cannot go to session {inbound.session_id[:80]!r}",
             )
+        prompt = parse_prompt_or_fail(inbound.text)
+        if prompt is not None:
+            check_inbound(inbound)
+            submitted = await self.submit_prompt(inbound, prompt)
+            return submitted if isinstance(submitted, CommandDone) else submitted[0]
         command = parse_command(inbound.text)
         if command is not None:
             check_inbound(inbound)
@@ -480,6 +500,26 @@ class Gateway:
             return await self.command(inbound.session_id, command, by=inbound.user or permit.event.user_id)
         admission, _ = await self.submit(inbound)
         return admission
+
+    async def submit_prompt(
+        self, inbound: Inbound, command: PromptCommand, *, wait: bool = False
+    ) -> tuple[Admission, TurnOutcome | None] | CommandDone:
+        """``/prompt``: an MCP server's prompt, filled in, is submitted as the message; a
+        listing, a missing argument or a failure is answered with a notice instead."""
+        check_session_id(inbound.session_id)
+        if self._mcp is None or not self._mcp.servers:
+            expansion = PromptExpansion(notice="No MCP servers are configured, so there are no prompts.")
+        elif audience_of(inbound.session_id, self.settings, inbound.place) == "public":
+            expansion = PromptExpansion(notice="MCP prompts are not available in public conversations.")
+        else:
+            expansion = await expand_prompt(self._mcp, command)
+        if expansion.notice is not None or expansion.text is None:
+            notice = expansion.notice or "The prompt came back empty."
+            self._manager.route(inbound.session_id, Announce(notice, "command"))
+            return CommandDone(inbound.session_id, "prompt", notice)
+        return await self.submit(
+            replace(inbound, text=expansion.text, files=(*inbound.files, *expansion.files)), wait=wait
+        )
 
     # -- control --------------------------------------------------------------------------------
 
@@ -498,6 +538,10 @@ class Gateway:
                 notice = await self.status_text(session_id)
             case "help":
                 notice = HELP_TEXT
+            case "prompt":
+                notice = (
+                    "Send an MCP server's prompt with /prompt server:name args; /prompt alone lists them."
+                )
         self._manager.route(session_id, Announce(notice, "command"))
         return CommandDone(session_id, command, notice)
 
@@ -533,6 +577,43 @@ class Gateway:
             audience = audience_of(session_id, self.settings)
             parts.append(f"{await self._memory.count(audience)} {audience} memorie(s)")
         return "; ".join(parts) + "."
+
+    # -- questions from running tools (MCP elicitation, sampling's go-ahead) ------------------
+
+    def questions(self, session_id: str | None = None) -> list[dict[str, Any]]:
+        """The open questions (of one session, or all on this node), oldest first."""
+        if session_id is not None:
+            check_session_id(session_id)
+        found = self._questions.of(session_id) if self._questions is not None else []
+        return [q.to_json() for q in sorted(found, key=lambda q: q.asked_at)]
+
+    def answer_question(
+        self,
+        session_id: str,
+        question_id: str,
+        action: str,
+        content: Mapping[str, Any] | None = None,
+        *,
+        by: str,
+        approver: str | None = None,
+    ) -> dict[str, Any]:
+        """Answer a question a running tool asked: ``accept`` (with the form's ``content``),
+        ``decline`` or ``cancel``. ``approver`` (a platform user id) must be one of the
+        audience's approvers when it names any; the control-token holder passes None."""
+        check_session_id(session_id)
+        if self._questions is None:
+            raise ApprovalNotFound(f"no open question {question_id!r} in session {session_id}")
+        pending = self._questions.answer(
+            session_id,
+            question_id,
+            action,
+            content,
+            by=by,
+            approver=approver,
+            approvers=lambda audience: self.settings.audience(audience).approvers,
+        )
+        log.info("%s: question %s (%s) answered %s by %s", session_id, question_id, pending.tool, action, by)
+        return {"question_id": question_id, "action": action, "by": by}
 
     async def audit(self, kind: str, actor: str, session_id: str | None = None, **detail: Any) -> None:
         """Append to the audit trail what happened outside sessions (see netclaw/audit.py)."""

@@ -18,7 +18,7 @@ A warning or error that repeats (same logger and message template) more than ten
 minute is dropped, and the next one says how many were (:class:`RepeatFilter`); INFO lines
 such as the one per turn are never dropped.
 
-Libraries (aiosqlite, discord.py's gateway, slack-sdk's socket, mcp, httpx) log at
+Libraries (aiosqlite, discord.py's gateway, slack-sdk's socket, mcp and its httpx2, httpx) log at
 ``log.libraries`` (WARNING by default) whatever our own level is: at DEBUG they would
 drown netclaw's lines.
 """
@@ -39,7 +39,10 @@ LIBRARY_LOGGERS = (
     "discord",
     "httpx",
     "httpcore",
+    "httpx2",  # the HTTP client of the mcp SDK: an INFO line per request (issue 28)
+    "httpcore2",
     "mcp",
+    "client",  # the mcp SDK's client session logs under this bare name
     "slack_bolt",
     "slack_sdk",
     "adapters.slack.bolt",  # slack-bolt and slack-sdk log through these names of ours

@@ -131,7 +131,7 @@ class ChatMessage:
     extra: Mapping[str, Any] = field(default_factory=lambda: _NO_EXTRA)  # provider round-trip data
     user_name: str | None = None  # role="user": how people call the sender ("Alice")
     prior: str | None = None  # role="user": the conversation before the bot was addressed
-    files: tuple[Attachment, ...] = ()  # role="user": what came attached
+    files: tuple[Attachment, ...] = ()  # role="user": what came attached; role="tool": its images
     # role="user": who sent it as roles name them (slack:U1, token:ci, control) and the role
     # they acted in (netclaw/roles.py): whose turn it is.
     speaker: str | None = None
@@ -276,9 +276,18 @@ def attachment_note(file: Attachment, *, vision: bool) -> str:
     return f"[attached file {file.name} ({file.mime_type}, {size}); its content is not shown to you]"
 
 
+def tool_image_note(image: Attachment, *, vision: bool) -> str:
+    """An image a tool returned, as the model reads it in the tool's result."""
+    what = f"[image returned by the tool: {image.name} ({image.mime_type}, {image.size:,} bytes)"
+    return f"{what}, shown below]" if vision else f"{what}; this model cannot see images]"
+
+
 def model_text(msg: ChatMessage, *, vision: bool = False) -> str:
     """The text the model gets for ``msg``: for a user message, the earlier conversation it
-    brought, the speaker's name and its attached files around what was written."""
+    brought, the speaker's name and its attached files around what was written; for a tool
+    result, a note per image it returned."""
+    if msg.role == "tool" and msg.files:
+        return "\n".join([msg.content, *(tool_image_note(f, vision=vision) for f in msg.files)])
     if msg.role != "user" or (msg.user_name is None and msg.prior is None and not msg.files):
         return msg.content
     parts = [msg.prior] if msg.prior else []

@@ -43,6 +43,9 @@ OutputEvent = Literal[
     "approval_decided",
     "notice",
     "session_reset",
+    "tool_progress",
+    "input_requested",
+    "input_answered",
 ]
 
 TurnEnd = Literal["completed", "failed", "cancelled"]
@@ -146,6 +149,23 @@ class ToolResult(OutputBase):
     name: str
     content: str
     is_error: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolProgress(OutputBase):
+    """How far a running tool call is (an MCP server's progress notifications):
+    ``progress`` of ``total`` (None: unknown), and what it is doing."""
+
+    event: ClassVar[OutputEvent] = "tool_progress"
+    bit: ClassVar[OutputFilter | None] = OutputFilter.TOOL_CALLS
+    droppable: ClassVar[bool] = True
+    omit_if_none: ClassVar[frozenset[str]] = frozenset({"total", "message"})
+    turn: int
+    id: str  # the tool call's id
+    name: str
+    progress: float
+    total: float | None = None
+    message: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -266,6 +286,34 @@ class ApprovalDecided(OutputBase):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class InputRequested(OutputBase):
+    """A running tool asks the person something (an MCP server's elicitation, or the
+    go-ahead for sampling): ``kind`` ``form`` (fill in ``schema``), ``url`` (open ``url``)
+    or ``confirm`` (yes or no). Answered with ``POST
+    /api/sessions/{id}/questions/{question_id}`` (``netclaw questions``)."""
+
+    event: ClassVar[OutputEvent] = "input_requested"
+    omit_if_none: ClassVar[frozenset[str]] = frozenset({"schema", "url"})
+    turn: int
+    question_id: str
+    tool: str
+    kind: str
+    source: str
+    message: str
+    expires_at: float
+    schema: Mapping[str, Any] | None = None
+    url: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InputAnswered(OutputBase):
+    event: ClassVar[OutputEvent] = "input_answered"
+    question_id: str
+    action: Literal["accept", "decline", "cancel", "expired"]
+    by: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Notice(OutputBase):
     """A short note for people: command answers, continuity and delivery notes."""
 
@@ -299,6 +347,9 @@ Output = (
     | ApprovalDecided
     | Notice
     | SessionReset
+    | ToolProgress
+    | InputRequested
+    | InputAnswered
 )
 
 OUTPUT_TYPES: Mapping[str, type[Output]] = {cls.event: cls for cls in get_args(Output)}

@@ -119,11 +119,37 @@ def tool_matches(name: str, patterns: Iterable[str]) -> bool:
 ALWAYS_APPROVE = ("shell",)
 
 
-def needs_approval(name: str, audience: Audience, settings: Settings) -> bool:
+@dataclass(frozen=True, slots=True)
+class ToolHints:
+    """What a tool says about itself (an MCP server's ``readOnlyHint`` / ``destructiveHint``
+    annotations), as far as approvals care."""
+
+    read_only: bool = False  # it changes nothing
+    destructive: bool = False  # it may delete or overwrite
+
+
+NO_HINTS = ToolHints()
+
+
+def needs_approval(name: str, audience: Audience, settings: Settings, hints: ToolHints = NO_HINTS) -> bool:
+    """Whether a call to ``name`` waits for a person in this audience:
+
+    - named exactly in ``approve``: always;
+    - read-only (``readOnlyHint``): never otherwise — a glob in ``approve`` does not catch it;
+    - matched by a glob in ``approve``: yes;
+    - destructive (``destructiveHint``) or ``shell``: yes, unless the audience grants the
+      tool by its exact name in ``tools``.
+    """
     config = settings.audience(audience)
+    if name in config.approve:
+        return True
+    if hints.read_only:
+        return False
     if tool_matches(name, config.approve):
         return True
-    return name in ALWAYS_APPROVE and (config.tools is None or name not in config.tools)
+    if name in ALWAYS_APPROVE or hints.destructive:
+        return config.tools is None or name not in config.tools
+    return False
 
 
 @dataclass(frozen=True, slots=True)

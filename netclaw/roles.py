@@ -23,7 +23,7 @@ from fnmatch import fnmatchcase
 
 from netclaw.commands import Command
 from netclaw.config import RoleConfig, Settings
-from netclaw.policy import Audience, needs_approval, tool_matches
+from netclaw.policy import NO_HINTS, Audience, ToolHints, needs_approval, tool_matches
 
 ADMIN = "admin"
 DEFAULT = "default"
@@ -139,13 +139,14 @@ def turn_needs_approval(
     role: str | None,
     granted: Iterable[str],
     untrusted_before: bool,
+    hints: ToolHints = NO_HINTS,
 ) -> bool:
     """Does this call wait for a person? Yes when the audience or the speaker's role says so,
     unless a person said "always" for the tool earlier — and that "always" does not count
     once this turn has read untrusted content (a web page, an MCP server's answer, a file):
     what a tool returned cannot start an approval-free call of a tool that needs approval."""
     g = grants(settings, role)
-    needed = needs_approval(name, audience, settings) or (
+    needed = needs_approval(name, audience, settings, hints) or (
         g is not None and not g.admin and tool_matches(name, g.approve_tools)
     )
     if not needed:

@@ -64,8 +64,26 @@ def note_for(output: out.Output) -> str | None:
             return text
         case out.SessionReset():
             return "_(This conversation starts afresh from here.)_"
+        case out.InputRequested():
+            return question_note(output)
+        case out.InputAnswered(action=action, by=by):
+            return f"_(Question answered: {action} by {by}.)_"
         case _:
             return None
+
+
+def question_note(asked: out.InputRequested) -> str:
+    """A tool's question as a chat message, with how to answer it (from the shell or the
+    API for now: buttons and forms in the thread are not built yet)."""
+    lines = [f":question: {asked.source} asks: {asked.message}"]
+    if asked.url:
+        lines.append(f"Open {asked.url}, then: `netclaw questions accept {asked.question_id}`")
+    elif asked.schema is not None:
+        fields = " ".join(f"{name}=…" for name in (asked.schema.get("properties") or {}))
+        lines.append(f"Answer: `netclaw questions answer {asked.question_id} {fields}`")
+    else:
+        lines.append(f"Allow: `netclaw questions accept {asked.question_id}` (or `decline`)")
+    return "\n".join(lines)
 
 
 def error_note(message: str) -> str:

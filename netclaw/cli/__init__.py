@@ -2,8 +2,9 @@
 
 - ``run``: the daemon in the foreground.
 - ``chat``: :mod:`._chat`.
-- ``sessions``, ``memory`` and ``approvals``: :mod:`._admin` (the control API from the shell).
+- ``sessions``, ``memory``, ``approvals`` and ``questions``: :mod:`._admin` (the control API from the shell).
 - ``status`` and ``usage``: :mod:`._status`.
+- ``mcp``: :mod:`._mcp` (the MCP servers as the daemon sees them; OAuth logins).
 - ``doctor``: :mod:`._doctor`; ``init``: :mod:`._init`.
 - ``migrate-journal``: :mod:`._migrate` (SQLite → PostgreSQL).
 
@@ -19,10 +20,11 @@ import sys
 import adapters  # noqa: F401 - registers the channel sections (see above); light: no adapter is built
 from netclaw import __version__
 from netclaw.cli._access import cmd_audit, cmd_tokens
-from netclaw.cli._admin import cmd_approvals, cmd_memory, cmd_reminders, cmd_sessions
+from netclaw.cli._admin import cmd_approvals, cmd_memory, cmd_questions, cmd_reminders, cmd_sessions
 from netclaw.cli._chat import cmd_chat
 from netclaw.cli._doctor import cmd_doctor
 from netclaw.cli._init import cmd_init
+from netclaw.cli._mcp import add_parser as add_mcp_parser
 from netclaw.cli._migrate import cmd_migrate_journal
 from netclaw.cli._status import cmd_status, cmd_usage
 from netclaw.errors import NetclawError
@@ -119,6 +121,18 @@ def _parser() -> argparse.ArgumentParser:
     approvals.add_argument("--session", metavar="ID", help="only this session's")
     approvals.add_argument("--json", action="store_true")
     approvals.set_defaults(func=cmd_approvals)
+
+    questions = with_config(sub.add_parser("questions", help="what running tools ask people (MCP servers)"))
+    questions.add_argument(
+        "action", nargs="?", choices=["list", "answer", "accept", "decline", "cancel"], default="list"
+    )
+    questions.add_argument("question_id", nargs="?")
+    questions.add_argument("values", nargs="*", help="answer: the form's fields as key=value")
+    questions.add_argument("--session", metavar="ID", help="only this session's")
+    questions.add_argument("--json", action="store_true")
+    questions.set_defaults(func=cmd_questions)
+
+    add_mcp_parser(sub, with_config)
 
     reminders = with_config(sub.add_parser("reminders", help="scheduled reminders: list, add, rm"))
     reminders.add_argument("action", nargs="?", choices=["list", "add", "rm"], default="list")

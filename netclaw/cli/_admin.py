@@ -145,6 +145,54 @@ def cmd_approvals(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_questions(args: argparse.Namespace) -> int:
+    """``netclaw questions [list | accept | answer | decline | cancel] [ID] [key=value …]``."""
+    with client_for(args) as client:
+        if args.action != "list":
+            if not args.question_id:
+                print(f"netclaw: questions {args.action} needs a question id", file=sys.stderr)
+                return 2
+            found = {q["id"]: q for q in client.questions(args.session)}.get(args.question_id)
+            if found is None:
+                print(f"netclaw: no open question {args.question_id}", file=sys.stderr)
+                return 1
+            content = None
+            if args.action == "answer":
+                pairs = [v.partition("=") for v in args.values]
+                if any(not eq for _, eq, _ in pairs):
+                    print("netclaw: give the answer as key=value pairs", file=sys.stderr)
+                    return 2
+                content = {k: v for k, _, v in pairs}
+            action = "accept" if args.action == "answer" else args.action
+            user = f"{getpass.getuser()} (cli)"
+            result = client.answer(str(found["session_id"]), args.question_id, action, content, user)
+            _print_json(result) if args.json else print(f"{action}: {found['source']} ({args.question_id})")
+            return 0
+        found_list = client.questions(args.session)
+    if args.json:
+        _print_json(found_list)
+        return 0
+    if not found_list:
+        print("no tool asks anything")
+        return 0
+    for q in found_list:
+        print(
+            f"{q['id']}  {q['session_id']} turn {q['turn']}: {q['source']} ({q['tool']}) asks: {q['message']}"
+        )
+        if q.get("url"):
+            print(f"        open {q['url']}, then: netclaw questions accept {q['id']}")
+        elif q.get("schema"):
+            fields = ", ".join(
+                f"{name}{'' if name in q['schema'].get('required', []) else '?'}"
+                for name in q["schema"].get("properties", {})
+            )
+            print(f"        answer: netclaw questions answer {q['id']} {fields.replace(', ', '=… ')}=…")
+        else:
+            print(f"        netclaw questions accept {q['id']}  (or decline)")
+        print(f"        asked {_when(q['asked_at'])}, expires {_when(q['expires_at'])}")
+    return 0
+
+
 def cmd_reminders(args: argparse.Namespace) -> int:
     with client_for(args) as client:
         if args.action == "add":

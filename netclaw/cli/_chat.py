@@ -303,6 +303,16 @@ class ChatView:
                     self._requests.put(output)
             case out.ApprovalDecided(approval_id=approval_id, decision=decision, by=by):
                 stream.write(f"  [approval {approval_id}: {decision} by {by}]\n")
+            case out.ToolProgress(name=name, progress=done, total=total, message=message):
+                of = f"/{total:g}" if total is not None else ""
+                stream.write(f"  [progress] {name} {done:g}{of}" + (f": {message}" if message else "") + "\n")
+            case out.InputRequested(question_id=qid, source=source, message=message):
+                stream.write(f"\n  [question {qid}] {source} asks: {message}\n")
+                stream.write(
+                    f"  (answer with `netclaw questions answer {qid} key=value…`, accept or decline)\n"
+                )
+            case out.InputAnswered(question_id=qid, action=action, by=by):
+                stream.write(f"  [question {qid}: {action} by {by}]\n")
             case out.TurnCompleted():
                 self.turn_done.set()
             case _:

@@ -77,10 +77,14 @@ def _doctor_mcp(settings: Settings, report: Any, health: dict[str, Any] | None) 
             detail = f"{status.get('tools', 0)} tool(s)" if up else status.get("detail", status["state"])
             report(up, f"mcp {name}", f"{detail} (as the running daemon sees it)")
         return
-    from netclaw.tools import McpHub
+    from netclaw.config import McpConfig
+    from netclaw.mcp import McpHub
 
     async def probe() -> dict[str, Any]:
-        hub = McpHub(servers)
+        hub = McpHub(
+            McpConfig(servers=servers, max_reconnect_delay_s=settings.mcp.max_reconnect_delay_s),
+            data_dir=settings.data_dir,
+        )
         try:
             await hub.start(wait_s=20.0)
             return hub.statuses()

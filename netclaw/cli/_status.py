@@ -53,6 +53,18 @@ def key_figures(text: str) -> dict[str, Any]:
     }
 
 
+def mcp_line(status: dict[str, Any]) -> str:
+    """``up (http), 10 tool(s), 1 restart(s)`` or ``down (http), 1 restart(s): why``."""
+    state, restarts = status.get("state", "unknown"), status.get("restarts", 0)
+    line = f"{state} ({status.get('transport', '?')})"
+    if state == "up":
+        line += f", {status.get('tools', 0)} tool(s)"
+    if restarts:
+        line += f", {restarts} restart(s)"
+    detail = status.get("detail")
+    return f"{line}: {detail}" if detail else line
+
+
 def print_status(url: str, health: dict[str, Any], figures: dict[str, Any]) -> None:
     state = "ok" if health.get("status") == "ok" else f"DEGRADED: {health.get('reason', '')}"
     print(f"netclaw at {url}: {state}")
@@ -63,7 +75,7 @@ def print_status(url: str, health: dict[str, Any], figures: dict[str, Any]) -> N
         detail = f": {status['detail']}" if status.get("detail") else ""
         print(f"channel:   {name} {status['state']}{detail}")
     for name, status in sorted(health.get("mcp", {}).items()):
-        print(f"mcp:       {name} {status.get('state')}")
+        print(f"mcp:       {name} {mcp_line(status)}")
     turns = figures["turns"]
     mean = figures["turn_seconds_mean"]
     print(

@@ -222,8 +222,12 @@ class _Conversion:
             return
         del self.pending[call_id]
         result: dict[str, Any] = {"type": "tool_result", "tool_use_id": call_id}
-        if msg.content:
-            result["content"] = msg.content
+        text = model_text(msg, vision=self.vision)
+        images = images_of(msg) if self.vision else ()
+        if images:  # a tool_result may hold image blocks beside its text
+            result["content"] = [{"type": "text", "text": text}, *(_image_block(i) for i in images)]
+        elif text:
+            result["content"] = text
         if msg.is_error:
             result["is_error"] = True
         self._add_result(result)

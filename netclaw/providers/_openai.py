@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -70,7 +70,13 @@ def message_to_wire(msg: ChatMessage, *, vision: bool = False) -> dict[str, Any]
             out["content"] = msg.content
         return out
     if msg.role == "tool":
-        return {"role": "tool", "tool_call_id": msg.tool_call_id or "", "content": msg.content}
+        # Tool messages carry text only here: their images follow in a user message
+        # (tool_images_message) after the round's results.
+        return {
+            "role": "tool",
+            "tool_call_id": msg.tool_call_id or "",
+            "content": model_text(msg, vision=vision),
+        }
     if msg.role != "user":
         return {"role": msg.role, "content": msg.content}
     text = model_text(msg, vision=vision)
@@ -88,6 +94,50 @@ def message_to_wire(msg: ChatMessage, *, vision: bool = False) -> dict[str, Any]
     return {"role": "user", "content": parts}
 
 
+def tool_images_message(results: Sequence[ChatMessage]) -> dict[str, Any]:
+    """The images some tool results returned, as the user message that follows the round's
+    results (chat completions take images in user messages only)."""
+    parts: list[dict[str, Any]] = [{"type": "text", "text": "[the images returned by the tool calls above]"}]
+    for msg in results:
+        for image in images_of(msg):
+            data = image_base64(image)
+            if data is None:
+                parts.append({"type": "text", "text": missing_note(image)})
+            else:
+                parts.append({"type": "text", "text": f"[{image.name} from {msg.name or 'a tool'}]"})
+                parts.append(
+                    {"type": "image_url", "image_url": {"url": f"data:{image.mime_type};base64,{data}"}}
+                )
+    return {"role": "user", "content": parts}
+
+
+def _image_rounds(messages: Sequence[ChatMessage]) -> dict[int, list[ChatMessage]]:
+    """Index of the last tool result of each run of results → the results of that run
+    with images (where their images message goes, after it)."""
+    found: dict[int, list[ChatMessage]] = {}
+    run: list[ChatMessage] = []
+    for i, m in enumerate(messages):
+        if m.role != "tool":
+            continue
+        if m.files and images_of(m):
+            run.append(m)
+        last = i + 1 == len(messages) or messages[i + 1].role != "tool"
+        if last and run:
+            found[i] = run
+            run = []
+    return found
+
+
+def wire_messages(messages: Sequence[ChatMessage], vision: bool) -> list[dict[str, Any]]:
+    rounds = _image_rounds(messages) if vision else {}
+    out = []
+    for i, m in enumerate(messages):
+        out.append(message_to_wire(m, vision=vision))
+        if i in rounds:
+            out.append(tool_images_message(rounds[i]))
+    return out
+
+
 def tool_to_wire(tool: ToolSchema) -> dict[str, Any]:
     return {
         "type": "function",
@@ -102,7 +152,7 @@ def tool_to_wire(tool: ToolSchema) -> dict[str, Any]:
 def request_body(request: ProviderRequest) -> dict[str, Any]:
     body: dict[str, Any] = {
         "model": request.model,
-        "messages": [message_to_wire(m, vision=request.vision) for m in request.messages],
+        "messages": wire_messages(request.messages, request.vision),
         "stream": True,
         "stream_options": {"include_usage": True},
         "max_tokens": request.max_output_tokens,
@@ -118,12 +168,15 @@ def encode_request(request: ProviderRequest, wire: WireCache) -> bytes:
     not kept) and joined once."""
     vision = request.vision
     cached = wire.message_json
+    rounds = _image_rounds(request.messages) if vision else {}
     parts = []
-    for m in request.messages:
-        if vision and m.files and images_of(m):
+    for i, m in enumerate(request.messages):
+        if vision and m.role == "user" and m.files and images_of(m):
             parts.append(to_json(message_to_wire(m, vision=True)))
         else:
             parts.append(cached(m, vision, partial(message_to_wire, m, vision=vision)))
+        if i in rounds:
+            parts.append(to_json(tool_images_message(rounds[i])))
     head = {
         "model": request.model,
         "stream": True,

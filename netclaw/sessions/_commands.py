@@ -14,7 +14,7 @@ from typing import get_args
 
 from netclaw.llm import Completion, Delta
 from netclaw.messages import Attachment
-from netclaw.outputs import Error, OutputFilter
+from netclaw.outputs import Error, Output, OutputFilter
 from netclaw.policy import Place
 from netclaw.runtime import Reply
 from netclaw.sessions._compaction import CompactionOutcome
@@ -200,6 +200,18 @@ class ToolsDone:
 
 
 @dataclass(frozen=True, slots=True)
+class ToolEvent:
+    """A running tool told its session something (:mod:`._tool_port`): an output to publish,
+    tokens it spent on the session's model. Dropped once ``turn`` is over."""
+
+    turn: int
+    output: Output | None = None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    waiting: int = 0  # +1: a person is asked (the turn's timeout stops), -1: answered
+
+
+@dataclass(frozen=True, slots=True)
 class IdleTick:
     epoch: int
 
@@ -261,6 +273,7 @@ Command = (
     | MemoriesSaved
     | OpFailed
     | ToolsDone
+    | ToolEvent
     | IdleTick
     | GraceElapsed
     | TurnTimeout

@@ -15,7 +15,7 @@ from typing import Protocol
 
 from netclaw.config import LiveSettings, Settings
 from netclaw.llm import Completion, ToolSchema
-from netclaw.policy import Audience, Place, audience_of, memory_scope_of, recall_scope
+from netclaw.policy import Audience, Place, ToolHints, audience_of, memory_scope_of, recall_scope
 from netclaw.roles import turn_tools
 from netclaw.sessions import _ladder as ladder
 from netclaw.sessions._prompt import Prompt, PromptBuilder
@@ -30,6 +30,8 @@ class ToolCatalog(Protocol):
     def schemas(self, allowed: Sequence[str] | None = None) -> list[ToolSchema]: ...
 
     def names(self) -> list[str]: ...
+
+    def hints(self, name: str) -> ToolHints: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +112,10 @@ class ModelContext:
 
     def tools(self) -> list[ToolSchema]:
         return self._catalog.schemas(self._allowed)
+
+    def hints(self, name: str) -> ToolHints:
+        """What the tool says about itself (an MCP server's annotations): approvals read it."""
+        return self._catalog.hints(name)
 
     def tool_context(self, turn: int | None, place: Place | None) -> ToolContext:
         return ToolContext(

@@ -14,7 +14,7 @@ from netclaw.persistence import Journal, MemoryStore
 from netclaw.providers import Provider
 from netclaw.runtime import IoLoop
 from netclaw.sessions._phases import Phase
-from netclaw.tools import ToolRegistry
+from netclaw.tools import Questions, ToolRegistry
 
 # Actors are only told things (never proxied), so the ref's actor type does not matter here;
 # naming SessionActor would make this module and the actor's import each other.
@@ -60,3 +60,4 @@ class SessionDeps:
     memory: MemoryStore | None = None
     compaction_provider: Provider | None = None  # models.compaction's; None: the main provider
     metrics: Metrics | None = None
+    questions: Questions | None = None  # what tools ask people, waiting on the loop (netclaw.tools)

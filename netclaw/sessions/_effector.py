@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from typing import assert_never
 
 from netclaw.runtime import Cancellable, Tellable, Timer
@@ -52,6 +53,7 @@ from netclaw.sessions._effects import (
 )
 from netclaw.sessions._recorder import Recorder
 from netclaw.sessions._subscribers import SubscriberSet
+from netclaw.sessions._tool_port import SessionToolPort
 
 log = logging.getLogger(__name__)
 
@@ -97,8 +99,19 @@ class Effector:
                 reply.fail(error)
             case CallModel(op_id=op_id):
                 self._ops[op_id] = ops.call_model(io, self._ref, effect, deps.provider, deps.memory)
-            case RunTools(op_id=op_id):
-                self._ops[op_id] = ops.run_tools(io, self._ref, effect, deps.tools)
+            case RunTools(op_id=op_id, context=context):
+                # What the round's tools may ask of the session (progress, a person, sampling).
+                port = SessionToolPort(
+                    session_id=self._id,
+                    audience=context.audience,
+                    turn=context.turn or 0,
+                    actor=self.actor_ref,
+                    questions=deps.questions,
+                    provider=deps.provider,
+                    settings=deps.live.current,
+                )
+                bound = replace(effect, context=replace(context, session=port))
+                self._ops[op_id] = ops.run_tools(io, self._ref, bound, deps.tools)
             case RunCompaction(op_id=op_id):
                 provider = deps.compaction_provider or deps.provider
                 self._ops[op_id] = ops.compact(io, self._ref, effect, provider, deps.memory)

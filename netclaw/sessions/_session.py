@@ -175,6 +175,7 @@ class Session:
                 | cmd.ExtractionDone()
                 | cmd.OpFailed()
                 | cmd.ToolsDone()
+                | cmd.ToolEvent()
                 | cmd.IdleTick()
                 | cmd.GraceElapsed()
                 | cmd.TurnTimeout()

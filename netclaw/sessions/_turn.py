@@ -15,7 +15,7 @@ from netclaw import outputs as out
 from netclaw.config import Settings
 from netclaw.history import INTERRUPTED_TEXT, TrimResult
 from netclaw.llm import Completion, Delta, Usage
-from netclaw.messages import ChatMessage, ToolCall, new_id, system, unmarked
+from netclaw.messages import Attachment, ChatMessage, ToolCall, new_id, system, unmarked
 from netclaw.policy import Audience, channel_of, recall_allowed, recall_scope
 from netclaw.sessions._commands import SendUserMessage
 from netclaw.sessions._effects import Measure, RecallQuery
@@ -50,6 +50,7 @@ class TurnRun:
     output_tokens: int = 0
     cache_read_tokens: int = 0
     model: str = ""
+    waiting_on_people: int = 0  # questions a running tool asked and nobody answered yet
 
     def spent(self) -> dict[str, int]:
         return {
@@ -112,7 +113,9 @@ def assistant_message(completion: Completion, *, with_tool_calls: bool) -> ChatM
     )
 
 
-def tool_message(call: ToolCall, content: str, is_error: bool) -> ChatMessage:
+def tool_message(
+    call: ToolCall, content: str, is_error: bool, images: tuple[Attachment, ...] = ()
+) -> ChatMessage:
     return ChatMessage(
         id=new_id("t"),
         role="tool",
@@ -121,6 +124,7 @@ def tool_message(call: ToolCall, content: str, is_error: bool) -> ChatMessage:
         tool_call_id=call.id,
         name=call.name,
         is_error=is_error,
+        files=images,
     )
 
 
@@ -173,7 +177,7 @@ def tool_call_outputs(session_id: str, turn: int, assistant: ChatMessage) -> lis
 def tool_step(session_id: str, run: TurnRun, results: Sequence[ToolResult]) -> Step:
     """A tool round: the calls and all their results, recorded together."""
     assert run.pending_calls is not None
-    messages = [tool_message(r.call, r.content, r.is_error) for r in results]
+    messages = [tool_message(r.call, r.content, r.is_error, r.images) for r in results]
     shown = tuple(
         out.ToolResult(
             session_id=session_id,

@@ -38,6 +38,7 @@ from netclaw.sessions._commands import (
     ProviderDeltas,
     ProviderDone,
     Reset,
+    ToolEvent,
     ToolsDone,
     TurnTimeout,
 )
@@ -85,6 +86,8 @@ class Turn:
                 if self._current(core, op_id):
                     self.in_flight = False
                     return self._call_failed(core, error)
+            case ToolEvent(turn=event_turn) if event_turn == run.turn:
+                self._tool_event(core, command)
             case TurnTimeout(turn=timed_out) if timed_out == run.turn:
                 limit = core.settings.session.turn_timeout_s
                 return self.fail(
@@ -192,6 +195,22 @@ class Turn:
         self._run_tools(core, assistant.tool_calls, {})
         return self
 
+    def _tool_event(self, core: Core, event: ToolEvent) -> None:
+        """A running tool's news: tokens it spent on our model, an output, a person asked or
+        answered (while one is asked the turn's timeout is off: the question's own expiry
+        bounds the wait, as with approvals)."""
+        run = self.run
+        run.input_tokens += event.input_tokens
+        run.output_tokens += event.output_tokens
+        if event.waiting:
+            run.waiting_on_people = max(0, run.waiting_on_people + event.waiting)
+            if run.waiting_on_people:
+                core.timers.end_turn()
+            else:
+                core.timers.start_turn(run.turn, core.settings.session.turn_timeout_s)
+        if event.output is not None:
+            core.publish(event.output)
+
     def _tools_ran(self, core: Core, results: Sequence[ToolResult]) -> Activity:
         run = self.run
         core.record(turn.tool_step(core.session_id, run, results))
@@ -268,7 +287,13 @@ class Turn:
             for c in assistant.tool_calls
             if c.name in offered
             and turn_needs_approval(
-                c.name, context.audience, core.settings, context.role, state.granted_tools, untrusted
+                c.name,
+                context.audience,
+                core.settings,
+                context.role,
+                state.granted_tools,
+                untrusted,
+                context.hints(c.name),
             )
         )
         calls = gated_calls(assistant.tool_calls, gated)

@@ -1,13 +1,26 @@
-"""Tools the model can call: the registry, the built-in tools, the memory tools and the
-tools of MCP servers."""
+"""Tools the model can call: the registry, the built-in tools and the memory tools (the
+tools of MCP servers come from :mod:`netclaw.mcp`, a source of the registry)."""
 
 import os
 from collections.abc import Callable
 
 from netclaw.config import Settings
 from netclaw.persistence import MemoryStore
+from netclaw.tools._asks import (
+    Answer,
+    PendingQuestion,
+    Question,
+    Questions,
+    SampleRefused,
+    SampleReply,
+    SampleRequest,
+    ToolSession,
+    deadline,
+    expiry,
+    new_question_id,
+    waiting_for_a_person,
+)
 from netclaw.tools._builtin import BUILTIN_TOOLS, CURRENT_TIME
-from netclaw.tools._mcp_hub import McpHub, McpServerStatus
 from netclaw.tools._memory import memory_tools
 from netclaw.tools._registry import (
     Tool,
@@ -27,22 +40,33 @@ from netclaw.tools._workspace import ensure_workspace, workspace_tools
 __all__ = [
     "BUILTIN_TOOLS",
     "CURRENT_TIME",
+    "Answer",
     "Bubblewrap",
-    "McpHub",
-    "McpServerStatus",
+    "Network",
+    "PendingQuestion",
+    "Question",
+    "Questions",
     "ReminderPort",
     "Runner",
+    "SampleRefused",
+    "SampleReply",
+    "SampleRequest",
     "Tool",
     "ToolContext",
     "ToolHandler",
     "ToolRegistry",
     "ToolReply",
     "ToolResult",
+    "ToolSession",
     "ToolSource",
     "build_registry",
+    "deadline",
+    "expiry",
     "memory_tools",
+    "new_question_id",
     "reminder_tools",
     "runner_for",
+    "waiting_for_a_person",
 ]
 
 

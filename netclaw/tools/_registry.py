@@ -11,8 +11,9 @@ from dataclasses import replace
 from netclaw.errors import ToolError
 from netclaw.llm import ToolSchema
 from netclaw.messages import ToolCall
-from netclaw.policy import tool_matches
+from netclaw.policy import NO_HINTS, ToolHints, tool_matches
 from netclaw.redact import redact
+from netclaw.tools._asks import deadline as running_until
 from netclaw.toolspec import (
     DEFAULT_CONTEXT,
     Tool,
@@ -71,6 +72,10 @@ class ToolRegistry:
     def names(self) -> list[str]:
         return sorted(self._current())
 
+    def hints(self, name: str) -> ToolHints:
+        tool = self.get(name)
+        return tool.hints if tool is not None else NO_HINTS
+
     def schemas(self, allowed: Iterable[str] | None = None) -> list[ToolSchema]:
         patterns = None if allowed is None else list(allowed)
         return [
@@ -122,9 +127,11 @@ class ToolRegistry:
             return ToolResult(call, f"error: arguments are not valid JSON: {exc.msg}", True)
         if not isinstance(args, dict):
             return ToolResult(call, "error: arguments must be a JSON object", True)
+        bound = replace(context or DEFAULT_CONTEXT, call_id=call.id, tool=call.name)
         try:
             async with asyncio.timeout(timeout_s) as deadline:
-                content = await tool.handler(args, context or DEFAULT_CONTEXT)
+                with running_until(deadline):  # stands still while the tool asks a person
+                    content = await tool.handler(args, bound)
         except TimeoutError as exc:
             if not deadline.expired():  # the tool's own timeout (e.g. an upstream call), not ours
                 return ToolResult(call, f"error: tool {call.name} failed: TimeoutError: {exc}", True)
@@ -135,7 +142,7 @@ class ToolRegistry:
             log.exception("tool %s failed", call.name)
             return ToolResult(call, f"error: tool {call.name} failed: {type(exc).__name__}: {exc}", True)
         if isinstance(content, ToolReply):
-            return ToolResult(call, content.content, files=content.files)
+            return ToolResult(call, content.content, files=content.files, images=content.images)
         return ToolResult(call, content)
 
     async def run_batch(

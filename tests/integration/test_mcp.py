@@ -115,7 +115,8 @@ def test_stdio_and_http_servers_serve_tools_to_the_model(
     assert env == "docs-secret"  # env_env reached the server
     assert add == "42"
     assert "the index is stale" in fail
-    assert image.startswith("[image image/png") and "an image" in image
+    assert image == "an image"  # the picture itself is kept with the result (the model here has no vision)
+    assert [f["mime_type"] for f in tool_results(handle, sid)[3]["files"]] == ["image/png"]
     assert len(big) < 70_000 and "[output cut: 100,000 characters" in big
     assert "invalid arguments for docs__add" in bad and "'two' is not of type 'integer'" in bad
     assert "no tool named 'web__echo'" in hidden

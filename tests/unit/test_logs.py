@@ -134,6 +134,10 @@ def test_configure_sets_levels_and_quiets_libraries() -> None:
     logging.getLogger("netclaw.x").debug("ours", extra={"session": "s"})
     logging.getLogger("aiosqlite").debug("executing")  # noise
     logging.getLogger("discord.gateway").info("heartbeat")  # noise
+    logging.getLogger("httpx2").info(
+        'HTTP Request: POST http://127.0.0.1/mcp "HTTP/1.1 200 OK"'
+    )  # the mcp SDK's
+    logging.getLogger("client").info("mcp client session chatter")
     lines = [json.loads(line) for line in stream.getvalue().splitlines()]
     assert [line["msg"] for line in lines] == ["ours"]
 

@@ -289,3 +289,22 @@ def test_shell_always_asks_unless_granted_by_name_and_not_in_approve() -> None:
     assert needs_approval("shell", "team", globbed)  # a glob is not a grant by name
     assert needs_approval("issues__close", "team", globbed) and needs_approval("write_file", "team", globbed)
     assert not needs_approval("read_file", "team", globbed)
+
+
+def test_tool_annotations_decide_approval_unless_the_audience_says_otherwise() -> None:
+    from netclaw.config import Settings
+    from netclaw.policy import ToolHints, needs_approval
+
+    destructive, read_only = ToolHints(destructive=True), ToolHints(read_only=True)
+    default = Settings()
+    assert needs_approval("files__delete", "personal", default, destructive)  # asks by default
+    assert not needs_approval("files__read", "personal", default, read_only)
+    assert not needs_approval("files__write", "personal", default)  # says nothing: as before
+    granted = Settings(audiences={"personal": {"tools": ["files__delete", "files__*"]}})
+    assert not needs_approval("files__delete", "personal", granted, destructive)  # granted by name
+    globbed = Settings(audiences={"team": {"tools": ["files__*"], "approve": ["files__*"]}})
+    assert needs_approval("files__delete", "team", globbed, destructive)
+    assert needs_approval("files__write", "team", globbed)
+    assert not needs_approval("files__read", "team", globbed, read_only)  # a glob does not catch it
+    named = Settings(audiences={"team": {"approve": ["files__read"]}})
+    assert needs_approval("files__read", "team", named, read_only)  # an exact name always does

@@ -125,3 +125,38 @@ def test_images_go_as_image_parts_to_a_vision_model_and_are_named_otherwise(tmp_
     Path(lost.path).unlink()
     gone = message_to_wire(replace(message, files=(lost,)), vision=True)
     assert gone["content"][1] == {"type": "text", "text": "[the image lost.png is no longer available]"}
+
+
+def test_images_a_tool_returned_follow_its_round_for_a_vision_model(tmp_path: Path) -> None:
+    png = b"\x89PNG\r\n\x1a\n" + b"\x03" * 32
+    [image] = attachments.store(tmp_path, "s", [IncomingFile("docs__image-1.png", "image/png", png)])
+    data = base64.b64encode(png).decode()
+    calls = (ToolCall("c1", "docs__image", "{}"), ToolCall("c2", "docs__echo", "{}"))
+    messages = [
+        ChatMessage("u1", "user", "show me", 0.0),
+        ChatMessage("a1", "assistant", "", 0.0, tool_calls=calls),
+        ChatMessage("t1", "tool", "an image", 0.0, tool_call_id="c1", name="docs__image", files=(image,)),
+        ChatMessage("t2", "tool", "echoed", 0.0, tool_call_id="c2", name="docs__echo"),
+        ChatMessage("r1", "assistant", "a pixel", 0.0),
+    ]
+    request = ProviderRequest("m", messages, vision=True)
+    body = request_body(request)
+    assert json.loads(encode_request(request, WireCache())) == body
+    wire = body["messages"]
+    assert [m["role"] for m in wire] == ["user", "assistant", "tool", "tool", "user", "assistant"]
+    assert "shown below" in wire[2]["content"]
+    assert wire[4]["content"][-1] == {
+        "type": "image_url",
+        "image_url": {"url": f"data:image/png;base64,{data}"},
+    }
+    blind = request_body(ProviderRequest("m", messages))["messages"]
+    assert len(blind) == 5 and "this model cannot see images" in blind[2]["content"]
+    _, anthropic = to_anthropic_messages(messages, vision=True)
+    result = anthropic[2]["content"][0]
+    assert result["type"] == "tool_result" and result["content"][0]["text"].startswith("an image")
+    assert result["content"][1] == {
+        "type": "image",
+        "source": {"type": "base64", "media_type": "image/png", "data": data},
+    }
+    _, anthropic_blind = to_anthropic_messages(messages)
+    assert "this model cannot see images" in anthropic_blind[2]["content"][0]["content"]

@@ -14,6 +14,7 @@ from netclaw import outputs as out
 from netclaw.config import LiveSettings, Settings
 from netclaw.llm import Completion, ToolSchema, Usage
 from netclaw.messages import ToolCall
+from netclaw.policy import NO_HINTS, ToolHints
 from netclaw.runtime import Reply
 from netclaw.sessions._commands import (
     Command,
@@ -58,6 +59,9 @@ class Catalog:
 
     def names(self) -> list[str]:
         return sorted(t.name for t in self._tools)
+
+    def hints(self, name: str) -> ToolHints:
+        return NO_HINTS
 
 
 class Sink:
