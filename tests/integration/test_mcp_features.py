@@ -16,6 +16,7 @@ import pytest
 from tests.conftest import DaemonHandle, wait_until
 from tests.fakes.mcp_fake import PIXEL
 from tests.fakes.scripted_openai import Reply, ScriptedOpenAIThread, ToolCallSpec
+from tests.transcripts import tool_results
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 StartDaemon = Callable[..., DaemonHandle]
@@ -29,10 +30,6 @@ def docs(**extra: Any) -> dict[str, Any]:
         "cwd": str(REPO_ROOT),
         **extra,
     }
-
-
-def tool_results(handle: DaemonHandle, sid: str) -> list[dict[str, Any]]:
-    return [m for m in handle.transcript(sid) if m["role"] == "tool"]
 
 
 def offered(request: dict[str, Any]) -> set[str]:

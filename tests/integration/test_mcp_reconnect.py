@@ -17,6 +17,7 @@ import pytest
 from tests.conftest import DaemonHandle, wait_until
 from tests.fakes.mcp_fake import HttpProcess
 from tests.fakes.scripted_openai import Reply, ScriptedOpenAIThread, ToolCallSpec
+from tests.transcripts import tool_results
 
 StartDaemon = Callable[..., DaemonHandle]
 RECONNECTED_WITHIN_S = 30  # max_reconnect_delay_s 2 → attempts ≤ 2 s apart; generous for a loaded CI
@@ -41,10 +42,6 @@ def wait_state(handle: DaemonHandle, name: str, state: str) -> dict[str, Any]:
         timeout=RECONNECTED_WITHIN_S,
         what=f"{name} {state}",
     )
-
-
-def tool_results(handle: DaemonHandle, sid: str) -> list[dict[str, Any]]:
-    return [m for m in handle.transcript(sid) if m["role"] == "tool"]
 
 
 def echo_works(handle: DaemonHandle, scripted: ScriptedOpenAIThread, sid: str, text: str) -> None:

@@ -29,6 +29,7 @@ import pytest
 from tests.conftest import DaemonHandle, wait_until
 from tests.fakes.scripted_openai import Reply, ScriptedOpenAIThread, ToolCallSpec
 from tests.integration.test_sse import SseStream, sse_streams
+from tests.transcripts import tool_results
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 StartDaemon = Callable[..., DaemonHandle]
@@ -60,10 +61,6 @@ def every(**extra: Any) -> dict[str, Any]:
 
 
 VISION = {"main": {"provider": "local", "model": "scripted", "context_window": 32768, "vision": True}}
-
-
-def tool_results(handle: DaemonHandle, sid: str) -> list[dict[str, Any]]:
-    return [m for m in handle.transcript(sid) if m["role"] == "tool"]
 
 
 def offered(request: dict[str, Any]) -> set[str]:

@@ -17,6 +17,7 @@ import pytest
 from tests.conftest import DaemonHandle, wait_until
 from tests.fakes.scripted_openai import Reply, ScriptedOpenAIThread, ToolCallSpec
 from tests.integration.test_sse import SseStream, sse_streams
+from tests.transcripts import tool_results
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 StartDaemon = Callable[..., DaemonHandle]
@@ -35,10 +36,6 @@ def docs(**extra: Any) -> dict[str, Any]:
         "cwd": str(REPO_ROOT),
         **extra,
     }
-
-
-def tool_results(handle: DaemonHandle, sid: str) -> list[dict[str, Any]]:
-    return [m for m in handle.transcript(sid) if m["role"] == "tool"]
 
 
 def answer(handle: DaemonHandle, sid: str, qid: str, **body: Any) -> Any:

@@ -17,6 +17,7 @@ import pytest
 from tests.conftest import DaemonHandle, wait_until
 from tests.fakes.mcp_fake import PIXEL
 from tests.fakes.scripted_openai import Reply, ScriptedOpenAIThread, ToolCallSpec
+from tests.transcripts import tool_results
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 StartDaemon = Callable[..., DaemonHandle]
@@ -33,10 +34,6 @@ def docs(**extra: Any) -> dict[str, Any]:
 
 def offered(request: dict[str, Any]) -> set[str]:
     return {t["function"]["name"] for t in request.get("tools") or []}
-
-
-def tool_results(handle: DaemonHandle, sid: str) -> list[dict[str, Any]]:
-    return [m for m in handle.transcript(sid) if m["role"] == "tool"]
 
 
 def test_a_tool_that_requires_tasks_is_hidden_with_a_log_line(
