@@ -22,7 +22,7 @@ from adapters.webhook import WebhooksConfig
 from netclaw.config import Settings, register_channel_sections
 
 if TYPE_CHECKING:
-    from netclaw.gateway import Gateway
+    from netclaw.gateway import ChatInput
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,7 @@ CHANNEL_SECTIONS = (WebhooksConfig, SlackConfig, DiscordConfig)
 register_channel_sections(*CHANNEL_SECTIONS)
 
 
-def build_adapters(settings: Settings, gateway: Gateway) -> list[Adapter]:
+def build_adapters(settings: Settings, gateway: ChatInput) -> list[Adapter]:
     """The enabled adapters, not yet checked or started. Platform libraries are imported
     only for enabled adapters, so a missing optional library disables just that one."""
     found: list[Adapter] = []
@@ -47,7 +47,7 @@ def build_adapters(settings: Settings, gateway: Gateway) -> list[Adapter]:
     return found
 
 
-def _optional(module: str, cls: str, name: str, settings: Settings, gateway: Gateway) -> Adapter:
+def _optional(module: str, cls: str, name: str, settings: Settings, gateway: ChatInput) -> Adapter:
     try:
         imported = __import__(module, fromlist=[cls])
         adapter: Adapter = getattr(imported, cls)(settings, gateway)

@@ -300,10 +300,10 @@ class Api:
 
     async def list_approvals(self, request: web.Request) -> web.Response:
         session_id = await self._known(request)
-        return web.json_response(await self.gateway.approvals(session_id))
+        return web.json_response([a.to_json() for a in await self.gateway.approvals(session_id)])
 
     async def all_approvals(self, request: web.Request) -> web.Response:
-        return web.json_response(await self.gateway.all_approvals())
+        return web.json_response([a.to_json() for a in await self.gateway.all_approvals()])
 
     async def decide(self, request: web.Request) -> web.Response:
         session_id = await self._known(request)

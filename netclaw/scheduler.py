@@ -27,7 +27,7 @@ from typing import Any, Protocol
 
 from netclaw.config import ScheduleConfig, Settings
 from netclaw.errors import InvalidInput, JournalError, NetclawError
-from netclaw.gateway import Gateway, Inbound, check_session_id
+from netclaw.gateway import Control, Inbound, check_session_id
 from netclaw.metrics import Metrics
 from netclaw.persistence import Reminder, ReminderStore
 from netclaw.policy import reminders_allowed
@@ -88,7 +88,7 @@ class Scheduler:
     def __init__(
         self,
         store: ReminderStore,
-        gateway: Gateway,
+        gateway: Control,
         settings: Callable[[], Settings],
         *,
         clock: Clock | None = None,

@@ -44,7 +44,7 @@ from adapters.chat._port import (
 from adapters.chat._text import error_note, note_for, split_message
 from netclaw import outputs as out
 from netclaw.errors import NetclawError
-from netclaw.gateway import Admission, ChatPermit, CommandDone, Gateway, Inbound
+from netclaw.gateway import Admission, ChatInput, ChatPermit, CommandDone, Inbound
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ STOP_UNMARK_S = 2.0  # at stop, how long taking the marks off may take
 
 
 class ChatRenderer:
-    def __init__(self, gateway: Gateway, port: ChatPort, options: RenderOptions) -> None:
+    def __init__(self, gateway: ChatInput, port: ChatPort, options: RenderOptions) -> None:
         self.gateway = gateway
         self.port = port
         self._calls = PlatformCalls(port)

@@ -47,7 +47,7 @@ from adapters.discord_bot._port import (
 from netclaw.config import Settings
 from netclaw.credentials import read_secret, where_to_put
 from netclaw.errors import AdapterError, NetclawError
-from netclaw.gateway import Admission, Gateway, Inbound
+from netclaw.gateway import Admission, ChatInput, Inbound
 from netclaw.messages import PriorMessage
 from netclaw.policy import ChatEvent, Place, dm_audience
 from netclaw.retry import with_retries
@@ -93,7 +93,7 @@ class DiscordAdapter:
     def __init__(
         self,
         settings: Settings,
-        gateway: Gateway,
+        gateway: ChatInput,
         port: DiscordPort | None = None,
         *,
         edit_interval_s: float = EDIT_INTERVAL_S,

@@ -43,7 +43,7 @@ from adapters.slack._format import slack_unescape
 from netclaw.config import Settings
 from netclaw.credentials import read_secret, where_to_put
 from netclaw.errors import AdapterError, NetclawError
-from netclaw.gateway import Gateway, Inbound
+from netclaw.gateway import ChatInput, Inbound
 from netclaw.messages import PriorMessage
 from netclaw.policy import ChatEvent, Place, dm_audience
 
@@ -81,7 +81,7 @@ class SlackAdapter:
     name = "slack"
 
     def __init__(
-        self, settings: Settings, gateway: Gateway, *, release_after_s: float = RELEASE_AFTER_S
+        self, settings: Settings, gateway: ChatInput, *, release_after_s: float = RELEASE_AFTER_S
     ) -> None:
         self.settings = settings  # start-up values: tokens and the API URL
         self.gateway = gateway

@@ -32,7 +32,7 @@ from adapters.webhook._config import WebhookRoute, WebhooksConfig
 from netclaw.config import DeliverConfig, Settings
 from netclaw.credentials import read_secret
 from netclaw.errors import AdapterError, ApiError, NetclawError
-from netclaw.gateway import Gateway, Inbound
+from netclaw.gateway import ChatInput, Inbound
 from netclaw.messages import mark_external
 from netclaw.persistence import DeliveryLog, make_deliveries
 from netclaw.web import (
@@ -107,7 +107,7 @@ class _RateLimit:
 class WebhookAdapter:
     name = "webhooks"
 
-    def __init__(self, settings: Settings, gateway: Gateway) -> None:
+    def __init__(self, settings: Settings, gateway: ChatInput) -> None:
         self.settings = settings  # start-up values: the database path
         self.gateway = gateway
         self._limits: dict[str, _RateLimit] = {}

@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from netclaw.sessions._approvals import PendingApproval
 from netclaw.sessions._events import (
     HistoryTrimmed,
     InputAdmitted,
@@ -107,6 +108,7 @@ __all__ = [
     "ManagerPort",
     "MarkDelivered",
     "OutputQueue",
+    "PendingApproval",
     "Phase",
     "PhaseMachine",
     "Prompt",

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 
 from netclaw import outputs as out
 from netclaw.errors import ApprovalClosed, ApprovalNotFound, NotAnApprover
@@ -83,16 +84,35 @@ def refusals(pending: PendingRound) -> dict[str, str]:
     return found
 
 
-def pending_json(pending: PendingRound) -> list[dict[str, object]]:
-    return [
-        {
-            "id": r.id,
-            "tool": r.tool,
-            "arguments": r.arguments,
-            "requested_at": r.requested_at,
-            "expires_at": r.expires_at,
-            "turn": pending.turn,
+@dataclass(frozen=True, slots=True)
+class PendingApproval:
+    """A tool call waiting for a person's decision, as the outside sees it."""
+
+    id: str
+    session_id: str
+    turn: int
+    tool: str
+    arguments: str  # the JSON text the model wrote
+    requested_at: float
+    expires_at: float
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "id": self.id,
+            "session_id": self.session_id,
+            "turn": self.turn,
+            "tool": self.tool,
+            "arguments": self.arguments,
+            "requested_at": self.requested_at,
+            "expires_at": self.expires_at,
         }
+
+
+def pending_approvals(session_id: str, pending: PendingRound | None) -> list[PendingApproval]:
+    if pending is None:
+        return []
+    return [
+        PendingApproval(r.id, session_id, pending.turn, r.tool, r.arguments, r.requested_at, r.expires_at)
         for r in pending.open
     ]
 

@@ -17,6 +17,7 @@ from netclaw.messages import Attachment
 from netclaw.outputs import Error, Output, OutputFilter
 from netclaw.policy import Place
 from netclaw.runtime import Reply
+from netclaw.sessions._approvals import PendingApproval
 from netclaw.sessions._compaction import CompactionOutcome
 from netclaw.sessions._state import TurnOutcome
 from netclaw.sessions._status import StatusReport
@@ -115,7 +116,7 @@ class Decide(Routed):
 
 @dataclass(frozen=True, slots=True)
 class ListApprovals(Routed):
-    reply: Reply[list[dict[str, object]]]
+    reply: Reply[list[PendingApproval]]
 
 
 @dataclass(frozen=True, slots=True)

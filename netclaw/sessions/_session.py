@@ -24,7 +24,7 @@ from netclaw.sessions import _decisions as decisions
 from netclaw.sessions import _effects as fx
 from netclaw.sessions import _ladder as ladder
 from netclaw.sessions import _turn as turn
-from netclaw.sessions._approvals import pending_json
+from netclaw.sessions._approvals import pending_approvals
 from netclaw.sessions._compacting import Compacting
 from netclaw.sessions._context import ModelContext, SessionEnv
 from netclaw.sessions._core import Activity, Suspended
@@ -145,8 +145,7 @@ class Session:
                 if decided is not None:
                     self.answer(reply, decided)
             case cmd.ListApprovals(reply=reply):
-                pending = self._state.pending_round
-                self.answer(reply, pending_json(pending) if pending is not None else [])
+                self.answer(reply, pending_approvals(self._id, self._state.pending_round))
             case cmd.MarkDelivered(turn=delivered, message_ids=ids, reply=reply):
                 owed = delivered in self._state.undelivered
                 if owed:

@@ -20,6 +20,7 @@ from netclaw import outputs as out
 from netclaw.errors import ApiError, NetclawError, SessionUnavailable
 from netclaw.gateway import (
     Inbound,
+    PendingApproval,
     SessionSummary,
     SessionView,
     StatusReport,
@@ -173,7 +174,7 @@ class SessionPages:
         except (TimeoutError, NetclawError):
             return None
 
-    async def _approvals(self, session_id: str) -> list[dict[str, object]]:
+    async def _approvals(self, session_id: str) -> list[PendingApproval]:
         with contextlib.suppress(SessionUnavailable):
             return await self.gateway.approvals(session_id)
         return []

@@ -102,7 +102,7 @@ def test_open_requests_are_listed_and_shown_to_a_newcomer(d: Driver) -> None:
     approval = _ask(d)
     reply = d.reply()
     (listed,) = d.answers(reply, d.handle(ListApprovals(reply)))
-    assert isinstance(listed, list) and [r["id"] for r in listed] == [approval]
+    assert isinstance(listed, list) and [r.id for r in listed] == [approval]
     sink = d.subscribe()
     assert [o.event for o in sink.seen] == []  # offered through the shell (SendTo), not here
     greeting = d.pending(SendTo)

@@ -74,6 +74,7 @@ from netclaw.sessions import (
     ListApprovals,
     ListUndelivered,
     MarkDelivered,
+    PendingApproval,
     ReportStatus,
     Reset,
     Routed,
@@ -95,12 +96,15 @@ __all__ = [
     "CommandDone",
     "Gateway",
     "Inbound",
+    "PendingApproval",
     "SessionSummary",
     "SessionView",
     "SessionsFound",
     "StatusReport",
     "Subscription",
+    "ThreadOpener",
     "TurnOutcome",
+    "check_inbound",
     "check_session_id",
     "parse_prompt_or_fail",
 ]
@@ -115,7 +119,7 @@ CONTROL_TIMEOUT_S = 30.0  # a control command's answer (a compaction may take a 
 T = TypeVar("T")
 
 # (channel, text, key, since) → the session id of the thread opened under the new message
-ThreadOpener = Callable[[str, str, str, float], Awaitable[str]]
+ThreadOpener = Callable[[str, str, str, float], Awaitable[str]]  # a channel opens a thread: its id
 
 
 @dataclass(frozen=True, slots=True)
@@ -725,18 +729,17 @@ class Gateway:
 
     # -- approvals ----------------------------------------------------------------------------
 
-    async def approvals(self, session_id: str) -> list[dict[str, object]]:
+    async def approvals(self, session_id: str) -> list[PendingApproval]:
         """The session's tool calls waiting for a decision (a session with one never sleeps,
         so a session that is not resident has none)."""
         check_session_id(session_id)
         if not self._manager.is_resident(session_id):
             return []
-        found = await self._ask(session_id, ListApprovals)
-        return [{**a, "session_id": session_id} for a in found]
+        return await self._ask(session_id, ListApprovals)
 
-    async def all_approvals(self) -> list[dict[str, object]]:
-        """Pending approvals across sessions, each with its ``session_id``."""
-        found: list[dict[str, object]] = []
+    async def all_approvals(self) -> list[PendingApproval]:
+        """Pending approvals across sessions."""
+        found: list[PendingApproval] = []
         for session_id in sorted(self._manager.resident()):
             with contextlib.suppress(SessionUnavailable):
                 found += await self.approvals(session_id)
@@ -772,8 +775,8 @@ class Gateway:
     async def find_approval(self, approval_id: str) -> str | None:
         """The session holding ``approval_id`` (for the CLI, which names only the id)."""
         for item in await self.all_approvals():
-            if item["id"] == approval_id:
-                return str(item["session_id"])
+            if item.id == approval_id:
+                return item.session_id
         return None
 
     async def _ask(self, session_id: str, make: Callable[[Reply[T]], Routed]) -> T:
