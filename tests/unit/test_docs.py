@@ -3,9 +3,10 @@
 - No file of the repository refers to documents outside it, and every relative link in
   README.md and docs/ reaches a file (and a heading) that exists.
 - Each reference page is checked against the code it describes: every CLI command and
-  option, every configuration key, every HTTP route, every output event and its payload,
-  every chat command, and the layers of the import contract. A change to one without the
-  other fails here, naming what to add or remove.
+  option, every configuration key, every HTTP route and the permission it needs, every
+  output event and its payload, every chat command, and the layers of each layers contract
+  of the import linter. A change to one without the other fails here, naming what to add
+  or remove.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import adapters
 from adapters.webhook import WebhookAdapter
 from netclaw import outputs
 from netclaw.api import Api
+from netclaw.api_access import permission_for
 from netclaw.cli import _parser
 from netclaw.commands import Command, parse_command
 from netclaw.config import Settings, load_settings
@@ -316,6 +318,18 @@ def test_the_http_page_lists_every_route() -> None:
     )
 
 
+def test_the_http_page_names_the_permission_each_route_needs() -> None:
+    wrong = []
+    for row in table_after("docs/http-api.md", "routes table"):
+        method, _, path = row[0].strip("`").partition(" ")
+        if path.startswith("/api/"):
+            needs = code_spans(row[3])
+            expected = permission_for(method, path)
+            if not needs or needs[0] != expected:
+                wrong.append(f"{row[0]}: {expected}")
+    assert not wrong, "docs/http-api.md's `needs` column should say: " + ", ".join(wrong)
+
+
 # -- docs/events.md -----------------------------------------------------------------------------
 
 
@@ -365,24 +379,54 @@ def test_the_chat_commands_page_matches_the_parser() -> None:
 # -- docs/architecture.md -----------------------------------------------------------------------
 
 
-def contract_layers() -> list[str]:
+def layers_contracts() -> dict[str, list[str]]:
+    """Each layers contract of pyproject.toml: its container → its layers, top first, each
+    module named in full (``netclaw.daemon | netclaw.client``; ``|`` independent siblings,
+    ``:`` siblings that may import each other)."""
     config = tomllib.loads(read("pyproject.toml"))["tool"]["importlinter"]["contracts"]
-    [layers] = [c["layers"] for c in config if c["type"] == "layers" and "containers" not in c]
-    return [" ".join(layer.split()) for layer in layers]
+    found = {}
+    for contract in config:
+        if contract["type"] != "layers":
+            continue
+        [container] = contract["containers"]  # one table per container
+        found[container] = [
+            _in_full(container, layer.replace("|", " | ").replace(":", " : ").split())
+            for layer in contract["layers"]
+        ]
+    return found
 
 
-def test_the_layers_table_is_the_import_contract() -> None:
-    rows = table_after("docs/architecture.md", "layers table")
-    documented = [" ".join(row[1].replace("`", "").split()) for row in rows if row[0].isdigit()]
-    assert documented == contract_layers(), "docs/architecture.md's layers differ from pyproject.toml's"
-    named = {m for layer in contract_layers() for m in re.split(r"[ :|]+", layer) if m}
-    top = {
-        f"netclaw.{p.stem}"
-        for p in (REPO / "netclaw").iterdir()
-        if p.suffix == ".py" and p.stem != "__init__"
-    }
-    top |= {f"netclaw.{p.name}" for p in (REPO / "netclaw").iterdir() if (p / "__init__.py").exists()}
-    outside = {m for m in top if not any(m == n or m.startswith(n + ".") for n in named)}
+def _in_full(container: str, words: list[str]) -> str:
+    """A layer's words with each module named in full (``_idle`` → ``netclaw.sessions._idle``)."""
+    return " ".join(
+        w if w in ("|", ":") or w.startswith(f"{container}.") else f"{container}.{w}" for w in words
+    )
+
+
+def children(container: str) -> set[str]:
+    """The modules and packages directly inside ``container`` (dotted, in full)."""
+    folder = REPO.joinpath(*container.split("."))
+    found = {f"{container}.{p.stem}" for p in folder.iterdir() if p.suffix == ".py" and p.stem != "__init__"}
+    return found | {f"{container}.{p.name}" for p in folder.iterdir() if (p / "__init__.py").exists()}
+
+
+def test_every_layers_contract_has_its_table() -> None:
+    contracts = layers_contracts()
+    assert "netclaw" in contracts, "pyproject.toml has no layers contract for netclaw"
+    doc = read("docs/architecture.md")
+    missing = [c for c in contracts if f"<!-- layers table: {c} (" not in doc]
+    assert not missing, f"docs/architecture.md has no layers table for {missing}"
+
+
+@pytest.mark.parametrize("container", sorted(layers_contracts()))
+def test_the_layers_table_is_the_import_contract(container: str) -> None:
+    layers = layers_contracts()[container]
+    rows = table_after("docs/architecture.md", f"layers table: {container} (")
+    # The netclaw table names modules in full, the others by their name in the package.
+    documented = [_in_full(container, row[1].replace("`", "").split()) for row in rows if row[0].isdigit()]
+    assert documented == layers, f"docs/architecture.md's {container} layers differ from pyproject.toml's"
+    named = {m for layer in layers for m in re.split(r"[ :|]+", layer) if m}
+    outside = {m for m in children(container) if not any(m == n or m.startswith(n + ".") for n in named)}
     listed = {span for row in rows if not row[0].isdigit() for span in code_spans(row[1])}
     assert listed == outside, f"modules in no layer: {sorted(outside)}; the page lists {sorted(listed)}"
 
