@@ -37,6 +37,7 @@ from netclaw.web import (
     identity_for,
     read_body,
     read_json_object,
+    retry_after_header,
     submission_response,
     wait_flag,
 )
@@ -133,7 +134,7 @@ class Api:
             # Something enabled is down (a channel, an MCP server): degraded, and why.
             body["status"] = "degraded"
             body["reason"] = "; ".join(body["problems"])
-            return web.json_response(body, status=503)
+            return web.json_response(body, status=503, headers={"Retry-After": retry_after_header()})
         return web.json_response(body)
 
     async def metrics_text(self, request: web.Request) -> web.Response:

@@ -6,8 +6,13 @@ Formats (``log.format``):
   ``turn``, ``event``, …) follow as ``key=value``.
 - ``json``: one object per line, ``{"ts", "level", "logger", "msg", …extra fields,
   "exc"?}``, for log shippers.
-- Under systemd (``$JOURNAL_STREAM`` names our stderr) text lines carry a ``<N>``
-  priority prefix and no timestamp: the journal records both itself.
+- Under systemd (``$JOURNAL_STREAM`` names our stderr) every line carries a ``<N>``
+  priority prefix (``journalctl -p err`` finds errors, JSON lines included) and text lines
+  no timestamp: the journal records both itself.
+
+A failure to start is one ERROR line saying what is wrong, with the traceback at DEBUG
+(:func:`log_startup_failure`), never a bare traceback on stderr (which the journal would
+file at priority 6, info).
 
 A warning or error that repeats (same logger and message template) more than ten times a
 minute is dropped, and the next one says how many were (:class:`RepeatFilter`); INFO lines
@@ -26,6 +31,8 @@ import logging
 import os
 import sys
 from typing import Any, TextIO
+
+from netclaw.errors import NetclawError
 
 LIBRARY_LOGGERS = (
     "aiosqlite",
@@ -70,6 +77,10 @@ class TextFormatter(logging.Formatter):
 
 
 class JsonFormatter(logging.Formatter):
+    def __init__(self, *, journald: bool = False) -> None:
+        super().__init__()
+        self.journald = journald
+
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {
             "ts": dt.datetime.fromtimestamp(record.created, dt.UTC).isoformat(timespec="milliseconds"),
@@ -80,7 +91,9 @@ class JsonFormatter(logging.Formatter):
         entry.update(extra_fields(record))
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
-        return json.dumps(entry, default=str, ensure_ascii=False)
+        line = json.dumps(entry, default=str, ensure_ascii=False)
+        # The journal strips the prefix and keeps it as the entry's PRIORITY.
+        return f"<{_PRIORITY.get(record.levelname, 6)}>{line}" if self.journald else line
 
 
 def _flat(value: Any) -> str:
@@ -139,10 +152,11 @@ def configure_logging(
     stream = stream or sys.stderr
     handler = logging.StreamHandler(stream)
     handler.addFilter(RepeatFilter())
+    journald = under_journald(stream)
     if fmt == "json":
-        handler.setFormatter(JsonFormatter())
+        handler.setFormatter(JsonFormatter(journald=journald))
     else:
-        handler.setFormatter(TextFormatter(journald=under_journald(stream)))
+        handler.setFormatter(TextFormatter(journald=journald))
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
@@ -150,3 +164,11 @@ def configure_logging(
     root.setLevel(level.upper())
     for name in LIBRARY_LOGGERS:
         logging.getLogger(name).setLevel(libraries.upper())
+
+
+def log_startup_failure(logger: logging.Logger, exc: BaseException) -> None:
+    """Why the daemon could not start, as one ERROR record (its message may span lines, as a
+    config error naming several keys does); the traceback only at DEBUG, for developers."""
+    what = str(exc) if isinstance(exc, NetclawError) else f"{type(exc).__name__}: {exc}"
+    logger.error("netclaw could not start: %s", what)
+    logger.debug("the start-up failure's traceback", exc_info=exc)

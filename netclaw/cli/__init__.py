@@ -127,6 +127,12 @@ def _parser() -> argparse.ArgumentParser:
     init.add_argument("--api-key-env", metavar="VAR", help="the environment variable holding the API key")
     init.add_argument("--yes", action="store_true", help="ask nothing; defaults for what was not given")
     init.add_argument("--force", action="store_true", help="overwrite an existing file")
+    init.add_argument(
+        "--system",
+        action="store_true",
+        help="for deploy/netclaw.service (as root): /etc/netclaw/netclaw.json and netclaw.env, "
+        "state in /var/lib/netclaw",
+    )
     init.set_defaults(func=cmd_init)
 
     status = with_config(sub.add_parser("status", help="the running daemon's health and key figures"))
