@@ -157,7 +157,10 @@ class Api:
             raise ApiError(404, "session_not_found", f"no session {session_id!r}")
         messages = _with_failures([_message_json(m) for m in found.messages], found.failures)
         messages += [{**_message_json(m), "pending": True} for m in found.queued]
-        return web.json_response({**_summary_json(found.summary), "view": view, "messages": messages})
+        body = {**_summary_json(found.summary), "view": view, "messages": messages}
+        if view == "context":
+            body["tools"] = list(found.tools)
+        return web.json_response(body)
 
     async def post_message(self, request: web.Request) -> web.Response:
         session_id = check_session_id(request.match_info["id"])

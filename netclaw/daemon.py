@@ -194,7 +194,9 @@ class Daemon:
             self.reminders = reminders
             if uses_postgres(self.settings):  # several nodes: input goes to a session's owner
                 self.forwarder = Forwarder(self.settings.cluster.node, token)
-            self.gateway = Gateway(self.manager, journal, self.live, memory, reminders, self.forwarder)
+            self.gateway = Gateway(
+                self.manager, journal, self.live, memory, reminders, self.forwarder, tools=tools
+            )
             self.scheduler = Scheduler(
                 reminders, self.gateway, lambda: self.live.current, clock=self._clock, metrics=metrics
             )

@@ -233,9 +233,11 @@ class DaemonError(NetclawError):
 class ClientError(NetclawError):
     code = "client_error"
 
-    def __init__(self, message: str, *, status: int | None = None) -> None:
+    def __init__(self, message: str, *, status: int | None = None, code: str | None = None) -> None:
         super().__init__(message)
         self.status = status  # the daemon's HTTP status, when it answered
+        if code is not None:
+            self.code = code  # the daemon's error code, when it said one
 
 
 class DaemonNotRunning(ClientError):

@@ -34,6 +34,7 @@ from netclaw.attachments import IncomingFile, check_files
 from netclaw.cluster import Forwarder
 from netclaw.commands import HELP_TEXT, Command, parse_command
 from netclaw.config import ChannelAccess, LiveSettings, Settings
+from netclaw.context_view import offered_tools, with_recall
 from netclaw.errors import ApprovalNotFound, InvalidInput, NotAnApprover, OutcomeUnknown, SessionUnavailable
 from netclaw.history.tokens import fallback_count
 from netclaw.messages import Attachment, ChatMessage, PriorMessage, bounded_prior, prior_block
@@ -62,6 +63,7 @@ from netclaw.sessions import (
     continuity_notice,
     load_state,
 )
+from netclaw.tools import ToolRegistry
 
 __all__ = [
     "Admission",
@@ -189,6 +191,7 @@ class SessionView:
     messages: Sequence[ChatMessage]  # the transcript, or what the model sees now
     queued: Sequence[ChatMessage] = ()  # admitted, waiting for their turn (transcript view)
     failures: Mapping[str, TurnOutcome] = field(default_factory=dict)  # user message id → failed turn
+    tools: Sequence[str] = ()  # context view: the tools the model is offered
 
 
 def check_session_id(session_id: str) -> str:
@@ -241,8 +244,10 @@ class Gateway:
         memory: MemoryStore | None = None,
         reminders: ReminderStore | None = None,
         forwarder: Forwarder | None = None,
+        tools: ToolRegistry | None = None,
     ) -> None:
         self._manager = manager
+        self._tools = tools  # read for the context view (what the model is offered)
         self.forwarder = forwarder  # several nodes: input for a session owned elsewhere goes there
         self._journal = journal
         self._live = live
@@ -450,7 +455,8 @@ class Gateway:
             parts.append(f"{await self._reminders.count(session_id)} reminder(s)")
         if self._memory is not None:
             audience = audience_of(session_id, self.settings)
-            parts.append(f"{await self._memory.count(audience)} {audience} memorie(s)")
+            count = await self._memory.count(audience)
+            parts.append(f"{count} {audience} {'memory' if count == 1 else 'memories'}")
         return "; ".join(parts) + "."
 
     async def delete(self, session_id: str, *, memories: bool = False) -> bool:
@@ -674,7 +680,12 @@ class Gateway:
             resumed_at = self._manager.continuity_of(session_id)
             if resumed_at is not None:  # what the next model call carries, until it has
                 messages.insert(1, continuity_notice(resumed_at, time.time()))
-            return SessionView(summary, "context", messages)
+            place, settings = state.place, self.settings
+            messages = await with_recall(
+                messages, session_id=session_id, place=place, settings=settings, memory=self._memory
+            )
+            tools = offered_tools(session_id, place, settings, self._tools)
+            return SessionView(summary, "context", messages, tools=tools)
         return SessionView(summary, "transcript", state.transcript, state.inbox, state.failures)
 
     async def knows(self, session_id: str) -> bool:

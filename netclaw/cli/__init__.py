@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from netclaw import __version__
 from netclaw.cli._admin import cmd_approvals, cmd_memory, cmd_reminders, cmd_sessions
@@ -19,6 +18,7 @@ from netclaw.cli._chat import cmd_chat
 from netclaw.cli._doctor import cmd_doctor
 from netclaw.cli._init import cmd_init
 from netclaw.cli._migrate import cmd_migrate_journal
+from netclaw.cli._output import INTERRUPTED, fail_with
 from netclaw.cli._status import cmd_status, cmd_usage
 from netclaw.errors import NetclawError
 
@@ -38,10 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except NetclawError as exc:
-        print(f"netclaw: {exc}", file=sys.stderr)
-        return 1
+        return fail_with(args, exc)  # with --json, also as a JSON object on stdout
     except KeyboardInterrupt:
-        return 130
+        return INTERRUPTED
 
 
 def _parser() -> argparse.ArgumentParser:

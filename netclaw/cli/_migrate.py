@@ -42,7 +42,7 @@ def cmd_migrate_journal(args: argparse.Namespace) -> int:
     sessions = copied.get("sessions", 0)
     print(
         f"done: {copied.get('events', 0)} event(s) of {sessions} session(s), "
-        f"{copied.get('memories', 0)} memor(ies), {copied.get('reminders', 0)} reminder(s); "
+        f"memories: {copied.get('memories', 0)}, {copied.get('reminders', 0)} reminder(s); "
         f"{source} is unchanged.\n"
         f'next: set "journal": {{"backend": "postgres", "dsn_env": "{name}"}} on every node, then start them'
     )

@@ -59,7 +59,7 @@ class PassivationFlow(SessionCore):
                 plan.budget_s,
             )
             self._persist(MemoriesExtracted(plan.through_turn, len(saved)))
-            log.info("%s: %d memorie(s) saved at passivation", self.session_id, len(saved))
+            log.info("%s: memories saved at passivation: %d", self.session_id, len(saved))
         except (NetclawError, TimeoutError) as exc:
             log.warning("%s: saving memories at passivation failed: %s", self.session_id, exc)
         self._passivation_step()

@@ -258,9 +258,10 @@ def test_interactive_chat_in_a_terminal(daemon: DaemonProcess, site: Setup) -> N
         term.expect("agent> word")
         term.interrupt()  # Ctrl-C: stops the reply, not the chat
         term.expect("stopping the reply")
-        term.expect("(cancelled)")
+        term.expect("[stopped]")
         term.type_at_prompt("/help")
-        term.expect("Commands: /new or /reset")
+        term.expect("[Commands (`!` works in place of `/`):]")
+        term.expect("[/new or /reset — start the conversation afresh")
         term.type_at_prompt("!new")
         term.expect("Started afresh")
         term.expect("you> ")

@@ -206,7 +206,7 @@ def test_status_command_answers_without_a_turn(
     body = answer.json()
     assert body["command"] == "status"
     assert "Model scripted" in body["notice"] and "of 32768 tokens" in body["notice"]
-    assert "1 turn(s)" in body["notice"] and "personal memorie(s)" in body["notice"]
+    assert "1 turn(s)" in body["notice"] and "personal memories" in body["notice"]
     assert len(scripted.requests) == before
     assert [t for r, t in rows(daemon, "cli:cmd") if r == "user"] == ["hello"]  # not model input
 
