@@ -614,6 +614,11 @@ RESERVED_ENV_PREFIXES = ("NETCLAW_SECRET_", "NETCLAW_BENCH_")
 def secret_env_names(data: Any) -> set[str]:
     """Every variable a ``*_env`` key names (``api_key_env``, ``env_env``'s values, …),
     upper-cased, with its ``_FILE`` twin: these hold secrets, whatever they are called."""
+    names = _env_key_values(data)
+    return names | {f"{n}_FILE" for n in names}
+
+
+def _env_key_values(data: Any) -> set[str]:
     names: set[str] = set()
     if isinstance(data, Mapping):
         for key, value in data.items():
@@ -621,11 +626,11 @@ def secret_env_names(data: Any) -> set[str]:
                 values = value.values() if isinstance(value, Mapping) else [value]
                 names.update(str(v).upper() for v in values if isinstance(v, str))
             else:
-                names |= secret_env_names(value)
+                names |= _env_key_values(value)
     elif isinstance(data, list):
         for item in data:
-            names |= secret_env_names(item)
-    return names | {f"{n}_FILE" for n in names}
+            names |= _env_key_values(item)
+    return names
 
 
 def _reject_unknown_env_names(data: Mapping[str, Any], secret_names: tuple[str, ...] = ()) -> None:
