@@ -12,7 +12,8 @@ from netclaw.errors import ConfigError
 
 
 def cmd_migrate_journal(args: argparse.Namespace) -> int:
-    settings = load_settings(args.config)
+    # --dsn-env names a secret, whatever it is called (NETCLAW_PG_DSN): not a config override.
+    settings = load_settings(args.config, secret_names=(args.dsn_env,) if args.dsn_env else ())
     name = args.dsn_env or settings.journal.dsn_env
     if not name:
         raise ConfigError(

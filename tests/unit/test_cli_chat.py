@@ -108,7 +108,9 @@ def test_output_arriving_at_the_prompt_is_written_above_it_and_the_prompt_comes_
     from netclaw.cli import _screen
 
     monkeypatch.setenv("TERM", "xterm")
-    monkeypatch.setattr(_screen, "readline", type("RL", (), {"get_line_buffer": staticmethod(lambda: "half a li")}))
+    monkeypatch.setattr(
+        _screen, "readline", type("RL", (), {"get_line_buffer": staticmethod(lambda: "half a li")})
+    )
     stdout, stderr = io.StringIO(), io.StringIO()
     screen = _screen.Screen(stdout, stderr)
     asking = threading.Event()

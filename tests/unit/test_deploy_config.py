@@ -154,7 +154,9 @@ def test_under_systemd_relative_paths_go_to_the_state_directory(
 ) -> None:
     state = tmp_path / "var" / "lib" / "netclaw"
     monkeypatch.setenv("STATE_DIRECTORY", f"{state}:{tmp_path / 'other'}")
-    config = write(tmp_path / "etc" / "netclaw.json", {"data_dir": "./data", "tools": {"workspace_dir": "./ws"}})
+    config = write(
+        tmp_path / "etc" / "netclaw.json", {"data_dir": "./data", "tools": {"workspace_dir": "./ws"}}
+    )
     settings = load_settings(config)
     assert settings.data_dir == state  # not /etc/…/data, which ProtectSystem=strict makes read-only
     assert settings.tools.workspace_dir == state / "ws"
@@ -178,7 +180,9 @@ def test_the_cli_reading_the_system_config_finds_the_services_state(
     assert settings.tools.workspace_dir == tmp_path / "var" / "lib" / "netclaw" / "workspace"
 
 
-def test_an_unwritable_directory_is_refused_naming_the_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_unwritable_directory_is_refused_naming_the_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     monkeypatch.setenv("STATE_DIRECTORY", str(tmp_path / "state"))
