@@ -37,6 +37,7 @@ import pytest
 from tests.e2e._docker import docker, host_gateway, readme_recipe, repo_tar_command, require_engine
 from tests.e2e.conftest import REPO_ROOT, free_port, subprocess_env, wait_until
 from tests.fakes.scripted_openai import ScriptedOpenAIThread
+from tests.fakes.slack_api import APP_TOKEN, BOT_TOKEN
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -318,6 +319,66 @@ def test_an_mcp_server_and_the_shell_tool_under_the_hardening(debian: Debian) ->
     assert "nice: cannot set niceness: Operation not permitted" in results["shell"], results
     assert "python MCP under systemd" in results["py__echo"], results
     assert debian.errors_of_this_run().strip() == ""
+
+
+def test_slack_and_discord_under_the_hardening(debian: Debian) -> None:
+    """The real slack-bolt and discord.py inside the unit's sandbox, against the protocol
+    fakes on the container's loopback (Discord through the launcher that points discord.py
+    at its fake: a drop-in replaces ExecStart=, the hardening stays)."""
+    debian.model()  # echo
+    debian.sh("rm -f /root/fakes.*; cp -r tests /opt/nctest/ && chmod -R a+rX /opt/nctest")
+    debian.sh(
+        f"cd /root; PYTHONPATH={CHECKOUT} setsid /opt/netclaw/bin/python -m tests.e2e.deploy.chat_fakes "
+        "/root/fakes >/root/fakes.log 2>&1 < /dev/null &"
+    )
+    fakes = wait_until(lambda: debian.json("cat /root/fakes.json 2>/dev/null || echo null"), 30, "the fakes")
+    patch = (
+        "import json\n"
+        "path = '/etc/netclaw/netclaw.json'\n"
+        "text = '\\n'.join(l for l in open(path).read().split('\\n') if not l.strip().startswith('//'))\n"
+        "config = json.loads(text)\n"
+        f"config['slack'] = {{'enabled': True, 'channels': ['C1'], 'api_url': {fakes['slack_api_url']!r}}}\n"
+        "config['discord'] = {'enabled': True, 'channels': ['100']}\n"
+        "open(path, 'w').write(json.dumps(config, indent=2))\n"
+    )
+    debian.sh(f"python3 -c {shlex.quote(patch)}")
+    debian.sh(
+        "cat >> /etc/netclaw/netclaw.env <<'EOF'\n"
+        f"SLACK_BOT_TOKEN={BOT_TOKEN}\nSLACK_APP_TOKEN={APP_TOKEN}\nDISCORD_BOT_TOKEN={fakes['discord_token']}\n"
+        "EOF"
+    )
+    debian.sh(
+        "mkdir -p /etc/systemd/system/netclaw.service.d && cat > /etc/systemd/system/netclaw.service.d/fake-discord.conf <<'EOF'\n"
+        "[Service]\nEnvironment=PYTHONPATH=/opt/nctest\nExecStart=\n"
+        f"ExecStart=/opt/netclaw/bin/python -m tests.e2e.netclaw_with_fake_discord {fakes['discord_port']} "
+        "run --config /etc/netclaw/netclaw.json\nEOF\n"
+        "systemctl daemon-reload"
+    )
+    try:
+        debian.sh("sudo systemctl restart netclaw", timeout=120)
+        wait_until(
+            lambda: (
+                "channel:   discord running"
+                in (status := debian.sh("sudo netclaw status", check=False).stdout)
+                and "channel:   slack running" in status
+            ),
+            60,
+            "both channels running",
+        )
+        debian.sh("touch /root/fakes.go")
+        result = wait_until(
+            lambda: debian.json("cat /root/fakes.result.json 2>/dev/null || echo null"),
+            120,
+            "the chat replies",
+        )
+        assert result == {"slack": ["echo: hello from slack"], "discord": ["echo: hello from discord"]}, (
+            result,
+            debian.sh("cat /root/fakes.log").stdout,
+        )
+        assert debian.errors_of_this_run().strip() == ""
+    finally:
+        debian.sh("systemctl stop netclaw; touch /root/fakes.done")
+        debian.sh("rm -f /etc/systemd/system/netclaw.service.d/fake-discord.conf && systemctl daemon-reload")
 
 
 # -- containers ----------------------------------------------------------------------------------
