@@ -22,7 +22,9 @@ def config(tmp_path: Path, scripted: ScriptedOpenAIThread) -> Path:
 
 
 def migrate(config: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    code = main(["migrate-journal", "--to", "postgres", "--config", str(config), "--dsn-env", "NETCLAW_PG_DSN"])
+    code = main(
+        ["migrate-journal", "--to", "postgres", "--config", str(config), "--dsn-env", "NETCLAW_PG_DSN"]
+    )
     captured = capsys.readouterr()
     return code, captured.out, captured.err
 
