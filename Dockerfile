@@ -1,5 +1,7 @@
-# netclaw in a container: `docker build -t netclaw .` then
-#   docker run -d --name netclaw -p 127.0.0.1:5199:5199 -v netclaw-data:/var/lib/netclaw netclaw
+# netclaw in a container: `docker build -t netclaw .` then (see the README)
+#   docker run -d --name netclaw -p 127.0.0.1:5199:5199 -v netclaw-data:/var/lib/netclaw \
+#     --add-host=host.docker.internal:host-gateway \
+#     -e NETCLAW_PROVIDERS__LOCAL__BASE_URL=http://host.docker.internal:11434/v1 netclaw
 # State (journal, token, workspace) lives in the volume; the control token is
 # /var/lib/netclaw/control.token unless NETCLAW_GATEWAY__CONTROL_TOKEN_ENV names a variable.
 
@@ -33,8 +35,8 @@ USER netclaw
 WORKDIR /var/lib/netclaw
 VOLUME ["/var/lib/netclaw"]
 EXPOSE 5199
-# /healthz answers 503 while a channel, an MCP server or the journal is down.
-HEALTHCHECK --interval=30s --timeout=5s --start-period=30s --retries=3 \
+# /healthz answers 503 while a channel, an MCP server, the journal or the provider is down.
+HEALTHCHECK --interval=10s --timeout=5s --start-period=30s --retries=3 \
   CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/healthz' % os.environ.get('NETCLAW_GATEWAY__PORT', '5199'), timeout=4)"]
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["netclaw"]

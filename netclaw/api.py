@@ -49,6 +49,7 @@ from netclaw.web import (
     parse_since,
     read_body,
     read_json_object,
+    retry_after_header,
     submission_response,
     wait_flag,
 )
@@ -142,7 +143,9 @@ class Api:
 
     async def healthz(self, request: web.Request) -> web.Response:
         body = self.health()
-        return web.json_response(body, status=503 if body["status"] == "degraded" else 200)
+        if body["status"] == "degraded":
+            return web.json_response(body, status=503, headers={"Retry-After": retry_after_header()})
+        return web.json_response(body)
 
     async def metrics_text(self, request: web.Request) -> web.Response:
         """Prometheus text format, no auth: counts only, no content."""
@@ -164,7 +167,10 @@ class Api:
             raise ApiError(404, "session_not_found", f"no session {session_id!r}")
         messages = _with_failures([_message_json(m) for m in found.messages], found.failures)
         messages += [{**_message_json(m), "pending": True} for m in found.queued]
-        return web.json_response({**_summary_json(found.summary), "view": view, "messages": messages})
+        body = {**_summary_json(found.summary), "view": view, "messages": messages}
+        if view == "context":
+            body["tools"] = list(found.tools)
+        return web.json_response(body)
 
     async def post_message(self, request: web.Request) -> web.Response:
         session_id = check_session_id(request.match_info["id"])

@@ -62,7 +62,7 @@ class DaemonClient:
         except httpx.HTTPError as exc:
             raise ClientError(f"talking to the daemon at {self.base_url} failed: {exc}") from exc
         if response.status_code >= 400 and response.status_code not in accept:
-            raise ClientError(_error_text(response), status=response.status_code)
+            raise ClientError(_error_text(response), status=response.status_code, code=_error_code(response))
         return response
 
     def health(self) -> dict[str, Any]:
@@ -215,7 +215,9 @@ class DaemonClient:
             ) as response:
                 if response.status_code >= 400:
                     response.read()
-                    raise ClientError(_error_text(response), status=response.status_code)
+                    raise ClientError(
+                        _error_text(response), status=response.status_code, code=_error_code(response)
+                    )
                 event = "message"
                 for line in response.iter_lines():
                     if line.startswith("event:"):
@@ -237,3 +239,10 @@ def _error_text(response: httpx.Response) -> str:
         return f"{err['message']} ({err['code']}, HTTP {response.status_code})"
     except (ValueError, KeyError, TypeError):
         return f"HTTP {response.status_code}: {response.text[:300]}"
+
+
+def _error_code(response: httpx.Response) -> str | None:
+    try:
+        return str(response.json()["error"]["code"])
+    except (ValueError, KeyError, TypeError):
+        return None

@@ -32,11 +32,16 @@ _ALIASES: dict[str, Command] = {
 }
 _COMMAND = re.compile(r"\s*[/!]([a-z]+)\s*", re.IGNORECASE)
 
-HELP_TEXT = (
-    "Commands: /new or /reset — start the conversation afresh (the transcript is kept); "
-    "/stop — stop the running turn; /compact — summarise the conversation now; "
-    "/status — model, context used, memories; /prompt server:name args — send an MCP "
-    "server's prompt (/prompt alone lists them); /help — this. `!` works in place of `/`."
+HELP_TEXT = "\n".join(
+    (
+        "Commands (`!` works in place of `/`):",
+        "/new or /reset — start the conversation afresh (the transcript is kept)",
+        "/stop — stop the running turn",
+        "/compact — summarise the conversation now",
+        "/status — model, context used, memories",
+        "/prompt server:name args — send an MCP server's prompt (/prompt alone lists them)",
+        "/help — this list",
+    )
 )
 
 

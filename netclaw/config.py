@@ -38,6 +38,7 @@ from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSetti
 
 from netclaw.credentials import read_secret, where_to_put
 from netclaw.errors import ConfigError
+from netclaw.system import SYSTEM_CONFIG, state_directory
 
 ENV_PREFIX = "NETCLAW_"
 CONFIG_ENV = "NETCLAW_CONFIG"
@@ -644,22 +645,33 @@ class Settings(BaseSettings):
 
 
 def find_config_path(explicit: str | os.PathLike[str] | None = None) -> Path | None:
-    """``--config``, else ``$NETCLAW_CONFIG``, else ./netclaw.json, else ~/.config/netclaw/."""
+    """``--config``, else ``$NETCLAW_CONFIG``, else ./netclaw.json, else
+    ~/.config/netclaw/netclaw.json, else the system config (/etc/netclaw/netclaw.json)."""
     if explicit:
         return Path(explicit)
     if env := os.environ.get(CONFIG_ENV):
         return Path(env)
-    for candidate in (Path("netclaw.json"), Path.home() / ".config" / "netclaw" / "netclaw.json"):
+    for candidate in (
+        Path("netclaw.json"),
+        Path.home() / ".config" / "netclaw" / "netclaw.json",
+        SYSTEM_CONFIG,
+    ):
         if candidate.is_file():
             return candidate
     return None
 
 
-def load_settings(path: str | os.PathLike[str] | None = None, *, explicit: bool | None = None) -> Settings:
+def load_settings(
+    path: str | os.PathLike[str] | None = None,
+    *,
+    explicit: bool | None = None,
+    secret_names: tuple[str, ...] = (),
+) -> Settings:
     """Load config from ``path`` (or the usual places) plus the environment.
 
     An explicitly named file that does not exist is an error; with no file at
-    all, built-in defaults apply.
+    all, built-in defaults apply. ``secret_names``: variables a command names on its
+    own (``--dsn-env``), which are secrets, never config overrides.
     """
     if explicit is None:
         explicit = path is not None or CONFIG_ENV in os.environ
@@ -667,32 +679,46 @@ def load_settings(path: str | os.PathLike[str] | None = None, *, explicit: bool 
     data: dict[str, Any] = {}
     if found is not None:
         data = _read_json(found, must_exist=explicit)
-    _reject_unknown_env_sections()
     try:
         settings = Settings(**data)
     except ValidationError as exc:
+        _reject_unknown_env_names(data, secret_names)  # a mistyped override explains the failure better
         where = f" in {found}" if found else ""
         raise ConfigError(f"invalid configuration{where}:\n{format_validation_error(exc)}") from exc
-    state_dir = os.environ.get("STATE_DIRECTORY", "").split(":")[0]
-    if state_dir and "data_dir" not in data and "NETCLAW_DATA_DIR" not in os.environ:
-        # systemd's StateDirectory= is the default home of the data under a unit.
-        settings = settings.model_copy(update={"data_dir": Path(state_dir)})
-    if found is not None and not settings.data_dir.is_absolute():
-        # data_dir in a file is relative to that file, not to wherever `netclaw` was started.
-        rel = data.get("data_dir") is not None and "NETCLAW_DATA_DIR" not in os.environ
-        base = found.resolve().parent if rel else Path.cwd()
-        settings = settings.model_copy(update={"data_dir": (base / settings.data_dir).resolve()})
-    elif not settings.data_dir.is_absolute():
-        settings = settings.model_copy(update={"data_dir": settings.data_dir.resolve()})
+    _reject_unknown_env_names(settings.model_dump(mode="json"), secret_names)
+    settings = _resolve_paths(settings, data, found)
     for key in _CHANNEL_SECTIONS:
         getattr(settings, key).check_environment()
+    return settings
+
+
+def _resolve_paths(settings: Settings, data: Mapping[str, Any], found: Path | None) -> Settings:
+    """Absolute ``data_dir`` and ``tools.workspace_dir``. A relative path in a file is
+    relative to that file; under a service (:func:`netclaw.system.state_directory`) the
+    state directory is the data_dir unless an absolute one is given, and a relative
+    workspace lives inside it (see :mod:`netclaw.system`)."""
+    state_dir = state_directory(found if found is not None and found.is_file() else None)
+    from_env = "NETCLAW_DATA_DIR" in os.environ
+    data_dir = settings.data_dir
+    if data_dir.is_absolute():
+        pass
+    elif from_env:
+        data_dir = data_dir.resolve()
+    elif state_dir is not None:
+        data_dir = state_dir
+    elif found is not None and data.get("data_dir") is not None:
+        data_dir = (found.resolve().parent / data_dir).resolve()  # relative to the file
+    else:
+        data_dir = data_dir.resolve()
     workspace = settings.tools.workspace_dir
     if not workspace.is_absolute():
-        # Like data_dir: relative to the config file when there is one.
-        base = found.resolve().parent if found is not None else Path.cwd()
-        tools = settings.tools.model_copy(update={"workspace_dir": (base / workspace).resolve()})
-        settings = settings.model_copy(update={"tools": tools})
-    return settings
+        if state_dir is not None:
+            base = state_dir
+        else:
+            base = found.resolve().parent if found is not None else Path.cwd()
+        workspace = (base / workspace).resolve()
+    tools = settings.tools.model_copy(update={"workspace_dir": workspace})
+    return settings.model_copy(update={"data_dir": data_dir, "tools": tools})
 
 
 def _read_json(path: Path, *, must_exist: bool) -> dict[str, Any]:
@@ -722,17 +748,59 @@ def strip_comments(text: str) -> str:
     return "\n".join("" if line.lstrip().startswith("//") else line for line in text.split("\n"))
 
 
-def _reject_unknown_env_sections() -> None:
+# Never config overrides: the names of secrets (see secret_env_names) and these prefixes.
+RESERVED_ENV_PREFIXES = ("NETCLAW_SECRET_", "NETCLAW_BENCH_")
+
+
+def secret_env_names(data: Any) -> set[str]:
+    """Every variable a ``*_env`` key names (``api_key_env``, ``env_env``'s values, …),
+    upper-cased, with its ``_FILE`` twin: these hold secrets, whatever they are called."""
+    names = _env_key_values(data)
+    return names | {f"{n}_FILE" for n in names}
+
+
+def _env_key_values(data: Any) -> set[str]:
+    names: set[str] = set()
+    if isinstance(data, Mapping):
+        for key, value in data.items():
+            if str(key).endswith("_env"):
+                values = value.values() if isinstance(value, Mapping) else [value]
+                names.update(str(v).upper() for v in values if isinstance(v, str))
+            else:
+                names |= _env_key_values(value)
+    elif isinstance(data, list):
+        for item in data:
+            names |= _env_key_values(item)
+    return names
+
+
+def _reject_unknown_env_names(data: Mapping[str, Any], secret_names: tuple[str, ...] = ()) -> None:
+    """A ``NETCLAW_*`` variable is a config override unless it is ``NETCLAW_CONFIG``, a
+    secret's variable (named by a ``*_env`` key of this config, or by the command), or under
+    a reserved prefix (``NETCLAW_SECRET_``, ``NETCLAW_BENCH_``). An override must name a
+    key: a typo stops start-up instead of being ignored."""
     known = {name.upper() for name in Settings.model_fields}
+    secrets = secret_env_names(data) | {n.upper() for n in secret_names}
+    # An override of a *_env key names a secret too (NETCLAW_GATEWAY__CONTROL_TOKEN_ENV=NETCLAW_TOKEN).
+    secrets |= {
+        value.strip().upper()
+        for name, value in os.environ.items()
+        if name.upper().startswith(ENV_PREFIX) and name.upper().endswith("_ENV")
+    }
+    secrets |= {f"{n}_FILE" for n in secrets}
     for name in os.environ:
         upper = name.upper()
-        if not upper.startswith(ENV_PREFIX) or upper == CONFIG_ENV:
+        if not upper.startswith(ENV_PREFIX) or upper == CONFIG_ENV or upper in secrets:
+            continue
+        if upper.startswith(RESERVED_ENV_PREFIXES):
             continue
         section = upper[len(ENV_PREFIX) :].split("__", 1)[0]
         if section not in known:
             raise ConfigError(
                 f"environment variable {name}: {section.lower()!r} is not a config key "
-                f"(known: {', '.join(sorted(k.lower() for k in known))})"
+                f"(known: {', '.join(sorted(k.lower() for k in known))}). Overrides are "
+                "NETCLAW_<SECTION>__<KEY>; a secret may have any NETCLAW_ name that a *_env key "
+                "of the config names, or one starting NETCLAW_SECRET_"
             )
 
 

@@ -6,7 +6,6 @@ reloads the config. After shutdown, check that no actor survived.
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import fcntl
 import logging
@@ -32,7 +31,7 @@ from netclaw.gateway import Gateway
 from netclaw.heap import HeapTrimmer, settle_heap
 from netclaw.history import preload_encoding
 from netclaw.listener import listen
-from netclaw.logs import configure_logging
+from netclaw.logs import configure_logging, log_startup_failure
 from netclaw.mcp import McpHub
 from netclaw.mcp_api import mcp_routes
 from netclaw.metrics import GaugeMetricFamily, Metrics, gauge
@@ -51,12 +50,14 @@ from netclaw.persistence import (
     take_manifest,
     uses_postgres,
 )
+from netclaw.provider_health import ProviderHealth, WatchedProvider
 from netclaw.providers import Provider, make_provider
 from netclaw.questions_api import question_routes
 from netclaw.runtime import IoLoop
 from netclaw.scheduler import Clock, Scheduler
 from netclaw.service import Notifier, SignalWaiter, heartbeat
 from netclaw.sessions import SessionActor, SessionDeps, SessionManager
+from netclaw.system import ensure_writable_dir
 from netclaw.tools import Questions, ToolRegistry, build_registry, reminder_tools
 from netclaw.ui import UI_PREFIX, control_room
 
@@ -66,7 +67,6 @@ ACTOR_STOP_TIMEOUT_S = 10.0
 WARM_CONCURRENCY = 16  # sessions recovering at once at start-up
 WARM_TIMEOUT_S = 120.0
 MCP_START_WAIT_S = 15.0  # how long start-up waits for MCP servers' first connection
-PROBE_TIMEOUT_S = 10.0  # the start-up check of the provider
 # Channels one node of a cluster runs at a time (Discord: one gateway connection per bot).
 ONE_NODE_ADAPTERS = frozenset({"discord"})
 
@@ -79,8 +79,7 @@ class DataDirLock:
         self._fh: TextIO | None = None
 
     def acquire(self) -> None:
-        if not self.path.parent.exists():  # a new data_dir is private (conversations live here)
-            self.path.parent.mkdir(mode=0o700, parents=True)
+        ensure_writable_dir("data_dir", self.path.parent)  # a new one is private (0700)
         fh = os.fdopen(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600), "a+")
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -148,6 +147,9 @@ class Daemon:
         self.notifier = Notifier()
         self._heartbeat: concurrent.futures.Future[None] | None = None
         self._rescuer: concurrent.futures.Future[None] | None = None
+        main = settings.models.main
+        self.provider_health = ProviderHealth(main.provider, main.model)  # /healthz's "provider"
+        self._provider_watch: concurrent.futures.Future[None] | None = None
 
     @property
     def settings(self) -> Settings:
@@ -164,6 +166,7 @@ class Daemon:
         started = time.perf_counter()
         try:
             self._lock.acquire()
+            ensure_writable_dir("tools.workspace_dir", self.settings.tools.workspace_dir)
             prepare_stores(self.settings)
             token = load_control_token(self.settings)
             preload_encoding()  # here, not in the first session's actor on the I/O loop
@@ -175,7 +178,9 @@ class Daemon:
             memory = make_memory(self.settings)
             self.io.run(memory.open())
             self.memory = memory
-            self.provider = self._provider_factory(self.settings)
+            main = self.settings.models.main
+            self.provider_health = ProviderHealth(main.provider, main.model)
+            self.provider = WatchedProvider(self._provider_factory(self.settings), self.provider_health)
             self.compaction_provider = _compaction_provider(self.settings)
             self.tools = tools = build_registry(self.settings, self.memory, lambda: self.live.current)
             # MCP servers connect before any session runs, so the first turns see their tools
@@ -226,6 +231,7 @@ class Daemon:
                 access=access,
                 mcp=self.mcp,
                 questions=self.questions,
+                tools=tools,
             )
             self.scheduler = Scheduler(
                 reminders, self.gateway, lambda: self.live.current, clock=self._clock, metrics=metrics
@@ -280,23 +286,15 @@ class Daemon:
 
     def _announce_provider(self) -> None:
         """Say which model this daemon talks to, and warn early (in the background) when it
-        cannot: an unset key variable, an unreachable server, a model it does not have."""
+        cannot: an unset key variable, an unreachable server, a model it does not have. The
+        check goes on in the background (``/healthz``'s ``provider``)."""
         main = self.settings.models.main
         config = self.settings.providers[main.provider]
         log.info("provider %s (%s at %s), model %s", main.provider, config.type, config.base_url, main.model)
         if missing := config.missing_key():
             log.warning("provider %s: %s", main.provider, missing)
         if self.io is not None and self.provider is not None:
-            self.io.submit(self._probe_provider(self.provider, main.provider, main.model))
-
-    @staticmethod
-    async def _probe_provider(provider: Provider, name: str, model: str) -> None:
-        try:
-            detail = await asyncio.wait_for(provider.check(model), PROBE_TIMEOUT_S)
-        except Exception as exc:  # noqa: BLE001 - a warning, whatever went wrong
-            log.warning("provider %s is not usable yet: %s (turns will fail until it is)", name, exc)
-        else:
-            log.info("provider %s: %s", name, detail)
+            self._provider_watch = self.io.submit(self.provider_health.watch(self.provider))
 
     def _check_adapters(self, candidates: list[Adapter]) -> None:
         for adapter in candidates:
@@ -346,7 +344,9 @@ class Daemon:
         journal = self.journal.problem() if self.journal is not None else "the journal is not open"
         if journal is not None:
             problems.insert(0, journal)
-        body: dict[str, Any] = {"adapters": adapters}
+        if (provider := self.provider_health.problem()) is not None:
+            problems.append(provider)
+        body: dict[str, Any] = {"adapters": adapters, "provider": self.provider_health.to_json()}
         if self.manager is not None and self.manager.compaction_failing:
             # Not a problem of the daemon (those sessions trim instead), but worth a look.
             body["compaction_failing"] = dict(sorted(self.manager.compaction_failing.items()))
@@ -422,12 +422,10 @@ class Daemon:
         """Reverse order of start. Each step runs even if an earlier one failed, so no
         actor outlives the loop it needs to finish."""
         io = self.io
-        beat, self._heartbeat = self._heartbeat, None
-        if beat is not None:
-            beat.cancel()
-        rescuer, self._rescuer = self._rescuer, None
-        if rescuer is not None:
-            rescuer.cancel()
+        for background in (self._heartbeat, self._rescuer, self._provider_watch):
+            if background is not None:
+                background.cancel()
+        self._heartbeat = self._rescuer = self._provider_watch = None
         if io is not None:
             for runner in (self._webhook_runner, self._runner):
                 if runner is not None:
@@ -585,17 +583,24 @@ def _default_provider(settings: Settings) -> Provider:
 
 
 def run_daemon(config_path: str | None, log_level: str | None = None) -> int:
-    """``netclaw run``: load the config, set up logging, say what was loaded, run."""
+    """``netclaw run``: load the config, set up logging, say what was loaded, run. A failure
+    to start is one error line (the traceback at debug), exit status 1."""
     os.umask(0o077)  # whatever the daemon creates (database, WAL, token, workspace) is private
-    settings = load_settings(config_path)
-    found = find_config_path(config_path)
-    daemon = Daemon(settings, config_path=config_path, log_level=log_level)
-    daemon.apply_log_config()
-    if found is not None and found.is_file():
-        log.info("config: %s", found.resolve())
-    else:
-        log.info(
-            "config: no file found (looked for --config, $NETCLAW_CONFIG, ./netclaw.json, "
-            "~/.config/netclaw/netclaw.json); using built-in defaults. `netclaw init` writes one"
-        )
-    return daemon.run_forever()
+    configure_logging(log_level or "info")  # until the config says otherwise: errors need a voice
+    try:
+        settings = load_settings(config_path)
+        found = find_config_path(config_path)
+        daemon = Daemon(settings, config_path=config_path, log_level=log_level)
+        daemon.apply_log_config()
+        if found is not None and found.is_file():
+            log.info("config: %s", found.resolve())
+        else:
+            log.info(
+                "config: no file found (looked for --config, $NETCLAW_CONFIG, ./netclaw.json, "
+                "~/.config/netclaw/netclaw.json, /etc/netclaw/netclaw.json); using built-in "
+                "defaults. `netclaw init` writes one"
+            )
+        return daemon.run_forever()
+    except Exception as exc:  # noqa: BLE001 - whatever stopped start-up, said once and clearly
+        log_startup_failure(log, exc)
+        return 1

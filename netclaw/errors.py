@@ -12,6 +12,7 @@
     │   ├── ProviderUnavailable     5xx, connection or timeout: transient, retried
     │   ├── ProviderAuthError       401/403: fix the key, not a retry
     │   ├── ProviderBadRequest      the request itself was rejected (4xx)
+    │   │   └── ModelNotServed      the server is up but lists no such model (``available``)
     │   └── ProviderProtocolError   the answer could not be understood
     ├── ToolError                   a tool failed; becomes an ``is_error`` tool result
     ├── SessionError
@@ -106,6 +107,16 @@ class ProviderBadRequest(ProviderError):
     code = "provider_bad_request"
 
 
+class ModelNotServed(ProviderBadRequest):
+    """The server answers but does not list the model; ``available`` is what it has."""
+
+    code = "model_not_served"
+
+    def __init__(self, message: str, available: list[str]) -> None:
+        super().__init__(message)
+        self.available = available
+
+
 class ProviderProtocolError(ProviderError):
     code = "provider_protocol"
 
@@ -124,6 +135,7 @@ class IllegalTransition(SessionError):
 
 class SessionUnavailable(SessionError):
     code = "session_unavailable"
+    retry_after: float | None = None  # seconds until a retry may succeed, when known (HTTP Retry-After)
 
 
 class OutcomeUnknown(SessionUnavailable):
@@ -228,9 +240,11 @@ class DaemonError(NetclawError):
 class ClientError(NetclawError):
     code = "client_error"
 
-    def __init__(self, message: str, *, status: int | None = None) -> None:
+    def __init__(self, message: str, *, status: int | None = None, code: str | None = None) -> None:
         super().__init__(message)
         self.status = status  # the daemon's HTTP status, when it answered
+        if code is not None:
+            self.code = code  # the daemon's error code, when it said one
 
 
 class DaemonNotRunning(ClientError):

@@ -6,8 +6,13 @@ Formats (``log.format``):
   ``turn``, ``event``, …) follow as ``key=value``.
 - ``json``: one object per line, ``{"ts", "level", "logger", "msg", …extra fields,
   "exc"?}``, for log shippers.
-- Under systemd (``$JOURNAL_STREAM`` names our stderr) text lines carry a ``<N>``
-  priority prefix and no timestamp: the journal records both itself.
+- Under systemd (``$JOURNAL_STREAM`` names our stderr) every line carries a ``<N>``
+  priority prefix (``journalctl -p err`` finds errors, JSON lines included) and text lines
+  no timestamp: the journal records both itself.
+
+A failure to start is one ERROR line saying what is wrong, with the traceback at DEBUG
+(:func:`log_startup_failure`), never a bare traceback on stderr (which the journal would
+file at priority 6, info).
 
 Whatever the format, a record is one line: control characters in a message or a field
 (a session id, a header, a name a client sent) are written escaped (``\n`` as ``\x0a``),
@@ -32,6 +37,8 @@ import os
 import re
 import sys
 from typing import Any, TextIO
+
+from netclaw.errors import NetclawError
 
 LIBRARY_LOGGERS = (
     "aiosqlite",
@@ -105,6 +112,10 @@ class TextFormatter(logging.Formatter):
 
 
 class JsonFormatter(logging.Formatter):
+    def __init__(self, *, journald: bool = False) -> None:
+        super().__init__()
+        self.journald = journald
+
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {
             "ts": dt.datetime.fromtimestamp(record.created, dt.UTC).isoformat(timespec="milliseconds"),
@@ -115,11 +126,13 @@ class JsonFormatter(logging.Formatter):
         entry.update(extra_fields(record))
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
-        # json.dumps escapes C0 but leaves DEL, C1 and U+2028/9 raw (valid JSON, yet a line
-        # break to some readers): escape those too.
-        return _JSON_RAW_CONTROL.sub(_json_escaped, json.dumps(entry, default=str, ensure_ascii=False))
+        line = _JSON_RAW_CONTROL.sub(_json_escaped, json.dumps(entry, default=str, ensure_ascii=False))
+        # The journal strips the prefix and keeps it as the entry's PRIORITY.
+        return f"<{_PRIORITY.get(record.levelname, 6)}>{line}" if self.journald else line
 
 
+# json.dumps escapes C0 but leaves DEL, C1 and U+2028/9 raw (valid JSON, yet a line break to
+# some readers): escape those too.
 _JSON_RAW_CONTROL = re.compile(r"[\x7f-\x9f\u2028\u2029]")
 
 
@@ -183,10 +196,11 @@ def configure_logging(
     stream = stream or sys.stderr
     handler = logging.StreamHandler(stream)
     handler.addFilter(RepeatFilter())
+    journald = under_journald(stream)
     if fmt == "json":
-        handler.setFormatter(JsonFormatter())
+        handler.setFormatter(JsonFormatter(journald=journald))
     else:
-        handler.setFormatter(TextFormatter(journald=under_journald(stream)))
+        handler.setFormatter(TextFormatter(journald=journald))
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
@@ -194,3 +208,11 @@ def configure_logging(
     root.setLevel(level.upper())
     for name in LIBRARY_LOGGERS:
         logging.getLogger(name).setLevel(libraries.upper())
+
+
+def log_startup_failure(logger: logging.Logger, exc: BaseException) -> None:
+    """Why the daemon could not start, as one ERROR record (its message may span lines, as a
+    config error naming several keys does); the traceback only at DEBUG, for developers."""
+    what = str(exc) if isinstance(exc, NetclawError) else f"{type(exc).__name__}: {exc}"
+    logger.error("netclaw could not start: %s", what)
+    logger.debug("the start-up failure's traceback", exc_info=exc)

@@ -11,6 +11,7 @@ import asyncio
 import datetime as dt
 import json
 import logging
+import math
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -37,15 +38,31 @@ MAX_IDEMPOTENCY_KEY = 200
 SSE_HEARTBEAT_S = 15.0
 BODY_TIMEOUT_S = 30.0  # a request body must arrive within this (slow senders hold a connection)
 IDEMPOTENCY_PREFIX = "idem:"  # a key's replay identity in the session
+RETRY_AFTER_S = 5.0  # a 503's Retry-After when its cause does not know better
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def error_response(
-    http_status: int, code: str, message: str, extra: Mapping[str, Any] | None = None
+    http_status: int,
+    code: str,
+    message: str,
+    extra: Mapping[str, Any] | None = None,
+    *,
+    retry_after: float | None = None,
 ) -> web.Response:
+    """The JSON error answer. A 503 always says when to try again (``Retry-After``,
+    whole seconds): ``retry_after`` if the cause knows, else :data:`RETRY_AFTER_S`."""
     body = {"error": {"code": code, "message": message}, **(extra or {})}
-    return web.json_response(body, status=http_status)
+    response = web.json_response(body, status=http_status)
+    if http_status == 503:
+        response.headers["Retry-After"] = retry_after_header(retry_after)
+    return response
+
+
+def retry_after_header(seconds: float | None = None) -> str:
+    """``Retry-After`` in whole seconds, at least 1."""
+    return str(max(1, math.ceil(seconds if seconds is not None else RETRY_AFTER_S)))
 
 
 def submission_response(admission: Admission, outcome: TurnOutcome | None) -> web.Response:
@@ -82,7 +99,7 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
     except OutcomeUnknown as exc:
         return _outcome_unknown(exc)
     except SessionUnavailable as exc:
-        return error_response(503, exc.code, str(exc))
+        return error_response(503, exc.code, str(exc), retry_after=exc.retry_after)
     except JournalError as exc:
         log.error("journal error answering %s %s: %s", request.method, request.path, exc)
         return error_response(503, exc.code, f"the journal is unavailable: {exc}")
@@ -110,13 +127,13 @@ def client_gone(request: web.BaseRequest) -> bool:
 def _outcome_unknown(exc: OutcomeUnknown) -> web.Response:
     identity = exc.identity or ""
     if not identity.startswith(IDEMPOTENCY_PREFIX):
-        return error_response(503, exc.code, str(exc))
+        return error_response(503, exc.code, str(exc), retry_after=1)
     key = identity[len(IDEMPOTENCY_PREFIX) :]
     message = (
         f"{exc}. Send the same request again with the header 'Idempotency-Key: {key}': if the "
         "message was recorded you get its answer, otherwise it is recorded then"
     )
-    return error_response(503, exc.code, message, {"idempotency_key": key})
+    return error_response(503, exc.code, message, {"idempotency_key": key}, retry_after=1)
 
 
 def http_code(status: int) -> str:

@@ -15,7 +15,6 @@ Every command may load netclaw.json, whose channel sections (``slack``, ``discor
 from __future__ import annotations
 
 import argparse
-import sys
 
 import adapters  # noqa: F401 - registers the channel sections (see above); light: no adapter is built
 from netclaw import __version__
@@ -26,6 +25,7 @@ from netclaw.cli._doctor import cmd_doctor
 from netclaw.cli._init import cmd_init
 from netclaw.cli._mcp import add_parser as add_mcp_parser
 from netclaw.cli._migrate import cmd_migrate_journal
+from netclaw.cli._output import INTERRUPTED, fail_with
 from netclaw.cli._status import cmd_status, cmd_usage
 from netclaw.errors import NetclawError
 
@@ -45,10 +45,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except NetclawError as exc:
-        print(f"netclaw: {exc}", file=sys.stderr)
-        return 1
+        return fail_with(args, exc)  # with --json, also as a JSON object on stdout
     except KeyboardInterrupt:
-        return 130
+        return INTERRUPTED
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -159,6 +158,12 @@ def _parser() -> argparse.ArgumentParser:
     init.add_argument("--api-key-env", metavar="VAR", help="the environment variable holding the API key")
     init.add_argument("--yes", action="store_true", help="ask nothing; defaults for what was not given")
     init.add_argument("--force", action="store_true", help="overwrite an existing file")
+    init.add_argument(
+        "--system",
+        action="store_true",
+        help="for deploy/netclaw.service (as root): /etc/netclaw/netclaw.json and netclaw.env, "
+        "state in /var/lib/netclaw",
+    )
     init.set_defaults(func=cmd_init)
 
     status = with_config(sub.add_parser("status", help="the running daemon's health and key figures"))

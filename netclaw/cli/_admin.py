@@ -6,14 +6,25 @@ import argparse
 import datetime as dt
 import getpass
 import json
-import sys
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from netclaw.cli._connect import client_for
+from netclaw.cli._output import fail, usage
 
 
 def _when(ts: float) -> str:
     return dt.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def reminder_time(ts: float | None, zone: str | None) -> str:
+    """A reminder's time with its zone named: in the reminder's own timezone (a Berlin cron
+    shows Berlin time), else this machine's, labelled either way."""
+    if ts is None:
+        return "never again"
+    if zone and zone != "UTC":
+        return dt.datetime.fromtimestamp(ts, ZoneInfo(zone)).strftime(f"%Y-%m-%d %H:%M %Z ({zone})")
+    return dt.datetime.fromtimestamp(ts).astimezone().strftime("%Y-%m-%d %H:%M %Z")
 
 
 def _print_json(data: Any) -> None:
@@ -25,8 +36,7 @@ def _print_json(data: Any) -> None:
 
 def cmd_sessions(args: argparse.Namespace) -> int:
     if args.action != "list" and not args.session_id:
-        print(f"netclaw: sessions {args.action} needs a session id", file=sys.stderr)
-        return 2
+        return usage(args, f"sessions {args.action} needs a session id")
     with client_for(args) as client:
         match args.action:
             case "show":
@@ -71,6 +81,8 @@ def _list_sessions(rows: list[dict[str, Any]], *, as_json: bool) -> None:
 
 def print_session(session: dict[str, Any]) -> None:
     print(f"{session['id']}  [{session['phase']}]  {session['turns']} turn(s)  {session.get('title') or ''}")
+    if session.get("view") == "context":
+        print(f"tools offered: {', '.join(session.get('tools') or []) or 'none'}")
     for m in session["messages"]:
         who = m["role"]
         if m.get("kind") and m["kind"] != "chat":
@@ -94,8 +106,7 @@ def cmd_memory(args: argparse.Namespace) -> int:
     with client_for(args) as client:
         if args.action == "rm":
             if not args.memory_id:
-                print("netclaw: memory rm needs a memory id", file=sys.stderr)
-                return 2
+                return usage(args, "memory rm needs a memory id")
             client.forget(args.memory_id)
             _print_json({"deleted": args.memory_id}) if args.json else print(
                 f"forgot memory {args.memory_id}"
@@ -119,13 +130,11 @@ def cmd_approvals(args: argparse.Namespace) -> int:
     with client_for(args) as client:
         if args.action != "list":
             if not args.approval_id:
-                print(f"netclaw: approvals {args.action} needs an approval id", file=sys.stderr)
-                return 2
+                return usage(args, f"approvals {args.action} needs an approval id")
             pending = {a["id"]: a for a in client.approvals(args.session)}
             found = pending.get(args.approval_id)
             if found is None:
-                print(f"netclaw: no pending approval {args.approval_id}", file=sys.stderr)
-                return 1
+                return fail(args, "approval_not_found", f"no pending approval {args.approval_id}")
             user = f"{getpass.getuser()} (cli)"
             result = client.decide(str(found["session_id"]), args.approval_id, args.action, user)
             _print_json(result) if args.json else print(
@@ -150,18 +159,15 @@ def cmd_questions(args: argparse.Namespace) -> int:
     with client_for(args) as client:
         if args.action != "list":
             if not args.question_id:
-                print(f"netclaw: questions {args.action} needs a question id", file=sys.stderr)
-                return 2
+                return usage(args, f"questions {args.action} needs a question id")
             found = {q["id"]: q for q in client.questions(args.session)}.get(args.question_id)
             if found is None:
-                print(f"netclaw: no open question {args.question_id}", file=sys.stderr)
-                return 1
+                return fail(args, "question_not_found", f"no open question {args.question_id}")
             content = None
             if args.action == "answer":
                 pairs = [v.partition("=") for v in args.values]
                 if any(not eq for _, eq, _ in pairs):
-                    print("netclaw: give the answer as key=value pairs", file=sys.stderr)
-                    return 2
+                    return usage(args, "give the answer as key=value pairs")
                 content = {k: v for k, _, v in pairs}
             action = "accept" if args.action == "answer" else args.action
             user = f"{getpass.getuser()} (cli)"
@@ -207,21 +213,21 @@ def cmd_reminders(args: argparse.Namespace) -> int:
                 if v
             }
             if len(when) != 1 or not args.session_id or not args.text:
-                print(
-                    "netclaw: reminders add SESSION (--in 10m | --at ISO | --cron EXPR | --every 1h) TEXT",
-                    file=sys.stderr,
+                return usage(
+                    args, "reminders add SESSION (--in 10m | --at ISO | --cron EXPR | --every 1h) TEXT"
                 )
-                return 2
             fields: dict[str, Any] = {"text": " ".join(args.text), **when}
             if args.tz:
                 fields["timezone"] = args.tz
             added = client.add_reminder(args.session_id, fields)
-            _print_json(added) if args.json else print(f"{added['id']}: next {_when(added['next_fire'])}")
+            if args.json:
+                _print_json(added)
+            else:
+                print(f"{added['id']}: next {reminder_time(added['next_fire'], args.tz)}")
             return 0
         if args.action == "rm":
             if not args.session_id:
-                print("netclaw: reminders rm needs a reminder id", file=sys.stderr)
-                return 2
+                return usage(args, "reminders rm needs a reminder id")
             client.delete_reminder(args.session_id)
             _print_json({"deleted": args.session_id}) if args.json else print(f"removed {args.session_id}")
             return 0
@@ -235,6 +241,7 @@ def cmd_reminders(args: argparse.Namespace) -> int:
     for r in found:
         schedule = r["schedule"]
         how = (r.get("cron") and f"cron '{r['cron']}' ({schedule['timezone']})") or schedule["kind"]
-        print(f"{r['id']}  {r['session_id']}  next {_when(r['next_fire'])}  [{how}, by {r['created_by']}]")
+        next_at = reminder_time(r["next_fire"], schedule.get("timezone"))
+        print(f"{r['id']}  {r['session_id']}  next {next_at}  [{how}, by {r['created_by']}]")
         print(f"        {r['text'][:100]}")
     return 0

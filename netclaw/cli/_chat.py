@@ -23,7 +23,10 @@ from typing import Any, TextIO
 
 from netclaw import outputs as out
 from netclaw.cli._connect import client_for
+from netclaw.cli._output import usage
+from netclaw.cli._screen import Screen
 from netclaw.client import DaemonClient
+from netclaw.commands import parse_command
 from netclaw.errors import ClientError
 from netclaw.outputs import OutputFilter
 from netclaw.retry import Backoff
@@ -38,8 +41,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     try:
         OutputFilter.parse(args.filter)
     except ValueError as exc:
-        print(f"netclaw: --filter: {exc}", file=sys.stderr)
-        return 2
+        return usage(args, f"--filter: {exc}")
     if args.prompt is not None:
         return _chat_once(args)
     return _chat_interactive(args)
@@ -48,11 +50,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
 def _chat_once(args: argparse.Namespace) -> int:
     session_id = args.session or args.session_id or DEFAULT_SESSION
     with client_for(args) as client:
-        try:
-            answer = client.send(session_id, args.prompt, wait=True, user="cli")
-        except ClientError as exc:
-            print(f"netclaw: {exc}", file=sys.stderr)
-            return 1
+        answer = client.send(session_id, args.prompt, wait=True, user="cli")  # failures: as every command's
     if args.json:
         print(json.dumps(answer, ensure_ascii=False))
     else:
@@ -65,7 +63,8 @@ def _chat_interactive(args: argparse.Namespace) -> int:
     with client_for(args) as client:
         client.health()  # fail fast, and without a banner, if the daemon is not running
         _show_recent(client, session_id)
-        view = ChatView(client, session_id, f"text,{args.filter}")
+        screen = Screen()
+        view = ChatView(client, session_id, f"text,{args.filter}", screen=screen)
         view.start()
         if not view.joined.wait(JOIN_TIMEOUT_S):
             print(
@@ -77,7 +76,7 @@ def _chat_interactive(args: argparse.Namespace) -> int:
             f"session {session_id} — /help for commands; Ctrl-C stops a reply, Ctrl-D leaves", file=sys.stderr
         )
         with _line_history():
-            return Conversation(client, session_id, view).run()
+            return Conversation(client, session_id, view, screen).run()
 
 
 def _show_recent(client: DaemonClient, session_id: str) -> None:
@@ -89,7 +88,10 @@ def _show_recent(client: DaemonClient, session_id: str) -> None:
             return  # a new session
         raise
     messages = [
-        m for m in session["messages"] if m["role"] in ("user", "assistant") and not m.get("tool_calls")
+        m
+        for m in session["messages"]
+        if (m["role"] in ("user", "assistant") and not m.get("tool_calls") and not m.get("pending"))
+        or m.get("kind") == "turn_outcome"  # a turn that failed or was stopped: no reply
     ]
     starts = [i for i, m in enumerate(messages) if m["role"] == "user"]
     recent = messages[starts[-RESUME_EXCHANGES] :] if len(starts) >= RESUME_EXCHANGES else messages
@@ -97,8 +99,10 @@ def _show_recent(client: DaemonClient, session_id: str) -> None:
         return
     print(f"(resuming {session_id}: {session['turns']} turn(s) so far; the last ones:)", file=sys.stderr)
     for m in recent:
-        who = "you" if m["role"] == "user" else "agent"
-        print(f"{who}> {m['content']}")
+        if m.get("kind") == "turn_outcome":
+            print(f"  [{m['content']}]")
+        else:
+            print(f"{'you' if m['role'] == 'user' else 'agent'}> {m['content']}")
 
 
 @contextlib.contextmanager
@@ -126,16 +130,17 @@ def _line_history() -> Any:
 class Conversation:
     """The prompt loop: read a line, send it, wait for its turn (Ctrl-C cancels it)."""
 
-    def __init__(self, client: DaemonClient, session_id: str, view: ChatView) -> None:
+    def __init__(self, client: DaemonClient, session_id: str, view: ChatView, screen: Screen) -> None:
         self.client = client
         self.session_id = session_id
         self.view = view
+        self.screen = screen
 
     def run(self) -> int:
         interrupted = False
         while True:
             try:
-                line = input("you> ")
+                line = self.screen.ask("you> ")
                 interrupted = False
                 if line.strip() and not self.send(line):
                     return 130
@@ -152,13 +157,18 @@ class Conversation:
     def send(self, line: str) -> bool:
         """Send one line and wait for its turn. False when the person asked to leave."""
         self.view.turn_done.clear()
+        command = parse_command(line)
+        if command == "reset":  # its answer says it; the session's own notice would say it twice
+            self.view.own_resets += 1
         try:
             answer = self.client.send(self.session_id, line, user="cli")
         except ClientError as exc:
+            if command == "reset":
+                self.view.own_resets -= 1
             print(f"netclaw: {exc}", file=sys.stderr)
             return True
         if "command" in answer:  # answered at once; no turn to wait for
-            print(f"  [{answer['notice']}]")
+            print("\n".join(f"  [{line}]" if line else "" for line in answer["notice"].split("\n")))
             return True
         return self._wait_for_turn()
 
@@ -183,7 +193,7 @@ class Conversation:
     def _ask(self, request: out.ApprovalRequested) -> None:
         """A tool call waits for a decision: ask here, decide through the API."""
         try:
-            answer = input(f"  allow {request.tool}? [y]es / [n]o / [a]lways: ").strip().lower()
+            answer = self.screen.ask(f"  allow {request.tool}? [y]es / [n]o / [a]lways: ").strip().lower()
         except EOFError:
             print("\n  (left undecided; `netclaw approvals` lists it)", file=sys.stderr)
             return
@@ -204,6 +214,7 @@ class ChatView:
         session_id: str,
         mask: str,
         *,
+        screen: Screen | None = None,
         stdout: TextIO | None = None,
         stderr: TextIO | None = None,
         sleep: Callable[[float], None] = time.sleep,
@@ -215,9 +226,9 @@ class ChatView:
         self.turn_done = threading.Event()
         self.failure: str | None = None
         self.stopping = threading.Event()
-        self._stdout = stdout or sys.stdout
-        self._stderr = stderr or sys.stderr
+        self.screen = screen or Screen(stdout, stderr)
         self._sleep = sleep
+        self.own_resets = 0  # resets this client asked for, whose notice it printed itself
         self._streamed: set[int] = set()
         self._lost = False
         self._requests: queue.SimpleQueue[out.ApprovalRequested] = queue.SimpleQueue()
@@ -252,69 +263,79 @@ class ChatView:
                 return
             if not self._lost:
                 self._lost = True
-                self._stderr.write("\n(lost the connection to the daemon; reconnecting…)\n")
-                self._stderr.flush()
+                self.screen.err("\n(lost the connection to the daemon; reconnecting…)\n")
             self._sleep(RECONNECT_BACKOFF.delay(attempt))
             attempt += 1
 
-    def show(self, output: out.Output) -> None:  # noqa: C901 - one case per output type
-        stream = self._stdout
+    def show(self, output: out.Output) -> None:
+        """Print one output (above the prompt, if the person is typing)."""
+        text = self.render(output)
+        if text:
+            (self.screen.err if isinstance(output, out.Error | out.Joined) else self.screen.out)(text)
+
+    def render(self, output: out.Output) -> str:  # noqa: C901 - one case per output type
+        """What ``output`` looks like on the screen ("" for nothing); tracks the stream."""
         match output:
             case out.Joined(phase=phase):
+                self.joined.set()
                 if self._lost:
                     self._lost = False
-                    self._stderr.write("(reconnected)\n")
                     if phase == "ready":  # whatever we waited for ended while we were away
                         self.turn_done.set()
-                self.joined.set()
+                    return "(reconnected)\n"
+                return ""
             case out.TextDelta(turn=turn, delta=delta):
                 if turn not in self._streamed:
                     self._streamed.add(turn)
-                    stream.write("agent> ")
-                stream.write(delta)
+                    return f"agent> {delta}"
+                return delta
             case out.Text(turn=turn, text=text):
-                stream.write("\n" if turn in self._streamed else f"agent> {text}\n")
+                return "\n" if turn in self._streamed else f"agent> {text}\n"
             case out.Thinking(text=text):
-                stream.write(f"  (thinking) {text[:500]}\n")
+                return f"  (thinking) {text[:500]}\n"
             case out.ToolCall(name=name, arguments=arguments):
-                stream.write(f"  [tool] {name}({arguments})\n")
+                return f"  [tool] {name}({arguments})\n"
             case out.ToolResult(content=content, is_error=is_error):
-                stream.write(f"  [{'error' if is_error else 'result'}] {content[:300]}\n")
+                return f"  [{'error' if is_error else 'result'}] {content[:300]}\n"
             case out.Usage(input_tokens=tokens_in, output_tokens=tokens_out):
-                stream.write(f"  [usage] in {tokens_in} / out {tokens_out} tokens\n")
+                return f"  [usage] in {tokens_in} / out {tokens_out} tokens\n"
+            case out.Error(code="cancelled"):
+                return ""  # a stopped reply is announced by the turn's end, not as an error
             case out.Error(code=code, message=message):
-                self._stderr.write(f"error: {message} ({code})\n")
+                return f"error: {message} ({code})\n"
             case out.HistoryTrimmed(dropped_turns=dropped):
-                stream.write(f"  [earlier turns omitted: {dropped} turn(s) dropped to fit the window]\n")
+                return f"  [earlier turns omitted: {dropped} turn(s) dropped to fit the window]\n"
             case out.Compaction(summarized=True):
-                stream.write("  [earlier conversation summarised]\n")
+                return "  [earlier conversation summarised]\n"
             case out.Notice(kind="command"):
-                pass  # this client prints its commands' answers itself
+                return ""  # this client prints its commands' answers itself
             case out.Notice(text=text):
-                stream.write(f"  [{text}]\n")
+                return f"  [{text}]\n"
             case out.SessionReset():
-                stream.write("  [the conversation starts afresh]\n")
+                if self.own_resets > 0:
+                    self.own_resets -= 1
+                    return ""
+                return "  [the conversation starts afresh]\n"
             case out.ApprovalRequested(approval_id=approval_id, tool=tool, arguments=arguments):
-                if approval_id not in self._shown_requests:  # re-announced after a reconnect
-                    self._shown_requests.add(approval_id)
-                    stream.write(
-                        f"\n  [approval {approval_id}] the agent wants to run {tool}({arguments[:300]})\n"
-                    )
-                    self._requests.put(output)
+                if approval_id in self._shown_requests:  # re-announced after a reconnect
+                    return ""
+                self._shown_requests.add(approval_id)
+                self._requests.put(output)
+                return f"\n  [approval {approval_id}] the agent wants to run {tool}({arguments[:300]})\n"
             case out.ApprovalDecided(approval_id=approval_id, decision=decision, by=by):
-                stream.write(f"  [approval {approval_id}: {decision} by {by}]\n")
+                return f"  [approval {approval_id}: {decision} by {by}]\n"
             case out.ToolProgress(name=name, progress=done, total=total, message=message):
                 of = f"/{total:g}" if total is not None else ""
-                stream.write(f"  [progress] {name} {done:g}{of}" + (f": {message}" if message else "") + "\n")
+                return f"  [progress] {name} {done:g}{of}" + (f": {message}" if message else "") + "\n"
             case out.InputRequested(question_id=qid, source=source, message=message):
-                stream.write(f"\n  [question {qid}] {source} asks: {message}\n")
-                stream.write(
+                return (
+                    f"\n  [question {qid}] {source} asks: {message}\n"
                     f"  (answer with `netclaw questions answer {qid} key=value…`, accept or decline)\n"
                 )
             case out.InputAnswered(question_id=qid, action=action, by=by):
-                stream.write(f"  [question {qid}: {action} by {by}]\n")
-            case out.TurnCompleted():
+                return f"  [question {qid}: {action} by {by}]\n"
+            case out.TurnCompleted(status=status):
                 self.turn_done.set()
+                return "  [stopped]\n" if status == "cancelled" else ""
             case _:
-                pass
-        stream.flush()
+                return ""

@@ -6,16 +6,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import grp
 import json
 import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 from urllib.parse import urlsplit
 
 from netclaw.config import ProviderConfig, load_settings
 from netclaw.credentials import read_secret, where_to_put
-from netclaw.errors import NetclawError
+from netclaw.errors import ModelNotServed, NetclawError
+from netclaw.system import SYSTEM_CONFIG, SYSTEM_ENV_FILE, SYSTEM_GROUP, SYSTEM_STATE_DIR
 
 CHECK_TIMEOUT_S = 15.0
 
@@ -51,18 +54,69 @@ def defaults(provider: str, base_url: str | None) -> Choice:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    path = Path(args.config or "netclaw.json")
+    system = bool(getattr(args, "system", False))
+    path = Path(args.config or (SYSTEM_CONFIG if system else "netclaw.json"))
     if path.exists() and not args.force:
         print(f"netclaw: {path} already exists; use --force to overwrite it", file=sys.stderr)
         return 1
     choice = _choose(args)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(starter_config(choice), encoding="utf-8")
-    print(f"wrote {path}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(starter_config(choice, system=system), encoding="utf-8")
+        print(f"wrote {path}")
+        if system:
+            _system_files(path, choice)
+    except OSError as exc:
+        sudo = " (as root: sudo netclaw init --system)" if system else ""
+        print(f"netclaw: cannot write {exc.filename or path}: {exc.strerror}{sudo}", file=sys.stderr)
+        return 1
     settings = load_settings(path)  # what was written must load: the same rules as `run`
-    ok = _check(choice, settings.providers["main"])
-    _next_steps(path, choice, ok)
+    found = _check(choice, settings.providers["main"])
+    _next_steps(path, choice, found, system=system)
     return 0
+
+
+def _system_files(path: Path, choice: Choice) -> None:
+    """The system config is readable by the service (its group) but no one else; the
+    environment file beside it holds secrets (root only, read by systemd) and is never
+    overwritten."""
+    try:
+        group = grp.getgrnam(SYSTEM_GROUP).gr_gid
+    except KeyError:
+        group = None
+    if group is not None and os.geteuid() == 0:
+        os.chown(path, 0, group)
+        path.chmod(0o640)
+        print(f"  {path}: mode 0640, owner root:{SYSTEM_GROUP} (the service reads it through that group)")
+    else:
+        path.chmod(0o644)  # no secrets in it by design; the service's dynamic user must read it
+        print(f"  {path}: mode 0644 (no group {SYSTEM_GROUP!r} here: run deploy/install.sh as root first)")
+    env_file = path.parent / SYSTEM_ENV_FILE.name
+    if env_file.exists():
+        print(f"kept {env_file} (it may hold secrets; edit it by hand)")
+        return
+    fd = os.open(env_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(env_file_text(choice))
+    print(f"wrote {env_file} (mode 0600: secrets go here, or in systemd credentials)")
+
+
+def env_file_text(choice: Choice) -> str:
+    lines = [
+        f"# {SYSTEM_ENV_FILE}: read by systemd for netclaw.service (mode 0600, root only).",
+        "# The variables the config's *_env keys name: API keys, chat tokens. Prefer systemd",
+        "# credentials (LoadCredential= in the unit) where you can.",
+    ]
+    if choice.api_key_env:
+        lines.append(f"{choice.api_key_env}=")
+    lines += [
+        "#SLACK_BOT_TOKEN=xoxb-...",
+        "#SLACK_APP_TOKEN=xapp-...",
+        "#DISCORD_BOT_TOKEN=...",
+        "# Any config key can be overridden here too, e.g. NETCLAW_LOG__LEVEL=debug",
+        "",
+    ]
+    return "\n".join(lines)
 
 
 def _choose(args: argparse.Namespace) -> Choice:
@@ -84,7 +138,17 @@ def _choose(args: argparse.Namespace) -> Choice:
         )
     base_url = args.base_url or _ask("base URL", base.base_url)
     base = defaults(provider, base_url)
-    model = args.model or _ask("model", base.model)
+    model = args.model
+    if model is None:
+        served = served_models(Choice(provider, base_url, base.model, base.api_key_env, base.context_window))
+        default = base.model
+        if served:
+            print(
+                f"the server at {base_url} has: {', '.join(served[:20])}{', …' if len(served) > 20 else ''}"
+            )
+            if default not in served:
+                default = served[0]
+        model = _ask("model", default)
     key = args.api_key_env or _ask(
         "environment variable holding the API key (empty: none)", base.api_key_env or ""
     )
@@ -99,8 +163,9 @@ def _ask(question: str, default: str) -> str:
     return answer or default
 
 
-def starter_config(choice: Choice) -> str:
-    """The file: the chosen provider and model, the rest at their defaults, with comments."""
+def starter_config(choice: Choice, *, system: bool = False) -> str:
+    """The file: the chosen provider and model, the rest at their defaults, with comments.
+    ``system``: for deploy/netclaw.service, state in its StateDirectory (/var/lib/netclaw)."""
     provider = {"type": choice.provider, "base_url": choice.base_url, "api_key_env": choice.api_key_env}
     lines = [
         "// netclaw configuration, written by `netclaw init`. Whole-line // comments are allowed.",
@@ -108,8 +173,19 @@ def starter_config(choice: Choice) -> str:
         "// Secrets never go in this file: *_env keys name an environment variable (or VAR_FILE,",
         "// or a systemd credential VAR) that holds them.",
         "{",
-        "  // Where sessions, memories and the control token live (relative to this file).",
-        '  "data_dir": "./data",',
+        *(
+            [
+                "  // Where sessions, memories and the control token live: the service's",
+                "  // StateDirectory (nothing else is writable under its ProtectSystem=strict).",
+                f'  "data_dir": "{SYSTEM_STATE_DIR}",',
+                f'  "tools": {{"workspace_dir": "{SYSTEM_STATE_DIR / "workspace"}"}},',
+            ]
+            if system
+            else [
+                "  // Where sessions, memories and the control token live (relative to this file).",
+                '  "data_dir": "./data",',
+            ]
+        ),
         "",
         "  // The model server. type openai: any OpenAI-compatible server (Ollama, vLLM,",
         "  // llama.cpp, LiteLLM, OpenAI); type anthropic: Anthropic's Messages API.",
@@ -136,12 +212,15 @@ def starter_config(choice: Choice) -> str:
     return "\n".join(lines)
 
 
-def _check(choice: Choice, config: ProviderConfig) -> bool:
+ProviderCheck = Literal["ok", "no_key", "no_model", "unreachable"]
+
+
+def _check(choice: Choice, config: ProviderConfig) -> ProviderCheck:
     from netclaw.providers import make_provider
 
     if choice.api_key_env and not read_secret(choice.api_key_env):
         print(f"[warn] the key {choice.api_key_env} is not set here: {where_to_put(choice.api_key_env)}")
-        return False
+        return "no_key"
 
     async def probe() -> str:
         provider = make_provider("main", config)
@@ -152,25 +231,69 @@ def _check(choice: Choice, config: ProviderConfig) -> bool:
 
     try:
         detail = asyncio.run(probe())
+    except ModelNotServed as exc:
+        print(
+            f"[warn] the server at {choice.base_url} is up but does not have the model {choice.model!r}; "
+            f"it has: {', '.join(exc.available[:20]) or 'nothing'}"
+        )
+        return "no_model"
     except (NetclawError, TimeoutError) as exc:
         print(f"[warn] provider at {choice.base_url}: {exc or 'no answer in time'}")
-        return False
+        return "unreachable"
     print(f"[ok] provider at {choice.base_url}: {detail}; model {choice.model}")
-    return True
+    return "ok"
 
 
-def _next_steps(path: Path, choice: Choice, provider_ok: bool) -> None:
-    config = "" if path == Path("netclaw.json") else f" --config {path}"
+def served_models(choice: Choice) -> list[str] | None:
+    """What the server lists (to offer), or None when it cannot be asked or lists nothing."""
+    from netclaw.providers import HttpStreamingProvider, make_provider
+
+    config = ProviderConfig(type=choice.provider, base_url=choice.base_url, api_key_env=choice.api_key_env)
+
+    async def listing() -> list[str] | None:
+        provider = make_provider("main", config)
+        try:
+            if not isinstance(provider, HttpStreamingProvider):
+                return None
+            return await asyncio.wait_for(provider.served_models(), CHECK_TIMEOUT_S)
+        finally:
+            await provider.aclose()
+
+    try:
+        return asyncio.run(listing())
+    except (NetclawError, TimeoutError):
+        return None
+
+
+def _next_steps(path: Path, choice: Choice, provider: ProviderCheck, *, system: bool = False) -> None:
+    default = SYSTEM_CONFIG if system else Path("netclaw.json")
+    config = "" if path == default else f" --config {path}"
     steps = []
+    env_file = path.parent / SYSTEM_ENV_FILE.name
     if choice.api_key_env and not os.environ.get(choice.api_key_env):
-        steps.append(f"export {choice.api_key_env}=...   # or {choice.api_key_env}_FILE=/path/to/a/file")
-    if not provider_ok and choice.local:
+        if system:
+            steps.append(f"put the key in {env_file}: {choice.api_key_env}=...")
+        else:
+            steps.append(f"export {choice.api_key_env}=...   # or {choice.api_key_env}_FILE=/path/to/a/file")
+    if provider == "unreachable" and choice.local:
         steps.append(f"start your model server (e.g. `ollama serve`, then `ollama pull {choice.model}`)")
-    steps += [
-        f"netclaw doctor{config}      # checks everything again",
-        f"netclaw run{config}         # the daemon, in the foreground",
-        f"netclaw chat{config}        # in another terminal",
-    ]
+    elif provider == "no_model":
+        steps.append(
+            f"pull the model (`ollama pull {choice.model}`) or pick one the server has: "
+            f"netclaw init --force{' --system' if system else ''} --model NAME"
+        )
+    if system:
+        steps += [
+            "sudo systemctl enable --now netclaw   # start it (and at boot)",
+            f"sudo netclaw chat{config}              # root reads the service's control token",
+            "journalctl -u netclaw -f             # its log",
+        ]
+    else:
+        steps += [
+            f"netclaw doctor{config}      # checks everything again",
+            f"netclaw run{config}         # the daemon, in the foreground",
+            f"netclaw chat{config}        # in another terminal",
+        ]
     print("\nnext steps:")
     for number, step in enumerate(steps, 1):
         print(f"  {number}. {step}")

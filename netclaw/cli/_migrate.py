@@ -12,7 +12,8 @@ from netclaw.errors import ConfigError
 
 
 def cmd_migrate_journal(args: argparse.Namespace) -> int:
-    settings = load_settings(args.config)
+    # --dsn-env names a secret, whatever it is called (NETCLAW_PG_DSN): not a config override.
+    settings = load_settings(args.config, secret_names=(args.dsn_env,) if args.dsn_env else ())
     name = args.dsn_env or settings.journal.dsn_env
     if not name:
         raise ConfigError(
@@ -42,7 +43,7 @@ def cmd_migrate_journal(args: argparse.Namespace) -> int:
     sessions = copied.get("sessions", 0)
     print(
         f"done: {copied.get('events', 0)} event(s) of {sessions} session(s), "
-        f"{copied.get('memories', 0)} memor(ies), {copied.get('reminders', 0)} reminder(s); "
+        f"memories: {copied.get('memories', 0)}, {copied.get('reminders', 0)} reminder(s); "
         f"{source} is unchanged.\n"
         f'next: set "journal": {{"backend": "postgres", "dsn_env": "{name}"}} on every node, then start them'
     )

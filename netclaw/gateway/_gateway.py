@@ -35,6 +35,7 @@ from netclaw.audit import AuditEntry
 from netclaw.cluster import Forwarder
 from netclaw.commands import HELP_TEXT, Command, PromptCommand, PromptSyntaxError, parse_command, parse_prompt
 from netclaw.config import ChannelAccess, LiveSettings, Settings
+from netclaw.context_view import offered_tools, with_recall
 from netclaw.errors import (
     ApprovalNotFound,
     InvalidInput,
@@ -87,7 +88,7 @@ from netclaw.sessions import (
     continuity_notice,
     load_state,
 )
-from netclaw.tools import Questions
+from netclaw.tools import Questions, ToolRegistry
 from netclaw.trust import system_prompt as trusted_prompt
 
 __all__ = [
@@ -243,6 +244,7 @@ class SessionView:
     trimmed: bool = False
     summarized: bool = False
     resets: int = 0
+    tools: Sequence[str] = ()  # context view: the tools the model is offered
 
 
 def parse_prompt_or_fail(text: str) -> PromptCommand | None:
@@ -320,8 +322,10 @@ class Gateway:
         access: AccessLogic | None = None,
         mcp: McpHub | None = None,
         questions: Questions | None = None,
+        tools: ToolRegistry | None = None,
     ) -> None:
         self._manager = manager
+        self._tools = tools  # read for the context view (what the model is offered)
         self._mcp = mcp  # MCP servers: their prompts are `/prompt` commands
         self._questions = questions  # what running tools ask people (answered here)
         self.access = access  # the audit table and API tokens (netclaw/persistence/_access.py)
@@ -579,7 +583,8 @@ class Gateway:
             parts.append(f"{await self._reminders.count(session_id)} reminder(s)")
         if self._memory is not None:
             audience = audience_of(session_id, self.settings)
-            parts.append(f"{await self._memory.count(audience)} {audience} memorie(s)")
+            count = await self._memory.count(audience)
+            parts.append(f"{count} {audience} {'memory' if count == 1 else 'memories'}")
         return "; ".join(parts) + "."
 
     # -- questions from running tools (MCP elicitation, sampling's go-ahead) ------------------
@@ -861,7 +866,12 @@ class Gateway:
             resumed_at = self._manager.continuity_of(session_id)
             if resumed_at is not None:  # what the next model call carries, until it has
                 messages.insert(1, continuity_notice(resumed_at, time.time()))
-            return SessionView(summary, "context", messages)
+            place, settings = state.place, self.settings
+            messages = await with_recall(
+                messages, session_id=session_id, place=place, settings=settings, memory=self._memory
+            )
+            tools = offered_tools(session_id, place, settings, self._tools)
+            return SessionView(summary, "context", messages, tools=tools)
         return SessionView(
             summary,
             "transcript",

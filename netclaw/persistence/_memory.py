@@ -122,14 +122,15 @@ def normalise(text: str) -> str:
     return collapsed[:end] or collapsed
 
 
-def search_terms(text: str) -> list[str]:
+def search_terms(text: str, *, stop_words: bool = False) -> list[str]:
     """The words of free user text worth searching for: distinct, casefolded, letters and
-    digits only (no query syntax can survive), without stop words, at most
-    ``MAX_QUERY_TERMS``."""
+    digits only (no query syntax can survive), without stop words (recall matches a
+    chat message; ``stop_words``: keep them, for a person who searched for exactly that
+    word), at most ``MAX_QUERY_TERMS``."""
     terms: list[str] = []
     for match in _WORD.finditer(text):
         word = match.group().casefold()
-        if len(word) < 2 or word in _STOP_WORDS or word in terms:
+        if len(word) < 2 or (word in _STOP_WORDS and not stop_words) or word in terms:
             continue
         terms.append(word)
         if len(terms) >= MAX_QUERY_TERMS:
@@ -137,14 +138,14 @@ def search_terms(text: str) -> list[str]:
     return terms
 
 
-def fts_query(text: str) -> str | None:
+def fts_query(text: str, *, stop_words: bool = False) -> str | None:
     """A safe FTS5 query for free user text: its distinct words, each quoted, OR-ed.
 
     Quoting makes every term a literal phrase, so operators (``NEAR``, ``AND``,
     ``*``, ``:``, ``-``, ``^``) and stray quotes in the text are just words.
     None when nothing searchable is left.
     """
-    terms = search_terms(text)  # the pattern excludes '"', so no escaping is needed
+    terms = search_terms(text, stop_words=stop_words)  # the pattern excludes '"': no escaping needed
     return " OR ".join(f'"{word}"' for word in terms) if terms else None
 
 
@@ -283,7 +284,7 @@ class SqliteMemoryStore:
             params.append(session_id)
         limit = max(1, min(limit, 1000))
         if query is not None and query.strip():
-            match = fts_query(query)
+            match = fts_query(query, stop_words=True)  # a person's search: every word they typed
             if match is None:
                 return []
             sql = (

@@ -21,7 +21,12 @@ import httpx
 
 from netclaw import __version__
 from netclaw.config import ProviderConfig
-from netclaw.errors import ProviderBadRequest, ProviderError, ProviderProtocolError, ProviderUnavailable
+from netclaw.errors import (
+    ModelNotServed,
+    ProviderError,
+    ProviderProtocolError,
+    ProviderUnavailable,
+)
 from netclaw.providers._base import Completion, OnDelta, ProviderRequest
 from netclaw.providers._classify import (
     PROVIDER_MAX_RETRY_AFTER_S,
@@ -500,37 +505,51 @@ class HttpStreamingProvider(ABC, Generic[AnswerT]):
 
     async def check(self, model: str | None = None) -> str:
         """Reachability (and, where the server lists its models, that ``model`` is one of
-        them). Raises ProviderError naming what is wrong."""
+        them). Raises ProviderError naming what is wrong (:class:`ModelNotServed` with the
+        models it has when the server is up but lacks ``model``)."""
+        answered, names = await self._listing()
+        if names is None:
+            return answered
+        if model is not None and names and model not in names:
+            shown = ", ".join(names[:10]) + (", …" if len(names) > 10 else "")
+            raise ModelNotServed(
+                f"the server at {self.base_url} does not have the model {model!r} (it has: {shown}); "
+                "fix models.main.model, or pull the model (ollama pull NAME)",
+                names,
+            )
+        return f"reachable, {len(names)} model{'' if len(names) == 1 else 's'}"
+
+    async def served_models(self) -> list[str] | None:
+        """The models the server lists (sorted), or None when it does not list them.
+        Raises ProviderError when it cannot be reached."""
+        return (await self._listing())[1]
+
+    async def _listing(self) -> tuple[str, list[str] | None]:
+        """(what the server answered, the model names it lists or None)."""
         try:
             response = await self._client.get(self._models_url(), headers=self._headers())
         except httpx.HTTPError as exc:
             raise self._transport_error(exc) from exc
         if response.status_code in (404, 405):
             # Not every server (or proxy) lists models; it answered, which is the point.
-            return f"reachable, GET {self.MODELS_LABEL} answered HTTP {response.status_code}"
+            return f"reachable, GET {self.MODELS_LABEL} answered HTTP {response.status_code}", None
         if not response.is_success:
             raise self._http_error(response, response.content)
         try:
             data = response.json()
         except ValueError:
-            return f"reachable (HTTP {response.status_code})"
+            return f"reachable (HTTP {response.status_code})", None
         models = None
         for key in self.MODEL_LIST_KEYS:
             models = data.get(key) if isinstance(data, Mapping) else None
             if isinstance(models, list):
                 break
         if not isinstance(models, list):
-            return f"reachable (HTTP {response.status_code})"
+            return f"reachable (HTTP {response.status_code})", None
         names = sorted(
             {str(m.get("id") or m.get("name")) for m in models if isinstance(m, Mapping)} - {"None"}
         )
-        if model is not None and names and model not in names:
-            shown = ", ".join(names[:10]) + (", …" if len(names) > 10 else "")
-            raise ProviderBadRequest(
-                f"the server at {self.base_url} does not have the model {model!r} (it has: {shown}); "
-                "fix models.main.model, or pull the model (ollama pull NAME)"
-            )
-        return f"reachable, {len(models)} model{'' if len(models) == 1 else 's'}"
+        return f"reachable (HTTP {response.status_code})", names
 
     async def aclose(self) -> None:
         await self._client.aclose()

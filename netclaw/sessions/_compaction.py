@@ -189,7 +189,7 @@ def describe_compaction(event: SessionCompacted) -> str:
     if event.cleared:
         done.append(f"cleared {len(event.cleared)} old tool result(s)")
     if event.memories_saved:
-        done.append(f"saved {event.memories_saved} memorie(s)")
+        done.append(f"saved {event.memories_saved} {'memory' if event.memories_saved == 1 else 'memories'}")
     what = ", ".join(done) if done else "changed nothing"
     note = f" ({event.note})" if event.note else ""
     return f"Compacted: {what}; the context went from {event.tokens_before} to {event.tokens_after} tokens{note}."

@@ -242,7 +242,7 @@ def failed_turn(
             status,
             error={"code": code, "message": message},
             spent=spent,
-            model=run.model if spent else None,
+            model=run.model or None,  # usage by model: a failed turn is the model's too
         )
     )
     shown: out.Output = (

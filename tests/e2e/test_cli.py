@@ -11,6 +11,7 @@ import json
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -258,9 +259,10 @@ def test_interactive_chat_in_a_terminal(daemon: DaemonProcess, site: Setup) -> N
         term.expect("agent> word")
         term.interrupt()  # Ctrl-C: stops the reply, not the chat
         term.expect("stopping the reply")
-        term.expect("(cancelled)")
+        term.expect("[stopped]")
         term.type_at_prompt("/help")
-        term.expect("Commands: /new or /reset")
+        term.expect("[Commands (`!` works in place of `/`):]")
+        term.expect("[/new or /reset — start the conversation afresh")
         term.type_at_prompt("!new")
         term.expect("Started afresh")
         term.expect("you> ")
@@ -291,6 +293,49 @@ def test_chat_prompt_reports_a_provider_failure(daemon: DaemonProcess, site: Set
     assert "Incorrect API key provided" in err, err
     assert "Traceback" not in err
     assert out.strip() == ""
+
+
+def test_chat_prompt_json_failure_is_a_json_object_with_the_exit_status(
+    daemon: DaemonProcess, site: Setup
+) -> None:
+    code, out, err = cli(
+        site, "chat", "-p", "fails as json [auth-fail]", "--json", "--session", "cli:jsonfail"
+    )
+    error = json.loads(out)["error"]
+    assert code == 1 == error["exit_status"]
+    assert error["code"] == "provider_auth" and error["http_status"] == 502
+    assert "Incorrect API key provided" in error["message"] and "Incorrect API key provided" in err
+    # (A success elsewhere, so the provider's failures in a row stay below /healthz's threshold.)
+    assert daemon.post("cli:jsonfail-ok", "fine again", wait=True).status_code == 200
+
+
+def test_interactive_chat_keeps_its_prompt_when_others_speak_and_shows_failed_turns(
+    daemon: DaemonProcess, site: Setup
+) -> None:
+    sid = "cli:shared"
+    assert daemon.post(sid, "first question", wait=True).status_code == 200
+    assert daemon.post(sid, "this one breaks [auth-fail]", wait=True).status_code == 502
+    assert daemon.post(sid, "/reset").status_code == 200  # the marker leaves the model's context
+    assert daemon.post(sid, "second question", wait=True).status_code == 200
+    argv = [sys.executable, "-m", "netclaw.cli", "chat", sid, "--config", str(site.config)]
+    with Terminal(argv, env=subprocess_env(), cwd=REPO_ROOT) as term:
+        # Resuming: the failed turn is shown as failed, not as if it had been answered.
+        term.expect("you> this one breaks [auth-fail]")
+        term.expect("[turn 2 failed: ")
+        term.expect("you> second question")
+        term.expect("/help for commands")
+        term.expect("you> ")
+        time.sleep(0.2)  # at the prompt, reading
+        # Another client (the API) speaks in this session: its reply is written above the
+        # prompt, and the prompt comes back.
+        assert daemon.post(sid, "from another client", wait=True).status_code == 200
+        term.expect("agent> echo: from another client\nyou> ")
+        term.type_at_prompt("still here?", prompt="")
+        term.expect("agent> echo: still here?")
+        term.expect("you> ")
+        time.sleep(0.2)
+        term.send_eof()
+        assert term.wait() == 0
 
 
 def test_chat_when_daemon_stopped_says_it_cannot_be_reached(tmp_path: Path) -> None:

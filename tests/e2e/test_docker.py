@@ -1,12 +1,12 @@
 """The container image: built from this checkout with ``docker build .``, run as a user
 would (a volume for the state, the control token inside it), answering a turn, healthy by
 its own HEALTHCHECK, stopping cleanly on ``docker stop``. Skips without a Docker daemon or
-without the base image (image registries may be unreachable)."""
+without the base image (tests/e2e/deploy/docker-setup.sh provides both, as CI does).
+The README's own ``docker run`` line is run as written in test_deploy.py."""
 
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import time
 import uuid
@@ -15,6 +15,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from tests.e2e._docker import require_engine
 from tests.e2e.conftest import REPO_ROOT, free_port, wait_until
 from tests.fakes.scripted_openai import ScriptedOpenAIThread
 
@@ -29,16 +30,7 @@ def docker(*args: str, timeout: float = 60, check: bool = True) -> subprocess.Co
 
 @pytest.fixture(scope="module")
 def image() -> Iterator[str]:
-    if shutil.which("docker") is None:
-        pytest.skip("no docker command on this machine")
-    if docker("info", check=False).returncode != 0:
-        pytest.skip("no Docker daemon is running")
-    if docker("image", "inspect", BASE_IMAGE, check=False).returncode != 0:
-        pulled = docker("pull", BASE_IMAGE, timeout=300, check=False)
-        if pulled.returncode != 0:
-            pytest.skip(
-                f"the base image {BASE_IMAGE} is not here and cannot be pulled: {pulled.stderr.strip()[:200]}"
-            )
+    require_engine()  # skips with the reason where there is no engine or base image
     tag = f"netclaw-test:{uuid.uuid4().hex[:8]}"
     built = docker("build", "--network", "host", "-t", tag, str(REPO_ROOT), timeout=900, check=False)
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]

@@ -71,6 +71,23 @@ def test_init_asks_when_not_told(tmp_path: Path, scripted: ScriptedOpenAIThread)
     assert f'"base_url": "{scripted.base_url}"' in (tmp_path / "netclaw.json").read_text()
 
 
+def test_init_says_what_to_do_when_the_server_is_up_but_lacks_the_model(
+    tmp_path: Path, scripted: ScriptedOpenAIThread
+) -> None:
+    done = run_cli("init", "--yes", "--base-url", scripted.base_url, "--model", "qwen3:8b", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert (
+        f"[warn] the server at {scripted.base_url} is up but does not have the model 'qwen3:8b'; it has: scripted"
+        in done.stdout
+    ), done.stdout
+    assert "start your model server" not in done.stdout  # it is running
+    assert "pull the model (`ollama pull qwen3:8b`) or pick one the server has" in done.stdout
+    # Asked instead of told, it offers what the server has (and takes it by default).
+    done = run_cli("init", "--force", cwd=tmp_path, input=f"openai\n{scripted.base_url}\n\n\n")
+    assert f"the server at {scripted.base_url} has: scripted" in done.stdout, done.stdout
+    assert "model [scripted]" in done.stdout and "[ok] provider" in done.stdout
+
+
 def test_doctor_names_an_unset_key_a_missing_model_and_loose_files(
     tmp_path: Path, scripted: ScriptedOpenAIThread
 ) -> None:

@@ -186,7 +186,7 @@ def test_the_unit_file_verifies(tmp_path: Path) -> None:
         pytest.skip("the netclaw command is not installed (pip install -e .)")
     unit = (REPO_ROOT / "deploy" / "netclaw.service").read_text()
     assert "Type=notify" in unit and "WatchdogSec=" in unit and "StateDirectory=netclaw" in unit
-    (tmp_path / "netclaw.service").write_text(unit.replace("/usr/local/bin/netclaw", netclaw))
+    (tmp_path / "netclaw.service").write_text(unit.replace("/opt/netclaw/bin/netclaw", netclaw))
     done = subprocess.run(
         [analyze, "verify", str(tmp_path / "netclaw.service")], capture_output=True, text=True, timeout=60
     )

@@ -206,7 +206,7 @@ def test_status_command_answers_without_a_turn(
     body = answer.json()
     assert body["command"] == "status"
     assert "Model scripted" in body["notice"] and "of 32768 tokens" in body["notice"]
-    assert "1 turn(s)" in body["notice"] and "personal memorie(s)" in body["notice"]
+    assert "1 turn(s)" in body["notice"] and "personal memories" in body["notice"]
     assert len(scripted.requests) == before
     assert [t for r, t in rows(daemon, "cli:cmd") if r == "user"] == ["hello"]  # not model input
 
@@ -315,3 +315,52 @@ def test_memories_are_listed_searched_and_deleted_with_their_source(daemon: Daem
     assert daemon.http.delete(f"/api/memories/{target}").status_code == 404
     assert daemon.http.delete("/api/memories/not-a-number").status_code == 404
     assert daemon.http.get("/api/memories", params={"audience": "everyone"}).status_code == 400
+
+
+# -- what an operator reads -----------------------------------------------------------------------
+
+
+def test_the_context_view_shows_recalled_memories_and_the_tools_offered(daemon: DaemonHandle) -> None:
+    memory, io = daemon.daemon.memory, daemon.daemon.io
+    assert memory is not None and io is not None
+    io.run(
+        memory.add(
+            [NewMemory("the deploy key lives in vault", "fact")], session_id="cli:ctx", audience="personal"
+        ),
+        5,
+    )
+    assert daemon.send("cli:ctx", "where does the deploy key live?", wait=True).status_code == 200
+    body = daemon.http.get("/api/sessions/cli:ctx", params={"view": "context"}).json()
+    recall = [m for m in body["messages"] if m["id"] == "recall"]
+    assert len(recall) == 1 and "the deploy key lives in vault" in recall[0]["content"]
+    assert body["messages"].index(recall[0]) == 1  # where a turn puts it: right after the system prompt
+    assert {"current_time", "remember", "search_memory"} <= set(body["tools"])
+    assert "tools" not in daemon.http.get("/api/sessions/cli:ctx").json()  # the transcript view: no
+
+
+def test_usage_by_model_counts_failed_turns_under_their_model(
+    daemon: DaemonHandle, scripted: ScriptedOpenAIThread
+) -> None:
+    scripted.enqueue(ErrorReply(status=401, message="bad key"))
+    assert daemon.send("cli:spend", "this one fails", wait=True).status_code == 502
+    assert daemon.send("cli:spend", "this one works", wait=True).status_code == 200
+    rows = daemon.http.get("/api/usage", params={"by": "model"}).json()
+    assert [(r["key"], r["turns"]) for r in rows] == [("scripted", 2)]
+
+
+def test_healthz_is_degraded_with_retry_after_when_the_model_cannot_be_reached(
+    daemon: DaemonHandle, scripted: ScriptedOpenAIThread
+) -> None:
+    health = daemon.http.get("/healthz")
+    assert health.status_code == 200 and health.json()["provider"]["name"] == "local"
+    retries = daemon.daemon.settings.providers["local"].max_retries
+    for _ in range(3):  # three turns, each failing after its retries
+        scripted.enqueue(*[ErrorReply(status=503, message="down")] * (retries + 1))
+        assert daemon.send("cli:down", "hello?", wait=True).status_code == 502
+    health = daemon.http.get("/healthz")
+    assert health.status_code == 503 and health.headers["Retry-After"] == "5"
+    body = health.json()
+    assert body["status"] == "degraded" and body["provider"]["state"] == "unreachable"
+    assert "provider local is unreachable (3 failures in a row)" in body["reason"]
+    assert daemon.send("cli:down", "and now?", wait=True).status_code == 200  # one success heals
+    assert daemon.http.get("/healthz").json()["provider"]["state"] == "ok"

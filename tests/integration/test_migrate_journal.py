@@ -1,5 +1,6 @@
 """``netclaw migrate-journal --to postgres``: a node's SQLite history, moved into PostgreSQL,
-goes on there as if nothing happened — and the command refuses what would lose or mix data."""
+goes on there as if nothing happened — and the command refuses what would lose or mix data.
+The DSN is in NETCLAW_PG_DSN, the name docs/scale-out.md tells people to export."""
 
 from __future__ import annotations
 
@@ -21,7 +22,9 @@ def config(tmp_path: Path, scripted: ScriptedOpenAIThread) -> Path:
 
 
 def migrate(config: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    code = main(["migrate-journal", "--to", "postgres", "--config", str(config), "--dsn-env", "MIGRATE_DSN"])
+    code = main(
+        ["migrate-journal", "--to", "postgres", "--config", str(config), "--dsn-env", "NETCLAW_PG_DSN"]
+    )
     captured = capsys.readouterr()
     return code, captured.out, captured.err
 
@@ -33,7 +36,7 @@ def test_a_migrated_journal_goes_on_in_postgres(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    monkeypatch.setenv("MIGRATE_DSN", pg_dsn)
+    monkeypatch.setenv("NETCLAW_PG_DSN", pg_dsn)
     before = start_daemon()
     for text in ("one", "two"):
         assert before.send("cli:moved", text, wait=True).status_code == 200
@@ -52,9 +55,9 @@ def test_a_migrated_journal_goes_on_in_postgres(
     code, out, err = migrate(config, capsys)
     assert code == 0, err
     assert "events: " in out and "sessions: 1 row(s)" in out and "memories: 1 row(s)" in out
-    assert 'next: set "journal": {"backend": "postgres", "dsn_env": "MIGRATE_DSN"}' in out
+    assert 'next: set "journal": {"backend": "postgres", "dsn_env": "NETCLAW_PG_DSN"}' in out
 
-    after = start_daemon(journal={"backend": "postgres", "dsn_env": "MIGRATE_DSN"})
+    after = start_daemon(journal={"backend": "postgres", "dsn_env": "NETCLAW_PG_DSN"})
     assert chat_rows(after.transcript("cli:moved")) == transcript
     third = after.send("cli:moved", "three", wait=True)
     assert third.status_code == 200 and third.json()["turn"] == 3
@@ -76,11 +79,11 @@ def test_migrating_refuses_while_the_daemon_runs_and_names_a_missing_dsn(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    monkeypatch.delenv("MIGRATE_DSN", raising=False)
+    monkeypatch.delenv("NETCLAW_PG_DSN", raising=False)
     code, _, err = migrate(config, capsys)
-    assert code == 1 and "MIGRATE_DSN (the PostgreSQL DSN) is empty or unset" in err
+    assert code == 1 and "NETCLAW_PG_DSN (the PostgreSQL DSN) is empty or unset" in err
 
-    monkeypatch.setenv("MIGRATE_DSN", pg_dsn)
+    monkeypatch.setenv("NETCLAW_PG_DSN", pg_dsn)
     running = start_daemon()
     running.send("cli:live", "hello", wait=True)
     code, _, err = migrate(config, capsys)
@@ -95,6 +98,6 @@ def test_migrating_refuses_while_the_daemon_runs_and_names_a_missing_dsn(
 def test_no_sqlite_journal_is_a_clear_error(
     config: Path, pg_dsn: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setenv("MIGRATE_DSN", pg_dsn)
+    monkeypatch.setenv("NETCLAW_PG_DSN", pg_dsn)
     code, _, err = migrate(config, capsys)
     assert code == 1 and "there is no SQLite journal at" in err

@@ -438,7 +438,12 @@ def test_commands_after_a_mention_answer_in_the_thread(
         "the status notice",
     )
     fake_slack.say("C1", f"{MENTION} !help", thread_ts=ts)
-    wait_for(lambda: any("Commands:" in m["text"] for m in fake_slack.bot_messages("C1", ts)), "the help")
+    wait_for(
+        lambda: any(
+            "Commands (" in m["text"] and "\n/stop" in m["text"] for m in fake_slack.bot_messages("C1", ts)
+        ),
+        "the help",
+    )
     assert len(scripted.requests) == 1
     assert user_texts(handle, f"slack:C1:{ts}") == ["hello"]
     assert len(fake_slack.calls_of("reactions.add")) == 1  # commands are not marked as work

@@ -82,3 +82,62 @@ def test_the_view_prints_outputs_for_people() -> None:
         "agent> Hi there\n  [tool] current_time({})\n  [said elsewhere]\n  [the conversation starts afresh]\n"
     )
     assert view.turn_done.is_set() and view.joined.is_set()
+
+
+def test_a_stopped_reply_and_our_own_reset_are_said_once_and_not_as_errors() -> None:
+    lines = [
+        joined("processing"),
+        event(out.Error(session_id=SID, turn=3, code="cancelled", message="the turn was cancelled by api")),
+        event(out.TurnCompleted(session_id=SID, turn=3, message_id="u3", status="cancelled")),
+        event(out.SessionReset(session_id=SID, by="cli")),  # the reset this client asked for
+        event(out.SessionReset(session_id=SID, by="U9")),  # someone else's
+        event(out.Error(session_id=SID, turn=4, code="provider_unavailable", message="cannot reach")),
+    ]
+    daemon = FlakyDaemon(lines)
+    stdout, stderr = io.StringIO(), io.StringIO()
+    view = daemon.view = ChatView(daemon, SID, "text", stdout=stdout, stderr=stderr, sleep=lambda s: None)  # type: ignore[arg-type]
+    view.own_resets = 1
+    view.follow()
+    assert stdout.getvalue() == "  [stopped]\n  [the conversation starts afresh]\n"
+    assert stderr.getvalue() == "error: cannot reach (provider_unavailable)\n"  # a real failure still is one
+
+
+def test_output_arriving_at_the_prompt_is_written_above_it_and_the_prompt_comes_back(
+    monkeypatch: Any,
+) -> None:
+    import threading
+
+    from netclaw.cli import _screen
+
+    monkeypatch.setenv("TERM", "xterm")
+    monkeypatch.setattr(
+        _screen, "readline", type("RL", (), {"get_line_buffer": staticmethod(lambda: "half a li")})
+    )
+    stdout, stderr = io.StringIO(), io.StringIO()
+    screen = _screen.Screen(stdout, stderr)
+    asking = threading.Event()
+    release = threading.Event()
+
+    def fake_input(prompt: str) -> str:
+        stdout.write(prompt)
+        asking.set()
+        release.wait(5)
+        return "typed"
+
+    monkeypatch.setattr("builtins.input", fake_input)
+    answer: list[str] = []
+    reader = threading.Thread(target=lambda: answer.append(screen.ask("you> ")))
+    reader.start()
+    assert asking.wait(5)
+    screen.out("agent> ")  # a reply for another client streams in…
+    screen.out("a reminder fired\n")
+    screen.err("(lost the connection to the daemon; reconnecting…)\n")
+    release.set()
+    reader.join(5)
+    assert answer == ["typed"]
+    # Cleared, written, then the prompt and the draft again (the clearing goes with the text,
+    # on the stream it is written to: one terminal shows both).
+    assert stdout.getvalue() == "you> \r\x1b[Kagent> a reminder fired\nyou> half a liyou> half a li"
+    assert stderr.getvalue() == "\r\x1b[K(lost the connection to the daemon; reconnecting…)\n"
+    screen.out("after the prompt\n")  # nobody is typing: written as it is
+    assert stdout.getvalue().endswith("you> half a liafter the prompt\n")

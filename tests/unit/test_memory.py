@@ -332,3 +332,16 @@ def test_format_recall_keeps_whole_items_within_the_budget() -> None:
     # An item too big for the budget is left out; smaller ones after it still fit.
     block = format_recall([mem(1, "z" * 2000), mem(2, "small")], char_budget=200)
     assert block is not None and block.endswith("- [fact] small") and "zzz" not in block
+
+
+async def test_a_persons_search_keeps_the_words_recall_drops(store: MemoryStore) -> None:
+    """`netclaw memory list --q hello` finds what says hello; recall (a chat message as the
+    query) still ignores such words."""
+    await store.add(
+        [NewMemory("the user says hello to everyone each morning", "preference")],
+        session_id="cli:a",
+        audience="personal",
+    )
+    listed = await store.listing(query="hello")
+    assert [m.text for m in listed] == ["the user says hello to everyone each morning"]
+    assert await store.search("hello", audience="personal") == []  # recall: a stop word alone finds nothing

@@ -15,10 +15,10 @@ _COLUMNS = "id, text, kind, session_id, audience, created, turn, scope"
 _MAX_LIMIT = 100
 
 
-def ts_query(text: str) -> str | None:
+def ts_query(text: str, *, stop_words: bool = False) -> str | None:
     """A ``to_tsquery`` for free user text: its words OR-ed (letters and digits only, so no
     tsquery syntax survives). None when nothing searchable is left."""
-    terms = search_terms(text)
+    terms = search_terms(text, stop_words=stop_words)
     return " | ".join(terms) if terms else None
 
 
@@ -81,7 +81,7 @@ class PostgresMemoryStore(PooledStore):
         where, params = _filters(audience=audience, session_id=session_id)
         limit = max(1, min(limit, 1000))
         if query is not None and query.strip():
-            match = ts_query(query)
+            match = ts_query(query, stop_words=True)  # a person's search: every word they typed
             return [] if match is None else await self._ranked(match, where, params, limit)
         sql = f"SELECT {_COLUMNS} FROM memories" + (f" WHERE {' AND '.join(where)}" if where else "")
         rows = await self.fetch(sql + " ORDER BY created DESC, id DESC LIMIT %s", [*params, limit])
