@@ -60,6 +60,12 @@ def _names_a_key(name: str) -> bool:
     """``NETCLAW_A__B__C`` is a path of Settings' fields (a dict's key may be anything)."""
     parts = name[len("NETCLAW_") :].lower().split("__")
     model: Any = Settings
+    if parts[0] in Settings.model_fields:  # a section's model as loaded (a channel's is its adapter's)
+        section = type(getattr(Settings(), parts[0]))
+        if hasattr(section, "model_fields"):
+            if len(parts) == 1:
+                return True
+            model, parts = section, parts[1:]
     i = 0
     while i < len(parts):
         fields = getattr(model, "model_fields", None)
