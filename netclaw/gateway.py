@@ -27,7 +27,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from netclaw import attachments
 from netclaw.attachments import IncomingFile, check_files
@@ -60,7 +60,7 @@ from netclaw.persistence import (
     UsageKey,
     UsageRow,
 )
-from netclaw.policy import ChatEvent, Place, audience_of, channel_of, denial_reason
+from netclaw.policy import Audience, ChatEvent, Place, audience_of, channel_of, denial_reason
 from netclaw.redact import notice, redact, redact_files, redact_prior
 from netclaw.roles import may, may_command, refusal, role_for, speaker_of
 from netclaw.runtime import Reply
@@ -85,7 +85,7 @@ from netclaw.sessions import (
     continuity_notice,
     load_state,
 )
-from netclaw.trust import system_prompt as trusted_prompt
+from netclaw.skills import LiveSkills, system_prompt, visible_skills
 
 __all__ = [
     "Admission",
@@ -303,8 +303,10 @@ class Gateway:
         reminders: ReminderStore | None = None,
         forwarder: Forwarder | None = None,
         access: AccessLogic | None = None,
+        skills: LiveSkills | None = None,
     ) -> None:
         self._manager = manager
+        self._skills = skills or LiveSkills()  # the daemon's: swapped on reload
         self.access = access  # the audit table and API tokens (netclaw/persistence/_access.py)
         self.forwarder = forwarder  # several nodes: input for a session owned elsewhere goes there
         self._journal = journal
@@ -496,6 +498,8 @@ class Gateway:
                 notice = await self.compact(session_id)
             case "status":
                 notice = await self.status_text(session_id)
+            case "skills":
+                notice = await self.skills_text(session_id)
             case "help":
                 notice = HELP_TEXT
         self._manager.route(session_id, Announce(notice, "command"))
@@ -533,6 +537,16 @@ class Gateway:
             audience = audience_of(session_id, self.settings)
             parts.append(f"{await self._memory.count(audience)} {audience} memorie(s)")
         return "; ".join(parts) + "."
+
+    async def skills_text(self, session_id: str) -> str:
+        """The ``/skills`` answer: the skills this session's model sees (its audience's)."""
+        report = await self.status(session_id)
+        audience = cast(Audience, report.audience)
+        visible = visible_skills(self._skills.current, self.settings, audience)
+        if not visible:
+            return f"No skills for {audience} sessions (skills.dirs, audiences.{audience}.skills)."
+        listed = "; ".join(f"{s.name}: {_shorten(s.one_line, 120)}" for s in visible)
+        return f"{len(visible)} skill(s) I can follow here — {listed}."
 
     async def audit(self, kind: str, actor: str, session_id: str | None = None, **detail: Any) -> None:
         """Append to the audit trail what happened outside sessions (see netclaw/audit.py)."""
@@ -772,8 +786,11 @@ class Gateway:
             pending=state.pending_inputs,
         )
         if context:
-            system_prompt = trusted_prompt(self.settings.agent.system_prompt)
-            messages = await asyncio.to_thread(build_context, state, system_prompt)
+            settings = self.settings
+            prompt = system_prompt(
+                settings, audience_of(session_id, settings, state.place), self._skills.current
+            )
+            messages = await asyncio.to_thread(build_context, state, prompt)
             resumed_at = self._manager.continuity_of(session_id)
             if resumed_at is not None:  # what the next model call carries, until it has
                 messages.insert(1, continuity_notice(resumed_at, time.time()))
@@ -804,3 +821,7 @@ class Gateway:
 
     def resident_phases(self) -> dict[str, str]:
         return {sid: phase.value for sid, phase in self._manager.resident().items()}
+
+
+def _shorten(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -1,11 +1,12 @@
-"""Tools the model can call: the registry, the built-in tools, the memory tools and the
-tools of MCP servers."""
+"""Tools the model can call: the registry, the built-in tools, the memory tools, the skill
+tools (netclaw/skills) and the tools of MCP servers."""
 
 import os
 from collections.abc import Callable
 
 from netclaw.config import Settings
 from netclaw.persistence import MemoryStore
+from netclaw.skills import LiveSkills, SkillTools
 from netclaw.tools._builtin import BUILTIN_TOOLS, CURRENT_TIME
 from netclaw.tools._mcp_hub import McpHub, McpServerStatus
 from netclaw.tools._memory import memory_tools
@@ -22,6 +23,7 @@ from netclaw.tools._reminders import ReminderPort, reminder_tools
 from netclaw.tools._sandbox import Bubblewrap, Network, Runner, runner_for
 from netclaw.tools._shell import shell_tool
 from netclaw.tools._web_fetch import web_fetch_tool
+from netclaw.tools._web_search import web_search_tool
 from netclaw.tools._workspace import ensure_workspace, workspace_tools
 
 __all__ = [
@@ -54,17 +56,24 @@ def build_registry(
     settings: Settings,
     memory: MemoryStore | None = None,
     settings_of: Callable[[], Settings] | None = None,
+    skills: LiveSkills | None = None,
 ) -> ToolRegistry:
-    """The built-ins ``settings.tools`` switches on, plus the memory tools. MCP servers are
-    added by the daemon as a source (they need the I/O loop). ``settings_of``: the running
-    config (what a reload may change, e.g. an audience's ``shell_network``).
+    """The built-ins ``settings.tools`` switches on, plus the memory tools and, with
+    ``skills``, the skill tools. MCP servers are added by the daemon as a source (they need
+    the I/O loop). ``settings_of``: the running config (what a reload may change, e.g. an
+    audience's ``shell_network`` or the skills).
 
     Raises ConfigError when the shell sandbox cannot start here."""
     registry = default_registry()
     if memory is not None:
         for tool in memory_tools(memory):
             registry.register(tool)
+    current = settings_of or (lambda: settings)
     config = settings.tools
+    if skills is not None:
+        registry.add_source(SkillTools(skills, current))
+    if config.web_search.enabled:
+        registry.register(web_search_tool(lambda: current().tools.web_search))
     web = config.web_fetch
     if web.enabled:
         registry.register(
@@ -88,7 +97,6 @@ def build_registry(
         for tool in workspace_tools(config.workspace_dir, settings.data_dir, owner=owner):
             registry.register(tool)
     if shell.enabled:
-        current = settings_of or (lambda: settings)
 
         def network_for(audience: str) -> Network:
             chosen = current().audience(audience).shell_network

@@ -47,7 +47,9 @@ def test_each_kind_of_break_is_caught(tree: Path) -> None:
     with (tree / "netclaw" / "messages.py").open("a") as f:
         f.write("\nimport httpx  # noqa: E402, F401 - I/O in a pure module\n")
     output = _lint(tree)
-    assert "netclaw's layers: each imports only from the layers below it (every module placed) BROKEN" in output
+    assert (
+        "netclaw's layers: each imports only from the layers below it (every module placed) BROKEN" in output
+    )
     assert "newcomer" in output
     assert "the pure Session and its activities BROKEN" in output
     assert "Pure modules reach no actor, network, database or platform library BROKEN" in output
