@@ -357,7 +357,7 @@ class Daemon:
         skills = self.skills.current
         body["skills"] = {
             "loaded": skills.names,
-            "skipped": [problem.to_json() for problem in skills.problems],
+            "skipped": [problem.to_json(full_path=False) for problem in skills.problems],
         }
         if problems:
             body["problems"] = problems

@@ -545,8 +545,8 @@ class Gateway:
         visible = visible_skills(self._skills.current, self.settings, audience)
         if not visible:
             return f"No skills for {audience} sessions (skills.dirs, audiences.{audience}.skills)."
-        listed = "; ".join(f"{s.name}: {_shorten(s.one_line, 120)}" for s in visible)
-        return f"{len(visible)} skill(s) I can follow here — {listed}."
+        listed = "\n".join(f"- {s.name}: {_shorten(s.one_line, 160)}" for s in visible)
+        return f"Skills I can follow here ({len(visible)}):\n{listed}"
 
     async def audit(self, kind: str, actor: str, session_id: str | None = None, **detail: Any) -> None:
         """Append to the audit trail what happened outside sessions (see netclaw/audit.py)."""

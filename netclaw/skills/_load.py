@@ -36,8 +36,11 @@ class SkillProblem:
     def __str__(self) -> str:
         return f"{self.path}: {self.field + ': ' if self.field else ''}{self.message}"
 
-    def to_json(self) -> dict[str, str | None]:
-        return {"path": str(self.path), "field": self.field, "message": self.message}
+    def to_json(self, *, full_path: bool = True) -> dict[str, str | None]:
+        """``full_path=False``: the folder and file only (``/healthz`` answers anyone who can
+        reach it; the host's paths are not theirs to read)."""
+        path = str(self.path) if full_path else "/".join(self.path.parts[-2:])
+        return {"path": path, "field": self.field, "message": self.message}
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +134,12 @@ def load_from(dirs: Sequence[Path], *, max_description: int = 1024) -> Skills:
             first = loaded.get(skill.name)
             if first is not None:
                 problems.append(
-                    SkillProblem(path, "name", f"{skill.name!r} is already the skill in {first.folder}")
+                    SkillProblem(
+                        path,
+                        "name",
+                        f"{skill.name!r} is already the skill in {'/'.join(first.folder.parts[-2:])} "
+                        "(the first folder in skills.dirs wins)",
+                    )
                 )
                 continue
             loaded[skill.name] = skill
