@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import html
 import re
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -49,21 +50,27 @@ def clean(text: object) -> str:
 
 
 def _date(value: object) -> str | None:
-    return value.strip()[:25] or None if isinstance(value, str) else None
+    if not isinstance(value, str):
+        return None
+    return value.strip()[:25] or None
 
 
-class Backend:
+class Backend(ABC):
+    """One search API: how to ask it, and how to read what it answers."""
+
     name: ClassVar[BackendName]
     needs_key: ClassVar[bool] = True
 
     def __init__(self, url: str) -> None:
         self.url = url.rstrip("/")
 
+    @abstractmethod
     def request(self, client: httpx.AsyncClient, query: str, count: int, key: str | None) -> httpx.Request:
-        raise NotImplementedError
+        """The request for ``count`` results of ``query``."""
 
+    @abstractmethod
     def hits(self, data: Any) -> list[Hit]:
-        raise NotImplementedError
+        """The results in an answer (ValueError, TypeError: not this backend's format)."""
 
     def error_detail(self, data: Any) -> str | None:
         """The backend's own words in an error answer, when it has some."""
@@ -106,10 +113,7 @@ class Searxng(Backend):
         ]
 
     def bad_key(self, status: int, data: Any) -> bool:
-        return status == 401  # 403 is JSON not enabled (see error_detail)
-
-    def error_detail(self, data: Any) -> str | None:
-        return None
+        return status == 401  # 403 is the JSON format not enabled in its settings.yml
 
     def notes(self, data: Any) -> list[str]:
         failed = data.get("unresponsive_engines") if isinstance(data, dict) else None

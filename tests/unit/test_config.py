@@ -419,3 +419,12 @@ def test_the_example_config_parses(clean_env: Path) -> None:
     example = Path(__file__).resolve().parents[2] / "netclaw.example.json"
     settings = load_settings(example)
     assert settings.tools.web_search.backend == "searxng" and not settings.tools.web_search.enabled
+
+
+def test_the_readme_web_search_examples_are_valid_config(clean_env: Path) -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    block = readme[readme.index("**Web search.**") :].split("```json\n", 1)[1].split("```", 1)[0]
+    examples = [json.loads("{" + line + "}") for line in block.splitlines() if line.strip()]
+    assert [e["tools"]["web_search"]["backend"] for e in examples] == ["searxng", "brave", "tavily"]
+    for example in examples:
+        assert Settings(**example).tools.web_search.enabled
