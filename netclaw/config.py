@@ -277,6 +277,9 @@ class AudienceConfig(_Section):
     memory_scope: Literal["channel", "audience", "none"] = "channel"
     # May shell commands of this audience's sessions reach the network? None: tools.shell.network.
     shell_network: Literal["none", "host"] | None = None
+    # Which skills (netclaw/skills) its sessions see in their index: all, none, or these names
+    # (`*` globs). The index is left out where `tools` does not allow `load_skill`.
+    skills: Literal["all", "none"] | list[str] = "all"
 
 
 class RoleConfig(_Section):
@@ -289,7 +292,7 @@ class RoleConfig(_Section):
     approve_tools: list[str] = []  # patterns whose calls wait for approval in this role's turns
     approve: bool = False  # may decide on other people's tool calls
     chat: bool = True  # may send messages that start turns
-    commands: list[Literal["reset", "stop", "compact", "status", "help"]] | None = None  # None: all
+    commands: list[Literal["reset", "stop", "compact", "status", "skills", "help"]] | None = None  # None: all
     memory: Literal["read_write", "read", "none"] = "read_write"  # remember / search_memory
     manage: bool = False  # delete sessions and memories, reminders of others (API)
 
@@ -299,6 +302,47 @@ class WebFetchConfig(_Section):
     allow_private_networks: bool = False
     max_bytes: int = Field(2_000_000, gt=0)
     timeout_s: float = Field(20.0, gt=0)
+
+
+class WebSearchConfig(_Section):
+    """``web_search``: one backend, chosen here. The URL is the operator's (a self-hosted
+    SearXNG on a private address is fine: the SSRF rules guard what the model fetches,
+    not this); the key comes through the usual secret resolution (``api_key_env``)."""
+
+    enabled: bool = False
+    backend: Literal["searxng", "brave", "tavily"] = "searxng"
+    url: str | None = None  # searxng: the instance (required); brave, tavily: their API by default
+    api_key_env: str | None = None  # brave and tavily: required
+    max_results: int = Field(5, ge=1, le=20)
+    max_snippet_chars: int = Field(300, ge=50, le=2000)
+    timeout_s: float = Field(15.0, gt=0)
+
+    _env = field_validator("api_key_env")(_check_env_name)
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError(f"{value!r} must start with http:// or https://")
+        return value.rstrip("/") if value is not None else None
+
+    @model_validator(mode="after")
+    def _complete(self) -> WebSearchConfig:
+        if not self.enabled:
+            return self
+        if self.backend == "searxng" and self.url is None:
+            raise ValueError(
+                "url: the searxng backend needs the address of the instance (e.g. http://127.0.0.1:8888)"
+            )
+        if self.backend != "searxng" and self.api_key_env is None:
+            raise ValueError(
+                f"api_key_env: the {self.backend} backend needs the name of the environment variable "
+                "holding its API key"
+            )
+        return self
+
+    def api_key(self) -> str | None:
+        return read_secret(self.api_key_env) if self.api_key_env else None
 
 
 class FilesConfig(_Section):
@@ -336,6 +380,7 @@ class ShellConfig(_Section):
 class ToolsConfig(_Section):
     workspace_dir: Path = Path("./workspace")  # relative to the config file
     web_fetch: WebFetchConfig = WebFetchConfig()
+    web_search: WebSearchConfig = WebSearchConfig()
     files: FilesConfig = FilesConfig()
     shell: ShellConfig = ShellConfig()
     approval_timeout_s: float = Field(900.0, gt=0)
@@ -450,6 +495,18 @@ class ScheduleConfig(_Section):
         return self
 
 
+class SkillsConfig(_Section):
+    """Skills in the Agent Skills folder format (netclaw/skills): each folder of ``dirs`` holds
+    one folder per skill. On a duplicate name the first found wins (``dirs`` in order, then
+    ``save_dir``, then the bundled examples). Changes on disk apply on SIGHUP."""
+
+    dirs: list[Path] = []  # relative to the config file
+    bundled: bool = False  # also the example skills that ship with netclaw
+    max_description_chars: int = Field(1024, ge=1, le=1024)  # the format's limit; lower keeps the index small
+    # Where `save_skill` writes a skill the agent made (every save waits for approval); None: no save_skill.
+    save_dir: Path | None = None
+
+
 class McpConfig(_Section):
     servers: dict[str, McpServerConfig] = {}
     # A server that fails is reconnected with full-jitter backoff from 1 s up to this.
@@ -472,7 +529,7 @@ class McpConfig(_Section):
 DEFAULT_AUDIENCES: dict[str, AudienceConfig] = {
     "personal": AudienceConfig(),
     "team": AudienceConfig(),
-    "public": AudienceConfig(tools=["current_time"], memory_recall=False),
+    "public": AudienceConfig(tools=["current_time"], memory_recall=False, skills="none"),
 }
 
 
@@ -563,6 +620,7 @@ class Settings(BaseSettings):
     cluster: ClusterConfig = ClusterConfig()
     tools: ToolsConfig = ToolsConfig()
     mcp: McpConfig = McpConfig()
+    skills: SkillsConfig = SkillsConfig()
     schedules: dict[str, ScheduleConfig] = {}
     log: LogConfig = LogConfig()
     ui: UiConfig = UiConfig()
@@ -718,7 +776,21 @@ def _resolve_paths(settings: Settings, data: Mapping[str, Any], found: Path | No
             base = found.resolve().parent if found is not None else Path.cwd()
         workspace = (base / workspace).resolve()
     tools = settings.tools.model_copy(update={"workspace_dir": workspace})
-    return settings.model_copy(update={"data_dir": data_dir, "tools": tools})
+    settings = settings.model_copy(update={"data_dir": data_dir, "tools": tools})
+    # Skill folders: relative to the config file (or the working directory without one).
+    base = found.resolve().parent if found is not None else Path.cwd()
+    skills = settings.skills
+    save_dir = skills.save_dir
+    placed = skills.model_copy(
+        update={
+            "dirs": [(base / d).resolve() for d in skills.dirs],
+            "save_dir": (base / save_dir).resolve() if save_dir is not None else None,
+        }
+    )
+    if placed != skills:
+        settings = settings.model_copy(update={"skills": placed})
+    return settings
+
 
 
 def _read_json(path: Path, *, must_exist: bool) -> dict[str, Any]:
@@ -833,6 +905,7 @@ RESTART_KEYS = (
     # ... and each channel section's restart_keys (ChannelSection), e.g. "slack.bot_token_env".
     "tools.workspace_dir",  # the built-in tools are built once at start-up
     "tools.web_fetch",
+    "tools.web_search",
     "tools.files",
     "tools.shell",
     "mcp",  # servers are started and supervised from start-up

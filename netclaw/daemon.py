@@ -57,6 +57,7 @@ from netclaw.runtime import IoLoop
 from netclaw.scheduler import Clock, Scheduler
 from netclaw.service import Notifier, SignalWaiter, heartbeat
 from netclaw.sessions import SessionActor, SessionDeps, SessionManager
+from netclaw.skills import LiveSkills, load_skills
 from netclaw.system import ensure_writable_dir
 from netclaw.tools import Questions, ToolRegistry, build_registry, reminder_tools
 from netclaw.ui import UI_PREFIX, control_room
@@ -127,6 +128,7 @@ class Daemon:
         self.memory: MemoryStore | None = None
         self.forwarder: Forwarder | None = None
         self.tools: ToolRegistry | None = None
+        self.skills = LiveSkills()  # loaded at start-up, swapped on SIGHUP
         self.access: AccessLogic | None = None
         self.mcp: McpHub | None = None
         self.questions: Questions | None = None  # what tools ask people (MCP elicitation, sampling)
@@ -182,7 +184,10 @@ class Daemon:
             self.provider_health = ProviderHealth(main.provider, main.model)
             self.provider = WatchedProvider(self._provider_factory(self.settings), self.provider_health)
             self.compaction_provider = _compaction_provider(self.settings)
-            self.tools = tools = build_registry(self.settings, self.memory, lambda: self.live.current)
+            self.load_skills()
+            self.tools = tools = build_registry(
+                self.settings, self.memory, lambda: self.live.current, skills=self.skills
+            )
             # MCP servers connect before any session runs, so the first turns see their tools
             # (a server that is slow or broken keeps retrying in the background).
             tools_config = self.settings.tools
@@ -209,6 +214,7 @@ class Daemon:
                     compaction_provider,
                     metrics,
                     questions=questions,
+                    skills=self.skills,
                 )
             )
             self.manager.on_session_stopped(HeapTrimmer(io.loop).session_stopped)
@@ -232,6 +238,7 @@ class Daemon:
                 mcp=self.mcp,
                 questions=self.questions,
                 tools=tools,
+                skills=self.skills,
             )
             self.scheduler = Scheduler(
                 reminders, self.gateway, lambda: self.live.current, clock=self._clock, metrics=metrics
@@ -279,6 +286,16 @@ class Daemon:
             warmed,
             (time.perf_counter() - started) * 1000,
         )
+
+    def load_skills(self) -> None:
+        """(Re)load the skills from disk and put them in force; each skipped one is logged
+        with its file and field (the daemon runs on without it)."""
+        skills = load_skills(self.settings.skills)
+        self.skills.swap(skills)
+        for problem in skills.problems:
+            log.error("skill skipped: %s", problem)
+        if skills.skills or skills.problems:
+            log.info("skills: %s", ", ".join(skills.names) or "none loaded")
 
     def apply_log_config(self) -> None:
         config = self.settings.log
@@ -353,6 +370,11 @@ class Daemon:
         if self.mcp is not None and self.mcp.servers:
             body["mcp"] = {name: status.to_json() for name, status in self.mcp.statuses().items()}
             problems += self.mcp.problems()
+        skills = self.skills.current
+        body["skills"] = {
+            "loaded": skills.names,
+            "skipped": [problem.to_json(full_path=False) for problem in skills.problems],
+        }
         if problems:
             body["problems"] = problems
         return body
@@ -523,7 +545,8 @@ class Daemon:
 
     def reload(self) -> None:
         """Re-read the config and apply what can change in a running daemon: sessions
-        (at their next turn), audiences, agent, history, webhook routes, chat allowlists.
+        (at their next turn), audiences, agent, history, webhook routes, chat allowlists,
+        and the skills on disk.
         The log line says what changed, what applied and what needs a restart."""
         self.notifier.reloading()
         try:
@@ -538,6 +561,7 @@ class Daemon:
         change = self.live.reload(new, restart_keys=extra)
         if any(key == "log" or key.startswith("log.") for key in change.applied):
             self.apply_log_config()
+        self.load_skills()  # skills change on disk, not only in the config
         (log.warning if change.restart else log.info)("%s", change.describe())
         if self.gateway is not None and self.io is not None and (change.applied or change.restart):
             record = self.gateway.audit(

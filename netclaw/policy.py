@@ -115,8 +115,9 @@ def tool_matches(name: str, patterns: Iterable[str]) -> bool:
 
 
 # Tools that wait for a person unless the audience grants them by name and does not list
-# them in `approve`: running commands is never something a session starts on its own.
-ALWAYS_APPROVE = ("shell",)
+# them in `approve`: running commands, and writing down a skill (instructions every later
+# session follows), are never something a session starts on its own.
+ALWAYS_APPROVE = ("shell", "save_skill")
 
 
 @dataclass(frozen=True, slots=True)

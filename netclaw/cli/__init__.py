@@ -6,6 +6,7 @@
 - ``status`` and ``usage``: :mod:`._status`.
 - ``mcp``: :mod:`._mcp` (the MCP servers as the daemon sees them; OAuth logins).
 - ``doctor``: :mod:`._doctor`; ``init``: :mod:`._init`.
+- ``skills``: :mod:`._skills` (what the skill folders hold, read from disk).
 - ``migrate-journal``: :mod:`._migrate` (SQLite → PostgreSQL).
 
 Every command may load netclaw.json, whose channel sections (``slack``, ``discord``,
@@ -26,6 +27,7 @@ from netclaw.cli._init import cmd_init
 from netclaw.cli._mcp import add_parser as add_mcp_parser
 from netclaw.cli._migrate import cmd_migrate_journal
 from netclaw.cli._output import INTERRUPTED, fail_with
+from netclaw.cli._skills import cmd_skills
 from netclaw.cli._status import cmd_status, cmd_usage
 from netclaw.errors import NetclawError
 
@@ -147,6 +149,13 @@ def _parser() -> argparse.ArgumentParser:
     reminders.add_argument("--session", metavar="ID", help="list: only this session's")
     reminders.add_argument("--json", action="store_true")
     reminders.set_defaults(func=cmd_reminders)
+
+    skills = with_config(sub.add_parser("skills", help="the skills in the skill folders: list, show NAME"))
+    skills.add_argument("action", nargs="?", choices=["list", "show"], default="list")
+    skills.add_argument("name", nargs="?", help="show: the skill")
+    skills.add_argument("--audience", choices=["personal", "team", "public"], help="list: only what it sees")
+    skills.add_argument("--json", action="store_true")
+    skills.set_defaults(func=cmd_skills)
 
     init = sub.add_parser("init", help="write a starter netclaw.json and check the provider")
     init.add_argument("--config", metavar="PATH", help="where to write it (default: ./netclaw.json)")

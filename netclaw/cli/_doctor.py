@@ -44,6 +44,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     _doctor_provider(settings, report)
     _doctor_adapters(settings, report)
     _doctor_sandbox(settings, report)
+    _doctor_skills(settings, report)
+    _doctor_web_search(settings, report)
     from netclaw.client import DaemonClient
     from netclaw.errors import ClientError
 
@@ -114,6 +116,39 @@ def _doctor_sandbox(settings: Settings, report: Any) -> None:
         else "off (sandbox: none): commands run on the host"
     )
     report(True, "shell sandbox", what)
+
+
+def _doctor_skills(settings: Settings, report: Any) -> None:
+    """The skill folders, read as the daemon would (a skipped skill fails the check)."""
+    from netclaw.skills import load_skills, skill_dirs
+
+    if not skill_dirs(settings.skills):
+        return
+    skills = load_skills(settings.skills)
+    loaded = f"{len(skills.skills)} loaded" + (f" ({', '.join(skills.names)})" if skills.skills else "")
+    if skills.problems:
+        report(False, "skills", f"{loaded}; skipped: " + "; ".join(map(str, skills.problems)))
+    else:
+        report(True, "skills", loaded)
+
+
+def _doctor_web_search(settings: Settings, report: Any) -> None:
+    """With web_search on: its backend's key is set (no search is spent on a check)."""
+    search = settings.tools.web_search
+    if not search.enabled:
+        return
+    from netclaw.credentials import where_to_put
+
+    where = search.url or f"its public API ({search.backend})"
+    try:
+        key = search.api_key()
+    except NetclawError as exc:
+        report(False, "web search", str(exc))
+        return
+    if search.api_key_env and key is None:
+        report(False, "web search", f"{search.backend}: {where_to_put(search.api_key_env)}")
+        return
+    report(True, "web search", f"{search.backend} at {where}")
 
 
 def _finish(checks: list[dict[str, Any]], daemon: dict[str, Any] | None, as_json: bool) -> int:

@@ -76,6 +76,9 @@ def print_status(url: str, health: dict[str, Any], figures: dict[str, Any]) -> N
         print(f"channel:   {name} {status['state']}{detail}")
     for name, status in sorted(health.get("mcp", {}).items()):
         print(f"mcp:       {name} {mcp_line(status)}")
+    skills = health.get("skills")
+    if skills is not None:
+        print(f"skills:    {skills_line(skills)}")
     turns = figures["turns"]
     mean = figures["turn_seconds_mean"]
     print(
@@ -94,6 +97,19 @@ def print_status(url: str, health: dict[str, Any], figures: dict[str, Any]) -> N
         print(f"summaries failing (trimming instead): {listed}")
     if figures["journal_commit_ms_mean"] is not None:
         print(f"journal:   mean commit {figures['journal_commit_ms_mean']:.2f} ms")
+
+
+def skills_line(skills: dict[str, Any]) -> str:
+    """``/healthz``'s skills as one line: what is loaded, what was skipped and why."""
+    loaded = skills.get("loaded", [])
+    line = f"{len(loaded)} loaded" + (f" ({', '.join(loaded)})" if loaded else "")
+    skipped = skills.get("skipped", [])
+    if skipped:
+        why = "; ".join(
+            f"{p['path']}: {p['field'] + ': ' if p.get('field') else ''}{p['message']}" for p in skipped
+        )
+        line += f"; {len(skipped)} skipped: {why}"
+    return line
 
 
 def cmd_usage(args: argparse.Namespace) -> int:

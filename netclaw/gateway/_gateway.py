@@ -27,7 +27,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from netclaw import attachments
 from netclaw.attachments import IncomingFile, check_files
@@ -62,7 +62,7 @@ from netclaw.persistence import (
     UsageKey,
     UsageRow,
 )
-from netclaw.policy import ChatEvent, Place, audience_of, channel_of, denial_reason
+from netclaw.policy import Audience, ChatEvent, Place, audience_of, channel_of, denial_reason
 from netclaw.redact import notice, redact, redact_files, redact_prior
 from netclaw.roles import may, may_command, refusal, role_for, speaker_of
 from netclaw.runtime import Reply
@@ -88,8 +88,8 @@ from netclaw.sessions import (
     continuity_notice,
     load_state,
 )
+from netclaw.skills import LiveSkills, system_prompt, visible_skills
 from netclaw.tools import Questions, ToolRegistry
-from netclaw.trust import system_prompt as trusted_prompt
 
 __all__ = [
     "Admission",
@@ -323,8 +323,10 @@ class Gateway:
         mcp: McpHub | None = None,
         questions: Questions | None = None,
         tools: ToolRegistry | None = None,
+        skills: LiveSkills | None = None,
     ) -> None:
         self._manager = manager
+        self._skills = skills or LiveSkills()  # the daemon's: swapped on reload
         self._tools = tools  # read for the context view (what the model is offered)
         self._mcp = mcp  # MCP servers: their prompts are `/prompt` commands
         self._questions = questions  # what running tools ask people (answered here)
@@ -544,6 +546,8 @@ class Gateway:
                 notice = await self.compact(session_id)
             case "status":
                 notice = await self.status_text(session_id)
+            case "skills":
+                notice = await self.skills_text(session_id)
             case "help":
                 notice = HELP_TEXT
             case "prompt":
@@ -623,6 +627,16 @@ class Gateway:
         )
         log.info("%s: question %s (%s) answered %s by %s", session_id, question_id, pending.tool, action, by)
         return {"question_id": question_id, "action": action, "by": by}
+
+    async def skills_text(self, session_id: str) -> str:
+        """The ``/skills`` answer: the skills this session's model sees (its audience's)."""
+        report = await self.status(session_id)
+        audience = cast(Audience, report.audience)
+        visible = visible_skills(self._skills.current, self.settings, audience)
+        if not visible:
+            return f"No skills for {audience} sessions (skills.dirs, audiences.{audience}.skills)."
+        listed = "\n".join(f"- {s.name}: {_shorten(s.one_line, 160)}" for s in visible)
+        return f"Skills I can follow here ({len(visible)}):\n{listed}"
 
     async def audit(self, kind: str, actor: str, session_id: str | None = None, **detail: Any) -> None:
         """Append to the audit trail what happened outside sessions (see netclaw/audit.py)."""
@@ -861,8 +875,11 @@ class Gateway:
             pending=state.pending_inputs,
         )
         if context:
-            system_prompt = trusted_prompt(self.settings.agent.system_prompt)
-            messages = await asyncio.to_thread(build_context, state, system_prompt)
+            settings = self.settings
+            prompt = system_prompt(
+                settings, audience_of(session_id, settings, state.place), self._skills.current
+            )
+            messages = await asyncio.to_thread(build_context, state, prompt)
             resumed_at = self._manager.continuity_of(session_id)
             if resumed_at is not None:  # what the next model call carries, until it has
                 messages.insert(1, continuity_notice(resumed_at, time.time()))
@@ -898,3 +915,7 @@ class Gateway:
 
     def resident_phases(self) -> dict[str, str]:
         return {sid: phase.value for sid, phase in self._manager.resident().items()}
+
+
+def _shorten(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"

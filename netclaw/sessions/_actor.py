@@ -41,6 +41,7 @@ from netclaw.sessions._deps import SessionDeps
 from netclaw.sessions._effector import Effector
 from netclaw.sessions._recovery import recover_state
 from netclaw.sessions._session import Session
+from netclaw.skills import LiveSkills
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +80,8 @@ class SessionActor(pykka.ThreadingActor):
             deps.io, deps.journal, self.session_id, RECOVERY_TIMEOUT_S
         )
         self._effects.recorder.recovered(state.seq, min(saved_rows, len(state.transcript)))
-        env = SessionEnv(deps.live, deps.tools, has_memory=deps.memory is not None)
+        skills = deps.skills or LiveSkills()
+        env = SessionEnv(deps.live, deps.tools, has_memory=deps.memory is not None, skills=skills)
         self._session = Session(
             self.session_id, env, self._effects, resumed_at=self._resumed_at, held=self._held
         )

@@ -2,15 +2,16 @@
 audience and its tools, the prompt builder (token cache, calibration) and the context
 ladder (what was already tried about the prompt's size).
 
-Settings are picked up at a turn's start (a SIGHUP applies to running sessions); the
-audience follows them and where the session lives (a DM's sender).
+Settings and skills are picked up at a turn's start (a SIGHUP applies to running
+sessions); the audience follows them and where the session lives (a DM's sender). The
+static system prompt is a function of those three (:func:`netclaw.skills.system_prompt`).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from netclaw.config import LiveSettings, Settings
@@ -20,8 +21,8 @@ from netclaw.roles import turn_tools
 from netclaw.sessions import _ladder as ladder
 from netclaw.sessions._prompt import Prompt, PromptBuilder
 from netclaw.sessions._state import SessionState
+from netclaw.skills import LiveSkills, Skills, system_prompt
 from netclaw.toolspec import ToolContext
-from netclaw.trust import system_prompt
 
 
 class ToolCatalog(Protocol):
@@ -42,6 +43,7 @@ class SessionEnv:
     tools: ToolCatalog
     has_memory: bool  # a memory store exists: recall, extraction at passivation
     clock: Callable[[], float] = time.time
+    skills: LiveSkills = field(default_factory=LiveSkills)  # the loaded skills (a value; no I/O)
 
 
 class ModelContext:
@@ -52,21 +54,29 @@ class ModelContext:
         "_id",
         "_ladder",
         "_live",
+        "_live_skills",
+        "_prompt_of",
         "_role",
         "_settings",
+        "_skills",
         "prompts",
     )
 
-    def __init__(self, session_id: str, live: LiveSettings, catalog: ToolCatalog) -> None:
+    def __init__(
+        self, session_id: str, live: LiveSettings, catalog: ToolCatalog, skills: LiveSkills | None = None
+    ) -> None:
         self._id = session_id
         self._live = live
         self._catalog = catalog
         self._settings = live.current
+        self._live_skills = skills or LiveSkills()
+        self._skills: Skills = self._live_skills.current
+        self._audience: Audience = audience_of(session_id, self._settings)
+        self._prompt_of: tuple[Settings, Audience, Skills] = (self._settings, self._audience, self._skills)
         self.prompts = PromptBuilder(
-            system_prompt(self._settings.agent.system_prompt), self._settings.trim_budget_tokens
+            system_prompt(self._settings, self._audience, self._skills), self._settings.trim_budget_tokens
         )
         self._ladder = ladder.Ladder()
-        self._audience: Audience = audience_of(session_id, self._settings)
         self._allowed: tuple[str, ...] | None = None
         self._role: str | None = None  # the role of whoever started the turn (netclaw/roles.py)
         self.place_changed(None)
@@ -94,12 +104,12 @@ class ModelContext:
         return self._role
 
     def refresh(self, place: Place | None, role: str | None) -> None:
-        """A turn begins: pick up a config reload; the tools on offer follow the speaker."""
+        """A turn begins: pick up a config or skills reload; the tools on offer follow the speaker."""
         self._role = role
+        self._skills = self._live_skills.current
         current = self._live.current
         if current is not self._settings:
             self._settings = current
-            self.prompts.system_prompt = system_prompt(current.agent.system_prompt)
             self.prompts.budget = current.trim_budget_tokens
         self.place_changed(place)
 
@@ -109,6 +119,11 @@ class ModelContext:
         self._audience = audience_of(self._id, self._settings, place)
         allowed = turn_tools(self._settings, self._audience, self._role, self._catalog.names())
         self._allowed = None if allowed is None else tuple(allowed)
+        # The static system prompt: rebuilt only when what it is made of changed.
+        settings, audience, skills = self._prompt_of
+        if settings is not self._settings or audience != self._audience or skills is not self._skills:
+            self._prompt_of = (self._settings, self._audience, self._skills)
+            self.prompts.system_prompt = system_prompt(*self._prompt_of)
 
     def tools(self) -> list[ToolSchema]:
         return self._catalog.schemas(self._allowed)

@@ -14,6 +14,7 @@ from netclaw.persistence import Journal, MemoryStore
 from netclaw.providers import Provider
 from netclaw.runtime import IoLoop
 from netclaw.sessions._phases import Phase
+from netclaw.skills import LiveSkills
 from netclaw.tools import Questions, ToolRegistry
 
 # Actors are only told things (never proxied), so the ref's actor type does not matter here;
@@ -61,3 +62,4 @@ class SessionDeps:
     compaction_provider: Provider | None = None  # models.compaction's; None: the main provider
     metrics: Metrics | None = None
     questions: Questions | None = None  # what tools ask people, waiting on the loop (netclaw.tools)
+    skills: LiveSkills | None = None  # the loaded skills, swapped on reload (None: no skills)

@@ -66,7 +66,7 @@ class Session:
         self._state = SessionState(session_id)
         self._phases = PhaseMachine()
         self.has_memory = env.has_memory  # a memory store exists: recall, extraction at passivation
-        self.context = ModelContext(session_id, env.live, env.tools)
+        self.context = ModelContext(session_id, env.live, env.tools, env.skills)
         self.timers = Timers(self.emit)
         self._waiters = Waiters()
         self._watchers: set[str] = set()
@@ -133,7 +133,12 @@ class Session:
             case cmd.ReportStatus(reply=reply):
                 context = self.context
                 report = status_report(
-                    self._state, self.phase, context.prompts, context.tools(), context.settings
+                    self._state,
+                    self.phase,
+                    context.prompts,
+                    context.tools(),
+                    context.settings,
+                    context.audience,
                 )
                 self.answer(reply, report)
             case cmd.Announce(text=text, kind=kind):

@@ -25,10 +25,16 @@ class StatusReport:
     queued: int  # admitted messages waiting for their turn
     title: str | None
     approvals: tuple[str, ...] = ()  # tools whose calls wait for a decision
+    audience: str = "personal"  # whom the session serves (what it may see: tools, skills)
 
 
 def status_report(
-    state: SessionState, phase: Phase, prompts: PromptBuilder, tools: Sequence[ToolSchema], settings: Settings
+    state: SessionState,
+    phase: Phase,
+    prompts: PromptBuilder,
+    tools: Sequence[ToolSchema],
+    settings: Settings,
+    audience: str = "personal",
 ) -> StatusReport:
     model = settings.models.main
     return StatusReport(
@@ -40,6 +46,7 @@ def status_report(
         queued=len(state.inbox),
         title=state.title,
         approvals=tuple(r.tool for r in state.pending_round.open) if state.pending_round is not None else (),
+        audience=audience,
     )
 
 

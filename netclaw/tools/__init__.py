@@ -1,5 +1,6 @@
-"""Tools the model can call: the registry, the built-in tools and the memory tools (the
-tools of MCP servers come from :mod:`netclaw.mcp`, a source of the registry)."""
+"""Tools the model can call: the registry, the built-in tools, the memory tools and the
+skill tools (netclaw/skills); the tools of MCP servers come from :mod:`netclaw.mcp`, a
+source of the registry."""
 
 import os
 from collections.abc import Callable
@@ -20,6 +21,7 @@ from netclaw.tools._asks import (
     new_question_id,
     waiting_for_a_person,
 )
+from netclaw.skills import LiveSkills, SkillTools
 from netclaw.tools._builtin import BUILTIN_TOOLS, CURRENT_TIME
 from netclaw.tools._memory import memory_tools
 from netclaw.tools._registry import (
@@ -35,6 +37,7 @@ from netclaw.tools._reminders import ReminderPort, reminder_tools
 from netclaw.tools._sandbox import Bubblewrap, Network, Runner, runner_for
 from netclaw.tools._shell import shell_tool
 from netclaw.tools._web_fetch import web_fetch_tool
+from netclaw.tools._web_search import web_search_tool
 from netclaw.tools._workspace import ensure_workspace, workspace_tools
 
 __all__ = [
@@ -78,17 +81,24 @@ def build_registry(
     settings: Settings,
     memory: MemoryStore | None = None,
     settings_of: Callable[[], Settings] | None = None,
+    skills: LiveSkills | None = None,
 ) -> ToolRegistry:
-    """The built-ins ``settings.tools`` switches on, plus the memory tools. MCP servers are
-    added by the daemon as a source (they need the I/O loop). ``settings_of``: the running
-    config (what a reload may change, e.g. an audience's ``shell_network``).
+    """The built-ins ``settings.tools`` switches on, plus the memory tools and, with
+    ``skills``, the skill tools. MCP servers are added by the daemon as a source (they need
+    the I/O loop). ``settings_of``: the running config (what a reload may change, e.g. an
+    audience's ``shell_network`` or the skills).
 
     Raises ConfigError when the shell sandbox cannot start here."""
     registry = default_registry()
     if memory is not None:
         for tool in memory_tools(memory):
             registry.register(tool)
+    current = settings_of or (lambda: settings)
     config = settings.tools
+    if skills is not None:
+        registry.add_source(SkillTools(skills, current))
+    if config.web_search.enabled:
+        registry.register(web_search_tool(lambda: current().tools.web_search))
     web = config.web_fetch
     if web.enabled:
         registry.register(
@@ -112,7 +122,6 @@ def build_registry(
         for tool in workspace_tools(config.workspace_dir, settings.data_dir, owner=owner):
             registry.register(tool)
     if shell.enabled:
-        current = settings_of or (lambda: settings)
 
         def network_for(audience: str) -> Network:
             chosen = current().audience(audience).shell_network

@@ -10,6 +10,7 @@ from inside the installed package.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 from pathlib import Path
@@ -132,3 +133,15 @@ def test_installed_doctor_and_daemon(
     newest = max(int(p.name[:4]) for p in (REPO_ROOT / "migrations" / "sqlite").glob("*.sql"))
     assert f"schema {newest}," in done.stdout and "1 session(s)" in done.stdout, done.stdout
     assert f"daemon: not running at http://127.0.0.1:{site.port}" in done.stdout
+
+
+def test_the_example_skills_come_with_the_wheel(installed: Installed, tmp_path: Path) -> None:
+    config = tmp_path / "netclaw.json"
+    config.write_text('{"skills": {"bundled": true}}')
+    done = installed.run("skills", "list", "--json", "--config", str(config), cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    listed = json.loads(done.stdout)
+    [folder] = listed["dirs"]
+    assert Path(folder).resolve() == _site_packages(installed, tmp_path) / "netclaw" / "_skills"
+    names = [s["name"] for s in listed["skills"]]
+    assert names == sorted(p.parent.name for p in (REPO_ROOT / "skills").glob("*/SKILL.md")) and names

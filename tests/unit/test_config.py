@@ -329,3 +329,67 @@ def test_the_documented_webhook_example_is_accepted() -> None:
     assert route.session_key == "$.thread"
     assert route.max_body_bytes == 1048576
     assert route.rate_limit_per_minute == 60
+
+
+# -- skills and web search ----------------------------------------------------------------------
+
+
+def test_skill_folders_are_relative_to_the_file(clean_env: Path, tmp_path: Path) -> None:
+    config = write(
+        tmp_path / "etc" / "netclaw.json",
+        {"skills": {"dirs": ["./skills", str(tmp_path / "abs")], "save_dir": "learnt"}},
+    )
+    skills = load_settings(config).skills
+    assert skills.dirs == [(tmp_path / "etc" / "skills").resolve(), tmp_path / "abs"]
+    assert skills.save_dir == (tmp_path / "etc" / "learnt").resolve()
+    assert not skills.bundled and load_settings(write(tmp_path / "n.json", {})).skills.save_dir is None
+
+
+def test_audience_skills_are_all_none_or_names(clean_env: Path, tmp_path: Path) -> None:
+    good = {"audiences": {"team": {"skills": ["deploy-*"]}, "personal": {"skills": "none"}}}
+    settings = load_settings(write(tmp_path / "a.json", good))
+    assert settings.audience("team").skills == ["deploy-*"] and settings.audience("personal").skills == "none"
+    assert settings.audience("public").skills == "none"  # the default public audience sees none
+    write(tmp_path / "b.json", {"audiences": {"team": {"skills": "some"}}})
+    assert "audiences.team.skills" in error_of(tmp_path / "b.json")
+
+
+@pytest.mark.parametrize(
+    ("search", "message"),
+    [
+        ({"enabled": True}, "url: the searxng backend needs the address of the instance"),
+        ({"enabled": True, "backend": "brave"}, "api_key_env: the brave backend needs the name"),
+        (
+            {"enabled": True, "backend": "tavily", "api_key_env": "sk-123 secret"},
+            "is not an environment variable name",
+        ),
+        ({"enabled": True, "url": "ftp://x"}, "must start with http:// or https://"),
+        ({"max_results": 50}, "tools.web_search.max_results"),
+    ],
+)
+def test_web_search_config_is_checked(
+    clean_env: Path, tmp_path: Path, search: dict[str, Any], message: str
+) -> None:
+    write(tmp_path / "netclaw.json", {"tools": {"web_search": search}})
+    assert message in error_of(tmp_path / "netclaw.json")
+
+
+def test_web_search_off_needs_nothing_and_urls_lose_their_slash(clean_env: Path, tmp_path: Path) -> None:
+    assert not load_settings(write(tmp_path / "a.json", {})).tools.web_search.enabled
+    on = {"tools": {"web_search": {"enabled": True, "url": "http://10.0.0.5:8888/"}}}
+    assert load_settings(write(tmp_path / "b.json", on)).tools.web_search.url == "http://10.0.0.5:8888"
+
+
+def test_the_example_config_parses(clean_env: Path) -> None:
+    example = Path(__file__).resolve().parents[2] / "netclaw.example.json"
+    settings = load_settings(example)
+    assert settings.tools.web_search.backend == "searxng" and not settings.tools.web_search.enabled
+
+
+def test_the_readme_web_search_examples_are_valid_config(clean_env: Path) -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    block = readme[readme.index("**Web search.**") :].split("```json\n", 1)[1].split("```", 1)[0]
+    examples = [json.loads("{" + line + "}") for line in block.splitlines() if line.strip()]
+    assert [e["tools"]["web_search"]["backend"] for e in examples] == ["searxng", "brave", "tavily"]
+    for example in examples:
+        assert Settings(**example).tools.web_search.enabled

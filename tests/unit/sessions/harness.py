@@ -40,6 +40,7 @@ from netclaw.sessions._events import SessionEvent
 from netclaw.sessions._phases import Phase
 from netclaw.sessions._session import Session
 from netclaw.sessions._state import SessionState
+from netclaw.skills import LiveSkills
 from netclaw.toolspec import ToolResult
 
 E = TypeVar("E")
@@ -104,13 +105,15 @@ class Driver:
         has_memory: bool = False,
         state: SessionState | None = None,
         held: bool = False,
+        skills: LiveSkills | None = None,
         **sections: Any,
     ) -> None:
         self.loop = asyncio.new_event_loop()
         self.now = 1_700_000_000.0
         self.live = LiveSettings(settings(**sections))
         self.effects: list[Effect] = []
-        env = SessionEnv(self.live, Catalog(tools), has_memory, clock=lambda: self.now)
+        self.skills = skills or LiveSkills()
+        env = SessionEnv(self.live, Catalog(tools), has_memory, clock=lambda: self.now, skills=self.skills)
         self.session = Session(session_id, env, self.effects.append, held=held)
         self.session.recovered(state or SessionState(session_id))
         self._ids = itertools.count(1)
