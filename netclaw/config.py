@@ -792,7 +792,6 @@ def _resolve_paths(settings: Settings, data: Mapping[str, Any], found: Path | No
     return settings
 
 
-
 def _read_json(path: Path, *, must_exist: bool) -> dict[str, Any]:
     try:
         text = path.read_text(encoding="utf-8")

@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from netclaw.config import Settings
 from netclaw.persistence import MemoryStore
+from netclaw.skills import LiveSkills, SkillTools
 from netclaw.tools._asks import (
     Answer,
     PendingQuestion,
@@ -21,7 +22,6 @@ from netclaw.tools._asks import (
     new_question_id,
     waiting_for_a_person,
 )
-from netclaw.skills import LiveSkills, SkillTools
 from netclaw.tools._builtin import BUILTIN_TOOLS, CURRENT_TIME
 from netclaw.tools._memory import memory_tools
 from netclaw.tools._registry import (
