@@ -21,6 +21,8 @@ from aiohttp import web
 from netclaw import outputs as out
 from netclaw.attachments import MAX_FILES, IncomingFile
 from netclaw.cluster import SUBMIT_PATH, forwarded
+from netclaw.cluster.http import VIEW as SESSION_VIEW
+from netclaw.cluster.http import ClusterHttp
 from netclaw.commands import parse_command
 from netclaw.errors import ApiError
 from netclaw.gateway import Gateway, Inbound, SessionSummary, TurnOutcome, check_session_id
@@ -57,8 +59,10 @@ class Api:
         health_extra: Callable[[], Mapping[str, Any]] | None = None,
         scheduler: Scheduler | None = None,
         metrics: Metrics | None = None,
+        cluster: ClusterHttp | None = None,
     ) -> None:
         self.gateway = gateway
+        self.cluster = cluster  # several nodes: the cluster's routes, and forwarding
         self.metrics = metrics
         self.scheduler = scheduler
         self._token = token.encode()
@@ -66,14 +70,14 @@ class Api:
         self._streams: set[asyncio.Task[Any]] = set()
 
     def app(self) -> web.Application:
-        app = web.Application(
-            middlewares=[errors_middleware, self._auth_middleware, self._owner_middleware],
-            client_max_size=MAX_MESSAGE_BODY_BYTES,
-        )
+        middlewares = [errors_middleware, self._auth_middleware]
+        if self.cluster is not None:  # a session's calls are answered by the node serving it
+            middlewares.append(self.cluster.middleware)
+        app = web.Application(middlewares=middlewares, client_max_size=MAX_MESSAGE_BODY_BYTES)
         app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/metrics", self.metrics_text)
         app.router.add_get("/api/sessions", self.list_sessions)
-        app.router.add_get("/api/sessions/{id}", self.get_session)
+        app.router.add_get("/api/sessions/{id}", self.get_session, name=SESSION_VIEW)
         app.router.add_post("/api/sessions/{id}/messages", self.post_message)
         app.router.add_get("/api/sessions/{id}/events", self.events)
         app.router.add_post("/api/sessions/{id}/cancel", self.cancel)
@@ -89,6 +93,8 @@ class Api:
         app.router.add_delete("/api/memories/{id}", self.delete_memory)
         app.router.add_get("/api/usage", self.usage)
         app.router.add_post(SUBMIT_PATH, self.forwarded_message)
+        if self.cluster is not None:
+            app.router.add_routes(self.cluster.routes())
         app.on_shutdown.append(self._close_streams)
         return app
 
@@ -101,19 +107,6 @@ class Api:
                 raise ApiError(401, "unauthorized", "missing 'Authorization: Bearer <token>' header")
             if not hmac.compare_digest(given.strip().encode("utf-8", "surrogateescape"), self._token):
                 raise ApiError(401, "unauthorized", "the control token is wrong")
-        return await handler(request)
-
-    @web.middleware
-    async def _owner_middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        """Several nodes: a session's API calls are answered by the node that owns it."""
-        forwarder = self.gateway.forwarder
-        if forwarder is None or not request.path.startswith("/api/sessions/") or forwarded(request):
-            return await handler(request)
-        session_id = request.match_info.get("id")
-        if session_id:
-            owner = await self.gateway.owner_of(check_session_id(session_id))
-            if owner is not None:
-                return await forwarder.proxy(request, session_id, owner)
         return await handler(request)
 
     # -- handlers -------------------------------------------------------------------------
@@ -129,6 +122,10 @@ class Api:
         }
         if self._health_extra is not None:
             body.update(self._health_extra())
+        if body.get("cluster", {}).get("state") == "draining":
+            # Taking no sessions: a load balancer should send its requests elsewhere.
+            body["status"] = "draining"
+            return web.json_response(body, status=503)
         if body.get("problems"):
             # Something enabled is down (a channel, an MCP server): degraded, and why.
             body["status"] = "degraded"

@@ -33,6 +33,7 @@ from netclaw.errors import (
     LeaseLost,
     OutcomeUnknown,
     ProviderError,
+    SessionMoved,
     SessionOwnedElsewhere,
     SessionUnavailable,
 )
@@ -70,6 +71,7 @@ class SessionActor(TurnFlow, ApprovalFlow, CompactionFlow, PassivationFlow, pykk
         super().__init__()
         self.resumed_at = resumed_at  # warmed after a graceful restart: tell the model once
         self.held = held  # warmed at start-up: recovered, but going on only when released
+        self.leaving = False  # handed off (HandOff): no new turn; stops once nothing runs
         self.session_id = session_id
         self.deps = deps
         self.settings: Settings = deps.live.current
@@ -136,7 +138,13 @@ class SessionActor(TurnFlow, ApprovalFlow, CompactionFlow, PassivationFlow, pykk
             self.extraction.future.cancel()
         if self.run is not None and self.run.future is not None:
             self.run.future.cancel()
-        self.waiters.fail_all(SessionUnavailable(f"session {self.session_id} stopped"))
+        # Handed off: a reply waited for comes from the session's next node (SessionMoved).
+        stopped = (
+            SessionMoved(self.session_id)
+            if self.leaving
+            else SessionUnavailable(f"session {self.session_id} stopped")
+        )
+        self.waiters.fail_all(stopped)
         with contextlib.suppress(RuntimeError):  # the loop is gone: so is the manager
             if self.lease is not None:  # after what we queued: another node may take it then
                 self.deps.io.call(self.deps.journal.release, self.session_id, self.lease)
@@ -197,6 +205,8 @@ class SessionActor(TurnFlow, ApprovalFlow, CompactionFlow, PassivationFlow, pykk
             case cmd.Release():
                 if self.held:
                     self._go_on()
+            case cmd.HandOff():
+                self._leave()
             case cmd.PassivateNow():
                 if self._idle():
                     self._begin_passivation(grace=0.0)

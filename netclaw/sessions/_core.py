@@ -60,6 +60,7 @@ class SessionCore:
     waiters: Waiters
     resumed_at: float | None  # warmed after a graceful restart: tell the model once
     held: bool  # warmed at start-up: recovered, but going on only when released
+    leaving: bool  # handed off: no new turn starts; it stops once nothing runs
     received: int  # routed commands received (compared with the manager's count)
     broken: str | None
     _op_counter: int
@@ -168,6 +169,9 @@ class SessionCore:
 
     def _start_next_turn(self) -> None:
         raise NotImplementedError  # the turn: _turn_flow
+
+    def _leave(self) -> None:
+        raise NotImplementedError  # handed off: _passivation
 
     def _compact_if_due(self, *, resume_turn: bool) -> bool:
         raise NotImplementedError  # compaction: _compaction_flow

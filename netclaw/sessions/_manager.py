@@ -14,6 +14,11 @@ actors still stopping hold their room too. A session that would start past the
 bound waits, its commands parked in order, while the least recently used idle
 sessions passivate (and every session that becomes idle meanwhile); it starts as
 soon as a thread is gone. Busy sessions are never cut short for room.
+
+Several nodes: a session can be handed off (:meth:`SessionManager.hand_off`: a drain, a
+move, the rebalancer). It finishes the turn it is in, starts no other, and stops; what is
+routed to it meanwhile waits and is then refused with SessionMoved, which tells the
+gateway to send it to the session's new node. While ``draining`` no session starts here.
 """
 
 from __future__ import annotations
@@ -29,11 +34,12 @@ from dataclasses import dataclass, field
 import pykka
 
 from netclaw import outputs as out
-from netclaw.errors import NetclawError, SessionUnavailable
+from netclaw.errors import NetclawError, SessionMoved, SessionUnavailable
 from netclaw.outputs import OutputFilter
 from netclaw.sessions._actor import SessionActor
 from netclaw.sessions._commands import (
     ConfirmStop,
+    HandOff,
     PassivateNow,
     Release,
     Routed,
@@ -71,6 +77,16 @@ class _Parked:
 
 
 @dataclass(slots=True)
+class _Leaving:
+    """A session handed off: its actor's ref, what was routed to it since (held), and a
+    future settled once its actor has stopped (its lease is then released or handed on)."""
+
+    ref: SessionRef
+    gone: asyncio.Future[None]
+    held: list[Routed] = field(default_factory=list)
+
+
+@dataclass(slots=True)
 class _Failures:
     count: int = 0
     last: float = 0.0
@@ -93,6 +109,8 @@ class SessionManager:
         self._stop_listeners: list[Callable[[str], None]] = []
         self._recovering: dict[str, asyncio.Future[None]] = {}  # warm() waits on these
         self._held: set[str] = set()  # warmed, waiting for release_held()
+        self._leaving: dict[str, _Leaving] = {}  # handed off, their actors not yet stopped
+        self.draining = False  # set by the cluster: no session starts here (they go elsewhere)
         self.started = 0  # actors started (recoveries), for /healthz and tests
         self.restarts = 0  # broken actors restarted because they owed replies
         self.closed = False  # set by shutdown(): no new sessions may start
@@ -107,6 +125,10 @@ class SessionManager:
         waiting = self._erasing.get(session_id)
         if waiting is not None:
             waiting.append(command)
+            return None
+        leaving = self._leaving.get(session_id)
+        if leaving is not None:  # refused (SessionMoved) once its actor has stopped
+            leaving.held.append(command)
             return None
         entry = self._resident.get(session_id)
         if entry is not None:
@@ -143,7 +165,12 @@ class SessionManager:
     def warm(self, session_id: str) -> None:
         """Start (recover) a session without a command: it resumes any unfinished turn. One
         that failed here restarts on its own backoff instead."""
-        if session_id not in self._resident and session_id not in self._failures and not self.closed:
+        if (
+            session_id not in self._resident
+            and session_id not in self._failures
+            and not self.closed
+            and not self.draining
+        ):
             self._admit(session_id)
 
     async def warm_all(
@@ -214,7 +241,12 @@ class SessionManager:
         held: bool = False,
     ) -> _Resident | None:
         """Start the session and tell it ``command`` when there is room under the bound;
-        otherwise park both until there is (None)."""
+        otherwise park both until there is (None). Draining: the command is refused, for
+        another node to take (None)."""
+        if self.draining:
+            if command is not None:
+                refuse(command, SessionMoved(session_id, "this node is draining"), None)
+            return None
         parked = self._parked.get(session_id)
         if parked is None and self._occupied() < self._limit():
             entry = self._start(session_id, resumed_at=resumed_at, held=held)
@@ -253,7 +285,7 @@ class SessionManager:
         if wanted <= 0:
             return
         idle = sorted(
-            (e for e in self._resident.values() if e.phase is Phase.READY),
+            (e for sid, e in self._resident.items() if e.phase is Phase.READY and sid not in self._leaving),
             key=lambda e: e.last_used,
         )
         for entry in idle[:wanted]:  # a watched one declines: it stays, and so may the wait
@@ -320,6 +352,9 @@ class SessionManager:
         entry = self._resident.get(session_id)
         if entry is not None and entry.ref is ref:  # stopped behind our back
             del self._resident[session_id]
+        leaving = self._leaving.get(session_id)
+        if leaving is not None and leaving.ref is ref:
+            self._left(session_id, leaving)
         self._start_parked()
         self._notify(self._stop_listeners, session_id)
 
@@ -366,13 +401,13 @@ class SessionManager:
     def actor_failed(self, session_id: str, ref: SessionRef, reason: str, moved: bool = False) -> None:
         self._recovered(session_id)
         self._retire(session_id, ref)
-        if not self.closed and not moved:
+        if not self.closed and not moved and session_id not in self._leaving:
             self._schedule_restart(session_id)
 
     def passivate(self, session_id: str) -> None:
         """Passivate the session now if it is idle (it declines otherwise)."""
         entry = self._resident.get(session_id)
-        if entry is not None:
+        if entry is not None and session_id not in self._leaving:
             with contextlib.suppress(pykka.ActorDeadError):
                 self._tell(entry, PassivateNow())
 
@@ -391,6 +426,57 @@ class SessionManager:
         # Queued behind whatever was already routed to it, which it fails rather than drops.
         with contextlib.suppress(pykka.ActorDeadError):
             ref.tell(Shutdown())
+
+    # -- handing a session off (several nodes) -------------------------------------------------
+
+    def hand_off(self, session_id: str) -> asyncio.Future[None] | None:
+        """Let the session leave this node: it finishes the turn it is in (none is cut
+        short), starts no other, and stops; its queued input stays in the journal for its
+        next node. The future settles once its actor has stopped (its lease is released
+        then, or handed on); None when it is not resident here."""
+        leaving = self._leaving.get(session_id)
+        if leaving is not None:
+            return leaving.gone
+        parked = self._parked.pop(session_id, None)
+        if parked is not None:  # never started here: what waited goes to its next node
+            moved = SessionMoved(session_id)
+            for command in parked.commands:
+                refuse(command, moved, None)
+        entry = self._resident.get(session_id)
+        if entry is None:
+            return None
+        leaving = _Leaving(entry.ref, asyncio.get_running_loop().create_future())
+        self._leaving[session_id] = leaving
+        try:
+            self._tell(entry, HandOff())  # the last command it gets: later ones are held
+        except pykka.ActorDeadError:
+            self._resident.pop(session_id, None)
+            self._left(session_id, leaving)
+        return leaving.gone
+
+    def leaving(self, session_id: str) -> bool:
+        """Handed off, its actor not yet stopped."""
+        return session_id in self._leaving
+
+    async def gone(self, session_id: str, timeout_s: float) -> bool:
+        """Wait (up to ``timeout_s``) until a session handed off has left; True when it has
+        (or was not leaving)."""
+        leaving = self._leaving.get(session_id)
+        if leaving is None:
+            return True
+        try:
+            await asyncio.wait_for(asyncio.shield(leaving.gone), timeout_s)
+        except TimeoutError:
+            return False
+        return True
+
+    def _left(self, session_id: str, leaving: _Leaving) -> None:
+        del self._leaving[session_id]
+        if not leaving.gone.done():
+            leaving.gone.set_result(None)
+        moved = SessionMoved(session_id)
+        for command in leaving.held:
+            refuse(command, moved, None)
 
     # -- restarting a broken session ----------------------------------------------------------
 
@@ -425,8 +511,8 @@ class SessionManager:
         failures = self._failures.get(session_id)
         if failures is not None:
             failures.restart = None
-        if self.closed or session_id in self._resident or session_id in self._parked:
-            return  # shutting down, or a new message already recovered it (or will)
+        if self.closed or self.draining or session_id in self._resident or session_id in self._parked:
+            return  # shutting down, leaving, or a new message already recovered it (or will)
         try:
             row = await self._deps.journal.get_session(session_id)
         except NetclawError as exc:
@@ -455,6 +541,14 @@ class SessionManager:
     def is_resident(self, session_id: str) -> bool:
         return session_id in self._resident
 
+    def by_last_use(self) -> list[tuple[str, Phase]]:
+        """Resident sessions not leaving, least recently used first, with their phases."""
+        entries = sorted(
+            ((sid, e) for sid, e in self._resident.items() if sid not in self._leaving),
+            key=lambda item: item[1].last_used,
+        )
+        return [(sid, e.phase) for sid, e in entries]
+
     def ref_of(self, session_id: str) -> SessionRef | None:
         entry = self._resident.get(session_id)
         return entry.ref if entry else None
@@ -470,6 +564,8 @@ class SessionManager:
             task.cancel()
         refs = [e.ref for e in self._resident.values()]
         self._resident.clear()
+        for session_id, leaving in list(self._leaving.items()):  # their new node takes these
+            self._left(session_id, leaving)
         parked, self._parked = self._parked, {}
         for session_id, waiting in parked.items():  # never started: answer them, never drop
             exc = SessionUnavailable("netclaw is shutting down; send the message again after it restarts")

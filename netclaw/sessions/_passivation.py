@@ -64,6 +64,19 @@ class PassivationFlow(SessionCore):
             log.warning("%s: saving memories at passivation failed: %s", self.session_id, exc)
         self._passivation_step()
 
+    def _leave(self) -> None:
+        """Handed off (:class:`~._commands.HandOff`): stop at the first moment no turn or
+        compaction is under way — now, or when it ends — without extracting memories (the
+        next node does, at its passivation) and whoever watches (they follow the session to
+        its new node)."""
+        self.leaving = True
+        if self.phases.phase is not Phase.READY or self.run is not None or self.compacting is not None:
+            return  # _start_next_turn, at the end of what runs, calls us again
+        self._set_phase(Phase.PASSIVATING)
+        self.grace_over = not self.clock.begin_grace(0.0)
+        self.subscribers.close_all()
+        self._finish_passivation()
+
     def _finish_passivation(self) -> None:
         if self.recorder.snapshot_seq != self.state.seq:
             self.recorder.snapshot(self.state, wait=True)

@@ -34,6 +34,9 @@ log = logging.getLogger(__name__)
 
 class TurnFlow(SessionCore):
     def _start_next_turn(self) -> None:
+        if self.leaving:  # handed off: the next turn runs on the session's next node
+            self._leave()
+            return
         if self.phases.phase is Phase.READY and self.state.active is None and self.state.inbox:
             self._persist(TurnStarted(self.state.turns + 1, self.state.inbox[0].id))
             self._begin_turn()
@@ -280,7 +283,8 @@ class TurnFlow(SessionCore):
         if self.recorder.snapshot_due(self.state, self.settings.session.snapshot_interval):
             self.recorder.snapshot(self.state, wait=False)
         self._set_phase(Phase.READY)
-        if go_on and not self._compact_if_due(resume_turn=False):
+        # Handed off: no compaction here either (the next node compacts when it is due).
+        if go_on and (self.leaving or not self._compact_if_due(resume_turn=False)):
             self._start_next_turn()
 
     def _cancel(self, by: str, *, go_on: bool = True) -> int | None:

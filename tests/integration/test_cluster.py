@@ -40,11 +40,12 @@ def node(
 
     def start(name: str, **sections: Any) -> DaemonHandle:
         port = free_port()
+        cluster = {"node_id": name, "advertise_url": f"http://127.0.0.1:{port}", "lease_s": 3}
         return start_daemon(
             data_dir=str(tmp_path / name),
             gateway={"host": "127.0.0.1", "port": port, "control_token_env": "CLUSTER_TEST_TOKEN"},
             journal={"backend": "postgres", "dsn_env": "CLUSTER_TEST_PG_DSN"},
-            cluster={"node_id": name, "advertise_url": f"http://127.0.0.1:{port}", "lease_s": 3},
+            cluster={**cluster, **sections.pop("cluster", {})},
             **sections,
         )
 

@@ -1,0 +1,182 @@
+"""Operating several nodes (in one process, on one PostgreSQL): which node owns a session,
+moving a session to a named node, draining a node by hand, the rebalancer, and what
+/api/cluster, /healthz and /metrics show. Drain on SIGTERM, held requests on a SIGKILL,
+health after a database restart and rolling upgrades run the daemon as a process:
+tests/e2e/test_cluster_operations.py."""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from typing import Any
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.conftest import DaemonHandle, wait_until
+from tests.fakes.scripted_openai import Reply, ScriptedOpenAIThread, _last_user_text
+from tests.integration.test_cluster import Node, node, resident  # noqa: F401 - the fixture
+
+
+def slow(seconds: float) -> Any:
+    def respond(body: dict[str, Any]) -> Reply:
+        return Reply(text=f"echo: {_last_user_text(body)}", delay_s=seconds)
+
+    return respond
+
+
+def provider_calls(scripted: ScriptedOpenAIThread) -> collections.Counter[str]:
+    """How often the provider was asked to answer each user text."""
+    return collections.Counter(_last_user_text(body) for body in scripted.requests)
+
+
+def users(handle: DaemonHandle, session_id: str) -> list[str]:
+    return [m["content"] for m in handle.transcript(session_id) if m["role"] == "user"]
+
+
+def in_background(fn: Any, *args: Any, **kwargs: Any) -> tuple[threading.Thread, list[Any]]:
+    result: list[Any] = []
+    thread = threading.Thread(target=lambda: result.append(fn(*args, **kwargs)), daemon=True)
+    thread.start()
+    return thread, result
+
+
+def test_any_node_says_which_node_owns_a_session(node: Node) -> None:  # noqa: F811
+    a, b = node("a"), node("b")
+    a.send("cli:who", "hello", wait=True)
+    for asked in (a, b):
+        owner = asked.http.get("/api/sessions/cli:who/owner").json()
+        assert owner["node_id"] == "a" and owner["url"] == a.base_url, owner
+        assert owner["asked"] == asked.daemon.settings.cluster.node_id
+        assert owner["resident_here"] is (asked is a)
+        assert owner["epoch"] >= 1 and owner["expires_in"] > 0
+    nobody = b.http.get("/api/sessions/cli:nobody/owner").json()
+    assert nobody["node_id"] is None and nobody["epoch"] is None
+
+
+def test_a_session_moved_mid_turn_finishes_its_turn_and_runs_its_queued_input_on_the_new_node(
+    node: Node,  # noqa: F811
+    scripted: ScriptedOpenAIThread,
+) -> None:
+    """The move is asked of b; a (the owner) lets the running turn finish, starts no other,
+    and hands the lease to b, which runs the queued message: each message reaches the
+    provider once, and both waiting clients get their answer with no error."""
+    a, b = node("a"), node("b")
+    a.send("cli:mv", "warm up", wait=True)
+    scripted.set_responder(slow(1.0))
+    first, first_answer = in_background(a.send, "cli:mv", "first", wait=True)
+    wait_until(lambda: provider_calls(scripted)["first"] == 1, 5, "the first turn running")
+    second, second_answer = in_background(a.send, "cli:mv", "second", wait=True)
+    wait_until(
+        lambda: "second" in [m["content"] for m in a.transcript("cli:mv") if m.get("pending")], 5, "queued"
+    )
+    moved = b.http.post("/api/sessions/cli:mv/move", params={"to": "b"})
+    assert moved.status_code == 200, moved.text
+    assert moved.json() == {"session_id": "cli:mv", "to": "b", "moved": True}
+    first.join(15)
+    second.join(15)
+    assert first_answer[0].status_code == 200 and first_answer[0].json()["reply"] == "echo: first"
+    assert second_answer[0].status_code == 200, second_answer[0].text
+    assert second_answer[0].json()["reply"] == "echo: second"
+    wait_until(lambda: "cli:mv" in resident(b) and "cli:mv" not in resident(a), 5, "the session on b")
+    calls = provider_calls(scripted)
+    assert calls["first"] == 1 and calls["second"] == 1, calls  # no turn ran twice
+    assert users(b, "cli:mv") == ["warm up", "first", "second"]
+    owner = a.http.get("/api/sessions/cli:mv/owner").json()
+    assert owner["node_id"] == "b"
+
+
+def test_moving_to_a_node_that_is_not_live_is_refused(node: Node) -> None:  # noqa: F811
+    a = node("a")
+    a.send("cli:stay", "hello", wait=True)
+    refused = a.http.post("/api/sessions/cli:stay/move", params={"to": "nowhere"})
+    assert refused.status_code == 409 and refused.json()["error"]["code"] == "node_unavailable"
+    assert "cli:stay" in resident(a)
+    missing = a.http.post("/api/sessions/cli:stay/move")
+    assert missing.status_code == 400 and missing.json()["error"]["code"] == "invalid_to"
+
+
+def test_a_node_drained_by_hand_hands_its_sessions_over_takes_no_new_ones_and_resumes(
+    node: Node,  # noqa: F811
+) -> None:
+    a, b = node("a"), node("b")
+    for i in range(3):
+        a.send(f"cli:d{i}", "hello", wait=True)
+    drained = b.http.post("/api/cluster/nodes/a/drain")  # asked of b: passed on to a
+    assert drained.status_code == 200, drained.text
+    assert drained.json()["moved"] == 3 and drained.json()["left"] == []
+    wait_until(lambda: {f"cli:d{i}" for i in range(3)} <= resident(b), 5, "the sessions on b")
+    assert not resident(a)
+    health = a.http.get("/healthz")
+    assert health.status_code == 503 and health.json()["status"] == "draining"
+    assert health.json()["cluster"]["state"] == "draining"
+    # New input reaching a is served by b, and nothing starts on a.
+    answer = a.send("cli:new", "fresh", wait=True)
+    assert answer.status_code == 200 and answer.json()["reply"] == "echo: fresh", answer.text
+    assert "cli:new" in resident(b) and not resident(a)
+    assert a.send("cli:d0", "again", wait=True).json()["turn"] == 2
+    status = b.http.get("/api/cluster").json()
+    assert {n["node_id"]: n["state"] for n in status["nodes"]} == {"a": "draining", "b": "active"}
+    resumed = a.http.post("/api/cluster/nodes/a/resume")
+    assert resumed.status_code == 200 and resumed.json() == {"node_id": "a", "draining": False}
+    assert a.http.get("/healthz").status_code == 200
+    assert a.send("cli:after", "hi", wait=True).status_code == 200
+    assert "cli:after" in resident(a)
+
+
+def test_draining_the_only_node_by_hand_is_refused(node: Node) -> None:  # noqa: F811
+    a = node("a")
+    refused = a.http.post("/api/cluster/nodes/a/drain")
+    assert refused.status_code == 409 and refused.json()["error"]["code"] == "no_other_node"
+    assert a.http.get("/healthz").status_code == 200
+    unknown = a.http.post("/api/cluster/nodes/zz/drain")
+    assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "node_not_found"
+
+
+def test_the_rebalancer_gives_a_new_node_its_share(node: Node) -> None:  # noqa: F811
+    fast = {"rebalance_every_s": 0.5, "rebalance_batch": 3}
+    a = node("a", cluster=fast)
+    for i in range(8):
+        a.send(f"cli:r{i}", "hello", wait=True)
+    b = node("b", cluster=fast)
+    wait_until(lambda: len(resident(b)) >= 3, 15, "b's share of the sessions")
+    time.sleep(1.5)  # a few more rounds: nothing moves back and forth
+    assert len(resident(a)) + len(resident(b)) == 8
+    assert abs(len(resident(a)) - len(resident(b))) <= 2, (resident(a), resident(b))
+    moved = sorted(resident(b))
+    for session_id in moved:  # each moved session goes on where it is, from any node
+        assert a.send(session_id, "still there?", wait=True).json()["turn"] == 2
+
+
+def test_cluster_status_health_and_metrics_name_the_nodes(node: Node) -> None:  # noqa: F811
+    a, b = node("a"), node("b")
+    a.send("cli:m", "hello", wait=True)
+    b.send("cli:m", "again", wait=True)  # forwarded to a
+    status = a.http.get("/api/cluster").json()
+    assert status["node_id"] == "a" and not status["draining"]
+    nodes = {n["node_id"]: n for n in status["nodes"]}
+    assert set(nodes) == {"a", "b"}
+    assert nodes["a"]["sessions"] == 1 and nodes["a"]["state"] == "active"
+    assert nodes["a"]["version"] and nodes["a"]["protocol"] >= 1
+    health = b.http.get("/healthz").json()
+    assert health["cluster"]["node_id"] == "b" and health["cluster"]["state"] == "active"
+    assert [p["node_id"] for p in health["cluster"]["peers"]] == ["a"]
+    samples = scrape(b)
+    assert samples[("netclaw_cluster_forwards_total", (("kind", "api"), ("node", "b")))] == 1
+    assert ("netclaw_sessions_resident", (("node", "b"),)) in samples
+    info = [labels for name, labels in samples if name == "netclaw_node_info"]
+    assert info and dict(info[0])["node"] == "b" and dict(info[0])["state"] == "active"
+    renewals = [labels for name, labels in samples if name == "netclaw_cluster_lease_renewals_total"]
+    assert renewals and all(dict(labels)["node"] == "b" for labels in renewals)
+    assert all(dict(labels).get("node") == "b" for _, labels in samples), "every series names its node"
+
+
+def scrape(handle: DaemonHandle) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """/metrics as {(sample name, sorted labels): value}."""
+    text = httpx.get(f"{handle.base_url}/metrics").text
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
