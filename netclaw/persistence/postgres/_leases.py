@@ -255,8 +255,9 @@ class Leases(PooledStore):
         future = self.releasing.pop(persistence_id, None)
         if future is None:
             return False
+        done: asyncio.Future[int] = asyncio.wrap_future(future)
         try:
-            return bool(await asyncio.wait_for(asyncio.wrap_future(future), timeout_s))
+            return bool(await asyncio.wait_for(done, timeout_s))
         except (TimeoutError, JournalError, psycopg.Error):
             return False
 
