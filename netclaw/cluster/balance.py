@@ -1,16 +1,17 @@
 """How resident sessions are spread over the nodes (pure functions, no I/O).
 
 The rebalancer of every node runs :func:`plan_moves` on the same view of the registry
-(live sessions per live node). Only a node above the even share moves sessions, and
-only its own; it sends each under-loaded node a part proportional to that node's
-deficit. The excesses of the nodes above the share add up to the deficits of those
-below it, so when each node moves its own excess the loads meet the share without two
-nodes piling onto one target — and with a slack (10% of the share, at least one
-session) nothing moves back and forth over rounding.
+(live sessions per live node). Nothing moves while every node is within a slack of the
+even share (10% of it, at least one session), so nothing moves back and forth over
+rounding. Otherwise only the nodes above the share move sessions, and only their own,
+down to the share rounded up; each sends the nodes below the share parts proportional
+to their deficits. The excesses add up to (at most) the deficits, so the loads meet the
+share without two nodes piling onto one target.
 
-Invariants (tested): a node moves only when it is above the share by more than the
-slack; never more than ``limit``; never so many that it falls below the share rounded
-down; only to nodes below the share; and never to itself.
+Invariants (tested): a node moves only when some node is off the share by more than
+the slack; never more than ``limit``; never so many that it falls below the share
+rounded down; only to nodes below the share; and never to itself. Every node applying
+its plan at once converges, and then nothing moves.
 """
 
 from __future__ import annotations
@@ -27,10 +28,9 @@ def plan_moves(loads: Mapping[str, int], me: str, limit: int, tolerance: float =
     if me not in loads or len(loads) < 2 or limit <= 0:
         return {}
     share = sum(loads.values()) / len(loads)
-    excess = loads[me] - share
-    if excess <= max(1.0, tolerance * share):
+    if max(abs(load - share) for load in loads.values()) <= max(1.0, tolerance * share):
         return {}
-    give = min(limit, loads[me] - math.ceil(share), math.floor(excess))
+    give = min(limit, loads[me] - math.ceil(share))
     deficits = {node: share - load for node, load in loads.items() if node != me and load < share}
     if give <= 0 or not deficits:
         return {}
