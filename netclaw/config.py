@@ -390,7 +390,7 @@ class ClusterConfig(_Section):
     """Several nodes on one PostgreSQL (only with ``journal.backend`` = ``postgres``):
     ``node_id`` (default: the host name), the URL other nodes reach this one at, how
     long a node's hold on a session lasts without renewal, how long a stopping node lets
-    running turns finish (``drain_s``), how long a request for a session whose node does
+    running turns finish (``drain_s``) and then still forwards (``drain_linger_s``), how long a request for a session whose node does
     not answer is held for its new node (``hold_s``, default ``lease_s`` + 2), and how the
     resident sessions are evened out across the nodes (``rebalance_*``)."""
 
@@ -398,6 +398,9 @@ class ClusterConfig(_Section):
     advertise_url: str | None = None
     lease_s: float = Field(15.0, gt=0)
     drain_s: float = Field(30.0, ge=0)
+    # After a drain on stop, what still reaches this node is forwarded for this long before
+    # it stops listening: a load balancer's health check sees /healthz say "draining" first.
+    drain_linger_s: float = Field(2.0, ge=0)
     hold_s: float | None = Field(None, ge=0)
     rebalance: bool = True
     rebalance_every_s: float = Field(10.0, gt=0)

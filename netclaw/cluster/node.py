@@ -275,6 +275,10 @@ class ClusterNode:
         left = self._here()
         if left:
             log.warning("drain: %d session(s) still busy after %gs: %s", len(left), self.config.drain_s, left)
+        if stopping and takers and self.config.drain_linger_s > 0:
+            # What still reaches this node goes to the others, until load balancers have seen
+            # /healthz say "draining" and send nothing more.
+            await asyncio.sleep(self.config.drain_linger_s)
         return {"node_id": self.node_id, "draining": True, "moved": len(sessions) - len(left), "left": left}
 
     async def resume(self) -> dict[str, Any]:

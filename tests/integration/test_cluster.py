@@ -40,7 +40,12 @@ def node(
 
     def start(name: str, **sections: Any) -> DaemonHandle:
         port = free_port()
-        cluster = {"node_id": name, "advertise_url": f"http://127.0.0.1:{port}", "lease_s": 3}
+        cluster = {
+            "node_id": name,
+            "advertise_url": f"http://127.0.0.1:{port}",
+            "lease_s": 3,
+            "drain_linger_s": 0,
+        }
         return start_daemon(
             data_dir=str(tmp_path / name),
             gateway={"host": "127.0.0.1", "port": port, "control_token_env": "CLUSTER_TEST_TOKEN"},
