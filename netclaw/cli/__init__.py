@@ -6,6 +6,7 @@
 - ``status`` and ``usage``: :mod:`._status`.
 - ``doctor``: :mod:`._doctor`; ``init``: :mod:`._init`.
 - ``migrate-journal``: :mod:`._migrate` (SQLite → PostgreSQL).
+- ``cluster``: :mod:`._cluster` (several nodes: status, drain, resume, owner, move).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import sys
 from netclaw import __version__
 from netclaw.cli._admin import cmd_approvals, cmd_memory, cmd_reminders, cmd_sessions
 from netclaw.cli._chat import cmd_chat
+from netclaw.cli._cluster import cmd_cluster
 from netclaw.cli._doctor import cmd_doctor
 from netclaw.cli._init import cmd_init
 from netclaw.cli._migrate import cmd_migrate_journal
@@ -142,6 +144,17 @@ def _parser() -> argparse.ArgumentParser:
     doctor = with_config(sub.add_parser("doctor", help="check config, database and provider"))
     doctor.add_argument("--json", action="store_true", help="the same checks as JSON")
     doctor.set_defaults(func=cmd_doctor)
+
+    cluster = with_config(sub.add_parser("cluster", help="several nodes: status, drain, resume, owner, move"))
+    cluster.add_argument(
+        "action", nargs="?", choices=["status", "drain", "resume", "owner", "move"], default="status"
+    )
+    cluster.add_argument(
+        "target", nargs="?", metavar="NODE|SESSION", help="drain/resume: a node; owner/move: a session"
+    )
+    cluster.add_argument("node", nargs="?", metavar="NODE", help="move: the node to move the session to")
+    cluster.add_argument("--json", action="store_true")
+    cluster.set_defaults(func=cmd_cluster)
 
     migrate = with_config(
         sub.add_parser("migrate-journal", help="copy the SQLite journal into PostgreSQL (daemon stopped)")

@@ -7,6 +7,7 @@ tests/e2e/test_cluster_operations.py."""
 from __future__ import annotations
 
 import collections
+import json
 import threading
 import time
 from typing import Any
@@ -15,6 +16,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import DaemonHandle, wait_until
+from tests.e2e.conftest import free_port
 from tests.fakes.scripted_openai import Reply, ScriptedOpenAIThread, _last_user_text
 from tests.integration.test_cluster import Node, node, resident  # noqa: F401 - the fixture
 
@@ -180,3 +182,84 @@ def scrape(handle: DaemonHandle) -> dict[tuple[str, tuple[tuple[str, str], ...]]
         for family in text_string_to_metric_families(text)
         for s in family.samples
     }
+
+
+def set_advertised(dsn: str, node_id: str, url: str) -> None:
+    """Point the registry's address of ``node_id`` somewhere nothing answers (a node the
+    others cannot reach, though it reaches the database)."""
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("UPDATE nodes SET advertise_url = %s WHERE node_id = %s", (url, node_id))
+
+
+def test_a_request_for_a_session_whose_node_cannot_be_reached_is_held_then_answered_503_with_retry_after(
+    node: Node,  # noqa: F811
+    pg_dsn: str,
+) -> None:
+    """a reaches the database (it keeps renewing) but not b: b holds the request for
+    hold_s, the lease never moves, and the client gets a 503 saying when to try again —
+    not a wait until its own timeout."""
+    a, b = node("a"), node("b", cluster={"hold_s": 2.0})
+    a.send("cli:cut", "hello", wait=True)
+    set_advertised(pg_dsn, "a", f"http://127.0.0.1:{free_port()}")
+    started = time.monotonic()
+    answer = b.send("cli:cut", "are you there?", wait=True)
+    took = time.monotonic() - started
+    assert answer.status_code == 503, answer.text
+    assert 1.5 <= took < 10, took
+    assert int(answer.headers["Retry-After"]) >= 1
+    assert "did not answer" in answer.json()["error"]["message"]
+    assert users(a, "cli:cut") == ["hello"]  # nothing recorded
+
+
+def test_a_request_for_a_dead_nodes_session_is_held_until_its_lease_expires_and_served(
+    node: Node,  # noqa: F811
+    pg_dsn: str,
+) -> None:
+    a, b = node("a"), node("b")
+    a.send("cli:gone", "hello", wait=True)
+    assert a.daemon.io is not None and a.daemon.journal is not None
+    leases = a.daemon.journal.leases  # type: ignore[attr-defined]
+    a.daemon.io.run(leases.stop_renewing())  # a dies, as far as the others can tell
+    set_advertised(pg_dsn, "a", f"http://127.0.0.1:{free_port()}")
+    answer = b.send("cli:gone", "still there?", wait=True)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["turn"] == 2 and answer.json()["reply"] == "echo: still there?"
+    assert "cli:gone" in resident(b)
+    assert scrape(b)[("netclaw_cluster_held_requests_total", (("node", "b"), ("outcome", "served")))] == 1
+
+
+def test_the_cluster_commands_as_the_docs_show_them(node: Node, tmp_path: Any) -> None:  # noqa: F811
+    """docs/scale-out.md: `netclaw cluster status|owner|move|drain|resume`, run as written
+    against node a's config (any node answers)."""
+    from tests.e2e.conftest import run_cli, subprocess_env
+    from tests.integration.test_cluster import TOKEN
+
+    a, b = node("a"), node("b")
+    a.send("cli:ops", "hello", wait=True)
+    assert a.daemon.port is not None and b.daemon.port is not None
+    config = tmp_path / "node-a.json"
+    config.write_text(
+        json.dumps(
+            {"gateway": {"host": "127.0.0.1", "port": a.daemon.port, "control_token_env": "NODE_TOKEN"}}
+        )
+    )
+    env = subprocess_env(NODE_TOKEN=TOKEN)
+
+    def cli(*args: str) -> str:
+        done = run_cli("cluster", *args, "--config", str(config), env=env, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    status = cli("status")
+    assert "*a " in status and " b " in status and "2 live node(s)" in status, status
+    assert "node a (" in cli("owner", "cli:ops")
+    assert cli("move", "cli:ops", "b").strip() == "cli:ops is on node b now"
+    assert json.loads(cli("owner", "cli:ops", "--json"))["node_id"] == "b"
+    assert "b is draining: 1 session(s) handed to other nodes" in cli("drain", "b")
+    assert "cli:ops" in resident(a)
+    assert "draining" in cli("status")
+    assert cli("resume", "b").strip() == "b takes sessions again"
+    bad = run_cli("cluster", "move", "cli:ops", "--config", str(config), env=env)
+    assert bad.returncode == 2 and "name the node" in bad.stderr

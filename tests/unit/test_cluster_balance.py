@@ -16,7 +16,9 @@ loads_strategy = st.dictionaries(
 
 
 @given(loads=loads_strategy, limit=st.integers(min_value=0, max_value=50))
-def test_a_plan_moves_only_a_nodes_own_excess_to_nodes_below_the_share(loads: dict[str, int], limit: int) -> None:
+def test_a_plan_moves_only_a_nodes_own_excess_to_nodes_below_the_share(
+    loads: dict[str, int], limit: int
+) -> None:
     share = sum(loads.values()) / len(loads)
     for me in loads:
         plan = plan_moves(loads, me, limit)

@@ -246,7 +246,9 @@ def test_a_database_migrated_by_a_newer_release_is_fine_while_its_migrations_are
 
     check_compatible(4, [(1, "schema", None), (4, "node_registry", 0)])
     check_compatible(4, [(4, "node_registry", 0), (5, "add_column", 0), (6, "add_table", 0)])  # logged
-    with pytest.raises(JournalError, match="migration 0006_drop_column does not work with netclaw code older"):
+    with pytest.raises(
+        JournalError, match="migration 0006_drop_column does not work with netclaw code older"
+    ):
         check_compatible(4, [(5, "add_column", 0), (6, "drop_column", 5)])
     check_compatible(5, [(5, "add_column", 0), (6, "drop_column", 5)])  # the release before knows
 
