@@ -56,10 +56,10 @@ class HoldCounts:
     gave_up: int = 0  # requests answered 503 after waiting ``hold_s``
 
 
-def unavailable(message: str, retry_after: float) -> ApiError:
+def unavailable(message: str, retry_after: float, code: str = "session_unavailable") -> ApiError:
     """A 503 that says when to try again."""
     seconds = max(1, round(retry_after))
-    return ApiError(503, "session_unavailable", message).with_header("Retry-After", str(seconds))
+    return ApiError(503, code, message).with_header("Retry-After", str(seconds))
 
 
 class Routing:

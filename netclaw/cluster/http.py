@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from netclaw.cluster import forwarded, protocol
+from netclaw.cluster import forwarded, protocol, unavailable
 from netclaw.cluster.node import ClusterNode
-from netclaw.errors import ApiError, SessionMoved
+from netclaw.errors import ApiError, SessionMoved, SessionOwnedElsewhere
 from netclaw.gateway import check_session_id
 from netclaw.persistence import Owner
 from netclaw.web import Handler
@@ -73,7 +73,10 @@ class ClusterHttp:
         async def here() -> web.StreamResponse:
             return await handler(request)
 
-        return await self.routing.route(session_id, send, here, hold=route != VIEW)
+        try:
+            return await self.routing.route(session_id, send, here, hold=route != VIEW)
+        except SessionOwnedElsewhere as exc:  # its node advertises no address: say when to retry
+            raise unavailable(str(exc), exc.retry_after, exc.code) from exc
 
     # -- handlers -------------------------------------------------------------------------
 

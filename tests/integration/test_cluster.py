@@ -165,6 +165,7 @@ def test_without_an_advertised_address_the_owner_is_named_in_a_503(
     assert refused.status_code == 503
     assert refused.json()["error"]["code"] == "owned_elsewhere"
     assert "resident on node a" in refused.json()["error"]["message"]
+    assert int(refused.headers["Retry-After"]) >= 1
 
 
 def test_discords_one_gateway_connection_is_held_by_one_node_and_moves(
