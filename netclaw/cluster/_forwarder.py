@@ -203,6 +203,9 @@ class Forwarder:
         watching = asyncio.ensure_future(self._lease_leaves(session_id, owner.node_id))
         try:
             done, _ = await asyncio.wait((sending, watching), return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:  # our client went away: so does the request to the owner
+            sending.cancel()
+            raise
         finally:
             watching.cancel()
         if sending in done:

@@ -157,8 +157,8 @@ class SessionManager:
                 c for c in parked.commands if not (isinstance(c, Subscribe) and c.sub_id == sub_id)
             ]
         entry = self._resident.get(session_id)
-        if entry is None or (ref is not None and entry.ref is not ref):
-            return
+        if entry is None or (ref is not None and entry.ref is not ref) or session_id in self._leaving:
+            return  # a session leaving closes every subscription itself; HandOff is its last command
         with contextlib.suppress(pykka.ActorDeadError):
             self._tell(entry, Unsubscribe(sub_id))
 

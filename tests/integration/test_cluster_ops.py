@@ -263,3 +263,39 @@ def test_the_cluster_commands_as_the_docs_show_them(node: Node, tmp_path: Any) -
     assert cli("resume", "b").strip() == "b takes sessions again"
     bad = run_cli("cluster", "move", "cli:ops", "--config", str(config), env=env)
     assert bad.returncode == 2 and "name the node" in bad.stderr
+
+
+def test_a_watched_session_moves_its_stream_ends_and_a_new_one_follows_it(node: Node) -> None:  # noqa: F811
+    a, b = node("a"), node("b")
+    a.send("cli:watched", "hello", wait=True)
+    ended = threading.Event()
+
+    def watch(handle: DaemonHandle, until: str | None = None) -> list[str]:
+        seen: list[str] = []
+        auth = {"Authorization": f"Bearer {handle.token}"}
+        with (
+            httpx.Client(base_url=handle.base_url, headers=auth, timeout=30) as client,
+            client.stream("GET", "/api/sessions/cli:watched/events") as stream,
+        ):
+            for line in stream.iter_lines():
+                if line.startswith("event:"):
+                    seen.append(line[6:].strip())
+                if until is not None and until in line:
+                    break
+        ended.set()
+        return seen
+
+    watcher, _ = in_background(watch, a)
+    wait_until(lambda: "cli:watched" in resident(a), 5, "watched")
+    time.sleep(0.3)  # subscribed
+    moved = a.http.post("/api/sessions/cli:watched/move", params={"to": "b"})
+    assert moved.status_code == 200 and moved.json()["moved"], moved.text
+    assert ended.wait(10), "the stream on the old node did not end"
+    wait_until(lambda: "cli:watched" in resident(b) and "cli:watched" not in resident(a), 5, "on b")
+    ended.clear()
+    follower, seen = in_background(watch, a, "echo: again")  # through a: forwarded to b
+    time.sleep(0.5)
+    assert a.send("cli:watched", "again", wait=True).json()["turn"] == 2
+    follower.join(10)
+    assert seen and "joined" in seen[0], seen
+    watcher.join(1)
