@@ -3,20 +3,21 @@
 The rebalancer of every node runs :func:`plan_moves` on the same view of the registry
 (live sessions per live node). Nothing moves while every node is within a slack of the
 even share (10% of it, at least one session), so nothing moves back and forth over
-rounding. Otherwise only the nodes above the share move sessions, and only their own,
-down to the share rounded up; each sends the nodes below the share parts proportional
-to their deficits. The excesses add up to (at most) the deficits, so the loads meet the
-share without two nodes piling onto one target.
+rounding. Otherwise every node computes the same target — the share rounded down for
+each node, one more for as many as the remainder asks, given to those that hold the
+most already (ties by name), so the fewest sessions move — and the same pairing of
+the nodes above their target with those below it, largest first; each node carries out
+only its own rows, at most ``limit`` sessions a round. Because all nodes plan alike, no
+two pile onto one target, and each round brings the loads closer until none is off.
 
 Invariants (tested): a node moves only when some node is off the share by more than
 the slack; never more than ``limit``; never so many that it falls below the share
 rounded down; only to nodes below the share; and never to itself. Every node applying
-its plan at once converges, and then nothing moves.
+its plan at once converges within the slack, and then nothing moves.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 
 TOLERANCE = 0.1  # of the even share: loads this close to it are left alone
@@ -27,14 +28,27 @@ def plan_moves(loads: Mapping[str, int], me: str, limit: int, tolerance: float =
     per live node that takes sessions, ``me`` included) even out."""
     if me not in loads or len(loads) < 2 or limit <= 0:
         return {}
-    share = sum(loads.values()) / len(loads)
+    total = sum(loads.values())
+    share = total / len(loads)
     if max(abs(load - share) for load in loads.values()) <= max(1.0, tolerance * share):
         return {}
-    give = min(limit, loads[me] - math.ceil(share))
-    deficits = {node: share - load for node, load in loads.items() if node != me and load < share}
-    if give <= 0 or not deficits:
-        return {}
-    return _apportion(give, deficits)
+    base, extra = divmod(total, len(loads))
+    fullest = sorted(loads, key=lambda node: (-loads[node], node))
+    target = {node: base + (1 if i < extra else 0) for i, node in enumerate(fullest)}
+    takers = [[node, target[node] - loads[node]] for node in reversed(fullest) if loads[node] < target[node]]
+    plan: dict[str, int] = {}
+    for giver in fullest:
+        surplus = loads[giver] - target[giver]
+        while surplus > 0 and takers:
+            taker = takers[0]
+            count = min(surplus, int(taker[1]))
+            if giver == me:
+                plan[str(taker[0])] = plan.get(str(taker[0]), 0) + count
+            surplus -= count
+            taker[1] = int(taker[1]) - count
+            if taker[1] == 0:
+                takers.pop(0)
+    return _bounded(plan, limit)
 
 
 def spread(sessions: Sequence[str], loads: Mapping[str, int]) -> dict[str, str]:
@@ -59,12 +73,12 @@ def within(loads: Mapping[str, int], node: str, fraction: float) -> bool:
     return abs(loads[node] - share) <= fraction * share
 
 
-def _apportion(total: int, weights: Mapping[str, float]) -> dict[str, int]:
-    """``total`` split in proportion to ``weights`` (largest remainder; ties by name)."""
-    whole = sum(weights.values())
-    exact = {node: total * w / whole for node, w in weights.items()}
-    parts = {node: math.floor(x) for node, x in exact.items()}
-    left = total - sum(parts.values())
-    for node in sorted(exact, key=lambda n: (parts[n] - exact[n], n))[:left]:
-        parts[node] += 1
-    return {node: n for node, n in parts.items() if n > 0}
+def _bounded(plan: Mapping[str, int], limit: int) -> dict[str, int]:
+    """At most ``limit`` moves in all, the plan's first rows first."""
+    kept: dict[str, int] = {}
+    for node, count in plan.items():
+        take = min(count, limit - sum(kept.values()))
+        if take <= 0:
+            break
+        kept[node] = take
+    return kept

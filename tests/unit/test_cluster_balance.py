@@ -68,10 +68,13 @@ def test_a_restarted_node_gets_its_share_from_the_others() -> None:
     assert plan_moves({"a": 3, "b": 0}, "x", 10) == {}  # not a node that takes sessions
 
 
-def test_the_excess_goes_to_the_under_loaded_nodes_in_proportion_to_their_deficit() -> None:
+def test_every_node_plans_the_same_pairing_and_carries_out_its_own_rows() -> None:
     assert plan_moves({"a": 40, "b": 0, "c": 20}, "a", 100) == {"b": 20}
-    assert plan_moves({"a": 60, "b": 0, "c": 10, "d": 30}, "a", 100) == {"b": 22, "c": 13}
-    assert plan_moves({"a": 60, "b": 0, "c": 10, "d": 30}, "d", 100) == {"b": 3, "c": 2}
+    loads = {"a": 60, "b": 0, "c": 10, "d": 30}  # share 25: a gives 35, d gives 5
+    plans = {me: plan_moves(loads, me, 100) for me in loads}
+    assert plans == {"a": {"b": 25, "c": 10}, "b": {}, "c": {}, "d": {"c": 5}}
+    few = {"a": 0, "b": 0, "c": 0, "d": 2, "e": 4}  # share 1.2: e keeps 2, d 1, the others get 1
+    assert (plan_moves(few, "e", 10), plan_moves(few, "d", 10)) == ({"c": 1, "b": 1}, {"a": 1})
 
 
 def test_a_draining_node_spreads_its_sessions_over_the_least_loaded_nodes() -> None:
