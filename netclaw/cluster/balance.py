@@ -35,18 +35,19 @@ def plan_moves(loads: Mapping[str, int], me: str, limit: int, tolerance: float =
     base, extra = divmod(total, len(loads))
     fullest = sorted(loads, key=lambda node: (-loads[node], node))
     target = {node: base + (1 if i < extra else 0) for i, node in enumerate(fullest)}
-    takers = [[node, target[node] - loads[node]] for node in reversed(fullest) if loads[node] < target[node]]
+    need = {node: target[node] - loads[node] for node in reversed(fullest) if loads[node] < target[node]}
+    takers = list(need)  # the least loaded first
     plan: dict[str, int] = {}
     for giver in fullest:
         surplus = loads[giver] - target[giver]
         while surplus > 0 and takers:
             taker = takers[0]
-            count = min(surplus, int(taker[1]))
+            count = min(surplus, need[taker])
             if giver == me:
-                plan[str(taker[0])] = plan.get(str(taker[0]), 0) + count
+                plan[taker] = plan.get(taker, 0) + count
             surplus -= count
-            taker[1] = int(taker[1]) - count
-            if taker[1] == 0:
+            need[taker] -= count
+            if need[taker] == 0:
                 takers.pop(0)
     return _bounded(plan, limit)
 
