@@ -23,15 +23,15 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
 
 from netclaw.cluster import protocol
 from netclaw.cluster._forwarder import Forwarder
+from netclaw.cluster._metrics import LeaseCountsView, NodeCounts, cluster_families
 from netclaw.cluster._routing import Routing
 from netclaw.cluster.balance import plan_moves, spread
 from netclaw.config import ClusterConfig
@@ -43,15 +43,6 @@ log = logging.getLogger(__name__)
 
 MOVE_WAIT_S = 10.0  # how long a move asked over the API waits for a busy session's turn
 HAND_ON_WAIT_S = 10.0  # for the lease to be written over to the new node (after the last write)
-
-
-class LeaseCountsView(Protocol):
-    renewals: int
-    renewal_failures: int
-    lost: int
-    taken_after_expiry: int
-    taken_after_release: int
-    handed_on: int
 
 
 class Registry(Protocol):
@@ -73,13 +64,6 @@ class Registry(Protocol):
     async def lease_of(self, persistence_id: str) -> Lease | None: ...
 
     async def handed_on(self, persistence_id: str, timeout_s: float) -> bool: ...
-
-
-@dataclass(slots=True)
-class NodeCounts:
-    drains: int = 0
-    moves: Counter[str] = field(default_factory=Counter)  # by reason: api, drain, rebalance
-    moves_failed: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -375,64 +359,13 @@ class ClusterNode:
 
     def metric_families(self) -> Iterable[Metric]:
         """``/metrics``: the cluster's counters (read at scrape time)."""
-        leases, forwards, holds = self._registry.counts, self.forwarder.counts, self.routing.counts
-
-        def counter(name: str, doc: str, values: dict[tuple[str, ...], float], labels: list[str]) -> Metric:
-            family = CounterMetricFamily(name, doc, labels=labels)
-            for key, value in values.items():
-                family.add_metric(list(key), value)
-            return family
-
-        yield counter(
-            "netclaw_cluster_forwards",
-            "Requests sent to the node owning their session",
-            {("api",): forwards.proxied, ("input",): forwards.submitted},
-            ["kind"],
+        return cluster_families(
+            leases=self._registry.counts,
+            forwards=self.forwarder.counts,
+            holds=self.routing.counts,
+            node=self.counts,
+            peers=self.peers,
+            held=len(self._registry.held),
+            version=self._registry.version,
+            draining=self.draining,
         )
-        yield counter(
-            "netclaw_cluster_forward_failures",
-            "Forwarded requests the other node did not take",
-            {("unreachable",): forwards.unreachable, ("moved",): forwards.moved},
-            ["why"],
-        )
-        yield counter(
-            "netclaw_cluster_held_requests",
-            "Requests held for a session's next node, by how they ended",
-            {("served",): holds.held, ("gave_up",): holds.gave_up},
-            ["outcome"],
-        )
-        yield counter(
-            "netclaw_cluster_held_seconds", "Time requests spent held", {(): holds.held_seconds}, []
-        )
-        yield counter(
-            "netclaw_cluster_takeovers",
-            "Session leases this node took from another node",
-            {("expired",): leases.taken_after_expiry, ("released",): leases.taken_after_release},
-            ["after"],
-        )
-        yield counter(
-            "netclaw_cluster_lease_renewals",
-            "Lease renewal rounds, by outcome",
-            {("ok",): leases.renewals, ("failed",): leases.renewal_failures},
-            ["outcome"],
-        )
-        yield counter(
-            "netclaw_cluster_leases_lost", "Leases found taken over at a renewal", {(): leases.lost}, []
-        )
-        yield counter("netclaw_cluster_drains", "Drains of this node", {(): self.counts.drains}, [])
-        moves: dict[tuple[str, ...], float] = {(reason,): float(n) for reason, n in self.counts.moves.items()}
-        moves[("failed",)] = self.counts.moves_failed
-        yield counter("netclaw_cluster_moves", "Sessions this node handed off, by reason", moves, ["reason"])
-        live = GaugeMetricFamily("netclaw_cluster_nodes", "Live nodes in the registry", labels=["state"])
-        live.add_metric(["active"], sum(1 for p in self.peers if not p.draining))
-        live.add_metric(["draining"], sum(1 for p in self.peers if p.draining))
-        yield live
-        held = GaugeMetricFamily("netclaw_cluster_leases_held", "Session leases this node holds")
-        held.add_metric([], len(self._registry.held))
-        yield held
-        info = GaugeMetricFamily("netclaw_node_info", "This node", labels=["version", "protocol", "state"])
-        info.add_metric(
-            [self._registry.version or "", str(protocol.CURRENT), "draining" if self.draining else "active"],
-            1,
-        )
-        yield info
