@@ -10,6 +10,7 @@ sessions move between nodes.
 - :mod:`.node` — this node as a member: the registry view, drain, move, rebalance,
   health and metrics (imports the session manager: not loaded here).
 - :mod:`.http` — the cluster's HTTP routes and the middleware that forwards requests.
+- :mod:`._metrics` — the cluster's counters on ``/metrics``.
 - :mod:`._rescue` — sessions a dead node left owing replies, recovered by the others.
 
 Leases are the truth (:mod:`netclaw.persistence.postgres._leases`): everything here

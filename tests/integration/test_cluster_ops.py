@@ -261,6 +261,11 @@ def test_the_cluster_commands_as_the_docs_show_them(node: Node, tmp_path: Any) -
     assert "cli:ops" in resident(a)
     assert "draining" in cli("status")
     assert cli("resume", "b").strip() == "b takes sessions again"
+    overall = run_cli("status", "--config", str(config), env=env, timeout=60)
+    assert overall.returncode == 0, overall.stdout
+    assert "cluster:   node a active" in overall.stdout and "peers: b (active)" in overall.stdout, (
+        overall.stdout
+    )
     bad = run_cli("cluster", "move", "cli:ops", "--config", str(config), env=env)
     assert bad.returncode == 2 and "name the node" in bad.stderr
 
