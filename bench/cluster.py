@@ -63,11 +63,15 @@ async def closed_loop(urls: list[str], sessions: int, seconds: float, prefix: st
             n = 0
             while time.monotonic() < stop_at:
                 url = urls[(i + (0 if sticky else n)) % len(urls)]
-                answer = await client.post(
-                    f"{url}/api/sessions/cli:{prefix}-{i}/messages",
-                    params={"wait": "1"},
-                    json={"text": f"m{n}"},
-                )
+                try:
+                    answer = await client.post(
+                        f"{url}/api/sessions/cli:{prefix}-{i}/messages",
+                        params={"wait": "1"},
+                        json={"text": f"m{n}"},
+                    )
+                except httpx.HTTPError:  # a kept-alive connection the server closed: again
+                    await asyncio.sleep(0.1)
+                    continue
                 n += 1
                 if answer.status_code == 200:
                     done += 1
