@@ -53,6 +53,7 @@ class ChaosResult:
     rebalance_s: list[float] = field(default_factory=list)  # restart → within 20% of the share
     db_healthy_s: float = float("nan")  # database back → every node healthy (the slowest)
     upgrade_misses: int = 0  # client-visible misses other than dropped connections, during the upgrade
+    upgrade_miss_kinds: dict[str, int] = field(default_factory=dict)  # every miss during it, by kind
     problems: list[str] = field(default_factory=list)
 
 
@@ -216,6 +217,10 @@ class ChaosRun:
         dropped = ("ConnectError", "RemoteProtocolError", "ReadError")
         misses = self.clients.misses_between(started, time.monotonic())
         self.result.upgrade_misses = sum(1 for m in misses if m.what not in dropped)
+        self.result.upgrade_miss_kinds = dict(collections.Counter(f"{m.what}@{m.node}" for m in misses))
+        for miss in misses:
+            if miss.what not in dropped:
+                log(f"upgrade: {miss.what} from {miss.node}: {miss.detail}")
         versions = {n["version"] for n in self._status()["nodes"]}
         if versions != {"0.2.0-next"}:
             self.result.problems.append(f"after the upgrade the nodes run {versions}")

@@ -241,6 +241,8 @@ def report_chaos(chaos: ChaosResult) -> None:
     figure("restart_share_back_s_max", slowest, "s", "<= 120 (within 20% of an even share)", slowest <= 120)
     figure("db_restart_healthy_s", chaos.db_healthy_s, "s", "<= 5 (every node)", chaos.db_healthy_s <= 5)
     figure("upgrade_client_misses", chaos.upgrade_misses, "requests", "== 0", chaos.upgrade_misses == 0)
+    kinds = ", ".join(f"{kind} x{n}" for kind, n in sorted(chaos.upgrade_miss_kinds.items())) or "none"
+    info("upgrade_misses_by_kind", kinds, note="dropped connections to a stopping node are sent again")
     figure("chaos_problems", len(chaos.problems), "", "== 0", not chaos.problems)
 
 

@@ -37,6 +37,7 @@ from netclaw.config import ChannelAccess, LiveSettings, Settings
 from netclaw.errors import (
     ApprovalNotFound,
     InvalidInput,
+    LeaseLost,
     NotAnApprover,
     OutcomeUnknown,
     SessionMoved,
@@ -331,6 +332,10 @@ class Gateway:
             ) from exc
         except (OutcomeUnknown, SessionMoved):
             raise
+        except LeaseLost as exc:  # refused, not written: another node owns the session now
+            if self.routing is None:
+                raise
+            raise SessionMoved(inbound.session_id, str(exc)) from exc
         except SessionUnavailable:
             # Not admitted here: another node may have claimed the session meanwhile (its
             # recovery here then failed). Then the message belongs there, once.

@@ -41,6 +41,7 @@ ANSWER_TIMEOUT_S = 45.0  # a control call's answer (the owner gives up on its se
 STREAM_IDLE_S = 35.0  # an event stream sends a keep-alive every 15 s
 TURN_MARGIN_S = 60.0  # ?wait=1: the turn's time, and this
 TAKE_TIMEOUT_S = 10.0
+WATCH_AFTER_S = 1.0  # an answer slower than this is raced with the session's lease
 DOWN_FOR_S = 1.0  # a node that refused a connection is not tried again for this long
 # The request body, once read (a request forwarded after all, or served after all, needs it again).
 _BODY = web.RequestKey("netclaw_body", bytes)
@@ -200,14 +201,21 @@ class Forwarder:
         lease is watched: if it leaves the owner (paused past its lease, or dead with the
         connection left open) the request is given up, as unreachable."""
         sending: asyncio.Task[aiohttp.ClientResponse] = asyncio.ensure_future(call)
-        watching = asyncio.ensure_future(self._lease_leaves(session_id, owner.node_id))
+        watching: asyncio.Future[None] | None = None
+        racing: set[asyncio.Future[Any]] = {sending}
         try:
-            done, _ = await asyncio.wait((sending, watching), return_when=asyncio.FIRST_COMPLETED)
+            # Most answers come within a second: only a slower one is raced with the lease.
+            done, _ = await asyncio.wait(racing, timeout=WATCH_AFTER_S)
+            if not done:
+                watching = asyncio.ensure_future(self._lease_leaves(session_id, owner.node_id))
+                racing.add(watching)
+                done, _ = await asyncio.wait(racing, return_when=asyncio.FIRST_COMPLETED)
         except BaseException:  # our client went away: so does the request to the owner
             sending.cancel()
             raise
         finally:
-            watching.cancel()
+            if watching is not None:
+                watching.cancel()
         if sending in done:
             try:
                 return sending.result()
@@ -222,13 +230,11 @@ class Forwarder:
         )
 
     async def _lease_leaves(self, session_id: str, node_id: str) -> None:
-        """Returns once the session's lease is no longer ``node_id``'s (looked at only after
-        the first second: most answers come sooner)."""
+        """Returns once the session's lease is no longer ``node_id``'s."""
         lookup = self.lookup
         if lookup is None:
             await asyncio.Event().wait()
             return
-        await asyncio.sleep(1.0)
         while True:
             with contextlib.suppress(Exception):  # the database is away: keep waiting
                 owner = await lookup(session_id)

@@ -373,7 +373,13 @@ class SessionActor(TurnFlow, ApprovalFlow, CompactionFlow, PassivationFlow, pykk
         if self.run is not None and self.run.future is not None:
             self.run.future.cancel()
         self.run = None
-        self.waiters.fail_all(SessionUnavailable(f"session {self.session_id} failed: {reason}"))
+        # Moved: the session's new node runs what was admitted; a reply waited for comes from there.
+        failed = (
+            SessionMoved(self.session_id, reason)
+            if moved
+            else SessionUnavailable(f"session {self.session_id} failed: {reason}")
+        )
+        self.waiters.fail_all(failed)
         if not moved:  # moved: the owner answers (a chat's reply comes from its outbox there)
             self.subscribers.publish(
                 out.Error(session_id=self.session_id, code="session_failed", message=reason)
@@ -392,4 +398,6 @@ class SessionActor(TurnFlow, ApprovalFlow, CompactionFlow, PassivationFlow, pykk
             if self.moved
             else out.Error(session_id=self.session_id, code="session_failed", message=reason)
         )
-        cmd.refuse(message, SessionUnavailable(reason), notice)
+        # Moved: another node owns the session, nothing was done here: it may go there.
+        error = SessionMoved(self.session_id, str(self.broken)) if self.moved else SessionUnavailable(reason)
+        cmd.refuse(message, error, notice)

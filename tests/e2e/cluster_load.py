@@ -28,6 +28,7 @@ class Miss:
     at: float  # time.monotonic()
     node: str
     what: str  # "503", "502", "ConnectError", ...
+    detail: str = ""  # the error's message
 
 
 class Clients:
@@ -120,17 +121,17 @@ class Clients:
                     headers={"Idempotency-Key": text},
                 )
             except httpx.HTTPError as exc:
-                self._missed(node, type(exc).__name__)
+                self._missed(node, type(exc).__name__, str(exc))
             else:
                 if answer.status_code == 200:
                     with self._lock:
                         self.acked[session].append((answer.json()["message_id"], text))
                     return
-                self._missed(node, str(answer.status_code))
+                self._missed(node, str(answer.status_code), answer.text[:300])
             time.sleep(0.1)
         with self._lock:
             self.lost.append(text)
 
-    def _missed(self, node: str, what: str) -> None:
+    def _missed(self, node: str, what: str, detail: str) -> None:
         with self._lock:
-            self.misses.append(Miss(time.monotonic(), node, what))
+            self.misses.append(Miss(time.monotonic(), node, what, detail))
