@@ -193,52 +193,49 @@ class Forwarder:
         self,
         session_id: str,
         owner: Owner,
-        call: Any,
+        call: Awaitable[aiohttp.ClientResponse],
         *,
         idempotent: bool,
     ) -> aiohttp.ClientResponse:
-        """The owner's answer (its status and headers). While it has not come, the session's
-        lease is watched: if it leaves the owner (paused past its lease, or dead with the
-        connection left open) the request is given up, as unreachable."""
-        sending: asyncio.Task[aiohttp.ClientResponse] = asyncio.ensure_future(call)
-        watching: asyncio.Future[None] | None = None
-        racing: set[asyncio.Future[Any]] = {sending}
+        """The owner's answer (its status and headers). One slower than a second is raced
+        with the session's lease: if the lease leaves the owner (paused past its lease, or
+        dead with the connection left open) the request is given up, as unreachable. The
+        fast path costs a timer, not a task."""
+        loop = asyncio.get_running_loop()
+        watching: list[asyncio.Task[None]] = []
         try:
-            # Most answers come within a second: only a slower one is raced with the lease.
-            done, _ = await asyncio.wait(racing, timeout=WATCH_AFTER_S)
-            if not done:
-                watching = asyncio.ensure_future(self._lease_leaves(session_id, owner.node_id))
-                racing.add(watching)
-                done, _ = await asyncio.wait(racing, return_when=asyncio.FIRST_COMPLETED)
-        except BaseException:  # our client went away: so does the request to the owner
-            sending.cancel()
-            raise
-        finally:
-            if watching is not None:
-                watching.cancel()
-        if sending in done:
-            try:
-                return sending.result()
-            except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-                raise self._failed(owner, exc, sent=True, idempotent=idempotent) from exc
-        sending.cancel()
-        with contextlib.suppress(BaseException):
-            await sending
-        self.counts.unreachable += 1
-        raise Unreachable(
-            owner.node_id, "its lease on the session ended while it held the request", retry_safe=idempotent
-        )
+            async with asyncio.timeout(None) as deadline:
 
-    async def _lease_leaves(self, session_id: str, node_id: str) -> None:
-        """Returns once the session's lease is no longer ``node_id``'s."""
+                def watch() -> None:
+                    watching.append(loop.create_task(self._lease_leaves(session_id, owner.node_id, deadline)))
+
+                later = loop.call_later(WATCH_AFTER_S, watch)
+                try:
+                    return await call
+                except (aiohttp.ClientError, OSError, TimeoutError) as exc:  # aiohttp's own timeouts too
+                    raise self._failed(owner, exc, sent=True, idempotent=idempotent) from exc
+                finally:
+                    later.cancel()
+                    for task in watching:
+                        task.cancel()
+        except TimeoutError:  # the lease watch expired the deadline: the owner let it go
+            self.counts.unreachable += 1
+            raise Unreachable(
+                owner.node_id,
+                "its lease on the session ended while it held the request",
+                retry_safe=idempotent,
+            ) from None
+
+    async def _lease_leaves(self, session_id: str, node_id: str, deadline: asyncio.Timeout) -> None:
+        """Once the session's lease is no longer ``node_id``'s, end the wait for its answer."""
         lookup = self.lookup
         if lookup is None:
-            await asyncio.Event().wait()
             return
         while True:
             with contextlib.suppress(Exception):  # the database is away: keep waiting
                 owner = await lookup(session_id)
                 if owner is None or owner.node_id != node_id:
+                    deadline.reschedule(asyncio.get_running_loop().time())
                     return
             await asyncio.sleep(2.0)
 

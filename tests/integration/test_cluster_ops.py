@@ -304,3 +304,31 @@ def test_a_watched_session_moves_its_stream_ends_and_a_new_one_follows_it(node: 
     follower.join(10)
     assert seen and "joined" in seen[0], seen
     watcher.join(1)
+
+
+def test_a_request_to_a_node_that_went_silent_is_given_up_once_its_lease_moves(
+    node: Node,  # noqa: F811
+    pg_dsn: str,
+) -> None:
+    """a accepts the connection and then says nothing (a paused process: the kernel still
+    accepts), and stops renewing: b does not wait for its read timeout, but gives the
+    request up as soon as a's lease on the session ends, and serves it itself."""
+    import socket
+
+    a, b = node("a"), node("b")
+    a.send("cli:silent", "hello", wait=True)
+    hole = socket.socket()
+    hole.bind(("127.0.0.1", 0))
+    hole.listen(16)  # accepts (the kernel does), never answers
+    try:
+        set_advertised(pg_dsn, "a", f"http://127.0.0.1:{hole.getsockname()[1]}")
+        assert a.daemon.io is not None and a.daemon.journal is not None
+        a.daemon.io.run(a.daemon.journal.leases.stop_renewing())  # type: ignore[attr-defined]
+        started = time.monotonic()
+        answer = b.send("cli:silent", "are you there?", wait=True)
+        took = time.monotonic() - started
+    finally:
+        hole.close()
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["turn"] == 2 and took < 30  # not the 45 s+ read timeout
+    assert "cli:silent" in resident(b)
