@@ -172,6 +172,8 @@ class ChaosRun:
         log(
             f"SIGKILL {k + 1} of {name}: {unavailable} 503(s), {self.result.other_misses_per_kill[-1]} other miss(es)"
         )
+        for miss in self.clients.misses_between(*window, "503"):
+            log(f"  503 from {miss.node}: {miss.detail}")
         self._restart(name)
 
     def _pause(self) -> None:
