@@ -20,6 +20,8 @@ from netclaw import outputs as out
 from netclaw.api_access import Access, Principal, actor, principal
 from netclaw.attachments import MAX_FILES, IncomingFile
 from netclaw.cluster import SUBMIT_PATH, forwarded
+from netclaw.cluster_api import VIEW as SESSION_VIEW
+from netclaw.cluster_api import ClusterHttp
 from netclaw.commands import Command, parse_command
 from netclaw.errors import ApiError, NotPermitted
 from netclaw.gateway import (
@@ -40,7 +42,6 @@ from netclaw.reminders import check_catch_up, check_name, check_text
 from netclaw.roles import may_command, refusal
 from netclaw.scheduler import NewReminder, Scheduler
 from netclaw.web import (
-    Handler,
     SseStreams,
     errors_middleware,
     flag,
@@ -71,8 +72,10 @@ class Api:
         health_extra: Callable[[], Mapping[str, Any]] | None = None,
         scheduler: Scheduler | None = None,
         metrics: Metrics | None = None,
+        cluster: ClusterHttp | None = None,
     ) -> None:
         self.gateway = gateway
+        self.cluster = cluster  # several nodes: the cluster's routes, and forwarding
         self.metrics = metrics
         self.scheduler = scheduler
         self.access = Access(gateway, token, lambda: gateway.settings)  # who may call what
@@ -80,14 +83,14 @@ class Api:
         self._streams = SseStreams()
 
     def app(self) -> web.Application:
-        app = web.Application(
-            middlewares=[errors_middleware, self.access.middleware, self._owner_middleware],
-            client_max_size=MAX_MESSAGE_BODY_BYTES,
-        )
+        middlewares = [errors_middleware, self.access.middleware]
+        if self.cluster is not None:  # a session's calls are answered by the node serving it
+            middlewares.append(self.cluster.middleware)
+        app = web.Application(middlewares=middlewares, client_max_size=MAX_MESSAGE_BODY_BYTES)
         app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/metrics", self.metrics_text)
         app.router.add_get("/api/sessions", self.list_sessions)
-        app.router.add_get("/api/sessions/{id}", self.get_session)
+        app.router.add_get("/api/sessions/{id}", self.get_session, name=SESSION_VIEW)
         app.router.add_post("/api/sessions/{id}/messages", self.post_message)
         app.router.add_get("/api/sessions/{id}/events", self.events)
         app.router.add_post("/api/sessions/{id}/cancel", self.cancel)
@@ -104,21 +107,10 @@ class Api:
         app.router.add_get("/api/usage", self.usage)
         app.router.add_post(SUBMIT_PATH, self.forwarded_message)
         self.access.routes(app)
+        if self.cluster is not None:
+            app.router.add_routes(self.cluster.routes())
         app.on_shutdown.append(self._streams.close_all)
         return app
-
-    @web.middleware
-    async def _owner_middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        """Several nodes: a session's API calls are answered by the node that owns it."""
-        forwarder = self.gateway.forwarder
-        if forwarder is None or not request.path.startswith("/api/sessions/") or forwarded(request):
-            return await handler(request)
-        session_id = request.match_info.get("id")
-        if session_id:
-            owner = await self.gateway.owner_of(check_session_id(session_id))
-            if owner is not None:
-                return await forwarder.proxy(request, session_id, owner)
-        return await handler(request)
 
     # -- handlers -------------------------------------------------------------------------
 
@@ -135,6 +127,10 @@ class Api:
         }
         if self._health_extra is not None:
             body.update(self._health_extra())
+        if body.get("cluster", {}).get("state") == "draining":
+            # Taking no sessions: a load balancer should send its requests elsewhere.
+            body["status"] = "draining"
+            return body
         if body.get("problems"):
             # Something enabled is down (a channel, an MCP server): degraded, and why.
             body["status"] = "degraded"
@@ -143,7 +139,7 @@ class Api:
 
     async def healthz(self, request: web.Request) -> web.Response:
         body = self.health()
-        if body["status"] == "degraded":
+        if body["status"] in ("degraded", "draining"):
             return web.json_response(body, status=503, headers={"Retry-After": retry_after_header()})
         return web.json_response(body)
 

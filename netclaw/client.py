@@ -29,6 +29,7 @@ class DaemonClient:
         self._http = httpx.Client(base_url=self.base_url, timeout=timeout)
         # A waited-for turn may run up to the session's turn timeout, plus the daemon's margin.
         self.turn_timeout = settings.session.turn_timeout_s + 60
+        self.drain_timeout = settings.cluster.drain_s + 60  # a drain waits for running turns
 
     def close(self) -> None:
         self._http.close()
@@ -199,6 +200,36 @@ class DaemonClient:
     def metrics(self) -> str:
         """The Prometheus text of ``/metrics`` (no token needed)."""
         return self._request("GET", "/metrics").text
+
+    # -- several nodes ----------------------------------------------------------------------
+
+    def cluster(self) -> dict[str, Any]:
+        result: dict[str, Any] = self._request("GET", "/api/cluster", headers=self._headers()).json()
+        return result
+
+    def drain(self, node: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._request(
+            "POST", f"/api/cluster/nodes/{node}/drain", headers=self._headers(), timeout=self.drain_timeout
+        ).json()
+        return result
+
+    def resume(self, node: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._request(
+            "POST", f"/api/cluster/nodes/{node}/resume", headers=self._headers()
+        ).json()
+        return result
+
+    def owner(self, session_id: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._request(
+            "GET", f"/api/sessions/{session_id}/owner", headers=self._headers()
+        ).json()
+        return result
+
+    def move(self, session_id: str, node: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._request(
+            "POST", f"/api/sessions/{session_id}/move", params={"to": node}, headers=self._headers()
+        ).json()
+        return result
 
     def forget(self, memory_id: str) -> None:
         self._request("DELETE", f"/api/memories/{memory_id}", headers=self._headers())

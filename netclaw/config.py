@@ -573,12 +573,23 @@ class JournalConfig(_Section):
 
 class ClusterConfig(_Section):
     """Several nodes on one PostgreSQL (only with ``journal.backend`` = ``postgres``):
-    ``node_id`` (default: the host name), the URL other nodes reach this one at, and how
-    long a node's hold on a session lasts without renewal."""
+    ``node_id`` (default: the host name), the URL other nodes reach this one at, how
+    long a node's hold on a session lasts without renewal, how long a stopping node lets
+    running turns finish (``drain_s``) and then still forwards (``drain_linger_s``), how long a request for a session whose node does
+    not answer is held for its new node (``hold_s``, default ``lease_s`` + 2), and how the
+    resident sessions are evened out across the nodes (``rebalance_*``)."""
 
     node_id: str | None = None
     advertise_url: str | None = None
     lease_s: float = Field(15.0, gt=0)
+    drain_s: float = Field(30.0, ge=0)
+    # After a drain on stop, what still reaches this node is forwarded for this long before
+    # it stops listening: a load balancer's health check sees /healthz say "draining" first.
+    drain_linger_s: float = Field(2.0, ge=0)
+    hold_s: float | None = Field(None, ge=0)
+    rebalance: bool = True
+    rebalance_every_s: float = Field(10.0, gt=0)
+    rebalance_batch: int = Field(8, ge=1)  # sessions one node moves away per round, at most
 
     @field_validator("advertise_url")
     @classmethod
@@ -590,6 +601,11 @@ class ClusterConfig(_Section):
     @property
     def node(self) -> str:
         return self.node_id or socket.gethostname()
+
+    @property
+    def hold_for_s(self) -> float:
+        """How long a request waits for a session's node to answer or be replaced."""
+        return self.hold_s if self.hold_s is not None else self.lease_s + 2
 
 
 class Settings(BaseSettings):

@@ -23,7 +23,8 @@ from adapters import Adapter, AdapterStatus, build_adapters
 from adapters.leased import LeasedSupervisor
 from adapters.supervisor import AdapterSupervisor
 from netclaw.api import Api, webhook_app
-from netclaw.cluster import Forwarder, rescue_orphans
+from netclaw.cluster import Forwarder, Routing, protocol, rescue_orphans
+from netclaw.cluster_api import ClusterHttp
 from netclaw.config import LiveSettings, Settings, find_config_path, load_settings
 from netclaw.control_token import load_control_token
 from netclaw.errors import ConfigError, DaemonError
@@ -34,6 +35,7 @@ from netclaw.listener import listen
 from netclaw.logs import configure_logging, log_startup_failure
 from netclaw.mcp import McpHub
 from netclaw.mcp_api import mcp_routes
+from netclaw.membership import ClusterNode
 from netclaw.metrics import GaugeMetricFamily, Metrics, gauge
 from netclaw.persistence import (
     AccessLogic,
@@ -50,6 +52,7 @@ from netclaw.persistence import (
     take_manifest,
     uses_postgres,
 )
+from netclaw.policy import channel_of
 from netclaw.provider_health import ProviderHealth, WatchedProvider
 from netclaw.providers import Provider, make_provider
 from netclaw.questions_api import question_routes
@@ -127,6 +130,7 @@ class Daemon:
         self.compaction_provider: Provider | None = None
         self.memory: MemoryStore | None = None
         self.forwarder: Forwarder | None = None
+        self.cluster: ClusterNode | None = None  # several nodes: drain, move, rebalance
         self.tools: ToolRegistry | None = None
         self.skills = LiveSkills()  # loaded at start-up, swapped on SIGHUP
         self.access: AccessLogic | None = None
@@ -174,7 +178,7 @@ class Daemon:
             preload_encoding()  # here, not in the first session's actor on the I/O loop
             self.io = IoLoop().start()
             metrics = self.metrics
-            journal = make_journal(self.settings, metrics.commit_seconds.observe)
+            journal = make_journal(self.settings, metrics.commit_seconds.observe, protocol=protocol.CURRENT)
             self.io.run(journal.open())
             self.journal = journal
             memory = make_memory(self.settings)
@@ -222,8 +226,7 @@ class Daemon:
             reminders = make_reminders(self.settings)
             self.io.run(reminders.open())
             self.reminders = reminders
-            if uses_postgres(self.settings):  # several nodes: input goes to a session's owner
-                self.forwarder = Forwarder(self.settings.cluster.node, token)
+            routing = self._join_cluster(token) if uses_postgres(self.settings) else None
             access = make_access(self.settings)
             self.io.run(access.open())
             self.access = access
@@ -233,7 +236,7 @@ class Daemon:
                 self.live,
                 memory,
                 reminders,
-                self.forwarder,
+                routing,
                 access=access,
                 mcp=self.mcp,
                 questions=self.questions,
@@ -247,7 +250,12 @@ class Daemon:
                 tools.register(tool)
             metrics.watch(self._scraped_gauges)
             api = Api(
-                self.gateway, token, health_extra=self.health, scheduler=self.scheduler, metrics=metrics
+                self.gateway,
+                token,
+                health_extra=self.health,
+                scheduler=self.scheduler,
+                metrics=metrics,
+                cluster=ClusterHttp(self.cluster) if self.cluster is not None else None,
             )
             app = api.app()
             if self.settings.ui.enabled:  # the control listener only: never the webhook listener's app
@@ -271,7 +279,8 @@ class Daemon:
             self.io.run(_call(self.manager.release_held))
             # Scheduled input last: whatever it fires finds sessions and channels ready.
             self.io.run(self.scheduler.start())
-            if self.forwarder is not None:
+            if self.cluster is not None:
+                self.io.run(self.cluster.start())
                 self._rescuer = self.io.submit(
                     rescue_orphans(journal, self.manager.warm, self.settings.cluster.lease_s / 2)
                 )
@@ -296,6 +305,41 @@ class Daemon:
             log.error("skill skipped: %s", problem)
         if skills.skills or skills.problems:
             log.info("skills: %s", ", ".join(skills.names) or "none loaded")
+
+    def _join_cluster(self, token: str) -> Routing:
+        """Several nodes on one database: forwarding, routing and this node's membership."""
+        assert self.journal is not None and self.manager is not None
+        from netclaw.persistence.postgres import PostgresJournal
+
+        journal = self.journal
+        assert isinstance(journal, PostgresJournal)
+        cluster = self.settings.cluster
+        self.forwarder = Forwarder(cluster.node, token, turn_timeout_s=self.settings.session.turn_timeout_s)
+        routing = Routing(cluster.node, self.forwarder, journal, self.manager, hold_s=cluster.hold_for_s)
+        self.cluster = ClusterNode(
+            cluster,
+            journal.leases,
+            self.manager,
+            routing,
+            pinned=lambda session_id: channel_of(session_id) in ONE_NODE_ADAPTERS,
+            on_drain=self._leave_one_node_channels,
+            on_resume=self._rejoin_one_node_channels,
+        )
+        self.metrics.node = cluster.node
+        self.metrics.watch(self.cluster.metric_families)
+        return routing
+
+    async def _leave_one_node_channels(self) -> None:
+        """Draining: a channel only one node runs (Discord) goes to another node now."""
+        for name, supervisor in self._supervisors.items():
+            if isinstance(supervisor, LeasedSupervisor):
+                log.info("draining: letting adapter %s's connection go to another node", name)
+                await supervisor.stop()
+
+    async def _rejoin_one_node_channels(self) -> None:
+        for supervisor in self._supervisors.values():
+            if isinstance(supervisor, LeasedSupervisor):
+                await supervisor.start()
 
     def apply_log_config(self) -> None:
         config = self.settings.log
@@ -326,7 +370,7 @@ class Daemon:
     async def _start_adapters(self) -> None:
         for adapter in self.adapters:
             supervisor: AdapterSupervisor | LeasedSupervisor = AdapterSupervisor(adapter)
-            if self.forwarder is not None and adapter.name in ONE_NODE_ADAPTERS and self.journal is not None:
+            if self.cluster is not None and adapter.name in ONE_NODE_ADAPTERS and self.journal is not None:
                 retry_s = self.settings.cluster.lease_s / 3
                 supervisor = LeasedSupervisor(AdapterSupervisor(adapter), self.journal, retry_s)
             self._supervisors[adapter.name] = supervisor
@@ -367,6 +411,8 @@ class Daemon:
         if self.manager is not None and self.manager.compaction_failing:
             # Not a problem of the daemon (those sessions trim instead), but worth a look.
             body["compaction_failing"] = dict(sorted(self.manager.compaction_failing.items()))
+        if self.cluster is not None:
+            body["cluster"] = self.cluster.health()
         if self.mcp is not None and self.mcp.servers:
             body["mcp"] = {name: status.to_json() for name, status in self.mcp.statuses().items()}
             problems += self.mcp.problems()
@@ -449,6 +495,8 @@ class Daemon:
                 background.cancel()
         self._heartbeat = self._rescuer = self._provider_watch = None
         if io is not None:
+            if self.cluster is not None:
+                self._leave_cluster(io, self.cluster)
             for runner in (self._webhook_runner, self._runner):
                 if runner is not None:
                     _step("stop listening", io.run, _stop_sites(runner), 5)
@@ -456,14 +504,8 @@ class Daemon:
                 _step("stop the scheduler", io.run, self.scheduler.stop(), 5)
             if self.adapters:
                 _step("stop adapters", io.run, self._stop_adapters(), 15)
-            if self.manager is not None and self.journal is not None:
-                _step("save the warm-restart manifest", self._save_manifest, io)
             if self.manager is not None:
-                # Before the HTTP server finishes: a request waiting for a turn (?wait=1) is
-                # answered now ("accepted; the reply comes after restart"), not at a timeout.
-                refs = _step("stop sessions", io.run, _call(self.manager.shutdown), 5) or []
-                for ref in refs:
-                    ref.actor_stopped.wait(ACTOR_STOP_TIMEOUT_S)
+                self._stop_sessions(io, self.manager)
             for runner in (self._webhook_runner, self._runner):
                 if runner is not None:
                     _step("stop the HTTP server", io.run, runner.cleanup(), 15)
@@ -479,6 +521,7 @@ class Daemon:
         self.compaction_provider = None
         self.memory = None
         self.forwarder = None
+        self.cluster = None
         if io is not None:
             io.stop()
         self.io = None
@@ -486,6 +529,23 @@ class Daemon:
         survivors = [ref for ref in pykka.ActorRegistry.get_all() if _is_ours(ref)]
         if survivors:
             log.error("%d session actor(s) survived shutdown: %s", len(survivors), survivors)
+
+    def _stop_sessions(self, io: IoLoop, manager: SessionManager) -> None:
+        if self.journal is not None:
+            _step("save the warm-restart manifest", self._save_manifest, io)
+        # Before the HTTP server finishes: a request waiting for a turn (?wait=1) is
+        # answered now ("accepted; the reply comes after restart"), not at a timeout.
+        refs = _step("stop sessions", io.run, _call(manager.shutdown), 5) or []
+        for ref in refs:
+            ref.actor_stopped.wait(ACTOR_STOP_TIMEOUT_S)
+
+    def _leave_cluster(self, io: IoLoop, cluster: ClusterNode) -> None:
+        """Drain while still listening (what reaches this node meanwhile goes to the
+        others), then stop looking at the registry."""
+        if self._runner is not None:
+            timeout = self.settings.cluster.drain_s + 15
+            _step("drain (hand the sessions to other nodes)", io.run, cluster.drain(stopping=True), timeout)
+        _step("stop the cluster view", io.run, cluster.stop(), 5)
 
     def _close_resources(self, io: IoLoop) -> None:
         """What the sessions used, in reverse order of opening; each step isolated."""

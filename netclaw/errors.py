@@ -19,7 +19,9 @@
     │   ├── IllegalTransition       a phase change the phase machine forbids
     │   ├── SessionUnavailable      the session could not be started or recovered
     │   │   ├── OutcomeUnknown      a write was not confirmed in time; it may still land
-    │   │   └── SessionOwnedElsewhere  another node holds the session's lease
+    │   │   ├── SessionOwnedElsewhere  another node holds the session's lease
+    │   │   └── SessionMoved        the session is leaving this node (a drain, a move):
+    │   │                           nothing was done here; its new node takes it
     │   └── ApprovalError           a decision on a tool call could not be taken
     │       ├── ApprovalNotFound    no such pending request (404)
     │       ├── ApprovalClosed      already decided or expired (409)
@@ -165,6 +167,18 @@ class SessionOwnedElsewhere(SessionUnavailable):
         self.node_id = node_id
         self.url = url
         self.retry_after = retry_after
+
+
+class SessionMoved(SessionUnavailable):
+    """The session is leaving this node (it drains, or the session is moved to another
+    node), or this node takes no new sessions: the command was not carried out here, so
+    sending it to the session's new node is safe."""
+
+    code = "session_moved"
+
+    def __init__(self, session_id: str, why: str = "it is moving to another node") -> None:
+        super().__init__(f"session {session_id} is not taken on this node: {why}")
+        self.session_id = session_id
 
 
 class ApprovalError(SessionError):

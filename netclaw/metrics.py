@@ -3,8 +3,10 @@
 One :class:`Metrics` per daemon, with its own registry (so two daemons in one process, as
 in the tests, never share counts). Sessions and the journal update counters and
 histograms as things happen, from whichever thread they run on (prometheus-client is
-thread-safe); the daemon supplies gauges that are read at scrape time (resident
-sessions, channels, MCP servers). Only counts: no content, no ids.
+thread-safe); the daemon supplies families that are read at scrape time (resident
+sessions, channels, MCP servers, the cluster's counters). Only counts: no content, no
+ids. A node of a cluster labels every series with ``node``, so the nodes' series stay
+apart wherever they are gathered.
 """
 
 from __future__ import annotations
@@ -19,8 +21,9 @@ from prometheus_client import (
     disable_created_metrics,
     generate_latest,
 )
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+from prometheus_client.samples import Sample
 
 __all__ = ["CONTENT_TYPE", "GaugeMetricFamily", "Metrics", "gauge"]
 
@@ -33,6 +36,7 @@ COMMIT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1)
 
 class Metrics:
     def __init__(self) -> None:
+        self.node: str | None = None  # set on a node of a cluster: every series gets node="..."
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.turns = Counter("netclaw_turns", "Turns ended, by outcome", ["outcome"], registry=r)
@@ -59,12 +63,14 @@ class Metrics:
         )
         self.reminders_fired = Counter("netclaw_reminders_fired", "Reminder fires admitted", registry=r)
 
-    def watch(self, gauges: Callable[[], Iterable[GaugeMetricFamily]]) -> None:
-        """Gauges read at scrape time (resident sessions, adapters, MCP servers)."""
-        self.registry.register(_Scraped(gauges))
+    def watch(self, families: Callable[[], Iterable[Metric]]) -> None:
+        """Families read at scrape time (resident sessions, adapters, MCP servers, cluster)."""
+        self.registry.register(_Scraped(families))
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        if self.node is None:
+            return generate_latest(self.registry)
+        return generate_latest(_Labelled(self.registry, "node", self.node))
 
 
 def gauge(
@@ -77,11 +83,31 @@ def gauge(
 
 
 class _Scraped(Collector):
-    def __init__(self, gauges: Callable[[], Iterable[GaugeMetricFamily]]) -> None:
-        self._gauges = gauges
+    def __init__(self, families: Callable[[], Iterable[Metric]]) -> None:
+        self._families = families
 
-    def collect(self) -> Iterable[GaugeMetricFamily]:
-        return list(self._gauges())
+    def collect(self) -> Iterable[Metric]:
+        return list(self._families())
 
-    def describe(self) -> Iterable[GaugeMetricFamily]:
+    def describe(self) -> Iterable[Metric]:
         return []  # names are only known at scrape time
+
+
+class _Labelled:
+    """A registry's families with one more label on every sample (what ``render`` writes)."""
+
+    def __init__(self, registry: CollectorRegistry, name: str, value: str) -> None:
+        self._registry = registry
+        self._label = (name, value)
+
+    def collect(self) -> Iterable[Metric]:
+        name, value = self._label
+        for family in self._registry.collect():
+            labelled = Metric(family.name, family.documentation, family.type, family.unit)
+            labelled.samples = [
+                Sample(
+                    s.name, {**s.labels, name: value}, s.value, s.timestamp, s.exemplar, s.native_histogram
+                )
+                for s in family.samples
+            ]
+            yield labelled

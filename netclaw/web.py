@@ -20,6 +20,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from netclaw import outputs as out
+from netclaw.cluster import keep_body, kept_body
 from netclaw.errors import (
     ApiError,
     ApprovalError,
@@ -154,6 +155,11 @@ async def read_body(request: web.Request, limit: int) -> bytes:
     """The whole body, within ``limit`` bytes and ``BODY_TIMEOUT_S``: 413 past the limit,
     408 for a sender too slow, 400 for a body that cannot be decoded (bad gzip)."""
     too_large = ApiError(413, "body_too_large", f"the body is larger than {limit} bytes")
+    kept = kept_body(request)  # read already (several nodes: by an attempt to forward it)
+    if kept is not None:
+        if len(kept) > limit:
+            raise too_large
+        return kept
     if request.content_length is not None and request.content_length > limit:
         raise too_large
     chunks: list[bytes] = []
@@ -170,7 +176,9 @@ async def read_body(request: web.Request, limit: int) -> bytes:
         raise ApiError(408, "body_timeout", f"the body did not arrive within {BODY_TIMEOUT_S:g}s") from None
     except (web.RequestPayloadError, HttpProcessingError) as exc:
         raise ApiError(400, "invalid_body", f"the request body could not be read: {exc}") from exc
-    return b"".join(chunks)
+    body = b"".join(chunks)
+    keep_body(request, body)  # should the request be forwarded after all
+    return body
 
 
 def read_json_object(raw: bytes) -> dict[str, Any]:

@@ -8,6 +8,7 @@
 - ``doctor``: :mod:`._doctor`; ``init``: :mod:`._init`.
 - ``skills``: :mod:`._skills` (what the skill folders hold, read from disk).
 - ``migrate-journal``: :mod:`._migrate` (SQLite → PostgreSQL).
+- ``cluster``: :mod:`._cluster` (several nodes: status, drain, resume, owner, move).
 
 Every command may load netclaw.json, whose channel sections (``slack``, ``discord``,
 ``webhooks``) their adapters declare: ``adapters`` is imported first to register them.
@@ -22,6 +23,7 @@ from netclaw import __version__
 from netclaw.cli._access import cmd_audit, cmd_tokens
 from netclaw.cli._admin import cmd_approvals, cmd_memory, cmd_questions, cmd_reminders, cmd_sessions
 from netclaw.cli._chat import cmd_chat
+from netclaw.cli._cluster import cmd_cluster
 from netclaw.cli._doctor import cmd_doctor
 from netclaw.cli._init import cmd_init
 from netclaw.cli._mcp import add_parser as add_mcp_parser
@@ -188,6 +190,17 @@ def _parser() -> argparse.ArgumentParser:
     doctor = with_config(sub.add_parser("doctor", help="check config, database and provider"))
     doctor.add_argument("--json", action="store_true", help="the same checks as JSON")
     doctor.set_defaults(func=cmd_doctor)
+
+    cluster = with_config(sub.add_parser("cluster", help="several nodes: status, drain, resume, owner, move"))
+    cluster.add_argument(
+        "action", nargs="?", choices=["status", "drain", "resume", "owner", "move"], default="status"
+    )
+    cluster.add_argument(
+        "target", nargs="?", metavar="NODE|SESSION", help="drain/resume: a node; owner/move: a session"
+    )
+    cluster.add_argument("node", nargs="?", metavar="NODE", help="move: the node to move the session to")
+    cluster.add_argument("--json", action="store_true")
+    cluster.set_defaults(func=cmd_cluster)
 
     migrate = with_config(
         sub.add_parser("migrate-journal", help="copy the SQLite journal into PostgreSQL (daemon stopped)")

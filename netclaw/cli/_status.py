@@ -71,6 +71,12 @@ def print_status(url: str, health: dict[str, Any], figures: dict[str, Any]) -> N
     phases = health.get("sessions", {}).get("by_phase", {})
     shown = ", ".join(f"{phase} {n}" for phase, n in sorted(phases.items()) if n)
     print(f"sessions:  {figures['sessions_resident']} resident" + (f" ({shown})" if shown else ""))
+    cluster = health.get("cluster")
+    if cluster:  # several nodes: this one, its state, its peers
+        peers = ", ".join(f"{p['node_id']} ({p['state']})" for p in cluster.get("peers", [])) or "none"
+        print(
+            f"cluster:   node {cluster['node_id']} {cluster['state']}, {cluster['leases']} lease(s); peers: {peers}"
+        )
     for name, status in sorted(health.get("adapters", {}).items()):
         detail = f": {status['detail']}" if status.get("detail") else ""
         print(f"channel:   {name} {status['state']}{detail}")

@@ -32,16 +32,18 @@ from typing import Any, TypeVar, cast
 from netclaw import attachments
 from netclaw.attachments import IncomingFile, check_files
 from netclaw.audit import AuditEntry
-from netclaw.cluster import Forwarder
+from netclaw.cluster import Routing
 from netclaw.commands import HELP_TEXT, Command, PromptCommand, PromptSyntaxError, parse_command, parse_prompt
 from netclaw.config import ChannelAccess, LiveSettings, Settings
 from netclaw.context_view import offered_tools, with_recall
 from netclaw.errors import (
     ApprovalNotFound,
     InvalidInput,
+    LeaseLost,
     NotAnApprover,
     NotPermitted,
     OutcomeUnknown,
+    SessionMoved,
     SessionUnavailable,
 )
 from netclaw.history.tokens import fallback_count
@@ -318,7 +320,7 @@ class Gateway:
         live: LiveSettings,
         memory: MemoryStore | None = None,
         reminders: ReminderStore | None = None,
-        forwarder: Forwarder | None = None,
+        routing: Routing | None = None,
         access: AccessLogic | None = None,
         mcp: McpHub | None = None,
         questions: Questions | None = None,
@@ -331,7 +333,7 @@ class Gateway:
         self._mcp = mcp  # MCP servers: their prompts are `/prompt` commands
         self._questions = questions  # what running tools ask people (answered here)
         self.access = access  # the audit table and API tokens (netclaw/persistence/_access.py)
-        self.forwarder = forwarder  # several nodes: input for a session owned elsewhere goes there
+        self.routing = routing  # several nodes: a session's input goes to the node serving it
         self._journal = journal
         self._live = live
         self._memory = memory
@@ -348,11 +350,11 @@ class Gateway:
     # -- input --------------------------------------------------------------------------------
 
     async def owner_of(self, session_id: str) -> Owner | None:
-        """The other node that holds the session now (several nodes on one database), or
+        """The other node that serves the session now (several nodes on one database), or
         None: it is, or may become, resident here."""
-        if self._manager.is_resident(session_id):
-            return None
-        return await self._journal.owner(session_id)
+        if self.routing is not None:
+            return await self.routing.where(session_id)
+        return None
 
     async def submit(
         self,
@@ -365,13 +367,20 @@ class Gateway:
         """Admit a message; returns once it is durable (and, with ``wait``, once its turn
         is recorded). If durability cannot be confirmed in time the answer is
         :class:`OutcomeUnknown`: sending again with the same identity is safe. A message
-        for a session another node owns is submitted there (unless it was ``forwarded``
+        for a session another node serves is submitted there (unless it was ``forwarded``
         here by another node: it is then taken here)."""
         check_inbound(inbound)
-        if self.forwarder is not None and not forwarded:
-            owner = await self.owner_of(inbound.session_id)
-            if owner is not None:
-                return await self._submit_on(owner, inbound, wait, turn_timeout)
+        if self.routing is None or forwarded:
+            return await self._submit_here(inbound, wait, turn_timeout)
+        return await self.routing.route(
+            inbound.session_id,
+            lambda owner: self._submit_on(owner, inbound, wait, turn_timeout),
+            lambda: self._submit_here(inbound, wait, turn_timeout),
+        )
+
+    async def _submit_here(
+        self, inbound: Inbound, wait: bool, turn_timeout: float | None
+    ) -> tuple[Admission, TurnOutcome | None]:
         speaker = speaker_of(inbound.session_id, inbound.user, inbound.speaker)
         role = role_for(self.settings, speaker, inbound.speaker_role)
         if not may(self.settings, role, "chat"):
@@ -413,17 +422,18 @@ class Gateway:
                 "it may still be recorded",
                 identity=inbound.identity,
             ) from exc
-        except OutcomeUnknown:
+        except (OutcomeUnknown, SessionMoved):
             raise
+        except LeaseLost as exc:  # refused, not written: another node owns the session now
+            if self.routing is None:
+                raise
+            raise SessionMoved(inbound.session_id, str(exc)) from exc
         except SessionUnavailable:
             # Not admitted here: another node may have claimed the session meanwhile (its
             # recovery here then failed). Then the message belongs there, once.
-            owner = (
-                await self._journal.owner(inbound.session_id) if self.forwarder and not forwarded else None
-            )
-            if owner is None:
-                raise
-            return await self._submit_on(owner, inbound, wait, turn_timeout)
+            if self.routing is not None and await self._journal.owner(inbound.session_id) is not None:
+                raise SessionMoved(inbound.session_id, "another node took it first") from None
+            raise
         if found:
             log.info(
                 "%s: redacted %s from message %s", inbound.session_id, ", ".join(found), admission.message_id
@@ -435,6 +445,10 @@ class Gateway:
         try:
             outcome = await done.wait(limit)
         except SessionUnavailable as exc:
+            if isinstance(exc, SessionMoved) and self.routing is not None and inbound.identity is not None:
+                # Handed off before this message's turn ran here: its next node runs it, and
+                # the same identity there waits for that turn instead of recording it again.
+                raise
             raise SessionUnavailable(
                 f"message {admission.message_id} is accepted, but its session stopped before "
                 f"the turn finished ({exc}); the turn resumes when the session recovers"
@@ -449,8 +463,8 @@ class Gateway:
     async def _submit_on(
         self, owner: Owner, inbound: Inbound, wait: bool, turn_timeout: float | None
     ) -> tuple[Admission, TurnOutcome | None]:
-        assert self.forwarder is not None
-        answer = await self.forwarder.submit(
+        assert self.routing is not None
+        answer = await self.routing.forwarder.submit(
             inbound.session_id,
             owner,
             {"inbound": inbound.to_json(), "wait": wait, "turn_timeout": turn_timeout},
@@ -729,7 +743,7 @@ class Gateway:
         listener = self._shown.get(platform)
         if listener is not None:
             listener(session_id)
-        elif self.forwarder is not None:
+        elif self.routing is not None:
             # Several nodes: the platform is connected on another one (Discord's one
             # connection). Let the session go, so the node that shows its replies takes it
             # over and posts this one (its outbox looks for owed replies every few seconds).
@@ -744,7 +758,7 @@ class Gateway:
     def cluster_poll_s(self) -> float | None:
         """Several nodes: how often a channel looks for replies owed in sessions another node
         recorded (None on one node, where every reply is recorded here)."""
-        return self.settings.cluster.lease_s / 3 if self.forwarder is not None else None
+        return self.settings.cluster.lease_s / 3 if self.routing is not None else None
 
     # -- approvals ----------------------------------------------------------------------------
 

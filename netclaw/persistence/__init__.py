@@ -17,9 +17,11 @@ from netclaw.persistence._backends import (
 from netclaw.persistence._deliveries import DeliveryLog, SqliteDeliveryLog
 from netclaw.persistence._journal import (
     Journal,
+    Lease,
     NewEvent,
     Node,
     Owner,
+    Peer,
     SessionPage,
     SessionQuery,
     SessionRow,
@@ -47,6 +49,7 @@ __all__ = [
     "ApiToken",
     "DeliveryLog",
     "Journal",
+    "Lease",
     "Manifest",
     "Memory",
     "MemoryStore",
@@ -54,6 +57,7 @@ __all__ = [
     "NewMemory",
     "Node",
     "Owner",
+    "Peer",
     "Reminder",
     "ReminderStore",
     "SessionPage",

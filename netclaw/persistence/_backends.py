@@ -9,6 +9,7 @@ import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
+from netclaw import __version__
 from netclaw.config import Settings
 from netclaw.errors import ConfigError
 from netclaw.persistence import _manifest
@@ -54,8 +55,10 @@ def prepare_stores(settings: Settings) -> list[int]:
 
 
 def make_journal(
-    settings: Settings, on_commit: Callable[[float], None] | None = None
+    settings: Settings, on_commit: Callable[[float], None] | None = None, *, protocol: int = 1
 ) -> SqliteJournal | PostgresJournal:
+    """The configured journal; on PostgreSQL, as this node of the cluster, which speaks
+    forwarding ``protocol`` (kept in the node registry with this netclaw's version)."""
     if uses_postgres(settings):
         with _needs_psycopg():
             from netclaw.persistence.postgres import PostgresJournal
@@ -66,6 +69,8 @@ def make_journal(
             advertise_url=cluster.advertise_url,
             lease_s=cluster.lease_s,
             on_commit=on_commit,
+            version=__version__,
+            protocol=protocol,
         )
     return SqliteJournal(
         settings.database_path, synchronous=settings.journal.synchronous, on_commit=on_commit

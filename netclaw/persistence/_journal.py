@@ -89,6 +89,43 @@ class Owner:
     node_id: str
     url: str | None  # where that node takes forwarded input (its cluster.advertise_url)
     expires_in: float  # seconds until its lease expires unless renewed
+    protocol: int = 1  # the newest forwarding protocol that node speaks
+
+
+@dataclass(frozen=True, slots=True)
+class Peer:
+    """A live node of the cluster, as the node registry has it."""
+
+    node_id: str
+    url: str | None
+    version: str | None  # the netclaw it runs (None: a release before versions were kept)
+    protocol: int  # the newest forwarding protocol it speaks
+    draining: bool  # it takes no new sessions (it is stopping, or drained by hand)
+    seen_s: float  # seconds since it last renewed
+    sessions: int  # live session leases it holds
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "node_id": self.node_id,
+            "url": self.url,
+            "version": self.version,
+            "protocol": self.protocol,
+            "state": "draining" if self.draining else "active",
+            "seen_s": round(self.seen_s, 2),
+            "sessions": self.sessions,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A session's lease row: who holds it, at which epoch, and for how long still."""
+
+    node_id: str
+    url: str | None
+    epoch: int
+    live: bool
+    expires_in: float  # negative once expired
+    protocol: int = 1  # the holder's newest forwarding protocol
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,11 @@
 """Numbered SQL migrations, one folder per backend (``migrations/sqlite``,
-``migrations/postgres``), applied in order and recorded in ``schema_version``."""
+``migrations/postgres``), applied in order and recorded in ``schema_version``.
+
+Rolling upgrades (several nodes on PostgreSQL): a migration is additive unless it says
+otherwise, so a node of the previous release keeps running on the migrated database. A
+destructive one (a column dropped, a meaning changed) names the oldest schema whose code
+still works after it, in a comment line ``-- oldest-compatible: N``; a node that knows
+less refuses to start on it."""
 
 from __future__ import annotations
 
@@ -13,6 +19,7 @@ from typing import Literal
 from netclaw.errors import JournalError
 
 _NAME = re.compile(r"(\d{4})_([a-z0-9_]+)\.sql")
+_OLDEST = re.compile(r"^--\s*oldest-compatible:\s*(\d+)\s*$", re.MULTILINE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,6 +27,9 @@ class Migration:
     version: int
     name: str
     sql: str
+    # The oldest schema version whose code still runs after this migration (0: additive,
+    # any older code does).
+    oldest_compatible: int = 0
 
 
 Backend = Literal["sqlite", "postgres"]
@@ -43,7 +53,9 @@ def load_migrations(directory: Path | None = None, backend: Backend = "sqlite") 
         match = _NAME.fullmatch(path.name)
         if not match:
             raise JournalError(f"migration file {path.name!r} is not named NNNN_name.sql")
-        found.append(Migration(int(match[1]), match[2], path.read_text(encoding="utf-8")))
+        sql = path.read_text(encoding="utf-8")
+        oldest = _OLDEST.search(sql)
+        found.append(Migration(int(match[1]), match[2], sql, int(oldest[1]) if oldest else 0))
     versions = [m.version for m in found]
     if len(set(versions)) != len(versions):
         raise JournalError(f"duplicate migration numbers in {directory}")

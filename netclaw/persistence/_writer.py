@@ -29,6 +29,9 @@ from netclaw.persistence._journal import NewEvent, Node, Owner, SessionRow
 log = logging.getLogger(__name__)
 
 MAX_BATCH = 512  # writes per transaction; bounds one commit's latency
+# After a commit failed because the database was away, the idle writer asks it this often
+# whether it is back: health reflects the present even when nothing is written.
+PROBE_EVERY_S = 1.0
 
 # An append awaited on a loop, or waited for by a thread (a session actor).
 AnyFuture = asyncio.Future[int] | concurrent.futures.Future[int]
@@ -105,6 +108,7 @@ class WriterThread(threading.Thread, Generic[Conn]):
         self.inbox: queue.SimpleQueue[Item | None] = queue.SimpleQueue()
         self.ready: concurrent.futures.Future[None] = concurrent.futures.Future()
         self.finished: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._probing = False  # the last commit failed for want of the database: ask it
 
     # -- the database's part ------------------------------------------------------------------
 
@@ -136,6 +140,15 @@ class WriterThread(threading.Thread, Generic[Conn]):
     def database_error(self, exc: Exception) -> bool:
         """Whether ``exc`` is the database's (a failed statement), not a bug of ours."""
         return False
+
+    def unreachable(self, exc: Exception) -> bool:
+        """Whether ``exc`` says the database could not be reached (then :meth:`probe` tells
+        when it can again)."""
+        return False
+
+    def probe(self, conn: Conn) -> None:
+        """Reach the database (reconnecting if need be); raises while it cannot be."""
+        raise NotImplementedError
 
     # -- one group commit ----------------------------------------------------------------------
 
@@ -249,11 +262,13 @@ class WriterThread(threading.Thread, Generic[Conn]):
         counters.failed_commits += 1
         error = JournalError(f"journal commit failed: {exc}")
         counters.last_failure = str(error)
+        self._probing = self.unreachable(exc)
         return error
 
     def _succeeded(self, seconds: float) -> None:
         counters = self.counters
         counters.commits += 1
+        self._probing = False
         if counters.last_failure is not None:
             log.warning("journal commits again, after %d failed commit(s)", counters.failed_commits)
             counters.failed_commits = 0
@@ -287,10 +302,29 @@ class WriterThread(threading.Thread, Generic[Conn]):
             self._fail_leftovers()
             self.finished.set_result(None)
 
+    def _probe(self, conn: Conn) -> None:
+        """Nothing to write, and the last commit failed for want of the database: is it back?
+        Then the node is healthy again without waiting for a write to prove it."""
+        try:
+            self.probe(conn)
+        except Exception:  # noqa: BLE001 - still away: ask again later
+            return
+        counters = self.counters
+        log.warning(
+            "the journal's database answers again (after %d failed commit(s))", counters.failed_commits
+        )
+        counters.failed_commits = 0
+        counters.last_failure = None
+        self._probing = False
+
     def _serve(self, conn: Conn) -> None:
         stopping = False
         while not stopping:
-            first = self.inbox.get()
+            try:
+                first = self.inbox.get(timeout=PROBE_EVERY_S) if self._probing else self.inbox.get()
+            except queue.Empty:
+                self._probe(conn)
+                continue
             if first is None:
                 return
             writes: list[Write] = []

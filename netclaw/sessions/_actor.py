@@ -24,6 +24,7 @@ from netclaw.errors import (
     LeaseLost,
     NetclawError,
     OutcomeUnknown,
+    SessionMoved,
     SessionOwnedElsewhere,
     SessionUnavailable,
 )
@@ -113,7 +114,10 @@ class SessionActor(pykka.ThreadingActor):
 
     def on_stop(self) -> None:
         with self._deps.io.batched():
-            self._answer_waiters(SessionUnavailable(f"session {self.session_id} stopped"))
+            # Handed off: a reply waited for comes from the session's next node.
+            leaving = self._session is not None and self._session.leaving
+            stopped = SessionMoved(self.session_id) if leaving else None
+            self._answer_waiters(stopped or SessionUnavailable(f"session {self.session_id} stopped"))
             self._effects.close()
             with contextlib.suppress(RuntimeError):  # the loop is gone: so is the manager
                 if self._lease is not None:  # after what we queued: another node may take it then
@@ -136,7 +140,11 @@ class SessionActor(pykka.ThreadingActor):
             exc_info=None if quiet else exc,
         )
         self._broken, self._moved = reason, moved
-        unavailable = SessionUnavailable(f"session {self.session_id} failed: {reason}")
+        unavailable = (
+            SessionMoved(self.session_id, reason)
+            if moved
+            else SessionUnavailable(f"session {self.session_id} failed: {reason}")
+        )
         if message is not None:  # what the failed command still owes its caller: the failure
             refuse(message, _owed_error(message, exc) or unavailable, None)
         self._answer_waiters(unavailable)

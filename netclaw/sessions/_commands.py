@@ -147,6 +147,12 @@ class PassivateNow(Routed):
 
 
 @dataclass(frozen=True, slots=True)
+class HandOff(Routed):
+    """Leave this node (a drain, a move): finish the turn under way, start no other, and
+    ask to stop; queued input stays in the journal for the session's next node."""
+
+
+@dataclass(frozen=True, slots=True)
 class ConfirmStop:
     """The manager agrees nothing is in flight: stop if still passivating ``epoch``."""
 
@@ -264,6 +270,7 @@ Command = (
     | MarkDelivered
     | ListUndelivered
     | Release
+    | HandOff
     | PassivateNow
     | ConfirmStop
     | Shutdown

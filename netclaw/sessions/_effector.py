@@ -30,6 +30,7 @@ from netclaw.sessions._effects import (
     Attach,
     CallModel,
     CancelOp,
+    CloseSubscribers,
     CompactionHealth,
     ContinuityDelivered,
     Detach,
@@ -93,6 +94,8 @@ class Effector:
                 self.subscribers.add(subscriber)
             case Detach(sub_id=sub_id):
                 self.subscribers.remove(sub_id)
+            case CloseSubscribers():
+                self.subscribers.close_all()
             case Answer(reply=reply, value=value):
                 reply.resolve(value)
             case Refuse(reply=reply, error=error):

@@ -85,6 +85,11 @@ class Detach:
 
 
 @dataclass(frozen=True, slots=True)
+class CloseSubscribers:
+    """End every subscriber's stream quietly (the session leaves this node: they follow it)."""
+
+
+@dataclass(frozen=True, slots=True)
 class Answer:
     reply: Reply[Any]
     value: Any
@@ -228,6 +233,7 @@ Effect = (
     | SendTo
     | Attach
     | Detach
+    | CloseSubscribers
     | Answer
     | Refuse
     | CallModel

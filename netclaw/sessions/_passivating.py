@@ -66,11 +66,11 @@ class Passivating:
                 return self  # stale
         return self.step(core)
 
-    def begin(self, core: Core, grace_s: float) -> Activity:
+    def begin(self, core: Core, grace_s: float, *, extract: bool = True) -> Activity:
         """Entered: extract memories during the grace period (when there is something new
-        and a store), snapshot, stop."""
+        and a store, and ``extract``), snapshot, stop."""
         plan = None
-        if core.has_memory:
+        if core.has_memory and extract:
             model, audience = core.settings.compaction_model, core.context.audience
             plan = plan_extraction(core.state, audience=audience, model=model, grace_s=grace_s)
         if plan is not None:

@@ -72,6 +72,7 @@ class Session:
         self._watchers: set[str] = set()
         self._resumed_at = resumed_at  # warmed after a graceful restart: tell the model once
         self._held = held  # warmed at start-up: recovered, but going on only when released
+        self.leaving = False  # handed off: no new turn starts; it stops once nothing runs
         self.snapshot_seq = 0
         self._ops = 0
         self.activity: Activity = Idle()
@@ -161,6 +162,10 @@ class Session:
             case cmd.Release():
                 if self._held:
                     self._go_on()
+            case cmd.HandOff():
+                self.leaving = True
+                if isinstance(self.activity, Idle):
+                    self.enter(self._depart())
             case cmd.Shutdown():
                 self.emit(fx.Stop())
             case cmd.MemoriesSaved(through_turn=through, count=count):  # recorded, even if woken meanwhile
@@ -337,15 +342,28 @@ class Session:
         self.enter(Idle())
         if not go_on:
             return self.activity
+        if self.leaving:  # handed off: its next node compacts and runs what is queued
+            return self._depart()
         return self.compact_if_due(None) or self.start_next_turn()
 
     def start_next_turn(self) -> Activity:
         state = self._state
+        if self.leaving and isinstance(self.activity, Idle):
+            return self._depart()
         if isinstance(self.activity, Idle) and state.active is None and state.inbox:
             self.persist(TurnStarted(state.turns + 1, state.inbox[0].id))
             return self._begin_turn()
         self._arm_idle()
         return self.activity
+
+    def _depart(self) -> Activity:
+        """Handed off and nothing runs: stop now (no grace, no extraction — its next node
+        has the journal); subscribers end quietly and follow the session."""
+        self.emit(fx.CloseSubscribers())
+        self._watchers.clear()
+        passivating = Passivating()
+        self.enter(passivating)
+        return passivating.begin(self, 0.0, extract=False)
 
     def reset_context(self, by: str) -> Activity:
         """The model-visible context starts empty (the transcript and memories are kept);

@@ -196,7 +196,7 @@ class OtherPages:
             "title": "Health",
             "report": report,
             "nodes": await self.gateway.cluster_nodes(),
-            "node_id": self.room.settings.cluster.node if self.gateway.forwarder is not None else None,
+            "node_id": self.room.settings.cluster.node if self.gateway.routing is not None else None,
             "journal_backend": self.room.settings.journal.backend,
             "scheduler": {
                 "running": scheduler is not None and scheduler.running,

@@ -145,7 +145,7 @@ class SessionPages:
         if view not in ("transcript", "context"):
             raise ApiError(400, "invalid_view", "view must be transcript or context")
         found = await self._view(session_id, context=view == "context")
-        owner = await self.gateway.owner_of(session_id) if self.gateway.forwarder is not None else None
+        owner = await self.gateway.owner_of(session_id) if self.gateway.routing is not None else None
         report = None if owner is not None else await self._status(session_id)
         reminders = await self.room.scheduler.listing(session_id) if self.room.scheduler is not None else []
         context: dict[str, Any] = {

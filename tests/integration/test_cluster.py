@@ -40,11 +40,17 @@ def node(
 
     def start(name: str, **sections: Any) -> DaemonHandle:
         port = free_port()
+        cluster = {
+            "node_id": name,
+            "advertise_url": f"http://127.0.0.1:{port}",
+            "lease_s": 3,
+            "drain_linger_s": 0,
+        }
         return start_daemon(
             data_dir=str(tmp_path / name),
             gateway={"host": "127.0.0.1", "port": port, "control_token_env": "CLUSTER_TEST_TOKEN"},
             journal={"backend": "postgres", "dsn_env": "CLUSTER_TEST_PG_DSN"},
-            cluster={"node_id": name, "advertise_url": f"http://127.0.0.1:{port}", "lease_s": 3},
+            cluster={**cluster, **sections.pop("cluster", {})},
             **sections,
         )
 
@@ -159,6 +165,7 @@ def test_without_an_advertised_address_the_owner_is_named_in_a_503(
     assert refused.status_code == 503
     assert refused.json()["error"]["code"] == "owned_elsewhere"
     assert "resident on node a" in refused.json()["error"]["message"]
+    assert int(refused.headers["Retry-After"]) >= 1
 
 
 def test_discords_one_gateway_connection_is_held_by_one_node_and_moves(

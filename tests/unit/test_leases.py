@@ -197,3 +197,109 @@ async def test_the_nodes_and_the_sessions_each_holds_are_listed(node: Callable[.
         a.release("s1", 1)
         await asyncio.sleep(0.2)  # the release goes through the writer
         assert [n.sessions for n in await a.nodes()] == [1, 1]
+
+
+async def test_a_lease_handed_on_is_the_named_nodes_and_fences_its_old_holder(
+    node: Callable[..., Any],
+) -> None:
+    """A move: a's lease is written over to b at a new epoch after a's last write; nobody
+    else may take it meanwhile, b's claim succeeds, and a's late write is refused."""
+    async with node("a") as a, node("b") as b, node("c") as c:
+        epoch = await a.claim("s")
+        await a.append("s", 0, [ev("a", epoch)])
+        a.leases.destined["s"] = "b"
+        a.release("s", epoch)
+        assert await a.leases.handed_on("s", 5) is True
+        lease = await c.leases.lease_of("s")
+        assert lease is not None and (lease.node_id, lease.epoch, lease.live) == ("b", epoch + 1, True)
+        with pytest.raises(SessionOwnedElsewhere, match="resident on node b"):
+            await c.claim("s")
+        assert await b.owner("s") is None  # its own now: nothing to forward
+        assert await b.claim("s") == epoch + 2
+        await b.append("s", 1, [ev("b", epoch + 2)])
+        a.leases.held["s"] = epoch  # a still believes it holds it
+        with pytest.raises(LeaseLost):
+            await a.append("s", 2, [ev("a", epoch)])
+        assert a.leases.counts.handed_on == 1
+        # b took it from a's hands (released to it), not from a dead node
+        assert (b.leases.counts.taken_after_release, b.leases.counts.taken_after_expiry) == (0, 0)
+
+
+async def test_takeovers_are_counted_by_how_the_old_holder_let_go(node: Callable[..., Any]) -> None:
+    async with node("a", lease_s=0.3) as a, node("b", lease_s=0.3) as b:
+        a.release("s1", await a.claim("s1"))
+        await a.append("other", 0, [ev("a", 0)])  # ordered after the release
+        await b.claim("s1")
+        await a.claim("s2")
+        await a.leases.stop_renewing()
+        await asyncio.sleep(0.5)
+        await b.claim("s2")
+        assert (b.leases.counts.taken_after_release, b.leases.counts.taken_after_expiry) == (1, 1)
+        assert b.leases.counts.renewals >= 1
+
+
+async def test_the_registry_lists_live_nodes_with_their_version_state_and_sessions(
+    node: Callable[..., Any],
+) -> None:
+    async with node("a") as a, node("b") as b:
+        await a.claim("s1")
+        await a.claim("s2")
+        await a.claim("role:discord")  # a channel's lease is not a session
+        await b.claim("s3")
+        await b.leases.set_draining(True)
+        peers = {p.node_id: p for p in await a.leases.peers()}
+        assert set(peers) == {"a", "b"}
+        assert (peers["a"].sessions, peers["b"].sessions) == (2, 1)
+        assert peers["b"].draining and not peers["a"].draining
+        assert peers["a"].url == "http://a.test:8765" and peers["a"].protocol == 1
+        assert peers["a"].to_json()["state"] == "active" and peers["b"].to_json()["state"] == "draining"
+    async with node("c") as c:  # a and b stopped: no longer live
+        assert [p.node_id for p in await c.leases.peers()] == ["c"]
+
+
+def test_a_database_migrated_by_a_newer_release_is_fine_while_its_migrations_are_additive() -> None:
+    from netclaw.persistence.postgres._schema import check_compatible
+
+    check_compatible(4, [(1, "schema", None), (4, "node_registry", 0)])
+    check_compatible(4, [(4, "node_registry", 0), (5, "add_column", 0), (6, "add_table", 0)])  # logged
+    with pytest.raises(
+        JournalError, match="migration 0006_drop_column does not work with netclaw code older"
+    ):
+        check_compatible(4, [(5, "add_column", 0), (6, "drop_column", 5)])
+    check_compatible(5, [(5, "add_column", 0), (6, "drop_column", 5)])  # the release before knows
+
+
+def test_a_migration_says_which_older_code_it_breaks(tmp_path: Any) -> None:
+    from netclaw.persistence import load_migrations
+
+    (tmp_path / "0001_first.sql").write_text("CREATE TABLE t (x INT);\n")
+    (tmp_path / "0002_drop.sql").write_text("-- oldest-compatible: 2\nALTER TABLE t DROP COLUMN x;\n")
+    found = load_migrations(tmp_path)
+    assert [(m.version, m.oldest_compatible) for m in found] == [(1, 0), (2, 2)]
+
+
+async def test_a_node_older_than_the_database_still_starts_when_the_newer_migrations_are_additive(
+    pg_dsn: str,
+) -> None:
+    """A rolling upgrade: a node of the next release migrated the database (here: one more
+    additive migration recorded); this release's nodes start on it all the same."""
+    import psycopg
+
+    from netclaw.persistence.postgres import PostgresJournal, prepare_postgres
+
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("ALTER TABLE nodes ADD COLUMN next_release TEXT")
+        conn.execute(
+            "INSERT INTO schema_version (version, name, applied_at, oldest_compatible)"
+            " VALUES (9000, 'next_release', 0, 0)"
+        )
+    assert prepare_postgres(pg_dsn) == []
+    journal = await PostgresJournal(pg_dsn, node_id="old").open()
+    await journal.close()
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO schema_version (version, name, applied_at, oldest_compatible)"
+            " VALUES (9001, 'breaking', 0, 9000)"
+        )
+    with pytest.raises(JournalError, match="upgrade netclaw on this node"):
+        prepare_postgres(pg_dsn)

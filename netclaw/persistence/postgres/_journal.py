@@ -14,6 +14,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -35,7 +36,13 @@ from netclaw.persistence._journal import (
 )
 from netclaw.persistence._writer import Batch, Erase, Query, WriterJournal, WriterThread, settle
 from netclaw.persistence.postgres._leases import Leases
-from netclaw.persistence.postgres._schema import CONNECT_TIMEOUT_S, new_pool, open_pool, safe_dsn
+from netclaw.persistence.postgres._schema import (
+    CONNECT_TIMEOUT_S,
+    IDLE_CHECK_S,
+    new_pool,
+    open_pool,
+    safe_dsn,
+)
 
 log = logging.getLogger(__name__)
 
@@ -60,10 +67,14 @@ class PostgresJournal(WriterJournal):
         lease_s: float = 15.0,
         on_commit: Callable[[float], None] | None = None,
         readers: int = 4,
+        version: str | None = None,
+        protocol: int = 1,
     ) -> None:
         super().__init__(on_commit)
         self.dsn = dsn
-        self.leases = Leases(dsn, node_id, advertise_url=advertise_url, lease_s=lease_s)
+        self.leases = Leases(
+            dsn, node_id, advertise_url=advertise_url, lease_s=lease_s, version=version, protocol=protocol
+        )
         self.leases.on_lost = self._lease_lost
         self._readers = readers
         self._pool: psycopg_pool.AsyncConnectionPool | None = None
@@ -99,11 +110,15 @@ class PostgresJournal(WriterJournal):
         return await self.leases.claim(persistence_id)
 
     def release(self, persistence_id: str, epoch: int) -> None:
-        """After the session's queued writes: on the writer's queue. A journal already
-        closed released every lease as it closed."""
+        """After the session's queued writes: on the writer's queue (handed on instead, for a
+        session being moved: :attr:`Leases.destined`). A journal already closed released
+        every lease as it closed."""
         leases = self.leases
+        done = _ignored()
+        if persistence_id in leases.destined:  # a move waits for the hand-on to land
+            leases.releasing[persistence_id] = done
         with contextlib.suppress(JournalError):
-            self._put(Query(lambda link: leases.release_on(link.get(), persistence_id, epoch), _ignored()))
+            self._put(Query(lambda link: leases.release_on(link.get(), persistence_id, epoch), done))
 
     async def owner(self, persistence_id: str) -> Owner | None:
         return await self.leases.owner(persistence_id)
@@ -251,20 +266,31 @@ class PostgresJournal(WriterJournal):
 
 
 def _ignored() -> concurrent.futures.Future[int]:
-    """A future nobody waits on (a lease release: the lease expires anyway if it fails)."""
+    """A future nobody need wait on (a lease release: the lease expires anyway if it fails;
+    only a move waits, to tell the new node once its lease is there)."""
     return concurrent.futures.Future()
 
 
 class _Link:
     """The writer's connection, replaced when the server dropped it (a restart, a
-    network blip): the batch that found it broken fails, the next one reconnects."""
+    network blip). One that sat idle is checked first (:data:`IDLE_CHECK_S`), so a
+    restart while nothing was written costs no batch; one that breaks under a batch fails
+    that batch, and the next one reconnects."""
 
     def __init__(self, dsn: str) -> None:
         self.dsn = dsn
         self._conn: psycopg.Connection[Any] | None = None
+        self._used = 0.0
 
     def get(self) -> psycopg.Connection[Any]:
         conn = self._conn
+        now = time.monotonic()
+        if conn is not None and not conn.broken and now - self._used > IDLE_CHECK_S:
+            try:
+                conn.execute("")
+            except psycopg.Error:
+                log.info("the journal's connection went stale while idle; reconnecting")
+        self._used = now
         if conn is None or conn.closed or conn.broken:
             if conn is not None:
                 with contextlib.suppress(Exception):
@@ -319,6 +345,12 @@ class _PgWriter(WriterThread[_Link]):
 
     def database_error(self, exc: Exception) -> bool:
         return isinstance(exc, psycopg.Error)
+
+    def unreachable(self, exc: Exception) -> bool:
+        return isinstance(exc, psycopg.OperationalError)
+
+    def probe(self, conn: _Link) -> None:
+        conn.get().execute("SELECT 1")
 
     def transaction(self, conn: _Link) -> contextlib.AbstractContextManager[object]:
         # The fence's row locks, the sequence checks and the writes: one transaction.
