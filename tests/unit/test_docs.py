@@ -35,9 +35,11 @@ from netclaw import outputs
 from netclaw.api import Api
 from netclaw.api_access import permission_for
 from netclaw.cli import _parser
-from netclaw.commands import Command, parse_command
+from netclaw.commands import Command, parse_command, parse_prompt
 from netclaw.config import Settings, load_settings
 from netclaw.gateway import Gateway
+from netclaw.mcp_api import mcp_routes
+from netclaw.questions_api import question_routes
 from tests.doc_blocks import REPO, block_after, code_spans, read, table_after
 
 # -- nothing points outside the repository --------------------------------------------------
@@ -298,9 +300,13 @@ def test_the_override_examples_of_the_configuration_page_load(
 
 def served_routes() -> set[str]:
     api = Api(cast(Gateway, None), "token")
+    app = api.app()
+    # The daemon adds the MCP and question routes to the API's application (daemon.py).
+    app.router.add_routes(mcp_routes(None))
+    app.router.add_routes(question_routes(cast(Gateway, None)))
     routes = {
         f"{route.method} {route.resource.canonical}"
-        for route in api.app().router.routes()
+        for route in app.router.routes()
         if route.method != "HEAD" and route.resource is not None
     }
     webhooks = WebhookAdapter(Settings(), cast(Gateway, None))
@@ -362,18 +368,26 @@ def test_the_filters_the_events_page_names_are_the_filters() -> None:
 # -- docs/chat-commands.md ----------------------------------------------------------------------
 
 
+def command_of(text: str) -> str | None:
+    """The command a message is, read as the gateway reads it: ``/prompt`` (which takes
+    arguments) first, then the commands that are the whole message."""
+    return "prompt" if parse_prompt(text) is not None else parse_command(text)
+
+
 def test_the_chat_commands_page_matches_the_parser() -> None:
     rows = table_after("docs/chat-commands.md", "commands table")
     canonical = set()
     for command, also, *_ in rows:
-        name = command.strip("`").removeprefix("/")
+        # The command, then the arguments it takes, if any: `/prompt [server[:name]] [args…]`.
+        name = command.strip("`").split()[0].removeprefix("/")
         canonical.add(name)
         for spelling in [command, *code_spans(also)]:
-            word = spelling.strip("`").removeprefix("/")
+            word = spelling.strip("`").split()[0].removeprefix("/")
             for text in (f"/{word}", f"!{word}", f"/{word.upper()}", f"  /{word} "):
-                assert parse_command(text) == name, f"{text!r} should be /{name}"
+                assert command_of(text) == name, f"{text!r} should be /{name}"
     assert canonical == set(typing.get_args(Command)), "docs/chat-commands.md and netclaw/commands.py differ"
-    assert parse_command("/status please") is None
+    assert command_of("/status please") is None
+    assert command_of('/prompt docs:greet "Ann Lee" style=formal') == "prompt"
 
 
 # -- docs/architecture.md -----------------------------------------------------------------------
