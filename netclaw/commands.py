@@ -2,7 +2,7 @@
 
 A message whose text — after a leading bot mention, which the channel strips — is one
 of these is a command: ``/new`` (same as ``/reset``), ``/reset``, ``/stop``,
-``/compact``, ``/status``, ``/help``. ``!`` works in place of ``/`` (some clients
+``/compact``, ``/status``, ``/agents`` (the conversation's sub-agents), ``/help``. ``!`` works in place of ``/`` (some clients
 swallow a leading slash). Commands answer with a short ``notice`` and start no turn.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-Command = Literal["reset", "stop", "compact", "status", "help"]
+Command = Literal["reset", "stop", "compact", "status", "agents", "help"]
 
 _ALIASES: dict[str, Command] = {
     "new": "reset",
@@ -20,6 +20,7 @@ _ALIASES: dict[str, Command] = {
     "cancel": "stop",
     "compact": "compact",
     "status": "status",
+    "agents": "agents",
     "help": "help",
 }
 _COMMAND = re.compile(r"\s*[/!]([a-z]+)\s*", re.IGNORECASE)
@@ -27,7 +28,8 @@ _COMMAND = re.compile(r"\s*[/!]([a-z]+)\s*", re.IGNORECASE)
 HELP_TEXT = (
     "Commands: /new or /reset — start the conversation afresh (the transcript is kept); "
     "/stop — stop the running turn; /compact — summarise the conversation now; "
-    "/status — model, context used, memories; /help — this. `!` works in place of `/`."
+    "/status — model, context used, memories; /agents — the sub-agents working for this "
+    "conversation; /help — this. `!` works in place of `/`."
 )
 
 

@@ -52,7 +52,8 @@ from netclaw.runtime import IoLoop
 from netclaw.scheduler import Clock, Scheduler
 from netclaw.service import Notifier, SignalWaiter, heartbeat
 from netclaw.sessions import SessionActor, SessionDeps, SessionManager
-from netclaw.tools import McpHub, ToolRegistry, build_registry, reminder_tools
+from netclaw.subagents import Subagents
+from netclaw.tools import McpHub, ToolRegistry, build_registry, reminder_tools, subagent_tools
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +127,7 @@ class Daemon:
         self.metrics = Metrics()
         self.reminders: ReminderStore | None = None
         self.scheduler: Scheduler | None = None
+        self.subagents: Subagents | None = None
         self.manager: SessionManager | None = None
         self.gateway: Gateway | None = None
         self._runner: web.AppRunner | None = None
@@ -195,6 +197,9 @@ class Daemon:
             )
             for tool in reminder_tools(self.scheduler):
                 tools.register(tool)
+            self.subagents = Subagents(self.gateway, lambda: self.live.current)
+            for tool in subagent_tools(self.subagents):  # the tools reach the gateway through it
+                tools.register(tool)
             metrics.watch(self._scraped_gauges)
             api = Api(
                 self.gateway, token, health_extra=self.health, scheduler=self.scheduler, metrics=metrics
@@ -214,6 +219,8 @@ class Daemon:
             self.io.run(self._serve(app))
             # Channels listen now: the warmed sessions resume their turns (and replies reach them).
             self.io.run(_call(self.manager.release_held))
+            # Sub-agents' answers recorded before a crash go to their parents now.
+            self.io.run(_call(self.subagents.start))
             # Scheduled input last: whatever it fires finds sessions and channels ready.
             self.io.run(self.scheduler.start())
             if self.forwarder is not None:
@@ -382,8 +389,7 @@ class Daemon:
             for runner in (self._webhook_runner, self._runner):
                 if runner is not None:
                     _step("stop listening", io.run, _stop_sites(runner), 5)
-            if self.scheduler is not None:
-                _step("stop the scheduler", io.run, self.scheduler.stop(), 5)
+            self._stop_own_input(io)
             if self.adapters:
                 _step("stop adapters", io.run, self._stop_adapters(), 15)
             if self.manager is not None and self.journal is not None:
@@ -401,6 +407,7 @@ class Daemon:
         self._runner = self._webhook_runner = self._webhook_app = None
         self.mcp = None
         self.scheduler = None
+        self.subagents = None
         self.reminders = None
         self.manager = None
         self.journal = None
@@ -415,6 +422,14 @@ class Daemon:
         survivors = [ref for ref in pykka.ActorRegistry.get_all() if _is_ours(ref)]
         if survivors:
             log.error("%d session actor(s) survived shutdown: %s", len(survivors), survivors)
+
+    def _stop_own_input(self, io: IoLoop) -> None:
+        """What submits input by itself stops before the channels: reminders, and sub-agents'
+        reports (one cut short is delivered again after the restart)."""
+        if self.scheduler is not None:
+            _step("stop the scheduler", io.run, self.scheduler.stop(), 5)
+        if self.subagents is not None:
+            _step("stop the sub-agent courier", io.run, _call(self.subagents.stop), 5)
 
     def _close_resources(self, io: IoLoop) -> None:
         """What the sessions used, in reverse order of opening; each step isolated."""

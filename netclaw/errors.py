@@ -155,6 +155,13 @@ class SessionOwnedElsewhere(SessionUnavailable):
         self.retry_after = retry_after
 
 
+class SubagentRefused(SessionError):
+    """A sub-agent was not spawned: not allowed here, or a limit was reached (the message
+    says which, and what to do)."""
+
+    code = "subagent_refused"
+
+
 class ApprovalError(SessionError):
     code = "approval_error"
     status = 400

@@ -25,6 +25,7 @@ class ToolContext:
     scope: str | None = None  # where memories made here belong (a channel, a DM, a route)
     recall_scope: str | None = None  # what memory search keeps to (None: the whole audience)
     recall: bool = True  # memory search is on (audiences.*.memory_scope is not "none")
+    call_id: str | None = None  # the call being run (set per call by the registry)
 
 
 # Used when the caller passes no context (callers that predate it).

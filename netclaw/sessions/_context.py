@@ -14,8 +14,18 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from netclaw.config import LiveSettings, Settings
+from netclaw.lineage import SPAWN_TOOL, ChildTask, ModelRole, depth_of
 from netclaw.llm import Completion, ToolSchema
-from netclaw.policy import Audience, Place, allowed_tools, audience_of, memory_scope_of, recall_scope
+from netclaw.policy import (
+    Audience,
+    Place,
+    allowed_tools,
+    audience_of,
+    memory_scope_of,
+    recall_scope,
+    subagents_allowed,
+    tool_matches,
+)
 from netclaw.sessions import _ladder as ladder
 from netclaw.sessions._prompt import Prompt, PromptBuilder
 from netclaw.sessions._state import SessionState
@@ -39,17 +49,32 @@ class SessionEnv:
 
 
 class ModelContext:
-    __slots__ = ("_allowed", "_audience", "_catalog", "_id", "_ladder", "_live", "_settings", "prompts")
+    __slots__ = (
+        "_allowed",
+        "_audience",
+        "_catalog",
+        "_id",
+        "_ladder",
+        "_live",
+        "_may_spawn",
+        "_settings",
+        "_source",
+        "_task",
+        "prompts",
+    )
 
     def __init__(self, session_id: str, live: LiveSettings, catalog: ToolCatalog) -> None:
         self._id = session_id
         self._live = live
         self._catalog = catalog
+        self._task: ChildTask | None = None  # a sub-agent's terms: its tools and model
+        self._source = live.current
         self._settings = live.current
         self.prompts = PromptBuilder(self._settings.agent.system_prompt, self._settings.trim_budget_tokens)
         self._ladder = ladder.Ladder()
         self._audience: Audience = audience_of(session_id, self._settings)
         self._allowed: tuple[str, ...] | None = None
+        self._may_spawn = False
         self.place_changed(None)
 
     @property
@@ -64,27 +89,67 @@ class ModelContext:
     def allowed_tools(self) -> tuple[str, ...] | None:
         return self._allowed
 
+    @property
+    def task(self) -> ChildTask | None:
+        return self._task
+
     def recovered(self, state: SessionState) -> None:
+        self._task = state.task
+        self._settings = self._for_task(self._source)
         self.place_changed(state.place)
         self._ladder = ladder.Ladder(last_input_tokens=state.last_input_tokens)
+
+    def task_given(self, task: ChildTask, place: Place | None) -> None:
+        """This session became a sub-agent: its task's tools, model and audience from now on."""
+        self._task = task
+        self._settings = self._for_task(self._source)
+        self.place_changed(place)
+        self.prompts.budget = self._settings.trim_budget_tokens
 
     def refresh(self, place: Place | None) -> None:
         """Pick up a config reload at a turn boundary."""
         current = self._live.current
-        if current is self._settings:
+        if current is self._source:
             return
-        self._settings = current
+        self._source = current
+        self._settings = self._for_task(current)
         self.place_changed(place)
         self.prompts.system_prompt = current.agent.system_prompt
-        self.prompts.budget = current.trim_budget_tokens
+        self.prompts.budget = self._settings.trim_budget_tokens
+
+    def _for_task(self, settings: Settings) -> Settings:
+        """The settings in force: a sub-agent on the compaction model sees it as its main one
+        (its window, its output limit) — the rest of the config is the daemon's."""
+        compaction = settings.models.compaction
+        if self._task is None or self._task.model != "compaction" or compaction is None:
+            return settings
+        models = settings.models.model_copy(update={"main": compaction})
+        return settings.model_copy(update={"models": models})
+
+    @property
+    def model_role(self) -> ModelRole:
+        """Whose provider the session's calls go to (``main`` or ``compaction``)."""
+        return "compaction" if self._settings is not self._source else "main"
 
     def place_changed(self, place: Place | None) -> None:
         self._audience = audience_of(self._id, self._settings, place)
         allowed = allowed_tools(self._audience, self._settings)
+        if self._task is not None:  # a sub-agent: its task's tools, never more than its audience's
+            allowed = [t for t in self._task.tools if allowed is None or tool_matches(t, allowed)]
         self._allowed = None if allowed is None else tuple(allowed)
+        self._may_spawn = (
+            subagents_allowed(self._audience, self._settings)
+            and depth_of(self._id) < self._settings.session.max_subagent_depth
+        )
+
+    @property
+    def may_spawn(self) -> bool:
+        """May this session spawn sub-agents (its audience allows, and not too deep)?"""
+        return self._may_spawn
 
     def tools(self) -> list[ToolSchema]:
-        return self._catalog.schemas(self._allowed)
+        schemas = self._catalog.schemas(self._allowed)
+        return schemas if self._may_spawn else [t for t in schemas if t.name != SPAWN_TOOL]
 
     def tool_context(self, turn: int | None, place: Place | None) -> ToolContext:
         return ToolContext(

@@ -17,6 +17,7 @@ from netclaw.tools._registry import (
 )
 from netclaw.tools._reminders import ReminderPort, reminder_tools
 from netclaw.tools._shell import shell_tool
+from netclaw.tools._subagents import SubagentPort, subagent_tools
 from netclaw.tools._web_fetch import web_fetch_tool
 from netclaw.tools._workspace import ensure_workspace, workspace_tools
 
@@ -26,6 +27,7 @@ __all__ = [
     "McpHub",
     "McpServerStatus",
     "ReminderPort",
+    "SubagentPort",
     "Tool",
     "ToolContext",
     "ToolHandler",
@@ -36,6 +38,7 @@ __all__ = [
     "build_registry",
     "memory_tools",
     "reminder_tools",
+    "subagent_tools",
 ]
 
 

@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 
 from netclaw.errors import ToolError
 from netclaw.llm import ToolSchema
@@ -98,9 +99,10 @@ class ToolRegistry:
             return ToolResult(call, f"error: arguments are not valid JSON: {exc.msg}", True)
         if not isinstance(args, dict):
             return ToolResult(call, "error: arguments must be a JSON object", True)
+        context = replace(context or DEFAULT_CONTEXT, call_id=call.id)  # a tool may key its work on it
         try:
             async with asyncio.timeout(timeout_s) as deadline:
-                content = await tool.handler(args, context or DEFAULT_CONTEXT)
+                content = await tool.handler(args, context)
         except TimeoutError as exc:
             if not deadline.expired():  # the tool's own timeout (e.g. an upstream call), not ours
                 return ToolResult(call, f"error: tool {call.name} failed: TimeoutError: {exc}", True)
