@@ -97,7 +97,7 @@ async def test_the_renderer_shows_children_and_stays_while_they_work(harness: An
     gateway.push(out.Text(session_id=SID, turn=1, message_id="a1", text="I asked a helper."))
     gateway.push(out.TurnCompleted(session_id=SID, turn=1, message_id="u1", status="completed"))
     await until(lambda: len(port.texts("C1")) == 2, what="the line and the reply")
-    link = next(iter(renderer._links))
+    link = next(iter(renderer._links))  # noqa: SLF001 - what the renderer follows
     assert link.pending()  # the child's answer is still to come: the subscription stays
     gateway.push(finished())
     await until(lambda: port.texts("C1")[0].startswith("✅"), what="the line to say it finished")
