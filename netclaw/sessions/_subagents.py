@@ -12,6 +12,7 @@ with ``reported_through`` as a second guard for answers that start no turn).
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
 from typing import Literal
@@ -23,12 +24,14 @@ from netclaw.lineage import (
     SPAWN_TOOL,
     ChildReport,
     ChildTask,
+    SpawnRequest,
     child_id,
     depth_of,
     is_agent,
     preview,
 )
 from netclaw.llm import ToolSchema
+from netclaw.messages import ChatMessage
 from netclaw.policy import memory_scope_of, tool_matches
 from netclaw.sessions._commands import (
     Admission,
@@ -64,57 +67,91 @@ def handle(core: Core, command: RecordSpawn | DetachChild) -> None:
 
 
 def _record_spawn(core: Core, command: RecordSpawn) -> None:
-    state, context, settings = core.state, core.context, core.settings
-    found = next((r for r in state.children.values() if r.call_id == command.call_id), None)
-    if found is not None:  # the round runs again (recovered in its middle): the same child
+    found = next((r for r in core.state.children.values() if r.call_id == command.call_id), None)
+    if found is not None:  # recorded with its round, or the round runs again after a crash
         core.answer(command.reply, SpawnAnswer(found.task, found.text, new=False))
         return
-    request = command.request
     try:
-        _check_round(state, command)
-        if not context.may_spawn:
-            raise SubagentRefused(_not_allowed(core.session_id, context.audience, settings))
-        running = sum(1 for r in state.children.values() if r.running)
-        limit = settings.session.max_subagents
-        if running >= limit:
-            raise SubagentRefused(
-                f"{running} sub-agent(s) already running, the most session.max_subagents allows "
-                f"({limit}); wait for one to report, or cancel one with cancel_agent"
-            )
-        n = state.children_spawned + 1
-        budget = child_budget(state, settings, request.budget_tokens, core.now())
-        if budget is not None and budget <= 0:
-            raise SubagentRefused(
-                "this conversation has no tokens left today under session.max_tokens_per_day "
-                "(its running sub-agents' budgets included), so no sub-agent can start"
-            )
+        _check_round(core.state, command)
+        spawned = plan_spawn(core, command.call_id, command.turn, command.request)
     except SubagentRefused as exc:
         log.info("%s: spawn refused: %s", core.session_id, exc)
         core.emit(Refuse(command.reply, exc))
         return
-    child = child_id(core.session_id, n)
-    try:
-        tools = _child_tools(context.tools(), request.tools, may_spawn=depth_of(child) < _max_depth(settings))
-    except SubagentRefused as exc:
-        core.emit(Refuse(command.reply, exc))
-        return
+    core.persist(spawned)
+    announce(core, (spawned,))
+    core.answer(command.reply, SpawnAnswer(spawned.task, spawned.text, new=True))
+
+
+def round_spawns(core: Core, turn: int, assistant: ChatMessage) -> list[ChildSpawned]:
+    """The children a round's ``spawn_agent`` calls start, to record with the round in one
+    write (before any of them hears of it). A call that may not spawn (bad arguments, a
+    limit) is left out: when it runs, the tool says why."""
+    planned: list[ChildSpawned] = []
+    for call in assistant.tool_calls:
+        if call.name != SPAWN_TOOL:
+            continue
+        try:
+            args = json.loads(call.arguments or "{}")
+            request = SpawnRequest.from_args(args if isinstance(args, dict) else {})
+            planned.append(plan_spawn(core, call.id, turn, request, planned))
+        except (ValueError, InvalidInput, SubagentRefused):
+            continue
+    return planned
+
+
+def plan_spawn(
+    core: Core, call_id: str, turn: int, request: SpawnRequest, earlier: Sequence[ChildSpawned] = ()
+) -> ChildSpawned:
+    """The record of a new child (``earlier``: the ones planned with it in the same round),
+    or SubagentRefused saying why not."""
+    state, context, settings = core.state, core.context, core.settings
+    if not context.may_spawn:
+        raise SubagentRefused(_not_allowed(core.session_id, context.audience, settings))
+    running = sum(1 for r in state.children.values() if r.running) + len(earlier)
+    limit = settings.session.max_subagents
+    if running >= limit:
+        raise SubagentRefused(
+            f"{running} sub-agent(s) already running, the most session.max_subagents allows "
+            f"({limit}); wait for one to report, or cancel one with cancel_agent"
+        )
+    reserved = sum(e.task.budget_tokens or 0 for e in earlier)
+    budget = child_budget(state, settings, request.budget_tokens, core.now(), reserved)
+    if budget is not None and budget <= 0:
+        raise SubagentRefused(
+            "this conversation has no tokens left today under session.max_tokens_per_day "
+            "(its running sub-agents' budgets included), so no sub-agent can start"
+        )
+    n = state.children_spawned + len(earlier) + 1
+    may_spawn = depth_of(child_id(core.session_id, n)) < _max_depth(settings)
     task = ChildTask(
         core.session_id,
         n,
-        tools,
+        _child_tools(context.tools(), request.tools, may_spawn=may_spawn),
         request.model or "main",
         budget,
         context.audience,
         memory_scope_of(core.session_id, state.place),
     )
-    core.persist(ChildSpawned(task, command.call_id, command.turn, request.task, request.wait))
-    log.info("%s: spawned %s (wait: %s, tools: %s)", core.session_id, child, request.wait, ", ".join(tools))
-    core.publish(
-        out.SubagentStarted(
-            session_id=core.session_id, child_id=child, task=preview(request.task), wait=request.wait
+    return ChildSpawned(task, call_id, turn, request.task, request.wait)
+
+
+def announce(core: Core, spawned: Sequence[ChildSpawned]) -> None:
+    """Recorded: say so (log, and every subscriber)."""
+    for event in spawned:
+        task = event.task
+        log.info(
+            "%s: spawned %s (wait: %s, tools: %s)",
+            core.session_id,
+            task.child,
+            event.wait,
+            ", ".join(task.tools),
         )
-    )
-    core.answer(command.reply, SpawnAnswer(task, request.task, new=True))
+        core.publish(
+            out.SubagentStarted(
+                session_id=core.session_id, child_id=task.child, task=preview(event.text), wait=event.wait
+            )
+        )
 
 
 def _check_round(state: SessionState, command: RecordSpawn) -> None:
@@ -164,17 +201,20 @@ def _child_tools(
     return tuple(n for n in chosen if may_spawn or n != SPAWN_TOOL)
 
 
-def child_budget(state: SessionState, settings: Settings, requested: int | None, now: float) -> int | None:
+def child_budget(
+    state: SessionState, settings: Settings, requested: int | None, now: float, reserved: int = 0
+) -> int | None:
     """The tokens a new child may spend (None: no limit): what the model asked for, or
     ``session.subagent_budget_tokens`` — never more than this session has left today under
-    ``session.max_tokens_per_day`` once its running children's budgets are set aside. What
+    ``session.max_tokens_per_day`` once its running children's budgets (and ``reserved``:
+    those of children starting with it) are set aside. What
     a child spends is charged to its parent when its report arrives (``ChildReported``,
     folded by ``SessionState._charged``), so the parent's cap holds for the family."""
     budget = requested or settings.session.subagent_budget_tokens
     cap = settings.session.max_tokens_per_day
     if cap is None:
         return budget
-    reserved = sum(r.task.budget_tokens or 0 for r in state.children.values() if r.running)
+    reserved += sum(r.task.budget_tokens or 0 for r in state.children.values() if r.running)
     left = cap - state.tokens_spent_on(utc_day(now)) - reserved
     return left if budget is None else min(budget, left)
 

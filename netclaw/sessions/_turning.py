@@ -47,7 +47,7 @@ from netclaw.sessions._decisions import settle
 from netclaw.sessions._effects import CallModel, CancelOp, Measure, ReplyOwed, RunTools
 from netclaw.sessions._events import ApprovalRequested, RoundStarted, TurnStatus
 from netclaw.sessions._phases import Phase
-from netclaw.sessions._subagents import cancel_children
+from netclaw.sessions._subagents import announce, cancel_children, round_spawns
 from netclaw.sessions._turn import TurnRun
 from netclaw.toolspec import ToolResult
 
@@ -190,7 +190,9 @@ class Turn:
         if self._gate_round(core, assistant):  # some call waits for a person's decision
             return self
         if any(c.name == SPAWN_TOOL for c in assistant.tool_calls):  # found again, never asked anew
-            core.persist(RoundStarted(run.turn, assistant))
+            spawns = round_spawns(core, run.turn, assistant)  # recorded with it, in one write
+            core.persist(RoundStarted(run.turn, assistant), *spawns)
+            announce(core, spawns)
         run.pending_calls = assistant
         self._run_tools(core, assistant.tool_calls, {})
         return self

@@ -21,6 +21,7 @@ from netclaw.runtime import Reply
 from netclaw.sessions._commands import (
     Admission,
     Cancel,
+    Decide,
     DetachChild,
     ListChildren,
     MarkDelivered,
@@ -31,7 +32,7 @@ from netclaw.sessions._commands import (
     SpawnAnswer,
     TurnTimeout,
 )
-from netclaw.sessions._effects import CallModel, CancelSessions, Refuse, ReplyOwed, RunTools
+from netclaw.sessions._effects import CallModel, CancelSessions, Persist, Refuse, ReplyOwed, RunTools
 from netclaw.sessions._events import (
     ChildDetached,
     ChildReported,
@@ -60,11 +61,19 @@ def d() -> Iterator[Driver]:
     driver.close()
 
 
-def _spawn_round(d: Driver, *call_ids: str, wait: bool = False) -> list[Any]:
-    """The parent's model asks for sub-agents: the round is recorded, then it runs."""
+def _spawn_round(d: Driver, *calls: str | tuple[str, dict[str, Any]], wait: bool = False) -> list[Any]:
+    """The parent's model asks for sub-agents (call ids, or (id, arguments)): the round and
+    its children are recorded in one write, then the round runs."""
     d.send("split the work")
-    args = json.dumps({"task": "look it up", "wait": wait})
-    return d.answer(calls=[tool_call("spawn_agent", cid, args) for cid in call_ids])
+    made = []
+    for call in calls:
+        cid, args = call if isinstance(call, tuple) else (call, {"task": "look it up", "wait": wait})
+        made.append(tool_call("spawn_agent", cid, json.dumps(args)))
+    return d.answer(calls=made)
+
+
+def _spawned(d: Driver, effects: list[Any]) -> list[ChildSpawned]:
+    return [e for e in d.events(effects) if isinstance(e, ChildSpawned)]
 
 
 def _record(d: Driver, call_id: str, request: SpawnRequest | None = None) -> tuple[Reply[Any], list[Any]]:
@@ -90,13 +99,26 @@ def _deliver(d: Driver, report: ChildReport) -> tuple[Reply[Any], list[Any]]:
 # -- the parent ---------------------------------------------------------------------------------
 
 
-def test_a_spawn_round_is_recorded_before_it_runs(d: Driver) -> None:
-    effects = _spawn_round(d, "c1")
+def test_a_spawn_round_is_recorded_with_its_children_before_it_runs(d: Driver) -> None:
+    effects = _spawn_round(d, "c1", "c2")
     kinds = [type(e).__name__ for e in effects]
     assert kinds.index("Persist") < kinds.index("RunTools")
-    (started,) = [e for e in d.events(effects) if isinstance(e, RoundStarted)]
-    assert [c.id for c in started.assistant.tool_calls] == ["c1"]
+    (write,) = [
+        e for e in effects if isinstance(e, Persist) and any(isinstance(x, RoundStarted) for x in e.events)
+    ]
+    assert [type(x) for x in write.events] == [RoundStarted, ChildSpawned, ChildSpawned]  # one write
+    started, first, second = write.events
+    assert isinstance(started, RoundStarted) and [c.id for c in started.assistant.tool_calls] == ["c1", "c2"]
+    assert isinstance(first, ChildSpawned) and isinstance(second, ChildSpawned)
+    assert (first.task.child, first.call_id, first.text) == ("agent:cli:t/1", "c1", "look it up")
+    assert second.task.child == "agent:cli:t/2"
+    # A child at the depth limit (1 by default) gets every tool of its parent but spawn_agent.
+    assert first.task.tools == ("current_time", "deploy") and first.task.audience == "personal"
     assert d.state.pending_round is not None and d.state.pending_round.open == ()
+    assert [o.child_id for o in d.outputs(effects) if isinstance(o, out.SubagentStarted)] == [
+        "agent:cli:t/1",
+        "agent:cli:t/2",
+    ]
 
 
 def test_a_round_without_spawns_is_not_recorded_before_it_runs(d: Driver) -> None:
@@ -105,33 +127,29 @@ def test_a_round_without_spawns_is_not_recorded_before_it_runs(d: Driver) -> Non
     assert not any(isinstance(e, RoundStarted) for e in d.events(effects))
 
 
-def test_the_parent_records_the_child_before_answering_and_once_per_call(d: Driver) -> None:
-    _spawn_round(d, "c1")
-    reply, effects = _record(d, "c1")
-    (spawned,) = [e for e in d.events(effects) if isinstance(e, ChildSpawned)]
-    assert spawned.task.child == "agent:cli:t/1" and spawned.call_id == "c1" and spawned.text == "look it up"
-    # A child at the depth limit (1 by default) gets every tool of its parent but spawn_agent.
-    assert spawned.task.tools == ("current_time", "deploy")
-    assert spawned.task.audience == "personal"
-    (answer,) = d.answers(reply, effects)
-    assert answer == SpawnAnswer(spawned.task, "look it up", new=True)
-    kinds = [type(e).__name__ for e in effects]
-    assert kinds.index("Persist") < kinds.index("Answer")
-    assert [o for o in d.outputs(effects) if isinstance(o, out.SubagentStarted)] == [
-        out.SubagentStarted(session_id=PARENT, child_id="agent:cli:t/1", task="look it up", wait=False)
-    ]
-    again, effects = _record(d, "c1")  # the round ran again: the same child, nothing new
-    assert d.events(effects) == [] and d.answers(again, effects) == [
-        SpawnAnswer(spawned.task, "look it up", new=False)
-    ]
+def test_the_spawn_call_finds_its_record_every_time_it_runs(d: Driver) -> None:
+    (spawned,) = _spawned(d, _spawn_round(d, "c1"))
+    for _ in range(2):  # as it runs, and again after a crash in the round's middle
+        reply, effects = _record(d, "c1")
+        assert d.events(effects) == []
+        assert d.answers(reply, effects) == [SpawnAnswer(spawned.task, "look it up", new=False)]
     assert d.state.children_spawned == 1
 
 
-def test_two_calls_of_a_round_get_two_children(d: Driver) -> None:
-    _spawn_round(d, "c1", "c2")
-    _record(d, "c1")
-    _record(d, "c2")
-    assert sorted(r.child for r in d.state.children.values()) == ["agent:cli:t/1", "agent:cli:t/2"]
+def test_a_spawn_in_a_round_that_waited_for_approval_is_recorded_when_it_runs() -> None:
+    d = Driver(PARENT, tools=WITH_SPAWN, audiences={"personal": {"approve": ["spawn_agent"]}})
+    effects = _spawn_round(d, "c1")
+    assert _spawned(d, effects) == [] and not any(isinstance(e, RunTools) for e in effects)
+    approval = d.state.pending_round.requests[0].id  # type: ignore[union-attr]
+    d.handle(Decide(approval, "approve", "ana", None, d.reply()))
+    reply, effects = _record(d, "c1")
+    (spawned,) = _spawned(d, effects)
+    assert spawned.task.child == "agent:cli:t/1"
+    kinds = [type(e).__name__ for e in effects]
+    assert kinds.index("Persist") < kinds.index("Answer")  # recorded before the child hears of it
+    assert d.answers(reply, effects) == [SpawnAnswer(spawned.task, "look it up", new=True)]
+    assert [o.child_id for o in d.outputs(effects) if isinstance(o, out.SubagentStarted)] == ["agent:cli:t/1"]
+    d.close()
 
 
 def test_a_call_that_is_not_in_the_recorded_round_spawns_nothing(d: Driver) -> None:
@@ -144,9 +162,8 @@ def test_a_call_that_is_not_in_the_recorded_round_spawns_nothing(d: Driver) -> N
 
 def test_the_concurrent_children_limit() -> None:
     d = Driver(PARENT, tools=WITH_SPAWN, session={"max_subagents": 1})
-    _spawn_round(d, "c1", "c2")
-    _record(d, "c1")
-    _reply, effects = _record(d, "c2")
+    assert [e.call_id for e in _spawned(d, _spawn_round(d, "c1", "c2"))] == ["c1"]
+    _reply, effects = _record(d, "c2")  # when it runs, the tool is told why
     (refused,) = [e for e in effects if isinstance(e, Refuse)]
     assert "session.max_subagents" in str(refused.error)
     d.close()
@@ -155,7 +172,7 @@ def test_the_concurrent_children_limit() -> None:
 def test_a_public_session_cannot_spawn_and_is_not_offered_the_tool() -> None:
     d = Driver("webhook:hook:x", tools=WITH_SPAWN, audiences={"public": {"tools": None}})
     assert "spawn_agent" not in [t.name for t in d.session.context.tools()]
-    _spawn_round(d, "c1")
+    assert _spawned(d, _spawn_round(d, "c1")) == []
     _reply, effects = _record(d, "c1")
     (refused,) = [e for e in effects if isinstance(e, Refuse)]
     assert "public sessions may not spawn sub-agents (audiences.public.subagents)" in str(refused.error)
@@ -168,10 +185,13 @@ def test_a_public_session_cannot_spawn_and_is_not_offered_the_tool() -> None:
 
 
 def test_the_child_gets_only_the_tools_it_is_given_and_never_more_than_the_parent(d: Driver) -> None:
-    _spawn_round(d, "c1", "c2")
-    _, effects = _record(d, "c1", SpawnRequest("x", tools=("current_*",)))
-    (spawned,) = [e for e in d.events(effects) if isinstance(e, ChildSpawned)]
-    assert spawned.task.tools == ("current_time",)
+    effects = _spawn_round(
+        d,
+        ("c1", {"task": "x", "tools": ["current_*"]}),
+        ("c2", {"task": "x", "tools": ["current_time", "rm_rf"]}),
+    )
+    (spawned,) = _spawned(d, effects)
+    assert spawned.call_id == "c1" and spawned.task.tools == ("current_time",)
     _reply, effects = _record(d, "c2", SpawnRequest("x", tools=("current_time", "rm_rf")))
     (refused,) = [e for e in effects if isinstance(e, Refuse)]
     assert "not among your tools: rm_rf" in str(refused.error)
@@ -179,9 +199,7 @@ def test_the_child_gets_only_the_tools_it_is_given_and_never_more_than_the_paren
 
 def test_a_child_under_the_depth_limit_may_spawn_and_one_at_it_may_not() -> None:
     d = Driver(PARENT, tools=WITH_SPAWN, session={"max_subagent_depth": 2})
-    _spawn_round(d, "c1")
-    _, effects = _record(d, "c1")
-    (spawned,) = [e for e in d.events(effects) if isinstance(e, ChildSpawned)]
+    (spawned,) = _spawned(d, _spawn_round(d, "c1"))
     assert "spawn_agent" in spawned.task.tools  # depth 1 < 2
     d.close()
     grandchild = Driver("agent:cli:t/1/1", tools=WITH_SPAWN, session={"max_subagent_depth": 2})
@@ -192,11 +210,13 @@ def test_a_child_under_the_depth_limit_may_spawn_and_one_at_it_may_not() -> None
 
 def test_a_child_budget_never_exceeds_what_the_parent_has_left_today() -> None:
     d = Driver(PARENT, tools=WITH_SPAWN, session={"max_tokens_per_day": 1000, "max_subagents": 5})
-    _spawn_round(d, "c1", "c2", "c3")
-    _, effects = _record(d, "c1", SpawnRequest("x", budget_tokens=600))
-    assert [e.task.budget_tokens for e in d.events(effects) if isinstance(e, ChildSpawned)] == [600]
-    _, effects = _record(d, "c2", SpawnRequest("x", budget_tokens=600))  # 400 are left
-    assert [e.task.budget_tokens for e in d.events(effects) if isinstance(e, ChildSpawned)] == [400]
+    effects = _spawn_round(
+        d,
+        ("c1", {"task": "x", "budget_tokens": 600}),
+        ("c2", {"task": "x", "budget_tokens": 600}),  # 400 are left
+        ("c3", {"task": "x"}),
+    )
+    assert [e.task.budget_tokens for e in _spawned(d, effects)] == [600, 400]
     _, effects = _record(d, "c3")
     (refused,) = [e for e in effects if isinstance(e, Refuse)]
     assert "no tokens left today" in str(refused.error)
