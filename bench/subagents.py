@@ -47,10 +47,7 @@ class TimedProvider:
 
     inner: Provider
     calls: dict[str, tuple[float, float]] = field(default_factory=dict)
-
-    @property
-    def name(self) -> str:
-        return self.inner.name
+    name: str = "timed"
 
     async def complete(self, request: ProviderRequest, on_delta: OnDelta | None = None) -> Completion:
         first = next((m.content for m in request.messages if m.role == "user"), "")

@@ -183,6 +183,8 @@ class Subagents:
         """Every report ``child`` owes, oldest first; False when one could not be delivered
         (it is tried again later)."""
         try:
+            if await self._gateway.owner_of(child) is not None:
+                return True  # another node holds it (several nodes): its courier delivers
             reports = await self._gateway.owed_reports(child)
         except NetclawError as exc:
             log.info("%s: cannot read the reports it owes: %s", child, exc)

@@ -19,6 +19,7 @@ import random
 import sqlite3
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -137,6 +138,9 @@ class SubagentCrash:
         result.kills += 1
         result.moments[moment(self.db, parent)] += 1
 
+    def _settled(self, parent: str) -> bool:
+        return moment(self.db, parent) == "settled"
+
     def _after_an_answer(self, parent: str) -> None:
         """Return a few ms after a child of ``parent`` recorded its answer (watching the
         journal): about the time its way back to the parent takes."""
@@ -175,7 +179,7 @@ class SubagentCrash:
                 daemon = self._start(result)
             try:
                 wait_until(
-                    lambda parent=parent: moment(self.db, parent) == "settled",
+                    partial(self._settled, parent),
                     45,
                     f"the family of {parent} to settle",
                 )

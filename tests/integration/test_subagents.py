@@ -129,6 +129,42 @@ def test_with_wait_the_answer_is_the_tool_result_and_starts_no_turn(
     assert [r["turn"] for r in journal(daemon, f"agent:{PARENT}/1", "ReplyDelivered")] == [1]
 
 
+def test_a_wait_that_runs_out_lets_the_answer_arrive_as_input(
+    start_daemon: StartDaemon, scripted: ScriptedOpenAIThread
+) -> None:
+    scripted.set_responder(FamilyScript(rounds=1, child_delay_s=(1.5, 1.5)))
+    handle = start_daemon(session={"subagent_wait_s": 0.5})
+    response = handle.send(PARENT, "SPAWN 1 late wait", wait=True)
+    assert response.status_code == 200 and response.json()["reply"] == "spawned late", response.text
+    tool = next(m for m in transcript(handle, PARENT) if m["role"] == "tool")
+    assert tool["content"].startswith(f"agent:{PARENT}/1 is still working after the wait ran out")
+    wait_until(
+        lambda: acks(handle) == [f"ACK agent:{PARENT}/1: RESULT late-1"], timeout=20, what="the answer"
+    )
+    assert [r["n"] for r in journal(handle, PARENT, "ChildDetached")] == [1]
+
+
+def test_cancel_of_a_parent_waiting_for_its_child_stops_both(
+    daemon: DaemonHandle, scripted: ScriptedOpenAIThread
+) -> None:
+    scripted.set_responder(FamilyScript(rounds=1, child_delay_s=(30.0, 30.0)))
+    assert daemon.send(PARENT, "SPAWN 1 stuck wait").status_code == 202
+    wait_until(
+        lambda: any("TASK stuck-1" in str(r) for r in scripted.requests), what="the child's model call"
+    )
+    started = time.monotonic()
+    answer = daemon.http.post(f"/api/sessions/{PARENT}/cancel")
+    assert answer.status_code == 200 and answer.json() == {"cancelled": True, "turn": 1}, answer.text
+    wait_until(
+        lambda: children(daemon)[0]["status"] == "cancelled", timeout=10, what="the child to be cancelled"
+    )
+    assert time.monotonic() - started < 10
+    recorded = journal(daemon, PARENT, "TurnRecorded")
+    assert [r["status"] for r in recorded] == ["cancelled"]
+    (step,) = journal(daemon, PARENT, "StepRecorded")  # the waiting call got a result too
+    assert [m["role"] for m in step["messages"]] == ["assistant", "tool"]
+
+
 def test_a_parent_that_passivated_is_woken_by_its_childs_report(
     start_daemon: StartDaemon, scripted: ScriptedOpenAIThread
 ) -> None:
