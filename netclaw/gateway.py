@@ -33,7 +33,14 @@ from netclaw.attachments import IncomingFile, check_files
 from netclaw.cluster import Forwarder
 from netclaw.commands import HELP_TEXT, Command, parse_command
 from netclaw.config import ChannelAccess, LiveSettings, Settings
-from netclaw.errors import ApprovalNotFound, InvalidInput, NotAnApprover, OutcomeUnknown, SessionUnavailable
+from netclaw.errors import (
+    ApprovalNotFound,
+    InvalidInput,
+    NetclawError,
+    NotAnApprover,
+    OutcomeUnknown,
+    SessionUnavailable,
+)
 from netclaw.history.tokens import fallback_count
 from netclaw.identifiers import check_session_id
 from netclaw.lineage import (
@@ -43,7 +50,9 @@ from netclaw.lineage import (
     SpawnRequest,
     depth_of,
     describe,
+    gone_report,
     is_descendant,
+    report_text,
 )
 from netclaw.messages import Attachment, ChatMessage, PriorMessage, bounded_prior, prior_block
 from netclaw.outputs import OutputFilter
@@ -479,10 +488,10 @@ class Gateway:
             parts.append(f"{await self._memory.count(audience)} {audience} memorie(s)")
         return "; ".join(parts) + "."
 
-    async def delete(self, session_id: str, *, memories: bool = False) -> bool:
+    async def delete(self, session_id: str, *, memories: bool = False, by: str = "api") -> bool:
         """Erase a session: its journal, snapshot, listing row and webhook deliveries (and,
-        with ``memories``, what was learnt in it), and its sub-agents with it. False when
-        there is no such session."""
+        with ``memories``, what was learnt in it), and its sub-agents with it; a deleted
+        sub-agent's parent is told it is over. False when there is no such session."""
         check_session_id(session_id)
         if not await self.knows(session_id):
             return False
@@ -497,6 +506,14 @@ class Gateway:
 
             await self._manager.erase(doomed, erase)
             log.info("%s: deleted%s", doomed, " with its memories" if memories else "")
+        gone = gone_report(session_id, by)
+        if gone is not None:  # its parent stays: the child no longer counts as running there
+            with contextlib.suppress(NetclawError):
+                await self.submit(
+                    Inbound(
+                        gone.parent, report_text(gone), user=session_id, identity=gone.identity, subagent=gone
+                    )
+                )
         return True
 
     async def memories(

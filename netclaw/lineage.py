@@ -27,6 +27,7 @@ SPAWN_TOOL = "spawn_agent"
 MAX_TASK_CHARS = 50_000
 MAX_REPORT_CHARS = 100_000  # what of a child's answer the parent's model reads
 PREVIEW_CHARS = 160  # a task or result as listings and chat status lines show it
+GONE_TURN = 2**31 - 1  # the turn of a deleted child's last report: after it, nothing is news
 ModelRole = Literal["main", "compaction"]
 ReportStatus = Literal["completed", "failed", "timed_out", "interrupted", "cancelled"]
 ChildStatus = Literal["running", "completed", "failed", "timed_out", "interrupted", "cancelled"]
@@ -220,6 +221,18 @@ class ChildReport:
             tokens=int(d.get("tokens", 0)),
             of_task=bool(d.get("of_task", True)),
         )
+
+
+def gone_report(child: str, by: str) -> ChildReport | None:
+    """What a parent is told when its child's session was deleted (None: not a child): a
+    cancellation, after which its records say the child is over."""
+    parent = parent_of(child)
+    if parent is None:
+        return None
+    n = int(child.rsplit("/", 1)[1])
+    return ChildReport(
+        parent, n, GONE_TURN, "cancelled", None, f"its session was deleted by {by}", of_task=False
+    )
 
 
 def report_text(report: ChildReport) -> str:

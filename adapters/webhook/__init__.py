@@ -13,8 +13,10 @@ from adapters._lazy import lazy_names
 from adapters.webhook._config import WebhookAuth, WebhookRoute, WebhooksConfig
 
 if TYPE_CHECKING:
-    from adapters.webhook._adapter import WebhookAdapter, json_path
+    from adapters.webhook._adapter import WebhookAdapter, json_path, session_key
 
-__all__ = ["WebhookAdapter", "WebhookAuth", "WebhookRoute", "WebhooksConfig", "json_path"]
+__all__ = ["WebhookAdapter", "WebhookAuth", "WebhookRoute", "WebhooksConfig", "json_path", "session_key"]
 
-__getattr__ = lazy_names(__name__, {"WebhookAdapter": "_adapter", "json_path": "_adapter"})
+__getattr__ = lazy_names(
+    __name__, {"WebhookAdapter": "_adapter", "json_path": "_adapter", "session_key": "_adapter"}
+)

@@ -21,6 +21,7 @@ pytestmark = pytest.mark.slow
 RUNS = int(os.environ.get("NETCLAW_SUBAGENT_CRASH_RUNS", "6"))
 
 
+@pytest.mark.timeout(60 + 25 * RUNS)  # a run is a few seconds; a loaded machine gets room
 def test_children_report_exactly_once_across_sigkills(
     tmp_path: Path, scripted: ScriptedOpenAIThread, daemons: Daemons
 ) -> None:

@@ -244,6 +244,19 @@ def test_delete_and_reset_cascade(daemon: DaemonHandle, family: FamilyScript) ->
     assert daemon.http.get(f"/api/sessions/{PARENT}").status_code == 404
 
 
+def test_deleting_a_running_child_tells_its_parent(
+    daemon: DaemonHandle, scripted: ScriptedOpenAIThread
+) -> None:
+    scripted.set_responder(FamilyScript(rounds=1, child_delay_s=(30.0, 30.0)))
+    assert daemon.send(PARENT, "SPAWN 1 doomed", wait=True).status_code == 200
+    child = f"agent:{PARENT}/1"
+    assert children(daemon)[0]["status"] == "running"
+    assert daemon.http.delete(f"/api/sessions/{sid(child)}").status_code == 204
+    (record,) = children(daemon)
+    assert record["status"] == "cancelled" and record["result"] == "its session was deleted by api"
+    assert acks(daemon) == []  # no turn for it
+
+
 def test_the_agents_command_lists_the_children(daemon: DaemonHandle, family: FamilyScript) -> None:
     assert daemon.send(PARENT, "SPAWN 1 listed", wait=True).status_code == 200
     wait_until(lambda: len(acks(daemon)) == 1, timeout=20, what="the answer")
