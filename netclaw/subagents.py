@@ -128,9 +128,18 @@ class Subagents:
 
     def start(self) -> None:
         """On the loop: deliver what children record from now on, and what they owe already
-        (recorded before a crash, or while their parent could not admit it)."""
+        (recorded before a crash, or while their parent could not admit it). With several
+        nodes, also what a node that died left owed, every ``cluster_poll_s``."""
         self._gateway.watch_owed_replies(AGENT_CHANNEL, self.owed)
         self._run(self._owed_already())
+        poll = self._gateway.cluster_poll_s
+        if poll is not None:
+            self._run(self._poll(poll))
+
+    async def _poll(self, every_s: float) -> None:
+        while True:
+            await asyncio.sleep(every_s)
+            await self._owed_already(retry=False)
 
     def stop(self) -> None:
         self._gateway.unwatch_owed_replies(AGENT_CHANNEL, self.owed)
@@ -140,12 +149,13 @@ class Subagents:
         for task in list(self._tasks):
             task.cancel()
 
-    async def _owed_already(self) -> None:
+    async def _owed_already(self, *, retry: bool = True) -> None:
         try:
             children = await self._gateway.sessions_owing_replies(AGENT_CHANNEL)
         except NetclawError as exc:
             log.warning("cannot list the sub-agents that owe reports: %s (trying again)", exc)
-            asyncio.get_running_loop().call_later(DELIVERY_BACKOFF.delay(3), self._run_again)
+            if retry:
+                asyncio.get_running_loop().call_later(DELIVERY_BACKOFF.delay(3), self._run_again)
             return
         for child in children:
             self.owed(child)
