@@ -62,8 +62,9 @@ class Subagents:
         self._delivering: set[str] = set()  # children whose reports are on their way now
         self._again: set[str] = set()  # ... and which recorded another meanwhile
         self._failures: dict[str, int] = {}  # deliveries that failed in a row, by child
-        self._retries: dict[str, asyncio.TimerHandle] = {}
+        self._retries: dict[str, asyncio.TimerHandle] = {}  # by child ("": listing them again)
         self._tasks: set[asyncio.Task[None]] = set()
+        self._stopped = False
         self.delivered = 0  # reports admitted by their parents (tests, status)
 
     # -- the tools' port ----------------------------------------------------------------------
@@ -142,6 +143,7 @@ class Subagents:
             await self._owed_already(retry=False)
 
     def stop(self) -> None:
+        self._stopped = True
         self._gateway.unwatch_owed_replies(AGENT_CHANNEL, self.owed)
         for handle in self._retries.values():
             handle.cancel()
@@ -155,7 +157,9 @@ class Subagents:
         except NetclawError as exc:
             log.warning("cannot list the sub-agents that owe reports: %s (trying again)", exc)
             if retry:
-                asyncio.get_running_loop().call_later(DELIVERY_BACKOFF.delay(3), self._run_again)
+                self._retries[""] = asyncio.get_running_loop().call_later(
+                    DELIVERY_BACKOFF.delay(3), self._run_again
+                )
             return
         for child in children:
             self.owed(child)
@@ -165,6 +169,8 @@ class Subagents:
 
     def owed(self, child: str) -> None:
         """``child`` recorded an answer its parent has not admitted: take it there (on the loop)."""
+        if self._stopped:
+            return
         if child in self._delivering:
             self._again.add(child)  # the delivery under way asks again when it is done
             return
@@ -221,6 +227,9 @@ class Subagents:
         return True
 
     def _run(self, work: Coroutine[Any, Any, None]) -> None:
+        if self._stopped:
+            work.close()
+            return
         task = asyncio.get_running_loop().create_task(work)
         self._tasks.add(task)
         task.add_done_callback(self._done)
