@@ -21,6 +21,7 @@ import pytest
 
 from netclaw.tools import Tool, ToolContext
 from tests.conftest import DaemonHandle, wait_until
+from tests.fakes.faulty_journal import JournalFaults
 from tests.fakes.scripted_openai import Reply, ScriptedOpenAIThread, ToolCallSpec
 from tests.fakes.subagent_script import FamilyScript
 from tests.integration.test_sse import SseStream, sse_streams
@@ -319,6 +320,23 @@ def test_an_answer_owed_across_a_restart_is_delivered_once(
 
 async def _stopped(fn: Callable[[], None]) -> None:
     fn()
+
+
+def test_an_answer_the_parent_could_not_admit_is_delivered_again_once(
+    daemon: DaemonHandle, family: FamilyScript
+) -> None:
+    faults = JournalFaults(daemon)
+    faults.fail_when = lambda events: any(e.type == "ChildReported" for e in events)  # once
+    assert daemon.send(PARENT, "SPAWN 1 retry", wait=True).status_code == 200
+    wait_until(lambda: len(acks(daemon)) == 1, timeout=20, what="the answer, after a retry")
+    assert faults.failed == 1
+    time.sleep(0.5)
+    admitted = [
+        r
+        for r in journal(daemon, PARENT, "InputAdmitted")
+        if r["message"].get("identity", "").startswith("subagent:")
+    ]
+    assert len(admitted) == 1 and acks(daemon) == [f"ACK agent:{PARENT}/1: RESULT retry-1"]
 
 
 def test_an_audience_that_may_not_spawn_is_told_so(
