@@ -97,6 +97,7 @@ class Api:
         app.router.add_post("/api/sessions/{id}/reset", self.reset)
         app.router.add_delete("/api/sessions/{id}", self.delete_session)
         app.router.add_get("/api/sessions/{id}/approvals", self.list_approvals)
+        app.router.add_get("/api/sessions/{id}/children", self.list_children)
         app.router.add_post("/api/sessions/{id}/approvals/{approval_id}", self.decide)
         app.router.add_get("/api/approvals", self.all_approvals)
         app.router.add_get("/api/reminders", self.list_reminders)
@@ -303,6 +304,13 @@ class Api:
     async def list_approvals(self, request: web.Request) -> web.Response:
         session_id = await self._known(request)
         return web.json_response([a.to_json() for a in await self.gateway.approvals(session_id)])
+
+    async def list_children(self, request: web.Request) -> web.Response:
+        """The session's sub-agents (``agent:<id>/<n>``), oldest first, with their phase."""
+        session_id = await self._known(request)
+        phases = self.gateway.resident_phases()
+        records = await self.gateway.children(session_id)
+        return web.json_response([r.as_json(phases.get(r.child)) for r in records])
 
     async def all_approvals(self, request: web.Request) -> web.Response:
         return web.json_response([a.to_json() for a in await self.gateway.all_approvals()])

@@ -88,7 +88,10 @@ class DaemonClient:
         if wait:
             kwargs["timeout"] = httpx.Timeout(30.0, read=self.turn_timeout)
         result: dict[str, Any] = self._request(
-            "POST", f"/api/sessions/{session_id}/messages", params={"wait": "1"} if wait else None, **kwargs
+            "POST",
+            f"/api/sessions/{_sid(session_id)}/messages",
+            params={"wait": "1"} if wait else None,
+            **kwargs,
         ).json()
         return result
 
@@ -99,25 +102,31 @@ class DaemonClient:
     def session(self, session_id: str, *, context: bool = False) -> dict[str, Any]:
         params = {"view": "context"} if context else None
         result: dict[str, Any] = self._request(
-            "GET", f"/api/sessions/{session_id}", params=params, headers=self._headers()
+            "GET", f"/api/sessions/{_sid(session_id)}", params=params, headers=self._headers()
+        ).json()
+        return result
+
+    def children(self, session_id: str) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self._request(
+            "GET", f"/api/sessions/{_sid(session_id)}/children", headers=self._headers()
         ).json()
         return result
 
     def cancel(self, session_id: str) -> dict[str, Any]:
         result: dict[str, Any] = self._request(
-            "POST", f"/api/sessions/{session_id}/cancel", headers=self._headers()
+            "POST", f"/api/sessions/{_sid(session_id)}/cancel", headers=self._headers()
         ).json()
         return result
 
     def reset(self, session_id: str) -> dict[str, Any]:
         result: dict[str, Any] = self._request(
-            "POST", f"/api/sessions/{session_id}/reset", headers=self._headers()
+            "POST", f"/api/sessions/{_sid(session_id)}/reset", headers=self._headers()
         ).json()
         return result
 
     def delete(self, session_id: str, *, memories: bool = False) -> None:
         params = {"memories": "1"} if memories else None
-        self._request("DELETE", f"/api/sessions/{session_id}", params=params, headers=self._headers())
+        self._request("DELETE", f"/api/sessions/{_sid(session_id)}", params=params, headers=self._headers())
 
     def memories(
         self, *, query: str | None = None, audience: str | None = None, session: str | None = None
@@ -134,14 +143,14 @@ class DaemonClient:
         return response.json() if response.content else None
 
     def approvals(self, session_id: str | None = None) -> list[dict[str, Any]]:
-        path = f"/api/sessions/{session_id}/approvals" if session_id else "/api/approvals"
+        path = f"/api/sessions/{_sid(session_id)}/approvals" if session_id else "/api/approvals"
         result: list[dict[str, Any]] = self._request("GET", path, headers=self._headers()).json()
         return result
 
     def decide(self, session_id: str, approval_id: str, decision: str, user: str) -> dict[str, Any]:
         result: dict[str, Any] = self._request(
             "POST",
-            f"/api/sessions/{session_id}/approvals/{approval_id}",
+            f"/api/sessions/{_sid(session_id)}/approvals/{approval_id}",
             json={"decision": decision, "user": user},
             headers=self._headers(),
         ).json()
@@ -156,7 +165,7 @@ class DaemonClient:
 
     def add_reminder(self, session_id: str, fields: dict[str, Any]) -> dict[str, Any]:
         result: dict[str, Any] = self._request(
-            "POST", f"/api/sessions/{session_id}/reminders", json=fields, headers=self._headers()
+            "POST", f"/api/sessions/{_sid(session_id)}/reminders", json=fields, headers=self._headers()
         ).json()
         return result
 
@@ -239,7 +248,7 @@ class DaemonClient:
         try:
             with self._http.stream(
                 "GET",
-                f"/api/sessions/{session_id}/events",
+                f"/api/sessions/{_sid(session_id)}/events",
                 params={"filter": filter_spec},
                 headers=self._headers(),
                 timeout=httpx.Timeout(30.0, read=None),
@@ -262,6 +271,11 @@ class DaemonClient:
             ) from exc
         except httpx.HTTPError as exc:
             raise ClientError(f"the event stream from {self.base_url} broke: {exc}") from exc
+
+
+def _sid(session_id: str) -> str:
+    """A session id as a path segment: a sub-agent's ``/`` escaped (``agent:cli:x%2F1``)."""
+    return quote(session_id, safe=":")
 
 
 def _error_text(response: httpx.Response) -> str:

@@ -2,7 +2,7 @@
 
 A message whose text — after a leading bot mention, which the channel strips — is one
 of these is a command: ``/new`` (same as ``/reset``), ``/reset``, ``/stop``,
-``/compact``, ``/status``, ``/skills``, ``/help``. ``!`` works in place of ``/`` (some clients
+``/compact``, ``/status``, ``/skills``, ``/agents`` (the conversation's sub-agents), ``/help``. ``!`` works in place of ``/`` (some clients
 swallow a leading slash). Commands answer with a short ``notice`` and start no turn.
 
 ``/prompt server:name args…`` is the one command that becomes model input: an MCP
@@ -19,7 +19,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Literal
 
-Command = Literal["reset", "stop", "compact", "status", "skills", "help", "prompt"]
+Command = Literal["reset", "stop", "compact", "status", "skills", "agents", "help", "prompt"]
 
 _ALIASES: dict[str, Command] = {
     "new": "reset",
@@ -29,6 +29,7 @@ _ALIASES: dict[str, Command] = {
     "compact": "compact",
     "status": "status",
     "skills": "skills",
+    "agents": "agents",
     "help": "help",
 }
 _COMMAND = re.compile(r"\s*[/!]([a-z]+)\s*", re.IGNORECASE)
@@ -41,6 +42,7 @@ HELP_TEXT = "\n".join(
         "/compact — summarise the conversation now",
         "/status — model, context used, memories",
         "/skills — the procedures I can follow here",
+        "/agents — the sub-agents working for this conversation",
         "/prompt server:name args — send an MCP server's prompt (/prompt alone lists them)",
         "/help — this list",
     )

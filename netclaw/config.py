@@ -124,6 +124,13 @@ class SessionConfig(_Section):
     compaction_timeout_s: float = Field(120.0, gt=0)  # extension: time budget of one compaction
     max_reminders: int = Field(50, ge=0)  # extension: reminders one session may have
     max_tokens_per_day: int | None = Field(None, gt=0)  # spend guard: provider tokens per UTC day
+    # Sub-agents (spawn_agent): children running at once per session, how deep children may
+    # spawn their own (0: no sub-agents), how long `wait: true` holds the parent's tool call
+    # (kept under tools.call_timeout_s), and a child's token budget when the model names none.
+    max_subagents: int = Field(4, ge=0)
+    max_subagent_depth: int = Field(1, ge=0)
+    subagent_wait_s: float = Field(90.0, gt=0)
+    subagent_budget_tokens: int | None = Field(None, gt=0)
 
 
 class HistoryConfig(_Section):
@@ -271,6 +278,7 @@ class AudienceConfig(_Section):
     approve: list[str] = []  # tool-name patterns whose calls wait for a person's decision
     approvers: list[str] = []  # platform user ids who may decide; empty: whoever may talk
     reminders: bool | None = None  # the model may schedule reminders; None: all but public
+    subagents: bool | None = None  # the model may spawn sub-agents; None: all but public
     # Which memories a session recalls: those made where it is (`channel`: the same Slack
     # channel or Discord channel, the same person's DMs, the same webhook route), the whole
     # audience's (`audience`), or none.

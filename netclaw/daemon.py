@@ -61,8 +61,9 @@ from netclaw.scheduler import Clock, Scheduler
 from netclaw.service import Notifier, SignalWaiter, heartbeat
 from netclaw.sessions import SessionActor, SessionDeps, SessionManager
 from netclaw.skills import LiveSkills, load_skills
+from netclaw.subagents import Subagents
 from netclaw.system import ensure_writable_dir
-from netclaw.tools import Questions, ToolRegistry, build_registry, reminder_tools
+from netclaw.tools import Questions, ToolRegistry, build_registry, reminder_tools, subagent_tools
 from netclaw.ui import UI_PREFIX, control_room
 
 log = logging.getLogger(__name__)
@@ -139,6 +140,7 @@ class Daemon:
         self.metrics = Metrics()
         self.reminders: ReminderStore | None = None
         self.scheduler: Scheduler | None = None
+        self.subagents: Subagents | None = None
         self.manager: SessionManager | None = None
         self.gateway: Gateway | None = None
         self._runner: web.AppRunner | None = None
@@ -248,6 +250,9 @@ class Daemon:
             )
             for tool in reminder_tools(self.scheduler):
                 tools.register(tool)
+            self.subagents = Subagents(self.gateway, lambda: self.live.current)
+            for tool in subagent_tools(self.subagents):  # the tools reach the gateway through it
+                tools.register(tool)
             metrics.watch(self._scraped_gauges)
             api = Api(
                 self.gateway,
@@ -277,6 +282,8 @@ class Daemon:
             self.io.run(self._serve(app))
             # Channels listen now: the warmed sessions resume their turns (and replies reach them).
             self.io.run(_call(self.manager.release_held))
+            # Sub-agents' answers recorded before a crash go to their parents now.
+            self.io.run(_call(self.subagents.start))
             # Scheduled input last: whatever it fires finds sessions and channels ready.
             self.io.run(self.scheduler.start())
             if self.cluster is not None:
@@ -500,8 +507,7 @@ class Daemon:
             for runner in (self._webhook_runner, self._runner):
                 if runner is not None:
                     _step("stop listening", io.run, _stop_sites(runner), 5)
-            if self.scheduler is not None:
-                _step("stop the scheduler", io.run, self.scheduler.stop(), 5)
+            self._stop_own_input(io)
             if self.adapters:
                 _step("stop adapters", io.run, self._stop_adapters(), 15)
             if self.manager is not None:
@@ -513,6 +519,7 @@ class Daemon:
         self._runner = self._webhook_runner = self._webhook_app = None
         self.mcp = None
         self.scheduler = None
+        self.subagents = None
         self.reminders = None
         self.access = None
         self.manager = None
@@ -546,6 +553,14 @@ class Daemon:
             timeout = self.settings.cluster.drain_s + 15
             _step("drain (hand the sessions to other nodes)", io.run, cluster.drain(stopping=True), timeout)
         _step("stop the cluster view", io.run, cluster.stop(), 5)
+
+    def _stop_own_input(self, io: IoLoop) -> None:
+        """What submits input by itself stops before the channels: reminders, and sub-agents'
+        reports (one cut short is delivered again after the restart)."""
+        if self.scheduler is not None:
+            _step("stop the scheduler", io.run, self.scheduler.stop(), 5)
+        if self.subagents is not None:
+            _step("stop the sub-agent courier", io.run, _call(self.subagents.stop), 5)
 
     def _close_resources(self, io: IoLoop) -> None:
         """What the sessions used, in reverse order of opening; each step isolated."""

@@ -181,6 +181,13 @@ class SessionMoved(SessionUnavailable):
         self.session_id = session_id
 
 
+class SubagentRefused(SessionError):
+    """A sub-agent was not spawned: not allowed here, or a limit was reached (the message
+    says which, and what to do)."""
+
+    code = "subagent_refused"
+
+
 class ApprovalError(SessionError):
     code = "approval_error"
     status = 400

@@ -13,7 +13,14 @@ import re
 
 from netclaw.errors import InvalidInput
 
-SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9:._\-]{0,199}")
+MAX_SESSION_ID_CHARS = 200
+_BASE = r"[A-Za-z0-9][A-Za-z0-9:._\-]*"
+# A session id is 1-200 characters: a plain id (letters, digits and : . _ -), or a
+# sub-agent's ``agent:<root>/<n>[/<m>...]`` — the only place a ``/`` may appear, and only
+# before a number (1-999999, no leading zero), so no id can smuggle a path or a dot-dot.
+SESSION_ID = re.compile(
+    rf"(?=.{{1,{MAX_SESSION_ID_CHARS}}}\Z)(?:{_BASE}|agent:{_BASE}(?:/[1-9][0-9]{{0,5}})+)"
+)
 CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
@@ -22,8 +29,9 @@ def check_session_id(session_id: object) -> str:
         shown = repr(session_id[:80]) if isinstance(session_id, str) else f"a {type(session_id).__name__}"
         raise InvalidInput(
             "session_id",
-            f"invalid session id {shown}: use 1-200 characters from "
-            "letters, digits and : . _ - (starting with a letter or digit)",
+            f"invalid session id {shown}: use 1-{MAX_SESSION_ID_CHARS} characters from "
+            "letters, digits and : . _ - (starting with a letter or digit); a sub-agent's id "
+            "is agent:<parent>/<number>",
         )
     return session_id
 

@@ -46,6 +46,8 @@ OutputEvent = Literal[
     "tool_progress",
     "input_requested",
     "input_answered",
+    "subagent_started",
+    "subagent_finished",
 ]
 
 TurnEnd = Literal["completed", "failed", "cancelled"]
@@ -328,6 +330,28 @@ class SessionReset(OutputBase):
     by: str
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SubagentStarted(OutputBase):
+    """The session spawned a sub-agent (``child_id``, its own session and stream); ``wait``:
+    the turn waits for its answer."""
+
+    event: ClassVar[OutputEvent] = "subagent_started"
+    child_id: str
+    task: str  # a one-line preview
+    wait: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SubagentFinished(OutputBase):
+    """A sub-agent's answer (or failure) for its turn ``turn`` reached this session."""
+
+    event: ClassVar[OutputEvent] = "subagent_finished"
+    child_id: str
+    turn: int
+    status: Literal["completed", "failed", "timed_out", "interrupted", "cancelled"]
+    summary: str  # a one-line preview of the answer or of what went wrong
+
+
 Output = (
     Text
     | TextDelta
@@ -350,6 +374,8 @@ Output = (
     | ToolProgress
     | InputRequested
     | InputAnswered
+    | SubagentStarted
+    | SubagentFinished
 )
 
 OUTPUT_TYPES: Mapping[str, type[Output]] = {cls.event: cls for cls in get_args(Output)}

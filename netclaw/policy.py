@@ -13,6 +13,7 @@ from fnmatch import fnmatchcase
 from typing import Literal
 
 from netclaw.config import ChannelAccess, Settings
+from netclaw.lineage import root_of
 
 Audience = Literal["personal", "team", "public"]
 
@@ -52,12 +53,14 @@ class Place:
 
 def default_scope(session_id: str) -> str | None:
     """The memory scope a session id names by itself: a Slack channel (or DM channel), a
-    Discord thread or DM channel, a webhook route. None (audience-wide) for the CLI and API."""
-    parts = session_id.split(":")
+    Discord thread or DM channel, a webhook route. None (audience-wide) for the CLI and API.
+    A sub-agent's is its root session's."""
+    root = root_of(session_id)
+    parts = root.split(":")
     if parts[0] in ("slack", "webhook") and len(parts) >= 3 and parts[1]:
         return f"{parts[0]}:{parts[1]}"
     if parts[0] == "discord" and len(parts) == 2 and parts[1]:
-        return session_id
+        return root
     return None
 
 
@@ -70,6 +73,9 @@ def dm_audience(access: ChannelAccess) -> Audience:
 def audience_of(session_id: str, settings: Settings, place: Place | None = None) -> Audience:
     if place is not None and place.audience is not None:
         return place.audience
+    # A sub-agent serves its parent's audience (the place its task gave it says which; this
+    # is the fallback): the one its root session has, never more.
+    session_id = root_of(session_id)
     channel = channel_of(session_id)
     if channel in ("slack", "discord"):
         return "team"
@@ -185,4 +191,10 @@ def denial_reason(access: ChannelAccess, event: ChatEvent) -> str | None:
 def reminders_allowed(audience: Audience, settings: Settings) -> bool:
     """May the model create reminders in this audience's sessions (default: all but public)?"""
     allowed = settings.audience(audience).reminders
+    return audience != "public" if allowed is None else allowed
+
+
+def subagents_allowed(audience: Audience, settings: Settings) -> bool:
+    """May the model spawn sub-agents in this audience's sessions (default: all but public)?"""
+    allowed = settings.audience(audience).subagents
     return audience != "public" if allowed is None else allowed

@@ -3,7 +3,7 @@
 A :class:`Link` is one followed session: one gateway subscription (the assembled reply,
 its streamed deltas, files, and every lifecycle output), one task handing what arrives
 to the renderer, and the session's rendering parts (reply, reactions, approval prompts,
-outbox). :class:`Links` keeps them:
+outbox, sub-agents' status lines). :class:`Links` keeps them:
 
 - **Idle release.** A link with nothing pending lets its subscription go after
   ``release_after_s`` (a subscriber keeps a session resident); one whose turn we never
@@ -26,6 +26,7 @@ from typing import Protocol
 
 from adapters.chat._approvals import ApprovalPrompts
 from adapters.chat._calls import PlatformCalls
+from adapters.chat._children import ChildLines
 from adapters.chat._outbox import Deliveries, Outbox
 from adapters.chat._port import ChatApiError, Conversation, StreamingPort
 from adapters.chat._reactions import Reactions
@@ -71,6 +72,7 @@ class Link:
     reactions: Reactions
     approvals: ApprovalPrompts
     outbox: Outbox
+    children: ChildLines
     subscription: Subscription | None = None
     task: asyncio.Task[None] | None = None
     holds: int = 0  # messages being admitted right now
@@ -80,8 +82,9 @@ class Link:
     last_activity: float = field(default_factory=time.monotonic)
 
     def pending(self) -> bool:
-        """Is a reply owed (a message admitted, being admitted, or half shown)?"""
-        return self.reactions.waiting or self.holds > 0 or self.reply.active
+        """Is a reply owed (a message admitted, being admitted, or half shown), or a
+        sub-agent's answer (its line still says it works)?"""
+        return self.reactions.waiting or self.holds > 0 or self.reply.active or self.children.running
 
     def listening(self) -> bool:
         return (
@@ -185,6 +188,7 @@ class Links:
             reactions=Reactions(calls, options.reaction),
             approvals=ApprovalPrompts(calls, conversation),
             outbox=Outbox(self._gateway, calls, session_id, conversation),
+            children=ChildLines(calls, session_id, conversation),
         )
 
     def _listen(self, link: Link) -> None:

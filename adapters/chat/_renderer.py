@@ -8,6 +8,7 @@ parts, each in its own module:
 - ``_streaming``: the reply as it streams — throttled edits, splitting, native streaming.
 - ``_reactions``: the "working on it" mark, keyed by message id.
 - ``_approvals``: approval requests as buttons; a press decides through the gateway.
+- ``_children``: a compact status line per sub-agent the session spawned.
 - ``_outbox`` and ``_outbox_watch``: every recorded reply shown exactly once, also one
   recorded with nobody watching or before a crash.
 - ``_calls``: how each part calls the platform (retried, quietly, in the background).
@@ -203,6 +204,10 @@ class ChatRenderer:
                 await link.approvals.ask(output)
             case out.ApprovalDecided():
                 await link.approvals.show_decision(output)
+            case out.SubagentStarted():
+                await link.children.started(output)
+            case out.SubagentFinished():
+                await link.children.finished(output)
             case _:
                 await self._note(link, output)
 

@@ -86,9 +86,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     chat.set_defaults(func=cmd_chat)
 
-    sessions = with_config(sub.add_parser("sessions", help="list, show, reset, cancel or delete sessions"))
+    sessions = with_config(
+        sub.add_parser(
+            "sessions", help="list, show, reset, cancel or delete sessions; a session's sub-agents"
+        )
+    )
     sessions.add_argument(
-        "action", nargs="?", choices=["list", "show", "reset", "cancel", "rm"], default="list"
+        "action", nargs="?", choices=["list", "show", "children", "reset", "cancel", "rm"], default="list"
     )
     sessions.add_argument("session_id", nargs="?")
     sessions.add_argument("--json", action="store_true")

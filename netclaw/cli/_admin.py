@@ -42,6 +42,9 @@ def cmd_sessions(args: argparse.Namespace) -> int:
             case "show":
                 session = client.session(args.session_id, context=args.context)
                 _print_json(session) if args.json else print_session(session)
+            case "children":
+                children = client.children(args.session_id)
+                _print_json(children) if args.json else _print_children(children)
             case "reset":
                 answer = client.reset(args.session_id)
                 _print_json(answer) if args.json else print(f"{args.session_id}: starts afresh")
@@ -77,6 +80,15 @@ def _list_sessions(rows: list[dict[str, Any]], *, as_json: bool) -> None:
         print(
             f"{r['id']:<40} {r['channel']:<8} {r['phase']:<11} {r['turns']:>5}  {when:<19}  {r['title'] or ''}"
         )
+
+
+def _print_children(children: list[dict[str, Any]]) -> None:
+    if not children:
+        print("no sub-agents")
+        return
+    for c in children:
+        result = f" — {c['result'][:100]}" if c.get("result") and c["status"] != "running" else ""
+        print(f"{c['id']}  [{c['status']}, {c['phase']}]  {c['task'][:80]}{result}")
 
 
 def print_session(session: dict[str, Any]) -> None:

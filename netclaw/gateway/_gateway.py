@@ -40,6 +40,7 @@ from netclaw.errors import (
     ApprovalNotFound,
     InvalidInput,
     LeaseLost,
+    NetclawError,
     NotAnApprover,
     NotPermitted,
     OutcomeUnknown,
@@ -48,6 +49,17 @@ from netclaw.errors import (
 )
 from netclaw.history.tokens import fallback_count
 from netclaw.identifiers import check_session_id
+from netclaw.lineage import (
+    ChildRecord,
+    ChildReport,
+    ChildTask,
+    SpawnRequest,
+    depth_of,
+    describe,
+    gone_report,
+    is_descendant,
+    report_text,
+)
 from netclaw.mcp import McpHub, PromptExpansion, expand_prompt
 from netclaw.messages import Attachment, ChatMessage, PriorMessage, bounded_prior, prior_block
 from netclaw.outputs import OutputFilter
@@ -74,15 +86,20 @@ from netclaw.sessions import (
     Cancel,
     CompactNow,
     Decide,
+    DetachChild,
     ListApprovals,
+    ListChildren,
     ListUndelivered,
     MarkDelivered,
+    OwedReports,
     PendingApproval,
+    RecordSpawn,
     ReportStatus,
     Reset,
     Routed,
     SendUserMessage,
     SessionManager,
+    SpawnAnswer,
     StatusReport,
     Subscription,
     TurnOutcome,
@@ -139,6 +156,9 @@ class Inbound:
     # the role that comes with that (a token's own); chat platforms name their users instead.
     speaker: str | None = None
     speaker_role: str | None = None
+    # A sub-agent's task (its first input, from its parent) or report (to its parent); never
+    # from outside: only netclaw.subagents makes these.
+    subagent: ChildTask | ChildReport | None = None
 
     def to_json(self) -> dict[str, Any]:
         """As it is forwarded to the node that owns the session (:mod:`netclaw.cluster`)."""
@@ -156,6 +176,7 @@ class Inbound:
             "place": self.place.to_dict() if self.place is not None else None,
             "speaker": self.speaker,
             "speaker_role": self.speaker_role,
+            "subagent": _subagent_json(self.subagent),
         }
 
     @classmethod
@@ -184,6 +205,7 @@ class Inbound:
                 place=Place.from_dict(dict(place)) if place is not None else None,
                 speaker=_optional(data.get("speaker")),
                 speaker_role=_optional(data.get("speaker_role")),
+                subagent=_subagent_of(data.get("subagent")),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise InvalidInput(
@@ -193,6 +215,20 @@ class Inbound:
 
 def _optional(value: object) -> str | None:
     return None if value is None else str(value)
+
+
+def _subagent_json(value: ChildTask | ChildReport | None) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    return {"task" if isinstance(value, ChildTask) else "report": value.to_dict()}
+
+
+def _subagent_of(data: Mapping[str, Any] | None) -> ChildTask | ChildReport | None:
+    if not data:
+        return None
+    if "task" in data:
+        return ChildTask.from_dict(data["task"])
+    return ChildReport.from_dict(data["report"])
 
 
 @dataclass(frozen=True, slots=True)
@@ -412,6 +448,7 @@ class Gateway:
                 place=inbound.place,
                 speaker=speaker,
                 speaker_role=role,
+                subagent=inbound.subagent,
             ),
         )
         try:
@@ -562,6 +599,9 @@ class Gateway:
                 notice = await self.status_text(session_id)
             case "skills":
                 notice = await self.skills_text(session_id)
+            case "agents":
+                records = await self.children(session_id)
+                notice = describe(records, self.resident_phases())
             case "help":
                 notice = HELP_TEXT
             case "prompt":
@@ -659,22 +699,33 @@ class Gateway:
 
     async def delete(self, session_id: str, *, memories: bool = False, by: str = "api") -> bool:
         """Erase a session: its journal, snapshot, listing row and webhook deliveries (and,
-        with ``memories``, what was learnt in it). False when there is no such session."""
+        with ``memories``, what was learnt in it), and its sub-agents with it; a deleted
+        sub-agent's parent is told it is over. False when there is no such session."""
         check_session_id(session_id)
         if not await self.knows(session_id):
             return False
+        family = [r.id for r in await self._journal.list_sessions() if is_descendant(r.id, session_id)]
+        for doomed in [*sorted(family, key=depth_of, reverse=True), session_id]:  # the deepest first
 
-        async def erase() -> None:
-            if self.access is not None:  # the session's trail outlives its journal
-                await self.access.keep_trail_of(session_id)
-            await self._journal.erase(session_id)
-            await asyncio.to_thread(attachments.erase, self.settings.data_dir, session_id)
-            if memories and self._memory is not None:
-                await self._memory.delete_session(session_id)
+            async def erase(doomed: str = doomed) -> None:
+                if self.access is not None:  # the session's trail outlives its journal
+                    await self.access.keep_trail_of(doomed)
+                await self._journal.erase(doomed)
+                await asyncio.to_thread(attachments.erase, self.settings.data_dir, doomed)
+                if memories and self._memory is not None:
+                    await self._memory.delete_session(doomed)
 
-        await self._manager.erase(session_id, erase)
-        log.info("%s: deleted%s", session_id, " with its memories" if memories else "")
-        await self.audit("session_deleted", by, session_id, memories=memories)
+            await self._manager.erase(doomed, erase)
+            log.info("%s: deleted%s", doomed, " with its memories" if memories else "")
+            await self.audit("session_deleted", by, doomed, memories=memories)
+        gone = gone_report(session_id, by)
+        if gone is not None:  # its parent stays: the child no longer counts as running there
+            with contextlib.suppress(NetclawError):
+                await self.submit(
+                    Inbound(
+                        gone.parent, report_text(gone), user=session_id, identity=gone.identity, subagent=gone
+                    )
+                )
         return True
 
     async def memories(
@@ -695,6 +746,25 @@ class Gateway:
         """Tell the session's subscribers something (a ``notice``); no turn, nothing stored."""
         check_session_id(session_id)
         self._manager.route(session_id, Announce(text, kind))
+
+    # -- sub-agents (netclaw.subagents drives them) --------------------------------------------
+
+    async def record_spawn(self, parent: str, turn: int, call_id: str, request: SpawnRequest) -> SpawnAnswer:
+        """Record a child in ``parent`` (or find the one ``call_id`` spawned): SubagentRefused
+        when it may not."""
+        return await self._ask(parent, lambda reply: RecordSpawn(turn, call_id, request, reply))
+
+    async def detach_child(self, parent: str, n: int) -> bool:
+        """``parent`` stops waiting for its child ``n`` (False: the child reported already)."""
+        return await self._ask(parent, lambda reply: DetachChild(n, reply))
+
+    async def children(self, session_id: str) -> list[ChildRecord]:
+        """The sub-agents ``session_id`` spawned, oldest first."""
+        return await self._ask(session_id, ListChildren)
+
+    async def owed_reports(self, child: str) -> list[ChildReport]:
+        """A sub-agent's answers its parent has not admitted yet."""
+        return await self._ask(child, OwedReports)
 
     # -- the outbox: chat replies shown exactly once -----------------------------------------
 

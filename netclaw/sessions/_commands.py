@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import get_args
 
+from netclaw.lineage import ChildRecord, ChildReport, ChildTask, SpawnRequest
 from netclaw.llm import Completion, Delta
 from netclaw.messages import Attachment
 from netclaw.outputs import Error, Output, OutputFilter
@@ -52,6 +53,8 @@ class SendUserMessage(Routed):
     place: Place | None = None  # where the channel says the session lives
     speaker: str | None = None  # who sent it, as roles name them (netclaw/roles.py)
     speaker_role: str | None = None  # the role they act in (recorded: whose turn it is)
+    # A sub-agent's task (its first input, from its parent) or a sub-agent's report (to it).
+    subagent: ChildTask | ChildReport | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +136,53 @@ class ListUndelivered(Routed):
     """The replies the conversation is still owed: (turn, text, recorded at)."""
 
     reply: Reply[list[tuple[int, str, float]]]
+
+
+@dataclass(frozen=True, slots=True)
+class SpawnAnswer:
+    """A spawn as the parent recorded it (``new``: just now; else found by its call id):
+    the child's task and first input, and its report when it already finished."""
+
+    task: ChildTask
+    text: str
+    new: bool
+    report: ChildReport | None = None
+
+    @property
+    def child(self) -> str:
+        return self.task.child
+
+
+@dataclass(frozen=True, slots=True)
+class RecordSpawn(Routed):
+    """A ``spawn_agent`` call of ``turn``'s recorded round: record the child (or find the
+    one this call already spawned). Refused with SubagentRefused when not allowed."""
+
+    turn: int
+    call_id: str
+    request: SpawnRequest
+    reply: Reply[SpawnAnswer]
+
+
+@dataclass(frozen=True, slots=True)
+class DetachChild(Routed):
+    """Stop waiting for child ``n`` (its answer becomes input); ``reply`` gets its report
+    instead when it already reported."""
+
+    n: int
+    reply: Reply[ChildReport | None]
+
+
+@dataclass(frozen=True, slots=True)
+class ListChildren(Routed):
+    reply: Reply[list[ChildRecord]]
+
+
+@dataclass(frozen=True, slots=True)
+class OwedReports(Routed):
+    """A sub-agent's answers its parent has not admitted yet, oldest first."""
+
+    reply: Reply[list[ChildReport]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,6 +319,10 @@ Command = (
     | ListApprovals
     | MarkDelivered
     | ListUndelivered
+    | RecordSpawn
+    | DetachChild
+    | ListChildren
+    | OwedReports
     | Release
     | HandOff
     | PassivateNow
@@ -315,6 +369,10 @@ def refuse(message: object, error: Exception, notice: Error | None) -> None:
             | ListApprovals(reply=reply)
             | MarkDelivered(reply=reply)
             | ListUndelivered(reply=reply)
+            | RecordSpawn(reply=reply)
+            | DetachChild(reply=reply)
+            | ListChildren(reply=reply)
+            | OwedReports(reply=reply)
         ):
             reply.fail(error)
         case _:

@@ -15,8 +15,18 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from netclaw.config import LiveSettings, Settings
+from netclaw.lineage import SPAWN_TOOL, ChildTask, ModelRole, depth_of
 from netclaw.llm import Completion, ToolSchema
-from netclaw.policy import Audience, Place, ToolHints, audience_of, memory_scope_of, recall_scope
+from netclaw.policy import (
+    Audience,
+    Place,
+    ToolHints,
+    audience_of,
+    memory_scope_of,
+    recall_scope,
+    subagents_allowed,
+    tool_matches,
+)
 from netclaw.roles import turn_tools
 from netclaw.sessions import _ladder as ladder
 from netclaw.sessions._prompt import Prompt, PromptBuilder
@@ -55,10 +65,13 @@ class ModelContext:
         "_ladder",
         "_live",
         "_live_skills",
+        "_may_spawn",
         "_prompt_of",
         "_role",
         "_settings",
         "_skills",
+        "_source",
+        "_task",
         "prompts",
     )
 
@@ -68,6 +81,8 @@ class ModelContext:
         self._id = session_id
         self._live = live
         self._catalog = catalog
+        self._task: ChildTask | None = None  # a sub-agent's terms: its tools and model
+        self._source = live.current
         self._settings = live.current
         self._live_skills = skills or LiveSkills()
         self._skills: Skills = self._live_skills.current
@@ -79,6 +94,7 @@ class ModelContext:
         self._ladder = ladder.Ladder()
         self._allowed: tuple[str, ...] | None = None
         self._role: str | None = None  # the role of whoever started the turn (netclaw/roles.py)
+        self._may_spawn = False
         self.place_changed(None)
 
     @property
@@ -93,7 +109,13 @@ class ModelContext:
     def allowed_tools(self) -> tuple[str, ...] | None:
         return self._allowed
 
+    @property
+    def task(self) -> ChildTask | None:
+        return self._task
+
     def recovered(self, state: SessionState) -> None:
+        self._task = state.task
+        self._settings = self._for_task(self._source)
         self.place_changed(state.place)
         self._ladder = ladder.Ladder.recovered(
             state.last_input_tokens, state.summary_failures, state.summary_failed_turn
@@ -103,30 +125,64 @@ class ModelContext:
     def role(self) -> str | None:
         return self._role
 
+    def task_given(self, task: ChildTask, place: Place | None) -> None:
+        """This session became a sub-agent: its task's tools, model and audience from now on."""
+        self._task = task
+        self._settings = self._for_task(self._source)
+        self.place_changed(place)
+        self.prompts.budget = self._settings.trim_budget_tokens
+
     def refresh(self, place: Place | None, role: str | None) -> None:
         """A turn begins: pick up a config or skills reload; the tools on offer follow the speaker."""
         self._role = role
         self._skills = self._live_skills.current
         current = self._live.current
-        if current is not self._settings:
-            self._settings = current
-            self.prompts.budget = current.trim_budget_tokens
+        if current is not self._source:
+            self._source = current
+            self._settings = self._for_task(current)
+            self.prompts.budget = self._settings.trim_budget_tokens
         self.place_changed(place)
+
+    def _for_task(self, settings: Settings) -> Settings:
+        """The settings in force: a sub-agent on the compaction model sees it as its main one
+        (its window, its output limit) — the rest of the config is the daemon's."""
+        compaction = settings.models.compaction
+        if self._task is None or self._task.model != "compaction" or compaction is None:
+            return settings
+        models = settings.models.model_copy(update={"main": compaction})
+        return settings.model_copy(update={"models": models})
+
+    @property
+    def model_role(self) -> ModelRole:
+        """Whose provider the session's calls go to (``main`` or ``compaction``)."""
+        return "compaction" if self._settings is not self._source else "main"
 
     def place_changed(self, place: Place | None) -> None:
         """The audience follows the settings and where the session lives (a DM's sender);
         the tools, what the audience allows and the speaker's role grants."""
         self._audience = audience_of(self._id, self._settings, place)
         allowed = turn_tools(self._settings, self._audience, self._role, self._catalog.names())
+        if self._task is not None:  # a sub-agent: its task's tools, never more than its audience's
+            allowed = [t for t in self._task.tools if allowed is None or tool_matches(t, allowed)]
         self._allowed = None if allowed is None else tuple(allowed)
+        self._may_spawn = (
+            subagents_allowed(self._audience, self._settings)
+            and depth_of(self._id) < self._settings.session.max_subagent_depth
+        )
         # The static system prompt: rebuilt only when what it is made of changed.
         settings, audience, skills = self._prompt_of
         if settings is not self._settings or audience != self._audience or skills is not self._skills:
             self._prompt_of = (self._settings, self._audience, self._skills)
             self.prompts.system_prompt = system_prompt(*self._prompt_of)
 
+    @property
+    def may_spawn(self) -> bool:
+        """May this session spawn sub-agents (its audience allows, and not too deep)?"""
+        return self._may_spawn
+
     def tools(self) -> list[ToolSchema]:
-        return self._catalog.schemas(self._allowed)
+        schemas = self._catalog.schemas(self._allowed)
+        return schemas if self._may_spawn else [t for t in schemas if t.name != SPAWN_TOOL]
 
     def hints(self, name: str) -> ToolHints:
         """What the tool says about itself (an MCP server's annotations): approvals read it."""

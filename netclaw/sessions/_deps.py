@@ -13,6 +13,7 @@ from netclaw.metrics import Metrics
 from netclaw.persistence import Journal, MemoryStore
 from netclaw.providers import Provider
 from netclaw.runtime import IoLoop
+from netclaw.sessions._commands import Routed
 from netclaw.sessions._phases import Phase
 from netclaw.skills import LiveSkills
 from netclaw.tools import Questions, ToolRegistry
@@ -46,7 +47,13 @@ class ManagerPort(Protocol):
         ...
 
     def reply_owed(self, session_id: str) -> None:
-        """A chat session recorded a reply its conversation has not been shown yet."""
+        """A chat session recorded a reply its conversation has not been shown yet (or a
+        sub-agent an answer its parent has not admitted yet)."""
+        ...
+
+    def route(self, session_id: str, command: Routed) -> object:
+        """Tell another session ``command`` (starting it if needed): a parent cancelling
+        its sub-agents. Raises SessionUnavailable when shutting down."""
         ...
 
 

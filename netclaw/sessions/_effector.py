@@ -13,9 +13,11 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import assert_never
 
-from netclaw.runtime import Cancellable, Tellable, Timer
+from netclaw.errors import SessionUnavailable
+from netclaw.runtime import Cancellable, Reply, Tellable, Timer
 from netclaw.sessions import _loop_ops as ops
 from netclaw.sessions._commands import (
+    Cancel,
     CompactionDone,
     ExtractionDone,
     MemoriesSaved,
@@ -23,13 +25,14 @@ from netclaw.sessions._commands import (
     ProviderDone,
     ToolsDone,
 )
-from netclaw.sessions._deps import SessionDeps, SessionRef
+from netclaw.sessions._deps import ManagerPort, SessionDeps, SessionRef
 from netclaw.sessions._effects import (
     Answer,
     AskToStop,
     Attach,
     CallModel,
     CancelOp,
+    CancelSessions,
     CloseSubscribers,
     CompactionHealth,
     ContinuityDelivered,
@@ -100,8 +103,11 @@ class Effector:
                 reply.resolve(value)
             case Refuse(reply=reply, error=error):
                 reply.fail(error)
-            case CallModel(op_id=op_id):
-                self._ops[op_id] = ops.call_model(io, self._ref, effect, deps.provider, deps.memory)
+            case CallModel(op_id=op_id, model=model):
+                provider = (
+                    deps.compaction_provider or deps.provider if model == "compaction" else deps.provider
+                )
+                self._ops[op_id] = ops.call_model(io, self._ref, effect, provider, deps.memory)
             case RunTools(op_id=op_id, context=context):
                 # What the round's tools may ask of the session (progress, a person, sampling).
                 port = SessionToolPort(
@@ -139,6 +145,8 @@ class Effector:
                 io.call(deps.manager.stop_requested, self._id, self.actor_ref, self.received, epoch)
             case ReplyOwed():
                 io.call(deps.manager.reply_owed, self._id)
+            case CancelSessions(session_ids=ids, by=by):
+                io.call(_cancel_all, deps.manager, ids, by)
             case ContinuityDelivered():
                 io.call(deps.manager.continuity_delivered, self._id, self.actor_ref)
             case CompactionHealth(failures=failures):
@@ -191,3 +199,12 @@ class Effector:
                 metrics.trims.inc(value)
             case "approvals_pending":
                 metrics.approvals_pending.inc(value)
+
+
+def _cancel_all(manager: ManagerPort, session_ids: tuple[str, ...], by: str) -> None:
+    """On the loop: cancel each session's running turn (nobody waits for the answers)."""
+    for session_id in session_ids:
+        try:
+            manager.route(session_id, Cancel(Reply(), by))
+        except SessionUnavailable:  # shutting down: the children stop with everything else
+            return

@@ -18,6 +18,7 @@ from enum import StrEnum
 from typing import Any, Literal, get_args
 
 from netclaw import outputs as out
+from netclaw.lineage import ModelRole
 from netclaw.llm import ProviderRequest
 from netclaw.messages import ToolCall
 from netclaw.runtime import Reply
@@ -118,6 +119,7 @@ class CallModel:
     op_id: int
     request: ProviderRequest
     recall: RecallQuery | None = None
+    model: ModelRole = "main"  # whose provider: the main model's, or the compaction model's
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,7 +194,17 @@ class AskToStop:
 
 @dataclass(frozen=True, slots=True)
 class ReplyOwed:
-    """A chat session recorded a reply nobody has shown yet (the outbox posts it)."""
+    """A chat session recorded a reply nobody has shown yet (the outbox posts it), or a
+    sub-agent an answer its parent has not admitted yet (the courier takes it there)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CancelSessions:
+    """Cancel the running turns of these sessions (a parent's sub-agents, when it is
+    cancelled or reset): their provider streams close and their tools get "cancelled"."""
+
+    session_ids: tuple[str, ...]
+    by: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,6 +259,7 @@ Effect = (
     | PhaseChanged
     | AskToStop
     | ReplyOwed
+    | CancelSessions
     | ContinuityDelivered
     | CompactionHealth
     | Stop

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from netclaw.errors import JournalCorrupt
+from netclaw.lineage import ChildReport, ChildTask
 from netclaw.messages import ChatMessage
 from netclaw.policy import Place
 
@@ -203,6 +204,51 @@ class ReplyDelivered:
     message_ids: tuple[str, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class RoundStarted:
+    """A tool round that must not be asked for twice (it spawns sub-agents) is recorded
+    before it runs: a session recovered in its middle runs this round again — the spawns
+    find their records — instead of asking the model anew. ``StepRecorded`` ends it."""
+
+    turn: int
+    assistant: ChatMessage
+
+
+@dataclass(frozen=True, slots=True)
+class ChildSpawned:
+    """The parent recorded a child before the child's first input (``text``) is sent, so
+    the spawn is found again by ``call_id`` if it runs again."""
+
+    task: ChildTask
+    call_id: str
+    turn: int
+    text: str
+    wait: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ChildReported:
+    """A child's turn reached the parent: with the ``InputAdmitted`` of its report in the
+    same write, or alone when it starts no turn (the spawning turn waited for it, or the
+    child was cancelled). Its tokens count toward the parent's spend."""
+
+    report: ChildReport
+
+
+@dataclass(frozen=True, slots=True)
+class ChildDetached:
+    """The parent stopped waiting for child ``n``: its answer will arrive as input."""
+
+    n: int
+
+
+@dataclass(frozen=True, slots=True)
+class TaskGiven:
+    """This session is a sub-agent: written with its first input, the task's terms."""
+
+    task: ChildTask
+
+
 SessionEvent = (
     InputAdmitted
     | TurnStarted
@@ -216,6 +262,11 @@ SessionEvent = (
     | ApprovalRequested
     | ApprovalDecided
     | ReplyDelivered
+    | RoundStarted
+    | ChildSpawned
+    | ChildReported
+    | ChildDetached
+    | TaskGiven
 )
 
 
@@ -233,7 +284,7 @@ def _turn_recorded(event: TurnRecorded) -> dict[str, Any]:
     return payload
 
 
-def encode(event: SessionEvent) -> tuple[str, str]:
+def encode(event: SessionEvent) -> tuple[str, str]:  # noqa: C901 - one case per event
     """(type, JSON payload) for the journal."""
     payload: dict[str, Any]
     match event:
@@ -265,10 +316,20 @@ def encode(event: SessionEvent) -> tuple[str, str]:
             payload = {"approval_id": aid, "decision": decision, "by": by}
         case ReplyDelivered(turn=turn, message_ids=ids):
             payload = {"turn": turn, "message_ids": list(ids)}
+        case RoundStarted(turn=turn, assistant=assistant):
+            payload = {"turn": turn, "assistant": assistant.to_dict()}
+        case ChildSpawned(task=task, call_id=call_id, turn=turn, text=text, wait=wait):
+            payload = {"task": task.to_dict(), "call_id": call_id, "turn": turn, "text": text, "wait": wait}
+        case ChildReported(report=report):
+            payload = report.to_dict()
+        case ChildDetached(n=n):
+            payload = {"n": n}
+        case TaskGiven(task=task):
+            payload = task.to_dict()
     return type(event).__name__, json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
 
 
-def decode(type_name: str, payload: str) -> SessionEvent:
+def decode(type_name: str, payload: str) -> SessionEvent:  # noqa: C901 - one case per event
     try:
         data = json.loads(payload)
         match type_name:
@@ -309,6 +370,22 @@ def decode(type_name: str, payload: str) -> SessionEvent:
                 return ReplyDelivered(int(data["turn"]), tuple(str(i) for i in data["message_ids"]))
             case "ApprovalDecided":
                 return ApprovalDecided(str(data["approval_id"]), data["decision"], str(data["by"]))
+            case "RoundStarted":
+                return RoundStarted(int(data["turn"]), ChatMessage.from_dict(data["assistant"]))
+            case "ChildSpawned":
+                return ChildSpawned(
+                    ChildTask.from_dict(data["task"]),
+                    str(data["call_id"]),
+                    int(data["turn"]),
+                    str(data["text"]),
+                    bool(data["wait"]),
+                )
+            case "ChildReported":
+                return ChildReported(ChildReport.from_dict(data))
+            case "ChildDetached":
+                return ChildDetached(int(data["n"]))
+            case "TaskGiven":
+                return TaskGiven(ChildTask.from_dict(data))
             case "SessionCompacted":
                 data["cleared"] = tuple(data["cleared"])
                 data["tiers"] = tuple(data["tiers"])

@@ -52,7 +52,7 @@ class Recorder:
             turns=new.turns,
             last_activity=now,
             pending=new.pending_inputs,
-            undelivered=len(new.undelivered),
+            undelivered=new.owed,  # chat replies not shown, sub-agent reports not admitted
         )
         encoded = [NewEvent(*encode(e)) for e in events]
         future = self._journal.append_threadsafe(new.session_id, base, encoded, row)

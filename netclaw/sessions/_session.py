@@ -19,18 +19,18 @@ from netclaw import outputs as out
 from netclaw.config import Settings
 from netclaw.errors import IdempotencyKeyReused, NetclawError
 from netclaw.runtime import Reply
+from netclaw.sessions import _answers as answers
 from netclaw.sessions import _commands as cmd
 from netclaw.sessions import _decisions as decisions
 from netclaw.sessions import _effects as fx
 from netclaw.sessions import _ladder as ladder
+from netclaw.sessions import _subagents as subagents
 from netclaw.sessions import _turn as turn
-from netclaw.sessions._approvals import pending_approvals
 from netclaw.sessions._compacting import Compacting
 from netclaw.sessions._context import ModelContext, SessionEnv
 from netclaw.sessions._core import Activity, Suspended
 from netclaw.sessions._events import (
     MemoriesExtracted,
-    ReplyDelivered,
     SessionEvent,
     SessionReset,
     TurnStarted,
@@ -39,7 +39,7 @@ from netclaw.sessions._idle import Idle
 from netclaw.sessions._passivating import Passivating
 from netclaw.sessions._phases import Phase, PhaseMachine
 from netclaw.sessions._state import SessionState
-from netclaw.sessions._status import greeting, owed_replies, status_report
+from netclaw.sessions._status import greeting
 from netclaw.sessions._subscribers import Subscriber
 from netclaw.sessions._timers import Timers
 from netclaw.sessions._turn import Step, TurnRun
@@ -89,6 +89,8 @@ class Session:
         if state.summary_failures:
             self.emit(fx.CompactionHealth(state.summary_failures))
         self.enter(Idle())
+        if state.reports_owed:  # a sub-agent's answers its parent has not admitted: take them there
+            self.emit(fx.ReplyOwed())
         if not self._held:
             self._go_on()
         return self._produced
@@ -131,17 +133,15 @@ class Session:
                     self.emit(fx.Detach(sub_id))
                 self._watchers.discard(sub_id)
                 self._arm_idle()
-            case cmd.ReportStatus(reply=reply):
-                context = self.context
-                report = status_report(
-                    self._state,
-                    self.phase,
-                    context.prompts,
-                    context.tools(),
-                    context.settings,
-                    context.audience,
-                )
-                self.answer(reply, report)
+            case (
+                cmd.ReportStatus()
+                | cmd.ListApprovals()
+                | cmd.MarkDelivered()
+                | cmd.ListUndelivered()
+                | cmd.OwedReports()
+                | cmd.ListChildren()
+            ):
+                answers.handle(self, command)
             case cmd.Announce(text=text, kind=kind):
                 self.publish(out.Notice(session_id=self._id, text=text, kind=kind))
             case cmd.Decide(reply=reply):
@@ -150,15 +150,8 @@ class Session:
                     self.enter(self.activity.decided(self))
                 if decided is not None:
                     self.answer(reply, decided)
-            case cmd.ListApprovals(reply=reply):
-                self.answer(reply, pending_approvals(self._id, self._state.pending_round))
-            case cmd.MarkDelivered(turn=delivered, message_ids=ids, reply=reply):
-                owed = delivered in self._state.undelivered
-                if owed:
-                    self.persist(ReplyDelivered(delivered, ids))
-                self.answer(reply, owed)
-            case cmd.ListUndelivered(reply=reply):
-                self.answer(reply, owed_replies(self._state))
+            case cmd.RecordSpawn() | cmd.DetachChild():
+                subagents.handle(self, command)
             case cmd.Release():
                 if self._held:
                     self._go_on()
@@ -172,10 +165,11 @@ class Session:
                 self.persist(MemoriesExtracted(through, count))
                 log.info("%s: %d memories saved at passivation", self._id, count)
                 self._delegate(command)
+            case cmd.Cancel(by=by) | cmd.Reset(by=by):  # the sub-agents stop too
+                subagents.cancel_children(self, by)
+                self._delegate(command)
             case (
-                cmd.Cancel()
-                | cmd.Reset()
-                | cmd.CompactNow()
+                cmd.CompactNow()
                 | cmd.PassivateNow()
                 | cmd.ConfirmStop()
                 | cmd.ProviderDeltas()
@@ -212,13 +206,17 @@ class Session:
             if send.done is not None:
                 self._emit_all(self._waiters.add(state, known, send.done))
             return
+        extra = subagents.admission(self, send)  # a sub-agent's task or report is recorded with it
+        if extra is None:
+            return
         start = (
             isinstance(self.activity, Idle) and state.active is None and not state.inbox and not self._held
         )
-        message, events = turn.admitted(state, send, start=start)
-        self.persist(*events)  # a failed write ends here: the shell refuses the ack
+        message, events = turn.admitted(self._state, send, start=start)
+        self.persist(*extra, *events)  # a failed write ends here: the shell refuses the ack
         if send.place is not None:  # a DM's sender may decide the audience
             self.context.place_changed(self._state.place)
+        subagents.admitted(self, send)
         self.answer(send.ack, cmd.Admission(self._id, message.id, duplicate=False))
         if send.done is not None:
             self._emit_all(self._waiters.add(self._state, message.id, send.done))
@@ -285,8 +283,6 @@ class Session:
 
     def resolve_waiters(self, message_id: str) -> None:
         self._emit_all(self._waiters.resolve(self._state, message_id))
-
-    # -- what every activity records the same way -----------------------------------------------------
 
     def take_continuity(self) -> float | None:
         """When a restart interrupted this session, once (for the model's next request)."""

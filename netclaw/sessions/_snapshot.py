@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from netclaw.errors import JournalCorrupt
+from netclaw.lineage import ChildRecord, ChildReport, ChildTask
 from netclaw.messages import ChatMessage, MessageKind
 from netclaw.policy import Place
 from netclaw.sessions._state import (
@@ -128,6 +129,12 @@ def _document(state: SessionState, *, whole: bool) -> dict[str, Any]:
         "place": None if state.place is None else state.place.to_dict(),
         "summary_failures": state.summary_failures,
         "summary_failed_turn": state.summary_failed_turn,
+        "tokens_total": state.tokens_total,
+        "children": [c.to_dict() for c in state.children.values()],
+        "children_spawned": state.children_spawned,
+        "task": None if state.task is None else state.task.to_dict(),
+        "task_input": state.task_input,
+        "reports_owed": [r.to_dict() for r in state.reports_owed.values()],
     }
     if whole:
         data["transcript"] = [m.to_dict() for m in state.transcript]
@@ -179,6 +186,12 @@ def _from_document(d: dict[str, Any]) -> SessionState:
             place=Place.from_dict(d["place"]) if d.get("place") else None,
             summary_failures=int(d.get("summary_failures", 0)),
             summary_failed_turn=int(d.get("summary_failed_turn", 0)),
+            tokens_total=int(d.get("tokens_total", 0)),
+            children={r.task.n: r for r in map(ChildRecord.from_dict, d.get("children", ()))},
+            children_spawned=int(d.get("children_spawned", 0)),
+            task=ChildTask.from_dict(d["task"]) if d.get("task") else None,
+            task_input=d.get("task_input"),
+            reports_owed={r.turn: r for r in map(ChildReport.from_dict, d.get("reports_owed", ()))},
         )
     except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
         raise JournalCorrupt(f"cannot decode snapshot: {exc}") from exc

@@ -12,26 +12,33 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from netclaw.errors import JournalCorrupt
+from netclaw.lineage import ChildRecord, ChildReport, ChildTask
 from netclaw.messages import ChatMessage
 from netclaw.policy import Place, channel_of
+from netclaw.sessions import _children as kin
 from netclaw.sessions._events import (
     ApprovalDecided,
-    ApprovalRequest,
     ApprovalRequested,
-    Decision,
+    ChildDetached,
+    ChildReported,
+    ChildSpawned,
     HistoryTrimmed,
     InputAdmitted,
     MemoriesExtracted,
     ReplyDelivered,
+    RoundStarted,
     SessionCompacted,
     SessionEvent,
     SessionReset,
     SessionTitleSet,
     StepRecorded,
+    TaskGiven,
     TurnRecorded,
     TurnStarted,
-    TurnStatus,
 )
+from netclaw.sessions._values import ActiveTurn, PendingRound, TurnOutcome
+
+__all__ = ["ActiveTurn", "PendingRound", "SessionState", "TurnOutcome", "utc_day"]
 
 # Replay identities are remembered this long (and at most this many), so a
 # platform redelivery or client retry inside the window is recognised.
@@ -42,61 +49,6 @@ MAX_FAILURES_SHOWN = 10_000  # failed turns remembered for the transcript view
 MAX_UNDELIVERED = 100  # replies owed to a chat conversation (an adapter down for long)
 MAX_CLOSED_APPROVALS = 200  # decided requests remembered, so a late second decision is a 409
 CHAT_CHANNELS = ("slack", "discord")  # their replies go through the outbox
-
-
-@dataclass(frozen=True, slots=True)
-class ActiveTurn:
-    turn: int
-    message_id: str
-    steps: int = 0  # tool iterations already recorded (a resumed turn continues from here)
-
-
-@dataclass(frozen=True, slots=True)
-class PendingRound:
-    """A tool round waiting for decisions (see ``ApprovalRequested``)."""
-
-    turn: int
-    assistant: ChatMessage
-    requests: tuple[ApprovalRequest, ...]
-    decisions: Mapping[str, tuple[Decision, str]] = field(default_factory=dict)  # id → (decision, by)
-
-    @property
-    def open(self) -> tuple[ApprovalRequest, ...]:
-        return tuple(r for r in self.requests if r.id not in self.decisions)
-
-    def find(self, approval_id: str) -> ApprovalRequest | None:
-        return next((r for r in self.requests if r.id == approval_id), None)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "turn": self.turn,
-            "assistant": self.assistant.to_dict(),
-            "requests": [r.to_dict() for r in self.requests],
-            "decisions": {k: list(v) for k, v in self.decisions.items()},
-        }
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> PendingRound:
-        return cls(
-            int(d["turn"]),
-            ChatMessage.from_dict(d["assistant"]),
-            tuple(ApprovalRequest.from_dict(r) for r in d["requests"]),
-            {k: (v[0], str(v[1])) for k, v in d.get("decisions", {}).items()},
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class TurnOutcome:
-    turn: int
-    status: TurnStatus
-    reply: str | None
-    error: Mapping[str, str] | None = None
-    # The assistant message the reply is (snapshots refer to it); bookkeeping, not part of
-    # what an outcome is.
-    reply_id: str | None = field(default=None, compare=False)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"turn": self.turn, "status": self.status, "reply": self.reply, "error": self.error}
 
 
 # Events whose only use of the transcript is appending to it.
@@ -141,14 +93,30 @@ class SessionState:
     # Compactions in a row whose summary failed, and the turn of the latest (its backoff).
     summary_failures: int = 0
     summary_failed_turn: int = 0
+    tokens_total: int = 0  # provider tokens (input + output) of every turn (a sub-agent's budget)
+    # Sub-agents this session spawned (n → record), and how many it ever spawned (the next n).
+    children: Mapping[int, ChildRecord] = field(default_factory=dict)
+    children_spawned: int = 0
+    # A sub-agent's own: its task (None for a session people started), the message that
+    # gave it, and the turns recorded but not yet admitted by the parent (turn → report).
+    task: ChildTask | None = None
+    task_input: str | None = None
+    reports_owed: Mapping[int, ChildReport] = field(default_factory=dict)
+
+    @property
+    def owed(self) -> int:
+        """Answers recorded but not yet where they go: chat replies not shown, reports not
+        admitted by the parent (the session row counts them, so they are re-driven)."""
+        return len(self.undelivered) + len(self.reports_owed)
 
     def tokens_spent_on(self, day: str) -> int:
         """Provider tokens (input + output) recorded on the UTC date ``day``."""
         return self.spend_tokens if day == self.spend_day else 0
 
-    def _spending(self, event: TurnRecorded, ts: float) -> dict[str, Any]:
-        spent = event.spent or {}
-        tokens = int(spent.get("input_tokens", 0)) + int(spent.get("output_tokens", 0))
+    def _charged(self, tokens: int, ts: float) -> dict[str, Any]:
+        """The spend guard's count after ``tokens`` more were spent at ``ts``: by this
+        session's own turns, or by a sub-agent of it (its report carries them), so a
+        child's spend counts toward its parent's caps. The one place spend is added up."""
         if not tokens:
             return {}
         day = utc_day(ts)
@@ -204,6 +172,7 @@ class SessionState:
                     identities=identities,
                     last_activity=ts,
                     place=place if place is not None else self.place,
+                    task_input=kin.task_input(self.task, m, self.task_input),
                 )
             case TurnStarted(turn=turn, message_id=mid):
                 picked = next((m for m in self.inbox if m.id == mid), None)
@@ -267,6 +236,8 @@ class SessionState:
                     undelivered = {**undelivered, event.turn: answer.id}
                     if len(undelivered) > MAX_UNDELIVERED:
                         del undelivered[min(undelivered)]
+                spent = event.spent or {}
+                tokens = int(spent.get("input_tokens", 0)) + int(spent.get("output_tokens", 0))
                 return self._evolve(
                     seq=seq,
                     transcript=(*self.transcript, *event.messages),
@@ -278,7 +249,11 @@ class SessionState:
                     failures=failures,
                     last_activity=ts,
                     last_input_tokens=usage.get("input_tokens", self.last_input_tokens),
-                    **self._spending(event, ts),
+                    tokens_total=self.tokens_total + tokens,
+                    reports_owed=kin.owed_after(
+                        self.reports_owed, self.task, self.task_input, event, reply, tokens
+                    ),
+                    **self._charged(tokens, ts),
                 )
             case SessionReset():
                 return self._evolve(
@@ -292,11 +267,35 @@ class SessionState:
                     last_activity=ts,
                 )
             case ReplyDelivered(turn=turn):
-                if turn not in self.undelivered:
+                if turn not in self.undelivered and turn not in self.reports_owed:
                     return self._evolve(seq=seq)
                 return replace(
-                    self, seq=seq, undelivered={t: m for t, m in self.undelivered.items() if t != turn}
+                    self,
+                    seq=seq,
+                    undelivered={t: m for t, m in self.undelivered.items() if t != turn},
+                    reports_owed={t: r for t, r in self.reports_owed.items() if t != turn},
                 )
+            case RoundStarted(turn=turn, assistant=assistant):
+                return replace(
+                    self, seq=seq, pending_round=PendingRound(turn, assistant, ()), last_activity=ts
+                )
+            case ChildSpawned(task=task):
+                return self._evolve(
+                    seq=seq,
+                    children=kin.spawned(self.children, event, ts),
+                    children_spawned=max(self.children_spawned, task.n),
+                    last_activity=ts,
+                )
+            case ChildReported(report=report):
+                return self._evolve(
+                    seq=seq,
+                    children=kin.reported(self.children, report, ts),
+                    **self._charged(report.tokens, ts),
+                )
+            case ChildDetached(n=n):
+                return self._evolve(seq=seq, children=kin.detached(self.children, n))
+            case TaskGiven(task=task):
+                return self._evolve(seq=seq, task=task)
             case MemoriesExtracted(through_turn=turn):
                 return self._evolve(seq=seq, memory_through_turn=max(self.memory_through_turn, turn))
             case SessionTitleSet(title=title):

@@ -308,8 +308,16 @@ def continuity_notice(stopped_at: float, now: float) -> ChatMessage:
 
 
 def spend_stop(state: SessionState, run: TurnRun, settings: Settings, now: float) -> str | None:
-    """The daily spend guard: past ``session.max_tokens_per_day`` the turn ends with this
-    notice instead of another model call (None: carry on)."""
+    """The spend guards: past a sub-agent's token budget, or ``session.max_tokens_per_day``,
+    the turn ends with this notice instead of another model call (None: carry on)."""
+    task = state.task
+    if task is not None and task.budget_tokens is not None:
+        used = state.tokens_total + run.input_tokens + run.output_tokens
+        if used >= task.budget_tokens:
+            return (
+                f"This sub-agent used its token budget ({used:,} of {task.budget_tokens:,} tokens), "
+                "so it stops here; its parent may give the rest to another."
+            )
     limit = settings.session.max_tokens_per_day
     if limit is None:
         return None

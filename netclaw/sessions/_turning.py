@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from netclaw.errors import ContextOverflow, ProviderError
 from netclaw.history import TrimResult
+from netclaw.lineage import SPAWN_TOOL
 from netclaw.llm import Completion, ProviderRequest, ToolSchema
 from netclaw.messages import ChatMessage, ToolCall
 from netclaw.roles import turn_needs_approval
@@ -45,8 +46,9 @@ from netclaw.sessions._commands import (
 from netclaw.sessions._core import Activity, Core
 from netclaw.sessions._decisions import settle
 from netclaw.sessions._effects import CallModel, CancelOp, Measure, ReplyOwed, RunTools
-from netclaw.sessions._events import ApprovalRequested, TurnStatus
+from netclaw.sessions._events import ApprovalRequested, RoundStarted, TurnStatus
 from netclaw.sessions._phases import Phase
+from netclaw.sessions._subagents import announce, cancel_children, round_spawns
 from netclaw.sessions._turn import TurnRun
 from netclaw.toolspec import ToolResult
 from netclaw.trust import read_untrusted
@@ -153,7 +155,7 @@ class Turn:
             if core.has_memory
             else None
         )
-        core.emit(CallModel(self._next_op(core), request, recall))
+        core.emit(CallModel(self._next_op(core), request, recall, core.context.model_role))
         return self
 
     def _tools(self, core: Core) -> list[ToolSchema]:
@@ -191,6 +193,10 @@ class Turn:
         core.publish(*turn.tool_call_outputs(core.session_id, run.turn, assistant))
         if self._gate_round(core, assistant):  # some call waits for a person's decision
             return self
+        if any(c.name == SPAWN_TOOL for c in assistant.tool_calls):  # found again, never asked anew
+            spawns = round_spawns(core, run.turn, assistant)  # recorded with it, in one write
+            core.persist(RoundStarted(run.turn, assistant), *spawns)
+            announce(core, spawns)
         run.pending_calls = assistant
         self._run_tools(core, assistant.tool_calls, {})
         return self
@@ -378,6 +384,8 @@ class Turn:
             core.emit(CancelOp(run.op_id))
             self.in_flight = False
         run.op_id = -1  # whatever the cancelled op still reports is stale
+        if status != "cancelled":  # (a cancel stopped every sub-agent already)
+            cancel_children(core, f"turn {run.turn} {status}", waited_in=run.turn)
         self._close_open_approvals(core)
         core.record(turn.failed_turn(core.session_id, run, code, message, status, as_notice=as_notice))
         run.pending_calls = None
@@ -408,7 +416,8 @@ class Turn:
                 "output_tokens": run.output_tokens,
             },
         )
-        if run.turn in core.state.undelivered:  # the channel's outbox posts it if nobody watched
+        state = core.state  # the channel's outbox posts it if nobody watched; a report goes to the parent
+        if run.turn in state.undelivered or run.turn in state.reports_owed:
             core.emit(ReplyOwed())
         core.resolve_waiters(run.message_id)
         core.timers.end_turn()

@@ -36,6 +36,7 @@ from netclaw.tools._registry import (
 from netclaw.tools._reminders import ReminderPort, reminder_tools
 from netclaw.tools._sandbox import Bubblewrap, Network, Runner, runner_for
 from netclaw.tools._shell import shell_tool
+from netclaw.tools._subagents import SubagentPort, subagent_tools
 from netclaw.tools._web_fetch import web_fetch_tool
 from netclaw.tools._web_search import web_search_tool
 from netclaw.tools._workspace import ensure_workspace, workspace_tools
@@ -54,6 +55,7 @@ __all__ = [
     "SampleRefused",
     "SampleReply",
     "SampleRequest",
+    "SubagentPort",
     "Tool",
     "ToolContext",
     "ToolHandler",
@@ -69,6 +71,7 @@ __all__ = [
     "new_question_id",
     "reminder_tools",
     "runner_for",
+    "subagent_tools",
     "waiting_for_a_person",
 ]
 

@@ -30,9 +30,11 @@ from tests.e2e.conftest import (
     free_port,
     run_cli,
     subprocess_env,
+    wait_until,
     write_json,
 )
 from tests.fakes.scripted_openai import ErrorReply, Reply, ScriptedOpenAIThread, ToolCallSpec
+from tests.fakes.subagent_script import FamilyScript
 from tests.fakes.terminal import Terminal
 
 pytestmark = pytest.mark.slow
@@ -53,6 +55,9 @@ def provider() -> Iterator[ScriptedOpenAIThread]:
             "[slow-stream]", lambda body: Reply(text="word " * 400, chunk_size=5, chunk_delay_s=0.02)
         )
         server.route("[remember-this]", _remember)
+        family = FamilyScript(rounds=1)  # a parent that spawns a sub-agent, and the sub-agent
+        server.route("[spawn-demo]", family)
+        server.route("TASK demo-", family)
         yield server
 
 
@@ -227,6 +232,25 @@ def test_sessions_cancel_reset_and_rm(daemon: DaemonProcess, site: Setup) -> Non
     assert code != 0 and "no session" in err
     code, _, err = cli(site, "sessions", "rm")
     assert code == 2 and "needs a session id" in err
+
+
+def test_sessions_children_and_a_sub_agents_transcript(daemon: DaemonProcess, site: Setup) -> None:
+    code, out, err = cli(site, "chat", "-p", "SPAWN 1 demo [spawn-demo]", "--session", "cli:demo")
+    assert code == 0 and "spawned demo" in out, err
+
+    def finished() -> list[dict[str, Any]] | None:
+        code, out, _ = cli(site, "sessions", "children", "cli:demo", "--json")
+        found: list[dict[str, Any]] = json.loads(out) if code == 0 else []
+        return found if found and found[0]["status"] == "completed" else None
+
+    wait_until(finished, 20, "the sub-agent to report")
+    code, out, err = cli(site, "sessions", "children", "cli:demo")  # as README.md writes it
+    assert code == 0, err
+    assert out.startswith("agent:cli:demo/1  [completed, ") and "TASK demo-1 rounds=1 — RESULT demo-1" in out
+    code, out, err = cli(site, "sessions", "show", "agent:cli:demo/1")
+    assert code == 0, err
+    assert out.startswith("agent:cli:demo/1  [") and "RESULT demo-1" in out
+    assert "ACK agent:cli:demo/1: RESULT demo-1" in cli(site, "sessions", "show", "cli:demo")[1]
 
 
 def test_memory_list_search_and_rm(daemon: DaemonProcess, site: Setup) -> None:

@@ -130,6 +130,13 @@ ROUTES: tuple[Route, ...] = (
         ids=frozenset({"id", "approval_id"}),
         id_fields=frozenset({"user"}),
     ),
+    Route(
+        "GET",
+        "/api/sessions/{id}/children",
+        {"id": SESSION},
+        answers=frozenset({200, 404}),
+        ids=frozenset({"id"}),
+    ),
     Route("GET", "/api/approvals"),
     Route("GET", "/api/reminders", query={"session": SESSION}, ids=frozenset({"session"})),
     Route(

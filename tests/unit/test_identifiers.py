@@ -12,7 +12,16 @@ from adapters.webhook import session_key
 from netclaw.errors import InvalidInput
 from netclaw.identifiers import CONTROL, SESSION_ID, check_label, check_session_id
 
-VALID = ["cli:default", "slack:C0123:1700000000.000100", "discord:123", "webhook:alerts:t-1", "a" * 200]
+VALID = [
+    "cli:default",
+    "slack:C0123:1700000000.000100",
+    "discord:123",
+    "webhook:alerts:t-1",
+    "a" * 200,
+    "agent:cli:default/1",  # a sub-agent's id: the only place a slash may be
+    "agent:slack:C0123:1700000000.000100/12/3",
+    "agent:" + "a" * 190 + "/1/2",  # 200 characters
+]
 
 
 @pytest.mark.parametrize("session_id", VALID)
@@ -22,7 +31,13 @@ def test_valid_session_ids(session_id: str) -> None:
 
 @pytest.mark.parametrize(
     "session_id",
-    ["x\n", "cli:a\r\n", "\ncli:a", "cli:\x00a", "a" * 201, "", "-x", "cli a", "x\u2028", 5, None],
+    [
+        *("x\n", "cli:a\r\n", "\ncli:a", "cli:\x00a", "a" * 201, "", "-x", "cli a", "x\u2028", 5, None),
+        # A slash only as agent:<id>/<number>: no path, no dot-dot, no empty or zero part.
+        *("cli:x/1", "agent:/1", "agent:x/", "agent:x//1", "agent:x/0", "agent:x/01", "agent:x/../1"),
+        *("agent:x/1a", "agent:x/1/", "agent:x/1234567", "agent:x/1\n", "agent:x/\x001", "/agent:x/1"),
+        "agent:" + "a" * 191 + "/1/2",  # 201 characters
+    ],
 )
 def test_invalid_session_ids(session_id: object) -> None:
     with pytest.raises(InvalidInput) as caught:

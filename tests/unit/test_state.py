@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from netclaw.errors import JournalCorrupt
+from netclaw.lineage import ChildReport, ChildTask
 from netclaw.messages import ChatMessage, MessageKind, ToolCall
 from netclaw.sessions import _events, _state
 from netclaw.sessions import _snapshot as snapshots
@@ -527,6 +528,16 @@ ALL_EVENTS += [
     _events.ApprovalRequested(turn=1, assistant=_GATED, requests=(_REQUEST,)),
     _events.ApprovalDecided(approval_id="ap-1", decision="always", by="U1"),
     _events.ReplyDelivered(turn=1, message_ids=("1712.0001", "1712.0002")),
+]
+
+_TASK = ChildTask("cli:p", 2, ("current_time",), "compaction", 5000, "team", "slack:C1")
+ALL_EVENTS += [
+    _events.RoundStarted(turn=3, assistant=assistant("a9", calls=(ToolCall("s1", "spawn_agent", "{}"),))),
+    _events.ChildSpawned(_TASK, "s1", 3, "find the answer ✓", wait=True),
+    _events.ChildReported(ChildReport("cli:p", 2, 1, "completed", "found it", None, 120, of_task=True)),
+    _events.ChildReported(ChildReport("cli:p", 2, 2, "failed", None, "the model failed", 0, of_task=False)),
+    _events.ChildDetached(n=2),
+    _events.TaskGiven(_TASK),
 ]
 
 EVENT_TYPES = set(typing.get_args(SessionEvent))

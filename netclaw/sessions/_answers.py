@@ -1,0 +1,44 @@
+"""What a session answers without changing course (pure): its status, the approvals it
+waits for, what it still owes — chat replies not yet shown, a sub-agent's reports not yet
+admitted by its parent — and its sub-agents. Marking an answer delivered records it."""
+
+from __future__ import annotations
+
+from netclaw.sessions._approvals import pending_approvals
+from netclaw.sessions._commands import (
+    ListApprovals,
+    ListChildren,
+    ListUndelivered,
+    MarkDelivered,
+    OwedReports,
+    ReportStatus,
+)
+from netclaw.sessions._core import Core
+from netclaw.sessions._events import ReplyDelivered
+from netclaw.sessions._status import owed_replies, status_report
+
+Read = ReportStatus | ListApprovals | MarkDelivered | ListUndelivered | OwedReports | ListChildren
+
+
+def handle(core: Core, command: Read) -> None:
+    state = core.state
+    match command:
+        case ReportStatus(reply=reply):
+            context = core.context
+            report = status_report(
+                state, core.phase, context.prompts, context.tools(), context.settings, context.audience
+            )
+            core.answer(reply, report)
+        case ListApprovals(reply=reply):
+            core.answer(reply, pending_approvals(core.session_id, state.pending_round))
+        case MarkDelivered(turn=delivered, message_ids=ids, reply=reply):
+            owed = delivered in state.undelivered or delivered in state.reports_owed
+            if owed:
+                core.persist(ReplyDelivered(delivered, ids))
+            core.answer(reply, owed)
+        case ListUndelivered(reply=reply):
+            core.answer(reply, owed_replies(state))
+        case OwedReports(reply=reply):
+            core.answer(reply, [state.reports_owed[t] for t in sorted(state.reports_owed)])
+        case ListChildren(reply=reply):
+            core.answer(reply, [state.children[n] for n in sorted(state.children)])
