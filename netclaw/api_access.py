@@ -119,7 +119,7 @@ class Access:
             check_session_id(session)
         since = request.query.get("since")
         raw_limit = request.query.get("limit", "1000")
-        if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= 100_000:
+        if not (raw_limit.isascii() and raw_limit.isdigit()) or not 1 <= int(raw_limit) <= 100_000:
             raise ApiError(400, "invalid_limit", "limit must be a whole number from 1 to 100000")
         entries = await store.entries(
             since=parse_since(since) if since else None, session_id=session, limit=int(raw_limit)

@@ -72,7 +72,7 @@ def session_id_for(thread_id: str) -> str:
 
 def conversation_of(session_id: str) -> Conversation | None:
     head, _, channel = session_id.partition(":")
-    return Conversation(channel) if head == "discord" and channel.isdigit() else None
+    return Conversation(channel) if head == "discord" and channel.isascii() and channel.isdigit() else None
 
 
 def thread_name(text: str) -> str:

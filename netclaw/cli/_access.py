@@ -59,5 +59,6 @@ def cmd_tokens(args: argparse.Namespace) -> int:
                     print("no named tokens (the control token is always admin)")
                 else:
                     for r in rows:
-                        print(f"{r['name']:<24} {r['role']:<12} created {_when(r['created_at'])}")
+                        used = _when(r["last_used"]) if r.get("last_used") else "never"
+                        print(f"{r['name']:<24} {r['role']:<12} created {_when(r['created_at'])}, last used {used}")
     return 0

@@ -25,6 +25,7 @@ from netclaw.audit import JOURNAL_TYPES, AuditEntry, JournalRow, from_journal, s
 from netclaw.errors import InvalidInput, JournalError
 
 TOKEN_PREFIX = "nct_"
+LAST_USED_EVERY_S = 60.0
 
 
 def hash_token(token: str) -> str:
@@ -142,10 +143,18 @@ class AccessLogic:
 
     async def token(self, token: str) -> ApiToken | None:
         """The named token this secret is, or None."""
+        digest = hash_token(token)
         rows = await self._fetch(
-            "SELECT name, role, created_at, last_used FROM api_tokens WHERE hash = ?", (hash_token(token),)
+            "SELECT name, role, created_at, last_used FROM api_tokens WHERE hash = ?", (digest,)
         )
-        return ApiToken(str(rows[0][0]), str(rows[0][1]), float(rows[0][2]), rows[0][3]) if rows else None
+        if not rows:
+            return None
+        found = ApiToken(str(rows[0][0]), str(rows[0][1]), float(rows[0][2]), rows[0][3])
+        now = time.time()
+        # At most one write a minute per token: enough to spot a token nobody uses any more.
+        if found.last_used is None or now - found.last_used >= LAST_USED_EVERY_S:
+            await self._execute("UPDATE api_tokens SET last_used = ? WHERE hash = ?", (now, digest))
+        return found
 
 
 class SqliteAccessStore(AccessLogic):

@@ -69,7 +69,7 @@ def subagent_tools(port: SubagentPort) -> list[Tool]:
         if not isinstance(target, str) or not target.strip():
             raise ToolError("'id' is required: the sub-agent's id (or number) from list_agents")
         target = target.strip()
-        child = child_id(ctx.session_id, int(target)) if target.isdigit() else target
+        child = child_id(ctx.session_id, int(target)) if target.isascii() and target.isdigit() else target
         try:
             cancelled = await port.cancel(ctx.session_id, child)
         except NetclawError as exc:

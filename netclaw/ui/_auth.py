@@ -68,7 +68,7 @@ class Logins:
         if not cookie or len(cookie) > 200:
             return None
         parts = cookie.split(".")
-        if len(parts) != 4 or parts[0] != "v1" or not parts[1].isdigit():
+        if len(parts) != 4 or parts[0] != "v1" or not (parts[1].isascii() and parts[1].isdigit()):
             return None
         body = ".".join(parts[:3])
         if not hmac.compare_digest(self._mac(body), parts[3]):

@@ -145,7 +145,7 @@ class OtherPages:
 
     async def delete_memory(self, request: web.Request) -> web.Response:
         raw = request.match_info["id"]
-        if not raw.isdigit() or len(raw) > 18 or not await self.gateway.forget(int(raw)):
+        if not (raw.isascii() and raw.isdigit()) or len(raw) > 18 or not await self.gateway.forget(int(raw)):
             raise ApiError(404, "memory_not_found", f"no memory {raw[:40]!r}")
         back = f"{PREFIX}/memories"
 

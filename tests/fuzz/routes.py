@@ -170,6 +170,27 @@ ROUTES: tuple[Route, ...] = (
     Route("DELETE", "/api/memories/{id}", {"id": "123"}, answers=frozenset({404}), ids=frozenset({"id"})),
     Route("GET", "/api/usage", query={"by": "day", "since": "2026-01-01"}),
     Route(
+        "GET",
+        "/api/audit",
+        query={"since": "2026-01-01", "session": SESSION, "limit": "10"},
+        ids=frozenset({"session"}),
+    ),
+    Route("GET", "/api/tokens"),
+    Route(
+        "POST",
+        "/api/tokens",
+        bodies=({"name": "fuzz-token", "role": "admin"},),
+        answers=frozenset({201, 400}),  # 400 once the name exists: the corpus sends it again
+        id_fields=frozenset({"name"}),
+    ),
+    Route(
+        "DELETE",
+        "/api/tokens/{name}",
+        {"name": "fuzz-gone"},
+        answers=frozenset({204, 404}),
+        ids=frozenset({"name"}),
+    ),
+    Route(
         "POST",
         SUBMIT_PATH,
         bodies=({"inbound": INBOUND, "wait": False, "turn_timeout": None},),

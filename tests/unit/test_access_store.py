@@ -34,8 +34,13 @@ async def test_tokens_are_kept_as_hashes_and_found_by_them(store: Any) -> None:
     token = await store.add_token("ci", "reader")
     with pytest.raises(InvalidInput, match="exists"):
         await store.add_token("ci", "admin")
+    assert [t.last_used for t in await store.tokens()] == [None]
     found = await store.token(token)
     assert (found.name, found.role) == ("ci", "reader")
+    # Using a token is remembered (at most once a minute), so an unused one can be spotted.
+    (listed,) = await store.tokens()
+    assert listed.last_used is not None and listed.last_used >= listed.created_at
+    assert (await store.token(token)).last_used == listed.last_used
     assert await store.token(token + "x") is None
     rows = await store._fetch("SELECT hash FROM api_tokens")  # noqa: SLF001 - what is stored
     assert rows == [(hash_token(token),)]
