@@ -60,5 +60,7 @@ def cmd_tokens(args: argparse.Namespace) -> int:
                 else:
                     for r in rows:
                         used = _when(r["last_used"]) if r.get("last_used") else "never"
-                        print(f"{r['name']:<24} {r['role']:<12} created {_when(r['created_at'])}, last used {used}")
+                        print(
+                            f"{r['name']:<24} {r['role']:<12} created {_when(r['created_at'])}, last used {used}"
+                        )
     return 0
