@@ -56,14 +56,20 @@ def actor(request: web.Request) -> str:
 
 def permission_for(method: str, path: str) -> Permission:
     """What a request needs (the route table is small enough to say it here)."""
-    if path == SUBMIT_PATH or path.startswith(("/api/tokens", "/api/audit")):
+    # The cluster's internal routes (a forwarded message, a node taking a session over) are
+    # for nodes, which hold the control token.
+    if path == SUBMIT_PATH or path.startswith(("/api/tokens", "/api/audit", "/api/cluster/sessions/")):
         return "admin"
     if method in ("GET", "HEAD"):
         return "read"
     if method == "DELETE":
         return "manage"
-    if "/approvals/" in path:
+    if "/approvals/" in path or "/questions/" in path:  # a tool's question is a go-ahead too
         return "approve"
+    # Running the daemon, not chatting: reconnecting an MCP server, draining or resuming a
+    # node, moving a session to another node.
+    if path.startswith(("/api/mcp/", "/api/cluster/")) or path.endswith("/move"):
+        return "manage"
     if path.endswith("/reminders"):
         # A reminder's turn has no speaker, so it runs with the audience's rules alone:
         # scheduling one is for people trusted with those.

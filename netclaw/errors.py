@@ -203,6 +203,16 @@ class ApprovalClosed(ApprovalError):
     status = 409
 
 
+class QuestionNotFound(ApprovalNotFound):
+    """No such open question (a running tool's) in that session."""
+
+    code = "question_not_found"
+
+
+class QuestionAnswered(ApprovalClosed):
+    code = "question_answered"
+
+
 class NotAnApprover(ApprovalError):
     code = "not_an_approver"
     status = 403

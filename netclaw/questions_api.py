@@ -12,8 +12,10 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from netclaw.api_access import actor
 from netclaw.errors import ApiError
 from netclaw.gateway import Gateway, check_session_id
+from netclaw.identifiers import check_label
 from netclaw.web import read_body, read_json_object
 
 MAX_BODY_BYTES = 65_536
@@ -35,11 +37,13 @@ def question_routes(gateway: Gateway) -> list[web.RouteDef]:
         content = body.get("content")
         if content is not None and not isinstance(content, dict):
             raise ApiError(400, "invalid_content", "'content' must be an object of the form's values")
-        user = body.get("user", "api")
-        if not isinstance(user, str) or not user.strip() or len(user) > 200:
-            raise ApiError(400, "invalid_user", "'user' must be a non-empty string (at most 200 characters)")
-        answered = gateway.answer_question(
-            session_id, request.match_info["question_id"], action, content, by=user.strip()
+        # Who answered, for the record: the caller's token unless the body names a person.
+        user = check_label("user", body.get("user", actor(request)), max_chars=200)
+        question_id = request.match_info["question_id"]
+        tool = next((q["tool"] for q in gateway.questions(session_id) if q["id"] == question_id), None)
+        answered = gateway.answer_question(session_id, question_id, action, content, by=user)
+        await gateway.audit(
+            "question_answered", user, session_id, question=question_id, tool=tool, action=action
         )
         return web.json_response(answered)
 

@@ -44,6 +44,7 @@ from netclaw.errors import (
     NotAnApprover,
     NotPermitted,
     OutcomeUnknown,
+    QuestionNotFound,
     SessionMoved,
     SessionUnavailable,
 )
@@ -669,7 +670,7 @@ class Gateway:
         audience's approvers when it names any; the control-token holder passes None."""
         check_session_id(session_id)
         if self._questions is None:
-            raise ApprovalNotFound(f"no open question {question_id!r} in session {session_id}")
+            raise QuestionNotFound(f"no open question {question_id!r} in session {session_id}")
         pending = self._questions.answer(
             session_id,
             question_id,

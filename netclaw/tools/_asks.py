@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from netclaw.errors import ApprovalClosed, ApprovalNotFound, InvalidInput, NotAnApprover
+from netclaw.errors import InvalidInput, NotAnApprover, QuestionAnswered, QuestionNotFound
 from netclaw.toolspec import (
     Answer,
     AnswerAction,
@@ -158,9 +158,9 @@ class Questions:
         answer, the action is known, a form's content fits its schema)."""
         pending = self._open.get(question_id)
         if pending is None or pending.session_id != session_id:
-            raise ApprovalNotFound(f"no open question {question_id!r} in session {session_id}")
+            raise QuestionNotFound(f"no open question {question_id!r} in session {session_id}")
         if pending.answer.done():
-            raise ApprovalClosed(f"question {question_id} was already answered")
+            raise QuestionAnswered(f"question {question_id} was already answered")
         allowed = approvers(pending.audience)
         if approver is not None and allowed and approver not in allowed:
             raise NotAnApprover(f"{by} may not answer questions in this session")

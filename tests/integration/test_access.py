@@ -91,6 +91,19 @@ def test_tokens_are_stored_hashed_and_a_read_only_role_cannot_post(start_daemon:
         assert reader.post("/api/sessions/cli:seen/reminders", json=reminder).status_code == 403
         assert reader.get("/api/audit").status_code == 403
         assert reader.post("/api/tokens", json={"name": "me", "role": "admin"}).status_code == 403
+    member = add_token(handle, "someone", "member")
+    with client(handle, member) as chatting:
+        # Chatting is not running the daemon: none of these may a plain member do.
+        for path in (
+            "/api/cluster/nodes/n1/drain",
+            "/api/cluster/nodes/n1/resume",
+            "/api/sessions/cli:seen/move",
+            "/api/cluster/sessions/cli:seen/take",
+            "/api/mcp/docs/reconnect",
+            "/api/sessions/cli:seen/questions/q-1",
+        ):
+            answer = chatting.post(path, json={})
+            assert answer.status_code == 403, (path, answer.text)
     with client(handle, "nct_not-a-token") as stranger:
         assert stranger.get("/api/sessions").status_code == 401
     assert len([m for m in handle.transcript("cli:seen") if m["role"] == "user"]) == 1

@@ -86,8 +86,13 @@ def test_a_form_is_asked_of_the_person_and_the_answer_goes_back(
 
     bad = answer(handle, sid, qid, action="accept", content={"email": "ann@example.org", "age": "old"})
     assert bad.status_code == 400 and "age" in bad.json()["error"]["message"]
-    assert answer(handle, sid, "q-nope", action="accept").status_code == 404
-    assert answer(handle, "cli:other", qid, action="accept").status_code == 404
+    for wrong in (
+        answer(handle, sid, "q-nope", action="accept"),
+        answer(handle, "cli:other", qid, action="accept"),
+    ):
+        assert wrong.status_code == 404 and wrong.json()["error"]["code"] == "question_not_found"
+    unnamed = answer(handle, sid, qid, action="accept", content={"email": "a@b.c"}, user="Ann\nBob")
+    assert unnamed.status_code == 400 and unnamed.json()["error"]["code"] == "invalid_user"
     good = answer(
         handle, sid, qid, action="accept", content={"email": "ann@example.org", "age": "41"}, user="Ann"
     )
@@ -98,6 +103,9 @@ def test_a_form_is_asked_of_the_person_and_the_answer_goes_back(
         {"session_id": sid, "question_id": qid, "action": "accept", "by": "Ann"}
     ]
     assert answer(handle, sid, qid, action="accept").status_code == 404  # answered: gone
+    [audited] = [e for e in handle.http.get("/api/audit").json() if e["kind"] == "question_answered"]
+    assert (audited["actor"], audited["session_id"]) == ("Ann", sid)
+    assert audited["detail"] == {"question": qid, "tool": "docs__signup", "action": "accept"}
     assert handle.http.get("/api/questions").json() == []
 
 

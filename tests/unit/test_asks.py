@@ -10,7 +10,7 @@ import pytest
 
 from adapters.chat._text import note_for
 from netclaw import outputs as out
-from netclaw.errors import ApprovalClosed, ApprovalNotFound, InvalidInput, NotAnApprover
+from netclaw.errors import InvalidInput, NotAnApprover, QuestionAnswered, QuestionNotFound
 from netclaw.tools import Answer, PendingQuestion, Question, Questions, deadline, waiting_for_a_person
 
 SCHEMA = {
@@ -33,7 +33,7 @@ def test_answers_are_checked_and_resolve_the_wait() -> None:
         asked = pending(asyncio.get_running_loop())
         questions.add(asked)
         everyone = lambda audience: []  # noqa: E731
-        with pytest.raises(ApprovalNotFound):
+        with pytest.raises(QuestionNotFound):
             questions.answer("s2", "q-1", "accept", {}, by="x", approver=None, approvers=everyone)
         with pytest.raises(NotAnApprover):
             questions.answer("s1", "q-1", "accept", {}, by="Bo", approver="U2", approvers=lambda a: ["U1"])
@@ -63,12 +63,12 @@ def test_answers_are_checked_and_resolve_the_wait() -> None:
         )
         assert await asked.answer == Answer("accept", {"email": "a@b", "age": 3, "ok": True}, "Ann")
         assert questions.of() == []
-        with pytest.raises(ApprovalNotFound):
+        with pytest.raises(QuestionNotFound):
             questions.answer("s1", "q-1", "decline", None, by="x", approver=None, approvers=everyone)
         again = pending(asyncio.get_running_loop(), "confirm")
         questions.add(again)
         again.answer.cancel()
-        with pytest.raises(ApprovalClosed):
+        with pytest.raises(QuestionAnswered):
             questions.answer("s1", "q-1", "accept", None, by="x", approver=None, approvers=everyone)
 
     asyncio.run(run())
