@@ -569,6 +569,11 @@ class Gateway:
         """``/prompt``: an MCP server's prompt, filled in, is submitted as the message; a
         listing, a missing argument or a failure is answered with a notice instead."""
         check_session_id(inbound.session_id)
+        role = role_for(
+            self.settings, speaker_of(inbound.session_id, inbound.user, inbound.speaker), inbound.speaker_role
+        )
+        if not may_command(self.settings, role, "prompt"):
+            raise NotPermitted(refusal(role, "/prompt"))
         if self._mcp is None or not self._mcp.servers:
             expansion = PromptExpansion(notice="No MCP servers are configured, so there are no prompts.")
         elif audience_of(inbound.session_id, self.settings, inbound.place) == "public":

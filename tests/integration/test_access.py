@@ -104,6 +104,10 @@ def test_tokens_are_stored_hashed_and_a_read_only_role_cannot_post(start_daemon:
         ):
             answer = chatting.post(path, json={})
             assert answer.status_code == 403, (path, answer.text)
+        # /prompt is a command like the others: only for roles whose commands list it.
+        prompt = chatting.post("/api/sessions/cli:seen/messages", json={"text": "/prompt"})
+        assert prompt.status_code == 403 and "/prompt" in prompt.json()["error"]["message"]
+        assert chatting.post("/api/sessions/cli:seen/messages", json={"text": "/status"}).status_code == 200
     with client(handle, "nct_not-a-token") as stranger:
         assert stranger.get("/api/sessions").status_code == 401
     assert len([m for m in handle.transcript("cli:seen") if m["role"] == "user"]) == 1
