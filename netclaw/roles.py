@@ -34,11 +34,19 @@ MEMORY_READ = ("search_memory",)
 Permission = str  # "read", "chat", "approve", "manage", "admin"
 
 
+# The ``user`` of a reminder's firing: nobody spoke, so the turn runs with the audience's
+# rules alone (in a Slack thread it must not become "slack:reminder" and match "slack:*").
+REMINDER_USER = "reminder"
+
+
 def speaker_of(session_id: str, user: str | None, given: str | None = None) -> str | None:
     """Who sent a message, as roles name them: ``given`` (the API's authenticated caller),
-    else the platform user of a chat session, else a webhook route's name."""
+    else the platform user of a chat session, else a webhook route's name; None for a
+    reminder firing."""
     if given is not None:
         return given
+    if user == REMINDER_USER:
+        return None
     channel = session_id.partition(":")[0]
     if channel in ("slack", "discord") and user:
         return f"{channel}:{user}"

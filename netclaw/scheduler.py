@@ -44,6 +44,7 @@ from netclaw.reminders import (
     plan_due,
 )
 from netclaw.retry import Backoff
+from netclaw.roles import REMINDER_USER
 from netclaw.runtime import cancel_and_wait
 
 log = logging.getLogger(__name__)
@@ -257,7 +258,7 @@ class Scheduler:
                 inbound = Inbound(
                     session_id,
                     fire_text(reminder.text, scheduled, reminder.schedule.timezone, reminder.name),
-                    user="reminder",
+                    user=REMINDER_USER,
                     identity=identity(reminder.id, scheduled),
                 )
                 admission, _ = await self.gateway.submit(inbound)

@@ -9,6 +9,7 @@ from netclaw.config import Settings
 from netclaw.messages import ChatMessage
 from netclaw.roles import (
     ADMIN,
+    REMINDER_USER,
     may,
     may_command,
     role_for,
@@ -31,6 +32,7 @@ def test_speakers_are_named_by_who_authenticated_them() -> None:
     assert speaker_of("webhook:alerts:k", "webhook:alerts") == "webhook:alerts"
     assert speaker_of("cli:x", "alice") is None  # a name an API caller chose proves nothing
     assert speaker_of("cli:x", "alice", "token:ci") == "token:ci"
+    assert speaker_of("slack:C1:1.2", REMINDER_USER) is None  # nobody spoke: not "slack:reminder"
 
 
 def test_an_exact_member_beats_a_glob_and_default_catches_the_rest() -> None:
