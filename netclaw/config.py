@@ -932,6 +932,8 @@ RESTART_KEYS = (
     "tools.files",
     "tools.shell",
     "mcp",  # servers are started and supervised from start-up
+    "cluster",  # the node's membership, leases and rebalancer are built at start-up
+    "ui",  # the control room's routes and login lifetime are set up at start-up
 )
 
 

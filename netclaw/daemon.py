@@ -12,7 +12,7 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -25,7 +25,7 @@ from adapters.supervisor import AdapterSupervisor
 from netclaw.api import Api, webhook_app
 from netclaw.cluster import Forwarder, Routing, protocol, rescue_orphans
 from netclaw.cluster_api import ClusterHttp
-from netclaw.config import LiveSettings, Settings, find_config_path, load_settings
+from netclaw.config import LiveSettings, ScheduleConfig, Settings, find_config_path, load_settings
 from netclaw.control_token import load_control_token
 from netclaw.errors import ConfigError, DaemonError
 from netclaw.gateway import Gateway
@@ -637,6 +637,12 @@ class Daemon:
         if any(key == "log" or key.startswith("log.") for key in change.applied):
             self.apply_log_config()
         self.load_skills()  # skills change on disk, not only in the config
+        if (
+            self.scheduler is not None
+            and self.io is not None
+            and any(k.startswith("schedules") for k in change.applied)
+        ):
+            self.io.submit(_sync_schedules(self.scheduler, self.live.current.schedules))
         (log.warning if change.restart else log.info)("%s", change.describe())
         if self.gateway is not None and self.io is not None and (change.applied or change.restart):
             record = self.gateway.audit(
@@ -657,6 +663,13 @@ def _step(what: str, fn: Callable[..., Any], *args: Any) -> Any:
 async def _stop_sites(runner: web.AppRunner) -> None:
     for site in list(runner.sites):
         await site.stop()
+
+
+async def _sync_schedules(scheduler: Scheduler, schedules: Mapping[str, ScheduleConfig]) -> None:
+    try:
+        await scheduler.sync_config(schedules)
+    except Exception:  # the reload has been applied; say so rather than lose it in a future
+        log.exception("reload: the schedules could not be applied; the scheduler keeps the previous ones")
 
 
 async def _call(fn: Callable[..., Any], *args: Any) -> Any:

@@ -17,7 +17,7 @@ from netclaw.config import load_settings
 from netclaw.daemon import Daemon
 from netclaw.policy import ChatEvent
 from netclaw.trust import system_prompt as trusted
-from tests.conftest import settings_data
+from tests.conftest import settings_data, wait_until
 from tests.fakes.scripted_openai import ScriptedOpenAIThread
 
 SECRET = "route-secret-0123456789-0123456789abcdef"
@@ -143,3 +143,20 @@ def test_an_invalid_config_keeps_the_running_one(
         daemon.reload()
     assert any("session.idle_timeout_s" in r.getMessage() for r in caplog.records)
     assert daemon.settings.agent.system_prompt == "You are the first prompt."
+
+
+def test_schedules_follow_a_reload(
+    running: tuple[Daemon, Path, httpx.Client], config: dict[str, Any]
+) -> None:
+    daemon, path, client = running
+
+    def reminders() -> list[str]:
+        return sorted(r["id"] for r in client.get("/api/reminders").json())
+
+    standup = {"cron": "5 8 * * 1-5", "text": "Post the stand-up summary.", "session": "cli:standup"}
+    rewrite(path, config, schedules={"standup": standup})
+    daemon.reload()
+    wait_until(lambda: reminders() == ["config:standup"], what="the schedule added by the reload")
+    rewrite(path, config, schedules={})
+    daemon.reload()
+    wait_until(lambda: reminders() == [], what="the schedule removed by the reload")
