@@ -77,12 +77,15 @@ class Limits:
         mib = 1024 * 1024
         return cls(config.cpu_s, config.memory_mb * mib, config.max_processes, config.max_file_mb * mib)
 
-    def prlimit(self, prlimit: str) -> list[str]:
+    def prlimit(self, prlimit: str, *, processes: bool = True) -> list[str]:
+        """``processes=False`` where the command shares the daemon's user (``sandbox: none``):
+        RLIMIT_NPROC counts every process and thread of that user, the daemon's own threads
+        (one per resident session) included, so a limit would refuse the command's forks."""
         return [
             prlimit,
             f"--cpu={self.cpu_s}",
             f"--as={self.memory_bytes}",
-            f"--nproc={self.processes}",
+            *([f"--nproc={self.processes}"] if processes else []),
             f"--fsize={self.file_bytes}",
             "--core=0",
             "--",
@@ -121,7 +124,7 @@ class HostRunner(Runner):
     name: str = "none"
 
     def launch(self, command: str, network: Network) -> Launch:
-        limits = self.limits.prlimit(self.prlimit) if self.prlimit else []
+        limits = self.limits.prlimit(self.prlimit, processes=False) if self.prlimit else []
         return Launch([*limits, "/bin/sh", "-c", command], dict(self.environ), cwd=self.workspace)
 
 

@@ -64,6 +64,11 @@ def test_the_opt_out_runs_on_the_host_without_secret_variables(tmp_path: Path) -
     assert isinstance(runner, HostRunner)
     launch = runner.launch("echo hi", "none")
     assert launch.env == {"HOME": "/h"} and launch.argv[-3:] == ["/bin/sh", "-c", "echo hi"]
+    # On the host the command is the daemon's user, whose threads RLIMIT_NPROC would count
+    # (one per resident session): no process limit there, the others stay.
+    limited = HostRunner(tmp_path, Limits(), {}, prlimit="/usr/bin/prlimit").launch("true", "none").argv
+    assert "--cpu=60" in limited and not any(a.startswith("--nproc") for a in limited)
+    assert "--nproc=64" in Limits().prlimit("/usr/bin/prlimit")
 
 
 def test_mounts_follow_the_settings(tmp_path: Path) -> None:
