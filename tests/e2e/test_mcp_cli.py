@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
+from netclaw.trust import unlabel
 from tests.conftest import wait_until
 from tests.e2e.conftest import REPO_ROOT, DaemonProcess, Daemons, Setup, free_port, run_cli, subprocess_env
 from tests.fakes.mcp_fake import HttpProcess
@@ -160,13 +161,13 @@ def test_oauth_login_stores_a_token_the_daemon_uses_and_refreshes(
     assert daemon.post("cli:oauth", "who am I?", wait=True).status_code == 200
     client_id = json.loads(token.read_text())["client_info"]["client_id"]
     [result] = [m for m in daemon.session("cli:oauth")["messages"] if m["role"] == "tool"]
-    assert result["content"] == client_id
+    assert unlabel(result["content"]) == client_id
 
     time.sleep(5)  # the access token (4 s) expires: the next request refreshes it first
     scripted.enqueue(Reply(tool_calls=[ToolCallSpec("web__whoami", {})]), Reply(text="still us"))
     assert daemon.post("cli:oauth", "and now?", wait=True).status_code == 200
     results = [m for m in daemon.session("cli:oauth")["messages"] if m["role"] == "tool"]
-    assert results[-1]["content"] == client_id and not results[-1].get("is_error")
+    assert unlabel(results[-1]["content"]) == client_id and not results[-1].get("is_error")
     assert count(events, "refresh") >= 1 and count(events, "token") == 1
     assert json.loads(token.read_text())["tokens"]["access_token"] != first
     assert daemon.health()["mcp"]["web"]["restarts"] == 0
@@ -199,9 +200,8 @@ def test_an_http_server_restarted_mid_session_keeps_serving(
         wait_until(lambda: daemon.health()["mcp"]["web"]["state"] == "up", timeout=30, what="up")
         scripted.enqueue(Reply(tool_calls=[ToolCallSpec("web__echo", {"text": "hi"})]), Reply(text="ok"))
         assert daemon.post("cli:web", "echo", wait=True).status_code == 200
-        assert [m for m in daemon.session("cli:web")["messages"] if m["role"] == "tool"][-1][
-            "content"
-        ] == "hi"
+        results = [m for m in daemon.session("cli:web")["messages"] if m["role"] == "tool"]
+        assert unlabel(results[-1]["content"]) == "hi"
     finally:
         web.stop()
 
@@ -231,5 +231,5 @@ def test_questions_from_the_shell(tmp_path: Path, scripted: ScriptedOpenAIThread
         what="result",
     )
     [result] = [m for m in daemon.session("cli:shell")["messages"] if m["role"] == "tool"]
-    assert result["content"] == "signed up sam@example.org (age 7)"
+    assert unlabel(result["content"]) == "signed up sam@example.org (age 7)"
     assert run_cli("questions", "decline", qid, "--config", str(site.config)).returncode == 1  # gone
