@@ -180,7 +180,7 @@ class DaemonClient:
         return result
 
     def questions(self, session_id: str | None = None) -> list[dict[str, Any]]:
-        path = f"/api/sessions/{session_id}/questions" if session_id else "/api/questions"
+        path = f"/api/sessions/{_sid(session_id)}/questions" if session_id else "/api/questions"
         result: list[dict[str, Any]] = self._request("GET", path, headers=self._headers()).json()
         return result
 
@@ -191,7 +191,10 @@ class DaemonClient:
         if content is not None:
             body["content"] = content
         result: dict[str, Any] = self._request(
-            "POST", f"/api/sessions/{session_id}/questions/{question_id}", json=body, headers=self._headers()
+            "POST",
+            f"/api/sessions/{_sid(session_id)}/questions/{quote(question_id, safe='')}",
+            json=body,
+            headers=self._headers(),
         ).json()
         return result
 
@@ -218,25 +221,28 @@ class DaemonClient:
 
     def drain(self, node: str) -> dict[str, Any]:
         result: dict[str, Any] = self._request(
-            "POST", f"/api/cluster/nodes/{node}/drain", headers=self._headers(), timeout=self.drain_timeout
+            "POST",
+            f"/api/cluster/nodes/{quote(node, safe='')}/drain",
+            headers=self._headers(),
+            timeout=self.drain_timeout,
         ).json()
         return result
 
     def resume(self, node: str) -> dict[str, Any]:
         result: dict[str, Any] = self._request(
-            "POST", f"/api/cluster/nodes/{node}/resume", headers=self._headers()
+            "POST", f"/api/cluster/nodes/{quote(node, safe='')}/resume", headers=self._headers()
         ).json()
         return result
 
     def owner(self, session_id: str) -> dict[str, Any]:
         result: dict[str, Any] = self._request(
-            "GET", f"/api/sessions/{session_id}/owner", headers=self._headers()
+            "GET", f"/api/sessions/{_sid(session_id)}/owner", headers=self._headers()
         ).json()
         return result
 
     def move(self, session_id: str, node: str) -> dict[str, Any]:
         result: dict[str, Any] = self._request(
-            "POST", f"/api/sessions/{session_id}/move", params={"to": node}, headers=self._headers()
+            "POST", f"/api/sessions/{_sid(session_id)}/move", params={"to": node}, headers=self._headers()
         ).json()
         return result
 

@@ -36,6 +36,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
+from netclaw.commands import Command
 from netclaw.credentials import read_secret, where_to_put
 from netclaw.errors import ConfigError
 from netclaw.system import SYSTEM_CONFIG, state_directory
@@ -300,7 +301,7 @@ class RoleConfig(_Section):
     approve_tools: list[str] = []  # patterns whose calls wait for approval in this role's turns
     approve: bool = False  # may decide on other people's tool calls
     chat: bool = True  # may send messages that start turns
-    commands: list[Literal["reset", "stop", "compact", "status", "skills", "help"]] | None = None  # None: all
+    commands: list[Command] | None = None  # the chat commands it may use; None: all
     memory: Literal["read_write", "read", "none"] = "read_write"  # remember / search_memory
     manage: bool = False  # delete sessions and memories, reminders of others (API)
 

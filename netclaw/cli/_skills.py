@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any, cast
 
 from netclaw.config import load_settings
@@ -51,7 +52,7 @@ def cmd_skills(args: argparse.Namespace) -> int:
 
 def _show(args: argparse.Namespace, skills: Skills) -> int:
     if not args.name:
-        print("netclaw skills show: give the skill's name")
+        print("netclaw skills show: give the skill's name", file=sys.stderr)
         return 2
     skill = skills.get(args.name)
     if skill is None:
@@ -59,7 +60,7 @@ def _show(args: argparse.Namespace, skills: Skills) -> int:
         for problem in mine:
             print(f"skipped: {problem}")
         if not mine:
-            print(f"no skill named {args.name!r} (netclaw skills list shows them)")
+            print(f"no skill named {args.name!r} (netclaw skills list shows them)", file=sys.stderr)
         return 1
     files = list_files(skill.folder)
     if args.json:

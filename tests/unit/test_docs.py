@@ -35,10 +35,12 @@ from netclaw import outputs
 from netclaw.api import Api
 from netclaw.api_access import permission_for
 from netclaw.cli import _parser
+from netclaw.cluster_api import ClusterHttp
 from netclaw.commands import Command, parse_command, parse_prompt
 from netclaw.config import Settings, load_settings
 from netclaw.gateway import Gateway
 from netclaw.mcp_api import mcp_routes
+from netclaw.membership import ClusterNode
 from netclaw.questions_api import question_routes
 from tests.doc_blocks import REPO, block_after, code_spans, read, table_after
 
@@ -324,9 +326,17 @@ def test_the_http_page_lists_every_route() -> None:
     )
 
 
+def test_the_cluster_routes_are_listed_apart() -> None:
+    node = types.SimpleNamespace(routing=None)
+    served = {f"{r.method} {r.path}" for r in ClusterHttp(cast(ClusterNode, node)).routes()}  # type: ignore[attr-defined]
+    documented = {row[0].strip("`") for row in table_after("docs/http-api.md", "cluster routes table")}
+    assert served == documented
+
+
 def test_the_http_page_names_the_permission_each_route_needs() -> None:
     wrong = []
-    for row in table_after("docs/http-api.md", "routes table"):
+    tables = ("routes table", "cluster routes table")
+    for row in (row for table in tables for row in table_after("docs/http-api.md", table)):
         method, _, path = row[0].strip("`").partition(" ")
         if path.startswith("/api/"):
             needs = code_spans(row[3])

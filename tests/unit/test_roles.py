@@ -3,8 +3,10 @@ and the untrusted-content rules that go with approvals."""
 
 from __future__ import annotations
 
+import typing
 from typing import Any
 
+from netclaw.commands import Command
 from netclaw.config import Settings
 from netclaw.messages import ChatMessage
 from netclaw.roles import (
@@ -86,6 +88,9 @@ def test_permissions_and_commands() -> None:
     assert may(s, None, "chat") and not may(s, None, "admin")
     assert may_command(s, "member", "status") and not may_command(s, "member", "reset")
     assert may_command(s, None, "reset") and may_command(s, "reader", "reset")
+    # Every command the parser knows can be granted (/agents and /prompt once could not).
+    every = settings(all={"commands": list(typing.get_args(Command))})
+    assert all(may_command(every, "all", c) for c in typing.get_args(Command))
 
 
 def tool(name: str, mid: str = "t") -> ChatMessage:
