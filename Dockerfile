@@ -15,6 +15,7 @@ COPY pyproject.toml README.md /src/
 COPY netclaw /src/netclaw
 COPY adapters /src/adapters
 COPY migrations /src/migrations
+COPY skills /src/skills
 RUN /opt/netclaw/bin/pip install '/src[slack,discord]' \
  && find /opt/netclaw -name '__pycache__' -prune -exec rm -rf {} + \
  && /opt/netclaw/bin/python -m compileall -q /opt/netclaw/lib
