@@ -72,6 +72,12 @@ class Debian:
             )
         return done
 
+    def restart(self, verb: str = "restart") -> None:
+        """``systemctl restart netclaw``; when it fails, the error says why (the unit's log)."""
+        done = self.sh(f"sudo systemctl {verb} netclaw", check=False, timeout=120)
+        if done.returncode != 0:
+            raise AssertionError(f"systemctl {verb} netclaw failed:\n{self.journal('-n', '60')[-6000:]}")
+
     def json(self, command: str) -> Any:
         return json.loads(self.sh(command).stdout)
 
@@ -275,7 +281,7 @@ def test_a_failed_start_is_one_error_line_and_relative_paths_go_to_the_state_dir
     )
     assert relative != original
     debian.sh(f"cat > {config} <<'EOF'\n{relative}EOF")
-    debian.sh("sudo systemctl start netclaw", timeout=120)
+    debian.restart("start")
     assert "netclaw at http://127.0.0.1:5199: ok" in debian.sh("sudo netclaw status").stdout
     assert debian.session()["turns"] == 2  # the same journal: /var/lib/netclaw
     assert (
@@ -305,7 +311,7 @@ def test_an_mcp_server_and_the_shell_tool_under_the_hardening(debian: Debian) ->
         {"tool_calls": [{"name": "py__echo", "arguments": {"text": "python MCP under systemd"}}]},
         {"text": "the MCP server answered"},
     )
-    debian.sh("sudo systemctl restart netclaw", timeout=120)
+    debian.restart()
     wait_until(
         lambda: "mcp:       py up" in debian.sh("sudo netclaw status", check=False).stdout,
         60,
@@ -355,7 +361,7 @@ def test_slack_and_discord_under_the_hardening(debian: Debian) -> None:
         "systemctl daemon-reload"
     )
     try:
-        debian.sh("sudo systemctl restart netclaw", timeout=120)
+        debian.restart()
         wait_until(
             lambda: (
                 "channel:   discord running"
