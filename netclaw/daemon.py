@@ -13,7 +13,7 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -47,11 +47,12 @@ from netclaw.persistence import (
     take_manifest,
     uses_postgres,
 )
-from netclaw.providers import Provider, make_provider
+from netclaw.providers import Provider, make_providers
 from netclaw.runtime import IoLoop
 from netclaw.scheduler import Clock, Scheduler
 from netclaw.service import Notifier, SignalWaiter, heartbeat
 from netclaw.sessions import SessionActor, SessionDeps, SessionManager
+from netclaw.spend import SpendLedger, Spent, next_midnight, utc_day
 from netclaw.tools import McpHub, ToolRegistry, build_registry, reminder_tools
 
 log = logging.getLogger(__name__)
@@ -105,20 +106,20 @@ class Daemon:
         settings: Settings,
         *,
         config_path: str | None = None,
-        provider_factory: Callable[[Settings], Provider] | None = None,
+        provider_factory: Callable[[Settings], Mapping[str, Provider]] | None = None,
         clock: Clock | None = None,
         log_level: str | None = None,
     ) -> None:
         self.live = LiveSettings(settings)
         self.log_level = log_level  # `run --log-level`: beats log.level, also across reloads
         self.config_path = config_path
-        self._provider_factory = provider_factory or _default_provider
+        self._provider_factory = provider_factory or make_providers
         self._clock = clock  # the scheduler's (tests inject one that does not sleep)
         self._lock = DataDirLock(settings.data_dir)
         self.io: IoLoop | None = None
         self.journal: Journal | None = None
-        self.provider: Provider | None = None
-        self.compaction_provider: Provider | None = None
+        self.providers: dict[str, Provider] = {}  # by name under `providers`
+        self.ledger = SpendLedger()  # the whole daemon's spend today (every session reads it)
         self.memory: MemoryStore | None = None
         self.forwarder: Forwarder | None = None
         self.tools: ToolRegistry | None = None
@@ -167,19 +168,18 @@ class Daemon:
             memory = make_memory(self.settings)
             self.io.run(memory.open())
             self.memory = memory
-            self.provider = self._provider_factory(self.settings)
-            self.compaction_provider = _compaction_provider(self.settings)
+            self.providers = dict(self._provider_factory(self.settings))
+            self.io.run(self._seed_ledger(journal))
             self.tools = tools = build_registry(self.settings, self.memory)
             # MCP servers connect before any session runs, so the first turns see their tools
             # (a server that is slow or broken keeps retrying in the background).
             self.mcp = McpHub(self.settings.mcp.servers)
             tools.add_source(self.mcp)
             self.io.run(self.mcp.start(MCP_START_WAIT_S), MCP_START_WAIT_S + 10)
-            io, provider = self.io, self.provider
-            compaction_provider = self.compaction_provider
+            io, providers, ledger = self.io, self.providers, self.ledger
             self.manager = SessionManager(
                 lambda manager: SessionDeps(
-                    io, journal, provider, tools, self.live, manager, memory, compaction_provider, metrics
+                    io, journal, providers, tools, self.live, manager, memory, metrics, ledger
                 )
             )
             self.manager.on_session_stopped(HeapTrimmer(io.loop).session_stopped)
@@ -230,6 +230,21 @@ class Daemon:
             self.settings.data_dir,
             warmed,
             (time.perf_counter() - started) * 1000,
+        )
+
+    @property
+    def provider(self) -> Provider | None:
+        """The provider of models.main (the one the start-up probe checks)."""
+        return self.providers.get(self.settings.models.main.provider)
+
+    async def _seed_ledger(self, journal: Journal) -> None:
+        """What was spent today before this process started counts toward the daemon's cap."""
+        now = time.time()
+        day = utc_day(now)
+        since = next_midnight(now) - 86_400
+        rows = await journal.usage("day", since)
+        self.ledger.seed(
+            day, Spent(sum(r.input_tokens + r.output_tokens for r in rows), sum(r.cost for r in rows))
         )
 
     def apply_log_config(self) -> None:
@@ -404,8 +419,7 @@ class Daemon:
         self.reminders = None
         self.manager = None
         self.journal = None
-        self.provider = None
-        self.compaction_provider = None
+        self.providers = {}
         self.memory = None
         self.forwarder = None
         if io is not None:
@@ -420,12 +434,7 @@ class Daemon:
         """What the sessions used, in reverse order of opening; each step isolated."""
         closers: list[tuple[str, Any, float]] = [
             ("stop MCP servers", self.mcp.stop() if self.mcp else None, 10),
-            ("close the provider", self.provider.aclose() if self.provider else None, 5),
-            (
-                "close the compaction provider",
-                self.compaction_provider.aclose() if self.compaction_provider else None,
-                5,
-            ),
+            *((f"close provider {name}", provider.aclose(), 5) for name, provider in self.providers.items()),
             ("close the memory store", self.memory.close() if self.memory else None, 5),
             ("close the reminder store", self.reminders.close() if self.reminders else None, 5),
             ("close the journal", self.journal.close() if self.journal else None, 10),
@@ -512,19 +521,6 @@ async def _call(fn: Callable[..., Any], *args: Any) -> Any:
 
 def _is_ours(ref: pykka.ActorRef[Any]) -> bool:
     return ref.actor_class is SessionActor
-
-
-def _compaction_provider(settings: Settings) -> Provider | None:
-    """A separate provider only when models.compaction names a different one."""
-    compaction = settings.models.compaction
-    if compaction is None or compaction.provider == settings.models.main.provider:
-        return None
-    return make_provider(compaction.provider, settings.providers[compaction.provider])
-
-
-def _default_provider(settings: Settings) -> Provider:
-    main = settings.models.main
-    return make_provider(main.provider, settings.providers[main.provider])
 
 
 def run_daemon(config_path: str | None, log_level: str | None = None) -> int:

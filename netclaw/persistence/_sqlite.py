@@ -187,11 +187,13 @@ class SqliteJournal(WriterJournal):
             "              json_extract(payload, '$.usage.input_tokens'), 0)),"
             " SUM(COALESCE(json_extract(payload, '$.spent.output_tokens'),"
             "              json_extract(payload, '$.usage.output_tokens'), 0)),"
-            " SUM(COALESCE(json_extract(payload, '$.spent.cache_read_tokens'), 0))"
+            " SUM(COALESCE(json_extract(payload, '$.spent.cache_read_tokens'), 0)),"
+            " SUM(COALESCE(json_extract(payload, '$.spent.cache_write_tokens'), 0)),"
+            " TOTAL(COALESCE(json_extract(payload, '$.cost'), 0))"
             " FROM events WHERE type = 'TurnRecorded' AND ts >= ? GROUP BY k ORDER BY k",
             (since if since is not None else 0.0,),
         )
-        return [UsageRow(str(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4])) for r in rows]
+        return [UsageRow.from_row(r) for r in rows]
 
     async def close(self) -> None:
         await self._stop_writer()

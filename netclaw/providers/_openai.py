@@ -99,7 +99,9 @@ def tool_to_wire(tool: ToolSchema) -> dict[str, Any]:
     }
 
 
-def request_body(request: ProviderRequest) -> dict[str, Any]:
+def request_body(request: ProviderRequest, *, cache: bool = False) -> dict[str, Any]:
+    """The chat-completions body; with ``cache`` and a request ``cache_key`` it carries the
+    session's ``prompt_cache_key`` (the server keeps a session's prefixes together)."""
     body: dict[str, Any] = {
         "model": request.model,
         "messages": [message_to_wire(m, vision=request.vision) for m in request.messages],
@@ -107,12 +109,14 @@ def request_body(request: ProviderRequest) -> dict[str, Any]:
         "stream_options": {"include_usage": True},
         "max_tokens": request.max_output_tokens,
     }
+    if cache and request.cache_key:
+        body["prompt_cache_key"] = request.cache_key
     if request.tools:
         body["tools"] = [tool_to_wire(t) for t in request.tools]
     return body
 
 
-def encode_request(request: ProviderRequest, wire: WireCache) -> bytes:
+def encode_request(request: ProviderRequest, wire: WireCache, *, cache: bool = False) -> bytes:
     """The JSON of :func:`request_body`, with every message and the tool set taken from
     ``wire`` (a message object never changes; one with images inline is encoded afresh,
     not kept) and joined once."""
@@ -124,12 +128,14 @@ def encode_request(request: ProviderRequest, wire: WireCache) -> bytes:
             parts.append(to_json(message_to_wire(m, vision=True)))
         else:
             parts.append(cached(m, vision, partial(message_to_wire, m, vision=vision)))
-    head = {
+    head: dict[str, Any] = {
         "model": request.model,
         "stream": True,
         "stream_options": {"include_usage": True},
         "max_tokens": request.max_output_tokens,
     }
+    if cache and request.cache_key:
+        head["prompt_cache_key"] = request.cache_key
     pieces = [to_json(head)[:-1], b',"messages":[', b",".join(parts), b"]"]
     if request.tools:
         tools = tuple(request.tools)
@@ -312,12 +318,12 @@ class OpenAIProvider(HttpStreamingProvider[_Assembly]):
         return headers
 
     def _request_body(self, request: ProviderRequest) -> dict[str, Any]:
-        return request_body(request)
+        return request_body(request, cache=self.config.prompt_cache == "auto")
 
     def _request_content(self, request: ProviderRequest) -> bytes:
         """:func:`request_body`, assembled from each part's cached JSON text: a turn encodes
         its new messages, not the whole transcript again."""
-        return encode_request(request, self.wire)
+        return encode_request(request, self.wire, cache=self.config.prompt_cache == "auto")
 
     async def _read_whole(self, response: httpx.Response, answer: _Assembly) -> None:
         data = await self._whole_body(response)

@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from netclaw.sessions._recovery import load_state
     from netclaw.sessions._status import StatusReport
     from netclaw.sessions._subscribers import OutputQueue, Sink, Subscriber, SubscriberSet, Subscription
-    from netclaw.sessions._turn import continuity_notice
+    from netclaw.sessions._tail import continuity_notice
 
 _LAZY = {
     "ManagerPort": "_deps",
@@ -80,7 +80,7 @@ _LAZY = {
     "SubscriberSet": "_subscribers",
     "Subscription": "_subscribers",
     "build_context": "_prompt",
-    "continuity_notice": "_turn",
+    "continuity_notice": "_tail",
 }
 
 

@@ -79,7 +79,7 @@ class SessionActor(pykka.ThreadingActor):
             deps.io, deps.journal, self.session_id, RECOVERY_TIMEOUT_S
         )
         self._effects.recorder.recovered(state.seq, min(saved_rows, len(state.transcript)))
-        env = SessionEnv(deps.live, deps.tools, has_memory=deps.memory is not None)
+        env = SessionEnv(deps.live, deps.tools, has_memory=deps.memory is not None, spend=deps.ledger)
         self._session = Session(
             self.session_id, env, self._effects, resumed_at=self._resumed_at, held=self._held
         )

@@ -19,7 +19,7 @@ from netclaw.policy import Place
 from netclaw.runtime import Reply
 from netclaw.sessions._compaction import CompactionOutcome
 from netclaw.sessions._state import TurnOutcome
-from netclaw.sessions._status import StatusReport
+from netclaw.sessions._status import ModelChoice, StatusReport
 from netclaw.sessions._subscribers import Sink
 from netclaw.toolspec import ToolResult
 
@@ -133,6 +133,16 @@ class ListUndelivered(Routed):
 
 
 @dataclass(frozen=True, slots=True)
+class PinModel(Routed):
+    """Use the model named ``model`` (under ``models``) from the next turn on, until changed
+    again; None: back to ``models.main``. ``reply`` gets the choice in force."""
+
+    model: str | None
+    by: str
+    reply: Reply[ModelChoice]
+
+
+@dataclass(frozen=True, slots=True)
 class Release(Routed):
     """A session warmed at start-up may go on (channels are listening now): resume its
     interrupted turn or queued input."""
@@ -156,6 +166,14 @@ class Shutdown:
 
 
 # -- results of loop work -----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Recalled:
+    """What recall found for the turn's tail (None: nothing, or the store did not answer)."""
+
+    op_id: int
+    memories: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,10 +266,12 @@ Command = (
     | ListApprovals
     | MarkDelivered
     | ListUndelivered
+    | PinModel
     | Release
     | PassivateNow
     | ConfirmStop
     | Shutdown
+    | Recalled
     | ProviderDeltas
     | ProviderDone
     | CompactionDone
@@ -292,6 +312,7 @@ def refuse(message: object, error: Exception, notice: Error | None) -> None:
             | ListApprovals(reply=reply)
             | MarkDelivered(reply=reply)
             | ListUndelivered(reply=reply)
+            | PinModel(reply=reply)
         ):
             reply.fail(error)
         case _:

@@ -1,25 +1,34 @@
 """What the model is offered and sees, for one session (pure): the settings in force, the
-audience and its tools, the prompt builder (token cache, calibration) and the context
-ladder (what was already tried about the prompt's size).
+model it talks to, the audience and its tools, the prompt builder (token cache,
+calibration) and the context ladder (what was already tried about the prompt's size).
 
 Settings are picked up at a turn's start (a SIGHUP applies to running sessions); the
-audience follows them and where the session lives (a DM's sender).
+audience follows them and where the session lives (a DM's sender). The model is the one a
+person pinned (``ModelPinned``), else ``models.main``, or a fallback the turn switched to;
+the budget and the trim follow its window, so a switch re-fits the prompt.
 """
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
-from netclaw.config import LiveSettings, Settings
-from netclaw.llm import Completion, ToolSchema
+from netclaw.config import LiveSettings, ModelConfig, Settings
+from netclaw.history import BudgetCalibration
+from netclaw.llm import Completion, ToolSchema, Usage
 from netclaw.policy import Audience, Place, allowed_tools, audience_of, memory_scope_of, recall_scope
 from netclaw.sessions import _ladder as ladder
-from netclaw.sessions._prompt import Prompt, PromptBuilder
+from netclaw.sessions._prompt import CALIBRATION_FLOOR, Prompt, PromptBuilder
 from netclaw.sessions._state import SessionState
+from netclaw.spend import DailySpend, NoLedger
+from netclaw.system_prompt import system_prompt
 from netclaw.toolspec import ToolContext
+
+log = logging.getLogger(__name__)
 
 
 class ToolCatalog(Protocol):
@@ -36,25 +45,53 @@ class SessionEnv:
     tools: ToolCatalog
     has_memory: bool  # a memory store exists: recall, extraction at passivation
     clock: Callable[[], float] = time.time
+    spend: DailySpend = field(default_factory=NoLedger)  # the daemon's day (netclaw.spend)
 
 
 class ModelContext:
-    __slots__ = ("_allowed", "_audience", "_catalog", "_id", "_ladder", "_live", "_settings", "prompts")
+    __slots__ = (
+        "_allowed",
+        "_audience",
+        "_catalog",
+        "_id",
+        "_ladder",
+        "_live",
+        "_model",
+        "_settings",
+        "cache_key",
+        "last_usage",
+        "model_name",
+        "prompts",
+    )
 
     def __init__(self, session_id: str, live: LiveSettings, catalog: ToolCatalog) -> None:
         self._id = session_id
         self._live = live
         self._catalog = catalog
-        self._settings = live.current
-        self.prompts = PromptBuilder(self._settings.agent.system_prompt, self._settings.trim_budget_tokens)
+        self._settings = settings = live.current
+        self.model_name = "main"
+        self._model = settings.models.main
+        self.prompts = PromptBuilder(
+            system_prompt(settings),
+            settings.trim_budget_of(self._model),
+            low_water=settings.history.low_water,
+        )
         self._ladder = ladder.Ladder()
-        self._audience: Audience = audience_of(session_id, self._settings)
+        self._audience: Audience = audience_of(session_id, settings)
         self._allowed: tuple[str, ...] | None = None
+        # Providers keep a session's cached prompts together under this (no id leaves netclaw).
+        self.cache_key = hashlib.sha256(session_id.encode()).hexdigest()[:32]
+        self.last_usage: Usage | None = None  # the provider's count of the last call (/status)
         self.place_changed(None)
 
     @property
     def settings(self) -> Settings:
         return self._settings
+
+    @property
+    def model(self) -> ModelConfig:
+        """The model the next call goes to."""
+        return self._model
 
     @property
     def audience(self) -> Audience:
@@ -67,16 +104,44 @@ class ModelContext:
     def recovered(self, state: SessionState) -> None:
         self.place_changed(state.place)
         self._ladder = ladder.Ladder(last_input_tokens=state.last_input_tokens)
+        self.use_model(self.chosen(state))
 
-    def refresh(self, place: Place | None) -> None:
-        """Pick up a config reload at a turn boundary."""
+    def refresh(self, state: SessionState) -> None:
+        """At a turn's start: pick up a config reload, and the model the turn starts on (a
+        fallback it had switched to before a restart, else the session's)."""
         current = self._live.current
-        if current is self._settings:
-            return
-        self._settings = current
-        self.place_changed(place)
-        self.prompts.system_prompt = current.agent.system_prompt
-        self.prompts.budget = current.trim_budget_tokens
+        if current is not self._settings:
+            self._settings = current
+            self.place_changed(state.place)
+            self.prompts.system_prompt = system_prompt(current)
+            self.prompts.low_water = current.history.low_water
+        active = state.active.model if state.active is not None else None
+        self.use_model(active if active is not None and self.known(active) else self.chosen(state))
+
+    def chosen(self, state: SessionState) -> str:
+        """The session's model: the one pinned, if the config still has it; else main."""
+        pin = state.model_pin
+        if pin is not None and not self.known(pin):
+            log.warning("%s: pinned model %r is no longer configured; using main", self._id, pin)
+            return "main"
+        return pin or "main"
+
+    def known(self, name: str) -> bool:
+        return self._settings.models.get(name) is not None
+
+    def use_model(self, name: str) -> None:
+        """Talk to the model ``name`` from the next call on: the budget follows its window,
+        and a different model's tokenizer starts a fresh calibration."""
+        model = self._settings.models.get(name) or self._settings.models.main
+        if model.model != self._model.model or model.provider != self._model.provider:
+            self.prompts.calibration = BudgetCalibration(min_ratio=CALIBRATION_FLOOR)
+        self.model_name, self._model = name, model
+        self.prompts.budget = self._settings.trim_budget_of(model)
+
+    def fallbacks(self, start: str) -> list[str]:
+        """The models a turn that started on ``start`` may go on with, in order."""
+        model = self._settings.models.get(start)
+        return [name for name in (model.fallbacks if model is not None else []) if self.known(name)]
 
     def place_changed(self, place: Place | None) -> None:
         self._audience = audience_of(self._id, self._settings, place)
@@ -84,7 +149,9 @@ class ModelContext:
         self._allowed = None if allowed is None else tuple(allowed)
 
     def tools(self) -> list[ToolSchema]:
-        return self._catalog.schemas(self._allowed)
+        """The tools on offer, sorted by name: the head of every request, the same bytes
+        until the tool set changes."""
+        return sorted(self._catalog.schemas(self._allowed), key=lambda tool: tool.name)
 
     def tool_context(self, turn: int | None, place: Place | None) -> ToolContext:
         return ToolContext(
@@ -97,7 +164,7 @@ class ModelContext:
         )
 
     def budget(self) -> ladder.Budget:
-        return ladder.budget_of(self._settings, self.prompts.calibration.ratio)
+        return ladder.budget_of(self._settings, self.prompts.calibration.ratio, self._model, self.model_name)
 
     # -- the ladder: each decision also remembers what was tried ------------------------------------
 
@@ -124,6 +191,7 @@ class ModelContext:
         reported = completion.usage.input_tokens if completion.usage is not None else None
         if reported is not None:
             self.prompts.observe_usage(estimate, reported)
+            self.last_usage = completion.usage
         self._ladder = ladder.observe(self._ladder, reported_input_tokens=reported)
 
     def compaction_due(self, state: SessionState) -> ladder.Compact | ladder.Proceed:

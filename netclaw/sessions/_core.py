@@ -27,6 +27,7 @@ from netclaw.sessions._phases import Phase
 from netclaw.sessions._state import SessionState
 from netclaw.sessions._timers import Timers
 from netclaw.sessions._turn import Step
+from netclaw.spend import DailySpend
 
 
 class Activity(Protocol):
@@ -72,6 +73,8 @@ class Core(Protocol):
     def state(self) -> SessionState: ...
     @property
     def settings(self) -> Settings: ...
+    @property
+    def spend(self) -> DailySpend: ...
 
     context: ModelContext
     has_memory: bool

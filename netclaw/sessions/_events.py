@@ -54,10 +54,43 @@ class TurnRecorded:
     messages: tuple[ChatMessage, ...] = ()  # the final assistant reply (none when failed)
     error: Mapping[str, str] | None = None  # {"code", "message"} when not completed
     usage: Mapping[str, int] | None = None  # the last call's (its input_tokens: the prompt's size)
-    # The whole turn's provider tokens (every call: input, output, cache_read) and the model
-    # (usage reports and the daily spend guard). Absent in events from before they existed.
+    # The whole turn's provider tokens (every call: input, output, cache_read, cache_write)
+    # and the model (usage reports and the daily spend guard); ``cost``: what those calls
+    # cost at the models' prices (spend.currency). Absent in events from before they existed.
     spent: Mapping[str, int] | None = None
     model: str | None = None
+    cost: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ContextAttached:
+    """The volatile tail of ``turn`` (the time, recalled memories, a restart notice): a
+    user-role ``context`` message after the turn's newest message, recorded before the call
+    that carries it, so every later request repeats it where it is, byte for byte.
+    ``told_time``: it tells the current time (the next tail need not, for a while)."""
+
+    turn: int
+    message: ChatMessage
+    told_time: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSwitched:
+    """``turn`` goes on with the fallback ``to_model`` (``from_model`` failed with ``reason``,
+    an error code, after its retries). Only this turn: the next starts on the session's model."""
+
+    turn: int
+    from_model: str
+    to_model: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class ModelPinned:
+    """A person chose the session's model (a name under ``models``; None: back to ``main``)."""
+
+    model: str | None
+    by: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,6 +247,9 @@ SessionEvent = (
     | ApprovalRequested
     | ApprovalDecided
     | ReplyDelivered
+    | ContextAttached
+    | ModelSwitched
+    | ModelPinned
 )
 
 
@@ -228,10 +264,12 @@ def _turn_recorded(event: TurnRecorded) -> dict[str, Any]:
     payload.update({key: dict(value) for key, value in optional.items() if value is not None})
     if event.model is not None:
         payload["model"] = event.model
+    if event.cost is not None:
+        payload["cost"] = event.cost
     return payload
 
 
-def encode(event: SessionEvent) -> tuple[str, str]:
+def encode(event: SessionEvent) -> tuple[str, str]:  # noqa: C901 - one case per event
     """(type, JSON payload) for the journal."""
     payload: dict[str, Any]
     match event:
@@ -263,10 +301,18 @@ def encode(event: SessionEvent) -> tuple[str, str]:
             payload = {"approval_id": aid, "decision": decision, "by": by}
         case ReplyDelivered(turn=turn, message_ids=ids):
             payload = {"turn": turn, "message_ids": list(ids)}
+        case ContextAttached(turn=turn, message=m, told_time=told):
+            payload = {"turn": turn, "message": m.to_dict()}
+            if told:
+                payload["told_time"] = True
+        case ModelSwitched(turn=turn, from_model=old, to_model=new, reason=reason):
+            payload = {"turn": turn, "from_model": old, "to_model": new, "reason": reason}
+        case ModelPinned(model=model, by=by):
+            payload = {"model": model, "by": by}
     return type(event).__name__, json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
 
 
-def decode(type_name: str, payload: str) -> SessionEvent:
+def decode(type_name: str, payload: str) -> SessionEvent:  # noqa: C901 - one case per event
     try:
         data = json.loads(payload)
         match type_name:
@@ -288,6 +334,7 @@ def decode(type_name: str, payload: str) -> SessionEvent:
                     usage=data.get("usage"),
                     spent=data.get("spent"),
                     model=data.get("model"),
+                    cost=data.get("cost"),
                 )
             case "SessionTitleSet":
                 return SessionTitleSet(str(data["title"]))
@@ -307,6 +354,16 @@ def decode(type_name: str, payload: str) -> SessionEvent:
                 return ReplyDelivered(int(data["turn"]), tuple(str(i) for i in data["message_ids"]))
             case "ApprovalDecided":
                 return ApprovalDecided(str(data["approval_id"]), data["decision"], str(data["by"]))
+            case "ContextAttached":
+                message = ChatMessage.from_dict(data["message"])
+                return ContextAttached(int(data["turn"]), message, bool(data.get("told_time", False)))
+            case "ModelSwitched":
+                return ModelSwitched(
+                    int(data["turn"]), str(data["from_model"]), str(data["to_model"]), str(data["reason"])
+                )
+            case "ModelPinned":
+                model = data["model"]
+                return ModelPinned(None if model is None else str(model), str(data["by"]))
             case "SessionCompacted":
                 data["cleared"] = tuple(data["cleared"])
                 data["tiers"] = tuple(data["tiers"])

@@ -2,10 +2,11 @@
 
 Each function here carries out one effect (:mod:`._effects`) that starts work: it
 submits one operation and returns at once; the outcome (or failure) is told to the
-actor as a command carrying the ``op_id`` (``ProviderDone``, ``ToolsDone``,
+actor as a command carrying the ``op_id`` (``Recalled``, ``ProviderDone``, ``ToolsDone``,
 ``CompactionDone``, ``ExtractionDone``, ``MemoriesSaved``, ``OpFailed``). A model call
-relays its streamed deltas back coalesced, with relevant memories recalled into its
-prompt first. The coroutines run on the loop and talk to the actor only by ``tell``.
+relays its streamed deltas back coalesced. Recall is its own op: the session records what
+it found in the turn's tail before the call that carries it. The coroutines run on the
+loop and talk to the actor only by ``tell``.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Mapping, Sequence
-from dataclasses import replace
 from typing import TypeVar
 
 import pykka
@@ -23,7 +23,7 @@ from netclaw.errors import NetclawError
 from netclaw.history import flush_request, parse_flush
 from netclaw.history.compaction import bound_summary, missing_sections, summary_request
 from netclaw.llm import Delta, Provider, ProviderRequest
-from netclaw.messages import ChatMessage, ToolCall, system
+from netclaw.messages import ChatMessage, ToolCall
 from netclaw.persistence import MemoryStore, NewMemory, format_recall
 from netclaw.runtime import Cancellable, IoLoop, Tellable
 from netclaw.sessions._commands import (
@@ -33,11 +33,13 @@ from netclaw.sessions._commands import (
     OpFailed,
     ProviderDeltas,
     ProviderDone,
+    Recalled,
     ToolsDone,
 )
 from netclaw.sessions._compaction import CompactionOutcome, CompactionPlan
 from netclaw.sessions._effects import (
     CallModel,
+    Recall,
     RecallQuery,
     RunCompaction,
     RunExtraction,
@@ -53,20 +55,25 @@ RECALL_TIMEOUT_S = 0.5
 T = TypeVar("T")
 
 
-async def recall_into(memory: MemoryStore, query: RecallQuery, request: ProviderRequest) -> ProviderRequest:
-    """Relevant memories, put in a volatile block after the system prompt (never journaled)."""
+async def recalled(memory: MemoryStore, query: RecallQuery) -> str | None:
+    """The block of memories relevant to the query (for the turn's volatile tail), or None."""
     try:
         async with asyncio.timeout(RECALL_TIMEOUT_S):  # no task of its own, unlike wait_for
             found = await memory.search(query.query, audience=query.audience, scope=query.scope)
     except Exception as exc:  # noqa: BLE001 - slow or broken recall: no recall, never a failed turn
         log.warning("memory recall skipped: %s", exc)
-        return request
-    block = format_recall(found)
-    if block is None:
-        return request
-    messages = list(request.messages)
-    messages.insert(1, system(block, id="recall"))
-    return replace(request, messages=messages)
+        return None
+    return format_recall(found)
+
+
+def recall(io: IoLoop, actor: Tellable, effect: Recall, memory: MemoryStore) -> Cancellable:
+    op_id = effect.op_id
+    return io.submit_and_tell(
+        recalled(memory, effect.query),
+        actor,
+        lambda memories: Recalled(op_id, memories),
+        lambda error: Recalled(op_id, None),  # never a failed turn
+    )
 
 
 class DeltaRelay:
@@ -82,11 +89,7 @@ class DeltaRelay:
         self._pending: list[Delta] = []
         self._scheduled = False
 
-    async def stream(
-        self, provider: Provider, request: ProviderRequest, recall: tuple[MemoryStore, RecallQuery] | None
-    ) -> ProviderDone:
-        if recall is not None:
-            request = await recall_into(*recall, request)
+    async def stream(self, provider: Provider, request: ProviderRequest) -> ProviderDone:
         try:
             completion = await provider.complete(request, self._on_delta)
         except BaseException:
@@ -109,14 +112,11 @@ class DeltaRelay:
                 self._ref.tell(ProviderDeltas(self._op_id, batch))
 
 
-def call_model(
-    io: IoLoop, actor: Tellable, effect: CallModel, provider: Provider, memory: MemoryStore | None
-) -> Cancellable:
-    recall = (memory, effect.recall) if memory is not None and effect.recall is not None else None
+def call_model(io: IoLoop, actor: Tellable, effect: CallModel, provider: Provider) -> Cancellable:
     relay = DeltaRelay(actor, effect.op_id)
     op_id = effect.op_id
     return io.submit_and_tell(
-        relay.stream(provider, effect.request, recall),
+        relay.stream(provider, effect.request),
         actor,
         lambda done: done,
         lambda error: OpFailed(op_id, error),

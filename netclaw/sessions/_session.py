@@ -19,19 +19,19 @@ from netclaw import outputs as out
 from netclaw.config import Settings
 from netclaw.errors import IdempotencyKeyReused, NetclawError
 from netclaw.runtime import Reply
+from netclaw.sessions import _answers as answers
 from netclaw.sessions import _commands as cmd
 from netclaw.sessions import _decisions as decisions
 from netclaw.sessions import _effects as fx
 from netclaw.sessions import _ladder as ladder
+from netclaw.sessions import _models as models
 from netclaw.sessions import _turn as turn
-from netclaw.sessions._approvals import pending_json
 from netclaw.sessions._compacting import Compacting
 from netclaw.sessions._compaction import plan_compaction
 from netclaw.sessions._context import ModelContext, SessionEnv
 from netclaw.sessions._core import Activity, Suspended
 from netclaw.sessions._events import (
     MemoriesExtracted,
-    ReplyDelivered,
     SessionEvent,
     SessionReset,
     TurnStarted,
@@ -41,12 +41,13 @@ from netclaw.sessions._idle import Idle
 from netclaw.sessions._passivating import Passivating
 from netclaw.sessions._phases import Phase, PhaseMachine
 from netclaw.sessions._state import SessionState
-from netclaw.sessions._status import greeting, owed_replies, status_report
+from netclaw.sessions._status import greeting
 from netclaw.sessions._subscribers import Subscriber
 from netclaw.sessions._timers import Timers
 from netclaw.sessions._turn import Step, TurnRun
 from netclaw.sessions._turning import Turn
 from netclaw.sessions._waiters import Waiters
+from netclaw.spend import DailySpend
 
 log = logging.getLogger(__name__)
 
@@ -130,12 +131,10 @@ class Session:
                     self.emit(fx.Detach(sub_id))
                 self._watchers.discard(sub_id)
                 self._arm_idle()
-            case cmd.ReportStatus(reply=reply):
-                context = self.context
-                report = status_report(
-                    self._state, self.phase, context.prompts, context.tools(), context.settings
-                )
-                self.answer(reply, report)
+            case cmd.ReportStatus() | cmd.ListApprovals() | cmd.MarkDelivered() | cmd.ListUndelivered():
+                answers.answer(self, self.phase, command)
+            case cmd.PinModel():
+                models.pin(self, command)
             case cmd.Announce(text=text, kind=kind):
                 self.publish(out.Notice(session_id=self._id, text=text, kind=kind))
             case cmd.Decide(reply=reply):
@@ -144,16 +143,6 @@ class Session:
                     self.enter(self.activity.decided(self))
                 if decided is not None:
                     self.answer(reply, decided)
-            case cmd.ListApprovals(reply=reply):
-                pending = self._state.pending_round
-                self.answer(reply, pending_json(pending) if pending is not None else [])
-            case cmd.MarkDelivered(turn=delivered, message_ids=ids, reply=reply):
-                owed = delivered in self._state.undelivered
-                if owed:
-                    self.persist(ReplyDelivered(delivered, ids))
-                self.answer(reply, owed)
-            case cmd.ListUndelivered(reply=reply):
-                self.answer(reply, owed_replies(self._state))
             case cmd.Release():
                 if self._held:
                     self._go_on()
@@ -169,6 +158,7 @@ class Session:
                 | cmd.CompactNow()
                 | cmd.PassivateNow()
                 | cmd.ConfirmStop()
+                | cmd.Recalled()
                 | cmd.ProviderDeltas()
                 | cmd.ProviderDone()
                 | cmd.CompactionDone()
@@ -228,6 +218,10 @@ class Session:
     @property
     def settings(self) -> Settings:
         return self.context.settings
+
+    @property
+    def spend(self) -> DailySpend:
+        return self._env.spend
 
     def now(self) -> float:
         return self._env.clock()
@@ -368,15 +362,18 @@ class Session:
     def _begin_turn(self) -> Activity:
         active = self._state.active
         assert active is not None  # called after TurnStarted (or recovery) made one active
-        self.context.refresh(self._state.place)
-        settings = self.settings
-        self.timers.start_turn(active.turn, settings.session.turn_timeout_s)
+        context = self.context
+        context.refresh(self._state)
+        self.timers.start_turn(active.turn, self.settings.session.turn_timeout_s)
+        chosen = context.chosen(self._state)  # a turn resumed on a fallback started on this
         run = TurnRun(
             turn=active.turn,
             message_id=active.message_id,
             iteration=active.steps,
             started=time.monotonic(),
-            model=settings.models.main.model,
+            model=context.model.model,
+            model_name=context.model_name,
+            tried=list(dict.fromkeys((chosen, context.model_name))),
         )
         started = Turn(run)
         self.enter(started)

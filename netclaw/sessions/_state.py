@@ -6,7 +6,6 @@ Everything here is reconstructible from the journal: recovery is a fold of
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
@@ -16,12 +15,13 @@ from netclaw.messages import ChatMessage
 from netclaw.policy import Place, channel_of
 from netclaw.sessions._events import (
     ApprovalDecided,
-    ApprovalRequest,
     ApprovalRequested,
-    Decision,
+    ContextAttached,
     HistoryTrimmed,
     InputAdmitted,
     MemoriesExtracted,
+    ModelPinned,
+    ModelSwitched,
     ReplyDelivered,
     SessionCompacted,
     SessionEvent,
@@ -30,8 +30,11 @@ from netclaw.sessions._events import (
     StepRecorded,
     TurnRecorded,
     TurnStarted,
-    TurnStatus,
 )
+from netclaw.sessions._records import ActiveTurn, PendingRound, TurnOutcome
+
+__all__ = ["ActiveTurn", "PendingRound", "SessionState", "TurnOutcome", "utc_day"]
+from netclaw.spend import utc_day
 
 # Replay identities are remembered this long (and at most this many), so a
 # platform redelivery or client retry inside the window is recognised.
@@ -44,63 +47,8 @@ MAX_CLOSED_APPROVALS = 200  # decided requests remembered, so a late second deci
 CHAT_CHANNELS = ("slack", "discord")  # their replies go through the outbox
 
 
-@dataclass(frozen=True, slots=True)
-class ActiveTurn:
-    turn: int
-    message_id: str
-    steps: int = 0  # tool iterations already recorded (a resumed turn continues from here)
-
-
-@dataclass(frozen=True, slots=True)
-class PendingRound:
-    """A tool round waiting for decisions (see ``ApprovalRequested``)."""
-
-    turn: int
-    assistant: ChatMessage
-    requests: tuple[ApprovalRequest, ...]
-    decisions: Mapping[str, tuple[Decision, str]] = field(default_factory=dict)  # id → (decision, by)
-
-    @property
-    def open(self) -> tuple[ApprovalRequest, ...]:
-        return tuple(r for r in self.requests if r.id not in self.decisions)
-
-    def find(self, approval_id: str) -> ApprovalRequest | None:
-        return next((r for r in self.requests if r.id == approval_id), None)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "turn": self.turn,
-            "assistant": self.assistant.to_dict(),
-            "requests": [r.to_dict() for r in self.requests],
-            "decisions": {k: list(v) for k, v in self.decisions.items()},
-        }
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> PendingRound:
-        return cls(
-            int(d["turn"]),
-            ChatMessage.from_dict(d["assistant"]),
-            tuple(ApprovalRequest.from_dict(r) for r in d["requests"]),
-            {k: (v[0], str(v[1])) for k, v in d.get("decisions", {}).items()},
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class TurnOutcome:
-    turn: int
-    status: TurnStatus
-    reply: str | None
-    error: Mapping[str, str] | None = None
-    # The assistant message the reply is (snapshots refer to it); bookkeeping, not part of
-    # what an outcome is.
-    reply_id: str | None = field(default=None, compare=False)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"turn": self.turn, "status": self.status, "reply": self.reply, "error": self.error}
-
-
 # Events whose only use of the transcript is appending to it.
-_APPENDING = (TurnStarted, StepRecorded, TurnRecorded)
+_APPENDING = (TurnStarted, StepRecorded, TurnRecorded, ContextAttached)
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,22 +82,35 @@ class SessionState:
     # assistant message), so the channel posts them even if nobody watched the turn.
     undelivered: Mapping[int, str] = field(default_factory=dict)
     closed_approvals: Mapping[str, tuple[str, str]] = field(default_factory=dict)  # id → (decision, by)
-    # Provider tokens (input + output) spent on ``spend_day`` (a UTC date), for the guard.
+    # Provider tokens (input + output) and their cost spent on ``spend_day`` (a UTC date),
+    # for the guards.
     spend_day: str = ""
     spend_tokens: int = 0
     place: Place | None = None  # where the channel says the session lives (memory scope, DM audience)
+    spend_cost: float = 0.0
+    model_pin: str | None = None  # the model a person chose for this session (None: main)
+    time_told_at: float = 0.0  # when a volatile tail last told the model the time (0: not in view)
 
     def tokens_spent_on(self, day: str) -> int:
         """Provider tokens (input + output) recorded on the UTC date ``day``."""
         return self.spend_tokens if day == self.spend_day else 0
 
+    def cost_spent_on(self, day: str) -> float:
+        """What the turns recorded on the UTC date ``day`` cost."""
+        return self.spend_cost if day == self.spend_day else 0.0
+
     def _spending(self, event: TurnRecorded, ts: float) -> dict[str, Any]:
         spent = event.spent or {}
         tokens = int(spent.get("input_tokens", 0)) + int(spent.get("output_tokens", 0))
-        if not tokens:
+        cost = float(event.cost or 0.0)
+        if not tokens and not cost:
             return {}
         day = utc_day(ts)
-        return {"spend_day": day, "spend_tokens": tokens + self.tokens_spent_on(day)}
+        return {
+            "spend_day": day,
+            "spend_tokens": tokens + self.tokens_spent_on(day),
+            "spend_cost": cost + self.cost_spent_on(day),
+        }
 
     @property
     def visible(self) -> tuple[ChatMessage, ...]:
@@ -277,6 +238,18 @@ class SessionState:
                     last_input_tokens=usage.get("input_tokens", self.last_input_tokens),
                     **self._spending(event, ts),
                 )
+            case ContextAttached(message=m, told_time=told):
+                return self._evolve(
+                    seq=seq,
+                    transcript=(*self.transcript, m),
+                    time_told_at=m.ts if told else self.time_told_at,
+                    last_activity=ts,
+                )
+            case ModelSwitched(to_model=model):
+                active = self.active and replace(self.active, model=model)
+                return self._evolve(seq=seq, active=active, last_activity=ts)
+            case ModelPinned(model=model):
+                return self._evolve(seq=seq, model_pin=model, last_activity=ts)
             case SessionReset():
                 return self._evolve(
                     seq=seq,
@@ -286,6 +259,7 @@ class SessionState:
                     cleared=frozenset(),
                     last_input_tokens=None,
                     resets=self.resets + 1,
+                    time_told_at=0.0,  # out of view: the next tail tells it again
                     last_activity=ts,
                 )
             case ReplyDelivered(turn=turn):
@@ -299,7 +273,8 @@ class SessionState:
             case SessionTitleSet(title=title):
                 return self._evolve(seq=seq, title=title, last_activity=ts)
             case HistoryTrimmed(first_kept_id=first):
-                return self._evolve(seq=seq, kept_from=self._index_of(first), trimmed=True)
+                # The told time may be out of view now: the next tail tells it again.
+                return self._evolve(seq=seq, kept_from=self._index_of(first), trimmed=True, time_told_at=0.0)
             case SessionCompacted():
                 state = self._evolve(
                     seq=seq,
@@ -315,6 +290,7 @@ class SessionState:
                         summary=event.summary,
                         kept_from=self._index_of(event.first_kept_id),
                         trimmed=False,
+                        time_told_at=0.0,  # as after a trim
                     )
                 return state
         raise TypeError(f"not a session event: {event!r}")
@@ -367,11 +343,6 @@ class SessionState:
 
 
 _FIELDS: tuple[str, ...] = tuple(f.name for f in fields(SessionState))
-
-
-def utc_day(ts: float) -> str:
-    """The UTC date of a unix time, as the spend guard counts days."""
-    return dt.datetime.fromtimestamp(ts, dt.UTC).date().isoformat()
 
 
 def _closed(

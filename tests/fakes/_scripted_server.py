@@ -32,10 +32,18 @@ from typing import Any, ClassVar, Generic, Protocol, Self, TypeAlias, TypedDict,
 
 from aiohttp import web
 
+from netclaw.messages import CONTEXT_OPEN
+
 # --------------------------------------------------------------------------- script steps
 
 
 _SPEAKER = re.compile(r"^\[[^\]\n]{1,80}\] ")
+
+
+def is_context(text: str) -> bool:
+    """A volatile tail netclaw added to the newest turn (the time, memories): not what the
+    user said, so the echo and the routes look past it."""
+    return text.startswith(CONTEXT_OPEN)
 
 
 def without_speaker(text: str) -> str:

@@ -38,6 +38,7 @@ from tests.fakes._scripted_server import (
     ScriptedServerThread,
     ToolCallSpec,
     error_fields,
+    is_context,
     load_steps,
     pieces,
     reply_fields,
@@ -225,7 +226,7 @@ def _last_user_text(request: dict[str, Any]) -> str:
         if msg.get("role") != "user":
             continue
         for block in reversed(_blocks(msg.get("content"))):
-            if block.get("type") == "text":
+            if block.get("type") == "text" and not is_context(str(block.get("text") or "")):
                 return str(block.get("text") or "")
     return ""
 

@@ -187,11 +187,13 @@ class PostgresJournal(WriterJournal):
             "              (payload::jsonb->'usage'->>'input_tokens')::bigint, 0)),"
             " SUM(COALESCE((payload::jsonb->'spent'->>'output_tokens')::bigint,"
             "              (payload::jsonb->'usage'->>'output_tokens')::bigint, 0)),"
-            " SUM(COALESCE((payload::jsonb->'spent'->>'cache_read_tokens')::bigint, 0))"
+            " SUM(COALESCE((payload::jsonb->'spent'->>'cache_read_tokens')::bigint, 0)),"
+            " SUM(COALESCE((payload::jsonb->'spent'->>'cache_write_tokens')::bigint, 0)),"
+            " SUM(COALESCE((payload::jsonb->>'cost')::double precision, 0))"
             " FROM events WHERE type = 'TurnRecorded' AND ts >= %s GROUP BY k ORDER BY k",
             (since if since is not None else 0.0,),
         )
-        return [UsageRow(str(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4])) for r in rows]
+        return [UsageRow.from_row(r) for r in rows]
 
     async def close(self) -> None:
         await self._stop_writer()
