@@ -22,7 +22,7 @@ from aiohttp import web
 from netclaw import outputs as out
 from netclaw.attachments import MAX_FILES, IncomingFile
 from netclaw.cluster import SUBMIT_PATH, forwarded
-from netclaw.commands import parse_command
+from netclaw.commands import DEFAULT_MODEL, parse_command
 from netclaw.errors import ApiError
 from netclaw.gateway import MAX_NAME_CHARS, Gateway, Inbound, SessionSummary, TurnOutcome
 from netclaw.identifiers import check_label, check_session_id
@@ -83,6 +83,8 @@ class Api:
         app.router.add_get("/api/sessions/{id}/events", self.events)
         app.router.add_post("/api/sessions/{id}/cancel", self.cancel)
         app.router.add_post("/api/sessions/{id}/reset", self.reset)
+        app.router.add_get("/api/sessions/{id}/model", self.get_model)
+        app.router.add_put("/api/sessions/{id}/model", self.put_model)
         app.router.add_delete("/api/sessions/{id}", self.delete_session)
         app.router.add_get("/api/sessions/{id}/approvals", self.list_approvals)
         app.router.add_post("/api/sessions/{id}/approvals/{approval_id}", self.decide)
@@ -249,6 +251,22 @@ class Api:
         await self.gateway.reset(session_id, by="api")
         return web.json_response({"session_id": session_id})
 
+    async def get_model(self, request: web.Request) -> web.Response:
+        session_id = await self._known(request)
+        return web.json_response((await self.gateway.model_of(session_id)).to_json())
+
+    async def put_model(self, request: web.Request) -> web.Response:
+        """``{"model": NAME}`` chooses the session's model from its next turn on;
+        ``{"model": null}`` (or ``"default"``) goes back to models.main."""
+        session_id = await self._known(request)
+        body = read_json_object(await read_body(request, MAX_BODY_BYTES))
+        if "model" not in body or not isinstance(body["model"], str | None):
+            raise ApiError(400, "invalid_model", 'expected {"model": NAME} (or null: back to models.main)')
+        name = body["model"]
+        wanted = None if name is None or name == DEFAULT_MODEL else name
+        choice = await self.gateway.pin_model(session_id, wanted, by="api")
+        return web.json_response(choice.to_json())
+
     async def delete_session(self, request: web.Request) -> web.Response:
         session_id = check_session_id(request.match_info["id"])
         memories = flag(request, "memories")
@@ -334,7 +352,8 @@ class Api:
             raise ApiError(400, "invalid_by", f"by must be session, day or model, not {by[:40]!r}")
         since = request.query.get("since")
         rows = await self.gateway.usage(by, parse_since(since) if since else None)  # type: ignore[arg-type]
-        return web.json_response([row.to_json() for row in rows])
+        currency = self.gateway.settings.spend.currency
+        return web.json_response([{**row.to_json(), "currency": currency} for row in rows])
 
     async def events(self, request: web.Request) -> web.StreamResponse:
         session_id = check_session_id(request.match_info["id"])

@@ -31,12 +31,12 @@ from typing import Any, TypeVar
 from netclaw import attachments
 from netclaw.attachments import IncomingFile, check_files
 from netclaw.cluster import Forwarder
-from netclaw.commands import HELP_TEXT, Command, parse_command
+from netclaw.commands import DEFAULT_MODEL, HELP_TEXT, ChatCommand, Command, models_text, parse_command
 from netclaw.config import ChannelAccess, LiveSettings, Settings
 from netclaw.errors import ApprovalNotFound, InvalidInput, NotAnApprover, OutcomeUnknown, SessionUnavailable
 from netclaw.history.tokens import fallback_count
 from netclaw.identifiers import check_session_id
-from netclaw.messages import Attachment, ChatMessage, PriorMessage, bounded_prior, prior_block
+from netclaw.messages import Attachment, ChatMessage, MessageKind, PriorMessage, bounded_prior, prior_block
 from netclaw.outputs import OutputFilter
 from netclaw.persistence import Journal, Memory, MemoryStore, Owner, ReminderStore, UsageKey, UsageRow
 from netclaw.policy import ChatEvent, Place, audience_of, channel_of, denial_reason
@@ -50,6 +50,8 @@ from netclaw.sessions import (
     ListApprovals,
     ListUndelivered,
     MarkDelivered,
+    ModelChoice,
+    PinModel,
     ReportStatus,
     Reset,
     Routed,
@@ -62,6 +64,7 @@ from netclaw.sessions import (
     continuity_notice,
     load_state,
 )
+from netclaw.system_prompt import system_prompt
 
 __all__ = [
     "Admission",
@@ -391,9 +394,17 @@ class Gateway:
 
     # -- control --------------------------------------------------------------------------------
 
-    async def command(self, session_id: str, command: Command, *, by: str) -> CommandDone:
+    async def command(self, session_id: str, command: ChatCommand, *, by: str) -> CommandDone:
         """Run a chat command and tell the session's subscribers its answer."""
-        match command:
+        match command.name:
+            case "model" if command.argument is not None:  # the session itself tells everyone
+                wanted = None if command.argument.lower() == DEFAULT_MODEL else command.argument
+                choice = await self.pin_model(session_id, wanted, by=by)
+                notice = f"This conversation uses model {choice.model} ({choice.model_id})."
+                return CommandDone(session_id, "model", notice)
+            case "model":
+                report = await self.status(session_id)
+                notice = models_text(self.settings, report.model_name, report.pinned)
             case "reset":
                 await self.reset(session_id, by=by)
                 notice = "Started afresh: I no longer see our earlier conversation (the transcript is kept)."
@@ -407,7 +418,18 @@ class Gateway:
             case "help":
                 notice = HELP_TEXT
         self._manager.route(session_id, Announce(notice, "command"))
-        return CommandDone(session_id, command, notice)
+        return CommandDone(session_id, command.name, notice)
+
+    async def model_of(self, session_id: str) -> ModelChoice:
+        """The model a session uses (from its status: a passivated session starts for it)."""
+        report = await self.status(session_id)
+        available = tuple(self.settings.models.named())
+        return ModelChoice(session_id, report.model_name, report.model, report.pinned, available)
+
+    async def pin_model(self, session_id: str, model: str | None, *, by: str = "api") -> ModelChoice:
+        """Choose the session's model from its next turn on (None: back to models.main);
+        InvalidInput naming the models when there is no such model."""
+        return await self._ask(session_id, lambda reply: PinModel(model, by, reply))
 
     async def cancel(self, session_id: str, *, by: str = "api") -> int | None:
         """Stop the running turn (recorded as cancelled; queued messages go on). The turn's
@@ -428,11 +450,18 @@ class Gateway:
     async def status_text(self, session_id: str) -> str:
         report = await self.status(session_id)
         used = round(100 * report.context_tokens / report.context_window) if report.context_window else 0
+        chosen = " (chosen)" if report.pinned else ""
         parts = [
-            f"Model {report.model}, {report.phase}",
+            f"Model {report.model_name}{chosen}: {report.model}, {report.phase}",
             f"context {report.context_tokens} of {report.context_window} tokens ({used}%)",
             f"{report.turns} turn(s), {report.queued} queued",
+            f"today {report.tokens_today:,} tokens, {report.cost_today:.4f} {report.currency}",
         ]
+        if report.last_input_tokens:
+            share = round(100 * report.last_cache_read_tokens / report.last_input_tokens)
+            parts.append(
+                f"last prompt {report.last_input_tokens:,} tokens, {share}% from the provider's cache"
+            )
         if report.approvals:
             parts.append(f"waiting for approval of {', '.join(report.approvals)}")
         if self._reminders is not None:
@@ -658,13 +687,13 @@ class Gateway:
             pending=state.pending_inputs,
         )
         if context:
-            system_prompt = self.settings.agent.system_prompt
-            messages = await asyncio.to_thread(build_context, state, system_prompt)
+            messages = await asyncio.to_thread(build_context, state, system_prompt(self.settings))
             resumed_at = self._manager.continuity_of(session_id)
-            if resumed_at is not None:  # what the next model call carries, until it has
-                messages.insert(1, continuity_notice(resumed_at, time.time()))
+            if resumed_at is not None:  # the tail the next model call records, until it has
+                messages.append(continuity_notice(resumed_at, time.time()))
             return SessionView(summary, "context", messages)
-        return SessionView(summary, "transcript", state.transcript, state.inbox, state.failures)
+        said = [m for m in state.transcript if m.kind is not MessageKind.CONTEXT]  # not netclaw's notes
+        return SessionView(summary, "transcript", said, state.inbox, state.failures)
 
     async def knows(self, session_id: str) -> bool:
         """Is this an existing session (a thread the bot already takes part in)?"""

@@ -280,8 +280,9 @@ class ChatView:
                 stream.write(f"  [tool] {name}({arguments})\n")
             case out.ToolResult(content=content, is_error=is_error):
                 stream.write(f"  [{'error' if is_error else 'result'}] {content[:300]}\n")
-            case out.Usage(input_tokens=tokens_in, output_tokens=tokens_out):
-                stream.write(f"  [usage] in {tokens_in} / out {tokens_out} tokens\n")
+            case out.Usage(input_tokens=tokens_in, output_tokens=tokens_out, cache_read_tokens=cached):
+                read = f" ({cached} from cache)" if cached else ""
+                stream.write(f"  [usage] in {tokens_in}{read} / out {tokens_out} tokens\n")
             case out.Error(code=code, message=message):
                 self._stderr.write(f"error: {message} ({code})\n")
             case out.HistoryTrimmed(dropped_turns=dropped):

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
         ListApprovals,
         ListUndelivered,
         MarkDelivered,
+        PinModel,
         ReportStatus,
         Reset,
         Routed,
@@ -47,7 +48,7 @@ if TYPE_CHECKING:
     from netclaw.sessions._manager import SessionManager
     from netclaw.sessions._prompt import Prompt, PromptBuilder, build_context
     from netclaw.sessions._recovery import load_state
-    from netclaw.sessions._status import StatusReport
+    from netclaw.sessions._status import ModelChoice, StatusReport
     from netclaw.sessions._subscribers import OutputQueue, Sink, Subscriber, SubscriberSet, Subscription
     from netclaw.sessions._tail import continuity_notice
 
@@ -63,6 +64,8 @@ _LAZY = {
     "ListApprovals": "_commands",
     "ListUndelivered": "_commands",
     "MarkDelivered": "_commands",
+    "ModelChoice": "_status",
+    "PinModel": "_commands",
     "ReportStatus": "_commands",
     "Reset": "_commands",
     "Routed": "_commands",
@@ -106,9 +109,11 @@ __all__ = [
     "ListUndelivered",
     "ManagerPort",
     "MarkDelivered",
+    "ModelChoice",
     "OutputQueue",
     "Phase",
     "PhaseMachine",
+    "PinModel",
     "Prompt",
     "PromptBuilder",
     "ReportStatus",

@@ -41,6 +41,7 @@ from netclaw.sessions._events import SessionEvent
 from netclaw.sessions._phases import Phase
 from netclaw.sessions._session import Session
 from netclaw.sessions._state import SessionState
+from netclaw.spend import DailySpend, NoLedger
 from netclaw.toolspec import ToolResult
 
 E = TypeVar("E")
@@ -99,14 +100,18 @@ class Driver:
         has_memory: bool = False,
         state: SessionState | None = None,
         held: bool = False,
+        resumed_at: float | None = None,
+        ledger: DailySpend | None = None,
         **sections: Any,
     ) -> None:
         self.loop = asyncio.new_event_loop()
         self.now = 1_700_000_000.0
         self.live = LiveSettings(settings(**sections))
         self.effects: list[Effect] = []
-        env = SessionEnv(self.live, Catalog(tools), has_memory, clock=lambda: self.now)
-        self.session = Session(session_id, env, self.effects.append, held=held)
+        env = SessionEnv(
+            self.live, Catalog(tools), has_memory, clock=lambda: self.now, spend=ledger or NoLedger()
+        )
+        self.session = Session(session_id, env, self.effects.append, held=held, resumed_at=resumed_at)
         self.session.recovered(state or SessionState(session_id))
         self._ids = itertools.count(1)
         self._recalled: set[int] = set()

@@ -11,6 +11,7 @@ import pytest
 from netclaw import outputs as out
 from netclaw.errors import ProviderUnavailable
 from netclaw.llm import Completion, Delta, Usage
+from netclaw.messages import MessageKind
 from netclaw.sessions._commands import (
     Admission,
     Cancel,
@@ -23,15 +24,14 @@ from netclaw.sessions._commands import (
 )
 from netclaw.sessions._effects import (
     CallModel,
-    Recall,
     CancelOp,
     PhaseChanged,
+    Recall,
     RunTools,
     StartTimer,
     StopTimer,
     TimerKind,
 )
-from netclaw.messages import MessageKind
 from netclaw.sessions._events import ContextAttached, InputAdmitted, StepRecorded, TurnRecorded, TurnStarted
 from netclaw.sessions._phases import Phase
 from netclaw.sessions._state import TurnOutcome
