@@ -98,7 +98,10 @@ def plan_compaction(
     # Our estimate, scaled by how much this session's provider has counted above it.
     provider_view = prompts.estimate(after_clear, tools) / prompts.calibration.ratio
     start = CompactionStart(cleared, tokens_before, len(before), None, None)
-    if provider_view < threshold_tokens and not forced:
+    # Clearing alone is enough only when it makes room for many turns (down to the low-water
+    # mark): a compaction rewrites the prompt's history, so the provider's cache of it is lost
+    # each time — one that frees a sliver would be due again a turn later.
+    if provider_view < threshold_tokens * settings.history.low_water and not forced:
         return start
     if not summarise:
         return replace(start, note="summary paused after a recent failure; clearing only")
