@@ -450,12 +450,15 @@ class Gateway:
     async def status_text(self, session_id: str) -> str:
         report = await self.status(session_id)
         used = round(100 * report.context_tokens / report.context_window) if report.context_window else 0
-        chosen = " (chosen)" if report.pinned else ""
+        named = ""  # main by default: no need to say
+        if report.pinned or report.model_name != "main":
+            named = f" ({report.model_name}{', chosen for this conversation' if report.pinned else ''})"
+        cost = f", {report.cost_today:.4f} {report.currency}" if report.cost_today else ""
         parts = [
-            f"Model {report.model_name}{chosen}: {report.model}, {report.phase}",
+            f"Model {report.model}{named}, {report.phase}",
             f"context {report.context_tokens} of {report.context_window} tokens ({used}%)",
             f"{report.turns} turn(s), {report.queued} queued",
-            f"today {report.tokens_today:,} tokens, {report.cost_today:.4f} {report.currency}",
+            f"today {report.tokens_today:,} tokens{cost}",
         ]
         if report.last_input_tokens:
             share = round(100 * report.last_cache_read_tokens / report.last_input_tokens)

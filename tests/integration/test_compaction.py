@@ -363,7 +363,8 @@ def test_summary_still_bad_after_retry_is_cancelled(
     context = handle.transcript(sid, view="context")
     transcript = handle.transcript(sid)
     assert not any(m.get("kind") in ("compaction_summary", "trim_breadcrumb") for m in context)
-    assert [m["id"].removeprefix("cleared:") for m in context[1:]] == [m["id"] for m in transcript]
+    said = [m for m in context[1:] if m.get("kind") != "context"]  # the tails are netclaw's
+    assert [m["id"].removeprefix("cleared:") for m in said] == [m["id"] for m in transcript]
     assert_no_orphans(context[1:])
     scripted.enqueue(Reply(text="still here", usage=UNDER))
     assert handle.send(sid, "next", wait=True).status_code == 200
@@ -533,15 +534,20 @@ def test_memory_flush_happens_before_the_summary_and_is_recalled_later(
     found = run(handle, memory_of(handle).search("deploy password rotation", audience="personal"))
     assert [(m.text, m.kind, m.session_id) for m in found] == [(FACT, "fact", sid)]
 
-    # A later turn about the topic gets the fact in a volatile system block.
+    # A later turn about the topic gets the fact in its volatile tail, right after the question
+    # (nothing above the newest turn changes), and recorded there: the next request repeats it.
     scripted.enqueue(Reply(text="Fridays at 17:00 UTC.", usage=UNDER))
     assert handle.send(sid, QUESTION, wait=True).json()["reply"] == "Fridays at 17:00 UTC."
     messages = chat_requests(scripted)[-1]["messages"]
-    recall = [m for m in messages if m["role"] == "system" and RECALL in str(m["content"])]
-    assert len(recall) == 1 and FACT in recall[0]["content"]
-    assert messages[-1] == {"role": "user", "content": QUESTION}
-    for view in ("transcript", "context"):
-        assert not any(RECALL in m["content"] for m in handle.transcript(sid, view=view))
+    recall = [m for m in messages if RECALL in str(m["content"])]
+    assert len(recall) == 1 and FACT in recall[0]["content"] and recall[0]["role"] == "user"
+    assert messages[-2:] == [{"role": "user", "content": QUESTION}, recall[0]]
+    assert not any(m["role"] == "system" and RECALL in str(m["content"]) for m in messages)
+    scripted.enqueue(Reply(text="ok", usage=UNDER))
+    assert handle.send(sid, "thanks", wait=True).status_code == 200
+    assert chat_requests(scripted)[-1]["messages"][: len(messages)] == messages
+    assert any(RECALL in m["content"] for m in handle.transcript(sid, view="context"))
+    assert not any(RECALL in m["content"] for m in handle.transcript(sid))
 
 
 # -- 8. public audience -------------------------------------------------------------------------
@@ -653,15 +659,17 @@ def test_projection_after_compaction_survives_restart(
     handle.stop()
 
     again = start(start_daemon)
-    # A graceful restart adds its (transient) notice to what the model sees next; the rest is identical.
+    # A graceful restart adds its notice to the next turn's tail (shown until it is recorded);
+    # the rest is identical.
     restarted = again.transcript(sid, view="context")
-    assert [m for m in restarted if not m["id"].startswith("continuity:")] == context
+    assert restarted[:-1] == context
+    assert restarted[-1]["kind"] == "context" and "resuming after netclaw was restarted" in restarted[-1]["content"]
     assert again.transcript(sid) == transcript
-    # The restarted session sends exactly that projection (plus the new message).
+    # The restarted session sends exactly that projection, then the new message and its tail.
     scripted.enqueue(Reply(text="back", usage=UNDER))
     assert again.send(sid, "after the restart", wait=True).status_code == 200
     sent = [(m["role"], m.get("content") or "") for m in chat_requests(scripted)[-1]["messages"]]
-    assert "resuming after netclaw was restarted" in sent.pop(1)[1]
+    assert "resuming after netclaw was restarted" in sent.pop()[1]
     assert sent == [(m["role"], m["content"]) for m in context] + [("user", "after the restart")]
 
 

@@ -15,6 +15,7 @@ import pytest
 
 from netclaw.persistence import NewMemory, SqliteMemoryStore
 from tests.conftest import DaemonHandle
+from tests.fakes._scripted_server import is_context
 from tests.fakes.discord_port import FakeDiscordServer
 from tests.fakes.scripted_openai import Reply, ScriptedOpenAIThread, ToolCallSpec
 from tests.fakes.slack_api import FakeSlackThread
@@ -35,7 +36,12 @@ PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 64  # a PNG signature is what makes it an
 
 
 def user_contents(request: dict[str, Any]) -> list[Any]:
-    return [m["content"] for m in request["messages"] if m["role"] == "user"]
+    """What people said in a request (a turn's volatile tail is netclaw's note, left out)."""
+    return [
+        m["content"]
+        for m in request["messages"]
+        if m["role"] == "user" and not (isinstance(m["content"], str) and is_context(m["content"]))
+    ]
 
 
 def last_user(request: dict[str, Any]) -> Any:

@@ -14,6 +14,7 @@ import pytest
 
 from netclaw.tools import Tool, ToolContext
 from tests.conftest import DaemonHandle
+from tests.fakes._scripted_server import is_context
 from tests.fakes.faulty_journal import JournalFaults, has
 from tests.fakes.scripted_openai import (
     Reply,
@@ -81,7 +82,9 @@ def chat_rows(transcript: list[dict[str, Any]]) -> list[tuple[str, str]]:
 
 
 def last_message(request: Mapping[str, Any]) -> dict[str, Any]:
-    message: dict[str, Any] = request["messages"][-1]
+    """The newest message of a request that is not netclaw's note (a turn's volatile tail)."""
+    said = [m for m in request["messages"] if not is_context(str(m.get("content") or ""))]
+    message: dict[str, Any] = said[-1]
     return message
 
 
@@ -375,7 +378,7 @@ def test_tool_in_flight_at_timeout_still_gets_a_result(
 
     # The next request shows the model a complete call/result pair.
     assert handle.send("cli:sleepy", "awake?", wait=True).status_code == 200
-    roles = [m["role"] for m in scripted.requests[-1]["messages"]]
+    roles = [m["role"] for m in scripted.requests[-1]["messages"] if not is_context(m.get("content") or "")]
     assert roles == ["system", "user", "assistant", "tool", "user"]
     assert_tool_pairs(handle.transcript("cli:sleepy"))
 
@@ -669,7 +672,7 @@ def test_the_resident_bound_is_hard_a_new_session_waits_for_room_while_the_other
     # may still be streaming its slow reply when the late one is answered (under load).
     assert len(resident(handle)) <= 2
     busy = ("cli:busy1", "cli:busy2")
-    wait_until(lambda: all(len(chat_rows(handle.transcript(s))) >= 2 for s in busy), what="both replies")
+    wait_until(lambda: all(len(chat_rows(handle.transcript(s))) >= 2 for s in busy))  # both replies
     for sid in busy:
         rows = chat_rows(handle.transcript(sid))
         assert rows[0] == ("user", "work") and rows[1][0] == "assistant", (sid, rows)
