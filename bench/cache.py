@@ -53,6 +53,7 @@ import time
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +65,7 @@ from netclaw.gateway import Inbound
 from netclaw.history.compaction import FLUSH_MARKER, REQUIRED_SECTIONS, SUMMARY_MARKER
 from netclaw.persistence import NewMemory
 from netclaw.tools import Tool, ToolContext
-from tests.fakes._scripted_server import ScriptedServerThread, is_context, request_messages
+from tests.fakes._scripted_server import ScriptedServerThread, request_messages
 from tests.fakes.scripted_anthropic import Reply as AReply
 from tests.fakes.scripted_anthropic import ScriptedAnthropic, overloaded
 from tests.fakes.scripted_anthropic import ToolCallSpec as AToolCall
@@ -95,7 +96,9 @@ MEMORIES = [
     ("Search ranking uses bm25 with a synonyms list and light stemming", "fact"),
     ("Backups snapshot nightly; retention is 30 days with an offsite copy", "fact"),
 ]
-FILLER = "please look into the setup and tell me what changed since last week and what we should do next".split()
+FILLER = (
+    "please look into the setup and tell me what changed since last week and what we should do next".split()
+)
 
 
 @dataclass(frozen=True)
@@ -120,7 +123,9 @@ def make_plans(turns: int, seed: int) -> list[Plan]:
             rounds = ((f"{topic[0]}/{n}", f"{topic[1]}/{n}"),)
         elif shape < 0.55:
             rounds = ((f"{topic[0]}/{n}",), (f"{topic[2]}/{n}",))
-        reply = f"About turn {n + 1}: " + " ".join(rng.choice(FILLER + topic) for _ in range(rng.randint(40, 90)))
+        reply = f"About turn {n + 1}: " + " ".join(
+            rng.choice(FILLER + topic) for _ in range(rng.randint(40, 90))
+        )
         plans.append(Plan(text, rounds, reply))
     return plans
 
@@ -212,7 +217,9 @@ def _calls_tools(message: dict[str, Any]) -> bool:
     if message.get("tool_calls"):
         return True
     content = message.get("content")
-    return isinstance(content, list) and any(isinstance(b, dict) and b.get("type") == "tool_use" for b in content)
+    return isinstance(content, list) and any(
+        isinstance(b, dict) and b.get("type") == "tool_use" for b in content
+    )
 
 
 class WatchedOpenAI(ScriptedOpenAI):
@@ -259,7 +266,9 @@ class WatchedAnthropic(ScriptedAnthropic):
         with self.record.lock:
             self.record.chat.append(Seen(time.time(), turn, json.dumps(stripped, separators=(",", ":"))))
 
-    def _usage(self, body: dict[str, Any], step: AReply, calls: list[tuple[str, str, str]]) -> tuple[int, int, int, int]:
+    def _usage(
+        self, body: dict[str, Any], step: AReply, calls: list[tuple[str, str, str]]
+    ) -> tuple[int, int, int, int]:
         fresh, output, read, write = super()._usage(body, step, calls)
         if not _is_compaction(body):
             with self.record.lock:
@@ -284,9 +293,17 @@ def responder(plans: list[Plan], anthropic: bool) -> Any:
         plan = plans[turn - 1]
         if done < len(plan.rounds):
             if anthropic:
-                return AReply(tool_calls=[AToolCall(TOOL, {"key": k}) for k in plan.rounds[done]], chunk_size=CHUNK)
-            return Reply(tool_calls=[ToolCallSpec(TOOL, {"key": k}) for k in plan.rounds[done]], chunk_size=CHUNK)
-        return AReply(text=plan.reply, chunk_size=CHUNK) if anthropic else Reply(text=plan.reply, chunk_size=CHUNK)
+                return AReply(
+                    tool_calls=[AToolCall(TOOL, {"key": k}) for k in plan.rounds[done]], chunk_size=CHUNK
+                )
+            return Reply(
+                tool_calls=[ToolCallSpec(TOOL, {"key": k}) for k in plan.rounds[done]], chunk_size=CHUNK
+            )
+        return (
+            AReply(text=plan.reply, chunk_size=CHUNK)
+            if anthropic
+            else Reply(text=plan.reply, chunk_size=CHUNK)
+        )
 
     return respond
 
@@ -310,7 +327,9 @@ def play(name: str, plans: list[Plan], tmp: Path, *, provider: str, cache: str =
     if anthropic:
         server = WatchedAnthropic(plans, record, default=responder(plans, True))
     else:
-        server = WatchedOpenAI(plans, record, default=responder(plans, False), max_body_bytes=64 * 1024 * 1024)
+        server = WatchedOpenAI(
+            plans, record, default=responder(plans, False), max_body_bytes=64 * 1024 * 1024
+        )
     fake = ScriptedServerThread(server, f"scripted-{name}")
     fake.route(FLUSH_MARKER, lambda body: (AReply if anthropic else Reply)(text="[]"))
     fake.route(SUMMARY_MARKER, lambda body: (AReply if anthropic else Reply)(text=SUMMARY))
@@ -396,7 +415,7 @@ class Share:
 def shares(run: Run) -> list[Share]:
     found: list[Share] = []
     chat = run.record.chat
-    for before, now in zip(chat, chat[1:], strict=False):
+    for before, now in pairwise(chat):
         broke = any(before.at <= t <= now.at for t in run.breaks)
         found.append(Share(now.turn, common_prefix(before.wire, now.wire) / max(1, len(now.wire)), broke))
     return found
@@ -426,8 +445,18 @@ def fallback_requests(tmp: Path) -> tuple[int, int, bool]:
             tmp / "fallback",
             spare_thread.base_url,
             providers={
-                "claude": {"type": "anthropic", "base_url": main_thread.base_url, "max_retries": 1, "timeout_s": 30},
-                "local": {"type": "openai", "base_url": spare_thread.base_url, "max_retries": 1, "timeout_s": 30},
+                "claude": {
+                    "type": "anthropic",
+                    "base_url": main_thread.base_url,
+                    "max_retries": 1,
+                    "timeout_s": 30,
+                },
+                "local": {
+                    "type": "openai",
+                    "base_url": spare_thread.base_url,
+                    "max_retries": 1,
+                    "timeout_s": 30,
+                },
             },
             models={
                 "main": {"provider": "claude", "model": "claude-scripted", "fallbacks": ["spare"]},
@@ -508,12 +537,16 @@ def main() -> int:
     anth = [Share(s.turn, s.share, s.after_break) for s in shares(cached)]
     info(
         "prefix_share_steady_mean_anthropic",
-        sum(s.share for s in anth if s.turn >= STEADY_FROM_TURN) / max(1, sum(1 for s in anth if s.turn >= STEADY_FROM_TURN)),
+        sum(s.share for s in anth if s.turn >= STEADY_FROM_TURN)
+        / max(1, sum(1 for s in anth if s.turn >= STEADY_FROM_TURN)),
         "",
         "tools + system + messages without cache markers",
     )
     last = turns
-    with_cache, without = billed(cached.record.chat, last, cached=True), billed(uncached.record.chat, last, cached=False)
+    with_cache, without = (
+        billed(cached.record.chat, last, cached=True),
+        billed(uncached.record.chat, last, cached=False),
+    )
     window = range(max(1, last - 24), last + 1)
     mean_with = sum(billed(cached.record.chat, t, cached=True) for t in window)
     mean_without = sum(billed(uncached.record.chat, t, cached=False) for t in window)

@@ -243,7 +243,8 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=40)
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--kills", type=int, default=10)
-    args = parser.parse_args()
+    c.add_quick(parser, sessions=4, seconds=1.0, kills=1)
+    args = c.apply_quick(parser.parse_args())
     log(f"machine load {c.machine_load()}")
     with c.temp_dir("netclaw-cluster-") as root, PostgresServer(fsync=True) as server:
         provider = ProviderProcess(root / "provider.log")

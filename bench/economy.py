@@ -501,7 +501,8 @@ def main() -> int:
         "message contents and tool-call arguments (its default), or of the messages and tool schemas as JSON",
     )
     parser.add_argument("--dir", default=None, help="where the temporary data_dirs go")
-    args = parser.parse_args()
+    c.add_quick(parser, turns=30)
+    args = c.apply_quick(parser.parse_args())
 
     TOOL_CHARS[:] = sorted(int(x) for x in args.tool_chars.split(","))
     plans = make_plans(args.turns, args.seed)

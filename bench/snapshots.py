@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from _common import figure, info, log, machine_load, median
+from _common import add_quick, apply_quick, figure, info, log, machine_load, median
 from recovery import turn_batches
 
 from netclaw.sessions._events import SessionTitleSet, TurnRecorded, encode
@@ -87,7 +87,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, default=10_000)
     parser.add_argument("--window", type=int, default=100)
-    args = parser.parse_args()
+    add_quick(parser, turns=300)
+    args = apply_quick(parser.parse_args())
     load_before = machine_load()
     t0 = time.perf_counter()
     results, state, _ = measure(args.turns, args.window)

@@ -663,7 +663,10 @@ def test_projection_after_compaction_survives_restart(
     # the rest is identical.
     restarted = again.transcript(sid, view="context")
     assert restarted[:-1] == context
-    assert restarted[-1]["kind"] == "context" and "resuming after netclaw was restarted" in restarted[-1]["content"]
+    assert (
+        restarted[-1]["kind"] == "context"
+        and "resuming after netclaw was restarted" in restarted[-1]["content"]
+    )
     assert again.transcript(sid) == transcript
     # The restarted session sends exactly that projection, then the new message and its tail.
     scripted.enqueue(Reply(text="back", usage=UNDER))

@@ -87,7 +87,13 @@ CONTRACT_FILTERED = {
 CONTRACT_LIFECYCLE = {"joined", "turn_completed", "title", "error", "compaction", "history_trimmed", "phase"}
 
 
-CONTRACT_LIFECYCLE_ADDITIONS = {"approval_requested", "approval_decided", "notice", "session_reset", "model_switched"}
+CONTRACT_LIFECYCLE_ADDITIONS = {
+    "approval_requested",
+    "approval_decided",
+    "notice",
+    "session_reset",
+    "model_switched",
+}
 
 
 def test_tables_match_the_contract() -> None:
