@@ -179,10 +179,11 @@ class SqliteJournal(WriterJournal):
         return [str(r[0]) for r in rows]
 
     async def usage(self, by: UsageKey, since: float | None = None) -> list[UsageRow]:
-        # A turn's totals are in "spent"; turns recorded before it existed have "usage".
+        # A turn's totals are in "spent"; turns recorded before it existed have "usage". A
+        # compaction's LLM calls are counted too (their rows are no turns).
         key = _USAGE_KEYS[by]
         rows = await self._read(
-            f"SELECT {key} AS k, COUNT(*),"
+            f"SELECT {key} AS k, SUM(type = 'TurnRecorded'),"
             " SUM(COALESCE(json_extract(payload, '$.spent.input_tokens'),"
             "              json_extract(payload, '$.usage.input_tokens'), 0)),"
             " SUM(COALESCE(json_extract(payload, '$.spent.output_tokens'),"
@@ -190,7 +191,11 @@ class SqliteJournal(WriterJournal):
             " SUM(COALESCE(json_extract(payload, '$.spent.cache_read_tokens'), 0)),"
             " SUM(COALESCE(json_extract(payload, '$.spent.cache_write_tokens'), 0)),"
             " TOTAL(COALESCE(json_extract(payload, '$.cost'), 0))"
-            " FROM events WHERE type = 'TurnRecorded' AND ts >= ? GROUP BY k ORDER BY k",
+            # By time on the index of these events (the planner, not knowing how recent `since`
+            # is, would scan the whole journal; the start-up spend seed asks for today only).
+            " FROM events INDEXED BY events_spend WHERE type IN ('TurnRecorded', 'SessionCompacted') AND ts >= ?"
+            " AND (type = 'TurnRecorded' OR json_extract(payload, '$.spent') IS NOT NULL)"
+            " GROUP BY k ORDER BY k",
             (since if since is not None else 0.0,),
         )
         return [UsageRow.from_row(r) for r in rows]

@@ -143,8 +143,18 @@ class SessionCompacted:
     tokens_before: int
     tokens_after: int
     note: str | None = None  # why a tier was skipped or cancelled, for people
+    # What its LLM calls spent (as TurnRecorded's): counted in usage and by the spend guards.
+    spent: Mapping[str, int] | None = None
+    model: str | None = None
+    cost: float | None = None
 
     def to_payload(self) -> dict[str, Any]:
+        payload = self._shown()
+        optional = {"spent": dict(self.spent) if self.spent else None, "model": self.model, "cost": self.cost}
+        payload.update({key: value for key, value in optional.items() if value is not None})
+        return payload
+
+    def _shown(self) -> dict[str, Any]:
         return {
             "cleared": list(self.cleared),
             "summary": self.summary,

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Mapping, Sequence
+from dataclasses import replace
 from typing import TypeVar
 
 import pykka
@@ -22,7 +23,7 @@ import pykka
 from netclaw.errors import NetclawError
 from netclaw.history import flush_request, parse_flush
 from netclaw.history.compaction import bound_summary, missing_sections, summary_request
-from netclaw.llm import Delta, Provider, ProviderRequest
+from netclaw.llm import Completion, Delta, Provider, ProviderRequest, Usage
 from netclaw.messages import ChatMessage, ToolCall
 from netclaw.persistence import MemoryStore, NewMemory, format_recall
 from netclaw.runtime import Cancellable, IoLoop, Tellable
@@ -198,6 +199,39 @@ async def _time_boxed(work: Awaitable[T], seconds: float) -> T:
 async def run_compaction(
     plan: CompactionPlan, provider: Provider, memory: MemoryStore | None
 ) -> CompactionOutcome:
+    """The LLM tiers; the outcome carries the tokens their calls spent (however it ended)."""
+    metered = _Metered(provider)
+    outcome = await _run_compaction(plan, metered, memory)
+    return replace(outcome, usage=metered.total())
+
+
+class _Metered:
+    """A provider that sums the usage of the calls made through it."""
+
+    def __init__(self, provider: Provider) -> None:
+        self._provider = provider
+        self._used: list[Usage] = []
+
+    async def complete(self, request: ProviderRequest) -> Completion:
+        completion = await self._provider.complete(request)
+        if completion.usage is not None:
+            self._used.append(completion.usage)
+        return completion
+
+    def total(self) -> Usage | None:
+        if not self._used:
+            return None
+        return Usage(
+            sum(u.input_tokens for u in self._used),
+            sum(u.output_tokens for u in self._used),
+            sum(u.cache_read_tokens for u in self._used),
+            sum(u.cache_write_tokens for u in self._used),
+        )
+
+
+async def _run_compaction(
+    plan: CompactionPlan, provider: _Metered, memory: MemoryStore | None
+) -> CompactionOutcome:
     saved, flushed = 0, False
     try:
         async with asyncio.timeout(plan.budget_s):
@@ -222,7 +256,7 @@ async def run_compaction(
         )
 
 
-async def _flush(plan: CompactionPlan, provider: Provider, memory: MemoryStore | None) -> int:
+async def _flush(plan: CompactionPlan, provider: _Metered, memory: MemoryStore | None) -> int:
     completion = await provider.complete(_request(plan, flush_request(plan.to_summarise)))
     items = parse_flush(completion.text)
     if memory is None or not items:
@@ -238,7 +272,7 @@ async def _flush(plan: CompactionPlan, provider: Provider, memory: MemoryStore |
 
 
 async def _summarise(
-    plan: CompactionPlan, provider: Provider, saved: int, flushed: bool
+    plan: CompactionPlan, provider: _Metered, saved: int, flushed: bool
 ) -> CompactionOutcome:
     missing: Sequence[str] = ()
     for _attempt in range(2):  # the quality guard: one retry naming what was missing

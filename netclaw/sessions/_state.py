@@ -99,7 +99,7 @@ class SessionState:
         """What the turns recorded on the UTC date ``day`` cost."""
         return self.spend_cost if day == self.spend_day else 0.0
 
-    def _spending(self, event: TurnRecorded, ts: float) -> dict[str, Any]:
+    def _spending(self, event: TurnRecorded | SessionCompacted, ts: float) -> dict[str, Any]:
         spent = event.spent or {}
         tokens = int(spent.get("input_tokens", 0)) + int(spent.get("output_tokens", 0))
         cost = float(event.cost or 0.0)
@@ -277,6 +277,7 @@ class SessionState:
                 return self._evolve(seq=seq, kept_from=self._index_of(first), trimmed=True, time_told_at=0.0)
             case SessionCompacted():
                 state = self._evolve(
+                    **self._spending(event, ts),
                     seq=seq,
                     cleared=self.cleared | frozenset(event.cleared),
                     compactions=self.compactions + 1,

@@ -340,17 +340,23 @@ def recall_query(
 def count_tokens(run: TurnRun, usage: Usage, model: ModelConfig, now: float) -> list[Measure | Charge]:
     """Add a call's usage and cost to the turn's totals; what it charges to the daemon's day
     and the metrics it feeds."""
-    cost = cost_of(usage, model.price)
     run.input_tokens += usage.input_tokens or 0
     run.output_tokens += usage.output_tokens or 0
     run.cache_read_tokens += usage.cache_read_tokens or 0
     run.cache_write_tokens += usage.cache_write_tokens or 0
-    run.cost += cost
+    run.cost += cost_of(usage, model.price)
+    return charges(usage, model, now)
+
+
+def charges(usage: Usage, model: ModelConfig, now: float) -> list[Measure | Charge]:
+    """What calls' usage charges to the daemon's day, and the token metrics it feeds."""
     counts = (
         ("input", usage.input_tokens),
         ("output", usage.output_tokens),
         ("cache_read", usage.cache_read_tokens),
         ("cache_write", usage.cache_write_tokens),
     )
-    found: list[Measure | Charge] = [Charge(utc_day(now), model.model, billed_tokens(usage), cost)]
+    found: list[Measure | Charge] = [
+        Charge(utc_day(now), model.model, billed_tokens(usage), cost_of(usage, model.price))
+    ]
     return found + [Measure("tokens", count, kind) for kind, count in counts if count]

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from netclaw.config import ProviderConfig
+from netclaw.history.compaction import FLUSH_MARKER, REQUIRED_SECTIONS, SUMMARY_MARKER
 from netclaw.llm import ProviderRequest, ToolSchema
 from netclaw.messages import ChatMessage, MessageKind, ToolCall
 from netclaw.providers import AnthropicProvider, OpenAIProvider
@@ -23,7 +24,9 @@ from tests.fakes._scripted_server import ScriptedServerThread
 from tests.fakes.scripted_anthropic import Reply as AReply
 from tests.fakes.scripted_anthropic import ScriptedAnthropic, validate_request
 from tests.fakes.scripted_anthropic import ToolCallSpec as AToolCall
-from tests.fakes.scripted_openai import ScriptedOpenAI, ScriptedOpenAIThread
+from tests.fakes.scripted_openai import Reply, ScriptedOpenAI, ScriptedOpenAIThread
+
+SUMMARY = "\n\n".join(f"## {name}\n- noted" for name in REQUIRED_SECTIONS)
 
 TOOLS = [
     ToolSchema("zeta", "z", {"type": "object", "properties": {}}),
@@ -232,3 +235,32 @@ def test_consecutive_requests_repeat_each_other_as_a_prefix(
     assert names == sorted(names)
     usage = handle.http.get("/api/usage").json()
     assert usage[0]["cache_read_tokens"] > 0  # the OpenAI fake's cached_tokens, recorded
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_usage_counts_money_and_compaction_calls_on_either_journal(
+    backend: str, start_daemon: Any, scripted: ScriptedOpenAIThread, request: pytest.FixtureRequest
+) -> None:
+    sections: dict[str, Any] = {}
+    if backend == "postgres":
+        dsn = request.getfixturevalue("pg_dsn")
+        request.getfixturevalue("monkeypatch").setenv("NETCLAW_TEST_PG_DSN", dsn)
+        sections = {
+            "journal": {"backend": "postgres", "dsn_env": "NETCLAW_TEST_PG_DSN"},
+            "cluster": {"node_id": "n1"},
+        }
+    handle = start_daemon(
+        models={"main": {"provider": "local", "model": "scripted", "price": {"input": 2, "output": 10}}},
+        **sections,
+    )
+    scripted.route(FLUSH_MARKER, lambda body: Reply(text="[]", usage=(500, 50)))
+    scripted.route(SUMMARY_MARKER, lambda body: Reply(text=SUMMARY, usage=(500, 50)))
+    for n in range(3):
+        scripted.enqueue(Reply(text=f"answer {n}", usage=(100, 10)))
+        assert handle.send("cli:money", f"message {n}", wait=True).status_code == 200
+    compacted = handle.send("cli:money", "/compact").json()["notice"]
+    assert "summarised" in compacted
+    (row,) = handle.http.get("/api/usage").json()
+    # Three turns (100 in, 10 out each), and the compaction's flush and summary (500, 50 each).
+    assert (row["turns"], row["input_tokens"], row["output_tokens"]) == (3, 1300, 130)
+    assert row["cost"] == pytest.approx((1300 * 2 + 130 * 10) / 1_000_000)

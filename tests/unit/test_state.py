@@ -536,6 +536,20 @@ ALL_EVENTS += [
         8, ChatMessage(id="ctx2", role="user", content="memories", ts=5.0, kind=MessageKind.CONTEXT)
     ),
     _events.ModelSwitched(turn=7, from_model="main", to_model="backup", reason="provider_unavailable"),
+    _events.SessionCompacted(
+        cleared=(),
+        summary="## Primary request and intent\n- y",
+        first_kept_id="u1",
+        tiers=("memory_flush", "summary"),
+        memories_saved=0,
+        messages_before=5,
+        messages_after=3,
+        tokens_before=900,
+        tokens_after=300,
+        spent={"input_tokens": 1000, "output_tokens": 100, "cache_read_tokens": 0, "cache_write_tokens": 0},
+        model="scripted",
+        cost=0.0042,
+    ),
     _events.ModelPinned(model="fast", by="U1"),
     _events.ModelPinned(model=None, by="api"),
     TurnRecorded(

@@ -182,7 +182,7 @@ class PostgresJournal(WriterJournal):
     async def usage(self, by: UsageKey, since: float | None = None) -> list[UsageRow]:
         key = _USAGE_KEYS[by]
         rows = await self._read(
-            f"SELECT {key} AS k, COUNT(*),"
+            f"SELECT {key} AS k, SUM(CASE WHEN type = 'TurnRecorded' THEN 1 ELSE 0 END),"
             " SUM(COALESCE((payload::jsonb->'spent'->>'input_tokens')::bigint,"
             "              (payload::jsonb->'usage'->>'input_tokens')::bigint, 0)),"
             " SUM(COALESCE((payload::jsonb->'spent'->>'output_tokens')::bigint,"
@@ -190,7 +190,9 @@ class PostgresJournal(WriterJournal):
             " SUM(COALESCE((payload::jsonb->'spent'->>'cache_read_tokens')::bigint, 0)),"
             " SUM(COALESCE((payload::jsonb->'spent'->>'cache_write_tokens')::bigint, 0)),"
             " SUM(COALESCE((payload::jsonb->>'cost')::double precision, 0))"
-            " FROM events WHERE type = 'TurnRecorded' AND ts >= %s GROUP BY k ORDER BY k",
+            " FROM events WHERE type IN ('TurnRecorded', 'SessionCompacted') AND ts >= %s"
+            " AND (type = 'TurnRecorded' OR payload::jsonb ? 'spent')"
+            " GROUP BY k ORDER BY k",
             (since if since is not None else 0.0,),
         )
         return [UsageRow.from_row(r) for r in rows]
