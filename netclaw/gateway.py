@@ -397,11 +397,12 @@ class Gateway:
     async def command(self, session_id: str, command: ChatCommand, *, by: str) -> CommandDone:
         """Run a chat command and tell the session's subscribers its answer."""
         match command.name:
-            case "model" if command.argument is not None:  # the session itself tells everyone
+            case "model" if command.argument is not None:
                 wanted = None if command.argument.lower() == DEFAULT_MODEL else command.argument
-                choice = await self.pin_model(session_id, wanted, by=by)
-                notice = f"This conversation uses model {choice.model} ({choice.model_id})."
-                return CommandDone(session_id, "model", notice)
+                choice = await self.pin_model(session_id, wanted, by=by, announce=False)
+                notice = (
+                    f"This conversation uses model {choice.model} ({choice.model_id}) from its next turn."
+                )
             case "model":
                 report = await self.status(session_id)
                 notice = models_text(self.settings, report.model_name, report.pinned)
@@ -426,10 +427,13 @@ class Gateway:
         available = tuple(self.settings.models.named())
         return ModelChoice(session_id, report.model_name, report.model, report.pinned, available)
 
-    async def pin_model(self, session_id: str, model: str | None, *, by: str = "api") -> ModelChoice:
+    async def pin_model(
+        self, session_id: str, model: str | None, *, by: str = "api", announce: bool = True
+    ) -> ModelChoice:
         """Choose the session's model from its next turn on (None: back to models.main);
-        InvalidInput naming the models when there is no such model."""
-        return await self._ask(session_id, lambda reply: PinModel(model, by, reply))
+        InvalidInput naming the models when there is no such model. ``announce``: the
+        session tells its subscribers in a notice (a chat command's answer is its own)."""
+        return await self._ask(session_id, lambda reply: PinModel(model, by, reply, announce))
 
     async def cancel(self, session_id: str, *, by: str = "api") -> int | None:
         """Stop the running turn (recorded as cancelled; queued messages go on). The turn's

@@ -140,6 +140,7 @@ class PinModel(Routed):
     model: str | None
     by: str
     reply: Reply[ModelChoice]
+    announce: bool = True  # tell subscribers in a notice (a chat command's answer is told already)
 
 
 @dataclass(frozen=True, slots=True)

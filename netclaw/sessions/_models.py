@@ -35,18 +35,16 @@ def pin(core: Core, command: PinModel) -> None:
         context.use_model(choice.model)
     if choice.model != before or name != state.model_pin:
         log.info("%s: model %s chosen by %s", core.session_id, choice.model, command.by)
-        when = "from the next turn" if core.state.active is not None else "from now on"
         core.publish(
             out.ModelSwitched(
                 session_id=core.session_id,
                 from_model=before,
                 to_model=choice.model,
                 reason="pinned" if name is not None else "default",
-            ),
-            out.Notice(
-                session_id=core.session_id,
-                text=f"This conversation uses model {choice.model} ({choice.model_id}) {when}.",
-                kind="model_switched",
-            ),
+            )
         )
+        if command.announce:
+            when = "from the next turn" if core.state.active is not None else "from now on"
+            text = f"This conversation uses model {choice.model} ({choice.model_id}) {when}."
+            core.publish(out.Notice(session_id=core.session_id, text=text, kind="model_switched"))
     core.answer(command.reply, choice)
