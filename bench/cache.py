@@ -65,7 +65,7 @@ from netclaw.gateway import Inbound
 from netclaw.history.compaction import FLUSH_MARKER, REQUIRED_SECTIONS, SUMMARY_MARKER
 from netclaw.persistence import NewMemory
 from netclaw.tools import Tool, ToolContext
-from tests.fakes._scripted_server import ScriptedServerThread, request_messages
+from tests.fakes._scripted_server import ScriptedServerThread, request_messages, said
 from tests.fakes.scripted_anthropic import Reply as AReply
 from tests.fakes.scripted_anthropic import ScriptedAnthropic, overloaded
 from tests.fakes.scripted_anthropic import ToolCallSpec as AToolCall
@@ -208,7 +208,7 @@ def _where(body: dict[str, Any], by_text: dict[str, int]) -> tuple[int, int]:
 def _pieces(content: Any) -> list[str]:
     if isinstance(content, list):
         return [p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text"]
-    return [_text(content)]
+    return [said(_text(content))]  # an OpenAI-compatible message carries its turn's tail in it
 
 
 def _calls_tools(message: dict[str, Any]) -> bool:

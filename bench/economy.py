@@ -74,7 +74,7 @@ from netclaw.daemon import Daemon
 from netclaw.gateway import Inbound
 from netclaw.history.compaction import FLUSH_MARKER, REQUIRED_SECTIONS, SUMMARY_MARKER
 from netclaw.tools import Tool, ToolContext
-from tests.fakes._scripted_server import ScriptedServerThread, is_context, request_messages
+from tests.fakes._scripted_server import ScriptedServerThread, request_messages, said
 from tests.fakes.scripted_openai import Reply, ScriptedOpenAI, ToolCallSpec, estimate_prompt_tokens
 
 MODEL = "scripted"
@@ -279,9 +279,9 @@ def chat_responder(plans: list[TurnPlan]) -> Any:
         last_user = max(
             i
             for i, m in enumerate(messages)
-            if m.get("role") == "user" and not is_context(_text(m.get("content")))  # not a turn's tail
+            if m.get("role") == "user" and said(_text(m.get("content")))  # not a turn's tail alone
         )
-        plan = by_text[_text(messages[last_user].get("content"))]
+        plan = by_text[said(_text(messages[last_user].get("content")))]
         done = sum(
             1 for m in messages[last_user + 1 :] if m.get("role") == "assistant" and m.get("tool_calls")
         )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 
 from netclaw.errors import ProviderProtocolError
-from netclaw.messages import ChatMessage, ToolCall, images_of, model_text, new_id
+from netclaw.messages import ChatMessage, MessageKind, ToolCall, images_of, model_text, new_id
 from netclaw.providers._base import (
     Completion,
     Delta,
@@ -88,6 +88,33 @@ def message_to_wire(msg: ChatMessage, *, vision: bool = False) -> dict[str, Any]
     return {"role": "user", "content": parts}
 
 
+def with_note(message: dict[str, Any], note: ChatMessage) -> dict[str, Any]:
+    """A user message with its turn's volatile tail in it (after what was said): one user
+    message, so servers whose chat templates insist on alternating roles accept it."""
+    content = message["content"]
+    if isinstance(content, list):
+        return {**message, "content": [*content, {"type": "text", "text": note.content}]}
+    return {**message, "content": f"{content}\n\n{note.content}" if content else note.content}
+
+
+def wire_groups(messages: Sequence[ChatMessage]) -> list[tuple[ChatMessage, ...]]:
+    """The messages as they go on the wire: each alone, except a turn's tail (a ``context``
+    note) right after a user message, which travels in it."""
+    groups: list[tuple[ChatMessage, ...]] = []
+    for m in messages:
+        last = groups[-1] if groups else None
+        if m.kind is MessageKind.CONTEXT and last is not None and len(last) == 1 and last[0].role == "user":
+            groups[-1] = (last[0], m)
+        else:
+            groups.append((m,))
+    return groups
+
+
+def group_to_wire(group: tuple[ChatMessage, ...], *, vision: bool = False) -> dict[str, Any]:
+    wire = message_to_wire(group[0], vision=vision)
+    return with_note(wire, group[1]) if len(group) > 1 else wire
+
+
 def tool_to_wire(tool: ToolSchema) -> dict[str, Any]:
     return {
         "type": "function",
@@ -104,7 +131,7 @@ def request_body(request: ProviderRequest, *, cache: bool = False) -> dict[str, 
     session's ``prompt_cache_key`` (the server keeps a session's prefixes together)."""
     body: dict[str, Any] = {
         "model": request.model,
-        "messages": [message_to_wire(m, vision=request.vision) for m in request.messages],
+        "messages": [group_to_wire(g, vision=request.vision) for g in wire_groups(request.messages)],
         "stream": True,
         "stream_options": {"include_usage": True},
         "max_tokens": request.max_output_tokens,
@@ -123,9 +150,13 @@ def encode_request(request: ProviderRequest, wire: WireCache, *, cache: bool = F
     vision = request.vision
     cached = wire.message_json
     parts = []
-    for m in request.messages:
+    for group in wire_groups(request.messages):
+        m = group[0]
         if vision and m.files and images_of(m):
-            parts.append(to_json(message_to_wire(m, vision=True)))
+            parts.append(to_json(group_to_wire(group, vision=True)))
+        elif len(group) > 1:  # a message and its note: both objects never change
+            note_key = ("note", id(m), id(group[1]), vision)
+            parts.append(wire.part_json(note_key, partial(group_to_wire, group, vision=vision), holds=group))
         else:
             parts.append(cached(m, vision, partial(message_to_wire, m, vision=vision)))
     head: dict[str, Any] = {

@@ -26,7 +26,7 @@ import httpx
 
 from netclaw.history import FLUSH_MARKER, REQUIRED_SECTIONS, SUMMARY_MARKER
 from tests.e2e.conftest import DaemonProcess, config_data, free_port, write_json
-from tests.fakes._scripted_server import is_context
+from tests.fakes._scripted_server import said
 from tests.fakes.scripted_openai import Reply, ScriptedOpenAIThread, ToolCallSpec
 
 SUMMARY = "\n".join(f"## {section}\n- chaos" for section in REQUIRED_SECTIONS)
@@ -105,7 +105,11 @@ class Chaos:
 
     def _respond(self, body: dict[str, Any]) -> Reply:
         # A turn's volatile tail is netclaw's note: the model answers what people said.
-        messages = [m for m in body.get("messages") or [] if not is_context(str(m.get("content")))]
+        messages = [
+            {**m, "content": said(str(m.get("content")))}
+            for m in body.get("messages") or []
+            if said(str(m.get("content")))
+        ]
         last = messages[-1] if messages else {}
         if last.get("role") == "user" and "[tool]" in str(last.get("content")):
             self.in_call["tool"].set()

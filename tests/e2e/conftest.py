@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.fakes._scripted_server import is_context
+from tests.fakes._scripted_server import said
 from tests.fakes.scripted_openai import ScriptedOpenAIThread
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -130,8 +130,8 @@ def user_text(request: dict[str, Any]) -> str | None:
     tail is netclaw's note, not the user's)."""
     for message in reversed(request.get("messages") or []):
         content = message.get("content")
-        if message.get("role") == "user" and not (isinstance(content, str) and is_context(content)):
-            return content if isinstance(content, str) else json.dumps(content)
+        if message.get("role") == "user" and not (isinstance(content, str) and not said(content)):
+            return said(content) if isinstance(content, str) else json.dumps(content)
     return None
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.conftest import Daemons, Setup, journal_rows, wait_until
+from tests.fakes._scripted_server import said
 from tests.fakes.scripted_openai import ScriptedOpenAIThread
 
 pytestmark = pytest.mark.slow
@@ -57,7 +58,7 @@ def test_graceful_restart_warms_active_sessions_and_tells_them_once(
     assert notices(provider.requests[-1]) == 1
     # In the new turn's tail, right after the message: recorded with it, so every later
     # request repeats it in place; what people said is not touched.
-    assert request[-2]["content"] == "are you back?" and NOTICE in request[-1]["content"]
+    assert said(request[-1]["content"]) == "are you back?" and NOTICE in request[-1]["content"]
     assert NOTICE not in json.dumps(second.session("cli:warm")["messages"])
     assert NOTICE not in json.dumps(journal_rows(site.db_path, "cli:warm", "InputAdmitted"))
     (tail,) = journal_rows(site.db_path, "cli:warm", "ContextAttached")[-1:]

@@ -47,6 +47,12 @@ def is_context(text: str) -> bool:
     return text.startswith(CONTEXT_OPEN)
 
 
+def said(text: str) -> str:
+    """What a user message says without the tail an OpenAI-compatible request carries in
+    it (after a blank line); a whole tail says nothing."""
+    return "" if is_context(text) else text.split("\n\n" + CONTEXT_OPEN, 1)[0]
+
+
 def without_speaker(text: str) -> str:
     """A user text without a leading ``[Alice] `` speaker tag: the echo answers with what
     was said, so chat tests read the same whatever the platform calls the sender (the

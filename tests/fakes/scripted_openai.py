@@ -30,12 +30,12 @@ from tests.fakes._scripted_server import (
     ScriptedServerThread,
     ToolCallSpec,
     error_fields,
-    is_context,
     load_steps,
     pieces,
     reply_fields,
     request_messages,
     run_cli,
+    said,
     without_speaker,
 )
 
@@ -178,8 +178,9 @@ def estimate_prompt_tokens(request: dict[str, Any]) -> int:
 
 def _last_user_text(request: dict[str, Any]) -> str:
     for msg in reversed(request_messages(request)):
-        if msg.get("role") == "user" and not is_context(_content_text(msg.get("content"))):
-            return _content_text(msg.get("content"))
+        text = said(_content_text(msg.get("content")))
+        if msg.get("role") == "user" and text:
+            return text
     return ""
 
 

@@ -18,6 +18,7 @@ from typing import Any
 from netclaw.history import FLUSH_MARKER, REQUIRED_SECTIONS, SUMMARY_MARKER
 from netclaw.persistence import NewMemory, SqliteMemoryStore
 from tests.conftest import DaemonHandle
+from tests.fakes._scripted_server import said
 from tests.fakes.scripted_openai import (
     ErrorReply,
     Reply,
@@ -541,7 +542,8 @@ def test_memory_flush_happens_before_the_summary_and_is_recalled_later(
     messages = chat_requests(scripted)[-1]["messages"]
     recall = [m for m in messages if RECALL in str(m["content"])]
     assert len(recall) == 1 and FACT in recall[0]["content"] and recall[0]["role"] == "user"
-    assert messages[-2:] == [{"role": "user", "content": QUESTION}, recall[0]]
+    # One user message: the question, then (after a blank line) the tail with the memories.
+    assert recall[0] is messages[-1] and said(recall[0]["content"]) == QUESTION
     assert not any(m["role"] == "system" and RECALL in str(m["content"]) for m in messages)
     scripted.enqueue(Reply(text="ok", usage=UNDER))
     assert handle.send(sid, "thanks", wait=True).status_code == 200

@@ -14,7 +14,7 @@ import pytest
 
 from netclaw.tools import Tool, ToolContext
 from tests.conftest import DaemonHandle
-from tests.fakes._scripted_server import is_context
+from tests.fakes._scripted_server import said
 from tests.fakes.faulty_journal import JournalFaults, has
 from tests.fakes.scripted_openai import (
     Reply,
@@ -83,9 +83,8 @@ def chat_rows(transcript: list[dict[str, Any]]) -> list[tuple[str, str]]:
 
 def last_message(request: Mapping[str, Any]) -> dict[str, Any]:
     """The newest message of a request that is not netclaw's note (a turn's volatile tail)."""
-    said = [m for m in request["messages"] if not is_context(str(m.get("content") or ""))]
-    message: dict[str, Any] = said[-1]
-    return message
+    message: dict[str, Any] = request["messages"][-1]
+    return {**message, "content": said(str(message.get("content") or ""))}
 
 
 def assert_tool_pairs(transcript: list[dict[str, Any]]) -> None:
@@ -378,7 +377,7 @@ def test_tool_in_flight_at_timeout_still_gets_a_result(
 
     # The next request shows the model a complete call/result pair.
     assert handle.send("cli:sleepy", "awake?", wait=True).status_code == 200
-    roles = [m["role"] for m in scripted.requests[-1]["messages"] if not is_context(m.get("content") or "")]
+    roles = [m["role"] for m in scripted.requests[-1]["messages"]]
     assert roles == ["system", "user", "assistant", "tool", "user"]
     assert_tool_pairs(handle.transcript("cli:sleepy"))
 
