@@ -99,12 +99,13 @@ def with_note(message: dict[str, Any], note: ChatMessage) -> dict[str, Any]:
 
 def wire_groups(messages: Sequence[ChatMessage]) -> list[tuple[ChatMessage, ...]]:
     """The messages as they go on the wire: each alone, except a turn's tail (a ``context``
-    note) right after a user message, which travels in it."""
+    note) right after a user message, which travels in it (a second note — a restart's —
+    too)."""
     groups: list[tuple[ChatMessage, ...]] = []
     for m in messages:
         last = groups[-1] if groups else None
-        if m.kind is MessageKind.CONTEXT and last is not None and len(last) == 1 and last[0].role == "user":
-            groups[-1] = (last[0], m)
+        if m.kind is MessageKind.CONTEXT and last is not None and last[0].role == "user":
+            groups[-1] = (*last, m)
         else:
             groups.append((m,))
     return groups
@@ -112,7 +113,9 @@ def wire_groups(messages: Sequence[ChatMessage]) -> list[tuple[ChatMessage, ...]
 
 def group_to_wire(group: tuple[ChatMessage, ...], *, vision: bool = False) -> dict[str, Any]:
     wire = message_to_wire(group[0], vision=vision)
-    return with_note(wire, group[1]) if len(group) > 1 else wire
+    for note in group[1:]:
+        wire = with_note(wire, note)
+    return wire
 
 
 def tool_to_wire(tool: ToolSchema) -> dict[str, Any]:
@@ -155,7 +158,7 @@ def encode_request(request: ProviderRequest, wire: WireCache, *, cache: bool = F
         if vision and m.files and images_of(m):
             parts.append(to_json(group_to_wire(group, vision=True)))
         elif len(group) > 1:  # a message and its note: both objects never change
-            note_key = ("note", id(m), id(group[1]), vision)
+            note_key = ("notes", *map(id, group), vision)
             parts.append(wire.part_json(note_key, partial(group_to_wire, group, vision=vision), holds=group))
         else:
             parts.append(cached(m, vision, partial(message_to_wire, m, vision=vision)))

@@ -18,7 +18,7 @@ from tests.e2e.conftest import (
     journal_rows,
     wait_until,
 )
-from tests.fakes._scripted_server import said
+from tests.fakes._scripted_server import as_sent, said
 from tests.fakes.scripted_openai import Reply, ScriptedOpenAIThread, ToolCallSpec
 from tests.integration.test_compaction import (
     OVER,
@@ -49,19 +49,6 @@ def talk(daemon: DaemonProcess, scripted: ScriptedOpenAIThread, session_id: str)
         scripted.enqueue(*calls, Reply(text=f"answer {n}", usage=OVER if n == 4 else UNDER))
         response = daemon.post(session_id, big(n), wait=True)
         assert response.status_code == 200, response.text
-
-
-def wire(messages: list[dict[str, Any]]) -> list[tuple[str, str]]:
-    """(role, content) as an OpenAI-compatible request carries them: a turn's tail (a
-    ``context`` note of the context view) inside the user message before it."""
-    found: list[tuple[str, str]] = []
-    for m in messages:
-        content = m.get("content") or ""
-        if m.get("kind") == "context" and found and found[-1][0] == "user":
-            found[-1] = ("user", f"{found[-1][1]}\n\n{content}")
-        else:
-            found.append((m["role"], content))
-    return found
 
 
 @pytest.mark.parametrize("setup", [SECTIONS], indirect=True)
@@ -101,8 +88,8 @@ def test_sigkill_right_after_compaction_keeps_the_projection(
     scripted.enqueue(Reply(text="back again", usage=UNDER))
     response = third.post(sid, "after the crash", wait=True)
     assert response.status_code == 200, response.text
-    sent = wire(chat_requests(scripted)[-1]["messages"])
-    assert sent[:-1] == wire(context)
+    sent = as_sent(chat_requests(scripted)[-1]["messages"])
+    assert sent[:-1] == as_sent(context)
     # The new message with its turn's tail (the time: the summary took the last one told).
     assert (
         sent[-1][0] == "user" and said(sent[-1][1]) == "after the crash" and sent[-1][1] != "after the crash"

@@ -53,6 +53,20 @@ def said(text: str) -> str:
     return "" if is_context(text) else text.split("\n\n" + CONTEXT_OPEN, 1)[0]
 
 
+def as_sent(messages: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """(role, content) of messages as the API's context view shows them, the way an
+    OpenAI-compatible request carries them: a ``context`` note inside the user message
+    before it."""
+    found: list[tuple[str, str]] = []
+    for m in messages:
+        content = m.get("content") or ""
+        if m.get("kind") == "context" and found and found[-1][0] == "user":
+            found[-1] = ("user", f"{found[-1][1]}\n\n{content}")
+        else:
+            found.append((m["role"], content))
+    return found
+
+
 def without_speaker(text: str) -> str:
     """A user text without a leading ``[Alice] `` speaker tag: the echo answers with what
     was said, so chat tests read the same whatever the platform calls the sender (the

@@ -18,7 +18,7 @@ from typing import Any
 from netclaw.history import FLUSH_MARKER, REQUIRED_SECTIONS, SUMMARY_MARKER
 from netclaw.persistence import NewMemory, SqliteMemoryStore
 from tests.conftest import DaemonHandle
-from tests.fakes._scripted_server import said
+from tests.fakes._scripted_server import as_sent, said
 from tests.fakes.scripted_openai import (
     ErrorReply,
     Reply,
@@ -673,9 +673,14 @@ def test_projection_after_compaction_survives_restart(
     # The restarted session sends exactly that projection, then the new message and its tail.
     scripted.enqueue(Reply(text="back", usage=UNDER))
     assert again.send(sid, "after the restart", wait=True).status_code == 200
-    sent = [(m["role"], m.get("content") or "") for m in chat_requests(scripted)[-1]["messages"]]
-    assert "resuming after netclaw was restarted" in sent.pop()[1]
-    assert sent == [(m["role"], m["content"]) for m in context] + [("user", "after the restart")]
+    sent = as_sent(chat_requests(scripted)[-1]["messages"])
+    role, last = sent.pop()
+    assert (
+        role == "user"
+        and said(last) == "after the restart"
+        and "resuming after netclaw was restarted" in last
+    )
+    assert sent == as_sent(context)
 
 
 # -- the kept part is sized in the provider's tokens --------------------------------------------
