@@ -152,14 +152,26 @@ def encode_request(request: ProviderRequest, wire: WireCache, *, cache: bool = F
     not kept) and joined once."""
     vision = request.vision
     cached = wire.message_json
-    parts = []
-    for group in wire_groups(request.messages):
-        m = group[0]
+    context = MessageKind.CONTEXT
+    parts: list[bytes] = []
+    # One pass over thousands of messages in a long session, nothing made per message:
+    # a note (a turn's tail) replaces the part of the user message before it by the two
+    # together (the groups of wire_groups).
+    lead: ChatMessage | None = None
+    notes: tuple[ChatMessage, ...] = ()
+    for m in request.messages:
+        if m.kind is context and lead is not None and lead.role == "user":
+            notes = (*notes, m)
+            group = (lead, *notes)
+            if vision and lead.files and images_of(lead):
+                parts[-1] = to_json(group_to_wire(group, vision=True))
+            else:
+                key = ("notes", *map(id, group), vision)
+                parts[-1] = wire.part_json(key, partial(group_to_wire, group, vision=vision), holds=group)
+            continue
+        lead, notes = m, ()
         if vision and m.files and images_of(m):
-            parts.append(to_json(group_to_wire(group, vision=True)))
-        elif len(group) > 1:  # a message and its note: both objects never change
-            note_key = ("notes", *map(id, group), vision)
-            parts.append(wire.part_json(note_key, partial(group_to_wire, group, vision=vision), holds=group))
+            parts.append(to_json(message_to_wire(m, vision=True)))
         else:
             parts.append(cached(m, vision, partial(message_to_wire, m, vision=vision)))
     head: dict[str, Any] = {

@@ -32,7 +32,11 @@ log = logging.getLogger(__name__)
 def recall_for(core: Core, run: TurnRun) -> RecallQuery | None:
     """The memories to look up before the turn's first call — only while its tail is not
     recorded yet (a turn resumed after a crash keeps the one it had)."""
-    if not core.has_memory or has_tail(core.state, run.message_id):
+    if (
+        not core.has_memory
+        or not core.may_recall(core.context.audience)
+        or has_tail(core.state, run.message_id)
+    ):
         return None
     return recall_query(core.state, run, core.context.audience, core.settings)
 

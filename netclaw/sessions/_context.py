@@ -46,6 +46,7 @@ class SessionEnv:
     has_memory: bool  # a memory store exists: recall, extraction at passivation
     clock: Callable[[], float] = time.time
     spend: DailySpend = field(default_factory=NoLedger)  # the daemon's day (netclaw.spend)
+    may_recall: Callable[[str], bool] = lambda audience: True  # the store may hold its memories
 
 
 class ModelContext:

@@ -223,6 +223,9 @@ class Session:
     def spend(self) -> DailySpend:
         return self._env.spend
 
+    def may_recall(self, audience: str) -> bool:
+        return self._env.may_recall(audience)
+
     def now(self) -> float:
         return self._env.clock()
 
