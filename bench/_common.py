@@ -61,6 +61,26 @@ def daemon_settings(
     return Settings(**data)
 
 
+def add_quick(parser: Any, **small: Any) -> None:
+    """``--quick``: the same measurement, small enough to finish in seconds (CI runs every
+    bench this way, after the tests: it must run and print its figures; the targets are
+    not enforced there). ``small`` are the option values it sets (by dest)."""
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a small run that finishes in seconds (CI): " + ", ".join(f"{k}={v}" for k, v in small.items()),
+    )
+    parser.set_defaults(quick_values=small)
+
+
+def apply_quick(args: Any) -> Any:
+    """The parsed ``args`` with the quick values in place when ``--quick`` was given."""
+    if getattr(args, "quick", False):
+        for name, value in args.quick_values.items():
+            setattr(args, name, value)
+    return args
+
+
 def median(values: Sequence[float]) -> float:
     return statistics.median(values) if values else float("nan")
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from _common import figure, info, log, machine_load, temp_dir
+from _common import add_quick, apply_quick, figure, info, log, machine_load, temp_dir
 
 from tests.e2e.chaos import Chaos, ChaosConfig
 from tests.fakes.scripted_openai import ScriptedOpenAIThread
@@ -23,7 +23,8 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--sessions", type=int, default=6)
     parser.add_argument("--seed", type=int, default=7)
-    args = parser.parse_args()
+    add_quick(parser, minutes=0.2, sessions=2)
+    args = apply_quick(parser.parse_args())
     log(f"load before: {machine_load()}")
     started = time.monotonic()
     with temp_dir("netclaw-bench-chaos-") as root, ScriptedOpenAIThread() as scripted:

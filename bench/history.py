@@ -13,6 +13,7 @@ Run from the repository root: ``python bench/history.py``.
 
 from __future__ import annotations
 
+import argparse
 import random
 import statistics
 import sys
@@ -71,8 +72,13 @@ def timed(fn: object, runs: int) -> list[float]:
 
 
 def main() -> int:
-    messages = history(MESSAGES)
-    state = SessionState("bench:history", seq=1, transcript=messages, turns=MESSAGES)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=MESSAGES)
+    parser.add_argument("--quick", action="store_true", help="1,000 messages: seconds, for CI")
+    args = parser.parse_args()
+    count = 1000 if args.quick else args.messages
+    messages = history(count)
+    state = SessionState("bench:history", seq=1, transcript=messages, turns=count)
     tools = [ToolSchema("current_time", "The current time.", {"type": "object", "properties": {}})]
     counter = TokenCounter()
     builder = PromptBuilder("You are a helpful assistant.", BUDGET, counter)
@@ -96,7 +102,7 @@ def main() -> int:
     fresh_ms = statistics.median(fresh)
     steady_ms = statistics.median(steady)
     print(
-        f"history: {MESSAGES} messages, {first.trim.tokens_before} tokens, budget {BUDGET}, encoding {counter.encoding_name}"
+        f"history: {count} messages, {first.trim.tokens_before} tokens, budget {BUDGET}, encoding {counter.encoding_name}"
     )
     print(
         f"trim keeps {first.trim.kept_turns} turns ({first.trim.tokens_after} tokens), drops {first.trim.dropped_turns}"

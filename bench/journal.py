@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import _common as c
-from _common import figure, info, log
+from _common import add_quick, apply_quick, figure, info, log
 
 from netclaw.persistence import NewEvent, SessionRow, SqliteJournal, prepare_database
 
@@ -298,7 +298,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3, help="repetitions; the median is reported")
     parser.add_argument("--no-threads", action="store_true", help="skip the thread-caller variants")
     parser.add_argument("--dir", default=None, help="where the temporary databases go (same disk matters)")
-    args = parser.parse_args()
+    add_quick(parser, sessions=10, seconds=0.5, single_seconds=0.3, rounds=1, no_threads=True)
+    args = apply_quick(parser.parse_args())
 
     runs: dict[str, list[Result]] = {}
     n, secs, single = args.sessions, args.seconds, args.single_seconds

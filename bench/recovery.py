@@ -329,7 +329,8 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=7, help="cold load_state runs per variant (median)")
     parser.add_argument("--no-actor", action="store_true", help="skip the Daemon/actor path (info)")
     parser.add_argument("--dir", default=None, help="where the temporary data_dir goes")
-    args = parser.parse_args()
+    c.add_quick(parser, turns=100, runs=2)
+    args = c.apply_quick(parser.parse_args())
     load_before = machine_load()
 
     with c.temp_dir("netclaw-bench-recovery-", args.dir) as tmp:

@@ -107,7 +107,8 @@ def main() -> int:
     parser.add_argument("--settle", type=float, default=90.0, help="how long to wait for passivation")
     parser.add_argument("--sample", type=float, default=0.5, help="seconds between samples")
     parser.add_argument("--dir", default=None, help="where the temporary data_dir goes")
-    args = parser.parse_args()
+    c.add_quick(parser, sessions=200, concurrency=20, max_resident=50, idle=1.0, settle=20.0)
+    args = c.apply_quick(parser.parse_args())
     load_before = machine_load()
 
     with c.temp_dir("netclaw-bench-scale-", args.dir) as tmp:

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import _common  # noqa: F401 - puts the repo root on sys.path
-from _common import daemon_settings, figure, info, machine_load, median, percentile
+from _common import add_quick, apply_quick, daemon_settings, figure, info, machine_load, median, percentile
 from _provider import ProviderProcess
 
 from netclaw import outputs as out
@@ -107,7 +107,8 @@ def main() -> None:
     parser.add_argument("--pending", type=int, default=10_000)
     parser.add_argument("--fires", type=int, default=200)
     parser.add_argument("--spacing-ms", type=float, default=25.0)
-    args = parser.parse_args()
+    add_quick(parser, pending=300, fires=10)
+    args = apply_quick(parser.parse_args())
     load_before = machine_load()
     with tempfile.TemporaryDirectory(prefix="netclaw-sched-") as tmp:
         provider = ProviderProcess(Path(tmp) / "provider.log").start()

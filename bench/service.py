@@ -10,6 +10,7 @@ start-up itself costs.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -149,12 +150,20 @@ def image_size_mb() -> tuple[float, float] | None:
 
 
 def main() -> None:
+    global RUNS, IDLE_S
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--quick", action="store_true", help="one start of each kind, a 20 MB journal: for CI"
+    )
+    args = parser.parse_args()
+    if args.quick:
+        RUNS, IDLE_S = 1, 2.0
     log(f"load before: {machine_load()}")
     bare = median([wall([sys.executable, "-c", "pass"]) for _ in range(RUNS)])
     imports = median(
         [wall([sys.executable, "-c", "import netclaw.cli, netclaw.daemon"]) for _ in range(RUNS)]
     )
-    megabytes = int(os.environ.get("NETCLAW_BENCH_JOURNAL_MB", "1024"))
+    megabytes = 20 if args.quick else int(os.environ.get("NETCLAW_BENCH_JOURNAL_MB", "1024"))
     with temp_dir("netclaw-bench-service-") as root:
         readies = [start_to_ready(root)[0] for _ in range(RUNS)]
         ready, rss = start_to_ready(root, idle_s=IDLE_S)
@@ -165,7 +174,7 @@ def main() -> None:
         log(
             f"filled a {size_mb:.0f} MB journal ({events} events, {sessions} sessions) in {time.perf_counter() - t0:.0f} s"
         )
-        full = median([start_to_ready(root, data=filled)[0] for _ in range(3)])
+        full = median([start_to_ready(root, data=filled)[0] for _ in range(RUNS if args.quick else 3)])
     cold = median([*readies, ready])
     info("python_bare_start_ms", round(bare, 1), "ms", "reference: python -c pass")
     info("import_daemon_ms", round(imports, 1), "ms", "reference: import netclaw.cli, netclaw.daemon")

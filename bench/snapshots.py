@@ -3,7 +3,7 @@
 The session of ``recovery.py`` (a user message, a tool round every 5th turn, a reply;
 200-800-character texts) folded event by event the way the actor folds it, with the actor's
 snapshot policy (``session.snapshot_interval`` = 20 events) and its writer
-(``Recorder.snapshot``: ``SessionState.to_snapshot`` — the transcript rows new since the last
+(``Recorder.snapshot``: ``netclaw.sessions._snapshot.encode`` — the transcript rows new since the last
 snapshot plus the small rest of the state). Counted, not timed: the characters each turn
 hands the journal (event payloads, snapshot documents, new transcript rows), averaged over
 ``--window`` turns ending at turn 100 and at turn ``--turns`` (10,000). Next to it, in the
@@ -19,9 +19,10 @@ from __future__ import annotations
 import argparse
 import time
 
-from _common import figure, info, log, machine_load, median
+from _common import add_quick, apply_quick, figure, info, log, machine_load, median
 from recovery import turn_batches
 
+from netclaw.sessions import _snapshot as snapshot
 from netclaw.sessions._events import SessionTitleSet, TurnRecorded, encode
 from netclaw.sessions._state import SessionState
 
@@ -51,9 +52,9 @@ def measure(turns: int, window: int) -> tuple[dict[int, tuple[float, float]], Se
             since_snapshot = 0
             counting = any(end - window < state.turns <= end for end in ends)
             if counting:  # encoding 10,000 turns' worth whole every 7 turns would take minutes
-                document, rows = state.to_snapshot(saved_rows)
+                document, rows = snapshot.encode(state, saved_rows)
                 written_rows += len(document) + sum(map(len, rows))
-                written_whole += len(state.to_json())
+                written_whole += len(snapshot.to_json(state))
             saved_rows = len(state.transcript)
         if state.turns == turn or not isinstance(events[-1], TurnRecorded | SessionTitleSet):
             continue
@@ -74,9 +75,9 @@ def encode_cost(state: SessionState, runs: int = 5) -> tuple[float, float, int, 
     rows_s, whole_s = [], []
     for _ in range(runs):
         t0 = time.perf_counter()
-        document, rows = state.to_snapshot(saved)
+        document, rows = snapshot.encode(state, saved)
         t1 = time.perf_counter()
-        whole = state.to_json()
+        whole = snapshot.to_json(state)
         t2 = time.perf_counter()
         rows_s.append(t1 - t0)
         whole_s.append(t2 - t1)
@@ -87,7 +88,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, default=10_000)
     parser.add_argument("--window", type=int, default=100)
-    args = parser.parse_args()
+    add_quick(parser, turns=300)
+    args = apply_quick(parser.parse_args())
     load_before = machine_load()
     t0 = time.perf_counter()
     results, state, _ = measure(args.turns, args.window)

@@ -27,7 +27,17 @@ from pathlib import Path
 from typing import Any
 
 import _common  # noqa: F401 - puts the repo root on sys.path
-from _common import REPO_ROOT, daemon_settings, figure, info, machine_load, median, percentile
+from _common import (
+    REPO_ROOT,
+    add_quick,
+    apply_quick,
+    daemon_settings,
+    figure,
+    info,
+    machine_load,
+    median,
+    percentile,
+)
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
@@ -98,7 +108,8 @@ async def through_daemon(daemon: Daemon, rounds: int) -> list[float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=300)
-    args = parser.parse_args()
+    add_quick(parser, rounds=20)
+    args = apply_quick(parser.parse_args())
     load_before = machine_load()
     direct_ms = asyncio.run(direct(args.rounds))
     with tempfile.TemporaryDirectory(prefix="netclaw-tools-") as tmp, ScriptedOpenAIThread() as provider:

@@ -473,7 +473,18 @@ def main() -> int:
     )
     parser.add_argument("--profile", action="store_true", help="cProfile the loop thread in one extra round")
     parser.add_argument("--dir", default=None, help="where the temporary data_dir goes")
-    args = parser.parse_args()
+    c.add_quick(
+        parser,
+        turns=30,
+        long_turns=40,
+        warm=5,
+        http_turns=10,
+        sessions=10,
+        seconds=1.0,
+        single_turns=20,
+        rounds=1,
+    )
+    args = c.apply_quick(parser.parse_args())
 
     texts = make_texts(max(args.warm + args.turns, 400, args.long_turns))
     started = time.perf_counter()

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import _common  # noqa: F401 - puts the repo root on sys.path
-from _common import daemon_settings, figure, info, machine_load, median
+from _common import add_quick, apply_quick, daemon_settings, figure, info, machine_load, median
 from _provider import ProviderProcess
 
 from netclaw.config import Settings
@@ -79,7 +79,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="0,100,1000")
     parser.add_argument("--runs", type=int, default=3)
-    args = parser.parse_args()
+    add_quick(parser, sizes="0,20", runs=1)
+    args = apply_quick(parser.parse_args())
     sizes = [int(s) for s in args.sizes.split(",")]
     load_before = machine_load()
     with tempfile.TemporaryDirectory(prefix="netclaw-warm-") as tmp:

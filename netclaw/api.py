@@ -22,7 +22,7 @@ from netclaw.attachments import MAX_FILES, IncomingFile
 from netclaw.cluster import SUBMIT_PATH, forwarded
 from netclaw.cluster_api import VIEW as SESSION_VIEW
 from netclaw.cluster_api import ClusterHttp
-from netclaw.commands import Command, parse_command
+from netclaw.commands import DEFAULT_MODEL, Command, parse_command
 from netclaw.errors import ApiError, NotPermitted
 from netclaw.gateway import (
     MAX_NAME_CHARS,
@@ -95,6 +95,8 @@ class Api:
         app.router.add_get("/api/sessions/{id}/events", self.events)
         app.router.add_post("/api/sessions/{id}/cancel", self.cancel)
         app.router.add_post("/api/sessions/{id}/reset", self.reset)
+        app.router.add_get("/api/sessions/{id}/model", self.get_model)
+        app.router.add_put("/api/sessions/{id}/model", self.put_model)
         app.router.add_delete("/api/sessions/{id}", self.delete_session)
         app.router.add_get("/api/sessions/{id}/approvals", self.list_approvals)
         app.router.add_get("/api/sessions/{id}/children", self.list_children)
@@ -214,8 +216,8 @@ class Api:
             return submission_response(*submitted)
         command = parse_command(text) if not files else None
         if command is not None:  # a chat command: answered, never model input
-            if not may_command(self.gateway.settings, who.role, command):
-                raise NotPermitted(refusal(who.role, f"/{command}"))
+            if not may_command(self.gateway.settings, who.role, command.name):
+                raise NotPermitted(refusal(who.role, f"/{command.name}"))
             done = await self.gateway.command(session_id, command, by=user or actor(request))
             return web.json_response(
                 {"session_id": session_id, "command": done.command, "notice": done.notice}
@@ -287,6 +289,24 @@ class Api:
         self._may_command(request, "reset")
         await self.gateway.reset(session_id, by=actor(request))
         return web.json_response({"session_id": session_id})
+
+    async def get_model(self, request: web.Request) -> web.Response:
+        session_id = await self._known(request)
+        return web.json_response((await self.gateway.model_of(session_id)).to_json())
+
+    async def put_model(self, request: web.Request) -> web.Response:
+        """``{"model": NAME}`` chooses the session's model from its next turn on;
+        ``{"model": null}`` (or ``"default"``) goes back to models.main. Like ``/model``,
+        it needs the ``model`` command in the caller's role."""
+        self._may_command(request, "model")
+        session_id = await self._known(request)
+        body = read_json_object(await read_body(request, MAX_BODY_BYTES))
+        if "model" not in body or not isinstance(body["model"], str | None):
+            raise ApiError(400, "invalid_model", 'expected {"model": NAME} (or null: back to models.main)')
+        name = body["model"]
+        wanted = None if name is None or name == DEFAULT_MODEL else name
+        choice = await self.gateway.pin_model(session_id, wanted, by=actor(request))
+        return web.json_response(choice.to_json())
 
     async def delete_session(self, request: web.Request) -> web.Response:
         session_id = check_session_id(request.match_info["id"])
@@ -386,7 +406,8 @@ class Api:
             raise ApiError(400, "invalid_by", f"by must be session, day or model, not {by[:40]!r}")
         since = request.query.get("since")
         rows = await self.gateway.usage(by, parse_since(since) if since else None)  # type: ignore[arg-type]
-        return web.json_response([row.to_json() for row in rows])
+        currency = self.gateway.settings.spend.currency
+        return web.json_response([{**row.to_json(), "currency": currency} for row in rows])
 
     async def events(self, request: web.Request) -> web.StreamResponse:
         session_id = check_session_id(request.match_info["id"])

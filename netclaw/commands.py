@@ -2,8 +2,10 @@
 
 A message whose text — after a leading bot mention, which the channel strips — is one
 of these is a command: ``/new`` (same as ``/reset``), ``/reset``, ``/stop``,
-``/compact``, ``/status``, ``/skills``, ``/agents`` (the conversation's sub-agents), ``/help``. ``!`` works in place of ``/`` (some clients
-swallow a leading slash). Commands answer with a short ``notice`` and start no turn.
+``/compact``, ``/status``, ``/skills``, ``/agents`` (the conversation's sub-agents),
+``/model`` (list the models; ``/model NAME`` chooses one for this conversation, ``/model
+default`` goes back to ``models.main``), ``/help``. ``!`` works in place of ``/`` (some
+clients swallow a leading slash). Commands answer with a short ``notice`` and start no turn.
 
 ``/prompt server:name args…`` is the one command that becomes model input: an MCP
 server's prompt, filled in with the arguments (``key=value`` or in the prompt's order;
@@ -16,10 +18,11 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-Command = Literal["reset", "stop", "compact", "status", "skills", "agents", "help", "prompt"]
+Command = Literal["reset", "stop", "compact", "status", "skills", "agents", "model", "help", "prompt"]
 
 _ALIASES: dict[str, Command] = {
     "new": "reset",
@@ -30,9 +33,12 @@ _ALIASES: dict[str, Command] = {
     "status": "status",
     "skills": "skills",
     "agents": "agents",
+    "model": "model",
     "help": "help",
 }
-_COMMAND = re.compile(r"\s*[/!]([a-z]+)\s*", re.IGNORECASE)
+_TAKES_ARGUMENT: frozenset[Command] = frozenset({"model"})
+_COMMAND = re.compile(r"\s*[/!]([a-z]+)(?:\s+([A-Za-z0-9][A-Za-z0-9_.-]{0,39}))?\s*", re.IGNORECASE)
+DEFAULT_MODEL = "default"  # `/model default`: back to models.main
 
 HELP_TEXT = "\n".join(
     (
@@ -43,18 +49,41 @@ HELP_TEXT = "\n".join(
         "/status — model, context used, memories",
         "/skills — the procedures I can follow here",
         "/agents — the sub-agents working for this conversation",
+        "/model — the models; /model NAME chooses one for this conversation (/model default goes back)",
         "/prompt server:name args — send an MCP server's prompt (/prompt alone lists them)",
         "/help — this list",
     )
 )
 
 
-def parse_command(text: str) -> Command | None:
+@dataclass(frozen=True, slots=True)
+class ChatCommand:
+    name: Command
+    argument: str | None = None  # /model NAME
+
+
+def parse_command(text: str) -> ChatCommand | None:
     """The command ``text`` is, or None when it is a message for the model."""
     match = _COMMAND.fullmatch(text)
     if match is None:
         return None
-    return _ALIASES.get(match.group(1).lower())
+    name = _ALIASES.get(match.group(1).lower())
+    argument = match.group(2)
+    if name is None or (argument is not None and name not in _TAKES_ARGUMENT):
+        return None
+    return ChatCommand(name, argument)
+
+
+def models_text(models: Mapping[str, str], current: str, pinned: bool) -> str:
+    """``/model``: the model in use and the ones a person may choose (``models``: each
+    name under ``models`` and its model id, main first)."""
+    chosen = "chosen for this conversation" if pinned else "the default"
+    available = ", ".join(f"{name} ({model})" for name, model in models.items())
+    model = models.get(current) or next(iter(models.values()), "")
+    return (
+        f"Model: {current} ({model}), {chosen}. Available: {available}. "
+        f"/model NAME chooses one for this conversation; /model {DEFAULT_MODEL} goes back to main."
+    )
 
 
 @dataclass(frozen=True, slots=True)

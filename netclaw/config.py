@@ -71,6 +71,10 @@ class ProviderConfig(_Section):
     api_key_env: str | None = None
     timeout_s: float = Field(180.0, gt=0)
     max_retries: int = Field(4, ge=0, le=10)
+    # Provider prompt caching: Anthropic `cache_control` breakpoints, an OpenAI-compatible
+    # per-session `prompt_cache_key`. `off` for a server that rejects fields it does not know.
+    prompt_cache: Literal["auto", "off"] = "auto"
+    cache_ttl: Literal["5m", "1h"] = "5m"  # Anthropic: how long a cached prefix lives
 
     _env = field_validator("api_key_env")(_check_env_name)
 
@@ -91,12 +95,29 @@ class ProviderConfig(_Section):
         return f"its key {self.api_key_env} is not set: {where_to_put(self.api_key_env)}"
 
 
+class Price(_Section):
+    """What a model costs per million tokens, in ``spend.currency``. A cached read or a
+    cache write without its own price costs as much as input."""
+
+    input: float = Field(ge=0)
+    output: float = Field(ge=0)
+    cache_read: float | None = Field(None, ge=0)
+    cache_write: float | None = Field(None, ge=0)
+
+
+_MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,39}")
+
+
 class ModelConfig(_Section):
     provider: str = "local"
     model: str = "qwen3:8b"
     context_window: int = Field(32768, gt=0)
     max_output_tokens: int = Field(4096, gt=0)
     vision: bool = False  # reads images: attached ones go to it as image parts
+    # Models (names under `models`) a turn goes on with, in order, when this one stays
+    # rate-limited, overloaded, unavailable or silent after its retries.
+    fallbacks: list[str] = []
+    price: Price | None = None  # None: its tokens are counted, not priced
 
     @model_validator(mode="after")
     def _output_fits(self) -> ModelConfig:
@@ -109,8 +130,44 @@ class ModelConfig(_Section):
 
 
 class ModelsConfig(_Section):
+    """``main`` (what sessions use unless a person pins another), ``compaction`` (the
+    summaries and memory flushes; main's when absent), and any other named models, for
+    fallbacks and ``/model NAME``."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    __pydantic_extra__: dict[str, ModelConfig] = Field(init=False)
+
     main: ModelConfig = ModelConfig()
     compaction: ModelConfig | None = None
+
+    @model_validator(mode="after")
+    def _names_and_fallbacks(self) -> ModelsConfig:
+        named = self.named()
+        for name in named:
+            if not _MODEL_NAME.fullmatch(name):
+                raise ValueError(
+                    f"model name {name!r}: use letters, digits, '_', '.' or '-' (at most 40), "
+                    "starting with a letter or digit"
+                )
+        for name, model in named.items():
+            for fallback in model.fallbacks:
+                if fallback == name:
+                    raise ValueError(f"{name}.fallbacks: a model cannot be its own fallback")
+                if fallback not in named:
+                    known = ", ".join(sorted(named))
+                    raise ValueError(f"{name}.fallbacks: {fallback!r} is not a model here (models: {known})")
+        return self
+
+    def named(self) -> dict[str, ModelConfig]:
+        """Every model by its name: ``main``, ``compaction`` when set, then the others."""
+        found = {"main": self.main}
+        if self.compaction is not None:
+            found["compaction"] = self.compaction
+        found.update(self.model_extra or {})
+        return found
+
+    def get(self, name: str) -> ModelConfig | None:
+        return self.named().get(name)
 
 
 class SessionConfig(_Section):
@@ -132,10 +189,23 @@ class SessionConfig(_Section):
     max_subagent_depth: int = Field(1, ge=0)
     subagent_wait_s: float = Field(90.0, gt=0)
     subagent_budget_tokens: int | None = Field(None, gt=0)
+    max_cost_per_day: float | None = Field(None, gt=0)  # spend guard: money per UTC day (spend.currency)
 
 
 class HistoryConfig(_Section):
     trim_budget_tokens: int | None = Field(None, gt=0)
+    # A trim (over the budget) cuts down to this fraction of it, so the next trim — which
+    # moves the start of the prompt and so breaks the provider's cache — is many turns away.
+    low_water: float = Field(0.6, gt=0, le=1)
+
+
+class SpendConfig(_Section):
+    """The whole daemon's spend guard, per UTC day (each session's is under ``session``),
+    and the currency the models' prices are in."""
+
+    currency: str = Field("USD", min_length=1, max_length=8)
+    max_tokens_per_day: int | None = Field(None, gt=0)
+    max_cost_per_day: float | None = Field(None, gt=0)
 
 
 class GatewayConfig(_Section):
@@ -633,6 +703,7 @@ class Settings(BaseSettings):
     models: ModelsConfig = ModelsConfig()
     session: SessionConfig = SessionConfig()
     history: HistoryConfig = HistoryConfig()
+    spend: SpendConfig = SpendConfig()
     gateway: GatewayConfig = GatewayConfig()
     webhooks: SerializeAsAny[ChannelSection] = Field(
         default_factory=_section_default("webhooks", ChannelSection)
@@ -690,9 +761,8 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _references_exist(self) -> Settings:
-        for role in ("main", "compaction"):
-            model: ModelConfig | None = getattr(self.models, role)
-            if model is not None and model.provider not in self.providers:
+        for role, model in self.models.named().items():
+            if model.provider not in self.providers:
                 known = ", ".join(sorted(self.providers)) or "none"
                 raise ValueError(
                     f"models.{role}.provider: {model.provider!r} is not a configured provider "
@@ -712,8 +782,14 @@ class Settings(BaseSettings):
     # Derived values, so the rule lives in one place.
     @property
     def trim_budget_tokens(self) -> int:
-        main = self.models.main
-        return self.history.trim_budget_tokens or main.context_window - main.max_output_tokens
+        return self.trim_budget_of(self.models.main)
+
+    def trim_budget_of(self, model: ModelConfig) -> int:
+        """What the model-visible history may take of ``model``'s window (the configured
+        budget never more than the window leaves for the answer)."""
+        room = model.context_window - model.max_output_tokens
+        configured = self.history.trim_budget_tokens
+        return min(configured, room) if configured is not None else room
 
     def audience(self, name: str) -> AudienceConfig:
         return self.audiences.get(name) or DEFAULT_AUDIENCES.get(name, AudienceConfig())  # type: ignore[call-overload]

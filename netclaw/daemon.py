@@ -54,13 +54,14 @@ from netclaw.persistence import (
 )
 from netclaw.policy import channel_of
 from netclaw.provider_health import ProviderHealth, WatchedProvider
-from netclaw.providers import Provider, make_provider
+from netclaw.providers import Provider, make_providers
 from netclaw.questions_api import question_routes
 from netclaw.runtime import IoLoop
 from netclaw.scheduler import Clock, Scheduler
 from netclaw.service import Notifier, SignalWaiter, heartbeat
 from netclaw.sessions import SessionActor, SessionDeps, SessionManager
 from netclaw.skills import LiveSkills, load_skills
+from netclaw.spend import SpendLedger, Spent, next_midnight, utc_day
 from netclaw.subagents import Subagents
 from netclaw.system import ensure_writable_dir
 from netclaw.tools import Questions, ToolRegistry, build_registry, reminder_tools, subagent_tools
@@ -115,20 +116,20 @@ class Daemon:
         settings: Settings,
         *,
         config_path: str | None = None,
-        provider_factory: Callable[[Settings], Provider] | None = None,
+        provider_factory: Callable[[Settings], Mapping[str, Provider]] | None = None,
         clock: Clock | None = None,
         log_level: str | None = None,
     ) -> None:
         self.live = LiveSettings(settings)
         self.log_level = log_level  # `run --log-level`: beats log.level, also across reloads
         self.config_path = config_path
-        self._provider_factory = provider_factory or _default_provider
+        self._provider_factory = provider_factory or make_providers
         self._clock = clock  # the scheduler's (tests inject one that does not sleep)
         self._lock = DataDirLock(settings.data_dir)
         self.io: IoLoop | None = None
         self.journal: Journal | None = None
-        self.provider: Provider | None = None
-        self.compaction_provider: Provider | None = None
+        self.providers: dict[str, Provider] = {}  # by name under `providers`
+        self.ledger = SpendLedger()  # the whole daemon's spend today (every session reads it)
         self.memory: MemoryStore | None = None
         self.forwarder: Forwarder | None = None
         self.cluster: ClusterNode | None = None  # several nodes: drain, move, rebalance
@@ -186,10 +187,13 @@ class Daemon:
             memory = make_memory(self.settings)
             self.io.run(memory.open())
             self.memory = memory
+            # Each provider a model names, once; the main model's is watched (/healthz's provider).
             main = self.settings.models.main
             self.provider_health = ProviderHealth(main.provider, main.model)
-            self.provider = WatchedProvider(self._provider_factory(self.settings), self.provider_health)
-            self.compaction_provider = _compaction_provider(self.settings)
+            providers = dict(self._provider_factory(self.settings))
+            providers[main.provider] = WatchedProvider(providers[main.provider], self.provider_health)
+            self.providers = providers
+            self.io.run(self._seed_ledger(journal))
             self.load_skills()
             self.tools = tools = build_registry(
                 self.settings, self.memory, lambda: self.live.current, skills=self.skills
@@ -205,22 +209,21 @@ class Daemon:
             )
             tools.add_source(self.mcp)
             self.io.run(self.mcp.start(MCP_START_WAIT_S), MCP_START_WAIT_S + 10)
-            io, provider = self.io, self.provider
-            compaction_provider = self.compaction_provider
+            io, providers, ledger = self.io, self.providers, self.ledger
             questions = self.questions = Questions()
             self.manager = SessionManager(
                 lambda manager: SessionDeps(
                     io,
                     journal,
-                    provider,
+                    providers,
                     tools,
                     self.live,
                     manager,
                     memory,
-                    compaction_provider,
                     metrics,
                     questions=questions,
                     skills=self.skills,
+                    ledger=ledger,
                 )
             )
             self.manager.on_session_stopped(HeapTrimmer(io.loop).session_stopped)
@@ -347,6 +350,21 @@ class Daemon:
         for supervisor in self._supervisors.values():
             if isinstance(supervisor, LeasedSupervisor):
                 await supervisor.start()
+
+    @property
+    def provider(self) -> Provider | None:
+        """The provider of models.main (the one the start-up probe checks)."""
+        return self.providers.get(self.settings.models.main.provider)
+
+    async def _seed_ledger(self, journal: Journal) -> None:
+        """What was spent today before this process started counts toward the daemon's cap."""
+        now = time.time()
+        day = utc_day(now)
+        since = next_midnight(now) - 86_400
+        rows = await journal.usage("day", since)
+        self.ledger.seed(
+            day, Spent(sum(r.input_tokens + r.output_tokens for r in rows), sum(r.cost for r in rows))
+        )
 
     def apply_log_config(self) -> None:
         config = self.settings.log
@@ -524,8 +542,7 @@ class Daemon:
         self.access = None
         self.manager = None
         self.journal = None
-        self.provider = None
-        self.compaction_provider = None
+        self.providers = {}
         self.memory = None
         self.forwarder = None
         self.cluster = None
@@ -566,12 +583,7 @@ class Daemon:
         """What the sessions used, in reverse order of opening; each step isolated."""
         closers: list[tuple[str, Any, float]] = [
             ("stop MCP servers", self.mcp.stop() if self.mcp else None, 10),
-            ("close the provider", self.provider.aclose() if self.provider else None, 5),
-            (
-                "close the compaction provider",
-                self.compaction_provider.aclose() if self.compaction_provider else None,
-                5,
-            ),
+            *((f"close provider {name}", provider.aclose(), 5) for name, provider in self.providers.items()),
             ("close the memory store", self.memory.close() if self.memory else None, 5),
             ("close the reminder store", self.reminders.close() if self.reminders else None, 5),
             ("close the audit and token store", self.access.close() if self.access else None, 5),
@@ -679,19 +691,6 @@ async def _call(fn: Callable[..., Any], *args: Any) -> Any:
 
 def _is_ours(ref: pykka.ActorRef[Any]) -> bool:
     return ref.actor_class is SessionActor
-
-
-def _compaction_provider(settings: Settings) -> Provider | None:
-    """A separate provider only when models.compaction names a different one."""
-    compaction = settings.models.compaction
-    if compaction is None or compaction.provider == settings.models.main.provider:
-        return None
-    return make_provider(compaction.provider, settings.providers[compaction.provider])
-
-
-def _default_provider(settings: Settings) -> Provider:
-    main = settings.models.main
-    return make_provider(main.provider, settings.providers[main.provider])
 
 
 def run_daemon(config_path: str | None, log_level: str | None = None) -> int:

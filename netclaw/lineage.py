@@ -175,7 +175,7 @@ class ChildTask:
 class ChildReport:
     """One recorded turn of a child, owed to its parent until the parent admitted it.
     ``of_task``: the turn answered the task the parent gave (not a later message someone
-    sent the child); ``tokens``: what the turn spent, charged to the parent."""
+    sent the child); ``tokens`` and ``cost``: what the turn spent, charged to the parent."""
 
     parent: str
     n: int
@@ -185,6 +185,7 @@ class ChildReport:
     error: str | None = None
     tokens: int = 0
     of_task: bool = True
+    cost: float = 0.0
 
     @property
     def child(self) -> str:
@@ -204,6 +205,7 @@ class ChildReport:
             "error": self.error,
             "tokens": self.tokens,
             "of_task": self.of_task,
+            "cost": self.cost,
         }
 
     @classmethod
@@ -220,6 +222,7 @@ class ChildReport:
             error=None if d.get("error") is None else str(d["error"]),
             tokens=int(d.get("tokens", 0)),
             of_task=bool(d.get("of_task", True)),
+            cost=float(d.get("cost", 0.0)),
         )
 
 

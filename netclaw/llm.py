@@ -27,6 +27,9 @@ class ProviderRequest:
     tools: Sequence[ToolSchema] = ()
     max_output_tokens: int = 4096
     vision: bool = False  # the model reads images: attached ones go as image parts
+    # Groups a session's requests for the provider's prompt cache (OpenAI's prompt_cache_key);
+    # None: no caching hint.
+    cache_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,13 @@ class MessageKind(StrEnum):
     CHAT = "chat"
     TRIM_BREADCRUMB = "trim_breadcrumb"
     COMPACTION_SUMMARY = "compaction_summary"
+    # The volatile tail of a turn (the time, recalled memories, a restart notice): user-role
+    # context netclaw adds after the newest user message and records with its turn.
+    CONTEXT = "context"
+
+
+# How a volatile tail's text begins (the model reads it as netclaw's note, not the user's).
+CONTEXT_OPEN = "[netclaw context for this turn; not written by the user]"
 
 
 _NO_EXTRA: Mapping[str, Any] = MappingProxyType({})

@@ -49,6 +49,12 @@ class Metrics:
         self.tokens = Counter(
             "netclaw_provider_tokens", "Tokens the provider reported, by kind", ["kind"], registry=r
         )
+        self.cost = Counter(
+            "netclaw_cost",
+            "What model calls cost at the configured prices (spend.currency), by model",
+            ["model"],
+            registry=r,
+        )
         self.compactions = Counter(
             "netclaw_compactions", "Compactions, by the tiers that ran", ["tiers"], registry=r
         )

@@ -48,6 +48,7 @@ OutputEvent = Literal[
     "input_answered",
     "subagent_started",
     "subagent_finished",
+    "model_switched",
 ]
 
 TurnEnd = Literal["completed", "failed", "cancelled"]
@@ -172,13 +173,23 @@ class ToolProgress(OutputBase):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Usage(OutputBase):
+    """One model call's tokens: ``input_tokens`` is the whole prompt, of which
+    ``cache_read_tokens`` were read from the provider's prompt cache and
+    ``cache_write_tokens`` written to it; ``cost`` at the model's price (``spend.currency``;
+    0 when the model has no price)."""
+
     event: ClassVar[OutputEvent] = "usage"
     bit: ClassVar[OutputFilter | None] = OutputFilter.USAGE
     droppable: ClassVar[bool] = True
+    omit_if_none: ClassVar[frozenset[str]] = frozenset({"model"})
     turn: int
     input_tokens: int
     output_tokens: int
     context_window: int
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    cost: float = 0.0
+    model: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -352,6 +363,20 @@ class SubagentFinished(OutputBase):
     summary: str  # a one-line preview of the answer or of what went wrong
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelSwitched(OutputBase):
+    """The session's model changed (names under ``models``): a turn went on with a fallback
+    (``turn`` set; ``reason`` the error code of the model that failed), or a person chose
+    one (``reason`` ``pinned``, or ``default`` back to main: from the next turn on)."""
+
+    event: ClassVar[OutputEvent] = "model_switched"
+    omit_if_none: ClassVar[frozenset[str]] = frozenset({"turn"})
+    from_model: str
+    to_model: str
+    reason: str
+    turn: int | None = None
+
+
 Output = (
     Text
     | TextDelta
@@ -376,6 +401,7 @@ Output = (
     | InputAnswered
     | SubagentStarted
     | SubagentFinished
+    | ModelSwitched
 )
 
 OUTPUT_TYPES: Mapping[str, type[Output]] = {cls.event: cls for cls in get_args(Output)}

@@ -12,6 +12,7 @@ import datetime as dt
 import json
 import logging
 import math
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -68,7 +69,8 @@ def retry_after_header(seconds: float | None = None) -> str:
 
 def submission_response(admission: Admission, outcome: TurnOutcome | None) -> web.Response:
     """The answer to a submitted message: 202 once durable; with ``wait``, 200 and the reply,
-    or 502 with the turn's error."""
+    429 with ``Retry-After`` when a spend guard stopped the turn (it resets at UTC
+    midnight), or 502 with the turn's error."""
     answer: dict[str, Any] = {"session_id": admission.session_id, "message_id": admission.message_id}
     if admission.duplicate:
         answer["duplicate"] = True
@@ -77,9 +79,23 @@ def submission_response(admission: Admission, outcome: TurnOutcome | None) -> we
     answer["turn"] = outcome.turn
     if outcome.status != "completed":
         err = outcome.error or {"code": "turn_failed", "message": f"the turn {outcome.status}"}
-        return error_response(502, err["code"], err["message"], {**answer, "status": outcome.status})
+        extra = {**answer, "status": outcome.status}
+        if err["code"] == "spend_limit":
+            response = error_response(429, err["code"], err["message"], {**extra, "cap": err.get("cap")})
+            response.headers["Retry-After"] = str(_seconds_until(err.get("resets_at")))
+            return response
+        return error_response(502, err["code"], err["message"], extra)
     answer["reply"] = outcome.reply
     return web.json_response(answer, status=200)
+
+
+def _seconds_until(when: str | None) -> int:
+    """Whole seconds until an ISO-8601 time (at least 1; an hour when it is unknown)."""
+    try:
+        at = dt.datetime.fromisoformat(when or "").timestamp()
+    except ValueError:
+        return 3600
+    return max(1, math.ceil(at - time.time()))
 
 
 @web.middleware

@@ -88,13 +88,18 @@ def _parser() -> argparse.ArgumentParser:
 
     sessions = with_config(
         sub.add_parser(
-            "sessions", help="list, show, reset, cancel or delete sessions; a session's sub-agents"
+            "sessions",
+            help="list, show, reset, cancel or delete sessions; a session's sub-agents; choose its model",
         )
     )
     sessions.add_argument(
-        "action", nargs="?", choices=["list", "show", "children", "reset", "cancel", "rm"], default="list"
+        "action",
+        nargs="?",
+        choices=["list", "show", "children", "reset", "cancel", "model", "rm"],
+        default="list",
     )
     sessions.add_argument("session_id", nargs="?")
+    sessions.add_argument("name", nargs="?", help="model: the model to choose (`default`: back to main)")
     sessions.add_argument("--json", action="store_true")
     sessions.add_argument("--context", action="store_true", help="show: the model-visible projection")
     sessions.add_argument("--memories", action="store_true", help="rm: also forget what was learnt in it")
@@ -185,7 +190,9 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true")
     status.set_defaults(func=cmd_status)
 
-    usage = with_config(sub.add_parser("usage", help="provider tokens per session, day or model"))
+    usage = with_config(
+        sub.add_parser("usage", help="provider tokens and their cost per session, day or model")
+    )
     usage.add_argument("--by", choices=["session", "day", "model"], default="session")
     usage.add_argument("--since", metavar="DATE", help="ISO date or date-time, UTC (e.g. 2026-11-01)")
     usage.add_argument("--json", action="store_true")

@@ -56,6 +56,14 @@ def cmd_sessions(args: argparse.Namespace) -> int:
                     print(
                         f"cancelled turn {answer['turn']}" if answer["cancelled"] else "nothing was running"
                     )
+            case "model":
+                choice = client.model(args.session_id, args.name)
+                if args.json:
+                    _print_json(choice)
+                else:
+                    how = "chosen" if choice["pinned"] else "the default"
+                    print(f"{args.session_id}: model {choice['model']} ({choice['model_id']}), {how}")
+                    print(f"available: {', '.join(choice['available'])}")
             case "rm":
                 client.delete(args.session_id, memories=args.memories)
                 if args.json:

@@ -157,7 +157,8 @@ class Conversation:
     def send(self, line: str) -> bool:
         """Send one line and wait for its turn. False when the person asked to leave."""
         self.view.turn_done.clear()
-        command = parse_command(line)
+        parsed = parse_command(line)
+        command = parsed.name if parsed is not None else None
         if command == "reset":  # its answer says it; the session's own notice would say it twice
             self.view.own_resets += 1
         try:
@@ -297,8 +298,9 @@ class ChatView:
                 return f"  [tool] {name}({arguments})\n"
             case out.ToolResult(content=content, is_error=is_error):
                 return f"  [{'error' if is_error else 'result'}] {content[:300]}\n"
-            case out.Usage(input_tokens=tokens_in, output_tokens=tokens_out):
-                return f"  [usage] in {tokens_in} / out {tokens_out} tokens\n"
+            case out.Usage(input_tokens=tokens_in, output_tokens=tokens_out, cache_read_tokens=cached):
+                read = f" ({cached} from cache)" if cached else ""
+                return f"  [usage] in {tokens_in}{read} / out {tokens_out} tokens\n"
             case out.Error(code="cancelled"):
                 return ""  # a stopped reply is announced by the turn's end, not as an error
             case out.Error(code=code, message=message):

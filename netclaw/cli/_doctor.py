@@ -234,12 +234,15 @@ class _SettingsOnly:
 
 
 def _doctor_provider(settings: Settings, report: Any) -> bool:
-    """The main (and a separate compaction) provider: its key set, the server reachable,
-    and the model one it serves (where it lists its models)."""
+    """Every model's provider (main, compaction, fallbacks, the ones people may choose):
+    its key set, the server reachable, and the model served (where it lists its models).
+    A provider and model named by several entries is checked once."""
     good = True
-    for role, model in (("main", settings.models.main), ("compaction", settings.models.compaction)):
-        if model is None or (role == "compaction" and model == settings.models.main):
+    checked: set[tuple[str, str]] = set()
+    for model in settings.models.named().values():
+        if (model.provider, model.model) in checked:
             continue
+        checked.add((model.provider, model.model))
         good = _check_provider(settings, model.provider, model.model, report) and good
     return good
 

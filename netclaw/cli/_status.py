@@ -34,6 +34,9 @@ def key_figures(text: str) -> dict[str, Any]:
     def by(name: str, label: str) -> dict[str, int]:
         return {dict(k).get(label, ""): int(v) for k, v in samples.get(name, {}).items()}
 
+    def by_float(name: str, label: str) -> dict[str, float]:
+        return {dict(k).get(label, ""): v for k, v in samples.get(name, {}).items()}
+
     def one(name: str) -> float:
         return sum(samples.get(name, {}).values())
 
@@ -43,6 +46,7 @@ def key_figures(text: str) -> dict[str, Any]:
         "turns": by("netclaw_turns_total", "outcome"),
         "turn_seconds_mean": round(one("netclaw_turn_seconds_sum") / turn_count, 3) if turn_count else None,
         "tokens": by("netclaw_provider_tokens_total", "kind"),
+        "cost": {model: round(v, 6) for model, v in by_float("netclaw_cost_total", "model").items()},
         "approvals_pending": int(one("netclaw_approvals_pending")),
         "reminders_fired": int(one("netclaw_reminders_fired_total")),
         "compactions": int(one("netclaw_compactions_total")),
@@ -95,6 +99,8 @@ def print_status(url: str, health: dict[str, Any], figures: dict[str, Any]) -> N
     tokens = figures["tokens"]
     if tokens:
         print("tokens:    " + ", ".join(f"{n:,} {kind}" for kind, n in sorted(tokens.items())))
+    if figures["cost"]:
+        print("cost:      " + ", ".join(f"{v:.4f} {model}" for model, v in sorted(figures["cost"].items())))
     print(f"approvals: {figures['approvals_pending']} pending")
     print(f"history:   {figures['compactions']} compaction(s), {figures['history_trims']} trim(s)")
     failing = health.get("compaction_failing", {})
@@ -128,12 +134,12 @@ def cmd_usage(args: argparse.Namespace) -> int:
         print("no turns recorded" + (f" since {args.since}" if args.since else ""))
         return 0
     width = max(len(args.by), *(len(r["key"]) for r in rows))
-    print(f"{args.by:<{width}}  {'turns':>7}  {'input':>12}  {'output':>12}  {'cache read':>12}")
-    for r in rows:
-        print(
-            f"{r['key']:<{width}}  {r['turns']:>7,}  {r['input_tokens']:>12,}  "
-            f"{r['output_tokens']:>12,}  {r['cache_read_tokens']:>12,}"
-        )
-    total = [sum(r[k] for r in rows) for k in ("turns", "input_tokens", "output_tokens", "cache_read_tokens")]
-    print(f"{'total':<{width}}  {total[0]:>7,}  {total[1]:>12,}  {total[2]:>12,}  {total[3]:>12,}")
+    keys = ("turns", "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
+    print(
+        f"{args.by:<{width}}  {'turns':>7}  {'input':>12}  {'output':>12}  {'cache read':>12}  "
+        f"{'cache write':>12}  {'cost ' + rows[0].get('currency', ''):>12}"
+    )
+    for r in [*rows, {"key": "total", **{k: sum(r.get(k, 0) for r in rows) for k in (*keys, "cost")}}]:
+        counts = "  ".join(f"{r.get(k, 0):>{7 if k == 'turns' else 12},}" for k in keys)
+        print(f"{r['key']:<{width}}  {counts}  {r.get('cost', 0.0):>12.4f}")
     return 0

@@ -33,9 +33,19 @@ from netclaw import attachments
 from netclaw.attachments import IncomingFile, check_files
 from netclaw.audit import AuditEntry
 from netclaw.cluster import Routing
-from netclaw.commands import HELP_TEXT, Command, PromptCommand, PromptSyntaxError, parse_command, parse_prompt
+from netclaw.commands import (
+    DEFAULT_MODEL,
+    HELP_TEXT,
+    ChatCommand,
+    Command,
+    PromptCommand,
+    PromptSyntaxError,
+    models_text,
+    parse_command,
+    parse_prompt,
+)
 from netclaw.config import ChannelAccess, LiveSettings, Settings
-from netclaw.context_view import offered_tools, with_recall
+from netclaw.context_view import offered_tools
 from netclaw.errors import (
     ApprovalNotFound,
     InvalidInput,
@@ -62,7 +72,7 @@ from netclaw.lineage import (
     report_text,
 )
 from netclaw.mcp import McpHub, PromptExpansion, expand_prompt
-from netclaw.messages import Attachment, ChatMessage, PriorMessage, bounded_prior, prior_block
+from netclaw.messages import Attachment, ChatMessage, MessageKind, PriorMessage, bounded_prior, prior_block
 from netclaw.outputs import OutputFilter
 from netclaw.persistence import (
     AccessLogic,
@@ -92,8 +102,10 @@ from netclaw.sessions import (
     ListChildren,
     ListUndelivered,
     MarkDelivered,
+    ModelChoice,
     OwedReports,
     PendingApproval,
+    PinModel,
     RecordSpawn,
     ReportStatus,
     Reset,
@@ -557,8 +569,8 @@ class Gateway:
         if command is not None:
             check_inbound(inbound)
             role = role_for(self.settings, f"{permit.event.platform}:{permit.event.user_id}")
-            if not may_command(self.settings, role, command):
-                raise NotPermitted(refusal(role, f"/{command}"))
+            if not may_command(self.settings, role, command.name):
+                raise NotPermitted(refusal(role, f"/{command.name}"))
             return await self.command(inbound.session_id, command, by=inbound.user or permit.event.user_id)
         admission, _ = await self.submit(inbound)
         return admission
@@ -590,9 +602,19 @@ class Gateway:
 
     # -- control --------------------------------------------------------------------------------
 
-    async def command(self, session_id: str, command: Command, *, by: str) -> CommandDone:
+    async def command(self, session_id: str, command: ChatCommand, *, by: str) -> CommandDone:
         """Run a chat command and tell the session's subscribers its answer."""
-        match command:
+        match command.name:
+            case "model" if command.argument is not None:
+                wanted = None if command.argument.lower() == DEFAULT_MODEL else command.argument
+                choice = await self.pin_model(session_id, wanted, by=by, announce=False)
+                notice = (
+                    f"This conversation uses model {choice.model} ({choice.model_id}) from its next turn."
+                )
+            case "model":
+                report = await self.status(session_id)
+                named = {name: model.model for name, model in self.settings.models.named().items()}
+                notice = models_text(named, report.model_name, report.pinned)
             case "reset":
                 await self.reset(session_id, by=by)
                 notice = "Started afresh: I no longer see our earlier conversation (the transcript is kept)."
@@ -615,7 +637,21 @@ class Gateway:
                     "Send an MCP server's prompt with /prompt server:name args; /prompt alone lists them."
                 )
         self._manager.route(session_id, Announce(notice, "command"))
-        return CommandDone(session_id, command, notice)
+        return CommandDone(session_id, command.name, notice)
+
+    async def model_of(self, session_id: str) -> ModelChoice:
+        """The model a session uses (from its status: a passivated session starts for it)."""
+        report = await self.status(session_id)
+        available = tuple(self.settings.models.named())
+        return ModelChoice(session_id, report.model_name, report.model, report.pinned, available)
+
+    async def pin_model(
+        self, session_id: str, model: str | None, *, by: str = "api", announce: bool = True
+    ) -> ModelChoice:
+        """Choose the session's model from its next turn on (None: back to models.main);
+        InvalidInput naming the models when there is no such model. ``announce``: the
+        session tells its subscribers in a notice (a chat command's answer is its own)."""
+        return await self._ask(session_id, lambda reply: PinModel(model, by, reply, announce))
 
     async def cancel(self, session_id: str, *, by: str = "api") -> int | None:
         """Stop the running turn (recorded as cancelled; queued messages go on). The turn's
@@ -636,11 +672,21 @@ class Gateway:
     async def status_text(self, session_id: str) -> str:
         report = await self.status(session_id)
         used = round(100 * report.context_tokens / report.context_window) if report.context_window else 0
+        named = ""  # main by default: no need to say
+        if report.pinned or report.model_name != "main":
+            named = f" ({report.model_name}{', chosen for this conversation' if report.pinned else ''})"
+        cost = f", {report.cost_today:.4f} {report.currency}" if report.cost_today else ""
         parts = [
-            f"Model {report.model}, {report.phase}",
+            f"Model {report.model}{named}, {report.phase}",
             f"context {report.context_tokens} of {report.context_window} tokens ({used}%)",
             f"{report.turns} turn(s), {report.queued} queued",
+            f"today {report.tokens_today:,} tokens{cost}",
         ]
+        if report.last_input_tokens:
+            share = round(100 * report.last_cache_read_tokens / report.last_input_tokens)
+            parts.append(
+                f"last prompt {report.last_input_tokens:,} tokens, {share}% from the provider's cache"
+            )
         if report.approvals:
             parts.append(f"waiting for approval of {', '.join(report.approvals)}")
         if self._reminders is not None:
@@ -971,21 +1017,20 @@ class Gateway:
             )
             messages = await asyncio.to_thread(build_context, state, prompt)
             resumed_at = self._manager.continuity_of(session_id)
-            if resumed_at is not None:  # what the next model call carries, until it has
-                messages.insert(1, continuity_notice(resumed_at, time.time()))
-            place, settings = state.place, self.settings
-            messages = await with_recall(
-                messages, session_id=session_id, place=place, settings=settings, memory=self._memory
-            )
-            tools = offered_tools(session_id, place, settings, self._tools)
+            if resumed_at is not None:  # the tail the next model call records, until it has
+                messages.append(continuity_notice(resumed_at, time.time()))
+            tools = offered_tools(session_id, state.place, settings, self._tools)
             return SessionView(summary, "context", messages, tools=tools)
+        # The transcript is what was said: netclaw's notes to the model (a turn's tail) are not.
+        note = MessageKind.CONTEXT
+        said = [m for m in state.transcript if m.kind is not note]
         return SessionView(
             summary,
             "transcript",
-            state.transcript,
+            said,
             state.inbox,
             state.failures,
-            kept_from=state.kept_from,
+            kept_from=sum(1 for m in state.transcript[: state.kept_from] if m.kind is not note),
             compactions=state.compactions,
             trimmed=state.trimmed,
             summarized=state.summary is not None,

@@ -4,6 +4,10 @@ A turn runs from a real user message up to the next one, so dropping whole
 turns can never separate a tool call from its results. The pinned head
 (system messages and compaction summaries before the first turn) is always
 kept; the newest turn is always kept whole, even when it alone is over budget.
+
+A trim starts only over the budget but cuts down to a lower ``target`` (the low-water
+mark): every trim moves the start of the prompt, which costs the provider's prompt cache
+the whole conversation, so it should buy room for many turns, not one.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ class TrimResult:
     budget: int
     trimmed: bool
     first_kept_id: str | None  # first message of the first kept turn
+    target: int | None = None  # what a trim cut down to (None: the budget)
 
 
 def is_breadcrumb(message: ChatMessage) -> bool:
@@ -72,15 +77,20 @@ def trim_to_budget(
     count_message: Callable[[ChatMessage], int],
     fixed: int = 0,
     counts: Sequence[int] | None = None,
+    *,
+    target: int | None = None,
 ) -> TrimResult:
-    """Drop the oldest whole turns until the projection's tokens fit ``budget``.
+    """Over ``budget``: drop the oldest whole turns until the projection's tokens fit
+    ``target`` (the low-water mark, at most ``budget``; default: the budget itself).
 
     The projection's tokens are ``fixed`` (priming, tool schemas) plus the sum of
     ``count_message`` over its messages. Each message is counted once and the
     cut is found with suffix sums, so a trim is one pass over the history.
     ``counts``, if given, are the messages' counts already computed (in order).
-    Idempotent: trimming the output again with the same budget changes nothing.
+    A projection within the budget is never touched (however far above the target), so
+    trimming the output again with the same budget and target changes nothing.
     """
+    goal = budget if target is None else min(target, budget)
     original = tuple(messages)
     counts = list(map(count_message, original)) if counts is None else list(counts)
     tokens_before = fixed + sum(counts)
@@ -126,7 +136,7 @@ def trim_to_budget(
     # turn starts (drop at least one turn, at most all but the newest).
     cum = [0, *accumulate(body_counts)]
     crumb_tokens = count_message(make_breadcrumb(body[body_starts[-1]]))  # same text for every cut
-    need = cum[-1] + fixed + pinned_tokens + crumb_tokens - budget  # cum[start_k] must reach this
+    need = cum[-1] + fixed + pinned_tokens + crumb_tokens - goal  # cum[start_k] must reach this
     start_cums = [cum[i] for i in body_starts]
     dropped = min(max(bisect_left(start_cums, need), 1), len(body_starts) - 1)
     cut = body_starts[dropped]
@@ -143,4 +153,5 @@ def trim_to_budget(
         budget=budget,
         trimmed=True,
         first_kept_id=body[cut].id,
+        target=goal,
     )

@@ -147,13 +147,21 @@ UsageKey = Literal["session", "day", "model"]
 
 @dataclass(frozen=True, slots=True)
 class UsageRow:
-    """Provider tokens of recorded turns, summed per session, UTC day or model."""
+    """Provider tokens of recorded turns and what they cost, summed per session, UTC day or
+    model. ``input_tokens`` are whole prompts, cached parts included."""
 
     key: str
     turns: int
     input_tokens: int
     output_tokens: int
     cache_read_tokens: int
+    cache_write_tokens: int = 0
+    cost: float = 0.0  # at the models' prices when the turns were recorded (spend.currency)
+
+    @classmethod
+    def from_row(cls, r: Sequence[Any]) -> UsageRow:
+        """From the columns every store's usage query selects, in this order."""
+        return cls(str(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]), round(float(r[6]), 9))
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -162,6 +170,8 @@ class UsageRow:
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
             "cache_read_tokens": self.cache_read_tokens,
+            "cache_write_tokens": self.cache_write_tokens,
+            "cost": self.cost,
         }
 
 

@@ -90,6 +90,11 @@ class MemoryStore(Protocol):
         With ``scope``, only memories made there or audience-wide ones (scope NULL)."""
         ...
 
+    def may_have(self, audience: str) -> bool:
+        """False only when the store knows it holds no memory of ``audience`` (then a
+        session skips recall: no round trip to the loop for nothing). Cheap, any thread."""
+        ...
+
     async def listing(
         self,
         *,
@@ -242,6 +247,9 @@ class SqliteMemoryStore:
         if stored:
             self._audiences.add(audience)
         return stored
+
+    def may_have(self, audience: str) -> bool:
+        return audience in self._audiences  # this process is the only writer (the data_dir lock)
 
     async def search(
         self, query: str, *, audience: str | None = None, scope: str | None = None, limit: int = 5

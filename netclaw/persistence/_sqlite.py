@@ -220,23 +220,30 @@ class SqliteJournal(WriterJournal):
     async def usage(
         self, by: UsageKey, since: float | None = None, sessions: Sequence[str] | None = None
     ) -> list[UsageRow]:
-        # A turn's totals are in "spent"; turns recorded before it existed have "usage".
+        # A turn's totals are in "spent"; turns recorded before it existed have "usage". A
+        # compaction's LLM calls are counted too (their rows are no turns).
         key = _USAGE_KEYS[by]
         only = " AND persistence_id IN (SELECT value FROM json_each(?))" if sessions is not None else ""
         params: tuple[Any, ...] = (since if since is not None else 0.0,)
         if sessions is not None:
             params += (json.dumps(list(sessions)),)
         rows = await self._read(
-            f"SELECT {key} AS k, COUNT(*),"
+            f"SELECT {key} AS k, SUM(type = 'TurnRecorded'),"
             " SUM(COALESCE(json_extract(payload, '$.spent.input_tokens'),"
             "              json_extract(payload, '$.usage.input_tokens'), 0)),"
             " SUM(COALESCE(json_extract(payload, '$.spent.output_tokens'),"
             "              json_extract(payload, '$.usage.output_tokens'), 0)),"
-            " SUM(COALESCE(json_extract(payload, '$.spent.cache_read_tokens'), 0))"
-            f" FROM events WHERE type = 'TurnRecorded' AND ts >= ?{only} GROUP BY k ORDER BY k",
+            " SUM(COALESCE(json_extract(payload, '$.spent.cache_read_tokens'), 0)),"
+            " SUM(COALESCE(json_extract(payload, '$.spent.cache_write_tokens'), 0)),"
+            " TOTAL(COALESCE(json_extract(payload, '$.cost'), 0))"
+            # By time on the index of these events (the planner, not knowing how recent `since`
+            # is, would scan the whole journal; the start-up spend seed asks for today only).
+            " FROM events INDEXED BY events_spend WHERE type IN ('TurnRecorded', 'SessionCompacted') AND ts >= ?"
+            " AND (type = 'TurnRecorded' OR json_extract(payload, '$.spent') IS NOT NULL)"
+            f"{only} GROUP BY k ORDER BY k",
             params,
         )
-        return [UsageRow(str(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4])) for r in rows]
+        return [UsageRow.from_row(r) for r in rows]
 
     async def close(self) -> None:
         await self._stop_writer()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from netclaw.config import ProviderConfig
+from netclaw.config import ProviderConfig, Settings
 from netclaw.errors import ConfigError
 from netclaw.providers._anthropic import AnthropicProvider
 from netclaw.providers._base import (
@@ -32,6 +32,7 @@ __all__ = [
     "classify_http_error",
     "classify_transport_error",
     "make_provider",
+    "make_providers",
 ]
 
 
@@ -42,3 +43,10 @@ def make_provider(name: str, config: ProviderConfig) -> Provider:
     if config.type == "anthropic":
         return AnthropicProvider(name, config)
     raise ConfigError(f"providers.{name}.type: unknown provider type {config.type!r}")
+
+
+def make_providers(settings: Settings) -> dict[str, Provider]:
+    """One provider for each ``providers.<name>`` some model uses (main, compaction,
+    fallbacks and the models a person may pin), by name."""
+    used = dict.fromkeys(model.provider for model in settings.models.named().values())
+    return {name: make_provider(name, settings.providers[name]) for name in used}

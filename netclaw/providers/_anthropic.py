@@ -276,7 +276,15 @@ def tool_to_wire(tool: ToolSchema) -> dict[str, Any]:
     }
 
 
-def request_body(request: ProviderRequest) -> dict[str, Any]:
+# The API allows at most this many cache_control breakpoints in one request.
+MAX_BREAKPOINTS = 4
+EXTENDED_TTL_BETA = "extended-cache-ttl-2025-04-11"  # for a 1 h cache_control ttl
+_UNMARKABLE = ("thinking", "redacted_thinking")  # blocks that cannot carry cache_control
+
+
+def request_body(request: ProviderRequest, *, cache_ttl: str | None = None) -> dict[str, Any]:
+    """The Messages API body; with ``cache_ttl`` (``5m`` or ``1h``) it marks the prompt
+    cache's breakpoints (:func:`mark_breakpoints`)."""
     system, messages = to_anthropic_messages(request.messages, vision=request.vision)
     body: dict[str, Any] = {
         "model": request.model,
@@ -284,11 +292,56 @@ def request_body(request: ProviderRequest) -> dict[str, Any]:
         "stream": True,
     }
     if system:
-        body["system"] = system
+        body["system"] = [{"type": "text", "text": system}] if cache_ttl else system
     body["messages"] = messages
     if request.tools:
         body["tools"] = [tool_to_wire(t) for t in request.tools]
+    if cache_ttl:
+        mark_breakpoints(body, cache_ttl)
     return body
+
+
+def mark_breakpoints(body: dict[str, Any], ttl: str) -> None:
+    """Put ``cache_control`` where the cached prefix of the next request ends (the API
+    caches tools → system → messages, each breakpoint closing a prefix):
+
+    1. after tools + system — they change only when the tool set or the config does;
+    2. on the message before the newest one — where the previous request of the session
+       ended (the last tool round, or the previous turn), so it reads that prefix even when
+       the newest message has many blocks;
+    3. on the newest message — what the next request will read.
+
+    Three of the four breakpoints the API allows, all with one TTL (a longer TTL must never
+    follow a shorter one)."""
+    control: dict[str, Any] = {"type": "ephemeral"}
+    if ttl != "5m":
+        control["ttl"] = ttl
+    marks: list[dict[str, Any]] = []
+    system = body.get("system")
+    if isinstance(system, list) and system:
+        marks.append(system[-1])
+    elif body.get("tools"):
+        marks.append(body["tools"][-1])
+    messages = body["messages"]
+    for message in (messages[-3] if len(messages) >= 3 else None, messages[-1] if messages else None):
+        block = _last_markable(message)
+        if block is not None and all(block is not m for m in marks):
+            marks.append(block)
+    for block in marks[:MAX_BREAKPOINTS]:
+        block["cache_control"] = dict(control)
+
+
+def _last_markable(message: dict[str, Any] | None) -> dict[str, Any] | None:
+    if message is None:
+        return None
+    blocks = message.get("content")
+    if not isinstance(blocks, list):
+        return None
+    for block in reversed(blocks):
+        if block.get("type") not in _UNMARKABLE and (block.get("type") != "text" or _has_text(block["text"])):
+            found: dict[str, Any] = block
+            return found
+    return None
 
 
 # --------------------------------------------------------------------------- assembly
@@ -516,10 +569,15 @@ class AnthropicProvider(HttpStreamingProvider[_Assembly]):
         key = self.config.api_key()
         if key:
             headers["x-api-key"] = key
+        if self._cache_ttl() == "1h":
+            headers["anthropic-beta"] = EXTENDED_TTL_BETA
         return headers
 
     def _request_body(self, request: ProviderRequest) -> dict[str, Any]:
-        return request_body(request)
+        return request_body(request, cache_ttl=self._cache_ttl())
+
+    def _cache_ttl(self) -> str | None:
+        return self.config.cache_ttl if self.config.prompt_cache == "auto" else None
 
     async def _read_whole(self, response: httpx.Response, answer: _Assembly) -> None:
         """A proxy that ignored ``stream: true`` and sent one Message object."""

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 
 from netclaw.errors import ProviderProtocolError
-from netclaw.messages import ChatMessage, ToolCall, images_of, model_text, new_id
+from netclaw.messages import ChatMessage, MessageKind, ToolCall, images_of, model_text, new_id
 from netclaw.providers._base import (
     Completion,
     Delta,
@@ -129,13 +129,47 @@ def _image_rounds(messages: Sequence[ChatMessage]) -> dict[int, list[ChatMessage
 
 
 def wire_messages(messages: Sequence[ChatMessage], vision: bool) -> list[dict[str, Any]]:
+    """Every message as it goes on the wire: a turn's tail inside its user message
+    (:func:`wire_groups`), and after a run of tool results with images, those images."""
     rounds = _image_rounds(messages) if vision else {}
     out = []
-    for i, m in enumerate(messages):
-        out.append(message_to_wire(m, vision=vision))
-        if i in rounds:
-            out.append(tool_images_message(rounds[i]))
+    end = 0
+    for group in wire_groups(messages):
+        end += len(group)
+        out.append(group_to_wire(group, vision=vision))
+        if end - 1 in rounds:
+            out.append(tool_images_message(rounds[end - 1]))
     return out
+
+
+def with_note(message: dict[str, Any], note: ChatMessage) -> dict[str, Any]:
+    """A user message with its turn's volatile tail in it (after what was said): one user
+    message, so servers whose chat templates insist on alternating roles accept it."""
+    content = message["content"]
+    if isinstance(content, list):
+        return {**message, "content": [*content, {"type": "text", "text": note.content}]}
+    return {**message, "content": f"{content}\n\n{note.content}" if content else note.content}
+
+
+def wire_groups(messages: Sequence[ChatMessage]) -> list[tuple[ChatMessage, ...]]:
+    """The messages as they go on the wire: each alone, except a turn's tail (a ``context``
+    note) right after a user message, which travels in it (a second note — a restart's —
+    too)."""
+    groups: list[tuple[ChatMessage, ...]] = []
+    for m in messages:
+        last = groups[-1] if groups else None
+        if m.kind is MessageKind.CONTEXT and last is not None and last[0].role == "user":
+            groups[-1] = (*last, m)
+        else:
+            groups.append((m,))
+    return groups
+
+
+def group_to_wire(group: tuple[ChatMessage, ...], *, vision: bool = False) -> dict[str, Any]:
+    wire = message_to_wire(group[0], vision=vision)
+    for note in group[1:]:
+        wire = with_note(wire, note)
+    return wire
 
 
 def tool_to_wire(tool: ToolSchema) -> dict[str, Any]:
@@ -149,7 +183,9 @@ def tool_to_wire(tool: ToolSchema) -> dict[str, Any]:
     }
 
 
-def request_body(request: ProviderRequest) -> dict[str, Any]:
+def request_body(request: ProviderRequest, *, cache: bool = False) -> dict[str, Any]:
+    """The chat-completions body; with ``cache`` and a request ``cache_key`` it carries the
+    session's ``prompt_cache_key`` (the server keeps a session's prefixes together)."""
     body: dict[str, Any] = {
         "model": request.model,
         "messages": wire_messages(request.messages, request.vision),
@@ -157,32 +193,52 @@ def request_body(request: ProviderRequest) -> dict[str, Any]:
         "stream_options": {"include_usage": True},
         "max_tokens": request.max_output_tokens,
     }
+    if cache and request.cache_key:
+        body["prompt_cache_key"] = request.cache_key
     if request.tools:
         body["tools"] = [tool_to_wire(t) for t in request.tools]
     return body
 
 
-def encode_request(request: ProviderRequest, wire: WireCache) -> bytes:
+def encode_request(request: ProviderRequest, wire: WireCache, *, cache: bool = False) -> bytes:
     """The JSON of :func:`request_body`, with every message and the tool set taken from
     ``wire`` (a message object never changes; one with images inline is encoded afresh,
     not kept) and joined once."""
     vision = request.vision
     cached = wire.message_json
+    context = MessageKind.CONTEXT
+    parts: list[bytes] = []
+    # One pass over thousands of messages in a long session, nothing made per message:
+    # a note (a turn's tail) replaces the part of the user message before it by the two
+    # together (the groups of wire_groups).
+    lead: ChatMessage | None = None
+    notes: tuple[ChatMessage, ...] = ()
     rounds = _image_rounds(request.messages) if vision else {}
-    parts = []
     for i, m in enumerate(request.messages):
+        if m.kind is context and lead is not None and lead.role == "user":
+            notes = (*notes, m)
+            group = (lead, *notes)
+            if vision and lead.files and images_of(lead):
+                parts[-1] = to_json(group_to_wire(group, vision=True))
+            else:
+                key = ("notes", *map(id, group), vision)
+                parts[-1] = wire.part_json(key, partial(group_to_wire, group, vision=vision), holds=group)
+            continue
+        lead, notes = m, ()
         if vision and m.role == "user" and m.files and images_of(m):
             parts.append(to_json(message_to_wire(m, vision=True)))
         else:
             parts.append(cached(m, vision, partial(message_to_wire, m, vision=vision)))
-        if i in rounds:
+        if i in rounds:  # a run of tool results with images: the images follow it
             parts.append(to_json(tool_images_message(rounds[i])))
-    head = {
+    head: dict[str, Any] = {
         "model": request.model,
         "stream": True,
         "stream_options": {"include_usage": True},
         "max_tokens": request.max_output_tokens,
     }
+    if cache and request.cache_key:
+        head["prompt_cache_key"] = request.cache_key
     pieces = [to_json(head)[:-1], b',"messages":[', b",".join(parts), b"]"]
     if request.tools:
         tools = tuple(request.tools)
@@ -365,12 +421,12 @@ class OpenAIProvider(HttpStreamingProvider[_Assembly]):
         return headers
 
     def _request_body(self, request: ProviderRequest) -> dict[str, Any]:
-        return request_body(request)
+        return request_body(request, cache=self.config.prompt_cache == "auto")
 
     def _request_content(self, request: ProviderRequest) -> bytes:
         """:func:`request_body`, assembled from each part's cached JSON text: a turn encodes
         its new messages, not the whole transcript again."""
-        return encode_request(request, self.wire)
+        return encode_request(request, self.wire, cache=self.config.prompt_cache == "auto")
 
     async def _read_whole(self, response: httpx.Response, answer: _Assembly) -> None:
         data = await self._whole_body(response)

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
         ListUndelivered,
         MarkDelivered,
         OwedReports,
+        PinModel,
         RecordSpawn,
         ReportStatus,
         Reset,
@@ -53,9 +54,9 @@ if TYPE_CHECKING:
     from netclaw.sessions._manager import SessionManager
     from netclaw.sessions._prompt import Prompt, PromptBuilder, build_context
     from netclaw.sessions._recovery import load_state
-    from netclaw.sessions._status import StatusReport
+    from netclaw.sessions._status import ModelChoice, StatusReport
     from netclaw.sessions._subscribers import OutputQueue, Sink, Subscriber, SubscriberSet, Subscription
-    from netclaw.sessions._turn import continuity_notice
+    from netclaw.sessions._tail import continuity_notice
 
 _LAZY = {
     "ManagerPort": "_deps",
@@ -74,6 +75,8 @@ _LAZY = {
     "OwedReports": "_commands",
     "RecordSpawn": "_commands",
     "SpawnAnswer": "_commands",
+    "ModelChoice": "_status",
+    "PinModel": "_commands",
     "ReportStatus": "_commands",
     "Reset": "_commands",
     "Routed": "_commands",
@@ -91,7 +94,7 @@ _LAZY = {
     "SubscriberSet": "_subscribers",
     "Subscription": "_subscribers",
     "build_context": "_prompt",
-    "continuity_notice": "_turn",
+    "continuity_notice": "_tail",
 }
 
 
@@ -119,11 +122,13 @@ __all__ = [
     "ListUndelivered",
     "ManagerPort",
     "MarkDelivered",
+    "ModelChoice",
     "OutputQueue",
     "OwedReports",
     "PendingApproval",
     "Phase",
     "PhaseMachine",
+    "PinModel",
     "Prompt",
     "PromptBuilder",
     "RecordSpawn",

@@ -81,8 +81,15 @@ class SessionActor(pykka.ThreadingActor):
             deps.io, deps.journal, self.session_id, RECOVERY_TIMEOUT_S
         )
         self._effects.recorder.recovered(state.seq, min(saved_rows, len(state.transcript)))
-        skills = deps.skills or LiveSkills()
-        env = SessionEnv(deps.live, deps.tools, has_memory=deps.memory is not None, skills=skills)
+        memory = deps.memory
+        env = SessionEnv(
+            deps.live,
+            deps.tools,
+            has_memory=memory is not None,
+            skills=deps.skills or LiveSkills(),
+            spend=deps.ledger,
+            may_recall=memory.may_have if memory is not None else lambda audience: False,
+        )
         self._session = Session(
             self.session_id, env, self._effects, resumed_at=self._resumed_at, held=self._held
         )

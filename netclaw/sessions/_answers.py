@@ -24,11 +24,7 @@ def handle(core: Core, command: Read) -> None:
     state = core.state
     match command:
         case ReportStatus(reply=reply):
-            context = core.context
-            report = status_report(
-                state, core.phase, context.prompts, context.tools(), context.settings, context.audience
-            )
-            core.answer(reply, report)
+            core.answer(reply, status_report(state, core.phase, core.context, core.now()))
         case ListApprovals(reply=reply):
             core.answer(reply, pending_approvals(core.session_id, state.pending_round))
         case MarkDelivered(turn=delivered, message_ids=ids, reply=reply):

@@ -56,6 +56,7 @@ def owed_after(
     event: TurnRecorded,
     reply: str | None,
     tokens: int,
+    cost: float = 0.0,
 ) -> Mapping[int, ChildReport]:
     """A sub-agent owes its parent every recorded turn (the parent admits each once)."""
     if task is None:
@@ -70,6 +71,7 @@ def owed_after(
         None if completed else (event.error or {}).get("message"),
         tokens,
         of_task=event.message_id == given_by,
+        cost=cost,
     )
     after = {**owed, event.turn: report}
     while len(after) > MAX_REPORTS_OWED:

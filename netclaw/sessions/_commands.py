@@ -21,7 +21,7 @@ from netclaw.runtime import Reply
 from netclaw.sessions._approvals import PendingApproval
 from netclaw.sessions._compaction import CompactionOutcome
 from netclaw.sessions._state import TurnOutcome
-from netclaw.sessions._status import StatusReport
+from netclaw.sessions._status import ModelChoice, StatusReport
 from netclaw.sessions._subscribers import Sink
 from netclaw.toolspec import ToolResult
 
@@ -186,6 +186,17 @@ class OwedReports(Routed):
 
 
 @dataclass(frozen=True, slots=True)
+class PinModel(Routed):
+    """Use the model named ``model`` (under ``models``) from the next turn on, until changed
+    again; None: back to ``models.main``. ``reply`` gets the choice in force."""
+
+    model: str | None
+    by: str
+    reply: Reply[ModelChoice]
+    announce: bool = True  # tell subscribers in a notice (a chat command's answer is told already)
+
+
+@dataclass(frozen=True, slots=True)
 class Release(Routed):
     """A session warmed at start-up may go on (channels are listening now): resume its
     interrupted turn or queued input."""
@@ -215,6 +226,14 @@ class Shutdown:
 
 
 # -- results of loop work -----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Recalled:
+    """What recall found for the turn's tail (None: nothing, or the store did not answer)."""
+
+    op_id: int
+    memories: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,11 +342,13 @@ Command = (
     | DetachChild
     | ListChildren
     | OwedReports
+    | PinModel
     | Release
     | HandOff
     | PassivateNow
     | ConfirmStop
     | Shutdown
+    | Recalled
     | ProviderDeltas
     | ProviderDone
     | CompactionDone
@@ -373,6 +394,7 @@ def refuse(message: object, error: Exception, notice: Error | None) -> None:
             | DetachChild(reply=reply)
             | ListChildren(reply=reply)
             | OwedReports(reply=reply)
+            | PinModel(reply=reply)
         ):
             reply.fail(error)
         case _:

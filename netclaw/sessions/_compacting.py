@@ -32,6 +32,7 @@ from netclaw.sessions._core import Activity, Core, Suspended
 from netclaw.sessions._effects import CancelOp, CompactionHealth, Measure, RunCompaction
 from netclaw.sessions._events import SessionCompacted
 from netclaw.sessions._phases import Phase
+from netclaw.sessions._turn import charges
 
 log = logging.getLogger(__name__)
 
@@ -130,6 +131,9 @@ class Compacting:
         start = self.start if note is None else replace(self.start, note=note)
         event = compaction_record(core.state, start, outcome, core.context.prompts, core.context.tools())
         core.persist(event)
+        if outcome is not None and outcome.usage is not None and start.plan is not None:
+            for effect in charges(outcome.usage, start.plan.model, core.now()):  # its calls count too
+                core.emit(effect)
         core.emit(Measure("compactions", 1, "+".join(event.tiers) or "none"))
         if self.reply is not None:
             core.answer(self.reply, describe_compaction(event))

@@ -23,12 +23,13 @@ from netclaw.history.compaction import (
     clearable_results,
     summary_boundary,
 )
-from netclaw.llm import ToolSchema
+from netclaw.llm import ToolSchema, Usage
 from netclaw.messages import ChatMessage
 from netclaw.policy import memory_scope_of
 from netclaw.sessions._events import SessionCompacted
 from netclaw.sessions._prompt import PromptBuilder, build_context
 from netclaw.sessions._state import SessionState
+from netclaw.spend import cost_of
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,7 @@ class CompactionOutcome:
     memories_saved: int
     flushed: bool
     note: str | None = None
+    usage: Usage | None = None  # what its LLM calls spent, summed
 
 
 # -- planning (pure; runs on the actor) ---------------------------------------------------
@@ -98,7 +100,10 @@ def plan_compaction(
     # Our estimate, scaled by how much this session's provider has counted above it.
     provider_view = prompts.estimate(after_clear, tools) / prompts.calibration.ratio
     start = CompactionStart(cleared, tokens_before, len(before), None, None)
-    if provider_view < threshold_tokens and not forced:
+    # Clearing alone is enough only when it makes room for many turns (down to the low-water
+    # mark): a compaction rewrites the prompt's history, so the provider's cache of it is lost
+    # each time — one that frees a sliver would be due again a turn later.
+    if provider_view < threshold_tokens * settings.history.low_water and not forced:
         return start
     if not summarise:
         return replace(start, note="summary paused after a recent failure; clearing only")
@@ -133,6 +138,8 @@ def compaction_event(
     summary = outcome.summary if outcome is not None else None
     if summary is not None:
         tiers.append("summary")
+    usage = outcome.usage if outcome is not None else None
+    model = start.plan.model if start.plan is not None else None
     return SessionCompacted(
         cleared=start.cleared,
         summary=summary,
@@ -145,7 +152,20 @@ def compaction_event(
         tokens_after=tokens_after,
         note=(outcome.note if outcome is not None else None) or start.note,
         summary_failed=start.plan is not None and summary is None,
+        spent=spent_of(usage) if usage is not None else None,
+        model=model.model if usage is not None and model is not None else None,
+        cost=round(cost_of(usage, model.price), 9) if usage is not None and model is not None else None,
     )
+
+
+def spent_of(usage: Usage) -> dict[str, int]:
+    """A call's (or calls') tokens as the journal records them."""
+    return {
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+        "cache_read_tokens": usage.cache_read_tokens,
+        "cache_write_tokens": usage.cache_write_tokens,
+    }
 
 
 def compaction_record(

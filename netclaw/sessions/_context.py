@@ -1,22 +1,28 @@
 """What the model is offered and sees, for one session (pure): the settings in force, the
-audience and its tools, the prompt builder (token cache, calibration) and the context
-ladder (what was already tried about the prompt's size).
+model it talks to, the audience and its tools, the prompt builder (token cache,
+calibration) and the context ladder (what was already tried about the prompt's size).
 
 Settings and skills are picked up at a turn's start (a SIGHUP applies to running
 sessions); the audience follows them and where the session lives (a DM's sender). The
 static system prompt is a function of those three (:func:`netclaw.skills.system_prompt`).
+The model is the one a person pinned (``ModelPinned``), else a sub-agent's task's, else
+``models.main``, or a fallback the turn switched to; the budget and the trim follow its
+window, so a switch re-fits the prompt.
 """
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from netclaw.config import LiveSettings, Settings
-from netclaw.lineage import SPAWN_TOOL, ChildTask, ModelRole, depth_of
-from netclaw.llm import Completion, ToolSchema
+from netclaw.config import LiveSettings, ModelConfig, Settings
+from netclaw.history import BudgetCalibration
+from netclaw.lineage import SPAWN_TOOL, ChildTask, depth_of
+from netclaw.llm import Completion, ToolSchema, Usage
 from netclaw.policy import (
     Audience,
     Place,
@@ -29,10 +35,13 @@ from netclaw.policy import (
 )
 from netclaw.roles import turn_tools
 from netclaw.sessions import _ladder as ladder
-from netclaw.sessions._prompt import Prompt, PromptBuilder
+from netclaw.sessions._prompt import CALIBRATION_FLOOR, Prompt, PromptBuilder
 from netclaw.sessions._state import SessionState
 from netclaw.skills import LiveSkills, Skills, system_prompt
+from netclaw.spend import DailySpend, NoLedger
 from netclaw.toolspec import ToolContext
+
+log = logging.getLogger(__name__)
 
 
 class ToolCatalog(Protocol):
@@ -54,6 +63,8 @@ class SessionEnv:
     has_memory: bool  # a memory store exists: recall, extraction at passivation
     clock: Callable[[], float] = time.time
     skills: LiveSkills = field(default_factory=LiveSkills)  # the loaded skills (a value; no I/O)
+    spend: DailySpend = field(default_factory=NoLedger)  # the daemon's day (netclaw.spend)
+    may_recall: Callable[[str], bool] = lambda audience: True  # the store may hold its memories
 
 
 class ModelContext:
@@ -66,12 +77,15 @@ class ModelContext:
         "_live",
         "_live_skills",
         "_may_spawn",
+        "_model",
         "_prompt_of",
         "_role",
         "_settings",
         "_skills",
-        "_source",
         "_task",
+        "cache_key",
+        "last_usage",
+        "model_name",
         "prompts",
     )
 
@@ -82,15 +96,21 @@ class ModelContext:
         self._live = live
         self._catalog = catalog
         self._task: ChildTask | None = None  # a sub-agent's terms: its tools and model
-        self._source = live.current
-        self._settings = live.current
+        self._settings = settings = live.current
+        self.model_name = "main"
+        self._model = settings.models.main
         self._live_skills = skills or LiveSkills()
         self._skills: Skills = self._live_skills.current
-        self._audience: Audience = audience_of(session_id, self._settings)
-        self._prompt_of: tuple[Settings, Audience, Skills] = (self._settings, self._audience, self._skills)
+        self._audience: Audience = audience_of(session_id, settings)
+        self._prompt_of: tuple[Settings, Audience, Skills] = (settings, self._audience, self._skills)
         self.prompts = PromptBuilder(
-            system_prompt(self._settings, self._audience, self._skills), self._settings.trim_budget_tokens
+            system_prompt(settings, self._audience, self._skills),
+            settings.trim_budget_of(self._model),
+            low_water=settings.history.low_water,
         )
+        # Providers keep a session's cached prompts together under this (no id leaves netclaw).
+        self.cache_key = hashlib.sha256(session_id.encode()).hexdigest()[:32]
+        self.last_usage: Usage | None = None  # the provider's count of the last call (/status)
         self._ladder = ladder.Ladder()
         self._allowed: tuple[str, ...] | None = None
         self._role: str | None = None  # the role of whoever started the turn (netclaw/roles.py)
@@ -100,6 +120,11 @@ class ModelContext:
     @property
     def settings(self) -> Settings:
         return self._settings
+
+    @property
+    def model(self) -> ModelConfig:
+        """The model the next call goes to."""
+        return self._model
 
     @property
     def audience(self) -> Audience:
@@ -115,11 +140,11 @@ class ModelContext:
 
     def recovered(self, state: SessionState) -> None:
         self._task = state.task
-        self._settings = self._for_task(self._source)
         self.place_changed(state.place)
         self._ladder = ladder.Ladder.recovered(
             state.last_input_tokens, state.summary_failures, state.summary_failed_turn
         )
+        self.use_model(self.chosen(state))
 
     @property
     def role(self) -> str | None:
@@ -128,34 +153,51 @@ class ModelContext:
     def task_given(self, task: ChildTask, place: Place | None) -> None:
         """This session became a sub-agent: its task's tools, model and audience from now on."""
         self._task = task
-        self._settings = self._for_task(self._source)
         self.place_changed(place)
-        self.prompts.budget = self._settings.trim_budget_tokens
+        self.use_model(task.model if self.known(task.model) else "main")
 
-    def refresh(self, place: Place | None, role: str | None) -> None:
-        """A turn begins: pick up a config or skills reload; the tools on offer follow the speaker."""
+    def refresh(self, state: SessionState, role: str | None) -> None:
+        """At a turn's start: pick up a config or skills reload; the tools on offer follow
+        the speaker; the model the turn starts on (a fallback it had switched to before a
+        restart, else the session's)."""
         self._role = role
         self._skills = self._live_skills.current
         current = self._live.current
-        if current is not self._source:
-            self._source = current
-            self._settings = self._for_task(current)
-            self.prompts.budget = self._settings.trim_budget_tokens
-        self.place_changed(place)
+        if current is not self._settings:
+            self._settings = current
+            self.prompts.low_water = current.history.low_water
+        self.place_changed(state.place)
+        active = state.active.model if state.active is not None else None
+        self.use_model(active if active is not None and self.known(active) else self.chosen(state))
 
-    def _for_task(self, settings: Settings) -> Settings:
-        """The settings in force: a sub-agent on the compaction model sees it as its main one
-        (its window, its output limit) — the rest of the config is the daemon's."""
-        compaction = settings.models.compaction
-        if self._task is None or self._task.model != "compaction" or compaction is None:
-            return settings
-        models = settings.models.model_copy(update={"main": compaction})
-        return settings.model_copy(update={"models": models})
+    def chosen(self, state: SessionState) -> str:
+        """The session's model: the one pinned, if the config still has it; else a
+        sub-agent's task's (``compaction`` when configured); else main."""
+        pin = state.model_pin
+        if pin is not None and not self.known(pin):
+            log.warning("%s: pinned model %r is no longer configured; using main", self._id, pin)
+            pin = None
+        if pin is not None:
+            return pin
+        task = self._task
+        return task.model if task is not None and self.known(task.model) else "main"
 
-    @property
-    def model_role(self) -> ModelRole:
-        """Whose provider the session's calls go to (``main`` or ``compaction``)."""
-        return "compaction" if self._settings is not self._source else "main"
+    def known(self, name: str) -> bool:
+        return self._settings.models.get(name) is not None
+
+    def use_model(self, name: str) -> None:
+        """Talk to the model ``name`` from the next call on: the budget follows its window,
+        and a different model's tokenizer starts a fresh calibration."""
+        model = self._settings.models.get(name) or self._settings.models.main
+        if model.model != self._model.model or model.provider != self._model.provider:
+            self.prompts.calibration = BudgetCalibration(min_ratio=CALIBRATION_FLOOR)
+        self.model_name, self._model = name, model
+        self.prompts.budget = self._settings.trim_budget_of(model)
+
+    def fallbacks(self, start: str) -> list[str]:
+        """The models a turn that started on ``start`` may go on with, in order."""
+        model = self._settings.models.get(start)
+        return [name for name in (model.fallbacks if model is not None else []) if self.known(name)]
 
     def place_changed(self, place: Place | None) -> None:
         """The audience follows the settings and where the session lives (a DM's sender);
@@ -181,7 +223,9 @@ class ModelContext:
         return self._may_spawn
 
     def tools(self) -> list[ToolSchema]:
-        schemas = self._catalog.schemas(self._allowed)
+        """The tools on offer, sorted by name: the head of every request, the same bytes
+        until the tool set changes."""
+        schemas = sorted(self._catalog.schemas(self._allowed), key=lambda tool: tool.name)
         return schemas if self._may_spawn else [t for t in schemas if t.name != SPAWN_TOOL]
 
     def hints(self, name: str) -> ToolHints:
@@ -199,7 +243,7 @@ class ModelContext:
         )
 
     def budget(self) -> ladder.Budget:
-        return ladder.budget_of(self._settings, self.prompts.calibration.ratio)
+        return ladder.budget_of(self._settings, self.prompts.calibration.ratio, self._model, self.model_name)
 
     # -- the ladder: each decision also remembers what was tried ------------------------------------
 
@@ -226,6 +270,7 @@ class ModelContext:
         reported = completion.usage.input_tokens if completion.usage is not None else None
         if reported is not None:
             self.prompts.observe_usage(estimate, reported)
+            self.last_usage = completion.usage
         self._ladder = ladder.observe(self._ladder, reported_input_tokens=reported)
 
     def compaction_due(self, state: SessionState) -> ladder.Compact | ladder.Proceed:

@@ -27,6 +27,7 @@ from netclaw.sessions._phases import Phase
 from netclaw.sessions._state import SessionState
 from netclaw.sessions._timers import Timers
 from netclaw.sessions._turn import Step
+from netclaw.spend import DailySpend
 
 
 class Activity(Protocol):
@@ -74,6 +75,8 @@ class Core(Protocol):
     def settings(self) -> Settings: ...
     @property
     def phase(self) -> Phase: ...
+    @property
+    def spend(self) -> DailySpend: ...
 
     context: ModelContext
     has_memory: bool
@@ -82,6 +85,7 @@ class Core(Protocol):
 
     def now(self) -> float: ...
     def idle(self) -> bool: ...
+    def may_recall(self, audience: str) -> bool: ...
 
     # -- effects ---------------------------------------------------------------------------------
     def emit(self, effect: Effect) -> None: ...

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import pykka
@@ -16,6 +17,7 @@ from netclaw.runtime import IoLoop
 from netclaw.sessions._commands import Routed
 from netclaw.sessions._phases import Phase
 from netclaw.skills import LiveSkills
+from netclaw.spend import SpendLedger
 from netclaw.tools import Questions, ToolRegistry
 
 # Actors are only told things (never proxied), so the ref's actor type does not matter here;
@@ -61,12 +63,16 @@ class ManagerPort(Protocol):
 class SessionDeps:
     io: IoLoop
     journal: Journal
-    provider: Provider
+    providers: Mapping[str, Provider]  # by their name under `providers` (every model's)
     tools: ToolRegistry
     live: LiveSettings
     manager: ManagerPort
     memory: MemoryStore | None = None
-    compaction_provider: Provider | None = None  # models.compaction's; None: the main provider
     metrics: Metrics | None = None
     questions: Questions | None = None  # what tools ask people, waiting on the loop (netclaw.tools)
     skills: LiveSkills | None = None  # the loaded skills, swapped on reload (None: no skills)
+    ledger: SpendLedger = field(default_factory=SpendLedger)  # the daemon's spend today (shared)
+
+    def provider_of(self, name: str) -> Provider:
+        """The provider a model names (the config names only configured ones)."""
+        return self.providers[name]

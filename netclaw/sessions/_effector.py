@@ -23,6 +23,7 @@ from netclaw.sessions._commands import (
     MemoriesSaved,
     OpFailed,
     ProviderDone,
+    Recalled,
     ToolsDone,
 )
 from netclaw.sessions._deps import ManagerPort, SessionDeps, SessionRef
@@ -33,6 +34,7 @@ from netclaw.sessions._effects import (
     CallModel,
     CancelOp,
     CancelSessions,
+    Charge,
     CloseSubscribers,
     CompactionHealth,
     ContinuityDelivered,
@@ -42,6 +44,7 @@ from netclaw.sessions._effects import (
     Persist,
     PhaseChanged,
     Publish,
+    Recall,
     Refuse,
     ReplyOwed,
     RunCompaction,
@@ -58,10 +61,11 @@ from netclaw.sessions._effects import (
 from netclaw.sessions._recorder import Recorder
 from netclaw.sessions._subscribers import SubscriberSet
 from netclaw.sessions._tool_port import SessionToolPort
+from netclaw.spend import Spent
 
 log = logging.getLogger(__name__)
 
-_FINAL = (ProviderDone, ToolsDone, CompactionDone, ExtractionDone, MemoriesSaved, OpFailed)
+_FINAL = (Recalled, ProviderDone, ToolsDone, CompactionDone, ExtractionDone, MemoriesSaved, OpFailed)
 
 
 class Effector:
@@ -103,30 +107,30 @@ class Effector:
                 reply.resolve(value)
             case Refuse(reply=reply, error=error):
                 reply.fail(error)
-            case CallModel(op_id=op_id, model=model):
-                provider = (
-                    deps.compaction_provider or deps.provider if model == "compaction" else deps.provider
-                )
-                self._ops[op_id] = ops.call_model(io, self._ref, effect, provider, deps.memory)
+            case Recall(op_id=op_id):
+                assert deps.memory is not None  # recall runs only with a memory store
+                self._ops[op_id] = ops.recall(io, self._ref, effect, deps.memory)
+            case CallModel(op_id=op_id, provider=name):
+                self._ops[op_id] = ops.call_model(io, self._ref, effect, deps.provider_of(name))
             case RunTools(op_id=op_id, context=context):
                 # What the round's tools may ask of the session (progress, a person, sampling).
+                settings = deps.live.current
                 port = SessionToolPort(
                     session_id=self._id,
                     audience=context.audience,
                     turn=context.turn or 0,
                     actor=self.actor_ref,
                     questions=deps.questions,
-                    provider=deps.provider,
-                    settings=deps.live.current,
+                    provider=deps.provider_of(settings.models.main.provider),
+                    settings=settings,
                 )
                 bound = replace(effect, context=replace(context, session=port))
                 self._ops[op_id] = ops.run_tools(io, self._ref, bound, deps.tools)
-            case RunCompaction(op_id=op_id):
-                provider = deps.compaction_provider or deps.provider
+            case RunCompaction(op_id=op_id, plan=plan):
+                provider = deps.provider_of(plan.model.provider)
                 self._ops[op_id] = ops.compact(io, self._ref, effect, provider, deps.memory)
-            case RunExtraction(op_id=op_id):
-                provider = deps.compaction_provider or deps.provider
-                self._ops[op_id] = ops.extract(io, self._ref, effect, provider)
+            case RunExtraction(op_id=op_id, plan=plan):
+                self._ops[op_id] = ops.extract(io, self._ref, effect, deps.provider_of(plan.model.provider))
             case SaveMemories(op_id=op_id):
                 assert deps.memory is not None  # extraction runs only with a memory store
                 self._ops[op_id] = ops.save_memories(io, self._ref, effect, deps.memory)
@@ -153,6 +157,10 @@ class Effector:
                 io.call(deps.manager.compaction_health, self._id, failures)
             case Stop():
                 self._stop()
+            case Charge(day=day, model=model, tokens=tokens, cost=cost):
+                deps.ledger.add(day, Spent(tokens, cost))
+                if deps.metrics is not None and cost:
+                    deps.metrics.cost.labels(model).inc(cost)
             case Measure():
                 self._measure(effect)
             case _:

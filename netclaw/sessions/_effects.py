@@ -18,7 +18,6 @@ from enum import StrEnum
 from typing import Any, Literal, get_args
 
 from netclaw import outputs as out
-from netclaw.lineage import ModelRole
 from netclaw.llm import ProviderRequest
 from netclaw.messages import ToolCall
 from netclaw.runtime import Reply
@@ -107,7 +106,7 @@ class Refuse:
 
 @dataclass(frozen=True, slots=True)
 class RecallQuery:
-    """Memories relevant to ``query``, put in front of the request's newest turn."""
+    """Memories relevant to ``query``, for the volatile tail of the newest turn."""
 
     query: str
     audience: str
@@ -115,11 +114,21 @@ class RecallQuery:
 
 
 @dataclass(frozen=True, slots=True)
+class Recall:
+    """Search the memory store (briefly: a slow or broken store means no memories, never a
+    failed turn); the block found comes back as ``Recalled``."""
+
+    op_id: int
+    query: RecallQuery
+
+
+@dataclass(frozen=True, slots=True)
 class CallModel:
+    """Send ``request`` to the provider named ``provider`` (``providers.<name>``)."""
+
     op_id: int
     request: ProviderRequest
-    recall: RecallQuery | None = None
-    model: ModelRole = "main"  # whose provider: the main model's, or the compaction model's
+    provider: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,7 +233,19 @@ class Stop:
     """Stop the actor (confirmed passivation, or shutdown)."""
 
 
-# -- metrics ----------------------------------------------------------------------------------
+# -- spend and metrics --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Charge:
+    """A call was answered: add what it cost to the daemon's day (the spend ledger every
+    session reads) and to ``/metrics``. ``model`` is the model id, as usage reports name it."""
+
+    day: str  # the UTC date it counts for
+    model: str
+    tokens: int  # input + output, as the guards count
+    cost: float  # at the model's price; 0 when it has none
+
 
 MetricName = Literal["turns", "turn_seconds", "tokens", "compactions", "trims", "approvals_pending"]
 
@@ -248,6 +269,7 @@ Effect = (
     | CloseSubscribers
     | Answer
     | Refuse
+    | Recall
     | CallModel
     | RunTools
     | RunCompaction
@@ -263,6 +285,7 @@ Effect = (
     | ContinuityDelivered
     | CompactionHealth
     | Stop
+    | Charge
     | Measure
 )
 

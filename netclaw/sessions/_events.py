@@ -55,10 +55,43 @@ class TurnRecorded:
     messages: tuple[ChatMessage, ...] = ()  # the final assistant reply (none when failed)
     error: Mapping[str, str] | None = None  # {"code", "message"} when not completed
     usage: Mapping[str, int] | None = None  # the last call's (its input_tokens: the prompt's size)
-    # The whole turn's provider tokens (every call: input, output, cache_read) and the model
-    # (usage reports and the daily spend guard). Absent in events from before they existed.
+    # The whole turn's provider tokens (every call: input, output, cache_read, cache_write)
+    # and the model (usage reports and the daily spend guard); ``cost``: what those calls
+    # cost at the models' prices (spend.currency). Absent in events from before they existed.
     spent: Mapping[str, int] | None = None
     model: str | None = None
+    cost: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ContextAttached:
+    """The volatile tail of ``turn`` (the time, recalled memories, a restart notice): a
+    user-role ``context`` message after the turn's newest message, recorded before the call
+    that carries it, so every later request repeats it where it is, byte for byte.
+    ``told_time``: it tells the current time (the next tail need not, for a while)."""
+
+    turn: int
+    message: ChatMessage
+    told_time: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSwitched:
+    """``turn`` goes on with the fallback ``to_model`` (``from_model`` failed with ``reason``,
+    an error code, after its retries). Only this turn: the next starts on the session's model."""
+
+    turn: int
+    from_model: str
+    to_model: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class ModelPinned:
+    """A person chose the session's model (a name under ``models``; None: back to ``main``)."""
+
+    model: str | None
+    by: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,8 +145,18 @@ class SessionCompacted:
     tokens_after: int
     note: str | None = None  # why a tier was skipped or cancelled, for people
     summary_failed: bool = False  # the LLM tiers ran and no summary came of them
+    # What its LLM calls spent (as TurnRecorded's): counted in usage and by the spend guards.
+    spent: Mapping[str, int] | None = None
+    model: str | None = None
+    cost: float | None = None
 
     def to_payload(self) -> dict[str, Any]:
+        payload = self._shown()
+        optional = {"spent": dict(self.spent) if self.spent else None, "model": self.model, "cost": self.cost}
+        payload.update({key: value for key, value in optional.items() if value is not None})
+        return payload
+
+    def _shown(self) -> dict[str, Any]:
         return {
             "cleared": list(self.cleared),
             "summary": self.summary,
@@ -267,6 +310,9 @@ SessionEvent = (
     | ChildReported
     | ChildDetached
     | TaskGiven
+    | ContextAttached
+    | ModelSwitched
+    | ModelPinned
 )
 
 
@@ -281,6 +327,8 @@ def _turn_recorded(event: TurnRecorded) -> dict[str, Any]:
     payload.update({key: dict(value) for key, value in optional.items() if value is not None})
     if event.model is not None:
         payload["model"] = event.model
+    if event.cost is not None:
+        payload["cost"] = event.cost
     return payload
 
 
@@ -326,6 +374,14 @@ def encode(event: SessionEvent) -> tuple[str, str]:  # noqa: C901 - one case per
             payload = {"n": n}
         case TaskGiven(task=task):
             payload = task.to_dict()
+        case ContextAttached(turn=turn, message=m, told_time=told):
+            payload = {"turn": turn, "message": m.to_dict()}
+            if told:
+                payload["told_time"] = True
+        case ModelSwitched(turn=turn, from_model=old, to_model=new, reason=reason):
+            payload = {"turn": turn, "from_model": old, "to_model": new, "reason": reason}
+        case ModelPinned(model=model, by=by):
+            payload = {"model": model, "by": by}
     return type(event).__name__, json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
 
 
@@ -351,6 +407,7 @@ def decode(type_name: str, payload: str) -> SessionEvent:  # noqa: C901 - one ca
                     usage=data.get("usage"),
                     spent=data.get("spent"),
                     model=data.get("model"),
+                    cost=data.get("cost"),
                 )
             case "SessionTitleSet":
                 return SessionTitleSet(str(data["title"]))
@@ -386,6 +443,16 @@ def decode(type_name: str, payload: str) -> SessionEvent:  # noqa: C901 - one ca
                 return ChildDetached(int(data["n"]))
             case "TaskGiven":
                 return TaskGiven(ChildTask.from_dict(data))
+            case "ContextAttached":
+                message = ChatMessage.from_dict(data["message"])
+                return ContextAttached(int(data["turn"]), message, bool(data.get("told_time", False)))
+            case "ModelSwitched":
+                return ModelSwitched(
+                    int(data["turn"]), str(data["from_model"]), str(data["to_model"]), str(data["reason"])
+                )
+            case "ModelPinned":
+                model = data["model"]
+                return ModelPinned(None if model is None else str(model), str(data["by"]))
             case "SessionCompacted":
                 data["cleared"] = tuple(data["cleared"])
                 data["tiers"] = tuple(data["tiers"])

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from netclaw.config import Settings
+from netclaw.config import ModelConfig, Settings
 from netclaw.history import TrimResult
 
 MAX_OVERFLOW_PASSES = 3
@@ -57,11 +57,15 @@ class Budget:
     threshold_tokens: int  # compaction_threshold * context_window, in the provider's tokens
     calibration_ratio: float  # provider tokens per token of our estimate (≥ 1 in practice)
     context_window: int
+    model: str = "main"  # its name under `models` (error messages name its key)
 
 
-def budget_of(settings: Settings, calibration_ratio: float) -> Budget:
-    window = settings.models.main.context_window
-    return Budget(int(settings.session.compaction_threshold * window), calibration_ratio, window)
+def budget_of(
+    settings: Settings, calibration_ratio: float, model: ModelConfig | None = None, name: str = "main"
+) -> Budget:
+    """The budget of a session that talks to ``model`` (named ``name``; default main)."""
+    window = (model or settings.models.main).context_window
+    return Budget(int(settings.session.compaction_threshold * window), calibration_ratio, window, name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,10 +185,10 @@ def overflow_trim(trim: TrimResult | None, *, estimate: int, budget: Budget) -> 
             return Fail(
                 "context_overflow",
                 f"the model server refused a prompt of about {estimate} tokens as too long, but "
-                f"models.main.context_window says {budget.context_window}: the server's own context "
-                "window is probably smaller than configured (Ollama's default num_ctx is small). "
-                "Set models.main.context_window to what the server really allows, or raise the "
-                "server's context length",
+                f"models.{budget.model}.context_window says {budget.context_window}: the server's own "
+                "context window is probably smaller than configured (Ollama's default num_ctx is "
+                f"small). Set models.{budget.model}.context_window to what the server really allows, "
+                "or raise the server's context length",
             )
         return Fail(
             "context_overflow",

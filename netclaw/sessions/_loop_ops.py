@@ -2,10 +2,11 @@
 
 Each function here carries out one effect (:mod:`._effects`) that starts work: it
 submits one operation and returns at once; the outcome (or failure) is told to the
-actor as a command carrying the ``op_id`` (``ProviderDone``, ``ToolsDone``,
+actor as a command carrying the ``op_id`` (``Recalled``, ``ProviderDone``, ``ToolsDone``,
 ``CompactionDone``, ``ExtractionDone``, ``MemoriesSaved``, ``OpFailed``). A model call
-relays its streamed deltas back coalesced, with relevant memories recalled into its
-prompt first. The coroutines run on the loop and talk to the actor only by ``tell``.
+relays its streamed deltas back coalesced. Recall is its own op: the session records what
+it found in the turn's tail before the call that carries it. The coroutines run on the
+loop and talk to the actor only by ``tell``.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ import pykka
 from netclaw.errors import NetclawError
 from netclaw.history import flush_request, parse_flush
 from netclaw.history.compaction import bound_summary, missing_sections, summary_request
-from netclaw.llm import Delta, Provider, ProviderRequest
-from netclaw.messages import ChatMessage, ToolCall, system
+from netclaw.llm import Completion, Delta, Provider, ProviderRequest, Usage
+from netclaw.messages import ChatMessage, ToolCall
 from netclaw.persistence import MemoryStore, NewMemory, format_recall
 from netclaw.runtime import Cancellable, IoLoop, Tellable
 from netclaw.sessions._commands import (
@@ -33,11 +34,13 @@ from netclaw.sessions._commands import (
     OpFailed,
     ProviderDeltas,
     ProviderDone,
+    Recalled,
     ToolsDone,
 )
 from netclaw.sessions._compaction import CompactionOutcome, CompactionPlan
 from netclaw.sessions._effects import (
     CallModel,
+    Recall,
     RecallQuery,
     RunCompaction,
     RunExtraction,
@@ -53,20 +56,25 @@ RECALL_TIMEOUT_S = 0.5
 T = TypeVar("T")
 
 
-async def recall_into(memory: MemoryStore, query: RecallQuery, request: ProviderRequest) -> ProviderRequest:
-    """Relevant memories, put in a volatile block after the system prompt (never journaled)."""
+async def recalled(memory: MemoryStore, query: RecallQuery) -> str | None:
+    """The block of memories relevant to the query (for the turn's volatile tail), or None."""
     try:
         async with asyncio.timeout(RECALL_TIMEOUT_S):  # no task of its own, unlike wait_for
             found = await memory.search(query.query, audience=query.audience, scope=query.scope)
     except Exception as exc:  # noqa: BLE001 - slow or broken recall: no recall, never a failed turn
         log.warning("memory recall skipped: %s", exc)
-        return request
-    block = format_recall(found)
-    if block is None:
-        return request
-    messages = list(request.messages)
-    messages.insert(1, system(block, id="recall"))
-    return replace(request, messages=messages)
+        return None
+    return format_recall(found)
+
+
+def recall(io: IoLoop, actor: Tellable, effect: Recall, memory: MemoryStore) -> Cancellable:
+    op_id = effect.op_id
+    return io.submit_and_tell(
+        recalled(memory, effect.query),
+        actor,
+        lambda memories: Recalled(op_id, memories),
+        lambda error: Recalled(op_id, None),  # never a failed turn
+    )
 
 
 class DeltaRelay:
@@ -82,11 +90,7 @@ class DeltaRelay:
         self._pending: list[Delta] = []
         self._scheduled = False
 
-    async def stream(
-        self, provider: Provider, request: ProviderRequest, recall: tuple[MemoryStore, RecallQuery] | None
-    ) -> ProviderDone:
-        if recall is not None:
-            request = await recall_into(*recall, request)
+    async def stream(self, provider: Provider, request: ProviderRequest) -> ProviderDone:
         try:
             completion = await provider.complete(request, self._on_delta)
         except BaseException:
@@ -109,14 +113,11 @@ class DeltaRelay:
                 self._ref.tell(ProviderDeltas(self._op_id, batch))
 
 
-def call_model(
-    io: IoLoop, actor: Tellable, effect: CallModel, provider: Provider, memory: MemoryStore | None
-) -> Cancellable:
-    recall = (memory, effect.recall) if memory is not None and effect.recall is not None else None
+def call_model(io: IoLoop, actor: Tellable, effect: CallModel, provider: Provider) -> Cancellable:
     relay = DeltaRelay(actor, effect.op_id)
     op_id = effect.op_id
     return io.submit_and_tell(
-        relay.stream(provider, effect.request, recall),
+        relay.stream(provider, effect.request),
         actor,
         lambda done: done,
         lambda error: OpFailed(op_id, error),
@@ -198,6 +199,39 @@ async def _time_boxed(work: Awaitable[T], seconds: float) -> T:
 async def run_compaction(
     plan: CompactionPlan, provider: Provider, memory: MemoryStore | None
 ) -> CompactionOutcome:
+    """The LLM tiers; the outcome carries the tokens their calls spent (however it ended)."""
+    metered = _Metered(provider)
+    outcome = await _run_compaction(plan, metered, memory)
+    return replace(outcome, usage=metered.total())
+
+
+class _Metered:
+    """A provider that sums the usage of the calls made through it."""
+
+    def __init__(self, provider: Provider) -> None:
+        self._provider = provider
+        self._used: list[Usage] = []
+
+    async def complete(self, request: ProviderRequest) -> Completion:
+        completion = await self._provider.complete(request)
+        if completion.usage is not None:
+            self._used.append(completion.usage)
+        return completion
+
+    def total(self) -> Usage | None:
+        if not self._used:
+            return None
+        return Usage(
+            sum(u.input_tokens for u in self._used),
+            sum(u.output_tokens for u in self._used),
+            sum(u.cache_read_tokens for u in self._used),
+            sum(u.cache_write_tokens for u in self._used),
+        )
+
+
+async def _run_compaction(
+    plan: CompactionPlan, provider: _Metered, memory: MemoryStore | None
+) -> CompactionOutcome:
     saved, flushed = 0, False
     try:
         async with asyncio.timeout(plan.budget_s):
@@ -222,7 +256,7 @@ async def run_compaction(
         )
 
 
-async def _flush(plan: CompactionPlan, provider: Provider, memory: MemoryStore | None) -> int:
+async def _flush(plan: CompactionPlan, provider: _Metered, memory: MemoryStore | None) -> int:
     completion = await provider.complete(_request(plan, flush_request(plan.to_summarise)))
     items = parse_flush(completion.text)
     if memory is None or not items:
@@ -238,7 +272,7 @@ async def _flush(plan: CompactionPlan, provider: Provider, memory: MemoryStore |
 
 
 async def _summarise(
-    plan: CompactionPlan, provider: Provider, saved: int, flushed: bool
+    plan: CompactionPlan, provider: _Metered, saved: int, flushed: bool
 ) -> CompactionOutcome:
     missing: Sequence[str] = ()
     for _attempt in range(2):  # the quality guard: one retry naming what was missing

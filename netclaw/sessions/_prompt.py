@@ -2,6 +2,15 @@
 
 Pure (no actors, no I/O). Each session owns one builder: its token cache and its
 calibration (how much our estimate under-counts for this session's content).
+
+The request is laid out from the most to the least stable part, so that two calls of a
+session share everything above the newest turn and the provider bills it as cached: the
+tools (sorted by name, :mod:`._context`), the static system prompt
+(:func:`netclaw.skills.system_prompt`: the configured prompt, the note on untrusted content,
+the skills index), the compaction summary and the trim
+breadcrumb (they change only at a compaction or a trim), the transcript as recorded — with
+each turn's volatile tail (:mod:`._tail`) recorded in it, where it stays. A trim cuts to
+the low-water mark (``history.low_water`` of the budget), so it is rare.
 """
 
 from __future__ import annotations
@@ -68,9 +77,12 @@ def tool_dicts(tools: Sequence[ToolSchema]) -> list[dict[str, Any]]:
 
 
 class PromptBuilder:
-    def __init__(self, system_prompt: str, budget: int, counter: TokenCounter | None = None) -> None:
+    def __init__(
+        self, system_prompt: str, budget: int, counter: TokenCounter | None = None, *, low_water: float = 1.0
+    ) -> None:
         self.system_prompt = system_prompt
         self.budget = budget
+        self.low_water = low_water  # a trim cuts to this fraction of the budget
         self.counter = counter or TokenCounter()
         self.calibration = BudgetCalibration(min_ratio=CALIBRATION_FLOOR)
         # The transcript part of the last context and its counts (see _counts).
@@ -80,8 +92,10 @@ class PromptBuilder:
         return self.calibration.effective_budget(self.budget)
 
     def build(self, state: SessionState, tools: Sequence[ToolSchema]) -> Prompt:
-        """The prompt for the next call, trimmed to the (calibrated) budget."""
-        return self._fit(state, tools, self.effective_budget())
+        """The prompt for the next call: over the (calibrated) budget, trimmed to its
+        low-water mark."""
+        budget = self.effective_budget()
+        return self._fit(state, tools, budget, int(budget * self.low_water))
 
     def shrink_after_overflow(
         self, state: SessionState, tools: Sequence[ToolSchema], estimate: int
@@ -106,13 +120,15 @@ class PromptBuilder:
     def observe_usage(self, estimate: int, reported_input_tokens: int) -> None:
         self.calibration.observe(estimate, reported_input_tokens)
 
-    def _fit(self, state: SessionState, tools: Sequence[ToolSchema], budget: int) -> Prompt:
+    def _fit(
+        self, state: SessionState, tools: Sequence[ToolSchema], budget: int, target: int | None = None
+    ) -> Prompt:
         # Trim before the sweep: a trim cuts only at turn starts, so it never splits a
         # call from its result, and the sweep then walks just the kept part.
         fixed = self.counter.fixed_overhead(tool_dicts(tools))
         context = build_context(state, self.system_prompt)
         counts = self._counts(context, len(context) - len(state.visible))
-        result = trim_to_budget(context, budget, self.counter.count_message, fixed, counts)
+        result = trim_to_budget(context, budget, self.counter.count_message, fixed, counts, target=target)
         swept = self._sweep(state, result.messages)
         estimate = result.tokens_after
         if swept.changed:

@@ -24,6 +24,7 @@ from netclaw.sessions import _commands as cmd
 from netclaw.sessions import _decisions as decisions
 from netclaw.sessions import _effects as fx
 from netclaw.sessions import _ladder as ladder
+from netclaw.sessions import _models as models
 from netclaw.sessions import _subagents as subagents
 from netclaw.sessions import _turn as turn
 from netclaw.sessions._compacting import Compacting
@@ -45,6 +46,7 @@ from netclaw.sessions._timers import Timers
 from netclaw.sessions._turn import Step, TurnRun
 from netclaw.sessions._turning import Turn
 from netclaw.sessions._waiters import Waiters
+from netclaw.spend import DailySpend
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +144,8 @@ class Session:
                 | cmd.ListChildren()
             ):
                 answers.handle(self, command)
+            case cmd.PinModel():
+                models.pin(self, command)
             case cmd.Announce(text=text, kind=kind):
                 self.publish(out.Notice(session_id=self._id, text=text, kind=kind))
             case cmd.Decide(reply=reply):
@@ -172,6 +176,7 @@ class Session:
                 cmd.CompactNow()
                 | cmd.PassivateNow()
                 | cmd.ConfirmStop()
+                | cmd.Recalled()
                 | cmd.ProviderDeltas()
                 | cmd.ProviderDone()
                 | cmd.CompactionDone()
@@ -236,6 +241,13 @@ class Session:
     @property
     def settings(self) -> Settings:
         return self.context.settings
+
+    @property
+    def spend(self) -> DailySpend:
+        return self._env.spend
+
+    def may_recall(self, audience: str) -> bool:
+        return self._env.may_recall(audience)
 
     def now(self) -> float:
         return self._env.clock()
@@ -372,16 +384,19 @@ class Session:
     def _begin_turn(self) -> Activity:
         active = self._state.active
         assert active is not None  # called after TurnStarted (or recovery) made one active
+        context = self.context
         speaker = self._state.find_message(active.message_id)  # whose turn it is decides its tools
-        self.context.refresh(self._state.place, speaker.speaker_role if speaker is not None else None)
-        settings = self.settings
-        self.timers.start_turn(active.turn, settings.session.turn_timeout_s)
+        context.refresh(self._state, speaker.speaker_role if speaker is not None else None)
+        self.timers.start_turn(active.turn, self.settings.session.turn_timeout_s)
+        chosen = context.chosen(self._state)  # a turn resumed on a fallback started on this
         run = TurnRun(
             turn=active.turn,
             message_id=active.message_id,
             iteration=active.steps,
             started=time.monotonic(),
-            model=settings.models.main.model,
+            model=context.model.model,
+            model_name=context.model_name,
+            tried=list(dict.fromkeys((chosen, context.model_name))),
         )
         started = Turn(run)
         self.enter(started)

@@ -108,7 +108,7 @@ def _document(state: SessionState, *, whole: bool) -> dict[str, Any]:
         "inbox": [m.to_dict() for m in state.inbox],
         "active": None
         if state.active is None
-        else [state.active.turn, state.active.message_id, state.active.steps],
+        else [state.active.turn, state.active.message_id, state.active.steps, state.active.model],
         "outcomes": {k: v.to_dict() for k, v in state.outcomes.items()},
         "last_activity": state.last_activity,
         "last_input_tokens": state.last_input_tokens,
@@ -135,6 +135,9 @@ def _document(state: SessionState, *, whole: bool) -> dict[str, Any]:
         "task": None if state.task is None else state.task.to_dict(),
         "task_input": state.task_input,
         "reports_owed": [r.to_dict() for r in state.reports_owed.values()],
+        "spend_cost": state.spend_cost,
+        "model_pin": state.model_pin,
+        "time_told_at": state.time_told_at,
     }
     if whole:
         data["transcript"] = [m.to_dict() for m in state.transcript]
@@ -156,7 +159,7 @@ def _from_document(d: dict[str, Any]) -> SessionState:
             turns=int(d["turns"]),
             transcript=tuple(ChatMessage.from_dict(m) for m in d["transcript"]),
             inbox=tuple(ChatMessage.from_dict(m) for m in d["inbox"]),
-            active=None if active is None else ActiveTurn(int(active[0]), active[1], int(active[2])),
+            active=None if active is None else _active(active),
             identities={k: (v[0], float(v[1])) for k, v in d["identities"].items()},
             outcomes={
                 k: TurnOutcome(v["turn"], v["status"], v["reply"], v["error"], v.get("reply_id"))
@@ -192,9 +195,17 @@ def _from_document(d: dict[str, Any]) -> SessionState:
             task=ChildTask.from_dict(d["task"]) if d.get("task") else None,
             task_input=d.get("task_input"),
             reports_owed={r.turn: r for r in map(ChildReport.from_dict, d.get("reports_owed", ()))},
+            spend_cost=float(d.get("spend_cost", 0.0)),
+            model_pin=d.get("model_pin"),
+            time_told_at=float(d.get("time_told_at", 0.0)),
         )
     except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
         raise JournalCorrupt(f"cannot decode snapshot: {exc}") from exc
+
+
+def _active(data: list[Any]) -> ActiveTurn:
+    model = data[3] if len(data) > 3 else None  # snapshots before fallbacks have three
+    return ActiveTurn(int(data[0]), data[1], int(data[2]), None if model is None else str(model))
 
 
 def _outcome_ref(outcome: TurnOutcome) -> dict[str, Any] | list[Any]:

@@ -6,7 +6,6 @@ Everything here is reconstructible from the journal: recovery is a fold of
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
@@ -22,9 +21,12 @@ from netclaw.sessions._events import (
     ChildDetached,
     ChildReported,
     ChildSpawned,
+    ContextAttached,
     HistoryTrimmed,
     InputAdmitted,
     MemoriesExtracted,
+    ModelPinned,
+    ModelSwitched,
     ReplyDelivered,
     RoundStarted,
     SessionCompacted,
@@ -37,6 +39,7 @@ from netclaw.sessions._events import (
     TurnStarted,
 )
 from netclaw.sessions._values import ActiveTurn, PendingRound, TurnOutcome
+from netclaw.spend import utc_day
 
 __all__ = ["ActiveTurn", "PendingRound", "SessionState", "TurnOutcome", "utc_day"]
 
@@ -52,7 +55,7 @@ CHAT_CHANNELS = ("slack", "discord")  # their replies go through the outbox
 
 
 # Events whose only use of the transcript is appending to it.
-_APPENDING = (TurnStarted, StepRecorded, TurnRecorded)
+_APPENDING = (TurnStarted, StepRecorded, TurnRecorded, ContextAttached)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +89,8 @@ class SessionState:
     # assistant message), so the channel posts them even if nobody watched the turn.
     undelivered: Mapping[int, str] = field(default_factory=dict)
     closed_approvals: Mapping[str, tuple[str, str]] = field(default_factory=dict)  # id → (decision, by)
-    # Provider tokens (input + output) spent on ``spend_day`` (a UTC date), for the guard.
+    # Provider tokens (input + output) and their cost spent on ``spend_day`` (a UTC date),
+    # for the guards.
     spend_day: str = ""
     spend_tokens: int = 0
     place: Place | None = None  # where the channel says the session lives (memory scope, DM audience)
@@ -109,18 +113,31 @@ class SessionState:
         admitted by the parent (the session row counts them, so they are re-driven)."""
         return len(self.undelivered) + len(self.reports_owed)
 
+    spend_cost: float = 0.0
+    model_pin: str | None = None  # the model a person chose for this session (None: main)
+    time_told_at: float = 0.0  # when a volatile tail last told the model the time (0: not in view)
+
     def tokens_spent_on(self, day: str) -> int:
         """Provider tokens (input + output) recorded on the UTC date ``day``."""
         return self.spend_tokens if day == self.spend_day else 0
 
-    def _charged(self, tokens: int, ts: float) -> dict[str, Any]:
-        """The spend guard's count after ``tokens`` more were spent at ``ts``: by this
-        session's own turns, or by a sub-agent of it (its report carries them), so a
-        child's spend counts toward its parent's caps. The one place spend is added up."""
-        if not tokens:
+    def cost_spent_on(self, day: str) -> float:
+        """What the turns recorded on the UTC date ``day`` cost."""
+        return self.spend_cost if day == self.spend_day else 0.0
+
+    def _charged(self, tokens: int, cost: float, ts: float) -> dict[str, Any]:
+        """The spend guards' count after ``tokens`` (costing ``cost``) more were spent at
+        ``ts``: by this session's own calls (turns and compactions), or by a sub-agent of it
+        (its report carries them), so a child's spend counts toward its parent's caps. The
+        one place spend is added up."""
+        if not tokens and not cost:
             return {}
         day = utc_day(ts)
-        return {"spend_day": day, "spend_tokens": tokens + self.tokens_spent_on(day)}
+        return {
+            "spend_day": day,
+            "spend_tokens": tokens + self.tokens_spent_on(day),
+            "spend_cost": cost + self.cost_spent_on(day),
+        }
 
     @property
     def visible(self) -> tuple[ChatMessage, ...]:
@@ -236,8 +253,7 @@ class SessionState:
                     undelivered = {**undelivered, event.turn: answer.id}
                     if len(undelivered) > MAX_UNDELIVERED:
                         del undelivered[min(undelivered)]
-                spent = event.spent or {}
-                tokens = int(spent.get("input_tokens", 0)) + int(spent.get("output_tokens", 0))
+                tokens, cost = _spent(event)
                 return self._evolve(
                     seq=seq,
                     transcript=(*self.transcript, *event.messages),
@@ -251,10 +267,22 @@ class SessionState:
                     last_input_tokens=usage.get("input_tokens", self.last_input_tokens),
                     tokens_total=self.tokens_total + tokens,
                     reports_owed=kin.owed_after(
-                        self.reports_owed, self.task, self.task_input, event, reply, tokens
+                        self.reports_owed, self.task, self.task_input, event, reply, tokens, cost
                     ),
-                    **self._charged(tokens, ts),
+                    **self._charged(tokens, cost, ts),
                 )
+            case ContextAttached(message=m, told_time=told):
+                return self._evolve(
+                    seq=seq,
+                    transcript=(*self.transcript, m),
+                    time_told_at=m.ts if told else self.time_told_at,
+                    last_activity=ts,
+                )
+            case ModelSwitched(to_model=model):
+                active = self.active and replace(self.active, model=model)
+                return self._evolve(seq=seq, active=active, last_activity=ts)
+            case ModelPinned(model=model):
+                return self._evolve(seq=seq, model_pin=model, last_activity=ts)
             case SessionReset():
                 return self._evolve(
                     seq=seq,
@@ -264,6 +292,7 @@ class SessionState:
                     cleared=frozenset(),
                     last_input_tokens=None,
                     resets=self.resets + 1,
+                    time_told_at=0.0,  # out of view: the next tail tells it again
                     last_activity=ts,
                 )
             case ReplyDelivered(turn=turn):
@@ -290,7 +319,7 @@ class SessionState:
                 return self._evolve(
                     seq=seq,
                     children=kin.reported(self.children, report, ts),
-                    **self._charged(report.tokens, ts),
+                    **self._charged(report.tokens, report.cost, ts),
                 )
             case ChildDetached(n=n):
                 return self._evolve(seq=seq, children=kin.detached(self.children, n))
@@ -301,7 +330,8 @@ class SessionState:
             case SessionTitleSet(title=title):
                 return self._evolve(seq=seq, title=title, last_activity=ts)
             case HistoryTrimmed(first_kept_id=first):
-                return self._evolve(seq=seq, kept_from=self._index_of(first), trimmed=True)
+                # The told time may be out of view now: the next tail tells it again.
+                return self._evolve(seq=seq, kept_from=self._index_of(first), trimmed=True, time_told_at=0.0)
             case SessionCompacted():
                 failed_summaries = self.summary_failures
                 if event.summary is not None:
@@ -309,6 +339,7 @@ class SessionState:
                 elif event.summary_failed:
                     failed_summaries += 1
                 state = self._evolve(
+                    **self._charged(*_spent(event), ts),
                     seq=seq,
                     cleared=self.cleared | frozenset(event.cleared),
                     compactions=self.compactions + 1,
@@ -324,6 +355,7 @@ class SessionState:
                         summary=event.summary,
                         kept_from=self._index_of(event.first_kept_id),
                         trimmed=False,
+                        time_told_at=0.0,  # as after a trim
                     )
                 return state
         raise TypeError(f"not a session event: {event!r}")
@@ -378,9 +410,10 @@ class SessionState:
 _FIELDS: tuple[str, ...] = tuple(f.name for f in fields(SessionState))
 
 
-def utc_day(ts: float) -> str:
-    """The UTC date of a unix time, as the spend guard counts days."""
-    return dt.datetime.fromtimestamp(ts, dt.UTC).date().isoformat()
+def _spent(event: TurnRecorded | SessionCompacted) -> tuple[int, float]:
+    """What a turn's or a compaction's calls spent: tokens (input + output) and their cost."""
+    spent = event.spent or {}
+    return int(spent.get("input_tokens", 0)) + int(spent.get("output_tokens", 0)), float(event.cost or 0.0)
 
 
 def _closed(

@@ -4,21 +4,19 @@ persists and publishes what these return; nothing here does I/O."""
 
 from __future__ import annotations
 
-import datetime as dt
 import re
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from dataclasses import dataclass, field
 
 from netclaw import outputs as out
-from netclaw.config import Settings
+from netclaw.config import ModelConfig, Settings
 from netclaw.history import INTERRUPTED_TEXT, TrimResult
 from netclaw.llm import Completion, Delta, Usage
-from netclaw.messages import Attachment, ChatMessage, ToolCall, new_id, system, unmarked
+from netclaw.messages import Attachment, ChatMessage, ToolCall, new_id, unmarked
 from netclaw.policy import Audience, channel_of, recall_allowed, recall_scope
 from netclaw.sessions._commands import SendUserMessage
-from netclaw.sessions._effects import Measure, RecallQuery
+from netclaw.sessions._effects import Charge, Measure, RecallQuery
 from netclaw.sessions._events import (
     HistoryTrimmed,
     InputAdmitted,
@@ -29,7 +27,8 @@ from netclaw.sessions._events import (
     TurnStarted,
     TurnStatus,
 )
-from netclaw.sessions._state import SessionState, utc_day
+from netclaw.sessions._state import SessionState
+from netclaw.spend import DailySpend, SpendStop, Spent, billed_tokens, cost_of, spend_stop, utc_day
 from netclaw.toolspec import ToolResult
 
 TITLE_MAX = 60
@@ -49,7 +48,11 @@ class TurnRun:
     input_tokens: int = 0  # what the provider reported over the turn's calls (log, usage, guard)
     output_tokens: int = 0
     cache_read_tokens: int = 0
-    model: str = ""
+    cache_write_tokens: int = 0
+    cost: float = 0.0  # what the calls cost at their models' prices
+    model: str = ""  # the model id the turn's last call went to (usage reports)
+    model_name: str = "main"  # its name under `models`
+    tried: list[str] = field(default_factory=list)  # model names this turn has used, in order
     waiting_on_people: int = 0  # questions a running tool asked and nobody answered yet
 
     def spent(self) -> dict[str, int]:
@@ -57,7 +60,11 @@ class TurnRun:
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
             "cache_read_tokens": self.cache_read_tokens,
+            "cache_write_tokens": self.cache_write_tokens,
         }
+
+    def recorded_cost(self) -> float | None:
+        return round(self.cost, 9) if self.cost else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,7 +155,9 @@ def text_deltas(session_id: str, turn: int, deltas: Sequence[Delta]) -> list[out
     return [out.TextDelta(session_id=session_id, turn=turn, delta=text)] if text else []
 
 
-def answer_outputs(session_id: str, turn: int, completion: Completion, window: int) -> list[out.Output]:
+def answer_outputs(
+    session_id: str, turn: int, completion: Completion, model: ModelConfig
+) -> list[out.Output]:
     """What a provider answer tells subscribers before the turn goes on: usage, thinking."""
     found: list[out.Output] = []
     if completion.usage is not None:
@@ -159,7 +168,11 @@ def answer_outputs(session_id: str, turn: int, completion: Completion, window: i
                 turn=turn,
                 input_tokens=usage.input_tokens,
                 output_tokens=usage.output_tokens,
-                context_window=window,
+                context_window=model.context_window,
+                cache_read_tokens=usage.cache_read_tokens,
+                cache_write_tokens=usage.cache_write_tokens,
+                cost=cost_of(usage, model.price),
+                model=model.model,
             )
         )
     if completion.thinking:
@@ -210,7 +223,14 @@ def completed_turn(session_id: str, state: SessionState, run: TurnRun, completio
         }
     events: list[SessionEvent] = [
         TurnRecorded(
-            run.turn, run.message_id, "completed", (reply,), usage=usage, spent=run.spent(), model=run.model
+            run.turn,
+            run.message_id,
+            "completed",
+            (reply,),
+            usage=usage,
+            spent=run.spent(),
+            model=run.model,
+            cost=run.recorded_cost(),
         )
     ]
     outputs: list[out.Output] = [
@@ -225,10 +245,18 @@ def completed_turn(session_id: str, state: SessionState, run: TurnRun, completio
 
 
 def failed_turn(
-    session_id: str, run: TurnRun, code: str, message: str, status: TurnStatus, *, as_notice: bool = False
+    session_id: str,
+    run: TurnRun,
+    code: str,
+    message: str,
+    status: TurnStatus,
+    *,
+    as_notice: bool = False,
+    detail: dict[str, str] | None = None,
 ) -> Step:
     """A turn that ends without an answer. Every tool call in flight still gets a result.
-    ``as_notice``: people see a ``notice`` (a limit doing its job), not an ``error``."""
+    ``as_notice``: people see a ``notice`` (a limit doing its job), not an ``error``.
+    ``detail``: more of the error, recorded with it (a spend stop's cap and reset time)."""
     events: list[SessionEvent] = []
     if run.pending_calls is not None:
         calls = run.pending_calls
@@ -240,9 +268,10 @@ def failed_turn(
             run.turn,
             run.message_id,
             status,
-            error={"code": code, "message": message},
+            error={"code": code, "message": message, **(detail or {})},
             spent=spent,
             model=run.model or None,  # usage by model: a failed turn is the model's too
+            cost=run.recorded_cost(),
         )
     )
     shown: out.Output = (
@@ -251,16 +280,6 @@ def failed_turn(
         else out.Error(session_id=session_id, turn=run.turn, code=code, message=message)
     )
     return Step(tuple(events), (shown,))
-
-
-def spend_limit_message(spent: int, limit: int, now: float) -> str:
-    """What a session says instead of calling the model once its daily budget is used."""
-    midnight = dt.datetime.fromtimestamp(now, dt.UTC).date() + dt.timedelta(days=1)
-    return (
-        f"This conversation has used its token budget for today ({spent:,} of "
-        f"session.max_tokens_per_day = {limit:,}), so I did not send this to the model. "
-        f"It resets at {midnight.isoformat()} 00:00 UTC; an operator can raise the limit."
-    )
 
 
 def trim_step(session_id: str, trim: TrimResult, reason: str) -> tuple[HistoryTrimmed, out.HistoryTrimmed]:
@@ -294,35 +313,27 @@ def turn_end(status: TurnStatus) -> out.TurnEnd:
     return "failed"  # failed, timed out, interrupted
 
 
-def continuity_notice(stopped_at: float, now: float) -> ChatMessage:
-    """What a session warmed after a graceful restart tells the model on its first call
-    (transient: never journaled)."""
-    stamp = datetime.fromtimestamp(stopped_at, UTC).strftime("%Y-%m-%d %H:%M UTC")
-    minutes = max(0, round((now - stopped_at) / 60))
-    return system(
-        f"[netclaw: you are resuming after netclaw was restarted. It stopped at {stamp} "
-        f"({minutes} min ago); whatever was in progress then was interrupted. Carry on with the "
-        "conversation.]",
-        id=f"continuity:{stopped_at:.3f}",
-    )
-
-
-def spend_stop(state: SessionState, run: TurnRun, settings: Settings, now: float) -> str | None:
-    """The spend guards: past a sub-agent's token budget, or ``session.max_tokens_per_day``,
-    the turn ends with this notice instead of another model call (None: carry on)."""
+def spend_check(
+    state: SessionState, run: TurnRun, settings: Settings, daemon: DailySpend, now: float
+) -> SpendStop | None:
+    """The spend guards before another model call (netclaw.spend): a sub-agent's token
+    budget; this session's day — its recorded turns and this turn's calls so far, its
+    sub-agents' included — and the daemon's."""
     task = state.task
     if task is not None and task.budget_tokens is not None:
         used = state.tokens_total + run.input_tokens + run.output_tokens
         if used >= task.budget_tokens:
-            return (
+            message = (
                 f"This sub-agent used its token budget ({used:,} of {task.budget_tokens:,} tokens), "
                 "so it stops here; its parent may give the rest to another."
             )
-    limit = settings.session.max_tokens_per_day
-    if limit is None:
-        return None
-    spent = state.tokens_spent_on(utc_day(now)) + run.input_tokens + run.output_tokens
-    return spend_limit_message(spent, limit, now) if spent >= limit else None
+            return SpendStop("budget_tokens", message, None)
+    day = utc_day(now)
+    session = Spent(
+        state.tokens_spent_on(day) + run.input_tokens + run.output_tokens,
+        state.cost_spent_on(day) + run.cost,
+    )
+    return spend_stop(settings, session, daemon.on(day), now)
 
 
 def recall_query(
@@ -342,15 +353,26 @@ def recall_query(
     )
 
 
-def count_tokens(run: TurnRun, usage: Usage) -> list[Measure]:
-    """Add a call's usage to the turn's totals; the metrics it feeds."""
+def count_tokens(run: TurnRun, usage: Usage, model: ModelConfig, now: float) -> list[Measure | Charge]:
+    """Add a call's usage and cost to the turn's totals; what it charges to the daemon's day
+    and the metrics it feeds."""
     run.input_tokens += usage.input_tokens or 0
     run.output_tokens += usage.output_tokens or 0
     run.cache_read_tokens += usage.cache_read_tokens or 0
+    run.cache_write_tokens += usage.cache_write_tokens or 0
+    run.cost += cost_of(usage, model.price)
+    return charges(usage, model, now)
+
+
+def charges(usage: Usage, model: ModelConfig, now: float) -> list[Measure | Charge]:
+    """What calls' usage charges to the daemon's day, and the token metrics it feeds."""
     counts = (
         ("input", usage.input_tokens),
         ("output", usage.output_tokens),
         ("cache_read", usage.cache_read_tokens),
         ("cache_write", usage.cache_write_tokens),
     )
-    return [Measure("tokens", count, kind) for kind, count in counts if count]
+    found: list[Measure | Charge] = [
+        Charge(utc_day(now), model.model, billed_tokens(usage), cost_of(usage, model.price))
+    ]
+    return found + [Measure("tokens", count, kind) for kind, count in counts if count]

@@ -9,16 +9,14 @@ turn's current op id; a result for any other op is stale and dropped.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from netclaw.errors import ContextOverflow, ProviderError
-from netclaw.history import TrimResult
 from netclaw.lineage import SPAWN_TOOL
-from netclaw.llm import Completion, ProviderRequest, ToolSchema
+from netclaw.llm import Completion, ToolSchema
 from netclaw.messages import ChatMessage, ToolCall
 from netclaw.roles import turn_needs_approval
 from netclaw.sessions import _ladder as ladder
@@ -30,6 +28,15 @@ from netclaw.sessions._approvals import (
     refusals,
     request_outputs,
 )
+from netclaw.sessions._calling import (
+    attach_tail,
+    fall_back,
+    model_call,
+    recall_for,
+    record_trim,
+    spend_stopped,
+    stop_detail,
+)
 from netclaw.sessions._commands import (
     ApprovalsDue,
     Cancel,
@@ -38,6 +45,7 @@ from netclaw.sessions._commands import (
     OpFailed,
     ProviderDeltas,
     ProviderDone,
+    Recalled,
     Reset,
     ToolEvent,
     ToolsDone,
@@ -45,11 +53,12 @@ from netclaw.sessions._commands import (
 )
 from netclaw.sessions._core import Activity, Core
 from netclaw.sessions._decisions import settle
-from netclaw.sessions._effects import CallModel, CancelOp, Measure, ReplyOwed, RunTools
+from netclaw.sessions._effects import CancelOp, Measure, Recall, ReplyOwed, RunTools
 from netclaw.sessions._events import ApprovalRequested, RoundStarted, TurnStatus
 from netclaw.sessions._phases import Phase
 from netclaw.sessions._subagents import announce, cancel_children, round_spawns
 from netclaw.sessions._turn import TurnRun
+from netclaw.spend import SpendStop
 from netclaw.toolspec import ToolResult
 from netclaw.trust import read_untrusted
 
@@ -69,9 +78,14 @@ class Turn:
     def turn(self) -> int:
         return self.run.turn
 
-    def handle(self, core: Core, command: Command) -> Activity:
+    def handle(self, core: Core, command: Command) -> Activity:  # noqa: C901 - one case per command
         run = self.run
         match command:
+            case Recalled(op_id=op_id, memories=memories):
+                if self._current(core, op_id):
+                    self.in_flight = False
+                    attach_tail(core, run, memories)
+                    return self._call(core)
             case ProviderDeltas(op_id=op_id, deltas=deltas):
                 if self._current(core, op_id):
                     core.publish(*turn.text_deltas(core.session_id, run.turn, deltas))
@@ -115,10 +129,19 @@ class Turn:
     # -- starting, and calling the model ------------------------------------------------------
 
     def start(self, core: Core) -> Activity:
-        """Entered: call the model, or wait for the decisions a recovered round still needs."""
+        """Entered: the turn's tail (memories first, when there are any to look up), then the
+        call — or wait for the decisions a recovered round still needs."""
         pending = core.state.pending_round
         if pending is not None and pending.turn == self.run.turn:
             return self._await_decisions(core)  # recovered while a tool round waited for people
+        stop = spend_stopped(core, self.run)
+        if stop is not None:  # before the tail: a turn that calls nobody records none
+            return self._spend_stop(core, stop)
+        query = recall_for(core, self.run)
+        if query is not None:
+            core.emit(Recall(self._next_op(core), query))
+            return self
+        attach_tail(core, self.run, None)
         return self._call(core)
 
     def proceed(self, core: Core, *, trim: bool) -> Activity:
@@ -127,36 +150,24 @@ class Turn:
     def _call(self, core: Core) -> Activity:
         """Build the prompt, let the ladder decide (compact first?), record a trim, send."""
         run = self.run
-        stop = turn.spend_stop(core.state, run, core.settings, core.now())
+        stop = spend_stopped(core, run)
         if stop is not None:
-            return self.fail(core, "spend_limit", stop, "failed", as_notice=True)
+            return self._spend_stop(core, stop)
         tools = self._tools(core)
         prompt = core.context.prompts.build(core.state, tools)
         decision = core.context.before_call(prompt, core.state)
         if isinstance(decision, ladder.Compact):
             return core.begin_compaction(decision, resume=self)
         if decision.trim is not None:
-            self._record_trim(core, decision.trim, "budget")
-        model = core.settings.models.main
+            record_trim(core, decision.trim, "budget")
         run.estimate = prompt.estimate
-        messages: Sequence[ChatMessage] = prompt.messages
-        stopped_at = core.take_continuity()
-        if stopped_at is not None:  # transient: in this request only, never journaled
-            messages = (messages[0], turn.continuity_notice(stopped_at, core.now()), *messages[1:])
-        request = ProviderRequest(
-            model=model.model,
-            messages=messages,
-            tools=tools,
-            max_output_tokens=model.max_output_tokens,
-            vision=model.vision,
-        )
-        recall = (
-            turn.recall_query(core.state, run, core.context.audience, core.settings)
-            if core.has_memory
-            else None
-        )
-        core.emit(CallModel(self._next_op(core), request, recall, core.context.model_role))
+        core.emit(model_call(core, run, self._next_op(core), prompt, tools))
         return self
+
+    def _spend_stop(self, core: Core, stop: SpendStop) -> Activity:
+        return self.fail(
+            core, "spend_limit", stop.message, "failed", as_notice=True, detail=stop_detail(stop)
+        )
 
     def _tools(self, core: Core) -> list[ToolSchema]:
         # Past the iteration limit the model gets no tools, so it must answer.
@@ -179,13 +190,12 @@ class Turn:
     # -- what came back -----------------------------------------------------------------------
 
     def _answered(self, core: Core, completion: Completion) -> Activity:
-        run, settings = self.run, core.settings
-        window = settings.models.main.context_window
-        core.publish(*turn.answer_outputs(core.session_id, run.turn, completion, window))
+        run, settings, model = self.run, core.settings, core.context.model
+        core.publish(*turn.answer_outputs(core.session_id, run.turn, completion, model))
         if completion.usage is not None:
             core.context.observe(run.estimate, completion)
-            for measure in turn.count_tokens(run, completion.usage):
-                core.emit(measure)
+            for effect in turn.count_tokens(run, completion.usage, model, core.now()):
+                core.emit(effect)
         if not completion.tool_calls or run.iteration >= settings.session.max_tool_iterations:
             core.record(turn.completed_turn(core.session_id, core.state, run, completion))
             return self._end(core, "completed")
@@ -228,6 +238,8 @@ class Turn:
         if isinstance(error, ContextOverflow):
             return self._overflowed(core, error)
         if isinstance(error, ProviderError):
+            if fall_back(core, self.run, error):
+                return self._call(core)
             return self.fail(core, error.code, str(error), "failed")
         log.error("%s: turn work failed: %r", core.session_id, error)
         return self.fail(core, "internal", f"the turn failed unexpectedly: {type(error).__name__}", "failed")
@@ -248,7 +260,7 @@ class Turn:
     def _overflow_trim(self, core: Core) -> Activity:
         """The trim rung: shrink to ~2/3 of the refused prompt and retry, or give up."""
         run, prompts = self.run, core.context.prompts
-        window = core.settings.models.main.context_window
+        window = core.context.model.context_window
         prompts.observe_usage(run.estimate, max(window, run.estimate + 1))
         trim = prompts.shrink_after_overflow(core.state, self._tools(core), run.estimate)
         decision = ladder.overflow_trim(trim, estimate=run.estimate, budget=core.context.budget())
@@ -256,16 +268,8 @@ class Turn:
             return self.fail(core, decision.code, decision.message, "failed")
         assert decision.trim is not None  # a Send from overflow_trim always carries its trim
         log.warning("%s: provider reported context overflow; trimming and retrying", core.session_id)
-        self._record_trim(core, decision.trim, "overflow")
+        record_trim(core, decision.trim, "overflow")
         return self._call(core)
-
-    def _record_trim(self, core: Core, trim: TrimResult, reason: str) -> None:
-        """Never silent: journal it, tell every subscriber, log one line."""
-        event, output = turn.trim_step(core.session_id, trim, reason)
-        core.persist(event)
-        core.emit(Measure("trims", 1))
-        log.info("%s: history_trimmed %s", core.session_id, json.dumps(event.to_payload(), sort_keys=True))
-        core.publish(output)
 
     # -- tool rounds and the people who approve them --------------------------------------------
 
@@ -376,6 +380,7 @@ class Turn:
         *,
         go_on: bool = True,
         as_notice: bool = False,
+        detail: dict[str, str] | None = None,
     ) -> Activity:
         """End the turn without an answer. Every tool call in flight still gets a result.
         ``as_notice``: people see a ``notice`` (a limit doing its job), not an ``error``."""
@@ -387,7 +392,9 @@ class Turn:
         if status != "cancelled":  # (a cancel stopped every sub-agent already)
             cancel_children(core, f"turn {run.turn} {status}", waited_in=run.turn)
         self._close_open_approvals(core)
-        core.record(turn.failed_turn(core.session_id, run, code, message, status, as_notice=as_notice))
+        core.record(
+            turn.failed_turn(core.session_id, run, code, message, status, as_notice=as_notice, detail=detail)
+        )
         run.pending_calls = None
         log.warning("%s: turn %d %s: %s", core.session_id, run.turn, status, message)
         return self._end(core, status, go_on=go_on)

@@ -16,6 +16,7 @@ class ActiveTurn:
     turn: int
     message_id: str
     steps: int = 0  # tool iterations already recorded (a resumed turn continues from here)
+    model: str | None = None  # the fallback this turn switched to (None: the session's model)
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,7 @@ import httpx
 
 from netclaw.history import FLUSH_MARKER, REQUIRED_SECTIONS, SUMMARY_MARKER
 from tests.e2e.conftest import DaemonProcess, config_data, free_port, write_json
+from tests.fakes._scripted_server import said
 from tests.fakes.scripted_openai import Reply, ScriptedOpenAIThread, ToolCallSpec
 
 SUMMARY = "\n".join(f"## {section}\n- chaos" for section in REQUIRED_SECTIONS)
@@ -105,7 +106,12 @@ class Chaos:
     # -- the scripted model -------------------------------------------------------------------
 
     def _respond(self, body: dict[str, Any]) -> Reply:
-        messages = body.get("messages") or []
+        # A turn's volatile tail is netclaw's note: the model answers what people said.
+        messages = [
+            {**m, "content": said(str(m.get("content")))}
+            for m in body.get("messages") or []
+            if said(str(m.get("content")))
+        ]
         last = messages[-1] if messages else {}
         if last.get("role") == "user" and "[tool]" in str(last.get("content")):
             self.in_call["tool"].set()

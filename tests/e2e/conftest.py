@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.fakes._scripted_server import said
 from tests.fakes.scripted_openai import ScriptedOpenAIThread
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -125,11 +126,12 @@ def run_cli(
 
 
 def user_text(request: dict[str, Any]) -> str | None:
-    """The last user message's text in a chat-completions request body."""
+    """The last user message's text in a chat-completions request body (a turn's volatile
+    tail is netclaw's note, not the user's)."""
     for message in reversed(request.get("messages") or []):
-        if message.get("role") == "user":
-            content = message.get("content")
-            return content if isinstance(content, str) else json.dumps(content)
+        content = message.get("content")
+        if message.get("role") == "user" and not (isinstance(content, str) and not said(content)):
+            return said(content) if isinstance(content, str) else json.dumps(content)
     return None
 
 

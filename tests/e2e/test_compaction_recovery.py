@@ -19,6 +19,7 @@ from tests.e2e.conftest import (
     journal_rows,
     wait_until,
 )
+from tests.fakes._scripted_server import as_sent, said
 from tests.fakes.scripted_openai import Reply, ScriptedOpenAIThread, ToolCallSpec
 from tests.integration.test_compaction import (
     OVER,
@@ -49,10 +50,6 @@ def talk(daemon: DaemonProcess, scripted: ScriptedOpenAIThread, session_id: str)
         scripted.enqueue(*calls, Reply(text=f"answer {n}", usage=OVER if n == 4 else UNDER))
         response = daemon.post(session_id, big(n), wait=True)
         assert response.status_code == 200, response.text
-
-
-def wire(messages: list[dict[str, Any]]) -> list[tuple[str, str]]:
-    return [(m["role"], m.get("content") or "") for m in messages]
 
 
 @pytest.mark.parametrize("setup", [SECTIONS], indirect=True)
@@ -92,7 +89,12 @@ def test_sigkill_right_after_compaction_keeps_the_projection(
     scripted.enqueue(Reply(text="back again", usage=UNDER))
     response = third.post(sid, "after the crash", wait=True)
     assert response.status_code == 200, response.text
-    assert wire(chat_requests(scripted)[-1]["messages"]) == [*wire(context), ("user", "after the crash")]
+    sent = as_sent(chat_requests(scripted)[-1]["messages"])
+    assert sent[:-1] == as_sent(context)
+    # The new message with its turn's tail (the time: the summary took the last one told).
+    assert (
+        sent[-1][0] == "user" and said(sent[-1][1]) == "after the crash" and sent[-1][1] != "after the crash"
+    )
     assert len(journal_rows(setup.db_path, sid, "SessionCompacted")) == 1
 
 
@@ -122,9 +124,18 @@ def test_sigkill_during_compaction_loses_no_buffered_message(
     assert [m["content"] for m in users] == [big(n) for n in range(5)] + ["sent while compacting"]
     assert users[-1]["id"] == buffered
     assert [m["content"] for m in admitted_inputs(setup.db_path, sid)].count("sent while compacting") == 1
-    # The interrupted compaction left nothing half-done: no summary, no message lost. (The
-    # restarted session compacts again because it was over the threshold; its first tier may
-    # show old tool results as placeholders of the same messages.)
+    # The interrupted compaction left nothing half-done: no message lost, and whatever the
+    # projection shows comes from the compaction the restarted session ran itself (it was
+    # over the threshold): placeholders of the same messages, and a summary only if that one
+    # recorded it.
     context = second.session(sid, "context")["messages"]
-    assert not any(m.get("kind") == "compaction_summary" for m in context)
-    assert [m["id"].removeprefix("cleared:") for m in context[1:]] == [m["id"] for m in session["messages"]]
+    said = [m for m in context[1:] if m.get("kind") != "context"]
+    kept = [m["id"] for m in session["messages"]]
+    redone = journal_rows(setup.db_path, sid, "SessionCompacted")
+    summarised = [r for r in redone if r["summary"]]
+    if summarised:
+        assert said[0]["kind"] == "compaction_summary" and SUMMARY in said[0]["content"]
+        said, kept = said[1:], kept[kept.index(summarised[-1]["first_kept_id"]) :]
+    else:
+        assert not any(m.get("kind") == "compaction_summary" for m in context)
+    assert [m["id"].removeprefix("cleared:") for m in said] == kept

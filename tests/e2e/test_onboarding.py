@@ -167,12 +167,22 @@ def test_status_and_usage_from_the_shell(
     usage = run_cli("usage", "--config", str(site.config))
     assert usage.returncode == 0, usage.stderr
     rows = usage.stdout.splitlines()
-    assert rows[0].split() == ["session", "turns", "input", "output", "cache", "read"]
-    assert rows[1].split() == ["cli:a", "1", "120", "12", "0"]
-    assert rows[-1].split() == ["total", "2", "200", "20", "0"]
+    head = ["session", "turns", "input", "output", "cache", "read", "cache", "write", "cost", "USD"]
+    assert rows[0].split() == head
+    assert rows[1].split() == ["cli:a", "1", "120", "12", "0", "0", "0.0000"]
+    assert rows[-1].split() == ["total", "2", "200", "20", "0", "0", "0.0000"]
     by_model = json.loads(run_cli("usage", "--by", "model", "--json", "--config", str(site.config)).stdout)
     assert by_model == [
-        {"key": "scripted", "turns": 2, "input_tokens": 200, "output_tokens": 20, "cache_read_tokens": 0}
+        {
+            "key": "scripted",
+            "turns": 2,
+            "input_tokens": 200,
+            "output_tokens": 20,
+            "cache_read_tokens": 0,
+            "cache_write_tokens": 0,
+            "cost": 0.0,
+            "currency": "USD",
+        }
     ]
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.conftest import Daemons, Setup, journal_rows, wait_until
+from tests.fakes._scripted_server import said
 from tests.fakes.scripted_openai import ScriptedOpenAIThread
 
 pytestmark = pytest.mark.slow
@@ -31,7 +32,7 @@ def resident(daemon: Any) -> set[str]:
 
 
 def notices(request: dict[str, Any]) -> int:
-    return sum(1 for m in request["messages"] if m["role"] == "system" and NOTICE in str(m["content"]))
+    return sum(1 for m in request["messages"] if NOTICE in str(m["content"]))
 
 
 def test_graceful_restart_warms_active_sessions_and_tells_them_once(
@@ -51,14 +52,21 @@ def test_graceful_restart_warms_active_sessions_and_tells_them_once(
     # Ready means recovered: the active session is resident, the idle one cold.
     assert resident(second) == {"cli:warm"}
     context = second.session("cli:warm", view="context")["messages"]
-    assert NOTICE in context[1]["content"]  # visible while it applies
+    assert NOTICE in context[-1]["content"]  # visible while it applies: the next turn's tail
     assert second.post("cli:warm", "are you back?", wait=True).status_code == 200
+    request = provider.requests[-1]["messages"]
     assert notices(provider.requests[-1]) == 1
-    assert NOTICE not in json.dumps(second.session("cli:warm")["messages"])  # never journaled
+    # In the new turn's tail, right after the message: recorded with it, so every later
+    # request repeats it in place; what people said is not touched.
+    assert said(request[-1]["content"]) == "are you back?" and NOTICE in request[-1]["content"]
+    assert NOTICE not in json.dumps(second.session("cli:warm")["messages"])
     assert NOTICE not in json.dumps(journal_rows(site.db_path, "cli:warm", "InputAdmitted"))
+    (tail,) = journal_rows(site.db_path, "cli:warm", "ContextAttached")[-1:]
+    assert NOTICE in tail["message"]["content"]
     assert second.post("cli:warm", "and again", wait=True).status_code == 200
-    assert notices(provider.requests[-1]) == 0  # once
-    assert NOTICE not in json.dumps(second.session("cli:warm", view="context")["messages"])
+    again = provider.requests[-1]["messages"]
+    assert notices(provider.requests[-1]) == 1  # told once: the same note, where it was
+    assert again[: len(request)] == request and NOTICE not in json.dumps(again[len(request) :])
     # The cold session wakes lazily and is told nothing.
     assert second.post("cli:cold", "hello again", wait=True).status_code == 200
     assert notices(provider.requests[-1]) == 0

@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import collections
 import contextlib
+import hashlib
 import inspect
 import itertools
 import json
@@ -32,10 +33,38 @@ from typing import Any, ClassVar, Generic, Protocol, Self, TypeAlias, TypedDict,
 
 from aiohttp import web
 
+from netclaw.messages import CONTEXT_OPEN
+
 # --------------------------------------------------------------------------- script steps
 
 
 _SPEAKER = re.compile(r"^\[[^\]\n]{1,80}\] ")
+
+
+def is_context(text: str) -> bool:
+    """A volatile tail netclaw added to the newest turn (the time, memories): not what the
+    user said, so the echo and the routes look past it."""
+    return text.startswith(CONTEXT_OPEN)
+
+
+def said(text: str) -> str:
+    """What a user message says without the tail an OpenAI-compatible request carries in
+    it (after a blank line); a whole tail says nothing."""
+    return "" if is_context(text) else text.split("\n\n" + CONTEXT_OPEN, 1)[0]
+
+
+def as_sent(messages: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """(role, content) of messages as the API's context view shows them, the way an
+    OpenAI-compatible request carries them: a ``context`` note inside the user message
+    before it."""
+    found: list[tuple[str, str]] = []
+    for m in messages:
+        content = m.get("content") or ""
+        if m.get("kind") == "context" and found and found[-1][0] == "user":
+            found[-1] = ("user", f"{found[-1][1]}\n\n{content}")
+        else:
+            found.append((m["role"], content))
+    return found
 
 
 def without_speaker(text: str) -> str:
@@ -58,6 +87,58 @@ class ToolCallSpec:
         if isinstance(self.arguments, str):
             return self.arguments
         return json.dumps(self.arguments)
+
+
+class PrefixCache:
+    """The prompt cache a provider keeps, as both fakes simulate it: the prefixes of the
+    requests it saw, held by a hash of their parts (a tool set, a message or a content
+    block, serialised without cache markers). A request reads the longest prefix it shares
+    with what is held; the OpenAI fake looks at every position (automatic prefix caching),
+    the Anthropic fake at its ``cache_control`` breakpoints and up to 20 parts before each,
+    and holds only the prefixes its breakpoints close."""
+
+    LOOKBACK = 20
+
+    def __init__(self, limit: int = 200_000) -> None:
+        self._held: collections.OrderedDict[bytes, None] = collections.OrderedDict()
+        self._limit = limit
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def prefixes(namespace: str, parts: list[tuple[Any, int]]) -> tuple[list[bytes], list[int]]:
+        """Each prefix's hash and tokens: ``parts`` are (JSON-able part, its tokens)."""
+        hashes: list[bytes] = []
+        tokens: list[int] = []
+        digest = hashlib.sha256(namespace.encode())
+        total = 0
+        for part, count in parts:
+            digest.update(json.dumps(part, sort_keys=True, separators=(",", ":")).encode())
+            total += count
+            hashes.append(digest.copy().digest())
+            tokens.append(total)
+        return hashes, tokens
+
+    def read(self, hashes: list[bytes], tokens: list[int], positions: Iterable[int]) -> int:
+        """Tokens of the longest held prefix among ``positions`` (indexes into the parts)."""
+        with self._lock:
+            hits = [tokens[i] for i in positions if 0 <= i < len(hashes) and hashes[i] in self._held]
+        return max(hits, default=0)
+
+    def hold(self, hashes: list[bytes], positions: Iterable[int]) -> None:
+        with self._lock:
+            for i in positions:
+                if 0 <= i < len(hashes):
+                    self._held[hashes[i]] = None
+                    self._held.move_to_end(hashes[i])
+            while len(self._held) > self._limit:
+                self._held.popitem(last=False)
+
+
+def without_cache_marks(part: Any) -> Any:
+    """A content block (or tool) as the cache compares it: its ``cache_control`` left out."""
+    if isinstance(part, dict) and "cache_control" in part:
+        return {k: v for k, v in part.items() if k != "cache_control"}
+    return part
 
 
 class ReplyLike(Protocol):
@@ -219,6 +300,7 @@ class ScriptedServer(ABC, Generic[R, E]):
         self._runner: web.AppRunner | None = None
         self._base_url: str | None = None
         self._log = logging.getLogger(type(self).__module__)
+        self.prompt_cache = PrefixCache()  # what this server would have cached (usage reports it)
 
     # ----- scripting
 

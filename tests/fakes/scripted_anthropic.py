@@ -34,15 +34,18 @@ from typing import Any, TypeAlias
 from aiohttp import web
 
 from tests.fakes._scripted_server import (
+    PrefixCache,
     ScriptedServer,
     ScriptedServerThread,
     ToolCallSpec,
     error_fields,
+    is_context,
     load_steps,
     pieces,
     reply_fields,
     request_messages,
     run_cli,
+    without_cache_marks,
     without_speaker,
 )
 
@@ -97,8 +100,10 @@ class Reply:
     signature: str = "sig-scripted"  # of the thinking block
     redacted_thinking: str | None = None  # data of a redacted_thinking block
     usage: tuple[int, int] | None = None  # (input, output); None -> rough estimate
-    cache_read: int = 0  # usage.cache_read_input_tokens
-    cache_write: int = 0  # usage.cache_creation_input_tokens
+    # usage.cache_read_input_tokens / cache_creation_input_tokens; None: as the server's
+    # simulated prompt cache says (the prompt's breakpoints against what it holds)
+    cache_read: int | None = None
+    cache_write: int | None = None
     delay_s: float = 0.0  # wait before the response headers
     chunk_delay_s: float = 0.0  # wait between SSE events
     chunk_size: int = 8  # characters per text / thinking / partial_json delta
@@ -166,8 +171,8 @@ def step_from_dict(data: dict[str, Any]) -> Step:
         **reply_fields(data),
         signature=str(data.get("signature", "sig-scripted")),
         redacted_thinking=data.get("redacted_thinking"),
-        cache_read=int(data.get("cache_read", 0)),
-        cache_write=int(data.get("cache_write", 0)),
+        cache_read=int(data["cache_read"]) if "cache_read" in data else None,
+        cache_write=int(data["cache_write"]) if "cache_write" in data else None,
         stop_reason=data.get("stop_reason"),
         stream_error=None
         if stream_error is None
@@ -225,7 +230,7 @@ def _last_user_text(request: dict[str, Any]) -> str:
         if msg.get("role") != "user":
             continue
         for block in reversed(_blocks(msg.get("content"))):
-            if block.get("type") == "text":
+            if block.get("type") == "text" and not is_context(str(block.get("text") or "")):
                 return str(block.get("text") or "")
     return ""
 
@@ -279,6 +284,73 @@ def _validate_block(where: str, role: str, block: dict[str, Any]) -> str | None:
             return f"{where}.tool_result.is_error: Input should be a valid boolean"
         return None
     return f"{where}: Input tag {kind!r} found using 'type' does not match any of the expected tags"
+
+
+MAX_CACHE_BREAKPOINTS = 4
+_TTL_SECONDS = {"5m": 300, "1h": 3600}
+
+
+def _cache_control_problem(body: dict[str, Any]) -> str | None:
+    """The API's rules for ``cache_control`` (tools, then system, then messages, in order):
+    ``{"type": "ephemeral"}`` with an optional ``ttl`` of ``5m`` or ``1h``, at most four of
+    them, none on a thinking block or an empty text, and never a longer TTL after a shorter."""
+    marked: list[tuple[str, Any, dict[str, Any]]] = []
+    for i, tool in enumerate(body.get("tools") or []):
+        if isinstance(tool, dict) and "cache_control" in tool:
+            marked.append((f"tools.{i}", tool["cache_control"], tool))
+    system = body.get("system")
+    for i, block in enumerate(system if isinstance(system, list) else []):
+        if isinstance(block, dict) and "cache_control" in block:
+            marked.append((f"system.{i}", block["cache_control"], block))
+    for n, msg in enumerate(body.get("messages") or []):
+        for m, block in enumerate(_blocks(msg.get("content")) if isinstance(msg, dict) else []):
+            if "cache_control" in block:
+                marked.append((f"messages.{n}.content.{m}", block["cache_control"], block))
+    if len(marked) > MAX_CACHE_BREAKPOINTS:
+        return f"A maximum of {MAX_CACHE_BREAKPOINTS} blocks with cache_control may be provided. Found {len(marked)}."
+    longest = None
+    for where, control, block in reversed(marked):  # from the end: TTLs may only grow
+        if not isinstance(control, dict) or control.get("type") != "ephemeral":
+            return f"{where}.cache_control.type: Input should be 'ephemeral'"
+        if set(control) - {"type", "ttl"}:
+            return f"{where}.cache_control: Extra inputs are not permitted"
+        ttl = control.get("ttl", "5m")
+        if ttl not in _TTL_SECONDS:
+            return f"{where}.cache_control.ttl: Input should be '5m' or '1h'"
+        if block.get("type") in ("thinking", "redacted_thinking"):
+            return f"{where}.cache_control: Thinking blocks cannot be cached directly"
+        if block.get("type") == "text" and not str(block.get("text") or "").strip():
+            return f"{where}.cache_control: cache_control cannot be set for empty text blocks"
+        if longest is not None and _TTL_SECONDS[ttl] < longest:
+            return (
+                "a ttl='1h' cache_control block must not come after a ttl='5m' cache_control block "
+                "(tools, system, messages, in that order)"
+            )
+        longest = max(longest or 0, _TTL_SECONDS[ttl])
+    return None
+
+
+def cache_parts(body: dict[str, Any]) -> tuple[list[tuple[Any, int]], list[int]]:
+    """The request as the prompt cache sees it — tools, system blocks, then every content
+    block (with its role) — each with its tokens, and the indexes of the parts marked with
+    ``cache_control`` (the breakpoints)."""
+    parts: list[tuple[Any, int]] = []
+    marks: list[int] = []
+
+    def add(part: dict[str, Any], tokens: int, role: str | None = None) -> None:
+        if "cache_control" in part:
+            marks.append(len(parts))
+        key = without_cache_marks(part)
+        parts.append(({"role": role, "block": key} if role else key, tokens))
+
+    for tool in body.get("tools") or []:
+        add(tool, 0)
+    for block in _blocks(body.get("system")):
+        add(block, len(_block_text(block)) // 4)
+    for msg in request_messages(body):
+        for block in _blocks(msg.get("content")):
+            add(block, len(_block_text(block)) // 4, str(msg.get("role")))
+    return parts, marks
 
 
 def validate_request(body: Any) -> str | None:
@@ -372,7 +444,7 @@ def validate_request(body: Any) -> str | None:
             f"messages.{len(messages) - 1}: `tool_use` ids were found without `tool_result` "
             f"blocks immediately after: {', '.join(previous_tool_uses)}."
         )
-    return None
+    return _cache_control_problem(body)
 
 
 # --------------------------------------------------------------------------- the server
@@ -470,11 +542,33 @@ class ScriptedAnthropic(ScriptedServer[Reply, ErrorReply]):
 
     # ----- answers
 
-    def _usage(self, body: dict[str, Any], step: Reply, calls: list[tuple[str, str, str]]) -> tuple[int, int]:
-        if step.usage is not None:
-            return step.usage
+    def _usage(
+        self, body: dict[str, Any], step: Reply, calls: list[tuple[str, str, str]]
+    ) -> tuple[int, int, int, int]:
+        """(input, output, cache read, cache write) as the API reports them: ``input`` is
+        what came after the last cache hit and write, never the whole prompt."""
+        read, write = self._cache(body)
+        if step.usage is not None:  # scripted: as given (no cache unless scripted too)
+            return (*step.usage, step.cache_read or 0, step.cache_write or 0)
         out_chars = len(step.text) + len(step.thinking) + sum(len(a) for _, _, a in calls)
-        return estimate_prompt_tokens(body), out_chars // 4 + 1
+        prompt, output = estimate_prompt_tokens(body), out_chars // 4 + 1
+        read = step.cache_read if step.cache_read is not None else read
+        write = step.cache_write if step.cache_write is not None else write
+        return max(prompt - read - write, 0), output, read, write
+
+    def _cache(self, body: dict[str, Any]) -> tuple[int, int]:
+        """The simulated prompt cache: read at the longest held prefix among the breakpoints
+        (and the 20 parts before each), write what lies between it and the last breakpoint."""
+        parts, marks = cache_parts(body)
+        if not marks:
+            return 0, 0
+        hashes, tokens = PrefixCache.prefixes(str(body.get("model")), parts)
+        looked = {i for mark in marks for i in range(max(mark - PrefixCache.LOOKBACK, 0), mark + 1)}
+        cache = self.prompt_cache
+        read = cache.read(hashes, tokens, looked)
+        write = max(tokens[max(marks)] - read, 0)
+        cache.hold(hashes, marks)
+        return read, write
 
     @staticmethod
     def _stop_reason(step: Reply) -> str:
@@ -501,7 +595,7 @@ class ScriptedAnthropic(ScriptedServer[Reply, ErrorReply]):
 
     def _send_json(self, request: web.Request, body: dict[str, Any], step: Reply) -> web.Response:
         calls = self._resolve_calls(step)
-        prompt, output = self._usage(body, step, calls)
+        prompt, output, read, write = self._usage(body, step, calls)
         payload = {
             "id": f"msg_scripted_{next(self._ids)}",
             "type": "message",
@@ -513,8 +607,8 @@ class ScriptedAnthropic(ScriptedServer[Reply, ErrorReply]):
             "usage": {
                 "input_tokens": prompt,
                 "output_tokens": output,
-                "cache_creation_input_tokens": step.cache_write,
-                "cache_read_input_tokens": step.cache_read,
+                "cache_creation_input_tokens": write,
+                "cache_read_input_tokens": read,
             },
         }
         if step.drop_after_chunks is not None:
@@ -523,7 +617,7 @@ class ScriptedAnthropic(ScriptedServer[Reply, ErrorReply]):
 
     def _events(self, body: dict[str, Any], step: Reply) -> list[tuple[str, dict[str, Any]]]:
         calls = self._resolve_calls(step)
-        prompt, output = self._usage(body, step, calls)
+        prompt, output, read, write = self._usage(body, step, calls)
         events: list[tuple[str, dict[str, Any]]] = [
             (
                 "message_start",
@@ -539,8 +633,8 @@ class ScriptedAnthropic(ScriptedServer[Reply, ErrorReply]):
                         "stop_sequence": None,
                         "usage": {
                             "input_tokens": prompt,
-                            "cache_creation_input_tokens": step.cache_write,
-                            "cache_read_input_tokens": step.cache_read,
+                            "cache_creation_input_tokens": write,
+                            "cache_read_input_tokens": read,
                             "output_tokens": 1,
                         },
                     },

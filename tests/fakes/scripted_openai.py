@@ -25,6 +25,7 @@ from typing import Any, TypeAlias
 from aiohttp import web
 
 from tests.fakes._scripted_server import (
+    PrefixCache,
     ScriptedServer,
     ScriptedServerThread,
     ToolCallSpec,
@@ -34,6 +35,7 @@ from tests.fakes._scripted_server import (
     reply_fields,
     request_messages,
     run_cli,
+    said,
     without_speaker,
 )
 
@@ -176,8 +178,9 @@ def estimate_prompt_tokens(request: dict[str, Any]) -> int:
 
 def _last_user_text(request: dict[str, Any]) -> str:
     for msg in reversed(request_messages(request)):
-        if msg.get("role") == "user":
-            return _content_text(msg.get("content"))
+        text = said(_content_text(msg.get("content")))
+        if msg.get("role") == "user" and text:
+            return text
     return ""
 
 
@@ -251,18 +254,41 @@ class ScriptedOpenAI(ScriptedServer[Reply, ErrorReply]):
 
     # ----- answers
 
-    def _usage(self, body: dict[str, Any], step: Reply, args: list[str]) -> dict[str, int]:
+    def _cached_tokens(self, body: dict[str, Any]) -> int:
+        """What an OpenAI-style automatic prefix cache would have read of this prompt: the
+        longest prefix (tool set, then whole messages) of an earlier request under the same
+        ``prompt_cache_key``; every prefix of this one is held from now on."""
+        parts: list[tuple[Any, int]] = [(body.get("tools") or [], 0)]
+        for msg in request_messages(body):
+            chars = len(_content_text(msg.get("content")))
+            chars += sum(
+                len(str((tc.get("function") or {}).get("arguments") or ""))
+                for tc in msg.get("tool_calls") or []
+            )
+            parts.append((msg, chars // 4))
+        hashes, tokens = PrefixCache.prefixes(str(body.get("prompt_cache_key") or ""), parts)
+        cache = self.prompt_cache
+        cached = cache.read(hashes, tokens, range(len(hashes) - 1))  # a whole prompt is never all cache
+        cache.hold(hashes, range(len(hashes)))
+        return cached
+
+    def _usage(self, body: dict[str, Any], step: Reply, args: list[str]) -> dict[str, Any]:
+        cached = self._cached_tokens(body)
         if step.usage is not None:
             prompt, completion = step.usage
+            cached = 0  # a scripted count says nothing about the cache
         else:
             prompt = estimate_prompt_tokens(body)
             out_chars = len(step.text) + len(step.thinking) + sum(len(a) for a in args)
             completion = out_chars // 4 + 1
-        return {
+        usage: dict[str, Any] = {
             "prompt_tokens": prompt,
             "completion_tokens": completion,
             "total_tokens": prompt + completion,
         }
+        if cached:
+            usage["prompt_tokens_details"] = {"cached_tokens": min(cached, prompt)}
+        return usage
 
     @staticmethod
     def _finish_reason(step: Reply) -> str:

@@ -116,6 +116,21 @@ ROUTES: tuple[Route, ...] = (
     ),
     Route(
         "GET",
+        "/api/sessions/{id}/model",
+        {"id": SESSION},
+        answers=frozenset({200, 404}),
+        ids=frozenset({"id"}),
+    ),
+    Route(
+        "PUT",
+        "/api/sessions/{id}/model",
+        {"id": SESSION},
+        bodies=({"model": "main"},),
+        answers=frozenset({200, 404}),
+        ids=frozenset({"id"}),
+    ),
+    Route(
+        "GET",
         "/api/sessions/{id}/approvals",
         {"id": SESSION},
         answers=frozenset({200, 404}),

@@ -69,7 +69,13 @@ async def make(server: ScriptedAnthropic) -> AsyncIterator[MakeProvider]:
     made: list[AnthropicProvider] = []
 
     def factory(base_url: str | None = None, **overrides: Any) -> AnthropicProvider:
-        cfg: dict[str, Any] = {"type": "anthropic", "base_url": base_url or server.base_url, "timeout_s": 5.0}
+        # The wire conversion is checked here without cache markers (test_prompt_cache checks them).
+        cfg: dict[str, Any] = {
+            "type": "anthropic",
+            "base_url": base_url or server.base_url,
+            "timeout_s": 5.0,
+            "prompt_cache": "off",
+        }
         cfg.update(overrides)
         provider = AnthropicProvider("claude", ProviderConfig(**cfg), retry_base_delay=0.01)
         made.append(provider)

@@ -531,7 +531,12 @@ def test_get_session_transcript_and_context_views(daemon: DaemonHandle) -> None:
     assert context[0]["role"] == "system"
     assert daemon.daemon.settings.agent.system_prompt
     assert context[0]["content"] == trusted(daemon.daemon.settings.agent.system_prompt)
-    assert [m["id"] for m in context[1:]] == [m["id"] for m in transcript]
+    said = [m for m in context[1:] if m.get("kind") != "context"]
+    assert [m["id"] for m in said] == [m["id"] for m in transcript]
+    # The context view also shows what netclaw told the model with the newest turn: the time,
+    # right after the session's first message (the transcript view leaves it out).
+    (tail,) = [m for m in context if m.get("kind") == "context"]
+    assert context.index(tail) == 2 and "The time now" in tail["content"]
 
 
 def test_get_unknown_session_is_404_in_every_view(shared: DaemonHandle) -> None:

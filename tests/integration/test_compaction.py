@@ -19,6 +19,7 @@ from netclaw.history import FLUSH_MARKER, REQUIRED_SECTIONS, SUMMARY_MARKER
 from netclaw.persistence import NewMemory, SqliteMemoryStore
 from netclaw.trust import system_prompt as trusted
 from tests.conftest import DaemonHandle
+from tests.fakes._scripted_server import as_sent, said
 from tests.fakes.scripted_openai import (
     ErrorReply,
     Reply,
@@ -364,7 +365,8 @@ def test_summary_still_bad_after_retry_is_cancelled(
     context = handle.transcript(sid, view="context")
     transcript = handle.transcript(sid)
     assert not any(m.get("kind") in ("compaction_summary", "trim_breadcrumb") for m in context)
-    assert [m["id"].removeprefix("cleared:") for m in context[1:]] == [m["id"] for m in transcript]
+    said = [m for m in context[1:] if m.get("kind") != "context"]  # the tails are netclaw's
+    assert [m["id"].removeprefix("cleared:") for m in said] == [m["id"] for m in transcript]
     assert_no_orphans(context[1:])
     scripted.enqueue(Reply(text="still here", usage=UNDER))
     assert handle.send(sid, "next", wait=True).status_code == 200
@@ -557,18 +559,21 @@ def test_memory_flush_happens_before_the_summary_and_is_recalled_later(
     found = run(handle, memory_of(handle).search("deploy password rotation", audience="personal"))
     assert [(m.text, m.kind, m.session_id) for m in found] == [(FACT, "fact", sid)]
 
-    # A later turn about the topic gets the fact in a volatile system block.
+    # A later turn about the topic gets the fact in its volatile tail, right after the question
+    # (nothing above the newest turn changes), and recorded there: the next request repeats it.
     scripted.enqueue(Reply(text="Fridays at 17:00 UTC.", usage=UNDER))
     assert handle.send(sid, QUESTION, wait=True).json()["reply"] == "Fridays at 17:00 UTC."
     messages = chat_requests(scripted)[-1]["messages"]
-    recall = [m for m in messages if m["role"] == "system" and RECALL in str(m["content"])]
-    assert len(recall) == 1 and FACT in recall[0]["content"]
-    assert messages[-1] == {"role": "user", "content": QUESTION}
-    # Never journaled: the transcript has no trace of it; the context view (what the model
-    # is sent) shows it where the turn put it, computed for the view.
+    recall = [m for m in messages if RECALL in str(m["content"])]
+    assert len(recall) == 1 and FACT in recall[0]["content"] and recall[0]["role"] == "user"
+    # One user message: the question, then (after a blank line) the tail with the memories.
+    assert recall[0] is messages[-1] and said(recall[0]["content"]) == QUESTION
+    assert not any(m["role"] == "system" and RECALL in str(m["content"]) for m in messages)
+    scripted.enqueue(Reply(text="ok", usage=UNDER))
+    assert handle.send(sid, "thanks", wait=True).status_code == 200
+    assert chat_requests(scripted)[-1]["messages"][: len(messages)] == messages
+    assert any(RECALL in m["content"] for m in handle.transcript(sid, view="context"))
     assert not any(RECALL in m["content"] for m in handle.transcript(sid))
-    shown = [m for m in handle.transcript(sid, view="context") if RECALL in m["content"]]
-    assert [m["id"] for m in shown] == ["recall"] and FACT in shown[0]["content"]
 
 
 # -- 8. public audience -------------------------------------------------------------------------
@@ -680,16 +685,26 @@ def test_projection_after_compaction_survives_restart(
     handle.stop()
 
     again = start(start_daemon)
-    # A graceful restart adds its (transient) notice to what the model sees next; the rest is identical.
+    # A graceful restart adds its notice to the next turn's tail (shown until it is recorded);
+    # the rest is identical.
     restarted = again.transcript(sid, view="context")
-    assert [m for m in restarted if not m["id"].startswith("continuity:")] == context
+    assert restarted[:-1] == context
+    assert (
+        restarted[-1]["kind"] == "context"
+        and "resuming after netclaw was restarted" in restarted[-1]["content"]
+    )
     assert again.transcript(sid) == transcript
-    # The restarted session sends exactly that projection (plus the new message).
+    # The restarted session sends exactly that projection, then the new message and its tail.
     scripted.enqueue(Reply(text="back", usage=UNDER))
     assert again.send(sid, "after the restart", wait=True).status_code == 200
-    sent = [(m["role"], m.get("content") or "") for m in chat_requests(scripted)[-1]["messages"]]
-    assert "resuming after netclaw was restarted" in sent.pop(1)[1]
-    assert sent == [(m["role"], m["content"]) for m in context] + [("user", "after the restart")]
+    sent = as_sent(chat_requests(scripted)[-1]["messages"])
+    role, last = sent.pop()
+    assert (
+        role == "user"
+        and said(last) == "after the restart"
+        and "resuming after netclaw was restarted" in last
+    )
+    assert sent == as_sent(context)
 
 
 # -- the kept part is sized in the provider's tokens --------------------------------------------

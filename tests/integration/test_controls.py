@@ -16,6 +16,7 @@ from netclaw.history import REQUIRED_SECTIONS
 from netclaw.persistence import NewMemory
 from netclaw.tools import Tool, ToolContext
 from tests.conftest import DaemonHandle, wait_until
+from tests.fakes._scripted_server import said
 from tests.fakes.scripted_openai import ErrorReply, Reply, ScriptedOpenAIThread, ToolCallSpec
 from tests.integration.test_sse import SseStream, sse_streams
 
@@ -32,7 +33,8 @@ def rows(handle: DaemonHandle, sid: str, view: str = "transcript") -> list[tuple
 
 
 def user_texts(request: Mapping[str, Any]) -> list[str]:
-    return [m["content"] for m in request["messages"] if m["role"] == "user"]
+    """What the user said in a request (a turn's volatile tail is netclaw's, not theirs)."""
+    return [said(m["content"]) for m in request["messages"] if m["role"] == "user" and said(m["content"])]
 
 
 # -- cancel -------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ import pytest
 
 from netclaw.persistence import NewMemory, SqliteMemoryStore
 from tests.conftest import DaemonHandle
+from tests.fakes._scripted_server import is_context, said
 from tests.fakes.discord_port import FakeDiscordServer
 from tests.fakes.scripted_openai import Reply, ScriptedOpenAIThread, ToolCallSpec
 from tests.fakes.slack_api import FakeSlackThread
@@ -35,7 +36,20 @@ PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 64  # a PNG signature is what makes it an
 
 
 def user_contents(request: dict[str, Any]) -> list[Any]:
-    return [m["content"] for m in request["messages"] if m["role"] == "user"]
+    """What people said in a request (a turn's volatile tail is netclaw's note, left out)."""
+    found: list[Any] = []
+    for m in request["messages"]:
+        content = m["content"]
+        if m["role"] != "user":
+            continue
+        if isinstance(content, list):  # parts: the tail is the last text part
+            content = [p for p in content if not (p.get("type") == "text" and is_context(p.get("text", "")))]
+        elif said(content):
+            content = said(content)
+        else:
+            continue
+        found.append(content)
+    return found
 
 
 def last_user(request: dict[str, Any]) -> Any:

@@ -123,8 +123,8 @@ def test_usage_by_session_day_and_model(start_daemon: StartDaemon, scripted: Scr
 
     by_session = handle.http.get("/api/usage", params={"by": "session"}).json()
     assert by_session == [
-        {"key": "cli:a", "turns": 2, "input_tokens": 300, "output_tokens": 30, "cache_read_tokens": 0},
-        {"key": "cli:b", "turns": 1, "input_tokens": 300, "output_tokens": 30, "cache_read_tokens": 0},
+        {"key": "cli:a", "turns": 2, "input_tokens": 300, "output_tokens": 30, **NO_CACHE_NO_PRICE},
+        {"key": "cli:b", "turns": 1, "input_tokens": 300, "output_tokens": 30, **NO_CACHE_NO_PRICE},
     ]
     today = dt.datetime.now(dt.UTC).date().isoformat()
     by_day = handle.http.get("/api/usage", params={"by": "day"}).json()
@@ -139,6 +139,9 @@ def test_usage_by_session_day_and_model(start_daemon: StartDaemon, scripted: Scr
     assert httpx.get(f"{handle.base_url}/api/usage").status_code == 401
 
 
+NO_CACHE_NO_PRICE = {"cache_read_tokens": 0, "cache_write_tokens": 0, "cost": 0.0, "currency": "USD"}
+
+
 def test_the_spend_guard_answers_with_a_notice_instead_of_calling_the_model(
     start_daemon: StartDaemon, scripted: ScriptedOpenAIThread
 ) -> None:
@@ -148,8 +151,10 @@ def test_the_spend_guard_answers_with_a_notice_instead_of_calling_the_model(
     calls = len(scripted.requests)
     refused = handle.send("cli:s", "two", wait=True)
     answer = refused.json()
-    assert refused.status_code == 502 and answer["status"] == "failed"
-    assert answer["error"]["code"] == "spend_limit"
+    # Not a provider failure: 429, and when to come back (the guard resets at UTC midnight).
+    assert refused.status_code == 429 and answer["status"] == "failed"
+    assert 0 < int(refused.headers["Retry-After"]) <= 86_400
+    assert answer["error"]["code"] == "spend_limit" and answer["cap"] == "session.max_tokens_per_day"
     assert "550 of session.max_tokens_per_day = 500" in answer["error"]["message"]
     assert len(scripted.requests) == calls  # the model was not called
     # Other sessions have their own budget.

@@ -14,6 +14,7 @@ import pytest
 
 from netclaw.tools import Tool, ToolContext
 from tests.conftest import DaemonHandle
+from tests.fakes._scripted_server import said
 from tests.fakes.faulty_journal import JournalFaults, has
 from tests.fakes.scripted_openai import (
     Reply,
@@ -81,8 +82,9 @@ def chat_rows(transcript: list[dict[str, Any]]) -> list[tuple[str, str]]:
 
 
 def last_message(request: Mapping[str, Any]) -> dict[str, Any]:
+    """The newest message of a request that is not netclaw's note (a turn's volatile tail)."""
     message: dict[str, Any] = request["messages"][-1]
-    return message
+    return {**message, "content": said(str(message.get("content") or ""))}
 
 
 def assert_tool_pairs(transcript: list[dict[str, Any]]) -> None:

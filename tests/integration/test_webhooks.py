@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from tests.conftest import DaemonHandle
+from tests.fakes._scripted_server import said
 from tests.fakes.scripted_openai import Reply, ScriptedOpenAIThread, ToolCallSpec
 
 StartDaemon = Callable[..., DaemonHandle]
@@ -129,7 +130,9 @@ def text_of(content: Any) -> str:
 
 
 def user_texts(request: dict[str, Any]) -> list[str]:
-    return [text_of(m.get("content")) for m in request.get("messages", []) if m.get("role") == "user"]
+    """What came in as user messages (a turn's volatile tail is netclaw's note, left out)."""
+    texts = [text_of(m.get("content")) for m in request.get("messages", []) if m.get("role") == "user"]
+    return [said(t) for t in texts if said(t)]
 
 
 def offered_tools(request: dict[str, Any]) -> set[str]:

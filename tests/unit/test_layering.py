@@ -16,6 +16,8 @@ PURE = [
     "netclaw.messages",
     "netclaw.outputs",
     "netclaw.sessions._state",
+    "netclaw.sessions._tail",
+    "netclaw.spend",
     "netclaw.sessions._phases",
     "netclaw.sessions._events",
     "netclaw.sessions._ladder",

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from netclaw import attachments
 from netclaw.attachments import IncomingFile
-from netclaw.messages import ChatMessage, ToolCall
+from netclaw.messages import ChatMessage, MessageKind, ToolCall
 from netclaw.providers._anthropic import to_anthropic_messages
 from netclaw.providers._base import ProviderRequest, ToolSchema
 from netclaw.providers._http import SseReader, WireCache
@@ -44,6 +44,37 @@ def test_an_assembled_body_is_the_whole_body_turn_after_turn() -> None:
         request = ProviderRequest("m", transcript[: 1 + 4 * turns], tools=tools, max_output_tokens=64)
         assert json.loads(encode_request(request, wire)) == request_body(request)
     assert len(wire) == 1 + 5 * 4 + 1  # each message once, the system prompt, the tool set
+
+
+def test_a_turns_tail_travels_in_its_user_message() -> None:
+    """One user message (servers with strict role alternation accept it), the same bytes
+    whether assembled from cached parts or built whole, and the same in every later request."""
+    wire = WireCache()
+    note = ChatMessage(
+        "ctx1", "user", "[netclaw context for this turn]\nThe time now", 0.0, kind=MessageKind.CONTEXT
+    )
+    first = [ChatMessage("system", "system", "be brief", 0.0), ChatMessage("u1", "user", "hi", 0.0), note]
+    request = ProviderRequest("m", first, cache_key="k")
+    body = request_body(request, cache=True)
+    assert [m["role"] for m in body["messages"]] == ["system", "user"]
+    assert body["messages"][1]["content"] == "hi\n\n[netclaw context for this turn]\nThe time now"
+    assert json.loads(encode_request(request, wire, cache=True)) == body
+    assert body["prompt_cache_key"] == "k"
+    later = ProviderRequest("m", [*first, ChatMessage("a1", "assistant", "hello", 0.0)])
+    assert request_body(later)["messages"][:2] == body["messages"]
+    assert json.loads(encode_request(later, wire)) == request_body(later)
+    # A note that follows no user message (a restart notice after a tool round) goes alone.
+    call = ToolCall("c1", "x", "{}")
+    alone = [
+        ChatMessage("a2", "assistant", "", 0.0, tool_calls=(call,)),
+        ChatMessage("t2", "tool", "r", 0.0, tool_call_id="c1", name="x"),
+        note,
+    ]
+    assert [m["role"] for m in request_body(ProviderRequest("m", alone))["messages"]] == [
+        "assistant",
+        "tool",
+        "user",
+    ]
 
 
 def test_a_changed_message_under_the_same_id_is_encoded_again() -> None:

@@ -528,6 +528,46 @@ ALL_EVENTS += [
     _events.ApprovalRequested(turn=1, assistant=_GATED, requests=(_REQUEST,)),
     _events.ApprovalDecided(approval_id="ap-1", decision="always", by="U1"),
     _events.ReplyDelivered(turn=1, message_ids=("1712.0001", "1712.0002")),
+    _events.ContextAttached(
+        7,
+        ChatMessage(id="ctx1", role="user", content="[netclaw context]", ts=4.0, kind=MessageKind.CONTEXT),
+        told_time=True,
+    ),
+    _events.ContextAttached(
+        8, ChatMessage(id="ctx2", role="user", content="memories", ts=5.0, kind=MessageKind.CONTEXT)
+    ),
+    _events.ModelSwitched(turn=7, from_model="main", to_model="backup", reason="provider_unavailable"),
+    _events.SessionCompacted(
+        cleared=(),
+        summary="## Primary request and intent\n- y",
+        first_kept_id="u1",
+        tiers=("memory_flush", "summary"),
+        memories_saved=0,
+        messages_before=5,
+        messages_after=3,
+        tokens_before=900,
+        tokens_after=300,
+        spent={"input_tokens": 1000, "output_tokens": 100, "cache_read_tokens": 0, "cache_write_tokens": 0},
+        model="scripted",
+        cost=0.0042,
+    ),
+    _events.ModelPinned(model="fast", by="U1"),
+    _events.ModelPinned(model=None, by="api"),
+    TurnRecorded(
+        10,
+        "u4",
+        "completed",
+        (assistant("a3", "priced"),),
+        spent={"input_tokens": 90, "output_tokens": 3, "cache_read_tokens": 80, "cache_write_tokens": 5},
+        model="scripted",
+        cost=0.000123,
+    ),
+    TurnRecorded(
+        11,
+        "u5",
+        "failed",
+        error={"code": "spend_limit", "message": "used", "cap": "spend.max_cost_per_day", "resets_at": "x"},
+    ),
 ]
 
 _TASK = ChildTask("cli:p", 2, ("current_time",), "compaction", 5000, "team", "slack:C1")

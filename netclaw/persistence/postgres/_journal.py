@@ -245,16 +245,20 @@ class PostgresJournal(WriterJournal):
         if sessions is not None:
             params += (list(sessions),)
         rows = await self._read(
-            f"SELECT {key} AS k, COUNT(*),"
+            f"SELECT {key} AS k, SUM(CASE WHEN type = 'TurnRecorded' THEN 1 ELSE 0 END),"
             " SUM(COALESCE((payload::jsonb->'spent'->>'input_tokens')::bigint,"
             "              (payload::jsonb->'usage'->>'input_tokens')::bigint, 0)),"
             " SUM(COALESCE((payload::jsonb->'spent'->>'output_tokens')::bigint,"
             "              (payload::jsonb->'usage'->>'output_tokens')::bigint, 0)),"
-            " SUM(COALESCE((payload::jsonb->'spent'->>'cache_read_tokens')::bigint, 0))"
-            f" FROM events WHERE type = 'TurnRecorded' AND ts >= %s{only} GROUP BY k ORDER BY k",
+            " SUM(COALESCE((payload::jsonb->'spent'->>'cache_read_tokens')::bigint, 0)),"
+            " SUM(COALESCE((payload::jsonb->'spent'->>'cache_write_tokens')::bigint, 0)),"
+            " SUM(COALESCE((payload::jsonb->>'cost')::double precision, 0))"
+            " FROM events WHERE type IN ('TurnRecorded', 'SessionCompacted') AND ts >= %s"
+            " AND (type = 'TurnRecorded' OR payload::jsonb ? 'spent')"
+            f"{only} GROUP BY k ORDER BY k",
             params,
         )
-        return [UsageRow(str(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4])) for r in rows]
+        return [UsageRow.from_row(r) for r in rows]
 
     async def close(self) -> None:
         await self._stop_writer()

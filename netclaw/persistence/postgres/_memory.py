@@ -58,6 +58,9 @@ class PostgresMemoryStore(PooledStore):
         )
         return sorted((_memory(r) for r in found), key=lambda m: m.id)
 
+    def may_have(self, audience: str) -> bool:
+        return True  # other nodes write too: only a search can tell
+
     async def search(
         self, query: str, *, audience: str | None = None, scope: str | None = None, limit: int = 5
     ) -> list[Memory]:

@@ -111,3 +111,44 @@ def test_retrim_never_stacks_breadcrumbs(history: list[ChatMessage], first: floa
     _, out_turns = split_turns(twice.messages)
     if turns:
         assert out_turns[-1] == turns[-1]
+
+
+@settings(max_examples=200, deadline=None)
+@given(history=histories(), fraction=st.floats(0.0, 1.2), low_water=st.floats(0.05, 1.0))
+def test_a_trim_cuts_to_the_low_water_mark_and_only_over_the_budget(
+    history: list[ChatMessage], fraction: float, low_water: float
+) -> None:
+    counter = TokenCounter()
+
+    def count(ms: Sequence[ChatMessage]) -> int:
+        return counter.estimate(ms)
+
+    fixed = counter.fixed_overhead()
+    budget = int(count(history) * fraction)
+    target = int(budget * low_water)
+    result = trim_to_budget(history, budget, counter.count_message, fixed, target=target)
+    out = result.messages
+    head, turns = split_turns(history)
+    _, out_turns = split_turns(out)
+
+    # Within the budget nothing moves, however far above the low-water mark it is.
+    if count(history) <= budget:
+        assert not result.trimmed and out == tuple(history)
+    # A trim ends at or under the low-water mark (unless only the newest turn is left)...
+    if result.trimmed:
+        assert result.target == target
+        assert result.tokens_after == count(out)
+        assert result.tokens_after <= target or len(out_turns) <= 1
+        # ... and drops no more than reaching it needs.
+        if result.dropped_turns > 1:
+            pinned = [m for m in head if m.role == "system"]
+            one_more = turns[result.dropped_turns - 1 :]
+            candidate = [*pinned, make_breadcrumb(one_more[0][0]), *[m for t in one_more for m in t]]
+            assert count(candidate) > target
+    # Still whole turns, the newest kept, nothing split.
+    assert not sweep_orphans(out).changed
+    if turns:
+        assert out_turns == turns[len(turns) - len(out_turns) :]
+    # Hysteresis: the trimmed projection is under the budget, so the next call leaves it be.
+    again = trim_to_budget(out, budget, counter.count_message, fixed, target=target)
+    assert again.messages == out and not again.trimmed

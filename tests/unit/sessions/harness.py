@@ -21,6 +21,7 @@ from netclaw.sessions._commands import (
     CompactionDone,
     OpFailed,
     ProviderDone,
+    Recalled,
     SendUserMessage,
     Subscribe,
     ToolsDone,
@@ -33,6 +34,7 @@ from netclaw.sessions._effects import (
     Effect,
     Persist,
     Publish,
+    Recall,
     RunCompaction,
     RunTools,
 )
@@ -41,6 +43,7 @@ from netclaw.sessions._phases import Phase
 from netclaw.sessions._session import Session
 from netclaw.sessions._state import SessionState
 from netclaw.skills import LiveSkills
+from netclaw.spend import DailySpend, NoLedger
 from netclaw.toolspec import ToolResult
 
 E = TypeVar("E")
@@ -106,6 +109,8 @@ class Driver:
         state: SessionState | None = None,
         held: bool = False,
         skills: LiveSkills | None = None,
+        resumed_at: float | None = None,
+        ledger: DailySpend | None = None,
         **sections: Any,
     ) -> None:
         self.loop = asyncio.new_event_loop()
@@ -113,10 +118,18 @@ class Driver:
         self.live = LiveSettings(settings(**sections))
         self.effects: list[Effect] = []
         self.skills = skills or LiveSkills()
-        env = SessionEnv(self.live, Catalog(tools), has_memory, clock=lambda: self.now, skills=self.skills)
-        self.session = Session(session_id, env, self.effects.append, held=held)
+        env = SessionEnv(
+            self.live,
+            Catalog(tools),
+            has_memory,
+            clock=lambda: self.now,
+            skills=self.skills,
+            spend=ledger or NoLedger(),
+        )
+        self.session = Session(session_id, env, self.effects.append, held=held, resumed_at=resumed_at)
         self.session.recovered(state or SessionState(session_id))
         self._ids = itertools.count(1)
+        self._recalled: set[int] = set()
 
     def close(self) -> None:
         self.loop.close()
@@ -142,12 +155,21 @@ class Driver:
         self, text: str = "", *, calls: Iterable[ToolCall] = (), input_tokens: int | None = None
     ) -> list[Effect]:
         """The model's answer to the call in flight; by default the provider counts the
-        prompt as we estimated it."""
+        prompt as we estimated it. A recall still in flight finds nothing first."""
+        self.recalled(None)
         call = self.pending(CallModel)
         if input_tokens is None:
             input_tokens = self.session.context.prompts.estimate(self.state, call.request.tools)
         usage = Usage(input_tokens, 10)
         return self.handle(ProviderDone(call.op_id, Completion(text, tuple(calls), usage=usage)))
+
+    def recalled(self, memories: str | None) -> list[Effect]:
+        """What the memory store found for the recall in flight (none in flight: nothing)."""
+        found = [e for e in self.effects if isinstance(e, Recall)]
+        if not found or found[-1].op_id in self._recalled:
+            return []
+        self._recalled.add(found[-1].op_id)
+        return self.handle(Recalled(found[-1].op_id, memories))
 
     def tools_done(self, content: str = "ok") -> list[Effect]:
         run = self.pending(RunTools)
@@ -155,6 +177,7 @@ class Driver:
         return self.handle(ToolsDone(run.op_id, results))
 
     def fail_call(self, error: BaseException) -> list[Effect]:
+        self.recalled(None)
         return self.handle(OpFailed(self.pending(CallModel).op_id, error))
 
     def compaction_done(self, summary: str | None) -> list[Effect]:

@@ -72,7 +72,10 @@ def test_a_message_during_passivation_aborts_it_and_runs() -> None:
     _, effects = d.send("one more thing")
     assert CancelOp(extraction.op_id) in effects
     assert d.phase is Phase.PROCESSING
-    assert d.pending(CallModel).request.messages[-1].content == "one more thing"
+    d.recalled(None)
+    assert [m.content for m in d.pending(CallModel).request.messages if m.is_real_user][
+        -1
+    ] == "one more thing"
     # The stale extraction result changes nothing.
     assert d.handle(ExtractionDone(extraction.op_id, [("x", "fact")])) == []
     d.close()

@@ -37,6 +37,7 @@ from netclaw.sessions._events import (
     ChildDetached,
     ChildReported,
     ChildSpawned,
+    ContextAttached,
     InputAdmitted,
     ReplyDelivered,
     RoundStarted,
@@ -377,7 +378,10 @@ def _give(c: Driver, task: ChildTask = TASK, text: str = "look it up") -> list[A
 def test_a_child_takes_its_task_terms_with_its_first_input() -> None:
     c = _child()
     effects = _give(c)
-    assert [type(e) for e in c.events(effects)] == [TaskGiven, InputAdmitted, TurnStarted]  # one write
+    # The terms, the input and the turn in one write; then the turn's tail (the time).
+    persists = [e for e in effects if isinstance(e, Persist)]
+    assert [type(e) for e in persists[0].events] == [TaskGiven, InputAdmitted, TurnStarted]
+    assert [type(e) for e in c.events(effects)][3:] == [ContextAttached]
     assert c.state.task == TASK
     assert c.session.context.audience == "team"
     request = c.pending(CallModel).request
@@ -445,7 +449,8 @@ def test_a_child_on_the_compaction_model_calls_it() -> None:
     c = _child(models={"compaction": {"provider": "local", "model": "small", "context_window": 8192}})
     _give(c, ChildTask(PARENT, 1, (), "compaction"))
     call = c.pending(CallModel)
-    assert call.model == "compaction" and call.request.model == "small" and call.request.tools == []
+    assert call.provider == "local" and call.request.model == "small" and call.request.tools == []
+    assert c.session.context.model_name == "compaction"
     c.close()
 
 

@@ -11,6 +11,7 @@ import pytest
 from netclaw import outputs as out
 from netclaw.errors import ProviderUnavailable
 from netclaw.llm import Completion, Delta, Usage
+from netclaw.messages import MessageKind
 from netclaw.sessions._commands import (
     Admission,
     Cancel,
@@ -25,12 +26,13 @@ from netclaw.sessions._effects import (
     CallModel,
     CancelOp,
     PhaseChanged,
+    Recall,
     RunTools,
     StartTimer,
     StopTimer,
     TimerKind,
 )
-from netclaw.sessions._events import InputAdmitted, StepRecorded, TurnRecorded, TurnStarted
+from netclaw.sessions._events import ContextAttached, InputAdmitted, StepRecorded, TurnRecorded, TurnStarted
 from netclaw.sessions._phases import Phase
 from netclaw.sessions._state import TurnOutcome
 from tests.unit.sessions.harness import Driver, tool_call
@@ -47,14 +49,16 @@ def test_a_message_is_persisted_before_it_is_acknowledged_and_starts_a_turn(d: D
     ack, effects = d.send("hello")
     kinds = [type(e).__name__ for e in effects]
     assert kinds.index("Persist") < kinds.index("Answer") < kinds.index("CallModel")
-    assert [type(e) for e in d.events(effects)] == [InputAdmitted, TurnStarted]  # one write
+    # One write admits it, then the turn's volatile tail (the time, at a session's first turn).
+    assert [type(e) for e in d.events(effects)] == [InputAdmitted, TurnStarted, ContextAttached]
     (admission,) = d.answers(ack, effects)
     assert isinstance(admission, Admission) and not admission.duplicate
     assert d.phase is Phase.PROCESSING
     assert PhaseChanged(Phase.PROCESSING) in effects
     assert any(isinstance(e, StartTimer) and e.kind is TimerKind.TURN for e in effects)
     request = d.pending(CallModel).request
-    assert request.messages[-1].content == "hello"
+    assert request.messages[-2].content == "hello"
+    assert request.messages[-1].kind is MessageKind.CONTEXT and "The time now" in request.messages[-1].content
     assert [t.name for t in request.tools] == ["current_time", "deploy"]
 
 
@@ -82,7 +86,7 @@ def test_tool_rounds_run_and_their_results_go_back_to_the_model(d: Driver) -> No
     (step,) = [e for e in d.events(effects) if isinstance(e, StepRecorded)]
     assert [m.role for m in step.messages] == ["assistant", "tool"]
     second = d.pending(CallModel)
-    assert second.recall is None  # memories are recalled for a turn's first call only
+    assert not any(isinstance(e, Recall) for e in d.effects)  # no memory store here
     assert second.request.messages[-1].content == "noon"
     d.answer("It is noon.")
     assert d.state.outcomes[d.state.transcript[0].id].reply == "It is noon."
@@ -206,7 +210,7 @@ def test_reset_cancels_the_running_turn_and_starts_the_context_afresh(d: Driver)
     assert d.state.resets == 1 and d.phase is Phase.READY
     d.send("three")
     messages = d.pending(CallModel).request.messages
-    assert [m.content for m in messages if m.role == "user"] == ["three"]
+    assert [m.content for m in messages if m.is_real_user] == ["three"]
 
 
 def test_a_waiting_caller_gets_the_outcome_when_its_turn_is_recorded(d: Driver) -> None:
