@@ -43,6 +43,7 @@ from _common import daemon_settings, figure, info, log, machine_load, median
 from netclaw.messages import ChatMessage, ToolCall, new_id
 from netclaw.persistence import NewEvent, SessionRow, SqliteJournal, prepare_database
 from netclaw.sessions import _snapshot as snapshots
+from netclaw.sessions._codec import decode, encode
 from netclaw.sessions._events import (
     InputAdmitted,
     SessionEvent,
@@ -50,8 +51,6 @@ from netclaw.sessions._events import (
     StepRecorded,
     TurnRecorded,
     TurnStarted,
-    decode,
-    encode,
 )
 from netclaw.sessions._recovery import load_state
 from netclaw.sessions._state import SessionState

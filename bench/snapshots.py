@@ -23,7 +23,8 @@ from _common import add_quick, apply_quick, figure, info, log, machine_load, med
 from recovery import turn_batches
 
 from netclaw.sessions import _snapshot as snapshot
-from netclaw.sessions._events import SessionTitleSet, TurnRecorded, encode
+from netclaw.sessions._codec import encode
+from netclaw.sessions._events import SessionTitleSet, TurnRecorded
 from netclaw.sessions._state import SessionState
 
 INTERVAL = 20  # session.snapshot_interval's default

@@ -28,19 +28,12 @@ from netclaw.errors import (
     SessionOwnedElsewhere,
     SessionUnavailable,
 )
-from netclaw.sessions._commands import (
-    COMMAND_TYPES,
-    ConfirmStop,
-    Routed,
-    SendUserMessage,
-    Shutdown,
-    SubscriberLeft,
-    refuse,
-)
+from netclaw.sessions._commands import COMMAND_TYPES, ConfirmStop, Routed, SendUserMessage, Shutdown, refuse
 from netclaw.sessions._context import SessionEnv
 from netclaw.sessions._deps import SessionDeps
 from netclaw.sessions._effector import Effector
 from netclaw.sessions._recovery import recover_state
+from netclaw.sessions._results import SubscriberLeft
 from netclaw.sessions._session import Session
 from netclaw.skills import LiveSkills
 

@@ -17,7 +17,7 @@ re-announces them).
 from __future__ import annotations
 
 import secrets
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from netclaw import outputs as out
@@ -25,6 +25,7 @@ from netclaw.errors import ApprovalClosed, ApprovalNotFound, NotAnApprover
 from netclaw.messages import ToolCall
 from netclaw.sessions._events import ApprovalRequest, Decision
 from netclaw.sessions._state import PendingRound, SessionState
+from netclaw.trust import read_untrusted
 
 DECISIONS: tuple[Decision, ...] = ("approve", "deny", "always")
 
@@ -32,8 +33,19 @@ DECISIONS: tuple[Decision, ...] = ("approve", "deny", "always")
 # -- pure steps -------------------------------------------------------------------------------
 
 
-def gated_calls(calls: Sequence[ToolCall], gated: frozenset[str]) -> list[ToolCall]:
-    return [c for c in calls if c.name in gated]
+def calls_to_ask(
+    state: SessionState,
+    message_id: str,
+    calls: Sequence[ToolCall],
+    offered: Collection[str],
+    needs_approval: Callable[[str, bool], bool],
+) -> list[ToolCall]:
+    """The calls of a round that wait for a person: of a tool on offer (a call of a tool
+    that is not is never put to a person: it fails as unknown), and needing approval —
+    asked with whether the turn started by ``message_id`` read untrusted content yet (no
+    "always" after it)."""
+    untrusted = read_untrusted(state.transcript, message_id)
+    return [c for c in calls if c.name in offered and needs_approval(c.name, untrusted)]
 
 
 def new_requests(calls: Sequence[ToolCall], now: float, timeout_s: float) -> tuple[ApprovalRequest, ...]:

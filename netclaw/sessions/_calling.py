@@ -1,7 +1,7 @@
-"""Around each model call of a turn (pure pieces the turn activity, :mod:`._turning`, puts
-in order): the turn's volatile tail before its first call, the spend guards, a trim of the
-prompt, the request itself, and the switch to a fallback model when the model in use
-stays unavailable.
+"""Around each call of a turn (pure pieces the turn activity, :mod:`._turning`, puts in
+order): the memories to recall and the turn's volatile tail before its first model call,
+the spend guards, a trim of the prompt, the request itself, the switch to a fallback
+model when the model in use stays unavailable, and the run of a round's tools.
 
 Each records what it decides before anything acts on it — the tail before the request
 that carries it, the switch before the call that goes to the fallback — so a retry, an
@@ -13,18 +13,21 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+from collections.abc import Mapping
 
 from netclaw import outputs as out
 from netclaw.errors import ProviderError
 from netclaw.history import TrimResult
 from netclaw.llm import ProviderRequest, ToolSchema
+from netclaw.messages import ToolCall
+from netclaw.policy import channel_of, recall_allowed, recall_scope
 from netclaw.sessions._core import Core
-from netclaw.sessions._effects import CallModel, Measure, RecallQuery
+from netclaw.sessions._effects import CallModel, Measure, RecallQuery, RunTools
 from netclaw.sessions._events import ContextAttached, ModelSwitched
 from netclaw.sessions._prompt import Prompt
 from netclaw.sessions._tail import has_tail, time_is_news, volatile_tail
-from netclaw.sessions._turn import TurnRun, recall_query, spend_check, trim_step
-from netclaw.spend import SpendStop
+from netclaw.sessions._turn import TurnRun, trim_step
+from netclaw.spend import SpendStop, Spent, spend_stop, utc_day
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +41,20 @@ def recall_for(core: Core, run: TurnRun) -> RecallQuery | None:
         or has_tail(core.state, run.message_id)
     ):
         return None
-    return recall_query(core.state, run, core.context.audience, core.settings)
+    state, audience, settings = core.state, core.context.audience, core.settings
+    # Never for a payload from outside (webhooks) or an audience without recall.
+    if (
+        run.iteration > 0
+        or not recall_allowed(audience, settings)
+        or channel_of(state.session_id) == "webhook"
+    ):
+        return None
+    message = state.find_message(run.message_id)
+    if message is None:
+        return None
+    return RecallQuery(
+        message.content, audience, recall_scope(state.session_id, audience, settings, state.place)
+    )
 
 
 def attach_tail(core: Core, run: TurnRun, memories: str | None) -> None:
@@ -57,7 +73,25 @@ def attach_tail(core: Core, run: TurnRun, memories: str | None) -> None:
 
 
 def spend_stopped(core: Core, run: TurnRun) -> SpendStop | None:
-    return spend_check(core.state, run, core.settings, core.spend, core.now())
+    """The spend guards before another model call (netclaw.spend): a sub-agent's token
+    budget; this session's day — its recorded turns and this turn's calls so far, its
+    sub-agents' included — and the daemon's."""
+    state, now = core.state, core.now()
+    task = state.task
+    if task is not None and task.budget_tokens is not None:
+        used = state.tokens_total + run.input_tokens + run.output_tokens
+        if used >= task.budget_tokens:
+            message = (
+                f"This sub-agent used its token budget ({used:,} of {task.budget_tokens:,} tokens), "
+                "so it stops here; its parent may give the rest to another."
+            )
+            return SpendStop("budget_tokens", message, None)
+    day = utc_day(now)
+    session = Spent(
+        state.tokens_spent_on(day) + run.input_tokens + run.output_tokens,
+        state.cost_spent_on(day) + run.cost,
+    )
+    return spend_stop(core.settings, session, core.spend.on(day), now)
 
 
 def stop_detail(stop: SpendStop) -> dict[str, str]:
@@ -81,6 +115,21 @@ def model_call(core: Core, run: TurnRun, op_id: int, prompt: Prompt, tools: list
         cache_key=core.context.cache_key,
     )
     return CallModel(op_id, request, model.provider)
+
+
+def tools_call(
+    core: Core, run: TurnRun, op_id: int, calls: tuple[ToolCall, ...], refused: Mapping[str, str]
+) -> RunTools:
+    """The run of a round's ``calls`` (``refused``: the ones that get why instead)."""
+    settings = core.settings
+    return RunTools(
+        op_id,
+        calls,
+        timeout_s=min(settings.tools.call_timeout_s, settings.session.turn_timeout_s),
+        allowed=core.context.allowed_tools,
+        context=core.context.tool_context(run.turn, core.state.place),
+        refusals=refused,
+    )
 
 
 def fall_back(core: Core, run: TurnRun, error: ProviderError) -> bool:

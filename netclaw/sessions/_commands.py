@@ -2,28 +2,40 @@
 
 ``Routed`` ones come through the SessionManager, which counts them; the actor
 counts what it received, so passivation can tell whether anything is still in
-flight. The others come back from work on the I/O loop and carry the ``op_id`` they
-answer, or from the session's timers and its own shell.
+flight. The others are the manager's word to stop, and what comes back from the
+session's own work (:mod:`._results`: op results, timer ticks, a tool's news).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import get_args
 
 from netclaw.lineage import ChildRecord, ChildReport, ChildTask, SpawnRequest
-from netclaw.llm import Completion, Delta
 from netclaw.messages import Attachment
-from netclaw.outputs import Error, Output, OutputFilter
+from netclaw.outputs import Error, OutputFilter
 from netclaw.policy import Place
 from netclaw.runtime import Reply
 from netclaw.sessions._approvals import PendingApproval
-from netclaw.sessions._compaction import CompactionOutcome
+from netclaw.sessions._results import (
+    ApprovalsDue,
+    CompactionDone,
+    ExtractionDone,
+    GraceElapsed,
+    IdleTick,
+    MemoriesSaved,
+    OpFailed,
+    ProviderDeltas,
+    ProviderDone,
+    Recalled,
+    SubscriberLeft,
+    ToolEvent,
+    ToolsDone,
+    TurnTimeout,
+)
 from netclaw.sessions._state import TurnOutcome
 from netclaw.sessions._status import ModelChoice, StatusReport
 from netclaw.sessions._subscribers import Sink
-from netclaw.toolspec import ToolResult
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,106 +235,6 @@ class ConfirmStop:
 @dataclass(frozen=True, slots=True)
 class Shutdown:
     """Stop now (daemon shutdown, or a broken actor being retired)."""
-
-
-# -- results of loop work -----------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Recalled:
-    """What recall found for the turn's tail (None: nothing, or the store did not answer)."""
-
-    op_id: int
-    memories: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class ProviderDeltas:
-    """Deltas streamed since the last batch (coalesced on the loop: one tell per batch)."""
-
-    op_id: int
-    deltas: tuple[Delta, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class ProviderDone:
-    op_id: int
-    completion: Completion
-    deltas: tuple[Delta, ...] = ()  # the last ones, not yet told: they travel with the answer
-
-
-@dataclass(frozen=True, slots=True)
-class CompactionDone:
-    op_id: int
-    outcome: CompactionOutcome
-
-
-@dataclass(frozen=True, slots=True)
-class ExtractionDone:
-    op_id: int
-    observations: Sequence[tuple[str, str]]  # (text, kind)
-
-
-@dataclass(frozen=True, slots=True)
-class OpFailed:
-    op_id: int
-    error: BaseException
-
-
-@dataclass(frozen=True, slots=True)
-class ToolsDone:
-    op_id: int
-    results: Sequence[ToolResult]
-
-
-@dataclass(frozen=True, slots=True)
-class ToolEvent:
-    """A running tool told its session something (:mod:`._tool_port`): an output to publish,
-    tokens it spent on the session's model. Dropped once ``turn`` is over."""
-
-    turn: int
-    output: Output | None = None
-    input_tokens: int = 0
-    output_tokens: int = 0
-    waiting: int = 0  # +1: a person is asked (the turn's timeout stops), -1: answered
-
-
-@dataclass(frozen=True, slots=True)
-class IdleTick:
-    epoch: int
-
-
-@dataclass(frozen=True, slots=True)
-class GraceElapsed:
-    epoch: int
-
-
-@dataclass(frozen=True, slots=True)
-class TurnTimeout:
-    turn: int
-
-
-@dataclass(frozen=True, slots=True)
-class ApprovalsDue:
-    """The earliest open approval request of ``turn`` has expired."""
-
-    turn: int
-
-
-@dataclass(frozen=True, slots=True)
-class MemoriesSaved:
-    """The memories extracted at passivation are stored (``count`` of them)."""
-
-    op_id: int
-    through_turn: int  # the newest turn they cover
-    count: int
-
-
-@dataclass(frozen=True, slots=True)
-class SubscriberLeft:
-    """A subscriber's sink reported itself gone while outputs were offered to it."""
-
-    sub_id: str
 
 
 Command = (

@@ -10,15 +10,7 @@ from dataclasses import dataclass, replace
 
 from netclaw.runtime import Reply
 from netclaw.sessions import _ladder as ladder
-from netclaw.sessions._commands import (
-    Cancel,
-    Command,
-    CompactionDone,
-    CompactNow,
-    OpFailed,
-    Reset,
-    TurnTimeout,
-)
+from netclaw.sessions._commands import Cancel, Command, CompactNow, Reset
 from netclaw.sessions._compaction import (
     CompactionOutcome,
     CompactionStart,
@@ -32,6 +24,7 @@ from netclaw.sessions._core import Activity, Core, Suspended
 from netclaw.sessions._effects import CancelOp, CompactionHealth, Measure, RunCompaction
 from netclaw.sessions._events import SessionCompacted
 from netclaw.sessions._phases import Phase
+from netclaw.sessions._results import CompactionDone, OpFailed, TurnTimeout
 from netclaw.sessions._turn import charges
 
 log = logging.getLogger(__name__)

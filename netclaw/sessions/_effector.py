@@ -16,16 +16,7 @@ from typing import assert_never
 from netclaw.errors import SessionUnavailable
 from netclaw.runtime import Cancellable, Reply, Tellable, Timer
 from netclaw.sessions import _loop_ops as ops
-from netclaw.sessions._commands import (
-    Cancel,
-    CompactionDone,
-    ExtractionDone,
-    MemoriesSaved,
-    OpFailed,
-    ProviderDone,
-    Recalled,
-    ToolsDone,
-)
+from netclaw.sessions._commands import Cancel
 from netclaw.sessions._deps import ManagerPort, SessionDeps, SessionRef
 from netclaw.sessions._effects import (
     Answer,
@@ -59,6 +50,15 @@ from netclaw.sessions._effects import (
     TimerKind,
 )
 from netclaw.sessions._recorder import Recorder
+from netclaw.sessions._results import (
+    CompactionDone,
+    ExtractionDone,
+    MemoriesSaved,
+    OpFailed,
+    ProviderDone,
+    Recalled,
+    ToolsDone,
+)
 from netclaw.sessions._subscribers import SubscriberSet
 from netclaw.sessions._tool_port import SessionToolPort
 from netclaw.spend import Spent

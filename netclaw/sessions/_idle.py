@@ -5,17 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from netclaw.sessions._commands import (
-    Cancel,
-    Command,
-    CompactNow,
-    IdleTick,
-    PassivateNow,
-    Reset,
-)
+from netclaw.sessions._commands import Cancel, Command, CompactNow, PassivateNow, Reset
 from netclaw.sessions._core import Activity, Core
 from netclaw.sessions._ladder import Compact
 from netclaw.sessions._phases import Phase
+from netclaw.sessions._results import IdleTick
 
 
 @dataclass(slots=True)

@@ -27,16 +27,6 @@ from netclaw.llm import Completion, Delta, Provider, ProviderRequest, Usage
 from netclaw.messages import ChatMessage, ToolCall
 from netclaw.persistence import MemoryStore, NewMemory, format_recall
 from netclaw.runtime import Cancellable, IoLoop, Tellable
-from netclaw.sessions._commands import (
-    CompactionDone,
-    ExtractionDone,
-    MemoriesSaved,
-    OpFailed,
-    ProviderDeltas,
-    ProviderDone,
-    Recalled,
-    ToolsDone,
-)
 from netclaw.sessions._compaction import CompactionOutcome, CompactionPlan
 from netclaw.sessions._effects import (
     CallModel,
@@ -48,6 +38,16 @@ from netclaw.sessions._effects import (
     SaveMemories,
 )
 from netclaw.sessions._extraction import ExtractionPlan
+from netclaw.sessions._results import (
+    CompactionDone,
+    ExtractionDone,
+    MemoriesSaved,
+    OpFailed,
+    ProviderDeltas,
+    ProviderDone,
+    Recalled,
+    ToolsDone,
+)
 from netclaw.tools import ToolContext, ToolRegistry, ToolResult
 
 log = logging.getLogger(__name__)

@@ -8,19 +8,12 @@ import logging
 from dataclasses import dataclass
 
 from netclaw.policy import memory_scope_of
-from netclaw.sessions._commands import (
-    Command,
-    ConfirmStop,
-    ExtractionDone,
-    GraceElapsed,
-    MemoriesSaved,
-    OpFailed,
-    PassivateNow,
-)
+from netclaw.sessions._commands import Command, ConfirmStop, PassivateNow
 from netclaw.sessions._core import Activity, Core
 from netclaw.sessions._effects import AskToStop, CancelOp, RunExtraction, SaveMemories, Stop
 from netclaw.sessions._extraction import ExtractionPlan, plan_extraction
 from netclaw.sessions._phases import Phase
+from netclaw.sessions._results import ExtractionDone, GraceElapsed, MemoriesSaved, OpFailed
 
 log = logging.getLogger(__name__)
 

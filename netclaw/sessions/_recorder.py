@@ -21,7 +21,8 @@ from netclaw.errors import JournalError, OutcomeUnknown
 from netclaw.persistence import Journal, NewEvent, SessionRow
 from netclaw.runtime import IoLoop, flush_batch
 from netclaw.sessions import _snapshot as snapshots
-from netclaw.sessions._events import SessionEvent, encode
+from netclaw.sessions._codec import encode
+from netclaw.sessions._events import SessionEvent
 from netclaw.sessions._state import SessionState
 
 log = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ from netclaw.errors import JournalCorrupt
 from netclaw.persistence import Journal, Snapshot, StoredEvent
 from netclaw.runtime import IoLoop
 from netclaw.sessions import _snapshot as snapshots
-from netclaw.sessions._events import decode
+from netclaw.sessions._codec import decode
 from netclaw.sessions._state import SessionState
 
 log = logging.getLogger(__name__)

@@ -17,16 +17,17 @@ from typing import Any, assert_never
 
 from netclaw import outputs as out
 from netclaw.config import Settings
-from netclaw.errors import IdempotencyKeyReused, NetclawError
+from netclaw.errors import NetclawError
 from netclaw.runtime import Reply
+from netclaw.sessions import _admission as admission
 from netclaw.sessions import _answers as answers
 from netclaw.sessions import _commands as cmd
 from netclaw.sessions import _decisions as decisions
 from netclaw.sessions import _effects as fx
 from netclaw.sessions import _ladder as ladder
 from netclaw.sessions import _models as models
+from netclaw.sessions import _results as res
 from netclaw.sessions import _subagents as subagents
-from netclaw.sessions import _turn as turn
 from netclaw.sessions._compacting import Compacting
 from netclaw.sessions._context import ModelContext, SessionEnv
 from netclaw.sessions._core import Activity, Suspended
@@ -130,7 +131,7 @@ class Session:
                 self._watchers.add(sub_id)
                 self.emit(fx.Attach(Subscriber(sub_id, mask, sink)))
                 self.emit(fx.SendTo(sub_id, greeting(self._state, self.phase)))
-            case cmd.Unsubscribe(sub_id=sub_id) | cmd.SubscriberLeft(sub_id=sub_id):
+            case cmd.Unsubscribe(sub_id=sub_id) | res.SubscriberLeft(sub_id=sub_id):
                 if isinstance(command, cmd.Unsubscribe):
                     self.emit(fx.Detach(sub_id))
                 self._watchers.discard(sub_id)
@@ -165,7 +166,7 @@ class Session:
                     self.enter(self._depart())
             case cmd.Shutdown():
                 self.emit(fx.Stop())
-            case cmd.MemoriesSaved(through_turn=through, count=count):  # recorded, even if woken meanwhile
+            case res.MemoriesSaved(through_turn=through, count=count):  # recorded, even if woken meanwhile
                 self.persist(MemoriesExtracted(through, count))
                 log.info("%s: %d memories saved at passivation", self._id, count)
                 self._delegate(command)
@@ -176,18 +177,18 @@ class Session:
                 cmd.CompactNow()
                 | cmd.PassivateNow()
                 | cmd.ConfirmStop()
-                | cmd.Recalled()
-                | cmd.ProviderDeltas()
-                | cmd.ProviderDone()
-                | cmd.CompactionDone()
-                | cmd.ExtractionDone()
-                | cmd.OpFailed()
-                | cmd.ToolsDone()
-                | cmd.ToolEvent()
-                | cmd.IdleTick()
-                | cmd.GraceElapsed()
-                | cmd.TurnTimeout()
-                | cmd.ApprovalsDue()
+                | res.Recalled()
+                | res.ProviderDeltas()
+                | res.ProviderDone()
+                | res.CompactionDone()
+                | res.ExtractionDone()
+                | res.OpFailed()
+                | res.ToolsDone()
+                | res.ToolEvent()
+                | res.IdleTick()
+                | res.GraceElapsed()
+                | res.TurnTimeout()
+                | res.ApprovalsDue()
             ):
                 self._delegate(command)
             case _:
@@ -199,33 +200,8 @@ class Session:
             self.enter(after)
 
     def _admit(self, send: cmd.SendUserMessage) -> None:
-        state, now = self._state, self.now()
-        known = state.seen(send.identity, now) if send.identity else None
-        if known is not None:
-            first = state.find_message(known)
-            if first is not None and first.content != send.text:
-                reused = IdempotencyKeyReused(f"{send.identity} was first used for a different message")
-                self.emit(fx.Refuse(send.ack, reused))
-                return
-            self.answer(send.ack, cmd.Admission(self._id, known, duplicate=True))
-            if send.done is not None:
-                self._emit_all(self._waiters.add(state, known, send.done))
-            return
-        extra = subagents.admission(self, send)  # a sub-agent's task or report is recorded with it
-        if extra is None:
-            return
-        start = (
-            isinstance(self.activity, Idle) and state.active is None and not state.inbox and not self._held
-        )
-        message, events = turn.admitted(self._state, send, start=start)
-        self.persist(*extra, *events)  # a failed write ends here: the shell refuses the ack
-        if send.place is not None:  # a DM's sender may decide the audience
-            self.context.place_changed(self._state.place)
-        subagents.admitted(self, send)
-        self.answer(send.ack, cmd.Admission(self._id, message.id, duplicate=False))
-        if send.done is not None:
-            self._emit_all(self._waiters.add(self._state, message.id, send.done))
-        if start:
+        free = isinstance(self.activity, Idle) and not self._held
+        if admission.admit(self, send, self._waiters, may_start=free):
             self._begin_turn()
 
     # -- what activities see (Core) -----------------------------------------------------------------

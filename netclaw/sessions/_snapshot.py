@@ -19,12 +19,12 @@ from netclaw.messages import ChatMessage, MessageKind
 from netclaw.policy import Place
 from netclaw.sessions._state import (
     MAX_IDENTITIES,
-    MAX_OUTCOMES,
     ActiveTurn,
     PendingRound,
     SessionState,
     TurnOutcome,
 )
+from netclaw.sessions._values import MAX_OUTCOMES
 
 SNAPSHOT_VERSION = 1  # the whole state in one JSON document (read, no longer written)
 SNAPSHOT_ROWS_VERSION = 2  # the transcript as rows written once; the rest in the document

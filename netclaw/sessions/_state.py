@@ -38,7 +38,14 @@ from netclaw.sessions._events import (
     TurnRecorded,
     TurnStarted,
 )
-from netclaw.sessions._values import ActiveTurn, PendingRound, TurnOutcome
+from netclaw.sessions._values import (
+    ActiveTurn,
+    PendingRound,
+    TurnOutcome,
+    closed_with,
+    remember_outcome,
+    spent_by,
+)
 from netclaw.spend import utc_day
 
 __all__ = ["ActiveTurn", "PendingRound", "SessionState", "TurnOutcome", "utc_day"]
@@ -47,10 +54,7 @@ __all__ = ["ActiveTurn", "PendingRound", "SessionState", "TurnOutcome", "utc_day
 # platform redelivery or client retry inside the window is recognised.
 IDENTITY_RETENTION_S = 7 * 24 * 3600.0
 MAX_IDENTITIES = 10_000
-MAX_OUTCOMES = 1_000
-MAX_FAILURES_SHOWN = 10_000  # failed turns remembered for the transcript view
 MAX_UNDELIVERED = 100  # replies owed to a chat conversation (an adapter down for long)
-MAX_CLOSED_APPROVALS = 200  # decided requests remembered, so a late second decision is a 409
 CHAT_CHANNELS = ("slack", "discord")  # their replies go through the outbox
 
 
@@ -93,6 +97,9 @@ class SessionState:
     # for the guards.
     spend_day: str = ""
     spend_tokens: int = 0
+    spend_cost: float = 0.0
+    model_pin: str | None = None  # the model a person chose for this session (None: main)
+    time_told_at: float = 0.0  # when a volatile tail last told the model the time (0: not in view)
     place: Place | None = None  # where the channel says the session lives (memory scope, DM audience)
     # Compactions in a row whose summary failed, and the turn of the latest (its backoff).
     summary_failures: int = 0
@@ -112,10 +119,6 @@ class SessionState:
         """Answers recorded but not yet where they go: chat replies not shown, reports not
         admitted by the parent (the session row counts them, so they are re-driven)."""
         return len(self.undelivered) + len(self.reports_owed)
-
-    spend_cost: float = 0.0
-    model_pin: str | None = None  # the model a person chose for this session (None: main)
-    time_told_at: float = 0.0  # when a volatile tail last told the model the time (0: not in view)
 
     def tokens_spent_on(self, day: str) -> int:
         """Provider tokens (input + output) recorded on the UTC date ``day``."""
@@ -229,31 +232,20 @@ class SessionState:
                     seq=seq,
                     pending_round=decided,
                     granted_tools=granted,
-                    closed_approvals=_closed(self.closed_approvals, {aid: (decision, by)}),
+                    closed_approvals=closed_with(self.closed_approvals, {aid: (decision, by)}),
                     last_activity=ts,
                 )
             case TurnRecorded():
-                outcomes = dict(self.outcomes)
                 answer = next((m for m in reversed(event.messages) if m.role == "assistant"), None)
                 reply = answer.content if answer is not None else None
-                outcome = TurnOutcome(
-                    event.turn, event.status, reply, event.error, answer.id if answer is not None else None
-                )
-                outcomes[event.message_id] = outcome
-                if len(outcomes) > MAX_OUTCOMES:
-                    del outcomes[next(iter(outcomes))]
-                failures = self.failures
-                if event.status != "completed":
-                    failures = {**failures, event.message_id: outcome}
-                    if len(failures) > MAX_FAILURES_SHOWN:
-                        del failures[next(iter(failures))]
+                outcomes, failures = remember_outcome(self.outcomes, self.failures, event, answer)
                 usage = event.usage or {}
                 undelivered = self.undelivered
                 if event.status == "completed" and answer is not None and self.channel in CHAT_CHANNELS:
                     undelivered = {**undelivered, event.turn: answer.id}
                     if len(undelivered) > MAX_UNDELIVERED:
                         del undelivered[min(undelivered)]
-                tokens, cost = _spent(event)
+                tokens, cost = spent_by(event)
                 return self._evolve(
                     seq=seq,
                     transcript=(*self.transcript, *event.messages),
@@ -333,13 +325,12 @@ class SessionState:
                 # The told time may be out of view now: the next tail tells it again.
                 return self._evolve(seq=seq, kept_from=self._index_of(first), trimmed=True, time_told_at=0.0)
             case SessionCompacted():
-                failed_summaries = self.summary_failures
-                if event.summary is not None:
-                    failed_summaries = 0
-                elif event.summary_failed:
-                    failed_summaries += 1
+                # Summaries that failed in a row (the backoff counts them); a summary resets it.
+                failed_summaries = (
+                    0 if event.summary is not None else self.summary_failures + event.summary_failed
+                )
                 state = self._evolve(
-                    **self._charged(*_spent(event), ts),
+                    **self._charged(*spent_by(event), ts),
                     seq=seq,
                     cleared=self.cleared | frozenset(event.cleared),
                     compactions=self.compactions + 1,
@@ -361,12 +352,11 @@ class SessionState:
         raise TypeError(f"not a session event: {event!r}")
 
     def _round_closed(self) -> Mapping[str, tuple[str, str]]:
-        """The closed approvals once the pending round ends: its undecided requests closed
-        with the turn."""
+        """The closed approvals once the pending round ends: its undecided requests too."""
         pending = self.pending_round
-        if pending is None or not pending.open:
+        if pending is None or not pending.open:  # the fold's common case: nothing to copy
             return self.closed_approvals
-        return _closed(self.closed_approvals, {r.id: ("cancelled", "the turn ended") for r in pending.open})
+        return closed_with(self.closed_approvals, pending.ended())
 
     def _index_of(self, message_id: str) -> int:
         index = next((i for i, m in enumerate(self.transcript) if m.id == message_id), None)
@@ -408,18 +398,3 @@ class SessionState:
 
 
 _FIELDS: tuple[str, ...] = tuple(f.name for f in fields(SessionState))
-
-
-def _spent(event: TurnRecorded | SessionCompacted) -> tuple[int, float]:
-    """What a turn's or a compaction's calls spent: tokens (input + output) and their cost."""
-    spent = event.spent or {}
-    return int(spent.get("input_tokens", 0)) + int(spent.get("output_tokens", 0)), float(event.cost or 0.0)
-
-
-def _closed(
-    known: Mapping[str, tuple[str, str]], new: Mapping[str, tuple[str, str]]
-) -> dict[str, tuple[str, str]]:
-    merged = {**known, **new}
-    while len(merged) > MAX_CLOSED_APPROVALS:
-        del merged[next(iter(merged))]
-    return merged

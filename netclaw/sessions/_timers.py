@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from netclaw.sessions._commands import ApprovalsDue, GraceElapsed, IdleTick, TurnTimeout
 from netclaw.sessions._effects import Effect, StartTimer, StopTimer, TimerKind
+from netclaw.sessions._results import ApprovalsDue, GraceElapsed, IdleTick, TurnTimeout
 
 
 class Timers:

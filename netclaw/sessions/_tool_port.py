@@ -23,8 +23,8 @@ from netclaw import outputs as out
 from netclaw.config import Settings
 from netclaw.llm import Provider, ProviderRequest
 from netclaw.messages import ChatMessage, new_id, system
-from netclaw.sessions._commands import ToolEvent
 from netclaw.sessions._deps import SessionRef
+from netclaw.sessions._results import ToolEvent
 from netclaw.tools import (
     Answer,
     PendingQuestion,

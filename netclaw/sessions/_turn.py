@@ -4,19 +4,19 @@ persists and publishes what these return; nothing here does I/O."""
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from netclaw import outputs as out
-from netclaw.config import ModelConfig, Settings
+from netclaw.config import ModelConfig
 from netclaw.history import INTERRUPTED_TEXT, TrimResult
 from netclaw.llm import Completion, Delta, Usage
 from netclaw.messages import Attachment, ChatMessage, ToolCall, new_id, unmarked
-from netclaw.policy import Audience, channel_of, recall_allowed, recall_scope
 from netclaw.sessions._commands import SendUserMessage
-from netclaw.sessions._effects import Charge, Measure, RecallQuery
+from netclaw.sessions._effects import Charge, Measure
 from netclaw.sessions._events import (
     HistoryTrimmed,
     InputAdmitted,
@@ -28,8 +28,10 @@ from netclaw.sessions._events import (
     TurnStatus,
 )
 from netclaw.sessions._state import SessionState
-from netclaw.spend import DailySpend, SpendStop, Spent, billed_tokens, cost_of, spend_stop, utc_day
+from netclaw.spend import billed_tokens, cost_of, utc_day
 from netclaw.toolspec import ToolResult
+
+log = logging.getLogger(__name__)
 
 TITLE_MAX = 60
 
@@ -313,46 +315,6 @@ def turn_end(status: TurnStatus) -> out.TurnEnd:
     return "failed"  # failed, timed out, interrupted
 
 
-def spend_check(
-    state: SessionState, run: TurnRun, settings: Settings, daemon: DailySpend, now: float
-) -> SpendStop | None:
-    """The spend guards before another model call (netclaw.spend): a sub-agent's token
-    budget; this session's day — its recorded turns and this turn's calls so far, its
-    sub-agents' included — and the daemon's."""
-    task = state.task
-    if task is not None and task.budget_tokens is not None:
-        used = state.tokens_total + run.input_tokens + run.output_tokens
-        if used >= task.budget_tokens:
-            message = (
-                f"This sub-agent used its token budget ({used:,} of {task.budget_tokens:,} tokens), "
-                "so it stops here; its parent may give the rest to another."
-            )
-            return SpendStop("budget_tokens", message, None)
-    day = utc_day(now)
-    session = Spent(
-        state.tokens_spent_on(day) + run.input_tokens + run.output_tokens,
-        state.cost_spent_on(day) + run.cost,
-    )
-    return spend_stop(settings, session, daemon.on(day), now)
-
-
-def recall_query(
-    state: SessionState, run: TurnRun, audience: Audience, settings: Settings
-) -> RecallQuery | None:
-    """Memories relevant to the turn's message, for the first call of a turn only; never
-    for a payload from outside (webhooks) or an audience without recall."""
-    if run.iteration > 0 or not recall_allowed(audience, settings):
-        return None
-    if channel_of(state.session_id) == "webhook":
-        return None
-    message = state.find_message(run.message_id)
-    if message is None:
-        return None
-    return RecallQuery(
-        message.content, audience, recall_scope(state.session_id, audience, settings, state.place)
-    )
-
-
 def count_tokens(run: TurnRun, usage: Usage, model: ModelConfig, now: float) -> list[Measure | Charge]:
     """Add a call's usage and cost to the turn's totals; what it charges to the daemon's day
     and the metrics it feeds."""
@@ -376,3 +338,25 @@ def charges(usage: Usage, model: ModelConfig, now: float) -> list[Measure | Char
         Charge(utc_day(now), model.model, billed_tokens(usage), cost_of(usage, model.price))
     ]
     return found + [Measure("tokens", count, kind) for kind, count in counts if count]
+
+
+def log_end(session_id: str, run: TurnRun, status: TurnStatus, seconds: float) -> None:
+    """The turn's one line in the log (with fields for the JSON format)."""
+    log.info(
+        "%s: turn %d %s in %.2fs (tokens in %d, out %d)",
+        session_id,
+        run.turn,
+        status,
+        seconds,
+        run.input_tokens,
+        run.output_tokens,
+        extra={
+            "session": session_id,
+            "turn": run.turn,
+            "event": "turn_completed",
+            "outcome": status,
+            "duration_s": round(seconds, 3),
+            "input_tokens": run.input_tokens,
+            "output_tokens": run.output_tokens,
+        },
+    )

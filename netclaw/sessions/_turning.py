@@ -22,8 +22,8 @@ from netclaw.roles import turn_needs_approval
 from netclaw.sessions import _ladder as ladder
 from netclaw.sessions import _turn as turn
 from netclaw.sessions._approvals import (
+    calls_to_ask,
     closed_outputs,
-    gated_calls,
     new_requests,
     refusals,
     request_outputs,
@@ -36,31 +36,28 @@ from netclaw.sessions._calling import (
     record_trim,
     spend_stopped,
     stop_detail,
+    tools_call,
 )
-from netclaw.sessions._commands import (
+from netclaw.sessions._commands import Cancel, Command, CompactNow, Reset
+from netclaw.sessions._core import Activity, Core
+from netclaw.sessions._decisions import settle
+from netclaw.sessions._effects import CancelOp, Measure, Recall, ReplyOwed
+from netclaw.sessions._events import ApprovalRequested, RoundStarted, TurnStatus
+from netclaw.sessions._phases import Phase
+from netclaw.sessions._results import (
     ApprovalsDue,
-    Cancel,
-    Command,
-    CompactNow,
     OpFailed,
     ProviderDeltas,
     ProviderDone,
     Recalled,
-    Reset,
     ToolEvent,
     ToolsDone,
     TurnTimeout,
 )
-from netclaw.sessions._core import Activity, Core
-from netclaw.sessions._decisions import settle
-from netclaw.sessions._effects import CancelOp, Measure, Recall, ReplyOwed, RunTools
-from netclaw.sessions._events import ApprovalRequested, RoundStarted, TurnStatus
-from netclaw.sessions._phases import Phase
 from netclaw.sessions._subagents import announce, cancel_children, round_spawns
 from netclaw.sessions._turn import TurnRun
 from netclaw.spend import SpendStop
 from netclaw.toolspec import ToolResult
-from netclaw.trust import read_untrusted
 
 log = logging.getLogger(__name__)
 
@@ -274,39 +271,27 @@ class Turn:
     # -- tool rounds and the people who approve them --------------------------------------------
 
     def _run_tools(self, core: Core, calls: tuple[ToolCall, ...], refused: Mapping[str, str]) -> None:
-        settings = core.settings
-        core.emit(
-            RunTools(
-                self._next_op(core),
-                calls,
-                timeout_s=min(settings.tools.call_timeout_s, settings.session.turn_timeout_s),
-                allowed=core.context.allowed_tools,
-                context=core.context.tool_context(self.run.turn, core.state.place),
-                refusals=refused,
-            )
-        )
+        core.emit(tools_call(core, self.run, self._next_op(core), calls, refused))
 
     def _gate_round(self, core: Core, assistant: ChatMessage) -> bool:
         """Journal and announce a round that needs approvals; False when none does. A call of
         a tool that is not offered is never put to a person: it fails as unknown."""
-        state, run, context = core.state, self.run, core.context
-        offered = {t.name for t in self._tools(core)}
-        untrusted = read_untrusted(state.transcript, run.message_id)  # no "always" after it
-        gated = frozenset(
-            c.name
-            for c in assistant.tool_calls
-            if c.name in offered
-            and turn_needs_approval(
-                c.name,
+        state, run, context, settings = core.state, self.run, core.context, core.settings
+        calls = calls_to_ask(
+            state,
+            run.message_id,
+            assistant.tool_calls,
+            {t.name for t in self._tools(core)},
+            lambda name, untrusted: turn_needs_approval(
+                name,
                 context.audience,
-                core.settings,
+                settings,
                 context.role,
                 state.granted_tools,
                 untrusted,
-                context.hints(c.name),
-            )
+                context.hints(name),
+            ),
         )
-        calls = gated_calls(assistant.tool_calls, gated)
         if not calls:
             return False
         requests = new_requests(calls, core.now(), core.settings.tools.approval_timeout_s)
@@ -405,24 +390,7 @@ class Turn:
         seconds = time.monotonic() - run.started
         core.emit(Measure("turns", 1, status))
         core.emit(Measure("turn_seconds", seconds))
-        log.info(
-            "%s: turn %d %s in %.2fs (tokens in %d, out %d)",
-            core.session_id,
-            run.turn,
-            status,
-            seconds,
-            run.input_tokens,
-            run.output_tokens,
-            extra={
-                "session": core.session_id,
-                "turn": run.turn,
-                "event": "turn_completed",
-                "outcome": status,
-                "duration_s": round(seconds, 3),
-                "input_tokens": run.input_tokens,
-                "output_tokens": run.output_tokens,
-            },
-        )
+        turn.log_end(core.session_id, run, status, seconds)
         state = core.state  # the channel's outbox posts it if nobody watched; a report goes to the parent
         if run.turn in state.undelivered or run.turn in state.reports_owed:
             core.emit(ReplyOwed())

@@ -8,7 +8,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from netclaw.messages import ChatMessage
-from netclaw.sessions._events import ApprovalRequest, Decision, TurnStatus
+from netclaw.sessions._events import ApprovalRequest, Decision, SessionCompacted, TurnRecorded, TurnStatus
+
+MAX_OUTCOMES = 1_000  # how recent turns ended, by the message that started them (?wait=1)
+MAX_FAILURES_SHOWN = 10_000  # failed turns remembered for the transcript view
+MAX_CLOSED_APPROVALS = 200  # decided requests remembered, so a late second decision is a 409
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +39,10 @@ class PendingRound:
 
     def find(self, approval_id: str) -> ApprovalRequest | None:
         return next((r for r in self.requests if r.id == approval_id), None)
+
+    def ended(self) -> dict[str, tuple[str, str]]:
+        """The requests still open when the round's turn ends: closed with it."""
+        return {r.id: ("cancelled", "the turn ended") for r in self.open}
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -66,3 +74,46 @@ class TurnOutcome:
 
     def to_dict(self) -> dict[str, Any]:
         return {"turn": self.turn, "status": self.status, "reply": self.reply, "error": self.error}
+
+
+def remember_outcome(
+    outcomes: Mapping[str, TurnOutcome],
+    failures: Mapping[str, TurnOutcome],
+    event: TurnRecorded,
+    answer: ChatMessage | None,
+) -> tuple[dict[str, TurnOutcome], Mapping[str, TurnOutcome]]:
+    """How the turn ``event`` records ended, added to the outcomes by the message that
+    started it (and to the failures when it did not complete), the oldest forgotten past
+    the bounds."""
+    outcome = TurnOutcome(
+        event.turn,
+        event.status,
+        answer.content if answer is not None else None,
+        event.error,
+        answer.id if answer is not None else None,
+    )
+    remembered = {**outcomes, event.message_id: outcome}
+    if len(remembered) > MAX_OUTCOMES:
+        del remembered[next(iter(remembered))]
+    if event.status == "completed":
+        return remembered, failures
+    failed = {**failures, event.message_id: outcome}
+    if len(failed) > MAX_FAILURES_SHOWN:
+        del failed[next(iter(failed))]
+    return remembered, failed
+
+
+def closed_with(
+    known: Mapping[str, tuple[str, str]], new: Mapping[str, tuple[str, str]]
+) -> dict[str, tuple[str, str]]:
+    """The decided approvals remembered (approval id → decision, by), newest kept."""
+    merged = {**known, **new}
+    while len(merged) > MAX_CLOSED_APPROVALS:
+        del merged[next(iter(merged))]
+    return merged
+
+
+def spent_by(event: TurnRecorded | SessionCompacted) -> tuple[int, float]:
+    """What a turn's or a compaction's calls spent: tokens (input + output) and their cost."""
+    spent = event.spent or {}
+    return int(spent.get("input_tokens", 0)) + int(spent.get("output_tokens", 0)), float(event.cost or 0.0)

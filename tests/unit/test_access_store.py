@@ -13,7 +13,8 @@ from netclaw.audit import AuditEntry
 from netclaw.errors import InvalidInput
 from netclaw.messages import ChatMessage, ToolCall
 from netclaw.persistence import SqliteAccessStore, hash_token
-from netclaw.sessions._events import InputAdmitted, StepRecorded, TurnStarted, encode
+from netclaw.sessions._codec import encode
+from netclaw.sessions._events import InputAdmitted, StepRecorded, TurnStarted
 from tests.unit.test_stores import Db, db  # noqa: F401 - the backend fixture
 
 

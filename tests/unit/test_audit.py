@@ -8,6 +8,7 @@ import json
 from netclaw.audit import from_journal, select
 from netclaw.messages import ChatMessage, ToolCall
 from netclaw.policy import Place
+from netclaw.sessions._codec import encode
 from netclaw.sessions._events import (
     ApprovalDecided,
     ApprovalRequest,
@@ -16,7 +17,6 @@ from netclaw.sessions._events import (
     SessionReset,
     StepRecorded,
     TurnStarted,
-    encode,
 )
 
 

@@ -12,6 +12,7 @@ from netclaw.errors import JournalCorrupt
 from netclaw.messages import ChatMessage, ToolCall
 from netclaw.persistence import NewEvent, SqliteJournal, prepare_database
 from netclaw.sessions import _snapshot as snapshots
+from netclaw.sessions._codec import decode, encode
 from netclaw.sessions._events import (
     InputAdmitted,
     SessionEvent,
@@ -19,8 +20,6 @@ from netclaw.sessions._events import (
     StepRecorded,
     TurnRecorded,
     TurnStarted,
-    decode,
-    encode,
 )
 from netclaw.sessions._recovery import load_state
 from netclaw.sessions._state import ActiveTurn, SessionState

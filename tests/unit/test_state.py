@@ -11,8 +11,9 @@ import pytest
 from netclaw.errors import JournalCorrupt
 from netclaw.lineage import ChildReport, ChildTask
 from netclaw.messages import ChatMessage, MessageKind, ToolCall
-from netclaw.sessions import _events, _state
+from netclaw.sessions import _events, _state, _values
 from netclaw.sessions import _snapshot as snapshots
+from netclaw.sessions._codec import decode, encode
 from netclaw.sessions._events import (
     InputAdmitted,
     SessionEvent,
@@ -20,8 +21,6 @@ from netclaw.sessions._events import (
     StepRecorded,
     TurnRecorded,
     TurnStarted,
-    decode,
-    encode,
 )
 from netclaw.sessions._state import (
     IDENTITY_RETENTION_S,
@@ -273,7 +272,7 @@ def test_identities_are_bounded_oldest_first(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_outcomes_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_state, "MAX_OUTCOMES", 2)
+    monkeypatch.setattr(_values, "MAX_OUTCOMES", 2)
     events: list[SessionEvent] = []
     for i in range(1, 5):
         events += [
@@ -772,7 +771,7 @@ def test_after_a_failed_snapshot_the_next_one_sends_every_row() -> None:
 def test_a_row_snapshot_keeps_only_the_outcomes_the_transcript_does_not_say(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(_state, "MAX_OUTCOMES", 4)
+    monkeypatch.setattr(_values, "MAX_OUTCOMES", 4)
     events: list[SessionEvent] = []
     for i in range(1, 9):
         events += [InputAdmitted(user(f"u{i}", identity=f"id{i}")), TurnStarted(i, f"u{i}")]

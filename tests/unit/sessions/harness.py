@@ -16,16 +16,7 @@ from netclaw.llm import Completion, ToolSchema, Usage
 from netclaw.messages import ToolCall
 from netclaw.policy import NO_HINTS, ToolHints
 from netclaw.runtime import Reply
-from netclaw.sessions._commands import (
-    Command,
-    CompactionDone,
-    OpFailed,
-    ProviderDone,
-    Recalled,
-    SendUserMessage,
-    Subscribe,
-    ToolsDone,
-)
+from netclaw.sessions._commands import Command, SendUserMessage, Subscribe
 from netclaw.sessions._compaction import CompactionOutcome
 from netclaw.sessions._context import SessionEnv
 from netclaw.sessions._effects import (
@@ -40,6 +31,7 @@ from netclaw.sessions._effects import (
 )
 from netclaw.sessions._events import SessionEvent
 from netclaw.sessions._phases import Phase
+from netclaw.sessions._results import CompactionDone, OpFailed, ProviderDone, Recalled, ToolsDone
 from netclaw.sessions._session import Session
 from netclaw.sessions._state import SessionState
 from netclaw.skills import LiveSkills

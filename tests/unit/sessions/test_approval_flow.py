@@ -12,10 +12,11 @@ import pytest
 from netclaw import outputs as out
 from netclaw.errors import ApprovalClosed, ApprovalNotFound, NotAnApprover
 from netclaw.llm import Completion
-from netclaw.sessions._commands import ApprovalsDue, Cancel, Decide, ListApprovals, ProviderDone
+from netclaw.sessions._commands import Cancel, Decide, ListApprovals
 from netclaw.sessions._effects import CallModel, Refuse, RunTools, SendTo, StartTimer, StopTimer, TimerKind
 from netclaw.sessions._events import ApprovalDecided, ApprovalRequested, TurnRecorded
 from netclaw.sessions._phases import Phase
+from netclaw.sessions._results import ApprovalsDue, ProviderDone
 from tests.unit.sessions.harness import Driver, tool_call
 
 

@@ -4,15 +4,7 @@ or defers it."""
 
 from __future__ import annotations
 
-from netclaw.sessions._commands import (
-    ConfirmStop,
-    ExtractionDone,
-    GraceElapsed,
-    IdleTick,
-    MemoriesSaved,
-    PassivateNow,
-    Unsubscribe,
-)
+from netclaw.sessions._commands import ConfirmStop, PassivateNow, Unsubscribe
 from netclaw.sessions._effects import (
     AskToStop,
     CallModel,
@@ -26,6 +18,7 @@ from netclaw.sessions._effects import (
 )
 from netclaw.sessions._events import MemoriesExtracted
 from netclaw.sessions._phases import Phase
+from netclaw.sessions._results import ExtractionDone, GraceElapsed, IdleTick, MemoriesSaved
 from tests.unit.sessions.harness import Driver
 
 

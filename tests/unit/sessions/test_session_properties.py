@@ -11,19 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from netclaw.errors import ContextOverflow, ProviderUnavailable
-from netclaw.sessions._commands import (
-    Cancel,
-    CompactionDone,
-    CompactNow,
-    Decide,
-    ExtractionDone,
-    GraceElapsed,
-    OpFailed,
-    PassivateNow,
-    Reset,
-    TurnTimeout,
-    Unsubscribe,
-)
+from netclaw.sessions._commands import Cancel, CompactNow, Decide, PassivateNow, Reset, Unsubscribe
 from netclaw.sessions._compaction import CompactionOutcome
 from netclaw.sessions._effects import (
     Answer,
@@ -38,6 +26,7 @@ from netclaw.sessions._effects import (
 )
 from netclaw.sessions._events import InputAdmitted, TurnRecorded, TurnStarted
 from netclaw.sessions._phases import LEGAL_TRANSITIONS, Phase
+from netclaw.sessions._results import CompactionDone, ExtractionDone, GraceElapsed, OpFailed, TurnTimeout
 from netclaw.sessions._turning import Turn
 from tests.unit.sessions.harness import Driver, tool_call
 

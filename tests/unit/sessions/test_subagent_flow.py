@@ -30,7 +30,6 @@ from netclaw.sessions._commands import (
     Reset,
     SendUserMessage,
     SpawnAnswer,
-    TurnTimeout,
 )
 from netclaw.sessions._effects import CallModel, CancelSessions, Persist, Refuse, ReplyOwed, RunTools
 from netclaw.sessions._events import (
@@ -47,6 +46,7 @@ from netclaw.sessions._events import (
     TurnStarted,
 )
 from netclaw.sessions._phases import Phase
+from netclaw.sessions._results import TurnTimeout
 from netclaw.sessions._state import SessionState
 from tests.unit.sessions.harness import TOOLS, Driver, tool_call
 

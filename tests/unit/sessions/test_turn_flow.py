@@ -12,16 +12,7 @@ from netclaw import outputs as out
 from netclaw.errors import ProviderUnavailable
 from netclaw.llm import Completion, Delta, Usage
 from netclaw.messages import MessageKind
-from netclaw.sessions._commands import (
-    Admission,
-    Cancel,
-    ProviderDeltas,
-    ProviderDone,
-    Reset,
-    SendUserMessage,
-    ToolsDone,
-    TurnTimeout,
-)
+from netclaw.sessions._commands import Admission, Cancel, Reset, SendUserMessage
 from netclaw.sessions._effects import (
     CallModel,
     CancelOp,
@@ -34,6 +25,7 @@ from netclaw.sessions._effects import (
 )
 from netclaw.sessions._events import ContextAttached, InputAdmitted, StepRecorded, TurnRecorded, TurnStarted
 from netclaw.sessions._phases import Phase
+from netclaw.sessions._results import ProviderDeltas, ProviderDone, ToolsDone, TurnTimeout
 from netclaw.sessions._state import TurnOutcome
 from tests.unit.sessions.harness import Driver, tool_call
 
