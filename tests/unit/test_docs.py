@@ -222,8 +222,15 @@ def _model_of(annotation: Any) -> tuple[type[BaseModel] | None, bool]:
 
 def config_keys(model: type[BaseModel] = Settings, prefix: str = "") -> Iterator[str]:
     """Every key path of netclaw.json. A section (a model) gives its keys; a map of models
-    gives ``<name>.`` keys; an optional model (``null`` by default) is one key."""
+    gives ``<name>.`` keys; an optional model (``null`` by default) is one key, and so are
+    the other names a section allows beside its own (``models.<name>``: models like
+    ``models.main``)."""
     sections = {m.key: m for m in adapters.CHANNEL_SECTIONS} if not prefix else {}
+    extra = typing.get_type_hints(model).get("__pydantic_extra__")
+    if model.model_config.get("extra") == "allow" and typing.get_origin(extra) is dict:
+        value = typing.get_args(extra)[1]
+        if isinstance(value, type) and issubclass(value, BaseModel):
+            yield f"{prefix}<name>"
     for name, field in model.model_fields.items():
         annotation = sections.get(name, field.annotation)
         path = f"{prefix}{name}"
@@ -381,7 +388,10 @@ def test_the_filters_the_events_page_names_are_the_filters() -> None:
 def command_of(text: str) -> str | None:
     """The command a message is, read as the gateway reads it: ``/prompt`` (which takes
     arguments) first, then the commands that are the whole message."""
-    return "prompt" if parse_prompt(text) is not None else parse_command(text)
+    if parse_prompt(text) is not None:
+        return "prompt"
+    command = parse_command(text)
+    return command.name if command is not None else None
 
 
 def test_the_chat_commands_page_matches_the_parser() -> None:
