@@ -304,7 +304,7 @@ class Api:
         if "model" not in body or not isinstance(body["model"], str | None):
             raise ApiError(400, "invalid_model", 'expected {"model": NAME} (or null: back to models.main)')
         name = body["model"]
-        wanted = None if name is None or name == DEFAULT_MODEL else name
+        wanted = None if name is None or name.lower() == DEFAULT_MODEL else name
         choice = await self.gateway.pin_model(session_id, wanted, by=actor(request))
         return web.json_response(choice.to_json())
 

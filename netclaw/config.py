@@ -149,6 +149,8 @@ class ModelsConfig(_Section):
                     f"model name {name!r}: use letters, digits, '_', '.' or '-' (at most 40), "
                     "starting with a letter or digit"
                 )
+            if name.lower() == "default":  # `/model default` means models.main
+                raise ValueError("a model cannot be named 'default': /model default goes back to main")
         for name, model in named.items():
             for fallback in model.fallbacks:
                 if fallback == name:

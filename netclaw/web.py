@@ -82,7 +82,8 @@ def submission_response(admission: Admission, outcome: TurnOutcome | None) -> we
         extra = {**answer, "status": outcome.status}
         if err["code"] == "spend_limit":
             response = error_response(429, err["code"], err["message"], {**extra, "cap": err.get("cap")})
-            response.headers["Retry-After"] = str(_seconds_until(err.get("resets_at")))
+            if err.get("resets_at"):  # a sub-agent's budget never resets: no time to come back at
+                response.headers["Retry-After"] = str(_seconds_until(err["resets_at"]))
             return response
         return error_response(502, err["code"], err["message"], extra)
     answer["reply"] = outcome.reply

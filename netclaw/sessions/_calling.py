@@ -129,6 +129,7 @@ def tools_call(
         allowed=core.context.allowed_tools,
         context=core.context.tool_context(run.turn, core.state.place),
         refusals=refused,
+        model=core.context.model_name,
     )
 
 

@@ -112,16 +112,19 @@ class Effector:
                 self._ops[op_id] = ops.recall(io, self._ref, effect, deps.memory)
             case CallModel(op_id=op_id, provider=name):
                 self._ops[op_id] = ops.call_model(io, self._ref, effect, deps.provider_of(name))
-            case RunTools(op_id=op_id, context=context):
-                # What the round's tools may ask of the session (progress, a person, sampling).
+            case RunTools(op_id=op_id, context=context, model=name):
+                # What the round's tools may ask of the session (progress, a person, sampling
+                # with the model the turn is on).
                 settings = deps.live.current
+                model = settings.models.get(name) or settings.models.main
                 port = SessionToolPort(
                     session_id=self._id,
                     audience=context.audience,
                     turn=context.turn or 0,
                     actor=self.actor_ref,
                     questions=deps.questions,
-                    provider=deps.provider_of(settings.models.main.provider),
+                    provider=deps.provider_of(model.provider),
+                    model=model,
                     settings=settings,
                 )
                 bound = replace(effect, context=replace(context, session=port))

@@ -142,6 +142,7 @@ class RunTools:
     allowed: tuple[str, ...] | None
     context: ToolContext
     refusals: Mapping[str, str]
+    model: str = "main"  # the model the turn is on: a tool's request to sample goes to it
 
 
 @dataclass(frozen=True, slots=True)

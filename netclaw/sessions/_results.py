@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from netclaw.llm import Completion, Delta
+from netclaw.llm import Completion, Delta, Usage
 from netclaw.outputs import Output
 from netclaw.sessions._compaction import CompactionOutcome
 from netclaw.toolspec import ToolResult
@@ -65,12 +65,12 @@ class ToolsDone:
 @dataclass(frozen=True, slots=True)
 class ToolEvent:
     """A running tool told its session something (:mod:`._tool_port`): an output to publish,
-    tokens it spent on the session's model. Dropped once ``turn`` is over."""
+    what a call it made to the session's model spent (sampling). Dropped once ``turn`` is
+    over."""
 
     turn: int
     output: Output | None = None
-    input_tokens: int = 0
-    output_tokens: int = 0
+    usage: Usage | None = None
     waiting: int = 0  # +1: a person is asked (the turn's timeout stops), -1: answered
 
 

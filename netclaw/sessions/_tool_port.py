@@ -20,8 +20,8 @@ import time
 import pykka
 
 from netclaw import outputs as out
-from netclaw.config import Settings
-from netclaw.llm import Provider, ProviderRequest
+from netclaw.config import ModelConfig, Settings
+from netclaw.llm import Provider, ProviderRequest, Usage
 from netclaw.messages import ChatMessage, new_id, system
 from netclaw.sessions._deps import SessionRef
 from netclaw.sessions._results import ToolEvent
@@ -53,6 +53,7 @@ class SessionToolPort:
         actor: SessionRef,
         questions: Questions | None,
         provider: Provider,
+        model: ModelConfig,
         settings: Settings,
     ) -> None:
         self.session_id = session_id
@@ -61,17 +62,12 @@ class SessionToolPort:
         self._actor = actor
         self._questions = questions
         self._provider = provider
+        self._model = model
         self._settings = settings
 
-    def _tell(
-        self,
-        output: out.Output | None = None,
-        input_tokens: int = 0,
-        output_tokens: int = 0,
-        waiting: int = 0,
-    ) -> None:
+    def _tell(self, output: out.Output | None = None, usage: Usage | None = None, waiting: int = 0) -> None:
         with contextlib.suppress(pykka.ActorDeadError):  # the session stopped: nobody to tell
-            self._actor.tell(ToolEvent(self.turn, output, input_tokens, output_tokens, waiting))
+            self._actor.tell(ToolEvent(self.turn, output, usage, waiting))
 
     def progress(
         self, call_id: str, tool: str, progress: float, total: float | None, message: str | None
@@ -168,7 +164,7 @@ class SessionToolPort:
             raise SampleRefused(
                 f"the request to sample was not allowed ({answer.action} by {answer.by or 'nobody'})"
             )
-        model = self._settings.models.main
+        model = self._model
         now = time.time()
         messages = [system(request.system_prompt)] if request.system_prompt else []
         messages += [ChatMessage(new_id(), role, text, now) for role, text in request.messages]
@@ -180,7 +176,6 @@ class SessionToolPort:
                 vision=False,
             )
         )
-        usage = completion.usage
-        self._tell(None, usage.input_tokens if usage else 0, usage.output_tokens if usage else 0)
+        self._tell(None, completion.usage)  # counted, priced and charged with the turn
         log.info("%s: turn %d: sampled for %s (%s)", self.session_id, self.turn, request.source, answer.by)
         return SampleReply(completion.text, model.model, completion.finish_reason)

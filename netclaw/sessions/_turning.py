@@ -213,8 +213,9 @@ class Turn:
         answered (while one is asked the turn's timeout is off: the question's own expiry
         bounds the wait, as with approvals)."""
         run = self.run
-        run.input_tokens += event.input_tokens
-        run.output_tokens += event.output_tokens
+        if event.usage is not None:  # sampling: the turn's spend, priced and charged like its own calls
+            for effect in turn.count_tokens(run, event.usage, core.context.model, core.now()):
+                core.emit(effect)
         if event.waiting:
             run.waiting_on_people = max(0, run.waiting_on_people + event.waiting)
             if run.waiting_on_people:

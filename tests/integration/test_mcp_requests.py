@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from netclaw.spend import utc_day
 from tests.conftest import DaemonHandle, wait_until
 from tests.fakes.scripted_openai import Reply, ScriptedOpenAIThread, ToolCallSpec
 from tests.integration.test_sse import SseStream, sse_streams
@@ -184,6 +185,8 @@ def test_sampling_waits_for_a_person_then_the_sessions_model_answers_and_it_coun
     assert tool_results(handle, sid)[0]["content"] == "the model said 'Yes' (scripted)"
     [row] = handle.http.get("/api/usage", params={"by": "session"}).json()
     assert row["input_tokens"] == 1300 and row["output_tokens"] == 37, row
+    # The daemon's spend guards count the sampling call as it happens, as the turn's own.
+    assert handle.daemon.ledger.on(utc_day(time.time())).tokens == 1337
 
 
 def test_a_refused_sample_is_the_protocols_error(

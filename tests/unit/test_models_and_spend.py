@@ -49,6 +49,7 @@ def test_named_models_with_fallbacks_and_prices() -> None:
         ),
         ({"main": {"price": {"input": -1, "output": 1}}}, "greater than or equal to 0"),
         ({"main": {}, "x": {"unknown": 1}}, "Extra inputs are not permitted"),
+        ({"main": {}, "Default": {}}, "cannot be named 'default'"),
     ],
 )
 def test_bad_models_are_refused_naming_what_is_wrong(models: dict[str, Any], says: str) -> None:
