@@ -17,10 +17,15 @@ exempt from the process limit, and root owns ``/etc/shadow``-like files anyway.
 What it does not protect: a kernel bug reachable from an unprivileged user namespace; the
 workspace itself (commands may read and change everything in it, and files the file tools
 wrote); anything under ``ro_paths``; and with ``network: host``, the network.
+
+Under the hardened systemd unit (deploy/netclaw.service) bubblewrap cannot start until the
+unit's drop-in deploy/netclaw.service.d/shell-sandbox.conf relaxes what it needs; the
+start-up check recognises that unit and names the drop-in (:func:`what_to_do`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shutil
@@ -342,8 +347,12 @@ def probe(runner: Runner, timeout_s: float = 20.0) -> str | None:
     try:
         stdout, stderr = process.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        stdout, stderr = process.communicate()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        try:
+            stdout, stderr = process.communicate(timeout=5)  # with what it wrote before
+        except subprocess.TimeoutExpired:
+            stdout, stderr = b"", b""
         said = (stderr or stdout).decode(errors="replace").strip()
         return f"{said} (and then it hung)" if said else f"it did not finish within {timeout_s:g} s"
     if process.returncode != 0:
