@@ -17,13 +17,19 @@ exempt from the process limit, and root owns ``/etc/shadow``-like files anyway.
 What it does not protect: a kernel bug reachable from an unprivileged user namespace; the
 workspace itself (commands may read and change everything in it, and files the file tools
 wrote); anything under ``ro_paths``; and with ``network: host``, the network.
+
+Under the hardened systemd unit (deploy/netclaw.service) bubblewrap cannot start until the
+unit's drop-in deploy/netclaw.service.d/shell-sandbox.conf relaxes what it needs; the
+start-up check recognises that unit and names the drop-in (:func:`what_to_do`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shutil
+import signal
 import subprocess
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -237,10 +243,16 @@ def runner_for(
         )
     bwrap, prlimit = shutil.which("bwrap"), shutil.which("prlimit", path="/usr/bin:/bin")
     if bwrap is None:
+        unit = (
+            f" — under the systemd unit from deploy/, `{INSTALL_COMMAND}` in the netclaw checkout "
+            "installs it and the drop-in the unit needs for it"
+            if _under_systemd()
+            else ""
+        )
         raise ConfigError(
             "tools.shell.sandbox is 'bwrap' but bubblewrap is not installed: install it "
-            '(Debian/Ubuntu: apt-get install bubblewrap), or set tools.shell.sandbox to "none" '
-            "to run shell commands unsandboxed as the daemon's user"
+            f"(Debian/Ubuntu: apt-get install bubblewrap{unit}), or set tools.shell.sandbox to "
+            '"none" to run shell commands unsandboxed as the daemon\'s user'
         )
     if prlimit is None or not prlimit.startswith("/usr/"):
         raise ConfigError(
@@ -270,19 +282,52 @@ def runner_for(
             )
         raise ConfigError(
             f"tools.shell.sandbox is 'bwrap' but bubblewrap cannot start a sandbox here: {problem}. "
-            "It needs unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1; "
-            "under systemd allow them with RestrictNamespaces=; in a container run it with a "
-            'seccomp profile that allows them), or set tools.shell.sandbox to "none" to run '
-            "shell commands unsandboxed as the daemon's user"
+            f'{what_to_do()}, or set tools.shell.sandbox to "none" to run shell commands '
+            "unsandboxed as the daemon's user"
         )
     return runner
+
+
+# The systemd drop-in that lets bubblewrap work under deploy/netclaw.service, and how a
+# system install adds it (with bubblewrap itself).
+DROP_IN = "deploy/netclaw.service.d/shell-sandbox.conf"
+INSTALL_COMMAND = "sudo deploy/install.sh --shell-sandbox"
+
+
+def _under_systemd() -> bool:
+    return bool(os.environ.get("INVOCATION_ID"))  # systemd sets it for every service it starts
+
+
+def what_to_do(proc_sys: Path = Path("/proc/sys/kernel/overflowuid")) -> str:
+    """The fix for a sandbox that cannot start, from two cheap signs: bubblewrap reads
+    ``proc_sys``, which only a hardened systemd unit hides (``ProcSubset=pid``, as
+    deploy/netclaw.service does); ``$INVOCATION_ID`` says the daemon is a systemd service."""
+    if not proc_sys.exists():
+        return (
+            f"/proc/sys is hidden ({proc_sys} is missing): netclaw runs under a hardened systemd "
+            "unit (ProcSubset=pid), whose sandbox also refuses the namespaces, netlink socket and "
+            f"mounts bubblewrap needs. Add the drop-in {DROP_IN}, which relaxes exactly those "
+            f"(each line says why): `{INSTALL_COMMAND}` in the netclaw checkout installs it with "
+            "bubblewrap; then `sudo systemctl restart netclaw`"
+        )
+    if _under_systemd():
+        return (
+            "netclaw runs under systemd: the unit from deploy/ needs the drop-in "
+            f"{DROP_IN} (`{INSTALL_COMMAND}` in the netclaw checkout installs it), and a unit of "
+            "your own must allow what that drop-in allows (each line says why); the kernel must "
+            "allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1)"
+        )
+    return (
+        "It needs unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1; in a "
+        "container run it with a seccomp profile that allows them)"
+    )
 
 
 def probe(runner: Runner, timeout_s: float = 20.0) -> str | None:
     """Start ``true`` in the sandbox once; None when it works, else what went wrong."""
     launch = runner.launch("true", "none")
     try:
-        done = subprocess.run(
+        process = subprocess.Popen(
             launch.argv,
             env=launch.env,
             user=launch.user,
@@ -290,14 +335,28 @@ def probe(runner: Runner, timeout_s: float = 20.0) -> str | None:
             extra_groups=[] if launch.user is not None else None,
             cwd=launch.cwd,
             stdin=subprocess.DEVNULL,
-            capture_output=True,
-            timeout=timeout_s,
-            check=False,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            # Its own process group: when a refused call makes bubblewrap's parent die, its
+            # child can wait forever (a system call filter without capset does that); on
+            # timeout the group goes, and what bubblewrap said before is the answer.
+            start_new_session=True,
         )
     except (OSError, subprocess.SubprocessError) as exc:
         return f"{type(exc).__name__}: {exc}"
-    if done.returncode != 0:
-        return (done.stderr or done.stdout).decode(errors="replace").strip() or f"exit code {done.returncode}"
+    try:
+        stdout, stderr = process.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        try:
+            stdout, stderr = process.communicate(timeout=5)  # with what it wrote before
+        except subprocess.TimeoutExpired:
+            stdout, stderr = b"", b""
+        said = (stderr or stdout).decode(errors="replace").strip()
+        return f"{said} (and then it hung)" if said else f"it did not finish within {timeout_s:g} s"
+    if process.returncode != 0:
+        return (stderr or stdout).decode(errors="replace").strip() or f"exit code {process.returncode}"
     return None
 
 

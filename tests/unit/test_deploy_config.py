@@ -48,7 +48,8 @@ def write(path: Path, data: Any) -> Path:
 
 def _documented_names() -> dict[str, str]:
     """Every NETCLAW_* name in the docs, deploy files and Dockerfile → a file naming it."""
-    files = [REPO / "README.md", REPO / "Dockerfile", *REPO.glob("docs/**/*.md"), *REPO.glob("deploy/*")]
+    deploy = [path for path in REPO.glob("deploy/**/*") if path.is_file()]
+    files = [REPO / "README.md", REPO / "Dockerfile", *REPO.glob("docs/**/*.md"), *deploy]
     found: dict[str, str] = {}
     for path in files:
         for name in re.findall(r"\bNETCLAW_[A-Z0-9_]*[A-Z0-9]", path.read_text(encoding="utf-8")):

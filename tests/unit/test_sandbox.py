@@ -1,22 +1,50 @@
 """Choosing and checking the shell's runner: a missing or broken bubblewrap stops start-up
-with what to do; the sandbox's mounts follow the settings (network, masked data dir, extra
-read-only paths). The boundaries themselves are shown through the daemon in
-tests/integration/test_sandbox.py."""
+with what to do (under the hardened systemd unit: its drop-in); a bubblewrap that hangs
+after a refused call is reported, not waited for; the sandbox's mounts follow the settings
+(network, masked data dir, extra read-only paths). The boundaries themselves are shown
+through the daemon in tests/integration/test_sandbox.py, and under the systemd unit in
+tests/e2e/test_deploy.py."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
 
 from netclaw.config import ShellConfig
 from netclaw.errors import ConfigError
-from netclaw.tools._sandbox import Bubblewrap, HostRunner, Limits, runner_for
+from netclaw.tools._sandbox import (
+    DROP_IN,
+    INSTALL_COMMAND,
+    Bubblewrap,
+    HostRunner,
+    Limits,
+    probe,
+    runner_for,
+    what_to_do,
+)
 
 REAL_WHICH = shutil.which
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def not_a_service(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("INVOCATION_ID", raising=False)  # as when not started by systemd
+
+
+def fake_bwrap(script: str) -> Path:
+    """An executable ``bwrap`` the sandbox's user can reach (when the tests run as root)."""
+    home = Path(tempfile.mkdtemp())
+    home.chmod(0o755)
+    fake = home / "bwrap"
+    fake.write_text(f"#!/bin/sh\n{script}\n")
+    fake.chmod(0o755)
+    return fake
 
 
 def test_no_bubblewrap_is_a_start_up_error_saying_what_to_do(
@@ -34,18 +62,62 @@ def test_no_bubblewrap_is_a_start_up_error_saying_what_to_do(
 def test_a_bubblewrap_that_cannot_make_namespaces_is_a_start_up_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    home = Path(tempfile.mkdtemp())  # reachable by the sandbox's user when the tests run as root
-    home.chmod(0o755)
-    fake = home / "bwrap"
-    fake.write_text("#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n")
-    fake.chmod(0o755)
+    fake = fake_bwrap("echo 'bwrap: No permissions to create new namespace' >&2\nexit 1")
     monkeypatch.setattr(
         shutil, "which", lambda name, **kw: str(fake) if name == "bwrap" else REAL_WHICH(name, **kw)
     )
     with pytest.raises(ConfigError, match="No permissions to create new namespace") as caught:
         runner_for(ShellConfig(enabled=True), tmp_path)
-    assert "unprivileged user namespaces" in str(caught.value)
-    shutil.rmtree(home)
+    assert "unprivileged user namespaces" in str(caught.value) and DROP_IN not in str(caught.value)
+    # Started by systemd: the unit from deploy/ needs its drop-in, and the error says how.
+    monkeypatch.setenv("INVOCATION_ID", "0123456789abcdef0123456789abcdef")
+    with pytest.raises(ConfigError) as caught:
+        runner_for(ShellConfig(enabled=True), tmp_path)
+    assert DROP_IN in str(caught.value) and INSTALL_COMMAND in str(caught.value)
+    shutil.rmtree(fake.parent)
+
+
+def test_under_the_hardened_unit_the_error_names_the_drop_in(tmp_path: Path) -> None:
+    """ProcSubset=pid (deploy/netclaw.service) hides /proc/sys, which bubblewrap reads and
+    nothing but such a unit hides: then the fix is the drop-in, whatever bubblewrap said."""
+    hint = what_to_do(proc_sys=tmp_path / "missing")
+    assert "/proc/sys is hidden" in hint and DROP_IN in hint and INSTALL_COMMAND in hint
+    assert "systemctl restart netclaw" in hint
+    # The message points at real things: the file, and the option of install.sh installing it.
+    assert (REPO / DROP_IN).is_file()
+    assert "--shell-sandbox" in (REPO / "deploy" / "install.sh").read_text()
+    assert INSTALL_COMMAND.endswith("deploy/install.sh --shell-sandbox")
+
+
+def test_no_bubblewrap_under_systemd_names_the_install_option(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("INVOCATION_ID", "0123456789abcdef0123456789abcdef")
+    monkeypatch.setattr(
+        shutil, "which", lambda name, **kw: None if name == "bwrap" else REAL_WHICH(name, **kw)
+    )
+    with pytest.raises(ConfigError) as caught:
+        runner_for(ShellConfig(enabled=True), tmp_path)
+    assert "apt-get install bubblewrap" in str(caught.value) and INSTALL_COMMAND in str(caught.value)
+
+
+def test_a_bubblewrap_that_hangs_after_an_error_is_reported_and_killed(tmp_path: Path) -> None:
+    """A system call filter refusing capset makes bubblewrap's parent die while its child
+    waits forever, holding the output open: the probe gives up at its timeout with what
+    bubblewrap said, and nothing it started keeps running."""
+    pid_file = tmp_path / "child.pid"
+    fake = fake_bwrap(
+        f"echo 'bwrap: capset failed: Operation not permitted' >&2\nsleep 600 & echo $! > {pid_file}\nexit 1"
+    )
+    started = time.monotonic()
+    problem = probe(Bubblewrap(tmp_path, Limits(), bwrap=str(fake)), timeout_s=2)
+    assert problem == "bwrap: capset failed: Operation not permitted (and then it hung)"
+    assert time.monotonic() - started < 60
+    child = pid_file.read_text().strip()
+    stat = Path(f"/proc/{child}/stat")
+    # Killed: gone, or a zombie left to whoever reaps orphans here.
+    assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    shutil.rmtree(fake.parent)
 
 
 def test_a_workspace_the_sandbox_user_cannot_reach_is_named(tmp_path: Path) -> None:
