@@ -4,9 +4,9 @@ CSS), and each bar segment carries a ``<title>`` (a tooltip naming the value).
 
 :func:`usage_view` turns the journal's usage rows (per UTC day, model and session) into
 the charts of the usage page: tokens (uncached input, cache reads, output) and the share
-of input read from the provider's cache. A row whose JSON has a ``cost`` (money, added by
-the prompt-cost work) adds the money charts; without it the page says money is not
-recorded yet.
+of input read from the provider's cache; and, once prices are configured for the models
+(``models.<name>.price``), what the calls cost (each row's ``cost``). Without prices the
+page says money is not counted, rather than draw charts of zeros.
 """
 
 from __future__ import annotations
@@ -164,8 +164,9 @@ class UsageView:
     total_cache_read: int
     turns: int
     charts: tuple[Chart, ...]
-    cost_recorded: bool  # rows carry money (the prompt-cost work); else only tokens
+    cost_recorded: bool  # prices are configured: the rows' cost is money spent
     total_cost: float | None = None
+    currency: str = "USD"
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     @property
@@ -195,6 +196,8 @@ def usage_view(
     today: dt.date,
     days: int,
     top_sessions: int = 10,
+    priced: bool = True,
+    currency: str = "USD",
 ) -> UsageView:
     """The usage page's charts from the rows of ``GET /api/usage`` (``to_json`` form), each
     list already limited to the period; days without turns are drawn as empty."""
@@ -246,7 +249,7 @@ def usage_view(
         ),
     ]
     costs = [c for c in (_cost(r) for r in by_day) if c is not None]
-    cost_recorded = bool(costs)
+    cost_recorded = priced and bool(costs)
     if cost_recorded:
         day_costs = {str(r["key"]): _cost(r) or 0.0 for r in by_day}
         charts += [
@@ -286,4 +289,5 @@ def usage_view(
         charts=tuple(charts),
         cost_recorded=cost_recorded,
         total_cost=sum(costs) if cost_recorded else None,
+        currency=currency,
     )

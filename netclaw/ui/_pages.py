@@ -175,6 +175,8 @@ class OtherPages:
             [r.to_json() for r in by_session],
             today=today,
             days=days,
+            priced=any(m.price is not None for m in self.gateway.settings.models.named().values()),
+            currency=self.gateway.settings.spend.currency,
         )
         return self.room.fragment_or_page(
             request,

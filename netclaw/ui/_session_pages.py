@@ -96,8 +96,9 @@ class SessionPages:
         spent = {
             row.key: row.to_json() for row in await self.gateway.usage("session", today.timestamp(), ids)
         }
+        priced = any(m.price is not None for m in self.gateway.settings.models.named().values())
         page = Page(
-            rows=tuple(_listed(s, spent.get(s.id)) for s in found.sessions),
+            rows=tuple(_listed(s, spent.get(s.id), priced) for s in found.sessions),
             total=found.total,
             page=number,
             pages=pages,
@@ -270,9 +271,10 @@ def _page_of(session_id: str) -> str:
     return f"{PREFIX}/sessions/{session_id}"
 
 
-def _listed(s: SessionSummary, spent: dict[str, Any] | None) -> Listed:
+def _listed(s: SessionSummary, spent: dict[str, Any] | None, priced: bool) -> Listed:
+    """A row of the sessions page; money only once prices are configured (else it is 0)."""
     tokens = int(spent["input_tokens"]) + int(spent["output_tokens"]) if spent else 0
-    cost = spent.get("cost") if spent else None
+    cost = spent.get("cost") if spent and priced else None
     return Listed(
         id=s.id,
         channel=s.channel,

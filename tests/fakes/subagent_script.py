@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tests.fakes._scripted_server import request_messages
-from tests.fakes.scripted_openai import Reply, ToolCallSpec
+from tests.fakes.scripted_openai import Reply, ToolCallSpec, said
 
 _SPAWN = re.compile(r"SPAWN (\d+) (\S+)( wait)?( rounds=(\d+))?")
 _TASK = re.compile(r"TASK (\S+) rounds=(\d+)")
@@ -30,11 +30,12 @@ _REPORT = re.compile(r"\[netclaw: report from your sub-agent (\S+) \(its turn (\
 
 
 def _text(message: dict[str, Any]) -> str:
+    """What a message says (a user message without the turn's tail netclaw adds to it)."""
     content = message.get("content")
     if isinstance(content, str):
-        return content
+        return said(content)
     if isinstance(content, list):  # content parts
-        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+        return said("".join(p.get("text", "") for p in content if isinstance(p, dict)))
     return ""
 
 

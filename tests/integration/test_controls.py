@@ -333,9 +333,13 @@ def test_the_context_view_shows_recalled_memories_and_the_tools_offered(daemon: 
     )
     assert daemon.send("cli:ctx", "where does the deploy key live?", wait=True).status_code == 200
     body = daemon.http.get("/api/sessions/cli:ctx", params={"view": "context"}).json()
-    recall = [m for m in body["messages"] if m["id"] == "recall"]
-    assert len(recall) == 1 and "the deploy key lives in vault" in recall[0]["content"]
-    assert body["messages"].index(recall[0]) == 1  # where a turn puts it: right after the system prompt
+    # Recorded in the turn's tail, right after its message: what the model was sent.
+    recall = [m for m in body["messages"] if "the deploy key lives in vault" in m["content"]]
+    assert len(recall) == 1 and recall[0]["kind"] == "context"
+    asked = next(
+        i for i, m in enumerate(body["messages"]) if m["content"] == "where does the deploy key live?"
+    )
+    assert body["messages"].index(recall[0]) == asked + 1
     assert {"current_time", "remember", "search_memory"} <= set(body["tools"])
     assert "tools" not in daemon.http.get("/api/sessions/cli:ctx").json()  # the transcript view: no
 

@@ -22,7 +22,7 @@ import pytest
 from netclaw.tools import Tool, ToolContext
 from tests.conftest import DaemonHandle, wait_until
 from tests.fakes.faulty_journal import JournalFaults
-from tests.fakes.scripted_openai import Reply, ScriptedOpenAIThread, ToolCallSpec
+from tests.fakes.scripted_openai import Reply, ScriptedOpenAIThread, ToolCallSpec, said
 from tests.fakes.subagent_script import FamilyScript
 from tests.integration.test_sse import SseStream, sse_streams
 
@@ -200,7 +200,7 @@ def test_cancel_of_the_parent_stops_its_childrens_streams_and_tools(
     daemon.daemon.tools.register(Tool("slow", "Takes its time.", {"type": "object", "properties": {}}, slow))
 
     def script(body: dict[str, Any]) -> Reply:
-        texts = [m.get("content") for m in body["messages"] if m.get("role") == "user"]
+        texts = [said(m.get("content") or "") for m in body["messages"] if m.get("role") == "user"]
         last = body["messages"][-1]
         if texts and texts[0] == "stream":  # child 1: a long stream
             return Reply(text="word " * 400, chunk_size=4, chunk_delay_s=0.05)

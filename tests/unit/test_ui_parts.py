@@ -164,6 +164,8 @@ def test_usage_charts_stack_uncached_input_cache_reads_and_output_by_day() -> No
     assert cache.bars[-1].values == (100.0,) and cache.bars[-3].values == (40.0,)
     assert round(view.cache_share) == 85
     assert not view.cost_recorded and all(not c.id.startswith("cost") for c in view.charts)
+    unpriced = usage_view([row("2026-11-20", 10, 1, cost=0.0)], [], [], today=TODAY, days=7, priced=False)
+    assert not unpriced.cost_recorded and unpriced.total_cost is None  # zeros are not money spent
     svg = by_day.svg()
     assert svg.startswith("<svg") and "2026-11-18 · cache reads: 400 tokens" in svg
     sessions_chart = next(c for c in view.charts if c.id == "tokens-by-session")
