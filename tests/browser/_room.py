@@ -88,8 +88,19 @@ class Room:
         return self.handle.token
 
 
+# The model has a price, so the usage page counts money and draws its charts.
+PRICED_MAIN = {
+    "provider": "local",
+    "model": "scripted",
+    "context_window": 32768,
+    "max_output_tokens": 1024,
+    "price": {"input": 3.0, "output": 15.0},  # per million tokens
+}
+
+
 @contextmanager
 def open_room(data_dir: Path, **sections: Any) -> Iterator[Room]:
+    sections.setdefault("models", {"main": PRICED_MAIN})
     with ScriptedOpenAIThread() as scripted:
         config = settings_data(
             data_dir, scripted.base_url, audiences={"personal": {"approve": ["deploy"]}}, **sections

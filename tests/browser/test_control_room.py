@@ -180,6 +180,7 @@ def test_the_usage_charts_follow_new_turns(page: Any, room: Room) -> None:
     before = int(page.locator("#total-turns").inner_text())
     today_total = page.locator("#tokens-by-day-table tbody tr").last.locator("td").last  # in <details>
     tokens_before = today_total.text_content()
+    cost_before = page.locator("#total-cost").inner_text()
     for i in range(2):
         room.scripted.enqueue(Reply(text=f"counted {i}", usage=(4000, 100)))
         assert room.handle.send("cli:ui-usage", f"count {i}", wait=True).status_code == 200
@@ -190,4 +191,8 @@ def test_the_usage_charts_follow_new_turns(page: Any, room: Room) -> None:
     assert today_total.text_content() != tokens_before
     bars = page.locator("#tokens-by-session rect title").all_text_contents()
     assert any(t.startswith("cli:ui-usage · uncached input: 8,000") for t in bars), bars
-    assert page.locator("#total-cost").inner_text() == "not counted"  # no prices configured
+    # Priced: 2 x (4,000 in x $3 + 100 out x $15) per million = $0.027 more, in the total and the charts.
+    page.wait_for_function("t => document.querySelector('#total-cost').textContent !== t", arg=cost_before)
+    assert page.locator("#total-cost").inner_text().endswith("USD")
+    costs = page.locator("#cost-by-session rect title").all_text_contents()
+    assert any(t.startswith("cli:ui-usage · cost:") for t in costs), costs
