@@ -6,8 +6,10 @@ against the scripted providers of ``tests/fakes`` on threads. Every turn's user 
 (100-300 characters) shares words with a few of the memories seeded before the run, so
 recall finds 1-3 of them most turns (they go into the turn's volatile tail); about half the
 turns call a benchmark tool ``bench_lookup`` (800-2,000 characters of deterministic text)
-once or twice before answering (200-500 characters). Window 32,768 tokens, max output
-4,096; compaction at 0.75 of the window; everything seeded.
+once or twice before answering (200-500 characters). ``--skills`` (20) typical skills are
+installed, so their index is in every system prompt (issue 30: the prefix holds with
+them). Window 32,768 tokens, max output 4,096; compaction at 0.75 of the window;
+everything seeded.
 
 Runs
     ``openai``      the OpenAI-compatible fake. For each chat request (the compaction's
@@ -65,6 +67,7 @@ from netclaw.gateway import Inbound
 from netclaw.history.compaction import FLUSH_MARKER, REQUIRED_SECTIONS, SUMMARY_MARKER
 from netclaw.persistence import NewMemory
 from netclaw.tools import Tool, ToolContext
+from skills import TYPICAL  # bench/skills.py: typical one-line descriptions
 from tests.fakes._scripted_server import ScriptedServerThread, request_messages, said
 from tests.fakes.scripted_anthropic import Reply as AReply
 from tests.fakes.scripted_anthropic import ScriptedAnthropic, overloaded
@@ -320,7 +323,22 @@ class Run:
     wall_s: float = 0.0
 
 
-def play(name: str, plans: list[Plan], tmp: Path, *, provider: str, cache: str = "auto") -> Run:
+def install_skills(root: Path, count: int) -> Path:
+    """``count`` skills with typical one-line descriptions (those of bench/skills.py)."""
+    from netclaw.skills import render_skill
+
+    folder = root / "skills"
+    for i in range(count):
+        name, description = TYPICAL[i % len(TYPICAL)]
+        name = name if i < len(TYPICAL) else f"{name}-{i}"
+        (folder / name).mkdir(parents=True, exist_ok=True)
+        (folder / name / "SKILL.md").write_text(render_skill(name, description, "1. Do it."))
+    return folder
+
+
+def play(
+    name: str, plans: list[Plan], tmp: Path, *, provider: str, cache: str = "auto", skills: Path | None = None
+) -> Run:
     record = Record()
     anthropic = provider == "anthropic"
     server: ScriptedOpenAI | ScriptedAnthropic
@@ -354,6 +372,7 @@ def play(name: str, plans: list[Plan], tmp: Path, *, provider: str, cache: str =
                 }
             },
             journal={"synchronous": "normal"},
+            skills={"dirs": [str(skills)] if skills is not None else []},
         )
         daemon = Daemon(settings)
         daemon.start()
@@ -485,19 +504,21 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=26)
     parser.add_argument("--quick", action="store_true", help="30 turns: seconds, for CI")
     parser.add_argument("--dir", default=None, help="where the temporary data_dirs go")
+    parser.add_argument("--skills", type=int, default=20, help="skills installed (their index in the prompt)")
     args = parser.parse_args()
     turns = 30 if args.quick else args.turns
     plans = make_plans(turns, args.seed)
     load_before = machine_load()
     started = time.perf_counter()
     with c.temp_dir("netclaw-bench-cache-", args.dir) as tmp:
+        skills = install_skills(tmp, args.skills) if args.skills else None
         log("run openai ...")
-        openai = play("openai", plans, tmp, provider="openai")
+        openai = play("openai", plans, tmp, provider="openai", skills=skills)
         log(f"  {openai.wall_s:.1f} s")
         log("run anthropic (cached) ...")
-        cached = play("anthropic", plans, tmp, provider="anthropic")
+        cached = play("anthropic", plans, tmp, provider="anthropic", skills=skills)
         log("run anthropic (uncached) ...")
-        uncached = play("uncached", plans, tmp, provider="anthropic", cache="off")
+        uncached = play("uncached", plans, tmp, provider="anthropic", cache="off", skills=skills)
         log("fallback ...")
         main_seen, spare_seen, fell_back = fallback_requests(tmp)
 
@@ -510,10 +531,14 @@ def main() -> int:
     per_25 = breaks / max(1, turns) * 25
     info(
         "conversation",
-        f"{turns} turns, {sum(1 for p in plans if p.rounds)} with tool rounds, {len(MEMORIES)} memories seeded; "
+        f"{turns} turns, {sum(1 for p in plans if p.rounds)} with tool rounds, {len(MEMORIES)} memories seeded, "
+        f"{args.skills} skills installed; "
         f"window {WINDOW}, max output {MAX_OUTPUT}",
         note=f"seed {args.seed}",
     )
+    first = openai.record.chat[0].wire if openai.record.chat else ""
+    indexed = sum(1 for n, _ in TYPICAL if f"- {n}:" in first)
+    info("skills_in_the_system_prompt", str(indexed), "skills", "index lines in the first chat request")
     info(
         "chat_requests",
         str(len(openai.record.chat)),
