@@ -126,15 +126,16 @@ def run(trips: int, directory: str | None, synchronous: str = "full") -> Run:
     scripted.set_responder(FamilyScript())
     timed: list[TimedProvider] = []
 
-    def provider(settings: Settings) -> Provider:
+    def providers(settings: Settings) -> dict[str, Provider]:
+        """The daemon's providers by name: the main model's one, timed."""
         main = settings.models.main
         timed.append(TimedProvider(make_provider(main.provider, settings.providers[main.provider])))
-        return timed[-1]
+        return {main.provider: timed[-1]}
 
     try:
         with temp_dir("netclaw-bench-subagents-", directory) as root:
             settings = daemon_settings(root / "data", scripted.base_url, journal={"synchronous": synchronous})
-            daemon = Daemon(settings, provider_factory=provider)
+            daemon = Daemon(settings, provider_factory=providers)
             commits: list[float] = []
             observe = daemon.metrics.commit_seconds.observe  # the journal reports each commit here
 
