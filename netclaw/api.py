@@ -193,19 +193,20 @@ class Api:
         user = _optional_label(body, "user", MAX_USER_CHARS)
         user_name = _optional_label(body, "user_name", MAX_NAME_CHARS)
         who = principal(request)
+        inbound = Inbound(
+            session_id,
+            text,
+            user=user,
+            identity=identity_for(key),
+            user_name=user_name,
+            files=files,
+            speaker=who.speaker,
+            speaker_role=who.role,
+        )
         prompt = parse_prompt_or_fail(text)
         if prompt is not None:  # an MCP prompt: the message, or an answer instead
             submitted = await self.gateway.submit_prompt(
-                Inbound(
-                    session_id,
-                    text,
-                    user=user,
-                    identity=identity_for(key),
-                    user_name=user_name,
-                    files=files,
-                    speaker=who.speaker,
-                    speaker_role=who.role,
-                ),
+                inbound,
                 prompt,
                 wait=wait,
             )
@@ -222,19 +223,7 @@ class Api:
             return web.json_response(
                 {"session_id": session_id, "command": done.command, "notice": done.notice}
             )
-        admission, outcome = await self.gateway.submit(
-            Inbound(
-                session_id,
-                text,
-                user=user,
-                identity=identity_for(key),
-                user_name=user_name,
-                files=files,
-                speaker=who.speaker,
-                speaker_role=who.role,
-            ),
-            wait=wait,
-        )
+        admission, outcome = await self.gateway.submit(inbound, wait=wait)
         return submission_response(admission, outcome)
 
     async def forwarded_message(self, request: web.Request) -> web.Response:

@@ -55,6 +55,23 @@ def _date(value: object) -> str | None:
     return value.strip()[:25] or None
 
 
+def _hits(results: object, where: str, snippet: str, *dates: str) -> list[Hit]:
+    """The hits in a list of result objects: the snippet and the first date found under
+    the keys each backend names (ValueError when ``results`` is not a list)."""
+    if not isinstance(results, list):
+        raise ValueError(f"no '{where}' list")
+    return [
+        Hit(
+            clean(r.get("title")),
+            str(r.get("url", "")),
+            clean(r.get(snippet)),
+            next((d for d in (_date(r.get(k)) for k in dates) if d), None),
+        )
+        for r in results
+        if isinstance(r, dict)
+    ]
+
+
 class Backend(ABC):
     """One search API: how to ask it, and how to read what it answers."""
 
@@ -99,18 +116,7 @@ class Searxng(Backend):
 
     def hits(self, data: Any) -> list[Hit]:
         results = data.get("results") if isinstance(data, dict) else None
-        if not isinstance(results, list):
-            raise ValueError("no 'results' list")
-        return [
-            Hit(
-                clean(r.get("title")),
-                str(r.get("url", "")),
-                clean(r.get("content")),
-                _date(r.get("publishedDate")),
-            )
-            for r in results
-            if isinstance(r, dict)
-        ]
+        return _hits(results, "results", "content", "publishedDate")
 
     def bad_key(self, status: int, data: Any) -> bool:
         return status == 401  # 403 is the JSON format not enabled in its settings.yml
@@ -139,18 +145,7 @@ class Brave(Backend):
             raise ValueError("not a JSON object")
         web = data.get("web") or {}
         results = web.get("results", []) if isinstance(web, dict) else None
-        if not isinstance(results, list):
-            raise ValueError("no 'web.results' list")
-        return [
-            Hit(
-                clean(r.get("title")),
-                str(r.get("url", "")),
-                clean(r.get("description")),
-                _date(r.get("page_age")) or _date(r.get("age")),
-            )
-            for r in results
-            if isinstance(r, dict)
-        ]
+        return _hits(results, "web.results", "description", "page_age", "age")
 
     def error_detail(self, data: Any) -> str | None:
         error = data.get("error") if isinstance(data, dict) else None
@@ -179,18 +174,7 @@ class Tavily(Backend):
 
     def hits(self, data: Any) -> list[Hit]:
         results = data.get("results") if isinstance(data, dict) else None
-        if not isinstance(results, list):
-            raise ValueError("no 'results' list")
-        return [
-            Hit(
-                clean(r.get("title")),
-                str(r.get("url", "")),
-                clean(r.get("content")),
-                _date(r.get("published_date")),
-            )
-            for r in results
-            if isinstance(r, dict)
-        ]
+        return _hits(results, "results", "content", "published_date")
 
     def error_detail(self, data: Any) -> str | None:
         detail = data.get("detail") if isinstance(data, dict) else None
