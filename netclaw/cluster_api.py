@@ -104,6 +104,9 @@ class ClusterHttp:
         status, body = await self.node.forwarder.call(
             f"{peer.url.rstrip('/')}/api/cluster/nodes/{name}/{action}"
         )
+        # That node wrote its state to the registry before answering: read it now, so what
+        # this node says next (`netclaw status`, routing) already knows it.
+        await self.node.refresh()
         return web.json_response(body, status=status)
 
     async def owner(self, request: web.Request) -> web.Response:

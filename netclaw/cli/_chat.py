@@ -14,10 +14,11 @@ import getpass
 import json
 import os
 import queue
+import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -127,6 +128,27 @@ def _line_history() -> Any:
             readline.write_history_file(path)
 
 
+@contextlib.contextmanager
+def _deferred_interrupt() -> Iterator[threading.Event]:
+    """A first Ctrl-C is noted (the event) rather than raised; a second one still raises,
+    so a daemon that never answers can be left. Only on the main thread, where signals are."""
+    pressed = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield pressed
+        return
+
+    def note(signum: int, frame: object) -> None:
+        if pressed.is_set():
+            raise KeyboardInterrupt
+        pressed.set()
+
+    previous = signal.signal(signal.SIGINT, note)
+    try:
+        yield pressed
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 class Conversation:
     """The prompt loop: read a line, send it, wait for its turn (Ctrl-C cancels it)."""
 
@@ -161,20 +183,26 @@ class Conversation:
         command = parsed.name if parsed is not None else None
         if command == "reset":  # its answer says it; the session's own notice would say it twice
             self.view.own_resets += 1
-        try:
-            answer = self.client.send(self.session_id, line, user="cli")
-        except ClientError as exc:
-            if command == "reset":
-                self.view.own_resets -= 1
-            print(f"netclaw: {exc}", file=sys.stderr)
-            return True
+        # The reply may start streaming before the daemon's answer is read (a loaded machine):
+        # a Ctrl-C then means "stop the reply", so it waits until the answer is in.
+        with _deferred_interrupt() as pressed:
+            try:
+                answer = self.client.send(self.session_id, line, user="cli")
+            except ClientError as exc:
+                if command == "reset":
+                    self.view.own_resets -= 1
+                print(f"netclaw: {exc}", file=sys.stderr)
+                return True
         if "command" in answer:  # answered at once; no turn to wait for
             print("\n".join(f"  [{line}]" if line else "" for line in answer["notice"].split("\n")))
             return True
-        return self._wait_for_turn()
-
-    def _wait_for_turn(self) -> bool:
         cancelling = False
+        if pressed.is_set():
+            cancelling = True
+            self._stop_reply()
+        return self._wait_for_turn(cancelling)
+
+    def _wait_for_turn(self, cancelling: bool) -> bool:
         while True:
             try:
                 while not self.view.turn_done.wait(0.2):
@@ -187,9 +215,12 @@ class Conversation:
                     print(file=sys.stderr)
                     return False
                 cancelling = True
-                print("\n(stopping the reply; Ctrl-C again to leave)", file=sys.stderr)
-                with contextlib.suppress(ClientError):
-                    self.client.cancel(self.session_id)
+                self._stop_reply()
+
+    def _stop_reply(self) -> None:
+        print("\n(stopping the reply; Ctrl-C again to leave)", file=sys.stderr)
+        with contextlib.suppress(ClientError):
+            self.client.cancel(self.session_id)
 
     def _ask(self, request: out.ApprovalRequested) -> None:
         """A tool call waits for a decision: ask here, decide through the API."""

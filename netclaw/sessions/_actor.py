@@ -171,7 +171,9 @@ class SessionActor(pykka.ThreadingActor):
             if self._moved
             else out.Error(session_id=self.session_id, code="session_failed", message=reason)
         )
-        refuse(message, SessionUnavailable(reason), notice)
+        # Moved: nothing was carried out here, so the caller may follow the session to its node.
+        refused = SessionMoved(self.session_id, str(self._broken)) if self._moved else SessionUnavailable(reason)
+        refuse(message, refused, notice)
 
 
 def _owed_error(message: object, exc: BaseException) -> Exception | None:

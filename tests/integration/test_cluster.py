@@ -197,8 +197,11 @@ def test_discords_one_gateway_connection_is_held_by_one_node_and_moves(
     assert discord_server.identifies == 2
     wait_until(lambda: discord_server.connected == 1, 5, "a's connection to be gone")
     discord_server.post_message("still there?", channel_id=thread)
-    discord_server.wait_for(lambda: len(discord_server.bot_messages(thread)) == 2, what="b's reply")
-    assert discord_server.bot_messages(thread)[1] == "echo: still there?"
+    # Streamed: posted with its first words, then edited until whole.
+    discord_server.wait_for(
+        lambda: discord_server.bot_messages(thread) == ["echo: who answers?", "echo: still there?"],
+        what="b's reply",
+    )
 
 
 def test_a_discord_reply_recorded_on_a_node_without_the_connection_is_posted_by_the_holder(

@@ -659,8 +659,10 @@ def test_the_daemon_runs_the_real_client_end_to_end(
     server.wait_for(lambda: [m for m, _, _ in server.reactions] == ["PUT", "DELETE"], what="the 👀 to go")
 
     server.post_message("and without a mention?", channel_id=thread["id"])
-    server.wait_for(lambda: len(server.bot_messages(thread["id"])) == 2, what="the second reply")
-    assert server.bot_messages(thread["id"])[1] == "echo: and without a mention?"
+    server.wait_for(  # streamed: posted with its first words, then edited until whole
+        lambda: server.bot_messages(thread["id"])[1:] == ["echo: and without a mention?"],
+        what="the second reply",
+    )
     assert ("GET", f"/channels/{thread['id']}") in server.requests  # looked up, then continued
     server.post_message("not for the bot")  # in the channel, no mention
     time.sleep(0.3)

@@ -4,11 +4,15 @@ with backoff when the daemon goes away, and notices a turn that ended meanwhile.
 from __future__ import annotations
 
 import io
+import os
+import signal
 from collections.abc import Iterator
 from typing import Any
 
+import pytest
+
 from netclaw import outputs as out
-from netclaw.cli._chat import RECONNECT_BACKOFF, ChatView
+from netclaw.cli._chat import RECONNECT_BACKOFF, ChatView, Conversation
 from netclaw.errors import DaemonNotRunning
 
 SID = "cli:view"
@@ -141,3 +145,37 @@ def test_output_arriving_at_the_prompt_is_written_above_it_and_the_prompt_comes_
     assert stderr.getvalue() == "\r\x1b[K(lost the connection to the daemon; reconnecting…)\n"
     screen.out("after the prompt\n")  # nobody is typing: written as it is
     assert stdout.getvalue().endswith("you> half a liafter the prompt\n")
+
+
+class SlowToAnswer:
+    """A daemon whose answer to a message comes after its reply began to stream: the person
+    presses Ctrl-C while the message is still being sent."""
+
+    def __init__(self, view: ChatView, presses: int) -> None:
+        self.view = view
+        self.presses = presses
+        self.cancelled = 0
+
+    def send(self, session_id: str, text: str, user: str) -> dict[str, Any]:
+        for _ in range(self.presses):
+            os.kill(os.getpid(), signal.SIGINT)
+        return {"session_id": session_id, "accepted": True}
+
+    def cancel(self, session_id: str) -> None:
+        self.cancelled += 1
+        self.view.turn_done.set()  # the turn ends, stopped
+
+
+def test_ctrl_c_while_the_message_is_being_sent_stops_the_reply(capsys: pytest.CaptureFixture[str]) -> None:
+    view = ChatView(None, SID, "text", stdout=io.StringIO(), stderr=io.StringIO())  # type: ignore[arg-type]
+    daemon = SlowToAnswer(view, presses=1)
+    conversation = Conversation(daemon, SID, view, view.screen)  # type: ignore[arg-type]
+    assert conversation.send("tell me a lot") is True  # the chat goes on
+    assert daemon.cancelled == 1
+    assert "stopping the reply" in capsys.readouterr().err
+    # Twice while sending: leave, as twice while waiting does.
+    daemon = SlowToAnswer(view, presses=2)
+    conversation = Conversation(daemon, SID, view, view.screen)  # type: ignore[arg-type]
+    with pytest.raises(KeyboardInterrupt):
+        conversation.send("tell me more")
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back

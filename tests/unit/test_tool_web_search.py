@@ -154,7 +154,7 @@ async def test_a_rate_limit_says_when_to_try_again(fake: FakeSearch) -> None:
 
 
 async def test_a_backend_that_fails_or_is_down_or_slow_is_a_tool_error(fake: FakeSearch) -> None:
-    config = config_for(fake, timeout_s=0.5)
+    config = config_for(fake, timeout_s=10)  # room for a loaded machine; the slow case has its own
     fake.fail_next(503, "<html>Service Unavailable</html>", Content_Type="text/html")
     with pytest.raises(ToolError, match=f"{fake.backend} is failing \\(HTTP 503\\); it may be down"):
         await search(config, query="q")
@@ -168,7 +168,7 @@ async def test_a_backend_that_fails_or_is_down_or_slow_is_a_tool_error(fake: Fak
         await search(config, query="q")
     fake.fail_next(200, {}, delay_s=3)
     with pytest.raises(ToolError, match=r"did not answer within 0.5s; try again later"):
-        await search(config, query="q")
+        await search(config_for(fake, timeout_s=0.5), query="q")
 
 
 async def test_a_backend_nobody_listens_on_is_unavailable() -> None:
