@@ -172,7 +172,9 @@ class SessionActor(pykka.ThreadingActor):
             else out.Error(session_id=self.session_id, code="session_failed", message=reason)
         )
         # Moved: nothing was carried out here, so the caller may follow the session to its node.
-        refused = SessionMoved(self.session_id, str(self._broken)) if self._moved else SessionUnavailable(reason)
+        refused = (
+            SessionMoved(self.session_id, str(self._broken)) if self._moved else SessionUnavailable(reason)
+        )
         refuse(message, refused, notice)
 
 
