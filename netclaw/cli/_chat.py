@@ -133,7 +133,9 @@ def _deferred_interrupt() -> Iterator[threading.Event]:
     """A first Ctrl-C is noted (the event) rather than raised; a second one still raises,
     so a daemon that never answers can be left. Only on the main thread, where signals are."""
     pressed = threading.Event()
-    if threading.current_thread() is not threading.main_thread():
+    if threading.current_thread() is not threading.main_thread() or (
+        signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # started ignoring it (nohup): keep to that
+    ):
         yield pressed
         return
 

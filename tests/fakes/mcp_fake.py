@@ -367,8 +367,8 @@ class HttpProcess:
     def stop(self) -> None:
         if self.proc is not None:
             self.proc.terminate()
-            try:
-                self.proc.wait(10)
+            try:  # a graceful server waits for open streams (a client's GET) forever
+                self.proc.wait(2)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)

@@ -8,6 +8,7 @@ import fcntl
 import os
 import pty
 import select
+import signal
 import subprocess
 import termios
 import time
@@ -96,3 +97,6 @@ class Terminal:
 
 def _take_terminal() -> None:
     fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+    # As a shell starts a program: Ctrl-C not ignored, though the test runner ignores it
+    # (pytest-xdist's workers do, and an ignored SIGINT is inherited through exec).
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -5,6 +5,7 @@ redacted too; a tool's result is redacted where the registry builds it."""
 from __future__ import annotations
 
 import base64
+import logging
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -85,8 +86,17 @@ def test_log_lines_at_info_and_above_never_carry_message_text(
     daemon: DaemonHandle, scripted: ScriptedOpenAIThread, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level("INFO")
-    marker = "zebra-quartz-7781"
-    scripted.enqueue(Reply(tool_calls=[ToolCallSpec("current_time", {})]), Reply(text=f"reply {marker}"))
-    assert daemon.send("cli:logs", f"tell me about {marker} and {SLACK}", wait=True).status_code == 200
+    # Also kept on netclaw's own logger: what an earlier test did to the root logger in this
+    # process (a daemon reconfigured by a reload) must not hide the records.
+    netclaw_log = logging.getLogger("netclaw")
+    netclaw_log.addHandler(caplog.handler)
+    netclaw_log.setLevel(logging.INFO)
+    try:
+        marker = "zebra-quartz-7781"
+        scripted.enqueue(Reply(tool_calls=[ToolCallSpec("current_time", {})]), Reply(text=f"reply {marker}"))
+        assert daemon.send("cli:logs", f"tell me about {marker} and {SLACK}", wait=True).status_code == 200
+    finally:
+        netclaw_log.removeHandler(caplog.handler)
+        netclaw_log.setLevel(logging.NOTSET)
     shown = [r.getMessage() for r in caplog.records if r.levelno >= 20]
     assert shown and not [line for line in shown if marker in line or SLACK in line]

@@ -167,6 +167,7 @@ class SlowToAnswer:
 
 
 def test_ctrl_c_while_the_message_is_being_sent_stops_the_reply(capsys: pytest.CaptureFixture[str]) -> None:
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)  # as a shell starts us
     view = ChatView(None, SID, "text", stdout=io.StringIO(), stderr=io.StringIO())  # type: ignore[arg-type]
     daemon = SlowToAnswer(view, presses=1)
     conversation = Conversation(daemon, SID, view, view.screen)  # type: ignore[arg-type]
@@ -179,3 +180,4 @@ def test_ctrl_c_while_the_message_is_being_sent_stops_the_reply(capsys: pytest.C
     with pytest.raises(KeyboardInterrupt):
         conversation.send("tell me more")
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back
+    signal.signal(signal.SIGINT, before)
