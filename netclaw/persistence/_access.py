@@ -179,8 +179,9 @@ class SqliteAccessStore(AccessLogic):
 
     async def _fetch(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         try:
-            cursor = await self._require().execute(sql, tuple(params))
-            return [tuple(r) for r in await cursor.fetchall()]
+            # In one call: a cursor left between steps keeps a read open on the connection the
+            # writes share, and a write then meets a stale snapshot ("database is locked").
+            return [tuple(r) for r in await self._require().execute_fetchall(sql, tuple(params))]
         except sqlite3.Error as exc:
             raise JournalError(f"the audit and token store failed: {exc}") from exc
 

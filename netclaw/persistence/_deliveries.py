@@ -60,11 +60,13 @@ class SqliteDeliveryLog:
                 " WHERE webhook_deliveries.created < ?",
                 (route, key, new_session_id, now, body_sha256, now - RETENTION_S),
             )
-            cursor = await conn.execute(
+            # Read whole (a cursor stepped once keeps its read transaction open; another
+            # request's write on this connection would then meet a stale snapshot: "locked").
+            rows = await conn.execute_fetchall(
                 "SELECT session_id, body_sha256 FROM webhook_deliveries WHERE route = ? AND key = ?",
                 (route, key),
             )
-            row = await cursor.fetchone()
+            row = next(iter(rows), None)
             await self._prune(now)
         except sqlite3.Error as exc:
             raise JournalError(f"webhook delivery log failed: {exc}") from exc
@@ -85,10 +87,10 @@ class SqliteDeliveryLog:
                 "INSERT OR IGNORE INTO webhook_signatures (route, signature, key, expires) VALUES (?,?,?,?)",
                 (route, signature, key, expires),
             )
-            cursor = await conn.execute(
+            rows = await conn.execute_fetchall(
                 "SELECT key FROM webhook_signatures WHERE route = ? AND signature = ?", (route, signature)
             )
-            row = await cursor.fetchone()
+            row = next(iter(rows), None)
         except sqlite3.Error as exc:
             raise JournalError(f"webhook delivery log failed: {exc}") from exc
         return str(row[0]) if row else key

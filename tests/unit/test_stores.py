@@ -4,6 +4,9 @@ backends (a SQLite file, a real PostgreSQL): one contract."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
+import threading
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -122,6 +125,45 @@ async def test_concurrent_retries_of_one_delivery_agree(deliveries: Any) -> None
         *(deliveries.session_for("gh", "same", f"webhook:gh:{i}", "sha") for i in range(10))
     )
     assert len(set(answers)) == 1
+
+
+async def test_deliveries_beside_another_writer_never_meet_a_locked_database(tmp_path: Path) -> None:
+    """The journal's writer commits on its own connection while webhook deliveries arrive
+    together: no delivery may see "database is locked" (a read left open on the shared
+    connection made another request's write meet a stale snapshot, at once)."""
+    path = tmp_path / "netclaw.db"
+    prepare_database(path)
+    log = await SqliteDeliveryLog(path).open()
+    stop = threading.Event()
+
+    def journal_writer() -> None:
+        conn = sqlite3.connect(path, isolation_level=None)
+        conn.execute("PRAGMA busy_timeout=5000")
+        n = 0
+        while not stop.is_set():
+            n += 1
+            conn.execute(
+                "INSERT INTO webhook_deliveries (route, key, session_id, created) VALUES ('other', ?, 's', 0)",
+                (f"w{n}",),
+            )
+            time.sleep(0.0005)  # commits in a stream, as group commits come, not a lock held
+        conn.close()
+
+    writer = threading.Thread(target=journal_writer)
+    writer.start()
+
+    async def delivery(n: int) -> None:
+        await asyncio.sleep(n % 7 * 0.0003)  # arriving at different moments, not in step
+        await log.session_for("ci", f"k{n}", f"webhook:ci:{n}", "sha")
+        await log.first_key_of("ci", f"sig{n}", f"k{n}", 9e9)
+
+    try:
+        for round_ in range(10):
+            await asyncio.gather(*(delivery(round_ * 100 + i) for i in range(40)))
+    finally:
+        stop.set()
+        writer.join()
+        await log.close()
 
 
 async def test_a_signature_is_accepted_once(deliveries: Any) -> None:
