@@ -6,6 +6,7 @@ tests/e2e/test_cluster_failover.py."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -16,6 +17,9 @@ from typing import Any
 import httpx
 import pytest
 
+from netclaw.errors import SessionMoved
+from netclaw.runtime import Reply
+from netclaw.sessions import ReportStatus, StatusReport
 from tests.conftest import DaemonHandle, wait_until
 from tests.e2e.conftest import free_port
 from tests.fakes.discord_port import FakeDiscordServer
@@ -151,6 +155,26 @@ def test_a_node_that_stops_hands_its_sessions_to_the_next_node_at_once(node: Nod
     answer = b.send("cli:move", "two", wait=True)
     assert answer.status_code == 200 and answer.json()["turn"] == 2, answer.text
     assert "cli:move" in resident(b) and forwarded(b) == 0
+
+
+def test_commands_reaching_an_actor_whose_session_another_node_owns_are_sent_after_it(node: Node) -> None:
+    """An actor started here for a session node a holds cannot recover it; what reaches it
+    before it is retired is refused as moved (the gateway then follows the session to its
+    node), never as a plain failure the client would see as a 503."""
+    a, b = node("a"), node("b")
+    assert a.send("cli:owned", "one", wait=True).status_code == 200
+    manager = b.daemon.manager
+    assert manager is not None and b.daemon.io is not None
+
+    async def ask_twice() -> list[BaseException | StatusReport]:
+        replies: list[Reply[StatusReport]] = [Reply(asyncio.get_running_loop()) for _ in range(2)]
+        for reply in replies:  # both in its inbox before the loop hears that it broke
+            manager.route("cli:owned", ReportStatus(reply))
+        return list(await asyncio.gather(*(r.wait(10) for r in replies), return_exceptions=True))
+
+    answers = b.daemon.io.run(ask_twice(), 20)
+    assert all(isinstance(answer, SessionMoved) for answer in answers), answers
+    assert "resident on node a" in str(answers[0])
 
 
 def test_without_an_advertised_address_the_owner_is_named_in_a_503(
