@@ -272,9 +272,13 @@ class Daemon:
             app.router.add_routes(mcp_routes(self.mcp))
             app.router.add_routes(question_routes(self.gateway))
             # Sessions that were active at a graceful stop (and any with unanswered input)
-            # recover now, before channels deliver and before READY=1.
+            # recover now, before channels deliver and before READY=1. In a cluster, once
+            # this node listens: a lease it takes while it cannot be reached would hold the
+            # other nodes' requests for that session until it can.
             manifest = take_manifest(self.settings)
-            warmed = self.io.run(self._warm_sessions(manifest), WARM_TIMEOUT_S + 10)
+            warmed = 0
+            if self.cluster is None:
+                warmed = self.io.run(self._warm_sessions(manifest), WARM_TIMEOUT_S + 10)
             self._check_adapters(build_adapters(self.settings, self.gateway))
             hook_routes = [route for adapter in self.adapters for route in adapter.routes()]
             if self.settings.gateway.webhook_host is None:
@@ -283,6 +287,8 @@ class Daemon:
                 self._webhook_app = webhook_app(hook_routes)
             self.io.run(self._start_adapters())
             self.io.run(self._serve(app))
+            if self.cluster is not None:
+                warmed = self.io.run(self._warm_sessions(manifest), WARM_TIMEOUT_S + 10)
             # Channels listen now: the warmed sessions resume their turns (and replies reach them).
             self.io.run(_call(self.manager.release_held))
             # Sub-agents' answers recorded before a crash go to their parents now.
@@ -498,7 +504,16 @@ class Daemon:
         never finished (a crash) recover, WARM_CONCURRENCY at a time. The manifest's learn
         on their first model call that a restart interrupted them."""
         assert self.journal is not None and self.manager is not None
-        pending = await self.journal.sessions_with_pending_input()
+        # In a cluster the sessions other nodes hold run their turns there: only its own
+        # (restarted before its leases ran out) and those nobody holds are this node's to
+        # take (claiming one merely between owners before this node listens would hold its
+        # requests until it does).
+        journal = self.journal
+        pending = await (
+            journal.orphans(mine=self.settings.cluster.node)
+            if self.cluster is not None
+            else journal.sessions_with_pending_input()
+        )
         resumed = frozenset(manifest.session_ids) if manifest is not None else frozenset()
         ordered = [*sorted(resumed), *(sid for sid in pending if sid not in resumed)]
         return await self.manager.warm_all(

@@ -268,8 +268,9 @@ class Journal(Protocol):
         """Another node holding the session now (input for it belongs there), or None."""
         ...
 
-    async def orphans(self) -> list[str]:
-        """Sessions with unanswered input that no node holds (a node died with them)."""
+    async def orphans(self, mine: str | None = None) -> list[str]:
+        """Sessions with unanswered input that no node holds (a node died with them), and
+        those node ``mine`` still holds (this node's own, restarted before its leases ran out)."""
         ...
 
     async def close(self) -> None: ...

@@ -518,7 +518,7 @@ class WriterJournal:
     async def nodes(self) -> list[Node]:
         return []
 
-    async def orphans(self) -> list[str]:
+    async def orphans(self, mine: str | None = None) -> list[str]:
         """Sessions with unanswered input that no node holds (left by a node that died);
         the embedded journal's are recovered at start-up instead."""
         return []

@@ -238,7 +238,9 @@ def test_two_nodes_contending_for_one_session_never_both_write(
         try:
             # New requests go to the live node once the lease has expired (before, it
             # would forward them to the paused owner, and they would wait too).
-            wait_until(lambda: session_id not in owners(pg_dsn), LEASE_S + 5, "the lease to expire")
+            # (Or is taken already: the other node's rescue looks every lease_s / 2.)
+            paused = nodes[owner].config.parent.name
+            wait_until(lambda: owners(pg_dsn).get(session_id) != paused, LEASE_S + 5, "the lease to expire")
             load.flowing.set()
             message_id = other.acked(session_id, "after the pause", idempotency_key="pause")
             load.acked[session_id].append((message_id, "after the pause"))

@@ -23,6 +23,8 @@ from netclaw.sessions import ReportStatus, StatusReport
 from tests.conftest import DaemonHandle, wait_until
 from tests.e2e.conftest import free_port
 from tests.fakes.discord_port import FakeDiscordServer
+from tests.fakes.scripted_openai import Reply as ScriptedReply
+from tests.fakes.scripted_openai import ScriptedOpenAIThread
 from tests.fakes.slack_api import APP_TOKEN as SLACK_APP_TOKEN
 from tests.fakes.slack_api import BOT_TOKEN as SLACK_BOT_TOKEN
 from tests.fakes.slack_api import FakeSlackThread
@@ -155,6 +157,21 @@ def test_a_node_that_stops_hands_its_sessions_to_the_next_node_at_once(node: Nod
     answer = b.send("cli:move", "two", wait=True)
     assert answer.status_code == 200 and answer.json()["turn"] == 2, answer.text
     assert "cli:move" in resident(b) and forwarded(b) == 0
+
+
+def test_a_starting_node_leaves_alone_the_turns_other_nodes_are_running(
+    node: Node, scripted: ScriptedOpenAIThread
+) -> None:
+    """Sessions with a turn running on another node are that node's: a node that starts
+    meanwhile recovers none of them (it used to try each one before it listened)."""
+    a = node("a")
+    scripted.enqueue(ScriptedReply(text="slowly", delay_s=3.0))
+    assert a.send("cli:busy", "take your time").status_code == 202
+    wait_until(lambda: len(scripted.requests) == 1, 5, "the turn to reach the model")
+    b = node("b")
+    assert b.daemon.manager is not None and b.daemon.manager.started == 0
+    assert "cli:busy" not in resident(b) and "cli:busy" in resident(a)
+    wait_until(lambda: chat_rows(a.transcript("cli:busy"))[-1:] == [("assistant", "slowly")], 10, "a's reply")
 
 
 def test_commands_reaching_an_actor_whose_session_another_node_owns_are_sent_after_it(node: Node) -> None:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from netclaw.errors import JournalError, LeaseLost, SequenceConflict, SessionOwnedElsewhere
-from netclaw.persistence import NewEvent
+from netclaw.persistence import NewEvent, SessionRow
 
 if TYPE_CHECKING:
     from netclaw.persistence.postgres import PostgresJournal
@@ -223,6 +223,28 @@ async def test_a_lease_handed_on_is_the_named_nodes_and_fences_its_old_holder(
         assert a.leases.counts.handed_on == 1
         # b took it from a's hands (released to it), not from a dead node
         assert (b.leases.counts.taken_after_release, b.leases.counts.taken_after_expiry) == (0, 0)
+
+
+async def test_a_sessions_unanswered_input_is_its_holders_or_nobodys_to_recover(
+    node: Callable[..., Any],
+) -> None:
+    """``orphans``: pending sessions no node holds, and (``mine``) those this node still
+    holds after a restart; never those another node is running."""
+    async with node("a") as a, node("b") as b:
+        epochs = {}
+        for sid, owner, name in (("held-by-a", a, "a"), ("left-by-b", b, "b")):
+            epochs[sid] = await owner.claim(sid)
+            await owner.append(
+                sid, 0, [ev(name, epochs[sid])], SessionRow(sid, "cli", None, 0, 1.0, pending=1)
+            )
+        b.release("left-by-b", epochs["left-by-b"])  # after its queued writes, on the writer
+        for _ in range(250):
+            if await b.orphans():
+                break
+            await asyncio.sleep(0.02)
+        assert await b.orphans() == ["left-by-b"]
+        assert await b.orphans(mine="b") == ["left-by-b"]  # a's running session is not b's
+        assert await a.orphans(mine="a") == ["held-by-a", "left-by-b"]  # a restarted: its own too
 
 
 async def test_takeovers_are_counted_by_how_the_old_holder_let_go(node: Callable[..., Any]) -> None:

@@ -79,3 +79,25 @@ async def test_connections_that_went_stale_while_idle_are_replaced_before_use(ow
         assert journal.problem() is None and journal.failed_commits == 0
     finally:
         await journal.close()
+
+
+def test_a_writer_stalled_inside_a_transaction_lets_go_of_its_locks_after_a_lease(pg_dsn: str) -> None:
+    """A node stopped between the statements of a write (SIGSTOP, a stalled VM) must not
+    keep the row locks the node taking over its expired lease needs: the server ends the
+    transaction once it sat idle for a lease's time."""
+    import psycopg
+
+    from netclaw.persistence.postgres._journal import _Link
+
+    stalled = _Link(pg_dsn, lease_s=1.0).get()
+    stalled.execute("CREATE TABLE IF NOT EXISTS stall_probe (id int PRIMARY KEY)")
+    stalled.execute("INSERT INTO stall_probe VALUES (1) ON CONFLICT DO NOTHING")
+    stalled.execute("BEGIN")
+    stalled.execute("SELECT id FROM stall_probe WHERE id = 1 FOR UPDATE")  # then it stalls
+    with psycopg.connect(pg_dsn, autocommit=True) as other:
+        other.execute("SET lock_timeout = '5s'")
+        started = time.monotonic()
+        other.execute("UPDATE stall_probe SET id = 1 WHERE id = 1")  # waits, then goes on
+        assert time.monotonic() - started < 4
+    with pytest.raises(psycopg.errors.IdleInTransactionSessionTimeout):
+        stalled.execute("SELECT 1")  # its transaction was ended for it

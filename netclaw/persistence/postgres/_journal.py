@@ -130,11 +130,12 @@ class PostgresJournal(WriterJournal):
         if self.on_lease_lost is not None:
             self.on_lease_lost(persistence_id)
 
-    async def orphans(self) -> list[str]:
+    async def orphans(self, mine: str | None = None) -> list[str]:
         rows = await self._read(
             "SELECT s.id FROM sessions s LEFT JOIN leases l ON l.persistence_id = s.id"
-            " WHERE s.pending > 0 AND (l.persistence_id IS NULL OR l.expires_at < clock_timestamp())"
-            " ORDER BY s.last_activity"
+            " WHERE s.pending > 0 AND (l.persistence_id IS NULL OR l.expires_at < clock_timestamp()"
+            " OR l.node_id = %s) ORDER BY s.last_activity",
+            (mine,),
         )
         return [str(r[0]) for r in rows]
 
@@ -281,8 +282,13 @@ class _Link:
     restart while nothing was written costs no batch; one that breaks under a batch fails
     that batch, and the next one reconnects."""
 
-    def __init__(self, dsn: str) -> None:
+    def __init__(self, dsn: str, lease_s: float) -> None:
         self.dsn = dsn
+        # A node stopped inside a write transaction (SIGSTOP, a stalled VM) holds its row
+        # locks, and the node taking its expired lease over would wait on them: the server
+        # ends such a transaction once it sat idle for a lease's time (its writes would be
+        # fenced by then anyway).
+        self._idle_ms = max(int(lease_s * 1000), 1000)
         self._conn: psycopg.Connection[Any] | None = None
         self._used = 0.0
 
@@ -301,6 +307,7 @@ class _Link:
                     conn.close()
             self._conn = None
             conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
+            conn.execute(f"SET idle_in_transaction_session_timeout = {self._idle_ms}")
             self._conn = conn
         return conn
 
@@ -335,7 +342,7 @@ class _PgWriter(WriterThread[_Link]):
         self.leases = journal.leases
 
     def connect(self) -> _Link:
-        link = _Link(self.dsn)
+        link = _Link(self.dsn, self.leases.lease_s)
         try:
             link.get()
         except psycopg.Error as exc:
