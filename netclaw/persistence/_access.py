@@ -14,6 +14,7 @@ import json
 import secrets
 import sqlite3
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,8 +53,9 @@ class ApiToken:
         }
 
 
-class AccessLogic:
-    """The store's queries, written once for both databases (``?`` placeholders)."""
+class AccessLogic(ABC):
+    """The store's queries, written once for both databases (``?`` placeholders); each
+    store supplies how a statement reaches its database."""
 
     # Only who sent each admitted message is read from InputAdmitted, not its text.
     speaker_sql = (
@@ -62,14 +64,14 @@ class AccessLogic:
         " 'user', json_extract(payload, '$.message.user')))"
     )
 
-    async def _fetch(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        raise NotImplementedError
+    @abstractmethod
+    async def _fetch(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]: ...
 
-    async def _execute(self, sql: str, params: Sequence[Any] = ()) -> int:
-        raise NotImplementedError
+    @abstractmethod
+    async def _execute(self, sql: str, params: Sequence[Any] = ()) -> int: ...
 
-    async def close(self) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    async def close(self) -> None: ...
 
     # -- the audit trail ----------------------------------------------------------------------
 

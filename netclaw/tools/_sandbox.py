@@ -31,6 +31,7 @@ import os
 import shutil
 import signal
 import subprocess
+from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,13 +110,13 @@ class Launch:
     cwd: Path | None = None
 
 
-class Runner:
+class Runner(ABC):
     """Turns a command line into a :class:`Launch`."""
 
     name: str = "none"
 
-    def launch(self, command: str, network: Network) -> Launch:
-        raise NotImplementedError
+    @abstractmethod
+    def launch(self, command: str, network: Network) -> Launch: ...
 
 
 @dataclass(frozen=True, slots=True)
