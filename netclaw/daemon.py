@@ -64,7 +64,14 @@ from netclaw.skills import LiveSkills, load_skills
 from netclaw.spend import SpendLedger, Spent, next_midnight, utc_day
 from netclaw.subagents import Subagents
 from netclaw.system import ensure_writable_dir
-from netclaw.tools import Questions, ToolRegistry, build_registry, reminder_tools, subagent_tools
+from netclaw.tools import (
+    Questions,
+    ToolRegistry,
+    build_registry,
+    guard_workspace,
+    reminder_tools,
+    subagent_tools,
+)
 from netclaw.ui import UI_PREFIX, control_room
 
 log = logging.getLogger(__name__)
@@ -174,6 +181,7 @@ class Daemon:
     def start(self) -> None:
         started = time.perf_counter()
         try:
+            guard_workspace(self.settings, find_config_path(self.config_path))  # before anything is made
             self._lock.acquire()
             ensure_writable_dir("tools.workspace_dir", self.settings.tools.workspace_dir)
             prepare_stores(self.settings)

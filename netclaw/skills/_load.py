@@ -13,6 +13,8 @@ skipped; the others load and the daemon starts.
 from __future__ import annotations
 
 import logging
+import os
+import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -165,15 +167,29 @@ def _skill_folders(root: Path, problems: list[SkillProblem]) -> Iterable[Path]:
 
 
 def _read(path: Path) -> str:
+    # Non-blocking, checked on its descriptor: a SKILL.md swapped for a named pipe (a skill
+    # folder others may write to) is refused instead of stopping every load on it.
     try:
-        size = path.stat().st_size
-        if size > MAX_SKILL_FILE_BYTES:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise SkillError(None, f"cannot be read: {exc.strerror}") from exc
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise SkillError(None, "is not a regular file")
+        if info.st_size > MAX_SKILL_FILE_BYTES:
             raise SkillError(
                 None,
-                f"is {size:,} bytes; at most {MAX_SKILL_FILE_BYTES:,} (move detail into files beside it)",
+                f"is {info.st_size:,} bytes; at most {MAX_SKILL_FILE_BYTES:,} (move detail into files beside it)",
             )
-        return path.read_text(encoding="utf-8")
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            data = fh.read(MAX_SKILL_FILE_BYTES + 1)
+        if len(data) > MAX_SKILL_FILE_BYTES:
+            raise SkillError(None, f"is over {MAX_SKILL_FILE_BYTES:,} bytes")
+        return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise SkillError(None, f"is not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
     except OSError as exc:
         raise SkillError(None, f"cannot be read: {exc.strerror}") from exc
+    finally:
+        os.close(fd)

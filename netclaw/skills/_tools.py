@@ -12,14 +12,13 @@ worker thread, never on the loop.
 from __future__ import annotations
 
 import asyncio
-import os
 import stat
-import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any, cast
 
 from netclaw.config import Settings
+from netclaw.confined import Folder
 from netclaw.errors import ToolError
 from netclaw.policy import Audience
 from netclaw.skills._format import SKILL_FILE, Skill, SkillError, check_name, parse_skill, render_skill
@@ -136,90 +135,61 @@ class SkillTools:
             parse_skill(text, folder, max_description=config.max_description_chars)
         except SkillError as exc:
             raise ToolError(str(exc)) from exc
-        await asyncio.to_thread(_write_new, folder, text)
+        await asyncio.to_thread(_write_new, config.save_dir, name, text)
         loaded = await asyncio.to_thread(load_skills, config)
         self._skills.swap(loaded)
         return f"saved skill {name} in {folder}; it is in the skills index from the next message on"
 
 
-def confined(folder: Path, raw: object) -> Path:
-    """``raw`` (a path relative to ``folder``, which is resolved) as a path inside it.
-    Refused: no path, an absolute path, ``..``, and anything that resolves (symlinks
-    followed) outside the folder."""
+def _relative(raw: object) -> str:
+    """``raw`` as a path relative to a skill's folder: no path, an absolute one, ``~`` and
+    ``..`` are refused (the reader stays in the folder; links are checked by the walk)."""
     if not isinstance(raw, str) or not raw.strip():
         raise ToolError("'path' is required: a file of the skill, relative to its folder")
-    rel = PurePosixPath(raw.strip())
-    if rel.is_absolute() or raw.startswith("~"):
-        raise ToolError(f"{raw[:200]!r}: give a path relative to the skill's folder")
-    if ".." in rel.parts:
-        raise ToolError(f"{raw[:200]!r}: '..' is not allowed; the reader stays in the skill's folder")
-    try:
-        target = (folder / rel).resolve()
-    except (OSError, ValueError, RuntimeError) as exc:  # a symlink loop, a NUL byte
-        raise ToolError(f"{raw[:200]!r} cannot be opened: {exc}") from exc
-    if not target.is_relative_to(folder):
-        raise ToolError(f"{raw[:200]!r} leads outside the skill's folder (through a symlink); refused")
-    return target
+    rel = raw.strip()
+    if rel.startswith(("/", "~")):
+        raise ToolError(f"{rel[:200]!r}: give a path relative to the skill's folder")
+    if ".." in PurePosixPath(rel).parts:
+        raise ToolError(f"{rel[:200]!r}: '..' is not allowed; the reader stays in the skill's folder")
+    if "\x00" in rel:
+        raise ToolError(f"{rel[:200]!r} cannot be opened: it contains a NUL character")
+    return rel
 
 
 def read_in(folder: Path, raw: object) -> str:
-    """The text of the file ``raw`` names in ``folder`` (at most 64 KiB), or a folder's list."""
-    target = confined(folder, raw)
-    shown = str(raw).strip()
-    try:
-        # O_NOFOLLOW: a symlink swapped in after the check above is not followed.
-        fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError as exc:
-        raise ToolError(f"{shown!r} does not exist in the skill; load_skill lists its files") from exc
-    except OSError as exc:
-        raise ToolError(f"{shown!r} cannot be opened: {exc.strerror}") from exc
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode):
-        os.close(fd)
-        if stat.S_ISDIR(info.st_mode):
-            return f"{shown} holds: {', '.join(list_files(target)) or 'nothing'}"
-        raise ToolError(f"{shown!r} is not a regular file")
-    with os.fdopen(fd, "rb") as fh:
-        data = fh.read(MAX_READ_BYTES + 1)
+    """The text of the file ``raw`` names in ``folder`` (at most 64 KiB), or a folder's
+    list. Opened beneath the folder (:class:`netclaw.confined.Folder`): a link may lead
+    only to somewhere inside it, and a pipe or device is refused without blocking."""
+    rel = _relative(raw)
+    skill = Folder(folder, where="the skill's folder")
+    if stat.S_ISDIR(skill.stat(rel).st_mode):
+        listed = [f for f in skill.tree(rel, limit=10 * MAX_LISTED) if f != SKILL_FILE]
+        return f"{rel} holds: {', '.join(listed) or 'nothing'}"
+    data, size = skill.read(rel, limit=MAX_READ_BYTES + 1)
     try:
         text = data[:MAX_READ_BYTES].decode("utf-8")
     except UnicodeDecodeError as exc:
         if exc.start < MAX_READ_BYTES - 3:  # not just a character cut at the limit
-            raise ToolError(f"{shown!r} is not a text file") from exc
+            raise ToolError(f"{rel!r} is not a text file") from exc
         text = data[: exc.start].decode("utf-8")
     if len(data) > MAX_READ_BYTES:
-        text += f"\n[cut at {MAX_READ_BYTES:,} bytes of {info.st_size:,}]"
+        text += f"\n[cut at {MAX_READ_BYTES:,} bytes of {size:,}]"
     return text
 
 
 def list_files(folder: Path) -> list[str]:
     """The files under ``folder`` (relative, sorted; hidden ones and SKILL.md left out),
     without following symlinks out of it."""
-    found: list[str] = []
-    for base, dirs, files in os.walk(folder):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        for name in sorted(files):
-            if name.startswith("."):
-                continue
-            rel = Path(base, name).relative_to(folder).as_posix()
-            if rel != SKILL_FILE:
-                found.append(rel)
-        if len(found) > 10 * MAX_LISTED:
-            break
-    return found
+    found = Folder(folder, where="the skill's folder").tree(limit=10 * MAX_LISTED + 1)
+    return [f for f in found if f != SKILL_FILE]
 
 
-def _write_new(folder: Path, text: str) -> None:
-    folder.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    try:
-        folder.mkdir(mode=0o700)
-    except FileExistsError as exc:
-        raise ToolError(f"{folder} exists already; choose another name") from exc
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".SKILL.md.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, folder / SKILL_FILE)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+def _write_new(save_dir: Path, name: str, text: str) -> Path:
+    """A new skill folder ``name`` under ``save_dir`` holding ``text`` as its SKILL.md,
+    made beneath ``save_dir`` without following links (it may be a folder others write to)."""
+    save_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    skills = Folder(save_dir, where="skills.save_dir")
+    if not skills.make_new_dir(name, field="name"):
+        raise ToolError(f"{save_dir / name} exists already; choose another name")
+    skills.write(f"{name}/{SKILL_FILE}", text.encode("utf-8"))
+    return save_dir / name

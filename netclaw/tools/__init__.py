@@ -4,6 +4,7 @@ source of the registry."""
 
 import os
 from collections.abc import Callable
+from pathlib import Path
 
 from netclaw.config import Settings
 from netclaw.persistence import MemoryStore
@@ -39,7 +40,7 @@ from netclaw.tools._shell import shell_tool
 from netclaw.tools._subagents import SubagentPort, subagent_tools
 from netclaw.tools._web_fetch import web_fetch_tool
 from netclaw.tools._web_search import web_search_tool
-from netclaw.tools._workspace import ensure_workspace, workspace_tools
+from netclaw.tools._workspace import check_out_of_reach, ensure_workspace, workspace_tools
 
 __all__ = [
     "BUILTIN_TOOLS",
@@ -67,6 +68,7 @@ __all__ = [
     "build_registry",
     "deadline",
     "expiry",
+    "guard_workspace",
     "memory_tools",
     "new_question_id",
     "reminder_tools",
@@ -78,6 +80,25 @@ __all__ = [
 
 def default_registry() -> ToolRegistry:
     return ToolRegistry(BUILTIN_TOOLS)
+
+
+def guard_workspace(settings: Settings, config_file: Path | None) -> None:
+    """With the file or shell tools on, refuse a workspace that holds the daemon's own
+    files: its data directory (database, control token, attachments), its config file, or
+    the file the control token is read from. A ConfigError naming the fix."""
+    config = settings.tools
+    if not (config.files.enabled or config.shell.enabled):
+        return
+    token_env = settings.gateway.control_token_env
+    token_file = os.environ.get(f"{token_env}_FILE", "").strip() if token_env else ""
+    check_out_of_reach(
+        config.workspace_dir,
+        (
+            ("data_dir", settings.data_dir),
+            ("the config file", config_file),
+            (f"{token_env}_FILE", Path(token_file) if token_file else None),
+        ),
+    )
 
 
 def build_registry(

@@ -1,11 +1,15 @@
 """The file tools — ``read_file``, ``write_file``, ``list_dir``, ``edit_file``, and
 ``share_file`` (show a workspace file in the conversation) — confined to the workspace
-directory.
+directory, and what must stay out of the workspace.
 
-Every path is taken relative to the workspace and resolved (symlinks followed, the parent
-of a file that does not exist yet included) before use; anything that resolves outside
-the workspace is refused with a tool error naming it. File I/O runs in a worker thread,
-never on the loop.
+Every path is taken relative to the workspace and opened beneath it one component at a
+time (:class:`netclaw.confined.Folder`): a directory or link swapped in while a call runs
+cannot lead it out, links are followed only while they stay inside, and a named pipe,
+socket or device is refused without blocking. File I/O runs in a worker thread, never on
+the loop.
+
+The workspace is the model's (and, when the daemon runs as root, the shell sandbox's user
+owns it): nothing of the daemon's may lie inside it — :func:`check_out_of_reach`.
 """
 
 from __future__ import annotations
@@ -13,22 +17,21 @@ from __future__ import annotations
 import asyncio
 import mimetypes
 import os
-import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from netclaw import attachments
 from netclaw.attachments import IncomingFile
-from netclaw.errors import InvalidInput, ToolError
+from netclaw.confined import Folder, Owner
+from netclaw.errors import ConfigError, InvalidInput, ToolError
 from netclaw.tools._registry import Tool, ToolContext, ToolReply
 
 MAX_READ_BYTES = 64 * 1024
 MAX_LIST_ENTRIES = 500
 MAX_WRITE_BYTES = 5 * 1024 * 1024
 
-
-Owner = tuple[int, int]  # (uid, gid)
+__all__ = ["Owner", "check_out_of_reach", "ensure_workspace", "share_file_tool", "workspace_tools"]
 
 
 def ensure_workspace(root: Path, owner: Owner | None = None) -> Path:
@@ -41,55 +44,73 @@ def ensure_workspace(root: Path, owner: Owner | None = None) -> Path:
 
 
 def _chown_tree(root: Path, owner: Owner) -> None:
+    # fwalk: each directory is opened from its parent's descriptor and never through a link,
+    # so a tree changed meanwhile cannot lead the walk (and the chown) out of the workspace.
     os.chown(root, *owner)
-    for folder, dirs, files in os.walk(root):
+    for _folder, dirs, files, at in os.fwalk(root, follow_symlinks=False):
         for name in (*dirs, *files):
-            path = os.path.join(folder, name)
-            if os.lstat(path).st_uid != owner[0]:
-                os.chown(path, *owner, follow_symlinks=False)
+            try:
+                if os.stat(name, dir_fd=at, follow_symlinks=False).st_uid != owner[0]:
+                    os.chown(name, *owner, dir_fd=at, follow_symlinks=False)
+            except FileNotFoundError:
+                continue  # gone meanwhile
+
+
+def check_out_of_reach(workspace: Path, guarded: Iterable[tuple[str, Path | None]]) -> None:
+    """Refuse a workspace that holds (or is) any of ``guarded`` — ``(what, path)`` pairs
+    such as the data directory, the config file, a secret's file: the file tools and
+    sandboxed commands may read and change everything in the workspace, and when the
+    daemon runs as root its whole tree is given to the sandbox's user. A
+    :class:`ConfigError` naming the fix."""
+    ws = workspace.resolve()
+    for what, path in guarded:
+        if path is None:
+            continue
+        real = path.resolve()
+        if real == ws or real.is_relative_to(ws):
+            raise ConfigError(
+                f"{what} ({real}) lies inside the workspace ({ws}), where the file tools and "
+                "shell commands could read and change it: set tools.workspace_dir to a folder of "
+                f"its own that holds none of the daemon's files, or move {what} out of it"
+            )
 
 
 def workspace_tools(root: Path, data_dir: Path | None = None, *, owner: Owner | None = None) -> list[Tool]:
     """The file tools on ``root``; with ``data_dir``, also ``share_file``. With ``owner``,
     what they write belongs to that user (the shell sandbox's, see :func:`ensure_workspace`)."""
-    base = root.resolve()
-
-    def inside(raw: object, *, field: str = "path") -> Path:
-        return confined(base, raw, field=field)
+    folder = Folder(root.resolve(), owner=owner)
 
     async def read_file(args: Mapping[str, Any], ctx: ToolContext) -> str:
-        path = inside(args.get("path"))
         offset = _int(args.get("offset", 0), "offset")
         limit = _int(args.get("limit", MAX_READ_BYTES), "limit")
-        return await asyncio.to_thread(_read, path, args["path"], offset, min(max(limit, 1), MAX_READ_BYTES))
+        return await asyncio.to_thread(
+            _read, folder, args.get("path"), offset, min(max(limit, 1), MAX_READ_BYTES)
+        )
 
     async def write_file(args: Mapping[str, Any], ctx: ToolContext) -> str:
-        path = inside(args.get("path"))
         content = args.get("content")
         if not isinstance(content, str):
             raise ToolError("'content' is required: the whole text of the file")
         data = content.encode("utf-8")
         if len(data) > MAX_WRITE_BYTES:
             raise ToolError(f"'content' is {len(data):,} bytes; at most {MAX_WRITE_BYTES:,} can be written")
-        await asyncio.to_thread(_write, path, data, base, owner)
-        return f"wrote {len(data):,} bytes to {path.relative_to(base)}"
+        written = await asyncio.to_thread(folder.write, args.get("path"), data)
+        return f"wrote {len(data):,} bytes to {written}"
 
     async def list_dir(args: Mapping[str, Any], ctx: ToolContext) -> str:
-        path = inside(args.get("path") or ".")
-        return await asyncio.to_thread(_list, path, base)
+        return await asyncio.to_thread(_list, folder, args.get("path") or ".")
 
     async def edit_file(args: Mapping[str, Any], ctx: ToolContext) -> str:
-        path = inside(args.get("path"))
         old, new = args.get("old_text"), args.get("new_text")
         if not isinstance(old, str) or not old:
             raise ToolError("'old_text' is required: the exact text to replace (it must occur once)")
         if not isinstance(new, str):
             raise ToolError("'new_text' is required: the text to put in its place")
-        return await asyncio.to_thread(_edit, path, args["path"], old, new, base, owner)
+        return await asyncio.to_thread(_edit, folder, args.get("path"), old, new)
 
     path_arg = {"type": "string", "description": "a path relative to the workspace"}
     return [
-        *([share_file_tool(base, data_dir)] if data_dir is not None else []),
+        *([share_file_tool(folder, data_dir)] if data_dir is not None else []),
         Tool(
             "read_file",
             "Read a text file in the workspace (at most 64 KiB at a time; use offset for more).",
@@ -146,37 +167,28 @@ def _int(value: object, field: str) -> int:
     return value
 
 
-def confined(base: Path, raw: object, *, field: str = "path") -> Path:
-    """``raw`` as a path inside the workspace ``base``; ToolError naming it otherwise."""
-    if not isinstance(raw, str) or not raw.strip():
-        raise ToolError(f"'{field}' is required: a path relative to the workspace")
-    if "\x00" in raw:
-        raise ToolError(f"'{field}' contains a NUL character")
-    candidate = Path(raw)
-    if candidate.is_absolute():
-        raise ToolError(f"{raw!r} is an absolute path; give a path inside the workspace (relative to it)")
-    resolved = (base / candidate).resolve()
-    if resolved != base and not resolved.is_relative_to(base):
-        raise ToolError(f"{raw!r} is outside the workspace; only files inside it can be used")
-    return resolved
-
-
-def share_file_tool(base: Path, data_dir: Path) -> Tool:
+def share_file_tool(folder: Folder, data_dir: Path) -> Tool:
     """``share_file``: a workspace file shown in the conversation. It is copied into the
     session's folder under ``data_dir`` first, so what was shown stays as it was."""
 
     async def share_file(args: Mapping[str, Any], ctx: ToolContext) -> ToolReply:
-        path = confined(base, args.get("path"))
-        name = args.get("name") or path.name
-        if not isinstance(name, str):
+        raw = args.get("path")
+        name = args.get("name") or (raw.rstrip("/").rsplit("/", 1)[-1] if isinstance(raw, str) else None)
+        if name is not None and not isinstance(name, str):
             raise ToolError("'name' must be a string: the file name people see")
+        data = await asyncio.to_thread(_read_shared, folder, raw)
         try:
-            data = await asyncio.to_thread(_read_shared, path, args["path"])
             stored = await asyncio.to_thread(
                 attachments.store,
                 data_dir,
                 ctx.session_id or "api:unknown",
-                [IncomingFile(name, mimetypes.guess_type(name)[0] or "application/octet-stream", data)],
+                [
+                    IncomingFile(
+                        name or "file",
+                        mimetypes.guess_type(name or "")[0] or "application/octet-stream",
+                        data,
+                    )
+                ],
             )
         except InvalidInput as exc:
             raise ToolError(str(exc)) from exc
@@ -201,86 +213,57 @@ def share_file_tool(base: Path, data_dir: Path) -> Tool:
     )
 
 
-def _read_shared(path: Path, shown: str) -> bytes:
-    if not path.is_file():
-        raise ToolError(f"{shown!r} is not a file in the workspace")
-    size = path.stat().st_size
-    if size > attachments.MAX_FILE_BYTES:
-        raise ToolError(f"{shown!r} is {size:,} bytes; at most {attachments.MAX_FILE_BYTES:,} can be shared")
-    if size == 0:
-        raise ToolError(f"{shown!r} is empty; there is nothing to share")
-    return path.read_bytes()
+def _read_shared(folder: Folder, raw: object) -> bytes:
+    data, size = folder.read(raw, limit=attachments.MAX_FILE_BYTES + 1)
+    shown = repr(str(raw)[:200])
+    if size > attachments.MAX_FILE_BYTES or len(data) > attachments.MAX_FILE_BYTES:
+        raise ToolError(f"{shown} is {size:,} bytes; at most {attachments.MAX_FILE_BYTES:,} can be shared")
+    if not data:
+        raise ToolError(f"{shown} is empty; there is nothing to share")
+    return data
 
 
-def _read(path: Path, shown: str, offset: int, limit: int) -> str:
-    if path.is_dir():
-        raise ToolError(f"{shown!r} is a directory; use list_dir")
-    try:
-        size = path.stat().st_size
-        with path.open("rb") as fh:
-            fh.seek(offset)
-            data = fh.read(limit)
-    except FileNotFoundError as exc:
-        raise ToolError(f"{shown!r} does not exist") from exc
-    except OSError as exc:
-        raise ToolError(f"cannot read {shown!r}: {exc.strerror}") from exc
+def _read(folder: Folder, raw: object, offset: int, limit: int) -> str:
+    data, size = folder.read(raw, offset=offset, limit=limit)
+    shown = repr(str(raw)[:200])
     if b"\x00" in data[:8192]:
-        raise ToolError(f"{shown!r} is a binary file ({size:,} bytes); only text files can be read")
+        raise ToolError(f"{shown} is a binary file ({size:,} bytes); only text files can be read")
     text = data.decode("utf-8", errors="replace")
     if offset + len(data) < size:
         text += f"\n[{size - offset - len(data):,} more bytes; read again with offset={offset + len(data)}]"
     return text
 
 
-def _write(path: Path, data: bytes, base: Path, owner: Owner | None = None) -> None:
-    if path.is_dir():
-        raise ToolError(f"{path.relative_to(base)} is a directory")
-    made = [p for p in reversed(path.parents) if p.is_relative_to(base) and not p.exists()]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # Write beside it and rename: a reader never sees half a file.
-    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        if owner is not None:
-            for folder in made:
-                os.chown(folder, *owner)
-            os.chown(temp, *owner)
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
-
-
-def _list(path: Path, base: Path) -> str:
-    if not path.is_dir():
-        raise ToolError(f"{path.relative_to(base) if path != base else '.'} is not a directory")
-    entries = sorted(path.iterdir(), key=lambda p: p.name)
+def _list(folder: Folder, raw: object) -> str:
+    entries = folder.entries(raw)
     lines = []
     for entry in entries[:MAX_LIST_ENTRIES]:
-        if entry.is_dir():
+        if entry.kind == "dir":
             lines.append(f"{entry.name}/")
+        elif entry.kind == "file":
+            lines.append(f"{entry.name}  {entry.size:,} bytes")
+        elif entry.kind == "link":
+            lines.append(f"{entry.name}  (a symbolic link)")
         else:
-            try:
-                lines.append(f"{entry.name}  {entry.stat().st_size:,} bytes")
-            except OSError:
-                lines.append(f"{entry.name}  (unreadable)")
+            lines.append(f"{entry.name}  (not a regular file)")
     if len(entries) > MAX_LIST_ENTRIES:
         lines.append(f"[{len(entries) - MAX_LIST_ENTRIES:,} more entries not shown]")
     return "\n".join(lines) if lines else "(empty)"
 
 
-def _edit(path: Path, shown: str, old: str, new: str, base: Path, owner: Owner | None = None) -> str:
+def _edit(folder: Folder, raw: object, old: str, new: str) -> str:
+    data, size = folder.read(raw, limit=MAX_WRITE_BYTES + 1)
+    shown = repr(str(raw)[:200])
+    if size > MAX_WRITE_BYTES:
+        raise ToolError(f"{shown} is {size:,} bytes; files over {MAX_WRITE_BYTES:,} bytes cannot be edited")
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError as exc:
-        raise ToolError(f"{shown!r} does not exist") from exc
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ToolError(f"{shown!r} is not a UTF-8 text file") from exc
+        raise ToolError(f"{shown} is not a UTF-8 text file") from exc
     count = text.count(old)
     if count != 1:
         raise ToolError(
-            f"old_text occurs {count} times in {shown!r}; it must occur exactly once (add surrounding lines)"
+            f"old_text occurs {count} times in {shown}; it must occur exactly once (add surrounding lines)"
         )
-    _write(path, text.replace(old, new, 1).encode("utf-8"), base, owner)
-    return f"edited {shown}"
+    folder.write(raw, text.replace(old, new, 1).encode("utf-8"))
+    return f"edited {raw}"

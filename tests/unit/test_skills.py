@@ -307,3 +307,15 @@ def test_the_static_system_prompt_adds_the_index_after_the_untrusted_note() -> N
     assert system_prompt(config, "personal", NO_SKILLS) == trusted("You are Ada.")
     # The same inputs give the same bytes (the prompt cache depends on it).
     assert system_prompt(config, "personal", three()) == prompt
+
+
+def test_a_skill_file_swapped_for_a_named_pipe_is_a_problem_not_a_hang(tmp_path: Path) -> None:
+    """A SKILL.md in a folder others write to (a save_dir the model reaches) may be a pipe
+    by the time it is read: the load names it and goes on, it never waits on the pipe."""
+    root = tmp_path / "skills"
+    (root / "piped").mkdir(parents=True)
+    os.mkfifo(root / "piped" / "SKILL.md")
+    from netclaw.skills._load import _read
+
+    with pytest.raises(SkillError, match="is not a regular file"):
+        _read(root / "piped" / "SKILL.md")
