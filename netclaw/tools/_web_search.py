@@ -93,6 +93,7 @@ def web_search_tool(
             "additionalProperties": False,
         },
         search,
+        untrusted=True,  # the results, and errors (they quote what the backend said)
     )
 
 
