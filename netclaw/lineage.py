@@ -15,7 +15,7 @@ recorded turn, so re-delivering it after a crash admits it once).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -238,16 +238,18 @@ def gone_report(child: str, by: str) -> ChildReport | None:
     )
 
 
-def report_text(report: ChildReport) -> str:
+def report_text(report: ChildReport, label: Callable[[str, str], str]) -> str:
     """What the parent's model reads when a child's answer arrives (never taken for the
-    user's words)."""
+    user's words). The answer is the child's model's words after whatever it read: it comes
+    last, wrapped by ``label`` (``netclaw.trust.label``: this module sits below it)."""
     what = "the task you gave it" if report.of_task else "a later message"
     head = f"[netclaw: report from your sub-agent {report.child} (its turn {report.turn}, on {what}); "
     if report.status == "completed":
         answer = report.text or "(no text)"
+        cut = ""
         if len(answer) > MAX_REPORT_CHARS:
-            answer = answer[:MAX_REPORT_CHARS] + "\n[... cut: the answer was longer]"
-        return f"{head}its answer follows, not a message from the user]\n{answer}"
+            answer, cut = answer[:MAX_REPORT_CHARS], f" (its first {MAX_REPORT_CHARS:,} characters)"
+        return f"{head}its answer follows{cut}, not a message from the user]\n{label(report.child, answer)}"
     why = report.error or report.status
     return f"{head}it did not finish: {report.status}: {why}]"
 

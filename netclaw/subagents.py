@@ -45,6 +45,7 @@ from netclaw.lineage import (
 from netclaw.policy import Place
 from netclaw.retry import Backoff
 from netclaw.toolspec import ToolContext
+from netclaw.trust import label
 
 log = logging.getLogger(__name__)
 
@@ -207,7 +208,11 @@ class Subagents:
             return False
         for report in reports:
             inbound = Inbound(
-                report.parent, report_text(report), user=child, identity=report.identity, subagent=report
+                report.parent,
+                report_text(report, label),  # labelled once here, and recorded as admitted
+                user=child,
+                identity=report.identity,
+                subagent=report,
             )
             try:
                 admission, _ = await self._gateway.submit(inbound)

@@ -119,6 +119,9 @@ class ToolReply:
     content: str
     files: tuple[Attachment, ...] = ()
     images: tuple[Attachment, ...] = ()
+    # This result carries outside text although the tool's results do not always (a skill
+    # the agent saved, a sub-agent's answer): the registry labels it like an untrusted tool's.
+    untrusted: bool = False
 
 
 ToolHandler = Callable[[Mapping[str, Any], ToolContext], Awaitable[str | ToolReply]]
@@ -131,6 +134,10 @@ class Tool:
     parameters: Mapping[str, Any]  # JSON schema of the arguments object
     handler: ToolHandler
     hints: ToolHints = NO_HINTS  # what it says about itself (approvals read it)
+    # Its results carry text from outside the conversation (a web page, a file, a command's
+    # output, an MCP server's answer): the registry labels every result once the handler ran,
+    # errors included (netclaw/trust.py), and the label ends "always" grants for the turn.
+    untrusted: bool = False
 
     @property
     def schema(self) -> ToolSchema:

@@ -122,6 +122,7 @@ from netclaw.sessions import (
 )
 from netclaw.skills import LiveSkills, system_prompt, visible_skills
 from netclaw.tools import Questions, ToolRegistry
+from netclaw.trust import label
 
 __all__ = [
     "Admission",
@@ -775,7 +776,11 @@ class Gateway:
             with contextlib.suppress(NetclawError):
                 await self.submit(
                     Inbound(
-                        gone.parent, report_text(gone), user=session_id, identity=gone.identity, subagent=gone
+                        gone.parent,
+                        report_text(gone, label),
+                        user=session_id,
+                        identity=gone.identity,
+                        subagent=gone,
                     )
                 )
         return True

@@ -159,8 +159,8 @@ class McpServer:
             return ToolReply(converted.text, images=await self._keep_images(read_name, converted, ctx))
 
         return [
-            Tool(list_name, list_text, _resources.LIST_SCHEMA, listing, read_only),
-            Tool(read_name, read_text, _resources.READ_SCHEMA, read, read_only),
+            Tool(list_name, list_text, _resources.LIST_SCHEMA, listing, read_only, untrusted=True),
+            Tool(read_name, read_text, _resources.READ_SCHEMA, read, read_only, untrusted=True),
         ]
 
     # -- resources and prompts (for the model's tools, chat commands and `netclaw mcp`) ----
@@ -232,7 +232,8 @@ class McpServer:
             converted = await self.call(tool, args, ctx)
             return ToolReply(converted.text, images=await self._keep_images(tool.name, converted, ctx))
 
-        return Tool(tool.name, tool.description, tool.schema, handler, tool.hints)
+        # Everything a server answers (errors included) is the server's text, not netclaw's.
+        return Tool(tool.name, tool.description, tool.schema, handler, tool.hints, untrusted=True)
 
     async def _keep_images(
         self, what: str, converted: ConvertedResult, ctx: ToolContext

@@ -46,7 +46,9 @@ class SkillError(ValueError):
 @dataclass(frozen=True, slots=True)
 class Skill:
     """A loaded skill: what the index shows (``name``, ``description``), what
-    ``load_skill`` returns (``body``), and where its files are (``folder``)."""
+    ``load_skill`` returns (``body``), and where its files are (``folder``). ``saved``: it
+    lies in ``skills.save_dir``, where the agent writes skills (``save_skill``) — its text
+    is not the operator's, so what the skill tools read of it is labelled untrusted."""
 
     name: str
     description: str
@@ -56,6 +58,7 @@ class Skill:
     compatibility: str | None = None
     allowed_tools: tuple[str, ...] = ()
     metadata: Mapping[str, str] = field(default_factory=dict)
+    saved: bool = False
 
     @property
     def one_line(self) -> str:

@@ -112,10 +112,14 @@ def skill_dirs(config: SkillsConfig) -> list[Path]:
 
 def load_skills(config: SkillsConfig) -> Skills:
     """Every skill in the configured folders (blocking file I/O: not on the event loop)."""
-    return load_from(skill_dirs(config), max_description=config.max_description_chars)
+    return load_from(
+        skill_dirs(config), max_description=config.max_description_chars, saved_in=config.save_dir
+    )
 
 
-def load_from(dirs: Sequence[Path], *, max_description: int = 1024) -> Skills:
+def load_from(dirs: Sequence[Path], *, max_description: int = 1024, saved_in: Path | None = None) -> Skills:
+    """The skills in ``dirs``; those found in ``saved_in`` (``skills.save_dir``) are marked
+    ``saved``."""
     loaded: dict[str, Skill] = {}
     problems: list[SkillProblem] = []
     for root in dirs:
@@ -129,7 +133,7 @@ def load_from(dirs: Sequence[Path], *, max_description: int = 1024) -> Skills:
             try:
                 skill = parse_skill(_read(path), folder, max_description=max_description)
                 # The reader is confined to where the folder really is (it may be a symlink).
-                skill = replace(skill, folder=folder.resolve())
+                skill = replace(skill, folder=folder.resolve(), saved=root == saved_in)
             except SkillError as exc:
                 problems.append(SkillProblem(path, exc.field, exc.message))
                 continue

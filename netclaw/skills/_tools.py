@@ -24,7 +24,7 @@ from netclaw.policy import Audience
 from netclaw.skills._format import SKILL_FILE, Skill, SkillError, check_name, parse_skill, render_skill
 from netclaw.skills._index import LOAD_SKILL, READ_SKILL_FILE, SAVE_SKILL, visible_skills
 from netclaw.skills._load import LiveSkills, load_skills
-from netclaw.toolspec import Tool, ToolContext
+from netclaw.toolspec import Tool, ToolContext, ToolReply
 
 MAX_READ_BYTES = 64 * 1024
 MAX_LISTED = 100  # files named under a loaded skill
@@ -97,19 +97,22 @@ class SkillTools:
         known = ", ".join(s.name for s in visible) or "none"
         raise ToolError(f"there is no skill named {name[:80]!r} here (skills you can load: {known})")
 
-    async def _load_skill(self, args: Mapping[str, Any], ctx: ToolContext) -> str:
+    # What the skill tools read of a skill the agent saved is labelled untrusted (ToolReply):
+    # its words may come from whatever the session that saved it had read.
+
+    async def _load_skill(self, args: Mapping[str, Any], ctx: ToolContext) -> ToolReply:
         skill = self._skill(args, ctx)
         files = await asyncio.to_thread(list_files, skill.folder)
         listed = ", ".join(files[:MAX_LISTED]) + (
             f" (and {len(files) - MAX_LISTED} more)" if len(files) > MAX_LISTED else ""
         )
         head = f"Skill {skill.name}" + (f"; its files ({READ_SKILL_FILE}): {listed}" if files else "")
-        return f"{head}\n\n{skill.body}"
+        return ToolReply(f"{head}\n\n{skill.body}", untrusted=skill.saved)
 
-    async def _read_skill_file(self, args: Mapping[str, Any], ctx: ToolContext) -> str:
+    async def _read_skill_file(self, args: Mapping[str, Any], ctx: ToolContext) -> ToolReply:
         skill = self._skill(args, ctx)
         raw = args.get("path")
-        return await asyncio.to_thread(read_in, skill.folder, raw)
+        return ToolReply(await asyncio.to_thread(read_in, skill.folder, raw), untrusted=skill.saved)
 
     async def _save_skill(self, args: Mapping[str, Any], ctx: ToolContext) -> str:
         config = self._settings_of().skills

@@ -23,7 +23,7 @@ from netclaw.toolspec import (
     ToolResult,
     ToolSource,
 )
-from netclaw.trust import is_untrusted, label
+from netclaw.trust import label_result
 
 __all__ = [
     "DEFAULT_CONTEXT",
@@ -93,14 +93,17 @@ class ToolRegistry:
     ) -> ToolResult:
         """Run one call. Never raises: every failure becomes an error result the model sees.
         Secrets in what it returns are redacted here, before the result is journaled or
-        shown to the model (:mod:`netclaw.redact`)."""
-        result = await self._run(call, timeout_s, allowed, context)
+        shown to the model (:mod:`netclaw.redact`). What carries outside text — every result
+        of an untrusted tool once its handler ran, errors included, and a reply that says it
+        does — is labelled here too (:mod:`netclaw.trust`); a call refused before it ran
+        (no such tool, not allowed, bad arguments) holds only netclaw's words and is not."""
+        result, outside = await self._run(call, timeout_s, allowed, context)
         done = redact(result.content)
         if done.changed:
             log.info("tool %s: redacted %s from its result", call.name, ", ".join(done.kinds))
             result = replace(result, content=done.text)
-        if is_untrusted(call.name) and not result.is_error:
-            result = replace(result, content=label(call.name, result.content))  # netclaw/trust.py
+        if outside:
+            result = replace(result, content=label_result(call.name, result.content, result.is_error))
         return result
 
     async def _run(
@@ -109,41 +112,45 @@ class ToolRegistry:
         timeout_s: float,
         allowed: Iterable[str] | None,
         context: ToolContext | None,
-    ) -> ToolResult:
+    ) -> tuple[ToolResult, bool]:
+        """The result, and whether it carries outside text."""
         tool = self.get(call.name)
         if tool is None:
-            return ToolResult(call, f"error: there is no tool named {call.name!r}", True)
+            return ToolResult(call, f"error: there is no tool named {call.name!r}", True), False
         if allowed is not None and not tool_matches(call.name, allowed):
             audience = (context or DEFAULT_CONTEXT).audience
-            return ToolResult(
-                call,
+            refused = (
                 f"error: tool {call.name!r} is not available to {audience} sessions "
-                "or to the role of the person whose turn this is",
-                True,
+                "or to the role of the person whose turn this is"
             )
+            return ToolResult(call, refused, True), False
         try:
             args = json.loads(call.arguments or "{}")
         except json.JSONDecodeError as exc:
-            return ToolResult(call, f"error: arguments are not valid JSON: {exc.msg}", True)
+            return ToolResult(call, f"error: arguments are not valid JSON: {exc.msg}", True), False
         if not isinstance(args, dict):
-            return ToolResult(call, "error: arguments must be a JSON object", True)
+            return ToolResult(call, "error: arguments must be a JSON object", True), False
         bound = replace(context or DEFAULT_CONTEXT, call_id=call.id, tool=call.name)
+        outside = tool.untrusted  # from here on the handler runs: what it says may be anyone's
         try:
             async with asyncio.timeout(timeout_s) as deadline:
                 with running_until(deadline):  # stands still while the tool asks a person
                     content = await tool.handler(args, bound)
         except TimeoutError as exc:
             if not deadline.expired():  # the tool's own timeout (e.g. an upstream call), not ours
-                return ToolResult(call, f"error: tool {call.name} failed: TimeoutError: {exc}", True)
-            return ToolResult(call, f"error: tool {call.name} timed out after {timeout_s:g}s", True)
+                failed = f"error: tool {call.name} failed: TimeoutError: {exc}"
+                return ToolResult(call, failed, True), outside
+            return ToolResult(call, f"error: tool {call.name} timed out after {timeout_s:g}s", True), outside
         except ToolError as exc:
-            return ToolResult(call, f"error: {exc}", True)
+            return ToolResult(call, f"error: {exc}", True), outside
         except Exception as exc:  # a broken tool must not break the turn
             log.exception("tool %s failed", call.name)
-            return ToolResult(call, f"error: tool {call.name} failed: {type(exc).__name__}: {exc}", True)
+            failed = f"error: tool {call.name} failed: {type(exc).__name__}: {exc}"
+            return ToolResult(call, failed, True), outside
         if isinstance(content, ToolReply):
-            return ToolResult(call, content.content, files=content.files, images=content.images)
-        return ToolResult(call, content)
+            result = ToolResult(call, content.content, files=content.files, images=content.images)
+            return result, outside or content.untrusted
+        return ToolResult(call, content), outside
 
     async def run_batch(
         self,

@@ -68,6 +68,7 @@ def shell_tool(
             "additionalProperties": False,
         },
         run,
+        untrusted=True,  # its output, and its error (a timeout shows the output so far)
     )
 
 

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from netclaw.errors import InvalidInput, NetclawError, SubagentRefused, ToolError
 from netclaw.lineage import SPAWN_TOOL, ChildRecord, ChildReport, SpawnRequest, child_id, describe
-from netclaw.tools._registry import Tool, ToolContext
+from netclaw.tools._registry import Tool, ToolContext, ToolReply
 
 
 class SubagentPort(Protocol):
@@ -34,7 +34,7 @@ class SubagentPort(Protocol):
 
 
 def subagent_tools(port: SubagentPort) -> list[Tool]:
-    async def spawn(args: Mapping[str, Any], ctx: ToolContext) -> str:
+    async def spawn(args: Mapping[str, Any], ctx: ToolContext) -> str | ToolReply:
         try:
             request = SpawnRequest.from_args(args)
             child, report = await port.spawn(ctx, request)
@@ -54,9 +54,14 @@ def subagent_tools(port: SubagentPort) -> list[Tool]:
                 f"started {child}: it works on the task in the background and its answer will "
                 "arrive as a message. list_agents shows it, cancel_agent stops it."
             )
+        # The child's answer is its model's words after whatever it read: labelled (netclaw/trust.py).
         if report.status == "completed":
-            return f"{child} finished the task. Its answer:\n{report.text or '(no text)'}"
-        return f"{child} did not finish: {report.status}: {report.error or 'no reason given'}"
+            return ToolReply(
+                f"{child} finished the task. Its answer:\n{report.text or '(no text)'}", untrusted=True
+            )
+        return ToolReply(
+            f"{child} did not finish: {report.status}: {report.error or 'no reason given'}", untrusted=True
+        )
 
     async def listing(args: Mapping[str, Any], ctx: ToolContext) -> str:
         records, phases = await port.children(ctx.session_id)
@@ -108,6 +113,7 @@ def subagent_tools(port: SubagentPort) -> list[Tool]:
             "Your sub-agents: each one's id, status, task and latest result.",
             {"type": "object", "properties": {}, "additionalProperties": False},
             listing,
+            untrusted=True,  # it shows each child's latest answer
         ),
         Tool(
             "cancel_agent",

@@ -143,6 +143,7 @@ def web_fetch_tool(
             "additionalProperties": False,
         },
         fetch,
+        untrusted=True,  # the page, and its error (an HTTP error shows the start of the page)
     )
 
 

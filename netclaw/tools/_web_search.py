@@ -12,8 +12,8 @@ from the backend ``tools.web_search`` names (:mod:`._search_backends`).
   is not vetted by the SSRF rules. The model chooses only the query. What it then fetches
   of the results goes through ``web_fetch``, whose SSRF rules apply as always; redirects
   from the backend are not followed (a redirect is an error naming where it pointed).
-- The results are text from outside the conversation: the registry labels them untrusted
-  (``netclaw/trust.py``).
+- The results are text from outside the conversation, and so are errors that quote what
+  the backend said: the registry labels every result untrusted (``netclaw/trust.py``).
 """
 
 from __future__ import annotations
@@ -93,6 +93,7 @@ def web_search_tool(
             "additionalProperties": False,
         },
         search,
+        untrusted=True,  # the results, and errors (they quote what the backend said)
     )
 
 

@@ -125,6 +125,7 @@ def workspace_tools(root: Path, data_dir: Path | None = None, *, owner: Owner | 
                 "additionalProperties": False,
             },
             read_file,
+            untrusted=True,  # what a file says is anyone's who could write it
         ),
         Tool(
             "write_file",
@@ -142,6 +143,7 @@ def workspace_tools(root: Path, data_dir: Path | None = None, *, owner: Owner | 
             "List a directory of the workspace: names (directories end in /) and sizes.",
             {"type": "object", "properties": {"path": path_arg}, "additionalProperties": False},
             list_dir,
+            untrusted=True,  # file names are text too, and anyone's who could make a file
         ),
         Tool(
             "edit_file",

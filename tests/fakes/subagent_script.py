@@ -6,7 +6,8 @@ interleave — and after a crash, when turns are resumed and calls asked again.
   child, tasks ``TASK <tag>-<i> rounds=<r>``; after the round's results → ``spawned <tag>``.
 - A session whose first message is ``TASK <name> rounds=<r>`` (a child) → ``<r>`` tool
   rounds of ``current_time``, then ``RESULT <name>``.
-- A report of a child (``[netclaw: report from your sub-agent …]``) → ``ACK <child>: <answer>``.
+- A report of a child (``[netclaw: report from your sub-agent …]``) → ``ACK <child>: <answer>``
+  (the answer without its untrusted-content label).
 - Anything else: an echo.
 
 Optional ``child_delay_s``/``parent_delay_s``: how long each answer waits before it starts
@@ -21,6 +22,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from netclaw.trust import unlabel
 from tests.fakes._scripted_server import request_messages
 from tests.fakes.scripted_openai import Reply, ToolCallSpec, said
 
@@ -95,7 +97,7 @@ class FamilyScript:
             return Reply(tool_calls=calls, delay_s=delay)
         report = _REPORT.search(text)
         if report is not None:
-            answer = text.split("\n", 1)[1] if "\n" in text else text
+            answer = unlabel(text.split("\n", 1)[1]) if "\n" in text else text
             self.calls.append(f"parent acks {report.group(1)}")
             return Reply(text=f"ACK {report.group(1)}: {answer}", delay_s=delay)
         self.calls.append("echo")

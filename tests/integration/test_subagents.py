@@ -20,6 +20,7 @@ from urllib.parse import quote
 import pytest
 
 from netclaw.tools import Tool, ToolContext
+from netclaw.trust import unlabel
 from tests.conftest import DaemonHandle, wait_until
 from tests.fakes.faulty_journal import JournalFaults
 from tests.fakes.scripted_openai import Reply, ScriptedOpenAIThread, ToolCallSpec, said
@@ -123,7 +124,9 @@ def test_with_wait_the_answer_is_the_tool_result_and_starts_no_turn(
     assert response.status_code == 200, response.text
     assert response.json()["reply"] == "spawned quick"
     tool = next(m for m in transcript(daemon, PARENT) if m["role"] == "tool")
-    assert tool["content"] == f"agent:{PARENT}/1 finished the task. Its answer:\nRESULT quick-1"
+    # The child's answer is labelled untrusted (it may carry what the child read).
+    assert tool["content"].startswith('<untrusted-content source="spawn_agent"')
+    assert unlabel(tool["content"]) == f"agent:{PARENT}/1 finished the task. Its answer:\nRESULT quick-1"
     wait_until(lambda: children(daemon)[0]["status"] == "completed", what="the report to be recorded")
     time.sleep(0.3)  # a report that would start a turn would have by now
     assert acks(daemon) == [] and daemon.http.get(f"/api/sessions/{PARENT}").json()["turns"] == 1

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from netclaw.trust import unlabel
 from tests.conftest import DaemonHandle
 from tests.fakes.scripted_openai import Reply, ScriptedOpenAIThread, ToolCallSpec
 from tests.fakes.search_backends import KEY, Backend, FakeSearchThread, Result
@@ -108,7 +109,8 @@ def test_a_private_backend_is_reached_but_a_private_result_is_not_fetched(
         assert handle.send("cli:ssrf", "find the intranet page", wait=True).status_code == 200
     searched, fetched = tool_messages(scripted)
     assert page in searched["content"]  # the search on 127.0.0.1 (the operator's instance) ran
-    assert fetched["content"].startswith(
+    assert fetched["content"].startswith('error: <untrusted-content source="web_fetch"')  # it ran
+    assert unlabel(fetched["content"]).startswith(
         "error: refused '127.0.0.1': it resolves to 127.0.0.1, a loopback address"
     )
 
@@ -141,7 +143,10 @@ def test_errors_reach_the_model_as_tool_errors(
             Reply(text="search is not working"),
         )
         assert handle.send("cli:errors", "search twice", wait=True).status_code == 200
-    contents = sorted(m["content"] for m in tool_messages(scripted))
+    # What the backend said is its text, not netclaw's: labelled, with the "error: " in front.
+    labelled = sorted(m["content"] for m in tool_messages(scripted))
+    assert all(c.startswith('error: <untrusted-content source="web_search"') for c in labelled), labelled
+    contents = [unlabel(c) for c in labelled]
     assert any(
         c.startswith("error: web search: brave refused the API key (HTTP 422: SUBSCRIPTION_TOKEN_INVALID")
         for c in contents

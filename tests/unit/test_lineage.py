@@ -88,18 +88,23 @@ def test_spawn_arguments_are_checked_naming_the_one_that_is_wrong() -> None:
         assert caught.value.field == field
 
 
+def marked(source: str, text: str) -> str:
+    return f"<{source}>{text}</>"
+
+
 def test_what_the_parent_reads_of_a_report() -> None:
     done = ChildReport("cli:x", 1, 1, "completed", "42")
-    assert report_text(done) == (
+    assert report_text(done, marked) == (
         "[netclaw: report from your sub-agent agent:cli:x/1 (its turn 1, on the task you gave it); "
-        "its answer follows, not a message from the user]\n42"
+        "its answer follows, not a message from the user]\n<agent:cli:x/1>42</>"
     )
     failed = ChildReport("cli:x", 1, 2, "failed", None, "the model failed", of_task=False)
-    assert report_text(failed).endswith(
+    assert report_text(failed, marked).endswith(
         "(its turn 2, on a later message); it did not finish: failed: the model failed]"
     )
-    long = report_text(ChildReport("cli:x", 1, 1, "completed", "y" * 200_000))
-    assert len(long) < 101_000 and long.endswith("[... cut: the answer was longer]")
+    long = report_text(ChildReport("cli:x", 1, 1, "completed", "y" * 200_000), marked)
+    assert len(long) < 101_000 and long.endswith("y</>")
+    assert "its answer follows (its first 100,000 characters), not a message from the user]" in long
     assert done.identity == "subagent:agent:cli:x/1:1" and spawn_identity("cli:x", 1) == "spawn:cli:x:1"
 
 

@@ -234,4 +234,6 @@ async def test_the_registry_labels_search_results_untrusted(fake: FakeSearch) ->
     assert unlabel(result.content).startswith("Results for 'q'")
     fake.fail_next(500, "boom")
     failed = await registry.run(ToolCall("c2", "web_search", '{"query": "q"}'), 10, context=CTX)
-    assert failed.is_error and failed.content.startswith("error: web search:")
+    # An error quotes what the backend said: labelled too, its "error: " left in front.
+    assert failed.is_error and failed.content.startswith('error: <untrusted-content source="web_search"')
+    assert unlabel(failed.content).startswith("error: web search:")
