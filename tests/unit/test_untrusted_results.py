@@ -220,7 +220,7 @@ def cases(w: World) -> list[Case]:
             says="occurs 0 times",
         ),
         Case("share_file", {"path": "out.txt"}, False, says="shared out.txt"),
-        Case("share_file", {"path": "folder"}, False, error=True, says="is not a file"),
+        Case("share_file", {"path": "folder"}, False, error=True, says="is a directory"),
         # Commands: their output, also what a command printed before it timed out.
         Case(
             "shell",
