@@ -1,5 +1,9 @@
 """``netclaw doctor``: is the install, the config, the database, the provider and each
-channel fit to run?"""
+channel fit to run?
+
+Beside the system service (``sudo netclaw doctor`` reading /etc/netclaw/netclaw.json), the
+daemon is the service's user, not the one running doctor: the files and the shell sandbox
+are checked for that user (:func:`netclaw.system.service_user`)."""
 
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ from typing import TYPE_CHECKING, Any, cast
 from netclaw import __version__
 from netclaw.config import Settings, find_config_path, load_settings
 from netclaw.errors import NetclawError
+from netclaw.system import SYSTEM_UNIT, ServiceUser, service_user
 
 if TYPE_CHECKING:
     from netclaw.gateway import Gateway
@@ -38,12 +43,13 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         report(False, "config", str(exc))
         return _finish(checks, None, as_json)
     report(True, "config", str(path) if path else "no file; built-in defaults")
+    service = service_user(path, settings.data_dir)
     _doctor_install(report)
     _doctor_database(settings, report)
-    _doctor_files(settings, report)
+    _doctor_files(settings, report, service)
     _doctor_provider(settings, report)
     _doctor_adapters(settings, report)
-    _doctor_sandbox(settings, report)
+    _doctor_sandbox(settings, report, service)
     _doctor_skills(settings, report)
     _doctor_web_search(settings, report)
     from netclaw.client import DaemonClient
@@ -98,24 +104,35 @@ def _doctor_mcp(settings: Settings, report: Any, health: dict[str, Any] | None) 
         report(up, f"mcp {name}", f"{status.tools} tool(s)" if up else (status.error or status.state))
 
 
-def _doctor_sandbox(settings: Settings, report: Any) -> None:
-    """With the shell tool on: does its sandbox start here (the same check as start-up)?"""
+def _doctor_sandbox(settings: Settings, report: Any, service: ServiceUser | None = None) -> None:
+    """With the shell tool on: does its sandbox start here (the same check as start-up)? For
+    the system ``service``: as the service starts it (its user, inside it), when it runs."""
     shell = settings.tools.shell
     if not shell.enabled:
         return
-    from netclaw.tools import runner_for
+    from netclaw.tools import runner_for, why_not_tried
 
     try:
-        runner = runner_for(shell, settings.tools.workspace_dir, hidden=(settings.data_dir,))
+        runner = runner_for(shell, settings.tools.workspace_dir, hidden=(settings.data_dir,), service=service)
     except NetclawError as exc:
         report(False, "shell sandbox", str(exc))
         return
-    what = (
-        "bubblewrap starts a sandbox"
-        if runner.name == "bwrap"
-        else "off (sandbox: none): commands run on the host"
-    )
-    report(True, "shell sandbox", what)
+    if runner.name != "bwrap":
+        report(True, "shell sandbox", "off (sandbox: none): commands run on the host")
+    elif service is None:
+        report(True, "shell sandbox", "bubblewrap starts a sandbox")
+    elif (untried := why_not_tried(service)) is None:
+        report(
+            True, "shell sandbox", f"bubblewrap starts a sandbox in the service, as its user {service.name}"
+        )
+    else:
+        report(
+            True,
+            "shell sandbox",
+            f"bubblewrap is installed; the sandbox is not tried ({untried}): the service tries "
+            "it as it starts, and a sandbox that cannot start stops it with the fix in "
+            f"`journalctl -u {SYSTEM_UNIT} -p err`",
+        )
 
 
 def _doctor_skills(settings: Settings, report: Any) -> None:
@@ -281,12 +298,15 @@ def _check_provider(settings: Settings, name: str, model: str, report: Any) -> b
     return True
 
 
-def _doctor_files(settings: Settings, report: Any) -> bool:
-    """Conversations live in data_dir: it should be 0700 and its files 0600, ours."""
+def _doctor_files(settings: Settings, report: Any, service: ServiceUser | None = None) -> bool:
+    """Conversations live in data_dir: it should be 0700 and its files 0600, owned by the
+    daemon's user — the system ``service``'s, else whoever runs doctor (beside their own
+    ``netclaw run``)."""
     data = settings.data_dir
     if not data.exists():
         return True
-    loose = []
+    owner = service.uid if service is not None else os.getuid()
+    loose, foreign = [], []
     for path in (
         data,
         *(data / n for n in ("netclaw.db", "netclaw.db-wal", "control.token", "netclaw.lock")),
@@ -297,14 +317,40 @@ def _doctor_files(settings: Settings, report: Any) -> bool:
             continue
         if stat.S_IMODE(st.st_mode) & 0o077:
             loose.append(f"{path.name or path} is {stat.S_IMODE(st.st_mode):o}")
-        if st.st_uid != os.getuid():
-            loose.append(f"{path.name or path} belongs to uid {st.st_uid}, not to this user")
+        if st.st_uid != owner:
+            foreign.append(f"{path.name or path} belongs to uid {st.st_uid}")
+    if service is not None:
+        whose = f"the service's user {service.name} (uid {service.uid}, from {service.found})"
+        chown = f"chown -R {_owner_spec(service.uid, service.gid)} {data.resolve()}"
+    else:
+        whose = f"this user (uid {owner})"
+        chown = f"sudo chown -R {_owner_spec(owner, os.getgid())} {data.resolve()}"
+    problems = []
     if loose:
-        report(
-            False,
-            "files",
-            f"readable beyond their owner: {', '.join(loose)}; fix with chmod 700 {data} && chmod 600 {data}/*",
+        problems.append(
+            f"readable beyond their owner: {', '.join(loose)}; fix with chmod 700 {data} && chmod 600 {data}/*"
         )
+    if foreign:
+        problems.append(f"not owned by {whose}: {', '.join(foreign)}; fix with {chown}")
+    if problems:
+        report(False, "files", "; and ".join(problems))
         return False
-    report(True, "files", f"{data} is private (0700, files 0600)")
+    by = f", owned by the service's user {service.name}" if service is not None else ""
+    report(True, "files", f"{data} is private (0700, files 0600{by})")
     return True
+
+
+def _owner_spec(uid: int, gid: int) -> str:
+    """``user:group`` for chown, by name where the names are known here."""
+    import grp
+    import pwd
+
+    try:
+        user = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        user = str(uid)
+    try:
+        group = grp.getgrgid(gid).gr_name
+    except KeyError:
+        group = str(gid)
+    return f"{user}:{group}"

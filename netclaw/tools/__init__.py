@@ -35,7 +35,7 @@ from netclaw.tools._registry import (
     ToolSource,
 )
 from netclaw.tools._reminders import ReminderPort, reminder_tools
-from netclaw.tools._sandbox import Bubblewrap, Network, Runner, runner_for
+from netclaw.tools._sandbox import Bubblewrap, Network, Runner, runner_for, why_not_tried
 from netclaw.tools._shell import shell_tool
 from netclaw.tools._subagents import SubagentPort, subagent_tools
 from netclaw.tools._web_fetch import web_fetch_tool
@@ -75,6 +75,7 @@ __all__ = [
     "runner_for",
     "subagent_tools",
     "waiting_for_a_person",
+    "why_not_tried",
 ]
 
 

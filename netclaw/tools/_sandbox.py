@@ -21,6 +21,8 @@ wrote); anything under ``ro_paths``; and with ``network: host``, the network.
 Under the hardened systemd unit (deploy/netclaw.service) bubblewrap cannot start until the
 unit's drop-in deploy/netclaw.service.d/shell-sandbox.conf relaxes what it needs; the
 start-up check recognises that unit and names the drop-in (:func:`what_to_do`).
+``netclaw doctor`` (as root, beside that service) checks the sandbox the service would run:
+as its user, inside its mount namespace (:func:`runner_for`'s ``service``).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from typing import Literal
 
 from netclaw.config import ShellConfig
 from netclaw.errors import ConfigError
+from netclaw.system import ServiceUser
 
 Network = Literal["none", "host"]
 
@@ -234,9 +237,19 @@ def runner_for(
     *,
     hidden: Iterable[Path] = (),
     environ: Mapping[str, str] | None = None,
+    service: ServiceUser | None = None,
 ) -> Runner:
     """The runner ``config.sandbox`` asks for, checked: a sandbox that cannot start here is a
-    :class:`ConfigError` saying what to do, raised at start-up rather than at the first call."""
+    :class:`ConfigError` saying what to do, raised at start-up rather than at the first call.
+
+    ``service``: check it for that system service rather than for this process (``netclaw
+    doctor`` as root beside it). The runner is the one the service makes (as its user), and
+    the probe starts as that user inside the running service's mount namespace: there the
+    state directory is reachable (under ``DynamicUser=`` it is in /var/lib/private, closed
+    to every user on the host, the service's own included) and /proc is what the unit makes
+    it (``ProcSubset=``, ``ProtectKernelTunables=``). Not the unit's system call filter: the
+    service's own start-up tries that. When the sandbox cannot be tried so
+    (:func:`why_not_tried`), only what is installed is checked."""
     limits = Limits.of(config)
     if config.sandbox == "none":
         return HostRunner(
@@ -260,7 +273,8 @@ def runner_for(
             "tools.shell.sandbox: prlimit (util-linux) is not under /usr, so the sandbox cannot "
             'limit its commands; install util-linux, or set tools.shell.sandbox to "none"'
         )
-    run_as = (config.sandbox_uid, config.sandbox_gid) if os.geteuid() == 0 else None
+    daemon_uid = service.uid if service is not None else os.geteuid()
+    run_as = (config.sandbox_uid, config.sandbox_gid) if daemon_uid == 0 else None
     runner = Bubblewrap(
         workspace.resolve(),
         limits,
@@ -270,10 +284,12 @@ def runner_for(
         bwrap=bwrap,
         prlimit=prlimit,
     )
-    problem = probe(runner)
+    if service is not None and why_not_tried(service) is not None:
+        return runner
+    problem = probe(runner, service=service)
     if problem is not None and "disable-userns" in problem:
         runner = dataclasses.replace(runner, disable_userns=False)  # an older bubblewrap
-        problem = probe(runner)
+        problem = probe(runner, service=service)
     if problem is not None:
         if run_as is not None:
             problem += (
@@ -281,12 +297,30 @@ def runner_for(
                 "tools.shell.sandbox_uid: that user must be able to reach bubblewrap and the "
                 f"workspace {workspace}, so every folder above it needs o+x)"
             )
+        elif service is not None:
+            problem += f" (tried as the service's user {service.name}, inside the running service)"
+        hint = (
+            what_to_do(Path(f"/proc/{service.pid}/root") / OVERFLOWUID.relative_to("/"), under_systemd=True)
+            if service is not None
+            else what_to_do()
+        )
         raise ConfigError(
             f"tools.shell.sandbox is 'bwrap' but bubblewrap cannot start a sandbox here: {problem}. "
-            f'{what_to_do()}, or set tools.shell.sandbox to "none" to run shell commands '
+            f'{hint}, or set tools.shell.sandbox to "none" to run shell commands '
             "unsandboxed as the daemon's user"
         )
     return runner
+
+
+def why_not_tried(service: ServiceUser) -> str | None:
+    """Why the sandbox cannot be tried as ``service`` would start it, or None when it can:
+    that takes a running service (its mount namespace) and root (to enter it and become the
+    service's user)."""
+    if service.pid is None:
+        return "the service is not running"
+    if os.geteuid() != 0:
+        return "only root can try it as the service's user"
+    return None
 
 
 # The systemd drop-in that lets bubblewrap work under deploy/netclaw.service, and how a
@@ -299,10 +333,16 @@ def _under_systemd() -> bool:
     return bool(os.environ.get("INVOCATION_ID"))  # systemd sets it for every service it starts
 
 
-def what_to_do(proc_sys: Path = Path("/proc/sys/kernel/overflowuid")) -> str:
+OVERFLOWUID = Path("/proc/sys/kernel/overflowuid")  # bubblewrap reads it to map its user
+
+
+def what_to_do(proc_sys: Path = OVERFLOWUID, *, under_systemd: bool | None = None) -> str:
     """The fix for a sandbox that cannot start, from two cheap signs: bubblewrap reads
     ``proc_sys``, which only a hardened systemd unit hides (``ProcSubset=pid``, as
-    deploy/netclaw.service does); ``$INVOCATION_ID`` says the daemon is a systemd service."""
+    deploy/netclaw.service does); ``$INVOCATION_ID`` (unless ``under_systemd`` says) tells
+    that the daemon is a systemd service."""
+    if under_systemd is None:
+        under_systemd = _under_systemd()
     if not proc_sys.exists():
         return (
             f"/proc/sys is hidden ({proc_sys} is missing): netclaw runs under a hardened systemd "
@@ -311,7 +351,7 @@ def what_to_do(proc_sys: Path = Path("/proc/sys/kernel/overflowuid")) -> str:
             f"(each line says why): `{INSTALL_COMMAND}` in the netclaw checkout installs it with "
             "bubblewrap; then `sudo systemctl restart netclaw`"
         )
-    if _under_systemd():
+    if under_systemd:
         return (
             "netclaw runs under systemd: the unit from deploy/ needs the drop-in "
             f"{DROP_IN} (`{INSTALL_COMMAND}` in the netclaw checkout installs it), and a unit of "
@@ -324,9 +364,13 @@ def what_to_do(proc_sys: Path = Path("/proc/sys/kernel/overflowuid")) -> str:
     )
 
 
-def probe(runner: Runner, timeout_s: float = 20.0) -> str | None:
-    """Start ``true`` in the sandbox once; None when it works, else what went wrong."""
+def probe(runner: Runner, timeout_s: float = 20.0, *, service: ServiceUser | None = None) -> str | None:
+    """Start ``true`` in the sandbox once; None when it works, else what went wrong. With a
+    running ``service`` (this process root), as the service starts it: inside its mount
+    namespace, as its user (or as the sandbox's user when the service is root)."""
     launch = runner.launch("true", "none")
+    if service is not None:
+        launch = _inside(service, launch)
     try:
         process = subprocess.Popen(
             launch.argv,
@@ -359,6 +403,17 @@ def probe(runner: Runner, timeout_s: float = 20.0) -> str | None:
     if process.returncode != 0:
         return (stderr or stdout).decode(errors="replace").strip() or f"exit code {process.returncode}"
     return None
+
+
+def _inside(service: ServiceUser, launch: Launch) -> Launch:
+    """``launch`` started by ``nsenter`` (util-linux, beside prlimit) in the running service's
+    mount namespace, which then becomes the user the service would start it as."""
+    assert service.pid is not None, "a service that is not running cannot be entered"
+    uid = service.uid if launch.user is None else launch.user
+    gid = service.gid if launch.group is None else launch.group
+    nsenter = shutil.which("nsenter", path="/usr/bin:/bin") or "nsenter"
+    enter = [nsenter, f"--target={service.pid}", "--mount", f"--setuid={uid}", f"--setgid={gid}", "--"]
+    return dataclasses.replace(launch, argv=[*enter, *launch.argv], user=None, group=None)
 
 
 SECRET_NAME_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL")

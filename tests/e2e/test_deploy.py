@@ -144,6 +144,14 @@ class Debian:
         )
         return line
 
+    def doctor(self) -> str:
+        """``sudo netclaw doctor``, which must pass (exit 0): what it printed."""
+        done = self.sh("sudo netclaw doctor", check=False, timeout=180)
+        assert done.returncode == 0, (
+            f"sudo netclaw doctor exited {done.returncode}:\n{done.stdout}{done.stderr}"
+        )
+        return done.stdout
+
     def exposure(self) -> float:
         security = self.sh("systemd-analyze security netclaw --no-pager").stdout
         found = re.search(r"Overall exposure level for netclaw\.service: ([\d.]+)", security)
@@ -246,6 +254,15 @@ def test_the_systemd_recipe_as_written(debian: Debian) -> None:
     exposure = debian.exposure()
     print(f"systemd-analyze security: exposure {exposure} (target <= {EXPOSURE_TARGET})")
     assert exposure <= EXPOSURE_TARGET, debian.sh("systemd-analyze security netclaw --no-pager").stdout
+
+    # The install as doctor sees it from root's shell: the daemon is the service's user, whose
+    # private files are right (not root's: that is not a fault).
+    report = debian.doctor()
+    assert (
+        "[ok] files: /var/lib/netclaw is private (0700, files 0600, owned by the service's user netclaw)"
+        in report
+    ), report
+    assert "[info] daemon: running at http://127.0.0.1:5199" in report, report
 
 
 def test_reload_applies_a_change(debian: Debian) -> None:
@@ -428,6 +445,14 @@ def test_an_mcp_server_and_the_shell_tool_under_the_hardening(debian: Debian) ->
     print(f"systemd-analyze security with {DROP_IN}: exposure {exposure} (target <= {target})")
     assert exposure <= target, debian.sh("systemd-analyze security netclaw --no-pager").stdout
 
+    # doctor, with the shell and the drop-in as the README has them: the sandbox tried as the
+    # service starts it (its user, inside the unit's mounts), not as root's sandbox_uid.
+    report = debian.doctor()
+    assert "[ok] shell sandbox: bubblewrap starts a sandbox in the service, as its user netclaw" in report, (
+        report
+    )
+    assert "[ok] mcp py: " in report and "(as the running daemon sees it)" in report, report
+
 
 def test_without_the_drop_in_the_sandbox_stops_start_up_naming_it(debian: Debian) -> None:
     """Back to the stricter unit the README's way (delete the drop-in, daemon-reload) with
@@ -442,6 +467,14 @@ def test_without_the_drop_in_the_sandbox_stops_start_up_naming_it(debian: Debian
     assert "sudo deploy/install.sh --shell-sandbox" in error, error
     assert "sudo systemctl restart netclaw" in error, error
     assert "Traceback" not in debian.journal("-p", "err")
+    # doctor cannot try the sandbox of a service that is not running: it says so, and where
+    # the service's own attempt is.
+    report = debian.sh("sudo netclaw doctor", check=False).stdout
+    assert (
+        "[ok] shell sandbox: bubblewrap is installed; the sandbox is not tried (the service is not running)"
+        in report
+    ), report
+    assert "journalctl -u netclaw.service -p err" in report, report
 
 
 def test_slack_and_discord_under_the_hardening(debian: Debian) -> None:
