@@ -14,6 +14,7 @@ import os
 import sqlite3
 import stat
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from netclaw import __version__
@@ -47,6 +48,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     _doctor_install(report)
     _doctor_database(settings, report)
     _doctor_files(settings, report, service)
+    _doctor_workspace(settings, path, report)
     _doctor_provider(settings, report)
     _doctor_adapters(settings, report)
     _doctor_sandbox(settings, report, service)
@@ -102,6 +104,22 @@ def _doctor_mcp(settings: Settings, report: Any, health: dict[str, Any] | None) 
     for name, status in asyncio.run(probe()).items():
         up = status.state == "up"
         report(up, f"mcp {name}", f"{status.tools} tool(s)" if up else (status.error or status.state))
+
+
+def _doctor_workspace(settings: Settings, config_file: Path | None, report: Any) -> None:
+    """With the file or shell tools on: nothing of the daemon's inside the workspace (the
+    same check as start-up)."""
+    config = settings.tools
+    if not (config.files.enabled or config.shell.enabled):
+        return
+    from netclaw.tools import guard_workspace
+
+    try:
+        guard_workspace(settings, config_file)
+    except NetclawError as exc:
+        report(False, "workspace", str(exc))
+        return
+    report(True, "workspace", f"{config.workspace_dir} holds none of the daemon's files")
 
 
 def _doctor_sandbox(settings: Settings, report: Any, service: ServiceUser | None = None) -> None:

@@ -362,3 +362,14 @@ def test_a_workspace_holding_the_data_directory_stops_start_up_and_changes_no_ow
     )
     assert os.stat(site.config).st_uid == site.uid  # nothing was given away
     assert not (site.root / "data" / "control.token").exists()
+    doctor = subprocess.run(
+        site.argv("doctor", "--config", str(site.config)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=subprocess_env(),
+        cwd=site.root,
+        check=False,
+    )
+    assert doctor.returncode != 0
+    assert re.search(r"\[FAIL\] workspace: data_dir \(.*\) lies inside the workspace", doctor.stdout), doctor.stdout
