@@ -272,9 +272,6 @@ class Scrubber:
         """The control token and every secret the config names (reads files: not on the loop)."""
         return cls(known_values(settings, token))
 
-    def __bool__(self) -> bool:
-        return bool(self.secrets)
-
     def scrub(self, text: str, replacement: str = HIDDEN) -> str:
         """``text`` with every known secret replaced (the same object when none occurs)."""
         for secret in self.secrets:
@@ -318,15 +315,33 @@ def secret_names(settings: Settings) -> Iterator[str]:
     yield from walk(settings.model_dump(mode="json"), "")
 
 
+_PLAIN_URL = re.compile(r"[a-z][a-z0-9+.-]*://[^@\s]*", re.IGNORECASE)
+
+
+def could_be_secret_value(value: str) -> bool:
+    """Whether a value a ``*_env`` key names may be a secret. An MCP server's ``env_env``
+    also passes plain settings (a directory, ``production``, a server's URL): replacing
+    those wherever they appear would blank ordinary text."""
+    return (
+        len(value) >= 8
+        and not any(c.isspace() for c in value)
+        and not _PATH.match(value)
+        and not value.startswith("~")
+        and not _PLAIN_URL.fullmatch(value)
+        and not value.isalpha()
+    )
+
+
 def known_values(settings: Settings, token: str) -> list[str]:
-    """The control token and the value of every secret the config names (reads files)."""
+    """The control token and the value of every secret the config names that could be
+    one (:func:`could_be_secret_value`; reads files)."""
     found = [token]
     for name in secret_names(settings):
         try:
             value = read_secret(name)
         except ConfigError:
             continue  # an unreadable secret file: nothing of it can be shown either
-        if value:
+        if value and could_be_secret_value(value):
             found.append(value)
     return found
 
@@ -511,10 +526,11 @@ def redact_prior(prior: Sequence[PriorMessage]) -> tuple[tuple[PriorMessage, ...
 def redact_identity(identity: str) -> Redacted:
     """A replay identity (an idempotency key, an event id) that carries a secret becomes
     a digest of itself: still the same for the same input, so a retry is still known."""
-    if not redact(identity).changed:
+    found = redact(identity)
+    if not found.changed:
         return Redacted(identity)
     digest = hashlib.sha256(identity.encode()).hexdigest()[:32]
-    return Redacted(f"redacted-{digest}", redact(identity).kinds)
+    return Redacted(f"redacted-{digest}", found.kinds)
 
 
 def redact_arguments(arguments: str) -> Redacted:

@@ -252,3 +252,20 @@ def test_tool_call_arguments_stay_json_and_lose_their_secrets() -> None:
     plain = '{"command":  "git log -n 3"}'
     assert redact_arguments(plain).text is plain  # untouched: not even re-serialised
     assert redact_arguments(f"not json {GITHUB}").text == "not json [redacted: GitHub Token]"
+
+
+@pytest.mark.parametrize(
+    ("value", "secret"),
+    [
+        ("sk-one-two-three", True),
+        ("hunter2hunter2", True),
+        ("postgresql://netclaw:pw@db/netclaw", True),
+        ("/tmp/pytest-of-root/markers", False),  # an MCP server's env_env passes a directory
+        ("production", False),
+        ("https://gitlab.example.com", False),
+        ("short1", False),
+        ("two words1", False),
+    ],
+)
+def test_only_a_value_that_could_be_a_secret_is_known_by_its_name(value: str, secret: bool) -> None:
+    assert redaction.could_be_secret_value(value) is secret
