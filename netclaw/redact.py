@@ -26,8 +26,10 @@ is journaled, sent to a provider and shown by ``sessions show`` is then the reda
 the secret itself is kept nowhere.
 
 Its limits: a secret in no known shape (a random password said in prose) passes; a
-``password: …`` pair may take an ordinary word after the keyword; a secret inside a
-compressed or UTF-16 file is not seen.
+``password: …`` pair may take an ordinary word after the keyword, and one written
+``password:value`` (no space, no quotes: read as a name like ``token:ci``) passes; a
+secret inside a compressed or UTF-16 file is not seen; a known secret split across two
+streamed text deltas passes the stream (the model never receives one to repeat).
 """
 
 from __future__ import annotations
@@ -147,8 +149,11 @@ _OWN: tuple[_Shape, ...] = (
     _Shape(
         _KEYWORD,
         # The separator's spaces stay on its line: "Enter password:\n<next line>" is no pair.
+        # A bare colon needs a space or a quote after it: "token:ci" (a speaker), "secrets:read"
+        # (a scope) are names; "token: abc", "token":"abc" are pairs.
         re.compile(
-            rf"(?i)(?<![A-Za-z0-9])(?:{_KEYWORDS})(?:[\"'\]]{{0,2}})[ \t]*(?::=|=>|=|:)[ \t]*"
+            rf"(?i)(?<![A-Za-z0-9])(?:{_KEYWORDS})(?:[\"'\]]{{0,2}})"
+            r"(?:[ \t]*(?::=|=>|=)[ \t]*|[ \t]*:(?:[ \t]+|(?=[\"'])))"
             r"([\"']?)(?P<value>[^\s\"',;`<>]{4,})\1"
         ),
         "value",

@@ -49,6 +49,7 @@ CASES = [
     ("db password=hunter22 done", "db password=[redacted: Secret Keyword] done"),
     ('{"api_key": "abcd1234efgh"}', '{"api_key": "[redacted: Secret Keyword]"}'),
     ("postgres://bob:s3cr3tpass@db/x", "postgres://bob:[redacted: Basic Auth Credentials]@db/x"),
+    ('{"token":"abc123def"}', '{"token":"[redacted: Secret Keyword]"}'),
     # Shapes a shell session or a config file shows.
     (f"export GITHUB_TOKEN={GITHUB}", "export GITHUB_TOKEN=[redacted: GitHub Token]"),
     ("DB_PASSWORD=s3cr3t!pass", "DB_PASSWORD=[redacted: Secret Keyword]"),
@@ -120,6 +121,7 @@ def test_ordinary_command_output_comes_through_unchanged() -> None:
         "password: ${POSTGRES_PASSWORD}",
         "passwd: password updated successfully",
         'password: "********"',
+        "speaker=token:intern role=member",
     ],
 )
 def test_the_corpus_holds_what_was_once_taken_for_a_secret(line: str) -> None:
