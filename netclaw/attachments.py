@@ -10,6 +10,10 @@ folder (``<data_dir>/files/<session>/``), whoever brought them (Slack, Discord, 
   so a message delivered twice writes the same file, not a second one.
 - Limits here are the one place that says how big is too big: a channel refuses a larger
   download before fetching it (:data:`MAX_FILE_BYTES`).
+- No secret the scanner (:mod:`netclaw.redact`) recognises is stored: a text file is kept
+  redacted, as the model reads it; in any other file each secret's bytes are overwritten
+  with ``*`` of the same length, so the file keeps its structure (offsets in a PDF, sizes
+  in an archive) and still opens. The name is redacted too.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from pathlib import Path, PurePath
 
 from netclaw.errors import InvalidInput
 from netclaw.messages import Attachment, AttachmentKind
+from netclaw.redact import mask, merge, redact
 
 MAX_FILE_BYTES = 20_000_000  # per file, as downloaded or posted
 MAX_FILES = 10  # per message
@@ -128,26 +133,56 @@ def check_files(files: Sequence[IncomingFile]) -> None:
             raise InvalidInput(f"files[{i}]", f"{file.name!r} is empty")
 
 
-def store(data_dir: Path, session_id: str, files: Sequence[IncomingFile]) -> tuple[Attachment, ...]:
-    """Write ``files`` into the session's folder and describe them (blocking: run it off
-    the I/O loop). Storing the same file twice writes it once."""
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """What :func:`save` kept: the files as described to the model, and the kinds of
+    secret taken out of them (their sender is told)."""
+
+    files: tuple[Attachment, ...]
+    redacted: tuple[str, ...] = ()
+
+
+def _without_secrets(kind: AttachmentKind, data: bytes) -> tuple[bytes, tuple[str, ...]]:
+    if kind == "text":
+        done = redact(data.decode("utf-8"))
+        return (done.text.encode("utf-8") if done.changed else data), done.kinds
+    return mask(data)
+
+
+def save(data_dir: Path, session_id: str, files: Sequence[IncomingFile]) -> Stored:
+    """Write ``files`` into the session's folder without the secrets in them, and describe
+    them (blocking: run it off the I/O loop). Storing the same file twice writes it once."""
     check_files(files)
     if not files:
-        return ()
+        return Stored(())
     folder = folder_of(data_dir, session_id)
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     out = []
+    found: tuple[str, ...] = ()
     for file in files:
-        name = safe_name(file.name)
+        named = redact(file.name)
+        name = safe_name(named.text)
         kind, mime, text, truncated = classify(file)
-        path = folder / f"{hashlib.sha256(file.data).hexdigest()[:16]}-{name}"
+        data, in_data = _without_secrets(kind, file.data)
+        if in_data and kind == "text":  # the model reads what is kept
+            text = data.decode("utf-8")
+            truncated = len(text) > MAX_TEXT_CHARS
+            text = text[:MAX_TEXT_CHARS]
+        found = merge(found, merge(named.kinds, in_data))
+        path = folder / f"{hashlib.sha256(data).hexdigest()[:16]}-{name}"
         if not path.exists():
             partial = path.with_name(path.name + ".part")
             with open(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
-                f.write(file.data)
+                f.write(data)
             os.replace(partial, path)
-        out.append(Attachment(name, mime, str(path), len(file.data), kind, text, truncated))
-    return tuple(out)
+        out.append(Attachment(name, mime, str(path), len(data), kind, text, truncated))
+    return Stored(tuple(out), found)
+
+
+def store(data_dir: Path, session_id: str, files: Sequence[IncomingFile]) -> tuple[Attachment, ...]:
+    """:func:`save` where nobody is to be told what was taken out (files a tool shares or
+    an MCP server returns)."""
+    return save(data_dir, session_id, files).files
 
 
 def erase(data_dir: Path, session_id: str) -> None:

@@ -56,6 +56,7 @@ from netclaw.policy import channel_of
 from netclaw.provider_health import ProviderHealth, WatchedProvider
 from netclaw.providers import Provider, make_providers
 from netclaw.questions_api import question_routes
+from netclaw.redact import KNOWN, known_values
 from netclaw.runtime import IoLoop
 from netclaw.scheduler import Clock, Scheduler
 from netclaw.service import Notifier, SignalWaiter, heartbeat
@@ -166,6 +167,7 @@ class Daemon:
         main = settings.models.main
         self.provider_health = ProviderHealth(main.provider, main.model)  # /healthz's "provider"
         self._provider_watch: concurrent.futures.Future[None] | None = None
+        self._token: str | None = None  # the control token, once loaded
 
     @property
     def settings(self) -> Settings:
@@ -185,7 +187,10 @@ class Daemon:
             self._lock.acquire()
             ensure_writable_dir("tools.workspace_dir", self.settings.tools.workspace_dir)
             prepare_stores(self.settings)
-            token = load_control_token(self.settings)
+            token = self._token = load_control_token(self.settings)
+            # Redaction and the last line of defence (provider requests, API answers) know the
+            # daemon's own secrets from now on (netclaw/redact.py).
+            KNOWN.hold(self, known_values(self.settings, token))
             preload_encoding()  # here, not in the first session's actor on the I/O loop
             self.io = IoLoop().start()
             metrics = self.metrics
@@ -572,6 +577,7 @@ class Daemon:
         if io is not None:
             io.stop()
         self.io = None
+        KNOWN.release(self)
         self._lock.release()
         survivors = [ref for ref in pykka.ActorRegistry.get_all() if _is_ours(ref)]
         if survivors:
@@ -669,6 +675,8 @@ class Daemon:
         webhooks_running = any(a.name == "webhooks" for a in self.adapters)
         extra = () if webhooks_running else ("webhooks",)
         change = self.live.reload(new, restart_keys=extra)
+        if self._token is not None:  # a secret the config names now is known from now on
+            KNOWN.hold(self, known_values(self.live.current, self._token))
         if any(key == "log" or key.startswith("log.") for key in change.applied):
             self.apply_log_config()
         self.load_skills()  # skills change on disk, not only in the config

@@ -31,6 +31,7 @@ from netclaw.gateway import Control, Inbound, check_session_id
 from netclaw.metrics import Metrics
 from netclaw.persistence import Reminder, ReminderStore
 from netclaw.policy import reminders_allowed
+from netclaw.redact import redact
 from netclaw.reminders import (
     CatchUp,
     Schedule,
@@ -113,8 +114,10 @@ class Scheduler:
         Everything that can fail is done before the store write, the last step: a refused
         reminder is never stored, a stored one is never answered with an error."""
         check_session_id(new.session_id)
-        text = check_text(new.text)
+        # Kept, then submitted as input when it fires: no secret in it either (netclaw/redact.py).
+        text = redact(check_text(new.text)).text
         name = check_name(new.name)
+        name = redact(name).text if name is not None else None
         catch_up = check_catch_up(new.catch_up)
         limit = self._settings().session.max_reminders
         if await self.store.count(new.session_id) >= limit:

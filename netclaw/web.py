@@ -33,6 +33,7 @@ from netclaw.errors import (
     SessionUnavailable,
 )
 from netclaw.gateway import Admission, Subscription, TurnOutcome
+from netclaw.redact import scrub_bytes
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +98,20 @@ def _seconds_until(when: str | None) -> int:
     except ValueError:
         return 3600
     return max(1, math.ceil(at - time.time()))
+
+
+@web.middleware
+async def scrub_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """The last line of defence: no answer's body carries the daemon's own secrets (the
+    control token, the config's secrets; :mod:`netclaw.redact`), whatever a transcript,
+    an error or a listing holds. Outermost, so error answers are scrubbed too; streams
+    scrub their events themselves (:class:`SseStreams`)."""
+    response = await handler(request)
+    if isinstance(response, web.Response) and isinstance(response.body, bytes):
+        body = scrub_bytes(response.body)
+        if body is not response.body:
+            response.body = body
+    return response
 
 
 @web.middleware
@@ -311,7 +326,7 @@ class SseStreams:
                             )
                         )
                     break
-                await response.write(encode(output))
+                await response.write(scrub_bytes(encode(output)))  # see scrub_middleware
         except ConnectionResetError:
             pass  # the client went away; the finally unsubscribes it
         finally:

@@ -88,7 +88,7 @@ from netclaw.persistence import (
     UsageRow,
 )
 from netclaw.policy import Audience, ChatEvent, Place, audience_of, channel_of, denial_reason
-from netclaw.redact import notice, redact, redact_files, redact_prior
+from netclaw.redact import Redacted, merge, notice, redact, redact_identity, redact_prior
 from netclaw.roles import may, may_command, refusal, role_for, speaker_of
 from netclaw.runtime import Reply
 from netclaw.sessions import (
@@ -333,13 +333,34 @@ def _check_encodable(field: str, value: str) -> None:
 
 
 def redact_inbound(inbound: Inbound) -> tuple[Inbound, tuple[str, ...]]:
-    """The message and the conversation it comes with, secrets replaced; what was found."""
+    """The message as it may be kept: secrets out of its text, its sender's names and ids,
+    its replay identity and the conversation it comes with (its files are cleaned where
+    they are stored: :func:`netclaw.attachments.save`); what was found."""
     text = redact(inbound.text)
-    prior, in_prior = redact_prior(inbound.prior)
-    found = (*text.kinds, *(k for k in in_prior if k not in text.kinds))
+    prior, found = redact_prior(inbound.prior)
+    found = merge(text.kinds, found)
+
+    def cleaned(value: str | None, clean: Callable[[str], Redacted] = redact) -> str | None:
+        nonlocal found
+        if value is None:
+            return None
+        done = clean(value)
+        found = merge(found, done.kinds)
+        return done.text
+
+    user, user_name, speaker = cleaned(inbound.user), cleaned(inbound.user_name), cleaned(inbound.speaker)
+    identity = cleaned(inbound.identity, redact_identity)
     if not found:
         return inbound, ()
-    return dataclasses.replace(inbound, text=text.text, prior=prior), found
+    return dataclasses.replace(
+        inbound,
+        text=text.text,
+        prior=prior,
+        user=user,
+        user_name=user_name,
+        speaker=speaker,
+        identity=identity,
+    ), found
 
 
 def check_inbound(inbound: Inbound) -> None:
@@ -435,15 +456,17 @@ class Gateway:
         role = role_for(self.settings, speaker, inbound.speaker_role)
         if not may(self.settings, role, "chat"):
             raise NotPermitted(refusal(role, "sending messages that start turns"))
-        # Secrets out before anything is stored or shown to a model (netclaw/redact.py).
+        # Secrets out before anything is stored or shown to a model (netclaw/redact.py); the
+        # speaker as recorded is the redacted one (its role was found from the real one).
+        identity = inbound.identity  # as the sender knows it: what a retry must repeat
         inbound, found = redact_inbound(inbound)
+        speaker = speaker_of(inbound.session_id, inbound.user, inbound.speaker)
         files: tuple[Attachment, ...] = ()
-        if inbound.files:  # hashed and written in a worker thread, never on the I/O loop
-            files = await asyncio.to_thread(
-                attachments.store, self.settings.data_dir, inbound.session_id, inbound.files
+        if inbound.files:  # scanned, hashed and written in a worker thread, never on the I/O loop
+            stored = await asyncio.to_thread(
+                attachments.save, self.settings.data_dir, inbound.session_id, inbound.files
             )
-            files, in_files = redact_files(files)
-            found = (*found, *(k for k in in_files if k not in found))
+            files, found = stored.files, merge(found, stored.redacted)
         loop = asyncio.get_running_loop()
         ack: Reply[Admission] = Reply(loop)
         done: Reply[TurnOutcome] | None = Reply(loop) if wait else None
@@ -471,7 +494,7 @@ class Gateway:
             raise OutcomeUnknown(
                 f"session {inbound.session_id} did not confirm the message within {ACK_TIMEOUT_S:g}s; "
                 "it may still be recorded",
-                identity=inbound.identity,
+                identity=identity,
             ) from exc
         except (OutcomeUnknown, SessionMoved):
             raise

@@ -36,6 +36,7 @@ from netclaw.providers._classify import (
 )
 from netclaw.providers._images import read_all, uncached
 from netclaw.providers._transport import PooledTransport
+from netclaw.redact import scrub_bytes
 from netclaw.retry import RetryPolicy, with_retries
 
 log = logging.getLogger("netclaw.providers")
@@ -414,7 +415,9 @@ class HttpStreamingProvider(ABC, Generic[AnswerT]):
             images = uncached(request.messages)
             if images:  # file reads and base64 are no work for the I/O loop
                 await asyncio.to_thread(read_all, images)
-        body = self._request_content(request)
+        # The last line of defence: whatever slipped past redaction, the daemon's own secrets
+        # (the control token, the config's secrets) never reach a provider (netclaw/redact.py).
+        body = scrub_bytes(self._request_content(request))
         headers = {**self._headers(), "Content-Type": "application/json"}
         progress = _Progress()
         if self._post is None:

@@ -8,13 +8,14 @@ import logging
 import re
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from netclaw import outputs as out
 from netclaw.config import ModelConfig
 from netclaw.history import INTERRUPTED_TEXT, TrimResult
 from netclaw.llm import Completion, Delta, Usage
 from netclaw.messages import Attachment, ChatMessage, ToolCall, new_id, unmarked
+from netclaw.redact import merge, redact, redact_arguments, redact_known
 from netclaw.sessions._commands import SendUserMessage
 from netclaw.sessions._effects import Charge, Measure
 from netclaw.sessions._events import (
@@ -104,6 +105,26 @@ def admitted(
     if start:
         return message, (InputAdmitted(message, place), TurnStarted(state.turns + 1, message.id))
     return message, (InputAdmitted(message, place),)
+
+
+def without_secrets(completion: Completion) -> tuple[Completion, tuple[str, ...]]:
+    """A model's answer as it may be kept, and the kinds of secret taken out: its tool
+    calls' names and arguments redacted like a message (here, before anything reads them,
+    so the journal, the approval a person is asked, the next provider request and the
+    tool's run all see the same text), and the daemon's own secrets out of its text."""
+    found: tuple[str, ...] = ()
+    calls = []
+    for call in completion.tool_calls:
+        name, arguments = redact(call.name), redact_arguments(call.arguments)
+        if name.changed or arguments.changed:
+            found = merge(found, merge(name.kinds, arguments.kinds))
+            call = ToolCall(call.id, name.text, arguments.text)
+        calls.append(call)
+    text, thinking = redact_known(completion.text), redact_known(completion.thinking)
+    found = merge(found, merge(text.kinds, thinking.kinds))
+    if not found:
+        return completion, ()
+    return replace(completion, text=text.text, thinking=thinking.text, tool_calls=tuple(calls)), found
 
 
 def assistant_message(completion: Completion, *, with_tool_calls: bool) -> ChatMessage:

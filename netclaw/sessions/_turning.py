@@ -188,6 +188,9 @@ class Turn:
 
     def _answered(self, core: Core, completion: Completion) -> Activity:
         run, settings, model = self.run, core.settings, core.context.model
+        completion, found = turn.without_secrets(completion)  # before anything reads it
+        if found:
+            log.info("%s: redacted %s from the model's answer", core.session_id, ", ".join(found))
         core.publish(*turn.answer_outputs(core.session_id, run.turn, completion, model))
         if completion.usage is not None:
             core.context.observe(run.estimate, completion)

@@ -18,10 +18,10 @@ from aiohttp import web
 from netclaw import __version__
 from netclaw.config import Settings
 from netclaw.gateway import Gateway
+from netclaw.redact import Scrubber
 from netclaw.scheduler import Scheduler
 from netclaw.ui._auth import COOKIE, Login, Logins, LoginThrottle
 from netclaw.ui._charts import fmt
-from netclaw.ui._redact import Scrubber
 from netclaw.ui._views import utc, when
 from netclaw.web import SseStreams
 

@@ -112,7 +112,9 @@ def test_stdio_and_http_servers_serve_tools_to_the_model(
     assert {"docs__env", "docs__add", "docs__toggle", "web__add"} <= offered(first)
     assert "web__echo" not in offered(first)  # not on that server's allowlist
     env, add, fail, image, big, bad, hidden = (r["content"] for r in tool_results(handle, sid))
-    assert env == "docs-secret"  # env_env reached the server
+    # env_env reached the server: it answered with the value, which as a secret the config
+    # names never reaches the model or the journal.
+    assert env == "[redacted: Daemon Secret]"
     assert add == "42"
     assert "the index is stale" in fail
     assert image == "an image"  # the picture itself is kept with the result (the model here has no vision)

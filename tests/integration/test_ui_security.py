@@ -245,8 +245,10 @@ def test_no_secret_appears_in_a_page_a_fragment_a_live_event_a_url_or_a_log_line
         "/ui/login",
     ]
     answers = {path: client.get(path) for path in pages}
-    assert "[hidden]" in answers[f"/ui/sessions/{SID}"].text  # the message was shown, its secrets not
-    assert "[hidden]" in answers["/ui/approvals"].text  # the tool call's arguments too
+    # The message was shown, its secrets not (redacted before it was recorded); the tool
+    # call's arguments neither.
+    assert "[redacted: Daemon Secret]" in answers[f"/ui/sessions/{SID}"].text
+    assert "[redacted: Daemon Secret]" in answers["/ui/approvals"].text
     assert "UI_TEST_PROVIDER_KEY" in answers["/ui/health"].text  # the config names the variable
     decided = client.post(
         f"/ui/sessions/{SID}/approvals/{pending[0]['id']}", data={"csrf": csrf_of(client), "decision": "deny"}

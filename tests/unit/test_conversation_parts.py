@@ -73,6 +73,42 @@ def test_storing_twice_writes_one_file_in_the_sessions_folder(tmp_path: Path) ->
     assert not Path(stored.path).exists()
 
 
+GITHUB = "ghp_" + "a" * 36
+
+
+def test_no_stored_file_holds_a_secret_the_scanner_knows(tmp_path: Path) -> None:
+    """A text file is kept redacted (as the model reads it), any other file masked in place
+    (same length, so it keeps its structure), a name redacted; the kinds say what went."""
+    text = f"deploy with token {GITHUB}\n".encode() + b"x" * attachments.MAX_TEXT_CHARS
+    pdf = b"%PDF-1.4\n1 0 obj << /Author (" + GITHUB.encode() + b") >> endobj\n\x00\xff trailer"
+    stored = attachments.save(
+        tmp_path,
+        "api:s",
+        [
+            IncomingFile("notes.txt", "text/plain", text),
+            IncomingFile("report.pdf", "application/pdf", pdf),
+            IncomingFile(f"{GITHUB}.log", "text/plain", b"nothing secret"),
+        ],
+    )
+    note, report, named = stored.files
+    kept = Path(note.path).read_bytes()
+    assert GITHUB.encode() not in kept and kept.startswith(b"deploy with token [redacted: GitHub Token]\n")
+    assert note.size == len(kept) and note.truncated and note.text is not None
+    assert note.text.startswith("deploy with token [redacted: GitHub Token]")
+    masked = Path(report.path).read_bytes()
+    assert len(masked) == len(pdf) == report.size and GITHUB.encode() not in masked
+    assert masked == pdf.replace(GITHUB.encode(), b"*" * len(GITHUB))
+    assert GITHUB not in named.name and GITHUB not in named.path and named.name.endswith(".log")
+    assert stored.redacted == ("GitHub Token",)
+    assert not [p for p in Path(note.path).parent.iterdir() if GITHUB.encode() in p.read_bytes()]
+
+
+def test_a_file_without_secrets_is_stored_as_it_came(tmp_path: Path) -> None:
+    data = PNG + b"IEND password" + bytes(range(256))
+    stored = attachments.save(tmp_path, "s", [IncomingFile("s.png", "image/png", data)])
+    assert Path(stored.files[0].path).read_bytes() == data and stored.redacted == ()
+
+
 def test_limits_name_the_file(tmp_path: Path) -> None:
     with pytest.raises(InvalidInput, match=r"'empty\.txt' is empty") as refused:
         attachments.store(tmp_path, "s", [IncomingFile("empty.txt", "text/plain", b"")])

@@ -5,6 +5,7 @@ to anyone."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pytest
@@ -14,7 +15,7 @@ from netclaw.errors import ApprovalClosed, ApprovalNotFound, NotAnApprover
 from netclaw.llm import Completion
 from netclaw.sessions._commands import Cancel, Decide, ListApprovals
 from netclaw.sessions._effects import CallModel, Refuse, RunTools, SendTo, StartTimer, StopTimer, TimerKind
-from netclaw.sessions._events import ApprovalDecided, ApprovalRequested, TurnRecorded
+from netclaw.sessions._events import ApprovalDecided, ApprovalRequested, StepRecorded, TurnRecorded
 from netclaw.sessions._phases import Phase
 from netclaw.sessions._results import ApprovalsDue, ProviderDone
 from netclaw.trust import label
@@ -173,3 +174,33 @@ def test_a_turn_started_by_a_labelled_report_asks_from_its_first_round(d: Driver
     d.send("and now?")  # a turn of the person's own: the grant holds again
     effects = d.answer(calls=[tool_call("deploy", "c7")])
     assert not any(isinstance(e, ApprovalRequested) for e in d.events(effects))
+
+
+def test_a_secret_in_tool_call_arguments_is_out_before_anyone_sees_the_call(d: Driver) -> None:
+    """The arguments a model writes are redacted where its answer arrives: the approval a
+    person is asked, the journal, the tool's run and the next request all carry the same
+    redacted text, still JSON."""
+    token = "ghp_" + "k" * 36
+    d.send("ship it")
+    calls = [
+        tool_call("deploy", "c1", json.dumps({"target": "prod", "token": token})),
+        tool_call("current_time", "c2", json.dumps({"note": f"password={token}"})),
+    ]
+    effects = d.answer(calls=calls)
+    (requested,) = [e for e in d.events(effects) if isinstance(e, ApprovalRequested)]
+    assert token not in repr(requested)
+    assert json.loads(requested.requests[0].arguments) == {
+        "target": "prod",
+        "token": "[redacted: GitHub Token]",
+    }
+    assert token not in repr(d.outputs(effects))
+    d.handle(Decide(requested.requests[0].id, "approve", "ana", "U-ana", d.reply()))
+    run = d.pending(RunTools)
+    assert [json.loads(c.arguments) for c in run.calls] == [
+        {"target": "prod", "token": "[redacted: GitHub Token]"},
+        {"note": "password=[redacted: GitHub Token]"},
+    ]
+    effects = d.tools_done("done")
+    (step,) = [e for e in d.events(effects) if isinstance(e, StepRecorded)]
+    assert token not in repr(step) and step.messages[0].tool_calls == run.calls
+    assert token not in repr(d.pending(CallModel).request.messages)
