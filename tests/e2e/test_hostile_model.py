@@ -19,12 +19,14 @@ and as uid 65534 itself (``_as_user``: a private mount namespace shows it the in
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import http.server
 import json
 import os
 import re
 import shutil
+import sqlite3
 import stat
 import subprocess
 import sys
@@ -86,7 +88,7 @@ class HostileModel:
             1 for m in messages[starts[-1] :] if m.get("role") == "assistant" and m.get("tool_calls")
         )
         if rounds >= plan.get("rounds", 1):
-            return Reply(text="done")
+            return Reply(text=plan.get("say", "done"))
         return Reply(tool_calls=[ToolCallSpec(name, args) for name, args in plan["calls"]])
 
     def results(self) -> list[str]:
@@ -99,8 +101,8 @@ class HostileModel:
         return [key.split("\x00", 1)[1] for key in seen]
 
 
-def order(*calls: tuple[str, dict[str, Any]], rounds: int = 1) -> str:
-    return "HOSTILE " + json.dumps({"calls": [list(c) for c in calls], "rounds": rounds})
+def order(*calls: tuple[str, dict[str, Any]], rounds: int = 1, say: str = "done") -> str:
+    return "HOSTILE " + json.dumps({"calls": [list(c) for c in calls], "rounds": rounds, "say": say})
 
 
 @pytest.fixture
@@ -492,3 +494,62 @@ def page_server(text: str) -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+# -- secrets in every field ------------------------------------------------------------------------
+
+KEY = "ghp_" + "Q7r" * 12  # a GitHub-shaped token
+
+
+def everything_stored(site: Site) -> str:
+    """The journal (every row and the raw database files) and every file under data_dir."""
+    conn = sqlite3.connect(f"file:{site.data_dir / 'netclaw.db'}?mode=ro", uri=True)
+    try:
+        rows = [
+            repr(row) for table in ("events", "snapshots") for row in conn.execute(f"SELECT * FROM {table}")
+        ]
+    finally:
+        conn.close()
+    files = [p.read_bytes().decode("latin-1") for p in site.data_dir.rglob("*") if p.is_file()]
+    return "\n".join(rows + files)
+
+
+def test_a_secret_in_any_field_is_kept_nowhere(site: Site, model: HostileModel, daemons: Daemons) -> None:
+    """A key sent as the speaker's name, in an attached text file and written by the model
+    into a tool call, and the control token repeated by the model: none of it is in the
+    journal, under data_dir (files included), in a provider request or in an API answer.
+    Before, the name and the file went through raw."""
+    daemon = site.start(daemons)
+    token = (site.data_dir / "control.token").read_text().strip()
+    text = order(
+        ("write_file", {"path": "deploy.env", "content": f"GITHUB_TOKEN={KEY}\n"}),
+        say=f"the control token is {token}",
+    )
+    assert daemon.http is not None
+    sent = daemon.http.post(
+        "/api/sessions/cli:secrets/messages",
+        params={"wait": "1"},
+        json={
+            "text": text,
+            "user": "e2e",
+            "user_name": KEY,
+            "files": [
+                {
+                    "name": "creds.env",
+                    "mime_type": "text/plain",
+                    "data_base64": base64.b64encode(f"token: {KEY}\n".encode()).decode(),
+                }
+            ],
+        },
+        timeout=60,
+    )
+    assert sent.status_code == 200, sent.text
+    assert token not in sent.text and KEY not in sent.text
+    stored = everything_stored(site)
+    assert KEY not in stored, "a key is stored under data_dir"
+    assert stored.count(token) <= 1, "the control token is stored beyond its own file"
+    assert KEY not in (site.workspace / "deploy.env").read_text()  # the tool ran with what was journaled
+    requests = json.dumps(model.scripted.requests)
+    assert KEY not in requests and token not in requests
+    shown = json.dumps(daemon.session("cli:secrets"))
+    assert KEY not in shown and token not in shown
