@@ -123,19 +123,25 @@ def test_system_secrets_and_the_daemons_files_and_environment_are_invisible(
     assert "/root': No such file" in out or "/root: No such file" in out
 
 
-def test_the_data_dir_is_masked_even_inside_the_workspace(
+def test_the_data_dir_is_masked_under_a_path_the_sandbox_sees(
     start_daemon: StartDaemon, scripted: ScriptedOpenAIThread, sandbox_home: Path
 ) -> None:
-    # A careless layout: the data directory under the workspace.
+    # A wide ro_paths: the data directory lies under a folder the sandbox is shown. (Inside
+    # the workspace it stops start-up: tests/integration/test_daemon_files.py.)
+    data = sandbox_home / "data"
     handle = start_daemon(
-        data_dir=str(sandbox_home / "workspace" / "data"),
-        tools={"workspace_dir": str(sandbox_home / "workspace"), "shell": {"enabled": True}},
+        data_dir=str(data),
+        tools={
+            "workspace_dir": str(sandbox_home / "workspace"),
+            "shell": {"enabled": True, "ro_paths": [str(sandbox_home)]},
+        },
         audiences={"personal": {"tools": ["shell"]}},
     )
-    out = run(handle, scripted, "ls -A data; cat data/control.token; echo listed")
+    out = run(handle, scripted, f"ls -A {data}; echo listed; cat {data}/control.token")
     assert handle.token not in out
     assert "netclaw.db" not in out
-    assert "listed" in out
+    # An empty folder in its place (not merely one the sandbox's user may not open).
+    assert out.startswith("listed\n") and "Permission denied" not in out.split("listed")[0], out
 
 
 class Listener:
