@@ -405,7 +405,7 @@ async def _drive(daemon: Daemon, plans: list[Plan], run: Run) -> None:
     gateway = daemon.gateway
     assert gateway is not None
     for n, plan in enumerate(plans):
-        _, outcome = await gateway.submit(Inbound(SESSION, plan.text), wait=True)
+        _, outcome = await gateway.intake.submit(Inbound(SESSION, plan.text), wait=True)
         if outcome is not None and outcome.status == "completed":
             run.answered += 1
         if (n + 1) % 50 == 0:
@@ -485,7 +485,9 @@ def fallback_requests(tmp: Path) -> tuple[int, int, bool]:
         daemon = Daemon(settings)
         daemon.start()
         assert daemon.gateway is not None and daemon.io is not None
-        _, outcome = daemon.io.run(daemon.gateway.submit(Inbound("cli:fallback", "hello"), wait=True), 120)
+        _, outcome = daemon.io.run(
+            daemon.gateway.intake.submit(Inbound("cli:fallback", "hello"), wait=True), 120
+        )
         answered = outcome is not None and outcome.status == "completed"
     finally:
         if daemon is not None:

@@ -6,7 +6,7 @@ data_dir); the provider is :mod:`tests.fakes.scripted_openai` on its own thread.
 request it answers waits ``--delay-ms`` (20 ms) first, chat, memory flush and summary
 alike, so the model's time is a known constant and what varies is how many calls a turn
 makes. ``--sessions`` (2) sessions run at once, each sending its next message with
-``Gateway.submit(..., wait=True)`` when the last one is answered, to ``--messages``
+``IntakeService.submit(..., wait=True)`` when the last one is answered, to ``--messages``
 (300) messages each: tool-free turns, one user message (100-300 characters) and one
 reply (400-1,000 characters), ~180 tokens a turn. Window 8,192 tokens,
 ``max_output_tokens`` 1,024 (trim budget 7,168), ``compaction_threshold`` 0.75: the
@@ -287,7 +287,7 @@ async def drive(daemon: Daemon, n: int, plans: list[TurnPlan], result: RunResult
     assert gateway is not None
     for i, plan in enumerate(plans):
         t0 = time.perf_counter()
-        _, outcome = await gateway.submit(Inbound(session_id(n), plan.text), wait=True)
+        _, outcome = await gateway.intake.submit(Inbound(session_id(n), plan.text), wait=True)
         seconds = time.perf_counter() - t0
         assert outcome is not None
         answered = outcome.status == "completed" and bool(outcome.reply)

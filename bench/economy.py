@@ -39,7 +39,7 @@ Counted at the provider (every request it received, compaction calls included)
     / memory flush / summary; overflow errors = requests answered 400 context_length_exceeded.
 Counted in the daemon's journal (sqlite3, read-only, after the run)
     ``HistoryTrimmed`` (by reason), ``SessionCompacted`` (by tiers), ``TurnRecorded`` by
-    status; turns answered = ``Gateway.submit(wait=True)`` outcomes ``completed`` with a reply.
+    status; turns answered = ``IntakeService.submit(wait=True)`` outcomes ``completed`` with a reply.
 
 Figures: tiered prompt tokens <= 10% of the unmanaged run's (counted as missed if the
 unmanaged reference did not answer every turn), zero overflow errors and every turn
@@ -353,7 +353,7 @@ async def drive(daemon: Daemon, plans: list[TurnPlan], result: RunResult, name: 
     gateway = daemon.gateway
     assert gateway is not None
     for n, plan in enumerate(plans):
-        _, outcome = await gateway.submit(Inbound(SESSION, plan.text), wait=True)
+        _, outcome = await gateway.intake.submit(Inbound(SESSION, plan.text), wait=True)
         assert outcome is not None
         result.outcomes[outcome.status] += 1
         if outcome.status == "completed" and outcome.reply:

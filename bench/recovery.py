@@ -303,7 +303,9 @@ def actor_path(data_dir: Path, pids: list[str], tmp: Path) -> dict[str, dict[str
         async def one(pid: str) -> dict[str, float]:
             turn_done[pid] = asyncio.Event()
             t0 = time.perf_counter()
-            await gateway.submit(Inbound(pid, "one more question after the restart, please"), wait=False)
+            await gateway.intake.submit(
+                Inbound(pid, "one more question after the restart, please"), wait=False
+            )
             t1 = time.perf_counter()
             await asyncio.wait_for(turn_done[pid].wait(), 120)
             ready, done = ready_at[pid]

@@ -4,7 +4,7 @@ The real ``Daemon`` in-process (temporary data_dir, ``journal.synchronous=full``
 scripted provider in its own process (``tests.fakes.scripted_openai``), passivation on
 (``session.idle_timeout_s`` ``--idle`` seconds, ``passivation_grace_s`` 0) and
 ``session.max_resident_sessions`` ``--max-resident``. ``--sessions`` sessions (10,000) are
-created one message each, ``--concurrency`` at a time (``Gateway.submit(wait=True)``); a
+created one message each, ``--concurrency`` at a time (``IntakeService.submit(wait=True)``); a
 sampler thread reads this process's RSS and thread count from /proc every ``--sample``
 seconds, with how many sessions are done and resident. When every session has answered, the
 run waits until the manager holds no resident session (or ``--settle`` seconds), collects
@@ -89,7 +89,7 @@ async def create_sessions(daemon: Daemon, sampler: Sampler, sessions: int, concu
                 i = queue.get_nowait()
             except asyncio.QueueEmpty:
                 return
-            _, outcome = await gateway.submit(Inbound(f"scale-{i}", f"hello number {i}"), wait=True)
+            _, outcome = await gateway.intake.submit(Inbound(f"scale-{i}", f"hello number {i}"), wait=True)
             if outcome is None or outcome.status != "completed":
                 failed += 1
             sampler.done += 1

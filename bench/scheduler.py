@@ -82,7 +82,7 @@ async def fire_latencies(daemon: Daemon, fires: int, spacing_s: float) -> list[f
     started: dict[str, float] = {}
 
     async def watch(session_id: str) -> None:
-        subscription = gateway.subscribe(session_id, out.OutputFilter.NONE)
+        subscription = gateway.reads.subscribe(session_id, out.OutputFilter.NONE)
         try:
             async for output in subscription:
                 if isinstance(output, out.Phase) and output.to == "processing":

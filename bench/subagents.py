@@ -87,9 +87,9 @@ async def one_trip(daemon: Daemon, timed: TimedProvider, n: int) -> Trip:
     assert daemon.gateway is not None
     parent = f"cli:bench-{n}"
     task = f"TASK trip{n}-1 rounds=0"
-    subscription = daemon.gateway.subscribe(parent, out.OutputFilter.TOOL_CALLS)
+    subscription = daemon.gateway.reads.subscribe(parent, out.OutputFilter.TOOL_CALLS)
     try:
-        await daemon.gateway.submit(Inbound(parent, f"SPAWN 1 trip{n} rounds=0"))
+        await daemon.gateway.intake.submit(Inbound(parent, f"SPAWN 1 trip{n} rounds=0"))
         spawned = finished = 0.0
         turns_done = 0
         while turns_done < 2:  # the spawning turn, then the one on the child's answer
@@ -108,7 +108,7 @@ async def one_trip(daemon: Daemon, timed: TimedProvider, n: int) -> Trip:
         subscription.close()
     call_start, call_end = timed.calls[task]
     started = time.perf_counter()
-    await daemon.gateway.submit(Inbound(f"cli:plain-{n}", f"plain {n}"), wait=True)
+    await daemon.gateway.intake.submit(Inbound(f"cli:plain-{n}", f"plain {n}"), wait=True)
     plain = time.perf_counter() - started
     plain_start, plain_end = timed.calls[f"plain {n}"]
     return Trip(

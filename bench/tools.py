@@ -85,11 +85,11 @@ async def through_daemon(daemon: Daemon, rounds: int) -> list[float]:
     assert daemon.gateway is not None
     gateway = daemon.gateway
     sid = "cli:tool-bench"
-    subscription = gateway.subscribe(sid, out.OutputFilter.TOOL_CALLS)
+    subscription = gateway.reads.subscribe(sid, out.OutputFilter.TOOL_CALLS)
     times: list[float] = []
     try:
         for i in range(rounds + 10):
-            await gateway.submit(Inbound(sid, f"round {i}"))
+            await gateway.intake.submit(Inbound(sid, f"round {i}"))
             called = 0.0
             while True:
                 output = await subscription.get(30)

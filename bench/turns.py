@@ -6,7 +6,7 @@ data_dir, journal synchronous=FULL). The provider is ``tests.fakes.scripted_open
 not share our GIL.
 
 Latency, 1 session, sequential turns (the figure)
-    Each turn is ``Gateway.submit(Inbound(...), wait=True)`` awaited by a driver coroutine
+    Each turn is ``IntakeService.submit(Inbound(...), wait=True)`` awaited by a driver coroutine
     on the daemon's own loop (no bench-side thread hops). Right before each turn the
     driver makes a direct httpx streaming call to the same server with the same request
     (system prompt, transcript so far, tools; pre-encoded) and reads it to the end: the
@@ -236,7 +236,7 @@ async def latency_run(daemon: Daemon, ref: Reference, sid: str, texts: list[str]
                 t1 = time.perf_counter()
                 timed.take()
                 snaps0, bytes0 = timed.snapshots, timed.snapshot_bytes
-                _, outcome = await gateway.submit(Inbound(sid, text), wait=True)
+                _, outcome = await gateway.intake.submit(Inbound(sid, text), wait=True)
                 t2 = time.perf_counter()
                 journal_s, provider_s = timed.take()
                 assert outcome is not None and outcome.status == "completed", outcome
@@ -306,7 +306,7 @@ async def daemon_throughput(
     assert gateway is not None and journal is not None
 
     async def turn(sid: str, text: str) -> None:
-        _, outcome = await gateway.submit(Inbound(sid, text), wait=True)
+        _, outcome = await gateway.intake.submit(Inbound(sid, text), wait=True)
         assert outcome is not None and outcome.status == "completed", outcome
 
     ids = [f"{prefix}-{i}" for i in range(sessions)]
@@ -589,7 +589,7 @@ def main() -> int:
         "e2e_turn_latency_p50",
         ms(p(lat.e2e, 50)),
         "ms",
-        f"Gateway.submit(wait=True) on the daemon loop, 1 session, {turns_n} turns",
+        f"IntakeService.submit(wait=True) on the daemon loop, 1 session, {turns_n} turns",
     )
     info("e2e_turn_latency_p99", ms(p(lat.e2e, 99)), "ms")
     info("added_latency_p50", ms(p(added, 50)), "ms", "paired per turn: e2e - reference")

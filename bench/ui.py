@@ -71,7 +71,9 @@ async def create_sessions(daemon: Daemon, sessions: int, concurrency: int) -> in
                 i = queue.get_nowait()
             except asyncio.QueueEmpty:
                 return
-            _, outcome = await gateway.submit(Inbound(f"cli:ui-{i:05d}", f"hello number {i}"), wait=True)
+            _, outcome = await gateway.intake.submit(
+                Inbound(f"cli:ui-{i:05d}", f"hello number {i}"), wait=True
+            )
             failed += outcome is None or outcome.status != "completed"
 
     await asyncio.gather(*(worker() for _ in range(concurrency)))

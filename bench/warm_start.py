@@ -47,7 +47,7 @@ def make_sessions(config: Settings, count: int) -> None:
 
             async def one(i: int) -> None:
                 async with limit:
-                    await gateway.submit(Inbound(f"cli:warm-{i:04d}", f"hello number {i}"), wait=True)
+                    await gateway.intake.submit(Inbound(f"cli:warm-{i:04d}", f"hello number {i}"), wait=True)
 
             await asyncio.gather(*(one(i) for i in range(count)))
 

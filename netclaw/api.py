@@ -1,7 +1,9 @@
 """The HTTP server: health, control API and SSE subscriptions (aiohttp, on the I/O loop).
 
-Every handler goes through the :class:`~netclaw.gateway.Gateway`; errors take the
-shape and the middleware of :mod:`netclaw.web`.
+Every handler goes through the gateway, by the roles an operator plays
+(:class:`~netclaw.gateway.Operator`: input, control, reads, approvals) and chat commands
+(:class:`~netclaw.gateway.Commands`); errors take the shape and the middleware of
+:mod:`netclaw.web`.
 """
 
 from __future__ import annotations
@@ -27,8 +29,9 @@ from netclaw.errors import ApiError, NotPermitted
 from netclaw.gateway import (
     MAX_NAME_CHARS,
     CommandDone,
-    Gateway,
+    Commands,
     Inbound,
+    Operator,
     SessionSummary,
     TurnOutcome,
     parse_prompt_or_fail,
@@ -37,7 +40,7 @@ from netclaw.identifiers import check_label, check_session_id
 from netclaw.messages import ChatMessage
 from netclaw.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from netclaw.metrics import Metrics
-from netclaw.persistence import Memory
+from netclaw.persistence import AccessLogic, Memory
 from netclaw.reminders import check_catch_up, check_name, check_text
 from netclaw.roles import may_command, refusal
 from netclaw.scheduler import NewReminder, Scheduler
@@ -68,18 +71,24 @@ MAX_USER_CHARS = 200
 class Api:
     def __init__(
         self,
-        gateway: Gateway,
+        operator: Operator,
+        commands: Commands,
         token: str,
         health_extra: Callable[[], Mapping[str, Any]] | None = None,
         scheduler: Scheduler | None = None,
         metrics: Metrics | None = None,
         cluster: ClusterHttp | None = None,
+        access: AccessLogic | None = None,
     ) -> None:
-        self.gateway = gateway
+        self.intake, self.control, self.reads = operator.intake, operator.control, operator.reads
+        self.approvals = operator.approvals
+        self.commands = commands  # a message that is a chat command
         self.cluster = cluster  # several nodes: the cluster's routes, and forwarding
         self.metrics = metrics
         self.scheduler = scheduler
-        self.access = Access(gateway, token, lambda: gateway.settings)  # who may call what
+        reads = self.reads
+        # Who may call what: tokens from ``access`` (the tokens and audit store), if kept.
+        self.access = Access(access, self.control, token, lambda: reads.settings)
         self._health_extra = health_extra
         self._streams = SseStreams()
 
@@ -121,7 +130,7 @@ class Api:
     def health(self) -> dict[str, Any]:
         """What ``/healthz`` answers: sessions by phase, channels, MCP servers, the journal,
         and ``degraded`` with the reasons when something enabled is down."""
-        resident = self.gateway.resident_phases()
+        resident = self.reads.resident_phases()
         by_phase: dict[str, int] = {}
         for phase in resident.values():
             by_phase[phase] = by_phase.get(phase, 0) + 1
@@ -154,7 +163,7 @@ class Api:
         return web.Response(body=self.metrics.render(), headers={"Content-Type": METRICS_CONTENT_TYPE})
 
     async def list_sessions(self, request: web.Request) -> web.Response:
-        sessions = await self.gateway.list_sessions()
+        sessions = await self.reads.list_sessions()
         return web.json_response([_summary_json(s) | {"pending": s.pending} for s in sessions])
 
     async def get_session(self, request: web.Request) -> web.Response:
@@ -162,7 +171,7 @@ class Api:
         view = request.query.get("view", "transcript")
         if view not in ("transcript", "context"):
             raise ApiError(400, "invalid_view", f"view must be 'transcript' or 'context', not {view!r}")
-        found = await self.gateway.get_session(session_id, context=view == "context")
+        found = await self.reads.get_session(session_id, context=view == "context")
         if found is None:
             raise ApiError(404, "session_not_found", f"no session {session_id!r}")
         messages = _with_failures([_message_json(m) for m in found.messages], found.failures)
@@ -206,7 +215,7 @@ class Api:
         )
         prompt = parse_prompt_or_fail(text)
         if prompt is not None:  # an MCP prompt: the message, or an answer instead
-            submitted = await self.gateway.submit_prompt(
+            submitted = await self.commands.submit_prompt(
                 inbound,
                 prompt,
                 wait=wait,
@@ -218,13 +227,13 @@ class Api:
             return submission_response(*submitted)
         command = parse_command(text) if not files else None
         if command is not None:  # a chat command: answered, never model input
-            if not may_command(self.gateway.settings, who.role, command.name):
+            if not may_command(self.reads.settings, who.role, command.name):
                 raise NotPermitted(refusal(who.role, f"/{command.name}"))
-            done = await self.gateway.command(session_id, command, by=user or actor(request))
+            done = await self.commands.command(session_id, command, by=user or actor(request))
             return web.json_response(
                 {"session_id": session_id, "command": done.command, "notice": done.notice}
             )
-        admission, outcome = await self.gateway.submit(inbound, wait=wait)
+        admission, outcome = await self.intake.submit(inbound, wait=wait)
         return submission_response(admission, outcome)
 
     async def forwarded_message(self, request: web.Request) -> web.Response:
@@ -244,7 +253,7 @@ class Api:
             raise ApiError(
                 400, "invalid_body", "expected {'inbound': {...}, 'wait': bool, 'turn_timeout': number|null}"
             )
-        admission, outcome = await self.gateway.submit(
+        admission, outcome = await self.intake.submit(
             Inbound.from_json(inbound), wait=bool(body.get("wait")), turn_timeout=timeout, forwarded=True
         )
         return web.json_response(
@@ -262,14 +271,14 @@ class Api:
 
     async def _known(self, request: web.Request) -> str:
         session_id = check_session_id(request.match_info["id"])
-        if not await self.gateway.knows(session_id):
+        if not await self.reads.knows(session_id):
             raise ApiError(404, "session_not_found", f"no session {session_id!r}")
         return session_id
 
     async def cancel(self, request: web.Request) -> web.Response:
         session_id = await self._known(request)
         self._may_command(request, "stop")
-        turn = await self.gateway.cancel(session_id, by=actor(request))
+        turn = await self.control.cancel(session_id, by=actor(request))
         return web.json_response(
             {"cancelled": True, "turn": turn} if turn is not None else {"cancelled": False}
         )
@@ -277,12 +286,12 @@ class Api:
     async def reset(self, request: web.Request) -> web.Response:
         session_id = await self._known(request)
         self._may_command(request, "reset")
-        await self.gateway.reset(session_id, by=actor(request))
+        await self.control.reset(session_id, by=actor(request))
         return web.json_response({"session_id": session_id})
 
     async def get_model(self, request: web.Request) -> web.Response:
         session_id = await self._known(request)
-        return web.json_response((await self.gateway.model_of(session_id)).to_json())
+        return web.json_response((await self.reads.model_of(session_id)).to_json())
 
     async def put_model(self, request: web.Request) -> web.Response:
         """``{"model": NAME}`` chooses the session's model from its next turn on;
@@ -295,35 +304,35 @@ class Api:
             raise ApiError(400, "invalid_model", 'expected {"model": NAME} (or null: back to models.main)')
         name = body["model"]
         wanted = None if name is None or name.lower() == DEFAULT_MODEL else name
-        choice = await self.gateway.pin_model(session_id, wanted, by=actor(request))
+        choice = await self.control.pin_model(session_id, wanted, by=actor(request))
         return web.json_response(choice.to_json())
 
     async def delete_session(self, request: web.Request) -> web.Response:
         session_id = check_session_id(request.match_info["id"])
         memories = flag(request, "memories")
-        if not await self.gateway.delete(session_id, memories=memories, by=actor(request)):
+        if not await self.control.delete(session_id, memories=memories, by=actor(request)):
             raise ApiError(404, "session_not_found", f"no session {session_id!r}")
         return web.Response(status=204)
 
     def _may_command(self, request: web.Request, command: Command) -> Principal:
         who = principal(request)
-        if not may_command(self.gateway.settings, who.role, command):
+        if not may_command(self.reads.settings, who.role, command):
             raise NotPermitted(refusal(who.role, f"/{command}"))
         return who
 
     async def list_approvals(self, request: web.Request) -> web.Response:
         session_id = await self._known(request)
-        return web.json_response([a.to_json() for a in await self.gateway.approvals(session_id)])
+        return web.json_response([a.to_json() for a in await self.approvals.approvals(session_id)])
 
     async def list_children(self, request: web.Request) -> web.Response:
         """The session's sub-agents (``agent:<id>/<n>``), oldest first, with their phase."""
         session_id = await self._known(request)
-        phases = self.gateway.resident_phases()
-        records = await self.gateway.children(session_id)
+        phases = self.reads.resident_phases()
+        records = await self.reads.children(session_id)
         return web.json_response([r.as_json(phases.get(r.child)) for r in records])
 
     async def all_approvals(self, request: web.Request) -> web.Response:
-        return web.json_response([a.to_json() for a in await self.gateway.all_approvals()])
+        return web.json_response([a.to_json() for a in await self.approvals.all_approvals()])
 
     async def decide(self, request: web.Request) -> web.Response:
         session_id = await self._known(request)
@@ -333,7 +342,7 @@ class Api:
         if not isinstance(decision, str):
             raise ApiError(400, "invalid_decision", "'decision' is required: approve, deny or always")
         user = check_label("user", body.get("user", actor(request)), max_chars=MAX_USER_CHARS)
-        taken = await self.gateway.decide(session_id, approval_id, decision, by=user)
+        taken = await self.approvals.decide(session_id, approval_id, decision, by=user)
         return web.json_response({"id": approval_id, "decision": taken})
 
     def _scheduler(self) -> Scheduler:
@@ -377,16 +386,14 @@ class Api:
         audience = request.query.get("audience")
         if audience is not None and audience not in ("personal", "team", "public"):
             raise ApiError(400, "invalid_audience", "audience must be personal, team or public")
-        found = await self.gateway.memories(
-            query=request.query.get("q"), audience=audience, session_id=session
-        )
+        found = await self.reads.memories(query=request.query.get("q"), audience=audience, session_id=session)
         return web.json_response([_memory_json(m) for m in found])
 
     async def delete_memory(self, request: web.Request) -> web.Response:
         raw = request.match_info["id"]
         if not _MEMORY_ID.fullmatch(raw):  # ASCII digits: "²".isdigit() is True, int("²") fails
             raise ApiError(404, "memory_not_found", f"no memory {raw[:40]!r}")
-        if not await self.gateway.forget(int(raw), by=actor(request)):
+        if not await self.control.forget(int(raw), by=actor(request)):
             raise ApiError(404, "memory_not_found", f"no memory {raw}")
         return web.Response(status=204)
 
@@ -395,8 +402,8 @@ class Api:
         if by not in ("session", "day", "model"):
             raise ApiError(400, "invalid_by", f"by must be session, day or model, not {by[:40]!r}")
         since = request.query.get("since")
-        rows = await self.gateway.usage(by, parse_since(since) if since else None)  # type: ignore[arg-type]
-        currency = self.gateway.settings.spend.currency
+        rows = await self.reads.usage(by, parse_since(since) if since else None)  # type: ignore[arg-type]
+        currency = self.reads.settings.spend.currency
         return web.json_response([{**row.to_json(), "currency": currency} for row in rows])
 
     async def events(self, request: web.Request) -> web.StreamResponse:
@@ -405,7 +412,7 @@ class Api:
             mask = out.OutputFilter.parse(request.query.get("filter"))
         except ValueError as exc:
             raise ApiError(400, "invalid_filter", str(exc)) from exc
-        return await self._streams.serve(request, session_id, self.gateway.subscribe(session_id, mask))
+        return await self._streams.serve(request, session_id, self.reads.subscribe(session_id, mask))
 
 
 # -- helpers ------------------------------------------------------------------------------------

@@ -20,7 +20,8 @@ from aiohttp import web
 from netclaw.cluster import SUBMIT_PATH
 from netclaw.config import Settings
 from netclaw.errors import ApiError, NotPermitted
-from netclaw.gateway import Gateway, check_session_id
+from netclaw.gateway import Auditing, check_session_id
+from netclaw.persistence import AccessLogic
 from netclaw.roles import ADMIN, CONTROL, Permission, known_roles, may, refusal
 from netclaw.web import Handler, parse_since, read_body, read_json_object
 
@@ -78,8 +79,15 @@ def permission_for(method: str, path: str) -> Permission:
 
 
 class Access:
-    def __init__(self, gateway: Gateway, control_token: str, settings_of: Callable[[], Settings]) -> None:
-        self.gateway = gateway
+    def __init__(
+        self,
+        store: AccessLogic | None,
+        audit: Auditing,
+        control_token: str,
+        settings_of: Callable[[], Settings],
+    ) -> None:
+        self._store = store  # named tokens and the audit trail (None: the daemon keeps neither)
+        self._audit = audit
         self._token = control_token.encode()
         self._settings_of = settings_of
 
@@ -91,7 +99,7 @@ class Access:
         secret = given.strip()
         if hmac.compare_digest(secret.encode("utf-8", "surrogateescape"), self._token):
             return CONTROL_PRINCIPAL
-        store = self.gateway.access
+        store = self._store
         if store is not None and secret.isascii():
             token = await store.token(secret)
             if token is not None:
@@ -117,7 +125,7 @@ class Access:
         app.router.add_delete("/api/tokens/{name}", self.remove_token)
 
     async def audit(self, request: web.Request) -> web.Response:
-        store = self.gateway.access
+        store = self._store
         if store is None:
             raise ApiError(503, "access_unavailable", "this daemon keeps no audit trail")
         session = request.query.get("session")
@@ -133,13 +141,13 @@ class Access:
         return web.json_response([e.to_json() for e in entries])
 
     async def list_tokens(self, request: web.Request) -> web.Response:
-        store = self.gateway.access
+        store = self._store
         if store is None:
             raise ApiError(503, "access_unavailable", "this daemon keeps no tokens")
         return web.json_response([t.to_json() for t in await store.tokens()])
 
     async def add_token(self, request: web.Request) -> web.Response:
-        store = self.gateway.access
+        store = self._store
         if store is None:
             raise ApiError(503, "access_unavailable", "this daemon keeps no tokens")
         body = read_json_object(await read_body(request, MAX_BODY_BYTES))
@@ -152,18 +160,18 @@ class Access:
                 400, "invalid_role", f"'role' must be one of the configured roles: {', '.join(roles)}"
             )
         token = await store.add_token(name, str(role))
-        await self.gateway.audit("token_added", actor(request), name=name, role=role)
+        await self._audit.audit("token_added", actor(request), name=name, role=role)
         log.info("API token %s added (role %s)", name, role)
         return web.json_response({"name": name, "role": role, "token": token}, status=201)
 
     async def remove_token(self, request: web.Request) -> web.Response:
-        store = self.gateway.access
+        store = self._store
         if store is None:
             raise ApiError(503, "access_unavailable", "this daemon keeps no tokens")
         name = request.match_info["name"]
         if not await store.remove_token(name):
             raise ApiError(404, "token_not_found", f"no token named {name[:64]!r}")
-        await self.gateway.audit("token_removed", actor(request), name=name)
+        await self._audit.audit("token_removed", actor(request), name=name)
         log.info("API token %s removed", name)
         return web.Response(status=204)
 

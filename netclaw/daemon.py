@@ -248,13 +248,14 @@ class Daemon:
             access = make_access(self.settings)
             self.io.run(access.open())
             self.access = access
-            self.gateway = Gateway(
+            # The gateway's services; each caller below gets the ones it uses, typed by its role.
+            gateway = self.gateway = Gateway.build(
                 self.manager,
                 journal,
                 self.live,
-                memory,
-                reminders,
-                routing,
+                memory=memory,
+                reminders=reminders,
+                routing=routing,
                 access=access,
                 mcp=self.mcp,
                 questions=self.questions,
@@ -262,28 +263,35 @@ class Daemon:
                 skills=self.skills,
             )
             self.scheduler = Scheduler(
-                reminders, self.gateway, lambda: self.live.current, clock=self._clock, metrics=metrics
+                reminders,
+                gateway.intake,
+                gateway.outbox,
+                lambda: self.live.current,
+                clock=self._clock,
+                metrics=metrics,
             )
             for tool in reminder_tools(self.scheduler):
                 tools.register(tool)
-            self.subagents = Subagents(self.gateway, lambda: self.live.current)
+            self.subagents = Subagents(gateway.subagents, lambda: self.live.current)
             for tool in subagent_tools(self.subagents):  # the tools reach the gateway through it
                 tools.register(tool)
             metrics.watch(self._scraped_gauges)
             api = Api(
-                self.gateway,
+                gateway.operator,
+                gateway.commands,
                 token,
                 health_extra=self.health,
                 scheduler=self.scheduler,
                 metrics=metrics,
                 cluster=ClusterHttp(self.cluster) if self.cluster is not None else None,
+                access=access,
             )
             app = api.app()
             if self.settings.ui.enabled:  # the control listener only: never the webhook listener's app
-                room = control_room(self.gateway, token, scheduler=self.scheduler, health=api.health)
+                room = control_room(gateway.operator, token, scheduler=self.scheduler, health=api.health)
                 app.add_subapp(UI_PREFIX, room)
             app.router.add_routes(mcp_routes(self.mcp))
-            app.router.add_routes(question_routes(self.gateway))
+            app.router.add_routes(question_routes(gateway.approvals, gateway.control))
             # Sessions that were active at a graceful stop (and any with unanswered input)
             # recover now, before channels deliver and before READY=1. In a cluster, once
             # this node listens: a lease it takes while it cannot be reached would hold the
@@ -292,7 +300,7 @@ class Daemon:
             warmed = 0
             if self.cluster is None:
                 warmed = self.io.run(self._warm_sessions(manifest), WARM_TIMEOUT_S + 10)
-            self._check_adapters(build_adapters(self.settings, self.gateway))
+            self._check_adapters(build_adapters(self.settings, gateway.chat))
             hook_routes = [route for adapter in self.adapters for route in adapter.routes()]
             if self.settings.gateway.webhook_host is None:
                 app.router.add_routes(hook_routes)
@@ -688,7 +696,7 @@ class Daemon:
             self.io.submit(_sync_schedules(self.scheduler, self.live.current.schedules))
         (log.warning if change.restart else log.info)("%s", change.describe())
         if self.gateway is not None and self.io is not None and (change.applied or change.restart):
-            record = self.gateway.audit(
+            record = self.gateway.control.audit(
                 "config_reload", "daemon", applied=list(change.applied), restart=list(change.restart)
             )
             self.io.submit(record)  # the audit trail; never holds up the reload

@@ -14,19 +14,21 @@ from aiohttp import web
 
 from netclaw.api_access import actor
 from netclaw.errors import ApiError
-from netclaw.gateway import Gateway, check_session_id
+from netclaw.gateway import Auditing, ToolQuestions, check_session_id
 from netclaw.identifiers import check_label
 from netclaw.web import read_body, read_json_object
 
 MAX_BODY_BYTES = 65_536
 
 
-def question_routes(gateway: Gateway) -> list[web.RouteDef]:
+def question_routes(questions: ToolQuestions, audit: Auditing) -> list[web.RouteDef]:
+    """The routes over the open questions (an answer is recorded in the audit trail)."""
+
     async def all_questions(request: web.Request) -> web.Response:
-        return web.json_response(gateway.questions())
+        return web.json_response(questions.questions())
 
     async def session_questions(request: web.Request) -> web.Response:
-        return web.json_response(gateway.questions(check_session_id(request.match_info["id"])))
+        return web.json_response(questions.questions(check_session_id(request.match_info["id"])))
 
     async def answer(request: web.Request) -> web.Response:
         session_id = check_session_id(request.match_info["id"])
@@ -40,9 +42,9 @@ def question_routes(gateway: Gateway) -> list[web.RouteDef]:
         # Who answered, for the record: the caller's token unless the body names a person.
         user = check_label("user", body.get("user", actor(request)), max_chars=200)
         question_id = request.match_info["question_id"]
-        tool = next((q["tool"] for q in gateway.questions(session_id) if q["id"] == question_id), None)
-        answered = gateway.answer_question(session_id, question_id, action, content, by=user)
-        await gateway.audit(
+        tool = next((q["tool"] for q in questions.questions(session_id) if q["id"] == question_id), None)
+        answered = questions.answer_question(session_id, question_id, action, content, by=user)
+        await audit.audit(
             "question_answered", user, session_id, question=question_id, tool=tool, action=action
         )
         return web.json_response(answered)

@@ -27,7 +27,7 @@ from typing import Any, Protocol
 
 from netclaw.config import ScheduleConfig, Settings
 from netclaw.errors import InvalidInput, JournalError, NetclawError
-from netclaw.gateway import Control, Inbound, check_session_id
+from netclaw.gateway import Inbound, Input, Threads, check_session_id
 from netclaw.metrics import Metrics
 from netclaw.persistence import Reminder, ReminderStore
 from netclaw.policy import reminders_allowed
@@ -90,7 +90,8 @@ class Scheduler:
     def __init__(
         self,
         store: ReminderStore,
-        gateway: Control,
+        intake: Input,
+        threads: Threads,
         settings: Callable[[], Settings],
         *,
         clock: Clock | None = None,
@@ -98,7 +99,8 @@ class Scheduler:
     ) -> None:
         self.store = store
         self.metrics = metrics
-        self.gateway = gateway
+        self._intake = intake  # each fire, and the notices of missed ones
+        self._threads = threads  # a fire delivered to a new thread (``deliver``)
         self._settings = settings
         self.clock: Clock = clock or SystemClock()
         self._wake = asyncio.Event()
@@ -264,7 +266,7 @@ class Scheduler:
                     user=REMINDER_USER,
                     identity=identity(reminder.id, scheduled),
                 )
-                admission, _ = await self.gateway.submit(inbound)
+                admission, _ = await self._intake.submit(inbound)
             except NetclawError as exc:
                 # Not admitted (or not known to be): next_fire stays, the same identity comes
                 # again shortly, and a duplicate is recognised by the session.
@@ -291,7 +293,7 @@ class Scheduler:
             return reminder.session_id
         key = hashlib.sha256(f"deliver|{reminder.id}|{scheduled:.3f}".encode()).hexdigest()[:20]
         header = f"⏰ {reminder.name or 'Reminder'}: {reminder.text.splitlines()[0][:200]}"
-        return await self.gateway.open_thread(
+        return await self._threads.open_thread(
             reminder.deliver["channel"], reminder.deliver["to"], header, key=key, since=scheduled - 300
         )
 
@@ -303,7 +305,7 @@ class Scheduler:
         )
         log.info("%s: %s", reminder.session_id, text)
         with contextlib.suppress(NetclawError):
-            self.gateway.announce(reminder.session_id, text, "reminder")
+            self._intake.announce(reminder.session_id, text, "reminder")
 
     # -- config ---------------------------------------------------------------------------------
 

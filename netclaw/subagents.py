@@ -31,7 +31,7 @@ from typing import Any
 
 from netclaw.config import Settings
 from netclaw.errors import InvalidInput, NetclawError, SessionUnavailable, SubagentRefused
-from netclaw.gateway import Gateway, Inbound, TurnOutcome
+from netclaw.gateway import Inbound, SubagentSessions, TurnOutcome
 from netclaw.lineage import (
     AGENT_CHANNEL,
     ChildRecord,
@@ -57,7 +57,7 @@ DELIVERY_BACKOFF = Backoff(first_s=0.5, max_s=30.0, jitter=0.1)
 
 
 class Subagents:
-    def __init__(self, gateway: Gateway, settings: Callable[[], Settings]) -> None:
+    def __init__(self, gateway: SubagentSessions, settings: Callable[[], Settings]) -> None:
         self._gateway = gateway
         self._settings = settings
         self._delivering: set[str] = set()  # children whose reports are on their way now

@@ -23,7 +23,7 @@ from netclaw.errors import NetclawError
 from netclaw.system import SYSTEM_UNIT, ServiceUser, service_user
 
 if TYPE_CHECKING:
-    from netclaw.gateway import Gateway
+    from netclaw.gateway import ChatInput
 
 PROBE_TIMEOUT_S = 20.0
 
@@ -239,7 +239,7 @@ def _doctor_adapters(settings: Settings, report: Any) -> bool:
     from adapters import build_adapters
 
     # Checking and probing read only the gateway's settings; nothing is served.
-    adapters = build_adapters(settings, cast("Gateway", _SettingsOnly(settings)))
+    adapters = build_adapters(settings, cast("ChatInput", _SettingsOnly(settings)))
 
     async def probe_all() -> list[tuple[str, bool, str]]:
         found = []

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from aiohttp import web
 
-from netclaw.gateway import Gateway
+from netclaw.gateway import Operator
 from netclaw.scheduler import Scheduler
 from netclaw.ui._guard import Guard
 from netclaw.ui._pages import OtherPages
@@ -18,14 +18,14 @@ from netclaw.ui._session_pages import SessionPages
 
 
 def control_room(
-    gateway: Gateway,
+    operator: Operator,
     token: str,
     *,
     scheduler: Scheduler | None = None,
     health: HealthReport | None = None,
     clock: Callable[[], float] = time.time,
 ) -> web.Application:
-    room = Room(gateway, token, scheduler=scheduler, health=health, clock=clock)
+    room = Room(operator, token, scheduler=scheduler, health=health, clock=clock)
     guard = Guard(room)
     app = web.Application(middlewares=[guard.middleware])
     app.router.add_routes(guard.routes())

@@ -25,7 +25,7 @@ async def all_approvals_fragment(room: Room, request: web.Request) -> web.Respon
     return room.render(
         request,
         "_all_approvals.html",
-        approvals=await room.gateway.all_approvals(),
+        approvals=await room.approvals.all_approvals(),
         back=f"{PREFIX}/approvals",
     )
 
@@ -33,7 +33,7 @@ async def all_approvals_fragment(room: Room, request: web.Request) -> web.Respon
 class OtherPages:
     def __init__(self, room: Room) -> None:
         self.room = room
-        self.gateway = room.gateway
+        self.reads, self.control = room.reads, room.control
 
     def routes(self) -> list[web.RouteDef]:
         return [
@@ -58,7 +58,7 @@ class OtherPages:
             request,
             "approvals.html",
             title="Approvals",
-            approvals=await self.gateway.all_approvals(),
+            approvals=await self.room.approvals.all_approvals(),
             back=f"{PREFIX}/approvals",
         )
 
@@ -126,7 +126,7 @@ class OtherPages:
         audience = request.query.get("audience", "")
         if audience and audience not in ("personal", "team", "public"):
             raise ApiError(400, "invalid_audience", "audience must be personal, team or public")
-        found = await self.gateway.memories(query=q or None, audience=audience or None)
+        found = await self.reads.memories(query=q or None, audience=audience or None)
         return {
             "title": "Memories",
             "memories": found[:MAX_MEMORIES_SHOWN],
@@ -145,7 +145,7 @@ class OtherPages:
 
     async def delete_memory(self, request: web.Request) -> web.Response:
         raw = request.match_info["id"]
-        if not (raw.isascii() and raw.isdigit()) or len(raw) > 18 or not await self.gateway.forget(int(raw)):
+        if not (raw.isascii() and raw.isdigit()) or len(raw) > 18 or not await self.control.forget(int(raw)):
             raise ApiError(404, "memory_not_found", f"no memory {raw[:40]!r}")
         back = f"{PREFIX}/memories"
 
@@ -165,9 +165,9 @@ class OtherPages:
         today = dt.datetime.fromtimestamp(self.room.clock(), dt.UTC).date()
         start = dt.datetime.combine(today - dt.timedelta(days=days - 1), dt.time(), dt.UTC).timestamp()
         by_day, by_model, by_session = await asyncio.gather(
-            self.gateway.usage("day", start),
-            self.gateway.usage("model", start),
-            self.gateway.usage("session", start),
+            self.reads.usage("day", start),
+            self.reads.usage("model", start),
+            self.reads.usage("session", start),
         )
         view = usage_view(
             [r.to_json() for r in by_day],
@@ -175,8 +175,8 @@ class OtherPages:
             [r.to_json() for r in by_session],
             today=today,
             days=days,
-            priced=any(m.price is not None for m in self.gateway.settings.models.named().values()),
-            currency=self.gateway.settings.spend.currency,
+            priced=any(m.price is not None for m in self.reads.settings.models.named().values()),
+            currency=self.reads.settings.spend.currency,
         )
         return self.room.fragment_or_page(
             request,
@@ -197,8 +197,8 @@ class OtherPages:
         context = {
             "title": "Health",
             "report": report,
-            "nodes": await self.gateway.cluster_nodes(),
-            "node_id": self.room.settings.cluster.node if self.gateway.routing is not None else None,
+            "nodes": await self.reads.cluster_nodes(),
+            "node_id": self.room.settings.cluster.node if self.reads.clustered else None,
             "journal_backend": self.room.settings.journal.backend,
             "scheduler": {
                 "running": scheduler is not None and scheduler.running,

@@ -1,5 +1,6 @@
-"""What every page of the control room shares: the gateway and the scheduler, logins,
-the templates and how a page or a fragment is rendered, and the secrets to scrub.
+"""What every page of the control room shares: the gateway's operator roles (input,
+control, reads, approvals) and the scheduler, logins, the templates and how a page or a
+fragment is rendered, and the secrets to scrub.
 
 Runs on the I/O loop; every read goes through the gateway.
 """
@@ -17,7 +18,7 @@ from aiohttp import web
 
 from netclaw import __version__
 from netclaw.config import Settings
-from netclaw.gateway import Gateway
+from netclaw.gateway import Operator
 from netclaw.redact import Scrubber
 from netclaw.scheduler import Scheduler
 from netclaw.ui._auth import COOKIE, Login, Logins, LoginThrottle
@@ -32,23 +33,24 @@ HealthReport = Callable[[], Mapping[str, Any]]  # what /healthz answers
 
 
 class Room:
-    """Everything the pages share: the gateway, the scheduler, logins, templates."""
+    """Everything the pages share: the operator's roles, the scheduler, logins, templates."""
 
     def __init__(
         self,
-        gateway: Gateway,
+        operator: Operator,
         token: str,
         *,
         scheduler: Scheduler | None = None,
         health: HealthReport | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.gateway = gateway
+        self.intake, self.control, self.reads = operator.intake, operator.control, operator.reads
+        self.approvals = operator.approvals
         self.scheduler = scheduler
         self.health = health
         self.clock = clock
         self._token = token
-        self.logins = Logins(token, gateway.settings.ui.login_hours * 3600, clock)
+        self.logins = Logins(token, operator.reads.settings.ui.login_hours * 3600, clock)
         self.throttle = LoginThrottle()
         self.streams = SseStreams()
         self._scrubber: Scrubber | None = None
@@ -64,7 +66,7 @@ class Room:
 
     @property
     def settings(self) -> Settings:
-        return self.gateway.settings
+        return self.reads.settings
 
     async def scrubber(self) -> Scrubber:
         settings = self.settings

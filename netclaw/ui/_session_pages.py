@@ -50,7 +50,8 @@ MAX_MESSAGE_CHARS = 200_000
 class SessionPages:
     def __init__(self, room: Room) -> None:
         self.room = room
-        self.gateway = room.gateway
+        self.intake, self.control, self.reads = room.intake, room.control, room.reads
+        self.approvals = room.approvals
 
     def routes(self) -> list[web.RouteDef]:
         return [
@@ -80,23 +81,21 @@ class SessionPages:
         except ValueError:
             number = 1
         number = max(number, 1)
-        found = await self.gateway.find_sessions(
+        found = await self.reads.find_sessions(
             text=q.strip(), channel=channel, phase=phase, offset=(number - 1) * PER_PAGE, limit=PER_PAGE
         )
         clamped, pages, offset = page_window(found.total, number)
         if clamped != number:  # past the last page: show the last one
             number = clamped
-            found = await self.gateway.find_sessions(
+            found = await self.reads.find_sessions(
                 text=q.strip(), channel=channel, phase=phase, offset=offset, limit=PER_PAGE
             )
         ids = [s.id for s in found.sessions]
         today = dt.datetime.fromtimestamp(self.room.clock(), dt.UTC).replace(
             hour=0, minute=0, second=0, microsecond=0
         )
-        spent = {
-            row.key: row.to_json() for row in await self.gateway.usage("session", today.timestamp(), ids)
-        }
-        priced = any(m.price is not None for m in self.gateway.settings.models.named().values())
+        spent = {row.key: row.to_json() for row in await self.reads.usage("session", today.timestamp(), ids)}
+        priced = any(m.price is not None for m in self.reads.settings.models.named().values())
         page = Page(
             rows=tuple(_listed(s, spent.get(s.id), priced) for s in found.sessions),
             total=found.total,
@@ -124,7 +123,7 @@ class SessionPages:
             if not row.resident:
                 return row
             try:
-                report = await asyncio.wait_for(self.gateway.status(row.id), STATUS_TIMEOUT_S)
+                report = await asyncio.wait_for(self.reads.status(row.id), STATUS_TIMEOUT_S)
             except (TimeoutError, NetclawError):
                 return row
             return _with_report(row, report)
@@ -135,7 +134,7 @@ class SessionPages:
     # -- one session ----------------------------------------------------------------------------
 
     async def _view(self, session_id: str, *, context: bool = False) -> SessionView:
-        found = await self.gateway.get_session(session_id, context=context)
+        found = await self.reads.get_session(session_id, context=context)
         if found is None:
             raise ApiError(404, "session_not_found", f"no session {session_id!r}")
         return found
@@ -146,7 +145,7 @@ class SessionPages:
         if view not in ("transcript", "context"):
             raise ApiError(400, "invalid_view", "view must be transcript or context")
         found = await self._view(session_id, context=view == "context")
-        owner = await self.gateway.owner_of(session_id) if self.gateway.routing is not None else None
+        owner = await self.reads.owner_of(session_id) if self.reads.clustered else None
         report = None if owner is not None else await self._status(session_id)
         reminders = await self.room.scheduler.listing(session_id) if self.room.scheduler is not None else []
         context: dict[str, Any] = {
@@ -171,13 +170,13 @@ class SessionPages:
 
     async def _status(self, session_id: str) -> StatusReport | None:
         try:
-            return await asyncio.wait_for(self.gateway.status(session_id), STATUS_TIMEOUT_S * 5)
+            return await asyncio.wait_for(self.reads.status(session_id), STATUS_TIMEOUT_S * 5)
         except (TimeoutError, NetclawError):
             return None
 
     async def _approvals(self, session_id: str) -> list[PendingApproval]:
         with contextlib.suppress(SessionUnavailable):
-            return await self.gateway.approvals(session_id)
+            return await self.approvals.approvals(session_id)
         return []
 
     async def transcript(self, request: web.Request) -> web.Response:
@@ -200,14 +199,14 @@ class SessionPages:
 
     async def events(self, request: web.Request) -> web.StreamResponse:
         session_id = check_session_id(request.match_info["id"])
-        if not await self.gateway.knows(session_id):
+        if not await self.reads.knows(session_id):
             raise ApiError(404, "session_not_found", f"no session {session_id!r}")
         scrubber = await self.room.scrubber()
 
         def encode(output: out.Output) -> bytes:
             return scrubber.scrub(sse_event(output).decode()).encode()
 
-        subscription = self.gateway.subscribe(session_id, out.OutputFilter.ALL)
+        subscription = self.reads.subscribe(session_id, out.OutputFilter.ALL)
         return await self.room.streams.serve(request, session_id, subscription, encode)
 
     # -- acting on it ---------------------------------------------------------------------------
@@ -223,24 +222,24 @@ class SessionPages:
             raise ApiError(400, "invalid_text", "write a message first")
         if len(text) > MAX_MESSAGE_CHARS:
             raise ApiError(400, "invalid_text", f"a message may have at most {MAX_MESSAGE_CHARS} characters")
-        await self.gateway.submit(Inbound(session_id, text, user="control-room", user_name="operator"))
+        await self.intake.submit(Inbound(session_id, text, user="control-room", user_name="operator"))
         return await self.room.after_form(request, _page_of(session_id), lambda: self._note(request, "Sent."))
 
     async def cancel(self, request: web.Request) -> web.Response:
         session_id = await self._known(request)
-        turn = await self.gateway.cancel(session_id, by=DECIDED_BY)
+        turn = await self.control.cancel(session_id, by=DECIDED_BY)
         note = f"Stopped turn {turn}." if turn is not None else "Nothing is running."
         return await self.room.after_form(request, _page_of(session_id), lambda: self._note(request, note))
 
     async def reset(self, request: web.Request) -> web.Response:
         session_id = await self._known(request)
-        await self.gateway.reset(session_id, by=DECIDED_BY)
+        await self.control.reset(session_id, by=DECIDED_BY)
         note = "Started afresh: the model no longer sees the earlier conversation (the transcript is kept)."
         return await self.room.after_form(request, _page_of(session_id), lambda: self._note(request, note))
 
     async def compact(self, request: web.Request) -> web.Response:
         session_id = await self._known(request)
-        note = await self.gateway.compact(session_id)
+        note = await self.control.compact(session_id)
         return await self.room.after_form(request, _page_of(session_id), lambda: self._note(request, note))
 
     async def decide(self, request: web.Request) -> web.Response:
@@ -248,7 +247,7 @@ class SessionPages:
         approval_id = request.match_info["approval_id"][:100]
         form = await self._form(request)
         decision = form.get("decision", "")
-        await self.gateway.decide(session_id, approval_id, decision, by=DECIDED_BY)
+        await self.approvals.decide(session_id, approval_id, decision, by=DECIDED_BY)
         back = form.get("back", "")
         back = back if back in (f"{PREFIX}/approvals", _page_of(session_id)) else _page_of(session_id)
         if back == f"{PREFIX}/approvals":
@@ -259,7 +258,7 @@ class SessionPages:
 
     async def _known(self, request: web.Request) -> str:
         session_id = check_session_id(request.match_info["id"])
-        if not await self.gateway.knows(session_id):
+        if not await self.reads.knows(session_id):
             raise ApiError(404, "session_not_found", f"no session {session_id!r}")
         return session_id
 

@@ -10,14 +10,14 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import pytest
 
 from adapters.webhook import WebhookAdapter
 from netclaw.api import Api
 from netclaw.config import Settings
-from netclaw.gateway import Gateway
+from netclaw.gateway import ChatInput, Commands, Operator
 from tests.fuzz.conftest import FuzzDaemon
 from tests.fuzz.corpus import Case, build_corpus, by_route
 from tests.fuzz.routes import ROUTES
@@ -78,8 +78,8 @@ def test_the_corpus_route_by_route(fuzz_daemon: FuzzDaemon, route: str) -> None:
 
 def test_the_table_covers_every_route() -> None:
     """A route added to the daemon without a line in tests/fuzz/routes.py fails here."""
-    api = Api(cast(Gateway, object()), "token").app()
-    hooks = WebhookAdapter(cast(Settings, object()), cast(Gateway, object())).routes()
+    api = Api(Operator(*[cast(Any, object())] * 4), cast(Commands, object()), "token").app()
+    hooks = WebhookAdapter(cast(Settings, object()), cast(ChatInput, object())).routes()
     served = {(r.method, r.resource.canonical) for r in api.router.routes() if r.resource is not None}
     served |= {(r.method, r.path) for r in hooks}
     served -= {("HEAD", path) for _, path in served}  # aiohttp adds HEAD to every GET

@@ -85,7 +85,7 @@ def test_an_approved_call_runs_once_after_the_decision_is_journaled(
     time.sleep(0.2)
     assert not recorder.calls  # nothing runs before the decision
     assert gated.daemon.gateway is not None
-    assert gated.daemon.gateway.resident_phases()[sid] == "processing"
+    assert gated.daemon.gateway.reads.resident_phases()[sid] == "processing"
 
     aid = requested["approval_id"]
     decided = gated.http.post(
@@ -229,7 +229,7 @@ def test_a_session_waiting_for_a_decision_does_not_passivate(
     wait_until(lambda: pending(handle, sid), what="the request")
     time.sleep(0.8)
     assert handle.daemon.gateway is not None
-    assert handle.daemon.gateway.resident_phases().get(sid) == "processing"
+    assert handle.daemon.gateway.reads.resident_phases().get(sid) == "processing"
     assert len(pending(handle, sid)) == 1
     status = handle.send(sid, "/status")
     assert status.status_code == 200 and "waiting for approval of deploy" in status.json()["notice"]

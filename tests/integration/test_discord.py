@@ -70,7 +70,7 @@ class Bot:
         daemon = handle.daemon
         assert daemon.gateway is not None and daemon.io is not None
         self.io = daemon.io
-        self.adapter = DiscordAdapter(daemon.settings, daemon.gateway, port=self.fake, **adapter_options)
+        self.adapter = DiscordAdapter(daemon.settings, daemon.gateway.chat, port=self.fake, **adapter_options)
         self.run(self.adapter.start())
 
     def run(self, coro: Coroutine[Any, Any, Any]) -> Any:
@@ -407,7 +407,7 @@ def test_missing_token_disables_the_adapter_while_the_daemon_runs(
     handle = start_daemon(discord={"enabled": True, "channels": [ALLOWED]})
     daemon = handle.daemon
     assert daemon.gateway is not None and daemon.io is not None
-    adapter = DiscordAdapter(daemon.settings, daemon.gateway)
+    adapter = DiscordAdapter(daemon.settings, daemon.gateway.chat)
     with pytest.raises(AdapterError, match="DISCORD_BOT_TOKEN"):
         adapter.check()
     assert adapter.status().state == "disabled"
@@ -420,9 +420,9 @@ def test_missing_token_disables_the_adapter_while_the_daemon_runs(
     )
     monkeypatch.delenv("MY_DISCORD", raising=False)
     with pytest.raises(AdapterError, match="MY_DISCORD"):
-        DiscordAdapter(custom, daemon.gateway).check()
+        DiscordAdapter(custom, daemon.gateway.chat).check()
     monkeypatch.setenv("MY_DISCORD", "a-token")
-    DiscordAdapter(custom, daemon.gateway).check()  # token present, library importable
+    DiscordAdapter(custom, daemon.gateway.chat).check()  # token present, library importable
 
     health = handle.http.get("/healthz").json()  # the daemon's own wiring disabled it, too
     assert health["adapters"]["discord"]["state"] == "disabled"

@@ -212,7 +212,7 @@ def test_cached_tokens_show_in_usage_status_and_metrics(start_daemon: Any, claud
     (row,) = usage
     assert row["cache_read_tokens"] > 0 and row["cache_write_tokens"] > 0
     assert row["cost"] > 0 and row["currency"] == "USD"
-    status = handle.daemon.io.run(handle.daemon.gateway.status_text(sid), 10)  # type: ignore[union-attr]
+    status = handle.daemon.io.run(handle.daemon.gateway.commands.status_text(sid), 10)  # type: ignore[union-attr]
     assert "from the provider's cache" in status and "USD" in status
     metrics = handle.http.get("/metrics").text
     assert 'netclaw_provider_tokens_total{kind="cache_read"}' in metrics

@@ -113,7 +113,7 @@ def test_reload_applies_prompt_routes_and_allowlists_and_says_what_waits(
     # Chat allowlists follow (the policy reads the live settings).
     assert daemon.gateway is not None
     event = ChatEvent(platform="slack", channel_id="C9", user_id="U1", mentioned=True)
-    assert daemon.gateway.permit(event) is not None
+    assert daemon.gateway.chat.permit(event) is not None
     # What needs a restart keeps its running value until then.
     assert daemon.settings.providers["local"].timeout_s == config["providers"]["local"]["timeout_s"]
 

@@ -77,7 +77,7 @@ def test_closing_a_subscription_after_its_session_stopped_does_not_wake_it(daemo
     gateway, manager = daemon.daemon.gateway, daemon.daemon.manager
     assert gateway is not None and manager is not None
 
-    subscription = on_loop(daemon, lambda: _value(gateway.subscribe(sid, out.OutputFilter.TEXT)))
+    subscription = on_loop(daemon, lambda: _value(gateway.reads.subscribe(sid, out.OutputFilter.TEXT)))
     assert isinstance(on_loop(daemon, lambda: subscription.get(5)), out.Joined)
     # The session breaks (nothing owed, so it stays down) and takes its subscribers with it.
     JournalFaults(daemon).fail_when = has("InputAdmitted")
@@ -137,13 +137,13 @@ def test_a_subscription_sees_one_typed_output_stream(
     scripted.enqueue(Reply(text="hello there, one two three four five"))
 
     async def watch() -> list[out.Output]:
-        subscription = gateway.subscribe(sid, out.OutputFilter.TEXT | out.OutputFilter.TEXT_STREAMING)
+        subscription = gateway.reads.subscribe(sid, out.OutputFilter.TEXT | out.OutputFilter.TEXT_STREAMING)
         seen: list[out.Output] = []
         try:
             async for output in subscription:
                 seen.append(output)
                 if isinstance(output, out.Joined):
-                    await gateway.submit(__import__("netclaw.gateway").gateway.Inbound(sid, "hi"))
+                    await gateway.intake.submit(__import__("netclaw.gateway").gateway.Inbound(sid, "hi"))
                 if isinstance(output, out.TurnCompleted):
                     return seen
         finally:
@@ -278,10 +278,13 @@ def test_a_chat_permit_only_admits_to_its_own_platforms_sessions(daemon: DaemonH
             update={"slack": daemon.daemon.settings.slack.model_copy(update={"channels": ["C1"]})}
         )
     )
-    permit = gateway.permit(ChatEvent(platform="slack", channel_id="C1", user_id="U1", mentioned=True))
+    permit = gateway.chat.permit(ChatEvent(platform="slack", channel_id="C1", user_id="U1", mentioned=True))
     assert permit is not None
-    assert gateway.permit(ChatEvent(platform="slack", channel_id="C2", user_id="U1", mentioned=True)) is None
+    assert (
+        gateway.chat.permit(ChatEvent(platform="slack", channel_id="C2", user_id="U1", mentioned=True))
+        is None
+    )
     with pytest.raises(InvalidInput, match="cannot go to session"):
-        on_loop(daemon, lambda: gateway.submit_chat(permit, Inbound("cli:elsewhere", "hi")))
-    admission = on_loop(daemon, lambda: gateway.submit_chat(permit, Inbound("slack:C1:1.0", "hi")))
+        on_loop(daemon, lambda: gateway.chat.submit_chat(permit, Inbound("cli:elsewhere", "hi")))
+    admission = on_loop(daemon, lambda: gateway.chat.submit_chat(permit, Inbound("slack:C1:1.0", "hi")))
     assert admission.session_id == "slack:C1:1.0"

@@ -74,7 +74,7 @@ def start_slack(
         )
         if adapter is None:  # a daemon that does not start adapters itself
             assert handle.daemon.gateway is not None
-            adapter = SlackAdapter(handle.daemon.settings, handle.daemon.gateway)
+            adapter = SlackAdapter(handle.daemon.settings, handle.daemon.gateway.chat)
             adapter.check()
             run(handle, adapter.start())
             ours.append((handle, adapter))
@@ -342,7 +342,7 @@ def test_missing_token_disables_the_adapter_and_the_daemon_keeps_serving(
     handle = start_daemon(slack={"enabled": True, "channels": ["C1"], "api_url": fake_slack.api_url})
     assert handle.daemon.gateway is not None
 
-    adapter = SlackAdapter(handle.daemon.settings, handle.daemon.gateway)
+    adapter = SlackAdapter(handle.daemon.settings, handle.daemon.gateway.chat)
     with pytest.raises(AdapterError, match="SLACK_BOT_TOKEN"):
         adapter.check()
     assert not [a for a in getattr(handle.daemon, "adapters", []) if isinstance(a, SlackAdapter)]
@@ -375,7 +375,7 @@ def test_wrong_app_token_fails_start_with_a_clear_error(
         }
     )
     assert handle.daemon.gateway is not None
-    adapter = SlackAdapter(handle.daemon.settings, handle.daemon.gateway)
+    adapter = SlackAdapter(handle.daemon.settings, handle.daemon.gateway.chat)
     adapter.check()
     with pytest.raises(AdapterError, match="NETCLAW_TEST_APP_TOKEN"):
         run(handle, adapter.start())

@@ -86,7 +86,7 @@ def csrf_of(client: httpx.Client) -> str:
 def concrete_routes(handle: DaemonHandle) -> list[tuple[str, str]]:
     """(method, path) of every route the control room has, with real ids in the placeholders."""
     assert handle.daemon.gateway is not None
-    app = control_room(handle.daemon.gateway, handle.token)
+    app = control_room(handle.daemon.gateway.operator, handle.token)
     reminder = handle.http.get("/api/reminders").json()[0]["id"]
     values = {"id": SID, "approval_id": "appr-1"}
     found = []

@@ -551,7 +551,7 @@ def live(start_daemon: Callable[..., DaemonHandle]) -> Iterator[Live]:
     handle = start_daemon(session={"idle_timeout_s": 0.3, "passivation_grace_s": 0.05})
     assert handle.daemon.gateway is not None and handle.daemon.io is not None
     port = FakeChatPort()
-    renderer = ChatRenderer(handle.daemon.gateway, port, replace(OPTIONS, release_after_s=0.2))
+    renderer = ChatRenderer(handle.daemon.gateway.chat, port, replace(OPTIONS, release_after_s=0.2))
     yield handle, renderer, port
     handle.daemon.io.run(renderer.stop(), 10)
 

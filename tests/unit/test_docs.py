@@ -38,7 +38,7 @@ from netclaw.cli import _parser
 from netclaw.cluster_api import ClusterHttp
 from netclaw.commands import Command, parse_command, parse_prompt
 from netclaw.config import Settings, load_settings
-from netclaw.gateway import Gateway
+from netclaw.gateway import Auditing, ChatInput, Commands, Operator, ToolQuestions
 from netclaw.mcp_api import mcp_routes
 from netclaw.membership import ClusterNode
 from netclaw.questions_api import question_routes
@@ -308,17 +308,17 @@ def test_the_override_examples_of_the_configuration_page_load(
 
 
 def served_routes() -> set[str]:
-    api = Api(cast(Gateway, None), "token")
+    api = Api(Operator(*[cast(Any, None)] * 4), cast(Commands, None), "token")
     app = api.app()
     # The daemon adds the MCP and question routes to the API's application (daemon.py).
     app.router.add_routes(mcp_routes(None))
-    app.router.add_routes(question_routes(cast(Gateway, None)))
+    app.router.add_routes(question_routes(cast(ToolQuestions, None), cast(Auditing, None)))
     routes = {
         f"{route.method} {route.resource.canonical}"
         for route in app.router.routes()
         if route.method != "HEAD" and route.resource is not None
     }
-    webhooks = WebhookAdapter(Settings(), cast(Gateway, None))
+    webhooks = WebhookAdapter(Settings(), cast(ChatInput, None))
     routes |= {f"{r.method} {r.path}" for r in webhooks.routes()}  # type: ignore[attr-defined]
     return routes
 

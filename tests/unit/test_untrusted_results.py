@@ -28,7 +28,7 @@ from aiohttp import web
 
 from netclaw.config import Settings
 from netclaw.errors import JournalError, SubagentRefused
-from netclaw.gateway import Control
+from netclaw.gateway import Input, Threads
 from netclaw.lineage import ChildRecord, ChildReport, ChildTask, SpawnRequest, child_id
 from netclaw.mcp import McpHub
 from netclaw.messages import ToolCall
@@ -168,7 +168,9 @@ async def world(tmp_path: Path, site: str, search: FakeSearch) -> AsyncIterator[
     registry.add_source(mcp)
     await mcp.start(30)
     # The model's reminder tools never reach the gateway (it only fires reminders).
-    for tool in reminder_tools(Scheduler(reminders, cast(Control, None), lambda: settings)):
+    for tool in reminder_tools(
+        Scheduler(reminders, cast(Input, None), cast(Threads, None), lambda: settings)
+    ):
         registry.register(tool)
     for tool in subagent_tools(Children()):
         registry.register(tool)
