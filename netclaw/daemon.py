@@ -19,9 +19,8 @@ from typing import Any, TextIO
 import pykka
 from aiohttp import web
 
-from adapters import Adapter, AdapterStatus, build_adapters
-from adapters.leased import LeasedSupervisor
-from adapters.supervisor import AdapterSupervisor
+from adapters import Adapter, build_adapters
+from adapters.channels import ONE_NODE_ADAPTERS, Channels
 from netclaw.api import Api, webhook_app
 from netclaw.cluster import Forwarder, Routing, protocol, rescue_orphans
 from netclaw.cluster_api import ClusterHttp
@@ -81,8 +80,6 @@ ACTOR_STOP_TIMEOUT_S = 10.0
 WARM_CONCURRENCY = 16  # sessions recovering at once at start-up
 WARM_TIMEOUT_S = 120.0
 MCP_START_WAIT_S = 15.0  # how long start-up waits for MCP servers' first connection
-# Channels one node of a cluster runs at a time (Discord: one gateway connection per bot).
-ONE_NODE_ADAPTERS = frozenset({"discord"})
 
 
 class DataDirLock:
@@ -157,10 +154,7 @@ class Daemon:
         self._webhook_app: web.Application | None = None  # gateway.webhook_host/port: a second listener
         self._webhook_runner: web.AppRunner | None = None
         self.webhook_port: int | None = None
-        self.adapters: list[Adapter] = []  # checked and started (or starting)
-        self._disabled: dict[str, AdapterStatus] = {}  # failed their check (misconfigured)
-        # Keep the started ones up; a one-node channel runs where this node holds its lease.
-        self._supervisors: dict[str, AdapterSupervisor | LeasedSupervisor] = {}
+        self.channels = Channels()  # checked, started and kept up (adapters/channels.py)
         self.notifier = Notifier()
         self._heartbeat: concurrent.futures.Future[None] | None = None
         self._rescuer: concurrent.futures.Future[None] | None = None
@@ -173,6 +167,11 @@ class Daemon:
     def settings(self) -> Settings:
         """The running config (follows a reload)."""
         return self.live.current
+
+    @property
+    def adapters(self) -> list[Adapter]:
+        """The channels that passed their check (started, or starting)."""
+        return self.channels.adapters
 
     @property
     def base_url(self) -> str:
@@ -300,13 +299,14 @@ class Daemon:
             warmed = 0
             if self.cluster is None:
                 warmed = self.io.run(self._warm_sessions(manifest), WARM_TIMEOUT_S + 10)
-            self._check_adapters(build_adapters(self.settings, gateway.chat))
-            hook_routes = [route for adapter in self.adapters for route in adapter.routes()]
+            self.channels.check(build_adapters(self.settings, gateway.chat))
+            hook_routes = self.channels.routes()
             if self.settings.gateway.webhook_host is None:
                 app.router.add_routes(hook_routes)
             else:  # only on the second listener: the control API's port need not be exposed
                 self._webhook_app = webhook_app(hook_routes)
-            self.io.run(self._start_adapters())
+            leases = journal if self.cluster is not None else None  # a one-node channel's lease
+            self.io.run(self.channels.start(leases, retry_s=self.settings.cluster.lease_s / 3))
             self.io.run(self._serve(app))
             if self.cluster is not None:
                 warmed = self.io.run(self._warm_sessions(manifest), WARM_TIMEOUT_S + 10)
@@ -359,24 +359,12 @@ class Daemon:
             self.manager,
             routing,
             pinned=lambda session_id: channel_of(session_id) in ONE_NODE_ADAPTERS,
-            on_drain=self._leave_one_node_channels,
-            on_resume=self._rejoin_one_node_channels,
+            on_drain=self.channels.leave_one_node,
+            on_resume=self.channels.rejoin_one_node,
         )
         self.metrics.node = cluster.node
         self.metrics.watch(self.cluster.metric_families)
         return routing
-
-    async def _leave_one_node_channels(self) -> None:
-        """Draining: a channel only one node runs (Discord) goes to another node now."""
-        for name, supervisor in self._supervisors.items():
-            if isinstance(supervisor, LeasedSupervisor):
-                log.info("draining: letting adapter %s's connection go to another node", name)
-                await supervisor.stop()
-
-    async def _rejoin_one_node_channels(self) -> None:
-        for supervisor in self._supervisors.values():
-            if isinstance(supervisor, LeasedSupervisor):
-                await supervisor.start()
 
     @property
     def provider(self) -> Provider | None:
@@ -409,46 +397,14 @@ class Daemon:
         if self.io is not None and self.provider is not None:
             self._provider_watch = self.io.submit(self.provider_health.watch(self.provider))
 
-    def _check_adapters(self, candidates: list[Adapter]) -> None:
-        for adapter in candidates:
-            try:
-                adapter.check()
-            except Exception as exc:  # noqa: BLE001 - one misconfigured channel must not stop the daemon
-                log.error("adapter %s disabled: %s", adapter.name, exc)
-                self._disabled[adapter.name] = AdapterStatus("disabled", str(exc))
-                continue
-            self.adapters.append(adapter)
-
-    async def _start_adapters(self) -> None:
-        for adapter in self.adapters:
-            supervisor: AdapterSupervisor | LeasedSupervisor = AdapterSupervisor(adapter)
-            if self.cluster is not None and adapter.name in ONE_NODE_ADAPTERS and self.journal is not None:
-                retry_s = self.settings.cluster.lease_s / 3
-                supervisor = LeasedSupervisor(AdapterSupervisor(adapter), self.journal, retry_s)
-            self._supervisors[adapter.name] = supervisor
-            if not await supervisor.start():
-                log.error("adapter %s failed to start: %s", adapter.name, supervisor.status().detail)
-
-    async def _stop_adapters(self) -> None:
-        for adapter in reversed(self.adapters):
-            supervisor = self._supervisors.pop(adapter.name, None)
-            try:
-                await (supervisor.stop() if supervisor is not None else adapter.stop())
-            except Exception:
-                log.exception("adapter %s did not stop cleanly", adapter.name)
-        self.adapters = []
-
     def _lease_lost(self, name: str) -> None:
         """Another node took a lease of ours over (on the loop): a session's, or a channel's."""
-        supervisor = self._supervisors.get(name.removeprefix("role:"))
-        if name.startswith("role:") and isinstance(supervisor, LeasedSupervisor):
-            supervisor.lost()
-        elif self.manager is not None:
+        if not self.channels.lease_lost(name) and self.manager is not None:
             self.manager.lease_lost(name)
 
     def health(self) -> dict[str, Any]:
         """``/healthz`` beyond the sessions: channels and MCP servers, and what is down."""
-        adapters = self.adapter_statuses()
+        adapters = self.channels.statuses()
         problems = [
             f"adapter {name} is {status['state']}" + (f": {status['detail']}" if status.get("detail") else "")
             for name, status in adapters.items()
@@ -481,7 +437,7 @@ class Daemon:
         """``/metrics`` gauges read when scraped (on the loop, where their owners live)."""
         resident = len(self.manager.resident()) if self.manager is not None else 0
         adapters: dict[tuple[str, ...], float] = {
-            (name,): float(s["state"] == "running") for name, s in self.adapter_statuses().items()
+            (name,): float(s["state"] == "running") for name, s in self.channels.statuses().items()
         }
         servers = self.mcp.statuses() if self.mcp is not None else {}
         return [
@@ -499,16 +455,6 @@ class Daemon:
                 ("server",),
             ),
         ]
-
-    def adapter_statuses(self) -> dict[str, dict[str, str]]:
-        statuses = {
-            a.name: (
-                self._supervisors[a.name].status() if a.name in self._supervisors else a.status()
-            ).to_json()
-            for a in self.adapters
-        }
-        statuses.update({name: status.to_json() for name, status in self._disabled.items()})
-        return statuses
 
     async def _serve(self, app: web.Application) -> None:
         gateway = self.settings.gateway
@@ -562,8 +508,8 @@ class Daemon:
                 if runner is not None:
                     _step("stop listening", io.run, _stop_sites(runner), 5)
             self._stop_own_input(io)
-            if self.adapters:
-                _step("stop adapters", io.run, self._stop_adapters(), 15)
+            if self.channels.adapters:
+                _step("stop adapters", io.run, self.channels.stop(), 15)
             if self.manager is not None:
                 self._stop_sessions(io, self.manager)
             for runner in (self._webhook_runner, self._runner):
@@ -664,7 +610,7 @@ class Daemon:
     def status_line(self) -> str:
         """systemd's STATUS=: resident sessions and each channel's state (on the loop)."""
         resident = len(self.manager.resident()) if self.manager is not None else 0
-        channels = ", ".join(f"{name} {s['state']}" for name, s in sorted(self.adapter_statuses().items()))
+        channels = ", ".join(f"{name} {s['state']}" for name, s in sorted(self.channels.statuses().items()))
         return f"{resident} session(s) resident" + (f"; {channels}" if channels else "")
 
     def reload(self) -> None:
@@ -680,7 +626,7 @@ class Daemon:
             self.notifier.ready()
             return
         # Routes are served by the webhook adapter, which only runs if it had routes at start.
-        webhooks_running = any(a.name == "webhooks" for a in self.adapters)
+        webhooks_running = self.channels.running("webhooks")
         extra = () if webhooks_running else ("webhooks",)
         change = self.live.reload(new, restart_keys=extra)
         if self._token is not None:  # a secret the config names now is known from now on
