@@ -20,7 +20,8 @@ incoming message, its sender's names and ids and the earlier conversation that c
 it before it is admitted; :mod:`netclaw.attachments` stores files without the secrets it
 finds (:func:`redact` for text files, :func:`mask` for the others); the tool registry
 redacts every result; the session core redacts the arguments of the tool calls a model
-writes (:func:`redact_arguments`) before they are recorded, shown, asked about or run. The
+writes (:func:`redact_arguments`) before they are recorded, shown, asked about or run —
+given the known secrets by its env (``known``), as it reads nothing process-wide. The
 HTTP providers scrub each request body, the control API each answer and SSE event. What
 is journaled, sent to a provider and shown by ``sessions show`` is then the redacted text;
 the secret itself is kept nowhere.

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 import threading
 import time
 from collections import deque
@@ -36,7 +37,6 @@ from netclaw.errors import (
     SessionOwnedElsewhere,
     SessionUnavailable,
 )
-from netclaw.messages import new_id
 from netclaw.redact import KNOWN
 from netclaw.sessions._commands import (
     COMMAND_TYPES,
@@ -99,7 +99,7 @@ class SessionActor(pykka.ThreadingActor):
             has_memory=memory is not None,
             clock=time.time,
             monotonic=time.monotonic,
-            new_id=new_id,
+            random_hex=lambda digits: secrets.token_hex((digits + 1) // 2)[:digits],
             known_secrets=lambda: KNOWN.scrubber,  # swapped whole on a reload: read it each time
             skills=deps.skills or LiveSkills(),
             spend=deps.ledger,

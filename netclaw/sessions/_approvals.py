@@ -48,11 +48,13 @@ def calls_to_ask(
 
 
 def new_requests(
-    calls: Sequence[ToolCall], now: float, timeout_s: float, new_id: Callable[[str], str]
+    calls: Sequence[ToolCall], now: float, timeout_s: float, random_hex: Callable[[int], str]
 ) -> tuple[ApprovalRequest, ...]:
-    """A request per call, each with a fresh id (``new_id``: the session's id source)."""
+    """A request per call, each with a fresh id short enough to type (``netclaw approvals
+    approve ap-1f2e3d4c5b6a``), from ``random_hex`` (the session's id source)."""
     return tuple(
-        ApprovalRequest(new_id("ap"), c.id, c.name, c.arguments or "{}", now, now + timeout_s) for c in calls
+        ApprovalRequest(f"ap-{random_hex(12)}", c.id, c.name, c.arguments or "{}", now, now + timeout_s)
+        for c in calls
     )
 
 

@@ -1,6 +1,7 @@
-"""Compacting: tier 1 planned when it begins, tiers 2 and 3 (LLM calls) on the loop,
-the outcome recorded, then the suspended turn (or the next one) goes on as the context
-ladder says. Messages arriving meanwhile are admitted and queued by the session."""
+"""Compacting: tier 1 planned when it is built (:meth:`Compacting.planned`), tiers 2 and 3
+(LLM calls) on the loop once it is entered, the outcome recorded, then the suspended turn
+(or the next one) goes on as the context ladder says — returned, for the session to enter.
+Messages arriving meanwhile are admitted and queued by the session."""
 
 from __future__ import annotations
 

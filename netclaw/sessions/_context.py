@@ -65,7 +65,7 @@ class SessionEnv:
     has_memory: bool  # a memory store exists: recall, extraction at passivation
     clock: Callable[[], float]  # the wall clock (seconds since the epoch): what is recorded and shown
     monotonic: Callable[[], float]  # for durations (a turn's seconds)
-    new_id: Callable[[str], str]  # a fresh id with a prefix (messages, approval requests)
+    random_hex: Callable[[int], str]  # n fresh random hex digits: what every new id is made of
     known_secrets: Callable[[], Scrubber]  # the daemon's own secret values, as they are now
     skills: LiveSkills = field(default_factory=LiveSkills)  # the loaded skills (a value; no I/O)
     spend: DailySpend = field(default_factory=NoLedger)  # the daemon's day (netclaw.spend)

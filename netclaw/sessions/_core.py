@@ -119,8 +119,12 @@ class Core(Protocol):
         """A clock for durations (a turn's seconds)."""
         ...
 
+    def random_hex(self, digits: int) -> str:
+        """``digits`` fresh random hex digits (an approval request's id is made of them)."""
+        ...
+
     def new_id(self, prefix: str) -> str:
-        """A fresh id (a message's, an approval request's)."""
+        """A fresh message id: ``prefix``, ``_`` and 20 random hex digits."""
         ...
 
     def known_secrets(self) -> Scrubber:

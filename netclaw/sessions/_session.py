@@ -266,8 +266,11 @@ class Session:
     def monotonic(self) -> float:
         return self._env.monotonic()
 
+    def random_hex(self, digits: int) -> str:
+        return self._env.random_hex(digits)
+
     def new_id(self, prefix: str) -> str:
-        return self._env.new_id(prefix)
+        return f"{prefix}_{self._env.random_hex(20)}"  # the form of every message id (messages.new_id)
 
     def known_secrets(self) -> Scrubber:
         return self._env.known_secrets()

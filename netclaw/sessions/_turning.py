@@ -320,7 +320,7 @@ class Turn:
         )
         if not calls:
             return False
-        requests = new_requests(calls, core.now(), core.settings.tools.approval_timeout_s, core.new_id)
+        requests = new_requests(calls, core.now(), core.settings.tools.approval_timeout_s, core.random_hex)
         core.persist(ApprovalRequested(run.turn, assistant, requests))
         log.info(
             "%s: turn %d waits for approval of %s",

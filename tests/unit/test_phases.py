@@ -7,7 +7,12 @@ import itertools
 import pytest
 
 from netclaw.errors import IllegalTransition, SessionError
+from netclaw.sessions._compacting import Compacting
+from netclaw.sessions._idle import Idle
+from netclaw.sessions._passivating import Passivating
 from netclaw.sessions._phases import LEGAL_TRANSITIONS, Phase, check_transition
+from netclaw.sessions._session import Recovering
+from netclaw.sessions._turning import Turn
 from tests.doc_blocks import table_after
 
 # The transitions docs/architecture.md ("Phases") gives, read from its table: the code's
@@ -77,3 +82,9 @@ def test_a_full_lifecycle_walk() -> None:
     # passivation cannot go on to processing directly: a message must bring it back to ready
     with pytest.raises(IllegalTransition):
         check_transition(Phase.PASSIVATING, Phase.PROCESSING)
+
+
+def test_each_phase_is_the_name_of_one_activity() -> None:
+    """The activities declare their phase, once each: one name per state."""
+    activities = (Recovering, Idle, Turn, Compacting, Passivating)
+    assert sorted(a.phase for a in activities) == sorted(Phase)

@@ -120,7 +120,7 @@ class Driver:
             has_memory,
             clock=lambda: self.now,
             monotonic=lambda: self.now,
-            new_id=lambda prefix: f"{prefix}_{next(minted)}",
+            random_hex=lambda digits: f"{next(minted):0{digits}x}",
             known_secrets=lambda: self.known,
             skills=self.skills,
             spend=ledger or NoLedger(),

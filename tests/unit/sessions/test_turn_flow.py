@@ -4,6 +4,7 @@ stop, and the order messages queue in."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pytest
@@ -12,6 +13,7 @@ from netclaw import outputs as out
 from netclaw.errors import ProviderUnavailable
 from netclaw.llm import Completion, Delta, Usage
 from netclaw.messages import MessageKind
+from netclaw.redact import KNOWN, Scrubber
 from netclaw.sessions._commands import Admission, Cancel, Reset, SendUserMessage
 from netclaw.sessions._effects import (
     CallModel,
@@ -215,3 +217,37 @@ def test_a_waiting_caller_gets_the_outcome_when_its_turn_is_recorded(d: Driver) 
 
 def _completion(text: str) -> Completion:
     return Completion(text, usage=Usage(100, 10))
+
+
+def test_the_daemon_s_secrets_are_the_env_s_and_a_run_replays_exactly(d: Driver) -> None:
+    """What the core takes from the world comes through its env: the known secrets it
+    redacts from the model's words (not whatever the process holds), the time it records,
+    the ids it mints — so the same commands give the same record, byte for byte."""
+    ours, theirs = "nctl-Zk3q8Rw1Yp0aBc", "nctl-Qm7v2Lx9Tb4dEf"
+    holder = object()
+    KNOWN.hold(holder, [theirs])  # another daemon's secret in this process: not this session's input
+
+    def run(driver: Driver) -> list[object]:
+        driver.known = Scrubber([ours])
+        driver.send("what is the token?")
+        driver.answer("", calls=[tool_call("current_time", arguments=json.dumps({"q": ours}))])
+        driver.tools_done("noon")
+        driver.answer(f"it is {ours}, not {theirs}")
+        return [e for e in driver.events() if isinstance(e, StepRecorded | TurnRecorded)]
+
+    try:
+        first = run(d)
+        again = Driver()
+        try:
+            assert run(again) == first  # ids, times and redactions the same
+        finally:
+            again.close()
+    finally:
+        KNOWN.release(holder)
+    step, recorded = first
+    assert isinstance(step, StepRecorded) and isinstance(recorded, TurnRecorded)
+    call = step.messages[0].tool_calls[0]
+    assert ours not in call.arguments and "[redacted: Daemon Secret]" in call.arguments
+    [reply] = recorded.messages
+    assert reply.content == f"it is [redacted: Daemon Secret], not {theirs}"
+    assert reply.ts == d.now
