@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from netclaw import outputs as out
-from netclaw.errors import ProviderUnavailable
+from netclaw.errors import ProviderUnavailable, SessionUnavailable
 from netclaw.llm import Completion, Delta, Usage
 from netclaw.messages import MessageKind
 from netclaw.redact import KNOWN, Scrubber
@@ -20,6 +20,7 @@ from netclaw.sessions._effects import (
     CancelOp,
     PhaseChanged,
     Recall,
+    Refuse,
     RunTools,
     StartTimer,
     StopTimer,
@@ -29,6 +30,7 @@ from netclaw.sessions._events import ContextAttached, InputAdmitted, StepRecorde
 from netclaw.sessions._phases import Phase
 from netclaw.sessions._results import ProviderDeltas, ProviderDone, ToolsDone, TurnTimeout
 from netclaw.sessions._state import TurnOutcome
+from netclaw.sessions._timers import Timers
 from tests.unit.sessions.harness import Driver, tool_call
 
 
@@ -213,6 +215,27 @@ def test_a_waiting_caller_gets_the_outcome_when_its_turn_is_recorded(d: Driver) 
     effects = d.answer("hello")
     (outcome,) = d.answers(done, effects)
     assert isinstance(outcome, TurnOutcome) and outcome.reply == "hello"
+
+
+def test_a_caller_answered_by_a_command_that_then_raised_is_refused_at_the_stop(
+    d: Driver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A command that raises returns nothing, so the answers it had decided are never
+    carried out: the stop (the actor breaks) refuses those callers instead of leaving them
+    waiting."""
+    done = d.reply()
+    d.handle(SendUserMessage("hi", d.now, d.reply(), done=done))
+
+    def broken(timers: Timers) -> None:
+        raise RuntimeError("a bug after the answer was decided")
+
+    monkeypatch.setattr(Timers, "end_turn", broken)  # right after the waiters' answers
+    with pytest.raises(RuntimeError):
+        d.answer("hello")
+    error = SessionUnavailable("the session failed")
+    stopped = d.session.stopping(error)
+    assert Refuse(done, error) in stopped
+    assert d.session.stopping(error) == []  # once
 
 
 def _completion(text: str) -> Completion:
