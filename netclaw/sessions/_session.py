@@ -369,7 +369,10 @@ class Session:
         message's, recorded as started; None when there is none."""
         state = self._state
         if state.active is not None:
-            return None if self._held else self.active_turn()
+            if self._held:
+                return None
+            log.info("%s: resuming turn %d interrupted by a restart", self._id, state.active.turn)
+            return self.active_turn()
         if not state.inbox:
             return None
         self.persist(TurnStarted(state.turns + 1, state.inbox[0].id))
