@@ -20,7 +20,8 @@ incoming message, its sender's names and ids and the earlier conversation that c
 it before it is admitted; :mod:`netclaw.attachments` stores files without the secrets it
 finds (:func:`redact` for text files, :func:`mask` for the others); the tool registry
 redacts every result; the session core redacts the arguments of the tool calls a model
-writes (:func:`redact_arguments`) before they are recorded, shown, asked about or run. The
+writes (:func:`redact_arguments`) before they are recorded, shown, asked about or run —
+given the known secrets by its env (``known``), as it reads nothing process-wide. The
 HTTP providers scrub each request body, the control API each answer and SSE event. What
 is journaled, sent to a provider and shown by ``sessions show`` is then the redacted text;
 the secret itself is kept nowhere.
@@ -404,9 +405,9 @@ class Redacted:
 _AROUND = " \t\r\n\"'=:"
 
 
-def _spans(text: str) -> Iterator[tuple[int, int, str]]:
+def _spans(text: str, known: Scrubber) -> Iterator[tuple[int, int, str]]:
     """``(start, end, kind)`` of every secret in ``text``, overlapping and unordered."""
-    yield from KNOWN.scrubber.spans(text)
+    yield from known.spans(text)
     folded: str | None = None
     for shape in SHAPES:
         if shape.hints:
@@ -431,9 +432,9 @@ def _spans(text: str) -> Iterator[tuple[int, int, str]]:
             yield start, end, shape.kind
 
 
-def _merged(text: str) -> tuple[list[tuple[int, int, str]], tuple[str, ...]]:
+def _merged(text: str, known: Scrubber) -> tuple[list[tuple[int, int, str]], tuple[str, ...]]:
     """The secrets' spans, sorted and merged where they overlap; the kinds found."""
-    found = list(_spans(text))
+    found = list(_spans(text, known))
     # A secret found in context (``password=…``, ``aws_secret = "…"``) goes everywhere it
     # is repeated, too (a short value would take ordinary words with it).
     values = {text[start:end]: kind for start, end, kind in found if end - start >= 8}
@@ -455,12 +456,13 @@ def _merged(text: str) -> tuple[list[tuple[int, int, str]], tuple[str, ...]]:
     return merged, tuple(kinds)
 
 
-def redact(text: str) -> Redacted:
+def redact(text: str, known: Scrubber | None = None) -> Redacted:
     """Every secret in ``text`` (a known one or a secret-shaped span) replaced by
-    ``[redacted: <kind>]``."""
+    ``[redacted: <kind>]``. ``known``: the known secrets to look for (the daemon's,
+    :data:`KNOWN`, unless given: the pure session core passes them in)."""
     if not text:
         return Redacted(text)
-    spans, kinds = _merged(text)
+    spans, kinds = _merged(text, KNOWN.scrubber if known is None else known)
     if not spans:
         return Redacted(text)
     out: list[str] = []
@@ -484,7 +486,7 @@ def mask(data: bytes) -> tuple[bytes, tuple[str, ...]]:
     out: bytearray | None = None
     kinds: list[str] = []
     for run in _PRINTABLE_RUN.finditer(data):
-        spans, found = _merged(run.group().decode("ascii"))
+        spans, found = _merged(run.group().decode("ascii"), KNOWN.scrubber)
         if not spans:
             continue
         if out is None:
@@ -508,10 +510,12 @@ def merge(kinds: Sequence[str], more: Sequence[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys((*kinds, *more)))
 
 
-def redact_known(text: str) -> Redacted:
-    """Only the daemon's own secrets replaced (``[redacted: Daemon Secret]``): for text a
-    model wrote, where a ``password=`` in an example is no secret of anyone's."""
-    done = KNOWN.scrubber.scrub(text, PLACEHOLDER.format(kind=KNOWN_KIND))
+def redact_known(text: str, known: Scrubber | None = None) -> Redacted:
+    """Only the daemon's own secrets (``known``, else :data:`KNOWN`'s) replaced
+    (``[redacted: Daemon Secret]``): for text a model wrote, where a ``password=`` in an
+    example is no secret of anyone's."""
+    scrubber = KNOWN.scrubber if known is None else known
+    done = scrubber.scrub(text, PLACEHOLDER.format(kind=KNOWN_KIND))
     return Redacted(text) if done is text else Redacted(done, (KNOWN_KIND,))
 
 
@@ -538,22 +542,22 @@ def redact_identity(identity: str) -> Redacted:
     return Redacted(f"redacted-{digest}", found.kinds)
 
 
-def redact_arguments(arguments: str) -> Redacted:
+def redact_arguments(arguments: str, known: Scrubber | None = None) -> Redacted:
     """A tool call's arguments as a model wrote them (JSON text), redacted: each string in
     the object (keys too) on its own, so a secret written with JSON escapes is seen as its
     tool would read it and the result is still the JSON it was. Text that is not JSON is
-    redacted as it is (the tool refuses it anyway)."""
+    redacted as it is (the tool refuses it anyway). ``known``: as for :func:`redact`."""
     if not arguments:
         return Redacted(arguments)
     try:
         parsed = json.loads(arguments)
     except (ValueError, RecursionError):
-        return redact(arguments)
+        return redact(arguments, known)
     kinds: list[str] = []
 
     def clean(value: Any) -> Any:
         if isinstance(value, str):
-            done = redact(value)
+            done = redact(value, known)
             kinds.extend(k for k in done.kinds if k not in kinds)
             return done.text
         if isinstance(value, dict):

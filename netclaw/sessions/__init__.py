@@ -23,7 +23,7 @@ from netclaw.sessions._events import (
     TurnRecorded,
     TurnStarted,
 )
-from netclaw.sessions._phases import LEGAL_TRANSITIONS, Phase, PhaseMachine
+from netclaw.sessions._phases import LEGAL_TRANSITIONS, Phase, check_transition
 from netclaw.sessions._state import SessionState, TurnOutcome
 
 if TYPE_CHECKING:
@@ -127,7 +127,6 @@ __all__ = [
     "OwedReports",
     "PendingApproval",
     "Phase",
-    "PhaseMachine",
     "PinModel",
     "Prompt",
     "PromptBuilder",
@@ -155,6 +154,7 @@ __all__ = [
     "TurnStarted",
     "Unsubscribe",
     "build_context",
+    "check_transition",
     "continuity_notice",
     "load_state",
 ]

@@ -1,11 +1,17 @@
 """The session actor: one pykka thread per resident session, and nothing but a shell.
 
 It recovers the session's state (reading on the loop, folding here), hands every
-command it receives to the pure :class:`~._session.Session`, and lets the
-:class:`~._effector.Effector` carry the effects out. The one blocking call it makes is
-persist — wait for the journal's durable ack — so what it acknowledges is never lost.
-When anything fails it breaks visibly: what waits on it is answered, and the manager
-recovers a fresh actor from the journal.
+command it receives to the pure :class:`~._session.Session`, and has the
+:class:`~._effector.Effector` carry out the effects the session returns — once each, in
+order; what that brings back (a subscriber gone, work that could not start) goes to the
+session next, as a command. It gives the session all it takes from the world: the
+clocks, fresh ids, the daemon's own secrets. The one blocking call it makes is persist —
+wait for the journal's durable ack — so what it acknowledges is never lost.
+
+When anything fails it breaks visibly: the command's caller is told the failure, every
+other caller still owed an answer is answered (those waiting on a turn, and those whose
+answer came after a write that failed: it is never carried out), and the manager
+recovers a fresh actor from the journal, the durable truth.
 """
 
 from __future__ import annotations
@@ -13,8 +19,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 import threading
 import time
+from collections import deque
+from collections.abc import Sequence
 
 import pykka
 
@@ -28,12 +37,21 @@ from netclaw.errors import (
     SessionOwnedElsewhere,
     SessionUnavailable,
 )
-from netclaw.sessions._commands import COMMAND_TYPES, ConfirmStop, Routed, SendUserMessage, Shutdown, refuse
+from netclaw.redact import KNOWN
+from netclaw.sessions._commands import (
+    COMMAND_TYPES,
+    Command,
+    ConfirmStop,
+    Routed,
+    SendUserMessage,
+    Shutdown,
+    refuse,
+)
 from netclaw.sessions._context import SessionEnv
 from netclaw.sessions._deps import SessionDeps
 from netclaw.sessions._effector import Effector
+from netclaw.sessions._effects import Effect
 from netclaw.sessions._recovery import recover_state
-from netclaw.sessions._results import SubscriberLeft
 from netclaw.sessions._session import Session
 from netclaw.skills import LiveSkills
 
@@ -79,14 +97,16 @@ class SessionActor(pykka.ThreadingActor):
             deps.live,
             deps.tools,
             has_memory=memory is not None,
+            clock=time.time,
+            monotonic=time.monotonic,
+            random_hex=lambda digits: secrets.token_hex((digits + 1) // 2)[:digits],
+            known_secrets=lambda: KNOWN.scrubber,  # swapped whole on a reload: read it each time
             skills=deps.skills or LiveSkills(),
             spend=deps.ledger,
             may_recall=memory.may_have if memory is not None else lambda audience: False,
         )
-        self._session = Session(
-            self.session_id, env, self._effects, resumed_at=self._resumed_at, held=self._held
-        )
-        self._session.recovered(state)
+        self._session = session = Session(self.session_id, env, resumed_at=self._resumed_at, held=self._held)
+        self._carry_out(session, session.recovered(state))
         elapsed_ms = (time.perf_counter() - started) * 1000
         log.debug("%s: recovered at seq %d in %.1f ms", self.session_id, state.seq, elapsed_ms)
 
@@ -102,10 +122,9 @@ class SessionActor(pykka.ThreadingActor):
                 log.warning("%s: ignoring unknown message %r", self.session_id, message)
                 return
             try:
-                session.handle(message)  # type: ignore[arg-type]  # a Command: checked just above
-                self._effects.settled(message)
-                for sub_id in self._effects.take_left():
-                    session.handle(SubscriberLeft(sub_id))
+                command: Command = message  # type: ignore[assignment]  # checked just above
+                self._carry_out(session, session.handle(command))
+                self._effects.settled(command)
             except (Exception, asyncio.CancelledError) as exc:  # noqa: BLE001 - a BaseException stops ALL actors
                 # Keep pykka out of it (it would stop us with commands still queued, leaving their
                 # callers hanging). Fail what waits on us; the manager retires us and recovers a
@@ -127,6 +146,16 @@ class SessionActor(pykka.ThreadingActor):
                     manager.actor_stopped, self.session_id, self.actor_ref, threading.current_thread()
                 )
 
+    def _carry_out(self, session: Session, effects: Sequence[Effect]) -> None:
+        """Carry out what the session decided, once each, in order; then hand it what that
+        brought back, and carry out what it decides about that, the same way. A failure
+        the session cannot be told of raises (and the rest is not carried out)."""
+        back = deque(self._effects.carry_out(effects))
+        while back:
+            command = back.popleft()
+            back.extend(self._effects.carry_out(session.handle(command)))
+            self._effects.settled(command)
+
     def _break(self, reason: str, exc: BaseException, message: object = None) -> None:
         # Owned by another node now: input goes there, nothing here to restart.
         moved = isinstance(exc, LeaseLost | SessionOwnedElsewhere)
@@ -147,17 +176,18 @@ class SessionActor(pykka.ThreadingActor):
         )
         if message is not None:  # what the failed command still owes its caller: the failure
             refuse(message, _owed_error(message, exc) or unavailable, None)
-        self._answer_waiters(unavailable)
+        # Then everyone else owed an answer: those waiting on a turn, and those whose answer
+        # the session decided after what failed (never carried out, so never given).
+        self._answer_waiters(unavailable, self._effects.unfinished)
         if not moved:  # moved: the owner answers (a chat's reply comes from its outbox there)
             error = out.Error(session_id=self.session_id, code="session_failed", message=reason)
             self._effects.subscribers.publish(error)
         self._effects.close()
         self._deps.io.call(self._deps.manager.actor_failed, self.session_id, self.actor_ref, reason, moved)
 
-    def _answer_waiters(self, error: NetclawError) -> None:
+    def _answer_waiters(self, error: NetclawError, unfinished: Sequence[Effect] = ()) -> None:
         if self._session is not None:
-            for effect in self._session.stopping(error):
-                self._effects(effect)
+            self._effects.carry_out(self._session.stopping(error, unfinished))  # nobody to tell back
             self._session = None
 
     def _refuse(self, message: object) -> None:

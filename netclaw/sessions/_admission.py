@@ -38,8 +38,10 @@ def admit(core: Core, send: SendUserMessage, waiters: Waiters, *, may_start: boo
     if extra is None:
         return False
     start = may_start and state.active is None and not state.inbox
-    message, events = turn.admitted(state, send, start=start)
-    core.persist(*extra, *events)  # a failed write ends here: the shell refuses the ack
+    message, events = turn.admitted(state, send, start=start, message_id=core.new_id("u"))
+    # Recorded before the ack: the shell carries the effects out in order, and a write that
+    # fails ends the command there (the ack below is never given; the shell refuses it).
+    core.persist(*extra, *events)
     if send.place is not None:  # a DM's sender may decide the audience
         core.context.place_changed(core.state.place)
     subagents.admitted(core, send)

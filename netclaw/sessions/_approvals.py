@@ -16,7 +16,6 @@ re-announces them).
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
@@ -48,9 +47,13 @@ def calls_to_ask(
     return [c for c in calls if c.name in offered and needs_approval(c.name, untrusted)]
 
 
-def new_requests(calls: Sequence[ToolCall], now: float, timeout_s: float) -> tuple[ApprovalRequest, ...]:
+def new_requests(
+    calls: Sequence[ToolCall], now: float, timeout_s: float, random_hex: Callable[[int], str]
+) -> tuple[ApprovalRequest, ...]:
+    """A request per call, each with a fresh id short enough to type (``netclaw approvals
+    approve ap-1f2e3d4c5b6a``), from ``random_hex`` (the session's id source)."""
     return tuple(
-        ApprovalRequest(f"ap-{secrets.token_hex(6)}", c.id, c.name, c.arguments or "{}", now, now + timeout_s)
+        ApprovalRequest(f"ap-{random_hex(12)}", c.id, c.name, c.arguments or "{}", now, now + timeout_s)
         for c in calls
     )
 

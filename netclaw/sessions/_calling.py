@@ -66,7 +66,11 @@ def attach_tail(core: Core, run: TurnRun, memories: str | None) -> None:
     stopped_at = core.take_continuity()
     tell_time = (fresh and time_is_news(core.state, now)) or stopped_at is not None
     tail = volatile_tail(
-        now, tell_time=tell_time, memories=memories if fresh else None, stopped_at=stopped_at
+        now,
+        tell_time=tell_time,
+        memories=memories if fresh else None,
+        stopped_at=stopped_at,
+        new_id=core.new_id,
     )
     if tail is not None:
         core.persist(ContextAttached(run.turn, tail, told_time=tell_time))

@@ -1,12 +1,14 @@
-"""Compacting: tier 1 planned when it begins, tiers 2 and 3 (LLM calls) on the loop,
-the outcome recorded, then the suspended turn (or the next one) goes on as the context
-ladder says. Messages arriving meanwhile are admitted and queued by the session."""
+"""Compacting: tier 1 planned when it is built (:meth:`Compacting.planned`), tiers 2 and 3
+(LLM calls) on the loop once it is entered, the outcome recorded, then the suspended turn
+(or the next one) goes on as the context ladder says — returned, for the session to enter.
+Messages arriving meanwhile are admitted and queued by the session."""
 
 from __future__ import annotations
 
 import json
 import logging
 from dataclasses import dataclass, replace
+from typing import ClassVar
 
 from netclaw.runtime import Reply
 from netclaw.sessions import _ladder as ladder
@@ -32,16 +34,13 @@ log = logging.getLogger(__name__)
 
 @dataclass(slots=True)
 class Compacting:
+    phase: ClassVar[Phase] = Phase.COMPACTING
     op_id: int
     start: CompactionStart  # what tier 1 decided, and the LLM tiers' plan if they must run
     resume: Suspended | None  # the turn that goes on afterwards (a tool loop, an overflow retry)
     forced: bool = False  # the overflow ladder's rung 1 or /compact, not the threshold
     reply: Reply[str] | None = None  # /compact: told what happened
     in_flight: bool = False
-
-    @property
-    def phase(self) -> Phase:
-        return Phase.COMPACTING
 
     def handle(self, core: Core, command: Command) -> Activity:
         match command:
@@ -60,17 +59,13 @@ class Compacting:
                 after = self.resume.fail(core, "cancelled", f"the turn was cancelled by {by}", "cancelled")
                 core.answer(reply, self.resume.turn)
                 return after
-            case Reset(by=by, reply=reply):
+            case Reset(by=by):  # the session, idle again, takes the reset
                 self.abandon(core)
                 if self.resume is not None:
-                    self.resume.fail(
-                        core, "cancelled", f"the turn was cancelled by {by}", "cancelled", go_on=False
+                    return self.resume.fail(
+                        core, "cancelled", f"the turn was cancelled by {by}", "cancelled", then=command
                     )
-                else:
-                    core.back_to_idle(go_on=False)
-                after = core.reset_context(by)
-                core.answer(reply, None)
-                return after
+                return core.back_to_idle(then=command)
             case TurnTimeout(turn=timed_out) if self.resume is not None and self.resume.turn == timed_out:
                 self.abandon(core)
                 limit = core.settings.session.turn_timeout_s
@@ -102,8 +97,8 @@ class Compacting:
         )
         return cls(core.new_op(), start, resume, decision.forced, reply)
 
-    def begin(self, core: Core) -> Activity:
-        """Entered: finish at once when tier 1 is all there is, else run the LLM tiers."""
+    def entered(self, core: Core) -> Activity:
+        """Finish at once when tier 1 is all there is, else run the LLM tiers."""
         start = self.start
         if start.plan is None and not start.cleared and (not self.forced or self.reply is not None):
             # Nothing to clear and nothing old enough to summarise: record nothing, say
@@ -122,7 +117,9 @@ class Compacting:
 
     def finish(self, core: Core, outcome: CompactionOutcome | None, note: str | None = None) -> Activity:
         start = self.start if note is None else replace(self.start, note=note)
-        event = compaction_record(core.state, start, outcome, core.context.prompts, core.context.tools())
+        event = compaction_record(
+            core.state, start, outcome, core.context.prompts, core.context.tools(), core.now()
+        )
         core.persist(event)
         if outcome is not None and outcome.usage is not None and start.plan is not None:
             for effect in charges(outcome.usage, start.plan.model, core.now()):  # its calls count too
@@ -151,10 +148,14 @@ class Compacting:
             if event is not None and summary_failed:
                 core.publish(failing_notice(core.session_id, event, failures, retry_at, core.state.turns))
         if self.resume is not None:
-            core.enter(self.resume)
-            return self.resume.proceed(core, trim=isinstance(decision, ladder.Trim))
-        core.back_to_idle(go_on=False)
-        return core.start_next_turn()
+            return self.resume.resumed(trim=isinstance(decision, ladder.Trim))
+        return core.back_to_idle("next")  # just compacted: not again before the next turn
+
+    def interrupted(self, core: Core) -> Activity:
+        return self
+
+    def stopping(self, core: Core) -> None:
+        self.abandon(core)
 
     def abandon(self, core: Core) -> None:
         if self.in_flight:

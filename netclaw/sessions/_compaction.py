@@ -11,7 +11,6 @@ a time budget; running out cancels the summary, never the turn.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -174,10 +173,11 @@ def compaction_record(
     outcome: CompactionOutcome | None,
     prompts: PromptBuilder,
     tools: Sequence[ToolSchema],
+    now: float,
 ) -> SessionCompacted:
     """The event for a compaction that ran (or was cancelled), measured on the
-    projection it leaves behind."""
-    preview = state.apply(compaction_event(start, outcome, 0, 0), state.seq + 1, time.time())
+    projection it leaves behind (as folded at ``now``)."""
+    preview = state.apply(compaction_event(start, outcome, 0, 0), state.seq + 1, now)
     return compaction_event(
         start,
         outcome,

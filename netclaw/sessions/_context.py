@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -33,6 +32,7 @@ from netclaw.policy import (
     subagents_allowed,
     tool_matches,
 )
+from netclaw.redact import Scrubber
 from netclaw.roles import turn_tools
 from netclaw.sessions import _ladder as ladder
 from netclaw.sessions._prompt import CALIBRATION_FLOOR, Prompt, PromptBuilder
@@ -56,12 +56,17 @@ class ToolCatalog(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class SessionEnv:
-    """What a session reads from the daemon (nothing it could block on)."""
+    """What a session reads from the daemon (nothing it could block on), and all it takes
+    from the world besides its commands: the clocks, fresh ids and the daemon's own
+    secrets. The shell passes the real ones; a test its own, so a run replays exactly."""
 
     live: LiveSettings
     tools: ToolCatalog
     has_memory: bool  # a memory store exists: recall, extraction at passivation
-    clock: Callable[[], float] = time.time
+    clock: Callable[[], float]  # the wall clock (seconds since the epoch): what is recorded and shown
+    monotonic: Callable[[], float]  # for durations (a turn's seconds)
+    random_hex: Callable[[int], str]  # n fresh random hex digits: what every new id is made of
+    known_secrets: Callable[[], Scrubber]  # the daemon's own secret values, as they are now
     skills: LiveSkills = field(default_factory=LiveSkills)  # the loaded skills (a value; no I/O)
     spend: DailySpend = field(default_factory=NoLedger)  # the daemon's day (netclaw.spend)
     may_recall: Callable[[str], bool] = lambda audience: True  # the store may hold its memories

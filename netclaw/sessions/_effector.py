@@ -3,20 +3,30 @@ subscribers' sinks, work on the I/O loop, timers, the manager and metrics.
 
 This is the imperative half of the actor (:mod:`._actor`): it holds what the pure
 session must not — the recorder, the sinks, the loop futures of ops in flight, the
-timer handles — and does exactly what each effect says, in order.
+timer handles — and does exactly what each effect says, once, in the order the session
+decided them (:meth:`Effector.carry_out`).
+
+What it learns that the session must hear goes back to it as a command: a subscriber
+found gone (``SubscriberLeft``), work that could not even start on the loop (``OpFailed``,
+as if it had failed there; a recall that cannot start finds nothing, as one that fails
+does). Any other failure raises — a journal write that fails above all: the session
+already counts on what it wrote, and only the journal, the durable truth, can say what
+holds now. The effects after it are then not carried out (:attr:`Effector.unfinished`
+keeps them): the actor breaks, answers every caller they owed and the command's own, and
+the manager recovers a fresh actor from the journal.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import assert_never
 
 from netclaw.errors import SessionUnavailable
 from netclaw.runtime import Cancellable, Reply, Tellable, Timer
 from netclaw.sessions import _loop_ops as ops
-from netclaw.sessions._commands import Cancel
+from netclaw.sessions._commands import Cancel, Command
 from netclaw.sessions._deps import ManagerPort, SessionDeps, SessionRef
 from netclaw.sessions._effects import (
     Answer,
@@ -57,6 +67,7 @@ from netclaw.sessions._results import (
     OpFailed,
     ProviderDone,
     Recalled,
+    SubscriberLeft,
     ToolsDone,
 )
 from netclaw.sessions._subscribers import SubscriberSet
@@ -83,6 +94,29 @@ class Effector:
         self._ops: dict[int, Cancellable] = {}
         self._left: list[str] = []  # subscribers found gone while outputs were offered
         self.received = 0  # routed commands received (compared with the manager's count)
+        self.unfinished: tuple[Effect, ...] = ()  # after a failure: what was not carried out
+
+    def carry_out(self, effects: Sequence[Effect]) -> list[Command]:
+        """Carry ``effects`` out, once each, in order; what the session must hear of it, as
+        commands to hand it next. Raises on any other failure, leaving the effects after
+        the one that failed in :attr:`unfinished`."""
+        self.unfinished = ()
+        back: list[Command] = []
+        for at, effect in enumerate(effects):
+            try:
+                self(effect)
+            except Exception as exc:
+                failed = _not_started(effect, exc)
+                if failed is None:  # a journal write above all: the actor breaks (see above)
+                    self.unfinished = tuple(effects[at + 1 :])
+                    raise
+                log.warning("%s: work could not start: %r", self._id, exc)
+                back.append(failed)
+            except BaseException:
+                self.unfinished = tuple(effects[at + 1 :])
+                raise
+        back += [SubscriberLeft(sub_id) for sub_id in self.take_left()]
+        return back
 
     def __call__(self, effect: Effect) -> None:  # noqa: C901 - one case per effect
         deps, io = self._deps, self._deps.io
@@ -210,6 +244,23 @@ class Effector:
                 metrics.trims.inc(value)
             case "approvals_pending":
                 metrics.approvals_pending.inc(value)
+
+
+def _not_started(effect: Effect, error: Exception) -> Command | None:
+    """What the session is told when ``effect``'s work could not start (None: not work)."""
+    match effect:
+        case Recall(op_id=op_id):
+            return Recalled(op_id, None)  # as a recall that fails: never a failed turn
+        case (
+            CallModel(op_id=op_id)
+            | RunTools(op_id=op_id)
+            | RunCompaction(op_id=op_id)
+            | RunExtraction(op_id=op_id)
+            | SaveMemories(op_id=op_id)
+        ):
+            return OpFailed(op_id, error)
+        case _:
+            return None
 
 
 def _cancel_all(manager: ManagerPort, session_ids: tuple[str, ...], by: str) -> None:

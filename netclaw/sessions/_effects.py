@@ -4,10 +4,10 @@
 carries these out, in the order they were produced. Each names a thing to do, never how:
 the journal, the subscribers' sinks, the I/O loop and the timers are the shell's.
 
-Effects are handed to the shell as they are produced (a persist is under way before the
-session goes on to build the next prompt), and a failing :class:`Persist` ends the
-command: what the session decided after it is never carried out, and the actor is
-replaced by one recovered from the journal.
+A command's effects are returned together and carried out once each, in order, after
+the session decided them all; a failing :class:`Persist` ends the command there: what the
+session decided after it is never carried out (the callers it owed are answered with the
+failure), and the actor is replaced by one recovered from the journal.
 """
 
 from __future__ import annotations

@@ -1,11 +1,13 @@
 """Passivating: idle and unwatched, the session extracts memories during the grace
 period (:mod:`._extraction`), snapshots and asks its manager to stop it. Anything routed
-to it meanwhile aborts all of that (the session turns it back to idle first)."""
+to it meanwhile aborts all of that (:meth:`Passivating.interrupted`: back to idle first).
+A session handed off departs through it at once: no grace, no extraction."""
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import ClassVar
 
 from netclaw.policy import memory_scope_of
 from netclaw.sessions._commands import Command, ConfirmStop, PassivateNow
@@ -20,13 +22,12 @@ log = logging.getLogger(__name__)
 
 @dataclass(slots=True)
 class Passivating:
+    phase: ClassVar[Phase] = Phase.PASSIVATING
+    grace_s: float = 0.0  # how long it waits for a message before it stops
+    extract: bool = True  # extract memories meanwhile (when there is something new, and a store)
     extraction: tuple[int, ExtractionPlan] | None = None  # op id and plan of the one running
     saving: int | None = None  # op id of the memories being stored
     grace_over: bool = False
-
-    @property
-    def phase(self) -> Phase:
-        return Phase.PASSIVATING
 
     def handle(self, core: Core, command: Command) -> Activity:
         match command:
@@ -59,18 +60,18 @@ class Passivating:
                 return self  # stale
         return self.step(core)
 
-    def begin(self, core: Core, grace_s: float, *, extract: bool = True) -> Activity:
-        """Entered: extract memories during the grace period (when there is something new
-        and a store, and ``extract``), snapshot, stop."""
+    def entered(self, core: Core) -> Activity:
+        """Extract memories during the grace period (when there is something new and a
+        store, and ``extract``), snapshot, stop."""
         plan = None
-        if core.has_memory and extract:
+        if core.has_memory and self.extract:
             model, audience = core.settings.compaction_model, core.context.audience
-            plan = plan_extraction(core.state, audience=audience, model=model, grace_s=grace_s)
+            plan = plan_extraction(core.state, audience=audience, model=model, grace_s=self.grace_s)
         if plan is not None:
             op_id = core.new_op()
             self.extraction = (op_id, plan)
             core.emit(RunExtraction(op_id, plan))
-        self.grace_over = not core.timers.begin_grace(grace_s)
+        self.grace_over = not core.timers.begin_grace(self.grace_s)
         return self.step(core)
 
     def step(self, core: Core) -> Activity:
@@ -81,13 +82,17 @@ class Passivating:
             core.emit(AskToStop(core.timers.epoch))
         return self
 
-    def abort(self, core: Core) -> None:
+    def interrupted(self, core: Core) -> Activity:
         """A message arrived: whatever passivation scheduled or was told is stale now (a save
-        already under way still completes and is recorded)."""
+        already under way still completes and is recorded); idle again, waiting."""
         if self.extraction is not None:
             core.emit(CancelOp(self.extraction[0]))
             self.extraction = None
         core.timers.abort()
+        return core.back_to_idle("wait")
+
+    def stopping(self, core: Core) -> None:
+        pass
 
     def _extracting(self, op_id: int) -> bool:
         return self.extraction is not None and self.extraction[0] == op_id

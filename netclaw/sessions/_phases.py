@@ -1,4 +1,10 @@
-"""Session phases and the only legal transitions between them (pure)."""
+"""Session phases — how the outside (subscribers, the manager, ``/status``) names what a
+session is doing — and the only legal changes between them (pure).
+
+Each activity (:mod:`._core`) declares its phase once, as a class attribute; the session's
+phase is its current activity's. The names are an API contract: ``recovering``, ``ready``,
+``processing``, ``compacting``, ``passivating``.
+"""
 
 from __future__ import annotations
 
@@ -24,25 +30,7 @@ LEGAL_TRANSITIONS: dict[Phase, frozenset[Phase]] = {
 }
 
 
-class PhaseMachine:
-    """Holds the current phase; ``transition_to`` is the one way to change it."""
-
-    __slots__ = ("_phase",)
-
-    def __init__(self, phase: Phase = Phase.RECOVERING) -> None:
-        self._phase = phase
-
-    @property
-    def phase(self) -> Phase:
-        return self._phase
-
-    def can(self, new: Phase) -> bool:
-        return new in LEGAL_TRANSITIONS[self._phase]
-
-    def transition_to(self, new: Phase) -> Phase:
-        """Move to ``new``; returns the phase left. Illegal moves raise and change nothing."""
-        old = self._phase
-        if new not in LEGAL_TRANSITIONS[old]:
-            raise IllegalTransition(f"illegal phase transition {old.value} -> {new.value}")
-        self._phase = new
-        return old
+def check_transition(old: Phase, new: Phase) -> None:
+    """Raise :class:`IllegalTransition` unless a session may go from ``old`` to ``new``."""
+    if new not in LEGAL_TRANSITIONS[old]:
+        raise IllegalTransition(f"illegal phase transition {old.value} -> {new.value}")

@@ -12,6 +12,7 @@ take the whole conversation below it out of the cache.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 from netclaw.messages import CONTEXT_OPEN, ChatMessage, MessageKind, new_id
@@ -48,9 +49,14 @@ def restart_note(stopped_at: float, now: float) -> str:
 
 
 def volatile_tail(
-    now: float, *, tell_time: bool, memories: str | None = None, stopped_at: float | None = None
+    now: float,
+    *,
+    tell_time: bool,
+    memories: str | None = None,
+    stopped_at: float | None = None,
+    new_id: Callable[[str], str],
 ) -> ChatMessage | None:
-    """The tail message, or None when there is nothing to tell."""
+    """The tail message (its id from ``new_id``), or None when there is nothing to tell."""
     parts: list[str] = []
     if tell_time:
         parts.append(f"The time now: {datetime.fromtimestamp(now, UTC).strftime('%Y-%m-%d %H:%M UTC (%A)')}.")
@@ -71,7 +77,7 @@ def volatile_tail(
 
 def continuity_notice(stopped_at: float, now: float) -> ChatMessage:
     """The tail a session warmed after a graceful restart adds to its next call (what the
-    context view shows until it has)."""
-    tail = volatile_tail(now, tell_time=True, stopped_at=stopped_at)
+    context view shows until it has: a view outside the session, so it mints its own id)."""
+    tail = volatile_tail(now, tell_time=True, stopped_at=stopped_at, new_id=new_id)
     assert tail is not None
     return tail

@@ -1,21 +1,21 @@
 """The agent turn, as pure pieces: its progress, and — for each step of a turn — the
 events it records and the outputs it publishes. The turn activity (:mod:`._turning`)
-persists and publishes what these return; nothing here does I/O."""
+persists and publishes what these return; nothing here does I/O, reads a clock or mints
+an id (each new message's id and time are given: ``new_id``, ``now``)."""
 
 from __future__ import annotations
 
 import logging
 import re
-import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from netclaw import outputs as out
 from netclaw.config import ModelConfig
 from netclaw.history import INTERRUPTED_TEXT, TrimResult
 from netclaw.llm import Completion, Delta, Usage
-from netclaw.messages import Attachment, ChatMessage, ToolCall, new_id, unmarked
-from netclaw.redact import merge, redact, redact_arguments, redact_known
+from netclaw.messages import Attachment, ChatMessage, ToolCall, unmarked
+from netclaw.redact import Scrubber, merge, redact, redact_arguments, redact_known
 from netclaw.sessions._commands import SendUserMessage
 from netclaw.sessions._effects import Charge, Measure
 from netclaw.sessions._events import (
@@ -36,6 +36,8 @@ log = logging.getLogger(__name__)
 
 TITLE_MAX = 60
 
+NewId = Callable[[str], str]  # a fresh id with a prefix (the session's env mints them)
+
 
 @dataclass(slots=True)
 class TurnRun:
@@ -47,7 +49,7 @@ class TurnRun:
     op_id: int = 0  # the one async result we accept; anything else is stale
     pending_calls: ChatMessage | None = None  # assistant message whose tools are running
     estimate: int = 0  # our token estimate of the prompt in flight
-    started: float = 0.0  # time.monotonic() when the turn began (metrics)
+    started: float = 0.0  # the monotonic clock when the turn began (metrics)
     input_tokens: int = 0  # what the provider reported over the turn's calls (log, usage, guard)
     output_tokens: int = 0
     cache_read_tokens: int = 0
@@ -82,11 +84,11 @@ class Step:
 
 
 def admitted(
-    state: SessionState, send: SendUserMessage, *, start: bool
+    state: SessionState, send: SendUserMessage, *, start: bool, message_id: str
 ) -> tuple[ChatMessage, tuple[SessionEvent, ...]]:
-    """The user message an inbound text becomes, and the events that admit it — with its
-    turn's start in the same write when ``start`` (nothing else is running or queued)."""
-    message_id = new_id("u")
+    """The user message an inbound text becomes (``message_id``), and the events that
+    admit it — with its turn's start in the same write when ``start`` (nothing else is
+    running or queued)."""
     message = ChatMessage(
         id=message_id,
         role="user",
@@ -107,36 +109,39 @@ def admitted(
     return message, (InputAdmitted(message, place),)
 
 
-def without_secrets(completion: Completion) -> tuple[Completion, tuple[str, ...]]:
+def without_secrets(completion: Completion, known: Scrubber) -> tuple[Completion, tuple[str, ...]]:
     """A model's answer as it may be kept, and the kinds of secret taken out: its tool
     calls' names and arguments redacted like a message (here, before anything reads them,
     so the journal, the approval a person is asked, the next provider request and the
-    tool's run all see the same text), and the daemon's own secrets out of its text."""
+    tool's run all see the same text), and the daemon's own secrets (``known``) out of
+    its text."""
     found: tuple[str, ...] = ()
     calls = []
     for call in completion.tool_calls:
-        name, arguments = redact(call.name), redact_arguments(call.arguments)
+        name, arguments = redact(call.name, known), redact_arguments(call.arguments, known)
         if name.changed or arguments.changed:
             found = merge(found, merge(name.kinds, arguments.kinds))
             call = ToolCall(call.id, name.text, arguments.text)
         calls.append(call)
-    text, thinking = redact_known(completion.text), redact_known(completion.thinking)
+    text, thinking = redact_known(completion.text, known), redact_known(completion.thinking, known)
     found = merge(found, merge(text.kinds, thinking.kinds))
     if not found:
         return completion, ()
     return replace(completion, text=text.text, thinking=thinking.text, tool_calls=tuple(calls)), found
 
 
-def assistant_message(completion: Completion, *, with_tool_calls: bool) -> ChatMessage:
+def assistant_message(
+    completion: Completion, *, with_tool_calls: bool, message_id: str, ts: float
+) -> ChatMessage:
     text = completion.text
     calls: tuple[ToolCall, ...] = completion.tool_calls if with_tool_calls else ()
     if not with_tool_calls and completion.tool_calls and not text:
         text = "[stopped: the tool-call limit for this turn was reached]"
     return ChatMessage(
-        id=new_id("a"),
+        id=message_id,
         role="assistant",
         content=text,
-        ts=time.time(),
+        ts=ts,
         tool_calls=calls,
         thinking=completion.thinking or None,
         extra=dict(completion.extra),
@@ -144,13 +149,19 @@ def assistant_message(completion: Completion, *, with_tool_calls: bool) -> ChatM
 
 
 def tool_message(
-    call: ToolCall, content: str, is_error: bool, images: tuple[Attachment, ...] = ()
+    call: ToolCall,
+    content: str,
+    is_error: bool,
+    images: tuple[Attachment, ...] = (),
+    *,
+    message_id: str,
+    ts: float,
 ) -> ChatMessage:
     return ChatMessage(
-        id=new_id("t"),
+        id=message_id,
         role="tool",
         content=content,
-        ts=time.time(),
+        ts=ts,
         tool_call_id=call.id,
         name=call.name,
         is_error=is_error,
@@ -158,8 +169,8 @@ def tool_message(
     )
 
 
-def interrupted_results(calls: Sequence[ToolCall]) -> list[ChatMessage]:
-    return [tool_message(c, INTERRUPTED_TEXT, True) for c in calls]
+def interrupted_results(calls: Sequence[ToolCall], new_id: NewId, now: float) -> list[ChatMessage]:
+    return [tool_message(c, INTERRUPTED_TEXT, True, message_id=new_id("t"), ts=now) for c in calls]
 
 
 def make_title(text: str) -> str:
@@ -210,10 +221,14 @@ def tool_call_outputs(session_id: str, turn: int, assistant: ChatMessage) -> lis
     ]
 
 
-def tool_step(session_id: str, run: TurnRun, results: Sequence[ToolResult]) -> Step:
+def tool_step(
+    session_id: str, run: TurnRun, results: Sequence[ToolResult], new_id: NewId, now: float
+) -> Step:
     """A tool round: the calls and all their results, recorded together."""
     assert run.pending_calls is not None
-    messages = [tool_message(r.call, r.content, r.is_error, r.images) for r in results]
+    messages = [
+        tool_message(r.call, r.content, r.is_error, r.images, message_id=new_id("t"), ts=now) for r in results
+    ]
     shown = tuple(
         out.ToolResult(
             session_id=session_id,
@@ -235,9 +250,11 @@ def tool_step(session_id: str, run: TurnRun, results: Sequence[ToolResult]) -> S
     return Step((StepRecorded(run.turn, (run.pending_calls, *messages)),), shown + files)
 
 
-def completed_turn(session_id: str, state: SessionState, run: TurnRun, completion: Completion) -> Step:
+def completed_turn(
+    session_id: str, state: SessionState, run: TurnRun, completion: Completion, new_id: NewId, now: float
+) -> Step:
     """The final answer: the reply, its usage, and the session's title on its first turn."""
-    reply = assistant_message(completion, with_tool_calls=False)
+    reply = assistant_message(completion, with_tool_calls=False, message_id=new_id("a"), ts=now)
     usage = None
     if completion.usage is not None:
         usage = {
@@ -276,6 +293,8 @@ def failed_turn(
     *,
     as_notice: bool = False,
     detail: dict[str, str] | None = None,
+    new_id: NewId,
+    now: float,
 ) -> Step:
     """A turn that ends without an answer. Every tool call in flight still gets a result.
     ``as_notice``: people see a ``notice`` (a limit doing its job), not an ``error``.
@@ -283,7 +302,7 @@ def failed_turn(
     events: list[SessionEvent] = []
     if run.pending_calls is not None:
         calls = run.pending_calls
-        events.append(StepRecorded(run.turn, (calls, *interrupted_results(calls.tool_calls))))
+        events.append(StepRecorded(run.turn, (calls, *interrupted_results(calls.tool_calls, new_id, now))))
     totals = run.spent()
     spent = totals if any(totals.values()) else None
     events.append(

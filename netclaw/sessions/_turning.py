@@ -10,9 +10,9 @@ turn's current op id; a result for any other op is stale and dropped.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import ClassVar, Literal
 
 from netclaw.errors import ContextOverflow, ProviderError
 from netclaw.lineage import SPAWN_TOOL
@@ -38,7 +38,7 @@ from netclaw.sessions._calling import (
     stop_detail,
     tools_call,
 )
-from netclaw.sessions._commands import Cancel, Command, CompactNow, Reset
+from netclaw.sessions._commands import Cancel, Command, CompactNow, Decide, Reset
 from netclaw.sessions._core import Activity, Core
 from netclaw.sessions._decisions import settle
 from netclaw.sessions._effects import CancelOp, Measure, Recall, ReplyOwed
@@ -64,16 +64,36 @@ log = logging.getLogger(__name__)
 
 @dataclass(slots=True)
 class Turn:
+    phase: ClassVar[Phase] = Phase.PROCESSING
     run: TurnRun
     in_flight: bool = field(default=False)  # an op of run.op_id runs on the loop
-
-    @property
-    def phase(self) -> Phase:
-        return Phase.PROCESSING
+    # What entering it does: start the turn, or — back from a compaction in its middle —
+    # call the model again ("trim": after the overflow trim first).
+    entry: Literal["start", "call", "trim"] = "start"
 
     @property
     def turn(self) -> int:
         return self.run.turn
+
+    def entered(self, core: Core) -> Activity:
+        match self.entry:
+            case "start":
+                core.context.new_turn()
+                return self.start(core)
+            case "call":
+                return self._call(core)
+            case "trim":
+                return self._overflow_trim(core)
+
+    def resumed(self, *, trim: bool) -> Activity:
+        self.entry = "trim" if trim else "call"
+        return self
+
+    def interrupted(self, core: Core) -> Activity:
+        return self
+
+    def stopping(self, core: Core) -> None:
+        pass  # its op is cancelled by the shell; its waiting callers are the session's
 
     def handle(self, core: Core, command: Command) -> Activity:  # noqa: C901 - one case per command
         run = self.run
@@ -108,15 +128,16 @@ class Turn:
                 )
             case ApprovalsDue(turn=due) if due == run.turn:
                 return self._approvals_due(core)
+            case Decide():  # a decision was recorded (by the session): run the round once none is open
+                return self.decided(core)
             case Cancel(reply=reply, by=by):
                 after = self.fail(core, "cancelled", f"the turn was cancelled by {by}", "cancelled")
                 core.answer(reply, run.turn)
                 return after
-            case Reset(by=by, reply=reply):
-                self.fail(core, "cancelled", f"the turn was cancelled by {by}", "cancelled", go_on=False)
-                after = core.reset_context(by)
-                core.answer(reply, None)
-                return after
+            case Reset(by=by):  # the session, idle again, takes the reset
+                return self.fail(
+                    core, "cancelled", f"the turn was cancelled by {by}", "cancelled", then=command
+                )
             case CompactNow(reply=reply):
                 core.answer(reply, "not now: the session is processing; try again when it is done")
             case _:
@@ -126,7 +147,7 @@ class Turn:
     # -- starting, and calling the model ------------------------------------------------------
 
     def start(self, core: Core) -> Activity:
-        """Entered: the turn's tail (memories first, when there are any to look up), then the
+        """The turn's tail (memories first, when there are any to look up), then the
         call — or wait for the decisions a recovered round still needs."""
         pending = core.state.pending_round
         if pending is not None and pending.turn == self.run.turn:
@@ -141,9 +162,6 @@ class Turn:
         attach_tail(core, self.run, None)
         return self._call(core)
 
-    def proceed(self, core: Core, *, trim: bool) -> Activity:
-        return self._overflow_trim(core) if trim else self._call(core)
-
     def _call(self, core: Core) -> Activity:
         """Build the prompt, let the ladder decide (compact first?), record a trim, send."""
         run = self.run
@@ -154,7 +172,7 @@ class Turn:
         prompt = core.context.prompts.build(core.state, tools)
         decision = core.context.before_call(prompt, core.state)
         if isinstance(decision, ladder.Compact):
-            return core.begin_compaction(decision, resume=self)
+            return core.compaction(decision, resume=self)
         if decision.trim is not None:
             record_trim(core, decision.trim, "budget")
         run.estimate = prompt.estimate
@@ -188,7 +206,7 @@ class Turn:
 
     def _answered(self, core: Core, completion: Completion) -> Activity:
         run, settings, model = self.run, core.settings, core.context.model
-        completion, found = turn.without_secrets(completion)  # before anything reads it
+        completion, found = turn.without_secrets(completion, core.known_secrets())  # before anything reads it
         if found:
             log.info("%s: redacted %s from the model's answer", core.session_id, ", ".join(found))
         core.publish(*turn.answer_outputs(core.session_id, run.turn, completion, model))
@@ -197,9 +215,13 @@ class Turn:
             for effect in turn.count_tokens(run, completion.usage, model, core.now()):
                 core.emit(effect)
         if not completion.tool_calls or run.iteration >= settings.session.max_tool_iterations:
-            core.record(turn.completed_turn(core.session_id, core.state, run, completion))
+            core.record(
+                turn.completed_turn(core.session_id, core.state, run, completion, core.new_id, core.now())
+            )
             return self._end(core, "completed")
-        assistant = turn.assistant_message(completion, with_tool_calls=True)
+        assistant = turn.assistant_message(
+            completion, with_tool_calls=True, message_id=core.new_id("a"), ts=core.now()
+        )
         core.publish(*turn.tool_call_outputs(core.session_id, run.turn, assistant))
         if self._gate_round(core, assistant):  # some call waits for a person's decision
             return self
@@ -230,10 +252,10 @@ class Turn:
 
     def _tools_ran(self, core: Core, results: Sequence[ToolResult]) -> Activity:
         run = self.run
-        core.record(turn.tool_step(core.session_id, run, results))
+        core.record(turn.tool_step(core.session_id, run, results, core.new_id, core.now()))
         run.pending_calls = None
         run.iteration += 1
-        return core.compact_if_due(self) or self._call(core)
+        return core.compaction_due(self) or self._call(core)
 
     def _call_failed(self, core: Core, error: BaseException) -> Activity:
         if isinstance(error, ContextOverflow):
@@ -254,7 +276,7 @@ class Turn:
                 log.warning(
                     "%s: provider reported context overflow; compacting and retrying", core.session_id
                 )
-                return core.begin_compaction(decision, resume=self)
+                return core.compaction(decision, resume=self)
             case ladder.Trim():
                 return self._overflow_trim(core)
 
@@ -298,7 +320,7 @@ class Turn:
         )
         if not calls:
             return False
-        requests = new_requests(calls, core.now(), core.settings.tools.approval_timeout_s)
+        requests = new_requests(calls, core.now(), core.settings.tools.approval_timeout_s, core.random_hex)
         core.persist(ApprovalRequested(run.turn, assistant, requests))
         log.info(
             "%s: turn %d waits for approval of %s",
@@ -367,12 +389,13 @@ class Turn:
         message: str,
         status: TurnStatus,
         *,
-        go_on: bool = True,
+        then: Reset | None = None,
         as_notice: bool = False,
         detail: dict[str, str] | None = None,
     ) -> Activity:
         """End the turn without an answer. Every tool call in flight still gets a result.
-        ``as_notice``: people see a ``notice`` (a limit doing its job), not an ``error``."""
+        ``as_notice``: people see a ``notice`` (a limit doing its job), not an ``error``;
+        ``then``: the reset that ended it, which the idle session takes afterwards."""
         run = self.run
         if self.in_flight:
             core.emit(CancelOp(run.op_id))
@@ -382,16 +405,26 @@ class Turn:
             cancel_children(core, f"turn {run.turn} {status}", waited_in=run.turn)
         self._close_open_approvals(core)
         core.record(
-            turn.failed_turn(core.session_id, run, code, message, status, as_notice=as_notice, detail=detail)
+            turn.failed_turn(
+                core.session_id,
+                run,
+                code,
+                message,
+                status,
+                as_notice=as_notice,
+                detail=detail,
+                new_id=core.new_id,
+                now=core.now(),
+            )
         )
         run.pending_calls = None
         log.warning("%s: turn %d %s: %s", core.session_id, run.turn, status, message)
-        return self._end(core, status, go_on=go_on)
+        return self._end(core, status, then=then)
 
-    def _end(self, core: Core, status: TurnStatus, *, go_on: bool = True) -> Activity:
+    def _end(self, core: Core, status: TurnStatus, *, then: Reset | None = None) -> Activity:
         run = self.run
         core.publish(turn.turn_completed(core.session_id, run, status))
-        seconds = time.monotonic() - run.started
+        seconds = core.monotonic() - run.started
         core.emit(Measure("turns", 1, status))
         core.emit(Measure("turn_seconds", seconds))
         turn.log_end(core.session_id, run, status, seconds)
@@ -400,4 +433,4 @@ class Turn:
             core.emit(ReplyOwed())
         core.resolve_waiters(run.message_id)
         core.timers.end_turn()
-        return core.turn_ended(go_on=go_on)
+        return core.turn_ended(then=then)

@@ -53,3 +53,30 @@ def test_each_kind_of_break_is_caught(tree: Path) -> None:
     assert "newcomer" in output
     assert "the pure Session and its activities BROKEN" in output
     assert "Pure modules reach no actor, network, database or platform library BROKEN" in output
+
+
+def test_the_pure_session_core_takes_time_ids_and_randomness_from_its_env_only(tree: Path) -> None:
+    """A clock, an id source, randomness, a thread or a loop imported straight into a pure
+    session module breaks the build: each must come through the session's env."""
+    sessions = tree / "netclaw" / "sessions"
+    planted = {
+        "_turning": "time",
+        "_approvals": "secrets",
+        "_turn": "uuid",
+        "_idle": "random",
+        "_context": "os",
+        "_session": "threading",
+        "_compacting": "asyncio",
+    }
+    for module, name in planted.items():
+        with (sessions / f"{module}.py").open("a") as f:
+            f.write(f"\nimport {name}  # noqa: E402, F401 - a hidden input in the pure core\n")
+    output = _lint(tree)
+    assert (
+        "The pure session core reads no clock, id source, randomness, environment, thread or loop BROKEN"
+        in output
+    )
+    for module, name in planted.items():
+        assert f"netclaw.sessions.{module} -> {name}" in output, (module, name)
+    # The other contracts do not see it: this one is what catches it.
+    assert "Pure modules reach no actor, network, database or platform library KEPT" in output

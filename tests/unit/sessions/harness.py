@@ -1,6 +1,7 @@
 """Driving a pure :class:`Session` in tests: commands in, effects out — no daemon, no
 threads, no sleeps. Replies and sinks are real objects nobody waits on; time is a number
-the test moves."""
+the test moves (both clocks), ids are counted, and the daemon's known secrets are the
+test's."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from netclaw.config import LiveSettings, Settings
 from netclaw.llm import Completion, ToolSchema, Usage
 from netclaw.messages import ToolCall
 from netclaw.policy import NO_HINTS, ToolHints
+from netclaw.redact import Scrubber
 from netclaw.runtime import Reply
 from netclaw.sessions._commands import Command, SendUserMessage, Subscribe
 from netclaw.sessions._compaction import CompactionOutcome
@@ -106,20 +108,25 @@ class Driver:
         **sections: Any,
     ) -> None:
         self.loop = asyncio.new_event_loop()
-        self.now = 1_700_000_000.0
+        self.now = 1_700_000_000.0  # both clocks: the wall clock, and the one durations are read on
+        self.known = Scrubber(())  # the daemon's own secrets, as the session is told them
         self.live = LiveSettings(settings(**sections))
         self.effects: list[Effect] = []
         self.skills = skills or LiveSkills()
+        minted = itertools.count(1)
         env = SessionEnv(
             self.live,
             Catalog(tools),
             has_memory,
             clock=lambda: self.now,
+            monotonic=lambda: self.now,
+            random_hex=lambda digits: f"{next(minted):0{digits}x}",
+            known_secrets=lambda: self.known,
             skills=self.skills,
             spend=ledger or NoLedger(),
         )
-        self.session = Session(session_id, env, self.effects.append, held=held, resumed_at=resumed_at)
-        self.session.recovered(state or SessionState(session_id))
+        self.session = Session(session_id, env, held=held, resumed_at=resumed_at)
+        self.effects += self.session.recovered(state or SessionState(session_id))
         self._ids = itertools.count(1)
         self._recalled: set[int] = set()
 
@@ -132,7 +139,10 @@ class Driver:
         return Reply(self.loop)
 
     def handle(self, command: Command) -> list[Effect]:
-        return self.session.handle(command)
+        """What the session decided about ``command`` (kept, in order, in ``effects``)."""
+        decided = self.session.handle(command)
+        self.effects += decided
+        return decided
 
     def send(self, text: str, identity: str | None = None) -> tuple[Reply[Any], list[Effect]]:
         ack = self.reply()

@@ -4,20 +4,23 @@ stop, and the order messages queue in."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pytest
 
 from netclaw import outputs as out
-from netclaw.errors import ProviderUnavailable
+from netclaw.errors import ProviderUnavailable, SessionUnavailable
 from netclaw.llm import Completion, Delta, Usage
 from netclaw.messages import MessageKind
+from netclaw.redact import KNOWN, Scrubber
 from netclaw.sessions._commands import Admission, Cancel, Reset, SendUserMessage
 from netclaw.sessions._effects import (
     CallModel,
     CancelOp,
     PhaseChanged,
     Recall,
+    Refuse,
     RunTools,
     StartTimer,
     StopTimer,
@@ -27,6 +30,7 @@ from netclaw.sessions._events import ContextAttached, InputAdmitted, StepRecorde
 from netclaw.sessions._phases import Phase
 from netclaw.sessions._results import ProviderDeltas, ProviderDone, ToolsDone, TurnTimeout
 from netclaw.sessions._state import TurnOutcome
+from netclaw.sessions._timers import Timers
 from tests.unit.sessions.harness import Driver, tool_call
 
 
@@ -213,5 +217,60 @@ def test_a_waiting_caller_gets_the_outcome_when_its_turn_is_recorded(d: Driver) 
     assert isinstance(outcome, TurnOutcome) and outcome.reply == "hello"
 
 
+def test_a_caller_answered_by_a_command_that_then_raised_is_refused_at_the_stop(
+    d: Driver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A command that raises returns nothing, so the answers it had decided are never
+    carried out: the stop (the actor breaks) refuses those callers instead of leaving them
+    waiting."""
+    done = d.reply()
+    d.handle(SendUserMessage("hi", d.now, d.reply(), done=done))
+
+    def broken(timers: Timers) -> None:
+        raise RuntimeError("a bug after the answer was decided")
+
+    monkeypatch.setattr(Timers, "end_turn", broken)  # right after the waiters' answers
+    with pytest.raises(RuntimeError):
+        d.answer("hello")
+    error = SessionUnavailable("the session failed")
+    stopped = d.session.stopping(error)
+    assert Refuse(done, error) in stopped
+    assert d.session.stopping(error) == []  # once
+
+
 def _completion(text: str) -> Completion:
     return Completion(text, usage=Usage(100, 10))
+
+
+def test_the_daemon_s_secrets_are_the_env_s_and_a_run_replays_exactly(d: Driver) -> None:
+    """What the core takes from the world comes through its env: the known secrets it
+    redacts from the model's words (not whatever the process holds), the time it records,
+    the ids it mints — so the same commands give the same record, byte for byte."""
+    ours, theirs = "nctl-Zk3q8Rw1Yp0aBc", "nctl-Qm7v2Lx9Tb4dEf"
+    holder = object()
+    KNOWN.hold(holder, [theirs])  # another daemon's secret in this process: not this session's input
+
+    def run(driver: Driver) -> list[object]:
+        driver.known = Scrubber([ours])
+        driver.send("what is the token?")
+        driver.answer("", calls=[tool_call("current_time", arguments=json.dumps({"q": ours}))])
+        driver.tools_done("noon")
+        driver.answer(f"it is {ours}, not {theirs}")
+        return [e for e in driver.events() if isinstance(e, StepRecorded | TurnRecorded)]
+
+    try:
+        first = run(d)
+        again = Driver()
+        try:
+            assert run(again) == first  # ids, times and redactions the same
+        finally:
+            again.close()
+    finally:
+        KNOWN.release(holder)
+    step, recorded = first
+    assert isinstance(step, StepRecorded) and isinstance(recorded, TurnRecorded)
+    call = step.messages[0].tool_calls[0]
+    assert ours not in call.arguments and "[redacted: Daemon Secret]" in call.arguments
+    [reply] = recorded.messages
+    assert reply.content == f"it is [redacted: Daemon Secret], not {theirs}"
+    assert reply.ts == d.now
