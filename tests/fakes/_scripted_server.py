@@ -289,6 +289,7 @@ class ScriptedServer(ABC, Generic[R, E]):
         self.requests: list[dict[str, Any]] = []  # every valid request body, in arrival order
         self.errors: list[BaseException] = []  # exceptions raised by responders
         self.aborted = 0  # requests whose client went away before the answer was complete
+        self.frames_sent = 0  # stream frames written, all requests together (a stream is under way)
         self._port = port
         self._default = default
         self._queue: collections.deque[R | E] = collections.deque()
@@ -527,6 +528,7 @@ class ScriptedServer(ABC, Generic[R, E]):
             if i > 0 and step.chunk_delay_s > 0:
                 await asyncio.sleep(step.chunk_delay_s)
             await resp.write(frame)
+            self.frames_sent += 1
         if drop is not None:
             self._drop(request)  # no trailer, no end: an incomplete stream
             return resp
@@ -569,6 +571,11 @@ class ScriptedServerThread(Generic[R, E]):
     def aborted(self) -> int:
         """Requests whose client closed the connection before the answer was complete."""
         return self.server.aborted
+
+    @property
+    def frames_sent(self) -> int:
+        """Stream frames written so far, all requests together."""
+        return self.server.frames_sent
 
     def enqueue(self, *steps: R | E) -> None:
         """See :meth:`ScriptedServer.enqueue`."""
