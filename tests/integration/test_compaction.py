@@ -726,12 +726,18 @@ def test_compaction_buys_room_when_the_provider_counts_more_than_we_do(
     sse = SseReader(handle, sid, "usage")
     try:
         n = 0
+
+        def readies() -> int:
+            return sum(1 for phase in sse.named("phase") if phase["to"] == "ready")
+
         while not sse.named("compaction"):
             assert n < 30, "never compacted"
             text = f"Note {n}: " + " ".join(f"alpha{n} beta{i} gamma" for i in range(40))
+            before = readies()
             assert handle.send(sid, text, wait=True).status_code == 200
             n += 1
-            time.sleep(0.05)
+            # Back to ready: a compaction this turn started has ended, and its event came first.
+            wait_for(lambda before=before: readies() > before, "the session to be ready again")  # type: ignore[misc]
         compactions(sse)
         usages = len(sse.named("usage"))
         for m in range(n, n + 2):
