@@ -290,6 +290,7 @@ class ScriptedServer(ABC, Generic[R, E]):
         self.errors: list[BaseException] = []  # exceptions raised by responders
         self.aborted = 0  # requests whose client went away before the answer was complete
         self.frames_sent = 0  # stream frames written, all requests together (a stream is under way)
+        self.answered: list[dict[str, Any]] = []  # request bodies whose answer went out (after any delay)
         self._port = port
         self._default = default
         self._queue: collections.deque[R | E] = collections.deque()
@@ -460,6 +461,7 @@ class ScriptedServer(ABC, Generic[R, E]):
             await asyncio.get_running_loop().create_future()  # until cancelled by stop()
         if reply.delay_s > 0:
             await asyncio.sleep(reply.delay_s)
+        self.answered.append(body)
         if body.get("stream"):
             return await self._send_stream(request, body, reply)
         return self._send_json(request, body, reply)
@@ -571,6 +573,11 @@ class ScriptedServerThread(Generic[R, E]):
     def aborted(self) -> int:
         """Requests whose client closed the connection before the answer was complete."""
         return self.server.aborted
+
+    @property
+    def answered(self) -> list[dict[str, Any]]:
+        """The request bodies whose answer went out so far (after its delay), in that order."""
+        return list(self.server.answered)
 
     @property
     def frames_sent(self) -> int:
