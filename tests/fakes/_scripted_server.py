@@ -290,6 +290,7 @@ class ScriptedServer(ABC, Generic[R, E]):
         self.errors: list[BaseException] = []  # exceptions raised by responders
         self.aborted = 0  # requests whose client went away before the answer was complete
         self.frames_sent = 0  # stream frames written, all requests together (a stream is under way)
+        self.streaming = 0  # answers streaming right now (their first frame out, their end not yet)
         self.answered: list[dict[str, Any]] = []  # request bodies whose answer went out (after any delay)
         self._port = port
         self._default = default
@@ -524,22 +525,30 @@ class ScriptedServer(ABC, Generic[R, E]):
         resp = web.StreamResponse(status=200, headers=headers)
         await resp.prepare(request)
         drop = step.drop_after_chunks
-        for i, frame in enumerate(frames):
-            if drop is not None and i >= drop:
-                break
-            if i > 0 and step.chunk_delay_s > 0:
-                await asyncio.sleep(step.chunk_delay_s)
-            await resp.write(frame)
-            self.frames_sent += 1
-        if drop is not None:
-            self._drop(request)  # no trailer, no end: an incomplete stream
+        streaming = False
+        try:
+            for i, frame in enumerate(frames):
+                if drop is not None and i >= drop:
+                    break
+                if i > 0 and step.chunk_delay_s > 0:
+                    await asyncio.sleep(step.chunk_delay_s)
+                await resp.write(frame)
+                self.frames_sent += 1
+                if not streaming:
+                    streaming = True
+                    self.streaming += 1
+            if drop is not None:
+                self._drop(request)  # no trailer, no end: an incomplete stream
+                return resp
+            if trailer and not step.omit_end:
+                await resp.write(trailer)
+            if step.hold_open_s > 0:  # the answer is complete, but the body does not end yet
+                await asyncio.sleep(step.hold_open_s)
+            await resp.write_eof()
             return resp
-        if trailer and not step.omit_end:
-            await resp.write(trailer)
-        if step.hold_open_s > 0:  # the answer is complete, but the body does not end yet
-            await asyncio.sleep(step.hold_open_s)
-        await resp.write_eof()
-        return resp
+        finally:
+            if streaming:
+                self.streaming -= 1
 
 
 # --------------------------------------------------------------------------- threaded variant
@@ -578,6 +587,11 @@ class ScriptedServerThread(Generic[R, E]):
     def answered(self) -> list[dict[str, Any]]:
         """The request bodies whose answer went out so far (after its delay), in that order."""
         return list(self.server.answered)
+
+    @property
+    def streaming(self) -> int:
+        """Answers streaming right now (first frame out, end not yet)."""
+        return self.server.streaming
 
     @property
     def frames_sent(self) -> int:
