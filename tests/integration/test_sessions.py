@@ -118,9 +118,8 @@ def test_messages_sent_during_a_turn_are_acknowledged_at_once_and_answered_in_or
 ) -> None:
     handle = start_daemon()
     sid = "cli:buffer"
-    slow_s = 1.5
+    slow_s = 3.0
     scripted.enqueue(Reply(text="reply to first", delay_s=slow_s))
-    t0 = time.monotonic()
     first = handle.send(sid, "first")
     assert first.status_code == 202
     wait_until(lambda: len(scripted.requests) == 1)
@@ -140,15 +139,13 @@ def test_messages_sent_during_a_turn_are_acknowledged_at_once_and_answered_in_or
         thread.start()
     for thread in threads:
         thread.join(10)
-    acked_at = time.monotonic() - t0
     assert sorted(results) == [1, 2, 3, 4, 5]
     assert all(status == 202 for status, _ in results.values()), results
-    assert all(elapsed < slow_s / 2 for _, elapsed in results.values()), results
-    assert acked_at < slow_s, "the acknowledgements waited for the slow turn"
+    assert not scripted.answered, "the acknowledgements waited for the slow turn"
 
     # While the first turn runs, the five are durable and queued behind it.
     during = handle.transcript(sid)
-    assert time.monotonic() - t0 < slow_s, "too slow to look at the queue while the first turn runs"
+    assert not scripted.answered, "too slow to look at the queue while the first turn runs"
     assert [m["content"] for m in during if not m.get("pending")] == ["first"]
     assert sorted(m["content"] for m in during if m.get("pending")) == [f"message {i}" for i in range(1, 6)]
     assert len(scripted.requests) == 1

@@ -388,7 +388,7 @@ def test_slow_subscriber_does_not_stall_sessions(
     response = daemon.send(other_sid, "are you there?", wait=True)
     assert response.status_code == 200
     assert response.json()["reply"] == "echo: are you there?"
-    assert time.monotonic() - started < 2.0
+    assert time.monotonic() - started < 10.0  # promptly: a stuck subscriber would hold it for good
     other.wait_for(_turn_completed(1))
     assert "turn_completed" not in slow.names()
 
