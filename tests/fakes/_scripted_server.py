@@ -291,7 +291,7 @@ class ScriptedServer(ABC, Generic[R, E]):
         self.aborted = 0  # requests whose client went away before the answer was complete
         self.frames_sent = 0  # stream frames written, all requests together (a stream is under way)
         self.streaming = 0  # answers streaming right now (their first frame out, their end not yet)
-        self.answered: list[dict[str, Any]] = []  # request bodies whose answer went out (after any delay)
+        self.answered: list[dict[str, Any]] = []  # bodies whose reply (no error) went out, after its delay
         self._port = port
         self._default = default
         self._queue: collections.deque[R | E] = collections.deque()
@@ -585,7 +585,7 @@ class ScriptedServerThread(Generic[R, E]):
 
     @property
     def answered(self) -> list[dict[str, Any]]:
-        """The request bodies whose answer went out so far (after its delay), in that order."""
+        """The request bodies whose reply (not an error) went out so far, after its delay, in that order."""
         return list(self.server.answered)
 
     @property
