@@ -82,7 +82,9 @@ def take(browser: Any, room: Room, out: Path) -> list[Path]:
         for name, path in shots:
             page.goto(path)
             if "/sessions/" in path:
-                page.wait_for_timeout(800)  # its live stream never lets the network idle
+                # Its live stream never lets the network idle: a moment for the fragments it
+                # asks for once joined (what the picture shows, not what a test asserts).
+                page.wait_for_timeout(800)
             else:
                 page.wait_for_load_state("networkidle")
             for details in page.locator("details.numbers").all()[:1]:

@@ -140,7 +140,7 @@ def test_a_reminder_added_in_the_page_can_be_paused_and_fires(page: Any, room: R
     row.get_by_role("button", name="Pause reminder legs").click()
     page.locator("#reminder-list tr", has_text="paused").wait_for()
     room.clock.advance(1200)  # paused: its time passes, nothing fires
-    page.wait_for_timeout(300)
+    wait_until(room.clock.settled, what="the scheduler to look at the new time")
     assert room.handle.http.get(f"/api/sessions/{sid}").status_code == 404
     page.locator("#reminder-list tr", has_text="stretch").get_by_role(
         "button", name="Resume reminder legs"

@@ -27,7 +27,7 @@ from tests.fakes._scripted_server import said
 from tests.fakes.scripted_openai import ScriptedOpenAIThread
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-READY_TIMEOUT_S = 15.0
+READY_TIMEOUT_S = 30.0  # a bound, not a pause: start-up on a loaded 2-core machine took over 15 s
 SYSTEM_PROMPT = "You are the netclaw e2e test agent ZX-17. Answer in one line."
 
 

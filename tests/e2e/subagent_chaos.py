@@ -185,7 +185,7 @@ class SubagentCrash:
                 )
             except AssertionError as exc:
                 result.problems.append(str(exc))
-            time.sleep(0.2)  # a duplicate would show up by now
+            time.sleep(0.2)  # absence is the behaviour here: no duplicate shows up late
             result.problems += check(self.db, parent, tag)
             result.runs += 1
         return result

@@ -11,7 +11,6 @@ import json
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -349,7 +348,7 @@ def test_interactive_chat_keeps_its_prompt_when_others_speak_and_shows_failed_tu
         term.expect("you> second question")
         term.expect("/help for commands")
         term.expect("you> ")
-        time.sleep(0.2)  # at the prompt, reading
+        term.wait_reading()  # at the prompt, reading
         # Another client (the API) speaks in this session: its reply is written above the
         # prompt, and the prompt comes back.
         assert daemon.post(sid, "from another client", wait=True).status_code == 200
@@ -357,7 +356,7 @@ def test_interactive_chat_keeps_its_prompt_when_others_speak_and_shows_failed_tu
         term.type_at_prompt("still here?", prompt="")
         term.expect("agent> echo: still here?")
         term.expect("you> ")
-        time.sleep(0.2)
+        term.wait_reading()
         term.send_eof()
         assert term.wait() == 0
 

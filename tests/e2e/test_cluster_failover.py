@@ -169,6 +169,13 @@ class Load:
             time.sleep(0.2)
 
 
+def replied_to(node: DaemonProcess, session_id: str, message_id: str) -> bool:
+    """The message is in the session, an answer after it (what is queued behind it aside)."""
+    messages = node.session(session_id)["messages"]
+    at = next((i for i, m in enumerate(messages) if m["id"] == message_id), None)
+    return at is not None and any(m["role"] == "assistant" for m in messages[at + 1 :])
+
+
 def answered(node: DaemonProcess, session_id: str, acked: list[tuple[str, str]]) -> dict[str, Any] | None:
     """The session once every acknowledged message is in it and answered (nothing queued)."""
     session = node.session(session_id)
@@ -196,7 +203,12 @@ def test_a_node_killed_under_load_loses_and_repeats_nothing(
         load.dead.add(victim)
         nodes[victim].sigkill()
         killed_at = time.monotonic()
-        time.sleep(LEASE_S + 2)  # the load goes on meanwhile, to the survivors
+        # The load goes on, to the survivors, until the victim's leases have moved and past that.
+        wait_until(
+            lambda: not set(owners(pg_dsn).values()) & {victim_name}, LEASE_S + 10, "the leases to move"
+        )
+        moved = sum(map(len, load.acked.values()))
+        wait_until(lambda: sum(map(len, load.acked.values())) >= moved + 10, 30, "more load after the move")
     survivor = nodes[(victim + 1) % 3]
     recovered = {}
     for session_id in SESSIONS:
@@ -245,11 +257,14 @@ def test_two_nodes_contending_for_one_session_never_both_write(
             message_id = other.acked(session_id, "after the pause", idempotency_key="pause")
             load.acked[session_id].append((message_id, "after the pause"))
             assert owners(pg_dsn).get(session_id) == other.config.parent.name
-            time.sleep(0.5)  # it writes as the new owner meanwhile
+            wait_until(lambda: replied_to(other, session_id, message_id), 30, "the new owner to answer")
         finally:
             os.kill(nodes[owner].pid, signal.SIGCONT)
             load.dead.discard(owner)
-        time.sleep(LEASE_S)  # both nodes live again, the load going on
+        woken = len(load.acked[session_id])
+        wait_until(  # both nodes live again, the load going on
+            lambda: len(load.acked[session_id]) >= woken + 5, 30, "more load with both nodes live"
+        )
     session = wait_until(
         lambda: answered(other, session_id, load.acked[session_id]), 30, "every message answered"
     )

@@ -153,11 +153,17 @@ def test_a_sigkill_holds_requests_for_the_dead_nodes_sessions_instead_of_503s(
         clients.take_out(victim)
         before = clients.answered
         wait_until(lambda: clients.answered >= before + 60, 60, "load flowing on the survivors")
-        time.sleep(LEASE_S)
+        survivors = [n for name, n in cluster.nodes.items() if name != victim]
+        wait_until(
+            lambda: sum(
+                metric(n, "netclaw_cluster_held_requests_total", outcome="served") for n in survivors
+            ),
+            LEASE_S + 20,
+            "a request held for the dead node's sessions to be served (once its leases moved)",
+        )
     unavailable = clients.misses_between(killed_at, time.monotonic(), "503")
     assert len(unavailable) <= 2, unavailable  # held instead: served once the leases moved
     assert not clients.lost
-    survivors = [n for name, n in cluster.nodes.items() if name != victim]
     held = sum(metric(n, "netclaw_cluster_held_requests_total", outcome="served") for n in survivors)
     assert held > 0, "no request was held for the dead node's sessions"
     survivor = survivors[0]

@@ -30,6 +30,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -68,11 +69,53 @@ EXPOSURE_TARGET = 1.2
 EXPOSURE_TARGET_WITH_DROP_IN = 2.5
 
 
+@dataclass(frozen=True)
+class Installed:
+    """What the README's systemd recipe printed, line by line, when it ran in the container."""
+
+    lines: list[str]  # the recipe's lines, as the README has them
+    init: str  # `netclaw init --system`'s output
+    chat: str  # `netclaw chat -p hi`'s answer
+    status: str  # `netclaw status`'s output
+    install_s: float
+
+
 class Debian:
     """The container: commands as root in the checkout, like a person at its shell."""
 
     def __init__(self, name: str) -> None:
         self.name = name
+        self.installed: Installed | None = None  # once the README's recipe ran here
+
+    def install(self) -> Installed:
+        """Run the README's systemd recipe as written (once per container), with the
+        scripted model answering the first chat: what every later step starts from."""
+        if self.installed is not None:
+            return self.installed
+        lines = readme_recipe("systemd")
+        assert [line.split("#")[0].split()[:3] for line in lines] == [
+            ["sudo", "deploy/install.sh"],
+            ["sudo", "netclaw", "init"],
+            ["sudo", "systemctl", "enable"],
+            ["sudo", "netclaw", "chat"],
+            ["sudo", "netclaw", "status"],
+        ], lines
+        install, init, enable, chat, status = lines
+        started = time.monotonic()
+        self.sh(install, timeout=600)
+        install_s = time.monotonic() - started
+        self.model({"text": "hello from the model"})
+        # init asks: provider, base URL, model (it offers what the server has), key variable.
+        init_out = self.sh(init, input=f"openai\nhttp://127.0.0.1:{FAKE_PORT}/v1\n\n\n").stdout
+        self.sh(enable, timeout=120)
+        self.installed = Installed(
+            lines=lines,
+            init=init_out,
+            chat=self.sh(chat).stdout,
+            status=self.sh(status).stdout,
+            install_s=install_s,
+        )
+        return self.installed
 
     def sh(
         self, command: str, *, input: str | None = None, check: bool = True, timeout: float = 300
@@ -213,36 +256,28 @@ def debian() -> Iterator[Debian]:
         docker("rm", "-f", name, check=False)
 
 
-def test_the_systemd_recipe_as_written(debian: Debian) -> None:
-    lines = readme_recipe("systemd")
-    assert [line.split("#")[0].split()[:3] for line in lines] == [
-        ["sudo", "deploy/install.sh"],
-        ["sudo", "netclaw", "init"],
-        ["sudo", "systemctl", "enable"],
-        ["sudo", "netclaw", "chat"],
-        ["sudo", "netclaw", "status"],
-    ], lines
-    install, init, enable, chat, status = lines
+@pytest.fixture
+def installed(debian: Debian) -> Debian:
+    """The container with the README's recipe run in it: by the first test that needs it,
+    so that every test also runs alone (``pytest path::test``)."""
+    debian.install()
+    return debian
 
-    started = time.monotonic()
-    debian.sh(install, timeout=600)
-    print(f"deploy/install.sh took {time.monotonic() - started:.0f}s")
-    debian.model({"text": "hello from the model"})
 
-    # init asks: provider, base URL, model (it offers what the server has), key variable.
-    done = debian.sh(init, input=f"openai\nhttp://127.0.0.1:{FAKE_PORT}/v1\n\n\n")
-    assert "the server at http://127.0.0.1:8700/v1 has: scripted" in done.stdout, done.stdout
-    assert "[ok] provider" in done.stdout and "wrote /etc/netclaw/netclaw.env" in done.stdout, done.stdout
+def test_the_systemd_recipe_as_written(installed: Debian) -> None:
+    debian = installed
+    recipe = debian.install()
+    print(f"deploy/install.sh took {recipe.install_s:.0f}s")
+    assert "the server at http://127.0.0.1:8700/v1 has: scripted" in recipe.init, recipe.init
+    assert "[ok] provider" in recipe.init and "wrote /etc/netclaw/netclaw.env" in recipe.init, recipe.init
     modes = debian.sh("stat -c '%a %U:%G %n' /etc/netclaw/netclaw.json /etc/netclaw/netclaw.env").stdout
     assert modes.split("\n")[:2] == [
         "640 root:netclaw /etc/netclaw/netclaw.json",
         "600 root:root /etc/netclaw/netclaw.env",
     ]
 
-    debian.sh(enable, timeout=120)
-    assert debian.sh(chat).stdout.strip() == "hello from the model"
-    done = debian.sh(status)
-    assert "netclaw at http://127.0.0.1:5199: ok" in done.stdout, done.stdout
+    assert recipe.chat.strip() == "hello from the model"
+    assert "netclaw at http://127.0.0.1:5199: ok" in recipe.status, recipe.status
 
     # What it left: private state, errors only where there are some, the unit rated.
     state = debian.sh(
@@ -265,7 +300,8 @@ def test_the_systemd_recipe_as_written(debian: Debian) -> None:
     assert "[info] daemon: running at http://127.0.0.1:5199" in report, report
 
 
-def test_reload_applies_a_change(debian: Debian) -> None:
+def test_reload_applies_a_change(installed: Debian) -> None:
+    debian = installed
     pid = debian.main_pid()
     debian.sh(
         'sed -i \'0,/^{/s//{\\n  "agent": {"system_prompt": "You are the reloaded agent KQ-9."},/\' '
@@ -281,7 +317,8 @@ def test_reload_applies_a_change(debian: Debian) -> None:
     assert "config reloaded; applied: agent.system_prompt" in debian.journal()
 
 
-def test_the_watchdog_restarts_a_frozen_daemon_and_nothing_is_lost(debian: Debian) -> None:
+def test_the_watchdog_restarts_a_frozen_daemon_and_nothing_is_lost(installed: Debian) -> None:
+    debian = installed
     pid = debian.main_pid()
     debian.model(
         {"text": "never delivered", "delay_s": 120},  # in flight when the daemon freezes
@@ -327,9 +364,11 @@ def test_the_watchdog_restarts_a_frozen_daemon_and_nothing_is_lost(debian: Debia
 
 
 def test_a_failed_start_is_one_error_line_and_relative_paths_go_to_the_state_directory(
-    debian: Debian,
+    installed: Debian,
 ) -> None:
+    debian = installed
     config = "/etc/netclaw/netclaw.json"
+    turns = debian.session()["turns"]  # what the journal in /var/lib/netclaw holds so far
     original = debian.sh(f"cat {config}").stdout
     debian.sh(f'sed -i \'s|"data_dir": "/var/lib/netclaw"|"data_dir": "/etc/netclaw/data"|\' {config}')
     assert debian.sh("sudo systemctl restart netclaw", check=False).returncode != 0
@@ -353,14 +392,15 @@ def test_a_failed_start_is_one_error_line_and_relative_paths_go_to_the_state_dir
     debian.sh(f"cat > {config} <<'EOF'\n{relative}EOF")
     debian.restart("start")
     assert "netclaw at http://127.0.0.1:5199: ok" in debian.sh("sudo netclaw status").stdout
-    assert debian.session()["turns"] == 2  # the same journal: /var/lib/netclaw
+    assert debian.session()["turns"] == turns  # the same journal: /var/lib/netclaw
     assert (
         debian.sh("test ! -e /etc/netclaw/data && test -d /var/lib/netclaw/workspace", check=False).returncode
         == 0
     )
 
 
-def test_an_mcp_server_and_the_shell_tool_under_the_hardening(debian: Debian) -> None:
+def test_an_mcp_server_and_the_shell_tool_under_the_hardening(installed: Debian) -> None:
+    debian = installed
     """The shell turned on as the README says, under the unit as installed: no bubblewrap,
     and the daemon says what to do. The opt-out (``sandbox: none``) works under the unit as
     it is; then the README's step for the sandbox (bubblewrap and the unit's drop-in), after
@@ -454,7 +494,8 @@ def test_an_mcp_server_and_the_shell_tool_under_the_hardening(debian: Debian) ->
     assert "[ok] mcp py: " in report and "(as the running daemon sees it)" in report, report
 
 
-def test_without_the_drop_in_the_sandbox_stops_start_up_naming_it(debian: Debian) -> None:
+def test_without_the_drop_in_the_sandbox_stops_start_up_naming_it(installed: Debian) -> None:
+    debian = installed
     """Back to the stricter unit the README's way (delete the drop-in, daemon-reload) with
     the sandbox still on: one error line naming the drop-in and how to install it."""
     debian.sh("command -v bwrap || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap")
@@ -477,12 +518,15 @@ def test_without_the_drop_in_the_sandbox_stops_start_up_naming_it(debian: Debian
     assert "journalctl -u netclaw.service -p err" in report, report
 
 
-def test_slack_and_discord_under_the_hardening(debian: Debian) -> None:
+def test_slack_and_discord_under_the_hardening(installed: Debian) -> None:
+    debian = installed
     """The real slack-bolt and discord.py inside the unit's sandbox, against the protocol
     fakes on the container's loopback (Discord through the launcher that points discord.py
     at its fake: a drop-in replaces ExecStart=, the hardening stays)."""
     debian.model()  # echo
-    debian.sh("rm -f /root/fakes.*; cp -r tests /opt/nctest/ && chmod -R a+rX /opt/nctest")
+    debian.sh(
+        "rm -f /root/fakes.*; mkdir -p /opt/nctest && cp -r tests /opt/nctest/ && chmod -R a+rX /opt/nctest"
+    )
     debian.sh(
         f"cd /root; PYTHONPATH={CHECKOUT} setsid /opt/netclaw/bin/python -m tests.e2e.deploy.chat_fakes "
         "/root/fakes >/root/fakes.log 2>&1 < /dev/null &"

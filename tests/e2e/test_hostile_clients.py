@@ -46,8 +46,8 @@ def test_slow_clients_do_not_take_the_daemon_down(
             health = httpx.get(f"{daemon.base_url}/healthz", timeout=5)
             assert health.status_code == 200
             assert daemon.sessions() is not None  # authenticated API
-            assert time.monotonic() - started < 2
-            time.sleep(0.1)
+            assert time.monotonic() - started < 4  # not the 15 s a request head may take
+            time.sleep(0.1)  # pacing, not waiting: the probes spread over a second
         assert (
             daemon.post("cli:under-attack", "still there?", wait=True).json()["reply"] == "echo: still there?"
         )

@@ -163,7 +163,9 @@ def test_oauth_login_stores_a_token_the_daemon_uses_and_refreshes(
     [result] = [m for m in daemon.session("cli:oauth")["messages"] if m["role"] == "tool"]
     assert unlabel(result["content"]) == client_id
 
-    time.sleep(5)  # the access token (4 s) expires: the next request refreshes it first
+    # The access token (4 s) expires: the next request refreshes it first.
+    expires_at = json.loads(token.read_text())["expires_at"]
+    wait_until(lambda: time.time() > expires_at, timeout=10, what="the access token to expire")
     scripted.enqueue(Reply(tool_calls=[ToolCallSpec("web__whoami", {})]), Reply(text="still us"))
     assert daemon.post("cli:oauth", "and now?", wait=True).status_code == 200
     results = [m for m in daemon.session("cli:oauth")["messages"] if m["role"] == "tool"]

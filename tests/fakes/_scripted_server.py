@@ -289,6 +289,9 @@ class ScriptedServer(ABC, Generic[R, E]):
         self.requests: list[dict[str, Any]] = []  # every valid request body, in arrival order
         self.errors: list[BaseException] = []  # exceptions raised by responders
         self.aborted = 0  # requests whose client went away before the answer was complete
+        self.frames_sent = 0  # stream frames written, all requests together (a stream is under way)
+        self.streaming = 0  # answers streaming right now (their first frame out, their end not yet)
+        self.answered: list[dict[str, Any]] = []  # bodies whose reply (no error) went out, after its delay
         self._port = port
         self._default = default
         self._queue: collections.deque[R | E] = collections.deque()
@@ -459,6 +462,7 @@ class ScriptedServer(ABC, Generic[R, E]):
             await asyncio.get_running_loop().create_future()  # until cancelled by stop()
         if reply.delay_s > 0:
             await asyncio.sleep(reply.delay_s)
+        self.answered.append(body)
         if body.get("stream"):
             return await self._send_stream(request, body, reply)
         return self._send_json(request, body, reply)
@@ -521,21 +525,30 @@ class ScriptedServer(ABC, Generic[R, E]):
         resp = web.StreamResponse(status=200, headers=headers)
         await resp.prepare(request)
         drop = step.drop_after_chunks
-        for i, frame in enumerate(frames):
-            if drop is not None and i >= drop:
-                break
-            if i > 0 and step.chunk_delay_s > 0:
-                await asyncio.sleep(step.chunk_delay_s)
-            await resp.write(frame)
-        if drop is not None:
-            self._drop(request)  # no trailer, no end: an incomplete stream
+        streaming = False
+        try:
+            for i, frame in enumerate(frames):
+                if drop is not None and i >= drop:
+                    break
+                if i > 0 and step.chunk_delay_s > 0:
+                    await asyncio.sleep(step.chunk_delay_s)
+                await resp.write(frame)
+                self.frames_sent += 1
+                if not streaming:
+                    streaming = True
+                    self.streaming += 1
+            if drop is not None:
+                self._drop(request)  # no trailer, no end: an incomplete stream
+                return resp
+            if trailer and not step.omit_end:
+                await resp.write(trailer)
+            if step.hold_open_s > 0:  # the answer is complete, but the body does not end yet
+                await asyncio.sleep(step.hold_open_s)
+            await resp.write_eof()
             return resp
-        if trailer and not step.omit_end:
-            await resp.write(trailer)
-        if step.hold_open_s > 0:  # the answer is complete, but the body does not end yet
-            await asyncio.sleep(step.hold_open_s)
-        await resp.write_eof()
-        return resp
+        finally:
+            if streaming:
+                self.streaming -= 1
 
 
 # --------------------------------------------------------------------------- threaded variant
@@ -569,6 +582,21 @@ class ScriptedServerThread(Generic[R, E]):
     def aborted(self) -> int:
         """Requests whose client closed the connection before the answer was complete."""
         return self.server.aborted
+
+    @property
+    def answered(self) -> list[dict[str, Any]]:
+        """The request bodies whose reply (not an error) went out so far, after its delay, in that order."""
+        return list(self.server.answered)
+
+    @property
+    def streaming(self) -> int:
+        """Answers streaming right now (first frame out, end not yet)."""
+        return self.server.streaming
+
+    @property
+    def frames_sent(self) -> int:
+        """Stream frames written so far, all requests together."""
+        return self.server.frames_sent
 
     def enqueue(self, *steps: R | E) -> None:
         """See :meth:`ScriptedServer.enqueue`."""

@@ -27,6 +27,7 @@ class JournalFaults:
         self.real_threadsafe = self.journal.append_threadsafe
         self.fail_when: Callable[[Sequence[NewEvent]], bool] | None = None
         self.delay_first_s: float | None = None
+        self.answered_late = threading.Event()  # the delayed answer has been given
         self.failed = 0
         self.journal.append = self._append  # type: ignore[method-assign]
         self.journal.append_threadsafe = self._append_threadsafe  # type: ignore[method-assign]
@@ -51,7 +52,7 @@ class JournalFaults:
 
         def late(done: concurrent.futures.Future[int]) -> None:
             # Durable already (or failed): only the answer is late.
-            threading.Timer(delay, _copy, (done, answer)).start()
+            threading.Timer(delay, self._answer_late, (done, answer)).start()
 
         real.add_done_callback(late)
         return answer
@@ -71,7 +72,14 @@ class JournalFaults:
         if self.delay_first_s is not None:
             delay, self.delay_first_s = self.delay_first_s, None
             await asyncio.sleep(delay)  # durable already: only the answer is late
+            self.answered_late.set()
         return seq
+
+    def _answer_late(
+        self, source: concurrent.futures.Future[int], target: concurrent.futures.Future[int]
+    ) -> None:
+        _copy(source, target)
+        self.answered_late.set()
 
     def restore(self) -> None:
         self.journal.append = self.real  # type: ignore[method-assign]

@@ -99,7 +99,12 @@ def build(name: str = "fake") -> MCPServer:
         markers = os.environ.get("FAKE_MCP_MARKER_DIR")
         if markers:
             Path(markers, "slow-started").write_text("1")  # noqa: ASYNC240 - a tiny test marker
-        await asyncio.sleep(seconds)
+        try:
+            await asyncio.sleep(seconds)
+        except asyncio.CancelledError:  # the client cancelled the call (notifications/cancelled)
+            if markers:
+                Path(markers, "slow-cancelled").write_text("1")  # noqa: ASYNC240 - a tiny test marker
+            raise
         if markers:
             Path(markers, "slow-finished").write_text("1")  # noqa: ASYNC240 - a tiny test marker
         return "slept"

@@ -5,6 +5,7 @@ to wait for."""
 from __future__ import annotations
 
 import fcntl
+import importlib.util
 import os
 import pty
 import select
@@ -13,6 +14,10 @@ import subprocess
 import termios
 import time
 from types import TracebackType
+
+# Line editing (readline) turns the terminal's canonical mode off while it reads a line, and
+# may drop what was typed before it did; plain input() reads in canonical mode, typed-ahead too.
+LINE_EDITING = importlib.util.find_spec("readline") is not None
 
 
 class Terminal:
@@ -47,13 +52,24 @@ class Terminal:
     def type_at_prompt(self, text: str, prompt: str = "you> ") -> None:
         """Wait for the program to ask, then type a line (as a person would)."""
         self.expect(prompt)
-        time.sleep(0.05)  # the prompt is printed just before the program starts reading
+        self.wait_reading()
         self.send_line(text)
 
     def interrupt_at_prompt(self, prompt: str = "you> ") -> None:
         self.expect(prompt)
-        time.sleep(0.05)
+        self.wait_reading()
         self.interrupt()
+
+    def wait_reading(self, timeout: float = 15.0) -> None:
+        """Until the program reads the keyboard (the terminal out of canonical mode: line
+        editing is reading a line). Without line editing, what is typed waits for it anyway."""
+        deadline = time.monotonic() + timeout
+        while LINE_EDITING and termios.tcgetattr(self._master)[3] & termios.ICANON:
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                raise AssertionError(
+                    f"the program never read its keyboard; the terminal shows:\n{self.screen[-2000:]}"
+                )
+            time.sleep(0.01)
 
     def interrupt(self) -> None:
         os.write(self._master, b"\x03")

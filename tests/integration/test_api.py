@@ -399,10 +399,16 @@ def test_same_idempotency_key_twice_records_one_message_and_one_turn(
     assert first.json().get("duplicate") is None
     assert second.json() == {**first.json(), "duplicate": True}
     wait_until(lambda: any(m["role"] == "assistant" for m in daemon.transcript(sid)))
-    time.sleep(0.2)  # a second turn, if any, would have started by now
-    assert [m["id"] for m in user_rows(daemon, sid)] == [first.json()["message_id"]]
-    assert len(scripted.requests) == 1
-    assert len(daemon.transcript(sid)) == 2
+    # A session takes its input in order: once a later message is answered, a second turn
+    # (had the repeat started one) has run.
+    later = post(daemon, sid, "and then?", wait=True)
+    assert later.status_code == 200, later.text
+    assert [m["id"] for m in user_rows(daemon, sid)] == [
+        first.json()["message_id"],
+        later.json()["message_id"],
+    ]
+    assert len(scripted.requests) == 2
+    assert len(daemon.transcript(sid)) == 4
 
 
 def test_same_idempotency_key_with_wait_returns_the_same_reply(
@@ -478,9 +484,14 @@ def test_idempotency_survives_a_restart(start_daemon: StartDaemon, scripted: Scr
     assert repeat.json()["reply"] == "before the restart"
     again = post(second, sid, "do it once", key="restart-key")
     assert again.status_code == 202 and again.json()["duplicate"] is True
-    time.sleep(0.2)
-    assert len(scripted.requests) == 1
-    assert [m["content"] for m in second.transcript(sid)] == ["do it once", "before the restart"]
+    assert post(second, sid, "and then?", wait=True).status_code == 200  # input runs in order
+    assert len(scripted.requests) == 2
+    assert [m["content"] for m in second.transcript(sid)] == [
+        "do it once",
+        "before the restart",
+        "and then?",
+        "echo: and then?",
+    ]
 
 
 # -- GET sessions -----------------------------------------------------------------------------

@@ -82,8 +82,8 @@ def test_an_approved_call_runs_once_after_the_decision_is_journaled(
     assert [a["id"] for a in listed] == [requested["approval_id"]]
     assert listed[0]["session_id"] == sid
     assert gated.http.get("/api/approvals").json()[0]["id"] == requested["approval_id"]
-    time.sleep(0.2)
-    assert not recorder.calls  # nothing runs before the decision
+    time.sleep(0.2)  # absence is the behaviour here: nothing runs before the decision
+    assert not recorder.calls
     assert gated.daemon.gateway is not None
     assert gated.daemon.gateway.reads.resident_phases()[sid] == "processing"
 
@@ -146,8 +146,8 @@ def test_a_second_decision_is_409_and_the_tool_runs_once(
     assert twice.status_code == 409 and twice.json()["error"]["code"] == "approval_decided"
     assert "approve by api" in twice.json()["error"]["message"]
     assert [a["id"] for a in pending(handle, sid)] == [second["id"]]
-    time.sleep(0.1)
-    assert recorder.calls == []  # the round runs once every call in it is decided
+    time.sleep(0.1)  # absence is the behaviour here: the round runs once every call in it is decided
+    assert recorder.calls == []
     handle.http.post(f"/api/sessions/{sid}/approvals/{second['id']}", json={"decision": "deny"})
     wait_until(lambda: handle.transcript(sid)[-1]["content"] == "both handled", what="the reply")
     assert recorder.calls == [{"what": "a"}]
@@ -227,9 +227,12 @@ def test_a_session_waiting_for_a_decision_does_not_passivate(
     sid = "cli:stay"
     ask_deploy(handle, scripted, sid)
     wait_until(lambda: pending(handle, sid), what="the request")
-    time.sleep(0.8)
+    # A session idle since after the request passivates: the idle timeout has passed for both.
+    assert handle.send("cli:idle", "hello", wait=True).status_code == 200
     assert handle.daemon.gateway is not None
-    assert handle.daemon.gateway.reads.resident_phases().get(sid) == "processing"
+    phases = handle.daemon.gateway.reads.resident_phases
+    wait_until(lambda: "cli:idle" not in phases(), what="the idle session to passivate")
+    assert phases().get(sid) == "processing"
     assert len(pending(handle, sid)) == 1
     status = handle.send(sid, "/status")
     assert status.status_code == 200 and "waiting for approval of deploy" in status.json()["notice"]

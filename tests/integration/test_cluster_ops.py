@@ -10,6 +10,7 @@ import collections
 import json
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -42,6 +43,16 @@ def in_background(fn: Any, *args: Any, **kwargs: Any) -> tuple[threading.Thread,
     thread = threading.Thread(target=lambda: result.append(fn(*args, **kwargs)), daemon=True)
     thread.start()
     return thread, result
+
+
+def counted(once: Callable[[], int], rounds: collections.Counter[str], name: str) -> Callable[[], int]:
+    """``once`` (a node's rebalancing round), counting its calls in ``rounds[name]``."""
+
+    def round_() -> int:
+        rounds[name] += 1
+        return once()
+
+    return round_
 
 
 def test_any_node_says_which_node_owns_a_session(node: Node) -> None:  # noqa: F811
@@ -143,7 +154,15 @@ def test_the_rebalancer_gives_a_new_node_its_share(node: Node) -> None:  # noqa:
         a.send(f"cli:r{i}", "hello", wait=True)
     b = node("b", cluster=fast)
     wait_until(lambda: len(resident(b)) >= 3, 15, "b's share of the sessions")
-    time.sleep(1.5)  # a few more rounds: nothing moves back and forth
+    # A few more rounds on each node: nothing moves back and forth.
+    rounds: collections.Counter[str] = collections.Counter()
+    for handle in (a, b):
+        cluster = handle.daemon.cluster
+        assert cluster is not None
+        cluster.rebalance_once = counted(
+            cluster.rebalance_once, rounds, handle.daemon.settings.cluster.node_id
+        )  # type: ignore[method-assign]
+    wait_until(lambda: min(rounds["a"], rounds["b"]) >= 3, 15, "three more rebalancing rounds on each node")
     assert len(resident(a)) + len(resident(b)) == 8
     assert abs(len(resident(a)) - len(resident(b))) <= 2, (resident(a), resident(b))
     moved = sorted(resident(b))
@@ -275,8 +294,7 @@ def test_a_watched_session_moves_its_stream_ends_and_a_new_one_follows_it(node: 
     a.send("cli:watched", "hello", wait=True)
     ended = threading.Event()
 
-    def watch(handle: DaemonHandle, until: str | None = None) -> list[str]:
-        seen: list[str] = []
+    def watch(handle: DaemonHandle, seen: list[str], until: str | None = None) -> None:
         auth = {"Authorization": f"Bearer {handle.token}"}
         with (
             httpx.Client(base_url=handle.base_url, headers=auth, timeout=30) as client,
@@ -288,18 +306,19 @@ def test_a_watched_session_moves_its_stream_ends_and_a_new_one_follows_it(node: 
                 if until is not None and until in line:
                     break
         ended.set()
-        return seen
 
-    watcher, _ = in_background(watch, a)
+    watching: list[str] = []
+    watcher, _ = in_background(watch, a, watching)
     wait_until(lambda: "cli:watched" in resident(a), 5, "watched")
-    time.sleep(0.3)  # subscribed
+    wait_until(lambda: "joined" in watching, 5, "the stream to be joined")
     moved = a.http.post("/api/sessions/cli:watched/move", params={"to": "b"})
     assert moved.status_code == 200 and moved.json()["moved"], moved.text
     assert ended.wait(10), "the stream on the old node did not end"
     wait_until(lambda: "cli:watched" in resident(b) and "cli:watched" not in resident(a), 5, "on b")
     ended.clear()
-    follower, seen = in_background(watch, a, "echo: again")  # through a: forwarded to b
-    time.sleep(0.5)
+    seen: list[str] = []
+    follower, _ = in_background(watch, a, seen, "echo: again")  # through a: forwarded to b
+    wait_until(lambda: "joined" in seen, 5, "the new stream to be joined")
     assert a.send("cli:watched", "again", wait=True).json()["turn"] == 2
     follower.join(10)
     assert seen and "joined" in seen[0], seen

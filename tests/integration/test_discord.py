@@ -178,8 +178,11 @@ def test_follow_up_in_the_thread_continues_without_a_mention(start_bot: Callable
     assert bot.feed(replay) == sid
     bot.wait_idle(thread_id, replies=3)
     assert bot.feed(replay) is None
-    time.sleep(0.3)
-    assert len(bot.fake.texts(thread_id)) == 3
+    # The session takes its input in order: once a later message is answered, a turn the
+    # replay would have started has run.
+    bot.feed(msg("one more", channel_id=thread_id, parent_id=ALLOWED, mentioned=False, message_id="8000"))
+    bot.wait_idle(thread_id, replies=4)
+    assert bot.fake.texts(thread_id)[2:] == ["echo: and then?", "echo: one more"]
 
 
 def test_thread_name_is_the_first_words_within_100_characters() -> None:
@@ -386,7 +389,8 @@ def test_a_gateway_reconnect_resubscribes_a_silent_session(
     bot.fake.wait_for(lambda: scripted.requests, what="the provider call")
     bot.stop_session(sid)
     bot.fake.wait_for(lambda: sid not in bot.following(), what="the stream to end")
-    time.sleep(0.3)
+    # The call the stopped session made has ended (cut off, or answered to nobody).
+    bot.fake.wait_for(lambda: scripted.aborted or scripted.frames_sent, what="the cut-short call to end")
     assert bot.fake.texts(thread_id) == []  # silent: nobody listens
 
     async def reconnect() -> None:
@@ -576,11 +580,10 @@ def test_on_message_drives_the_adapter(start_bot: Callable[..., Bot]) -> None:
         client.dispatch(
             "message", world.message(f"<@{BOT_ID}> from me", author=BOT_USER, mentions=[BOT_USER])
         )
-        for _ in range(200):
-            if bot.fake.threads:
-                break
-            await asyncio.sleep(0.02)
-        await asyncio.sleep(0.1)
+        # Until the three handlers are done (each dispatch is a task of discord.py's).
+        handlers = [t for t in asyncio.all_tasks() if t.get_name() == "discord.py: on_message"]
+        assert len(handlers) == 3, handlers
+        await asyncio.wait_for(asyncio.gather(*handlers), 10)
 
     in_world(chat, bot)
     [thread] = bot.fake.threads
@@ -665,8 +668,11 @@ def test_the_daemon_runs_the_real_client_end_to_end(
     )
     assert ("GET", f"/channels/{thread['id']}") in server.requests  # looked up, then continued
     server.post_message("not for the bot")  # in the channel, no mention
-    time.sleep(0.3)
-    assert len(server.threads) == 1
+    # A mention after it: once that one has its thread (a round trip to the server), the
+    # message before it, which came first on the gateway, has been handled: it started none.
+    server.post_message(f"<@{BOT_ID}> and this one is", mentions_bot=True)
+    server.wait_for(lambda: len(server.threads) >= 2, what="the next mention's thread")
+    assert [t["name"] for t in server.threads] == ["hello from discord", "and this one is"]
 
 
 def test_a_reply_nobody_watched_is_posted_through_the_real_client(

@@ -9,13 +9,33 @@ import asyncio
 import gzip
 import json
 import logging
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from netclaw import listener
 from netclaw.web import errors_middleware, read_body, read_json_object
+
+AT_WORK = web.AppKey("at_work", asyncio.Event)  # a handler began on a request
+RECEIVED = web.AppKey("received", list)  # byte counts the listener took in, in order
+
+
+@web.middleware
+async def at_work(request: web.Request, handler: Handler) -> web.StreamResponse:
+    request.app[AT_WORK].set()
+    return await handler(request)
+
+
+async def until(predicate: Callable[[], object], what: str, timeout: float = 5.0) -> None:
+    """Let the loop run until ``predicate`` holds (the server shares this test's loop)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.01)
 
 
 async def ping(request: web.Request) -> web.Response:
@@ -55,7 +75,7 @@ async def gone_after_prepare(request: web.Request) -> web.StreamResponse:
 
 
 async def slow(request: web.Request) -> web.Response:
-    await asyncio.sleep(1.0)
+    await asyncio.sleep(1.0)  # at work, while the client hangs up
     return web.json_response({"ok": True})
 
 
@@ -63,7 +83,15 @@ async def slow(request: web.Request) -> web.Response:
 async def served(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[tuple[int, web.AppRunner]]:
     monkeypatch.setattr(listener, "connection_limit", lambda configured=512: 8)
     monkeypatch.setattr(listener, "HEAD_TIMEOUT_S", 1.0)
-    app = web.Application(middlewares=[errors_middleware])
+    app = web.Application(middlewares=[errors_middleware, at_work])
+    app[AT_WORK], app[RECEIVED] = asyncio.Event(), []
+    data_received = listener.GuardedConnection.data_received
+
+    def counted(self: listener.GuardedConnection, data: bytes) -> None:
+        app[RECEIVED].append(len(data))
+        data_received(self, data)
+
+    monkeypatch.setattr(listener.GuardedConnection, "data_received", counted)
     app.router.add_get("/ping", ping)
     app.router.add_post("/echo", echo)
     app.router.add_get("/stream", stream)
@@ -179,7 +207,8 @@ async def test_an_unknown_expect_gets_the_json_error_shape(served: tuple[int, we
         }
 
 
-# How each hang-up comes: after reading the answer's first byte, after a moment, or at once
+# How each hang-up comes: after reading the answer's first byte, once the server has read the
+# request (and begun handling a whole head), or at once
 # (the server meets the closed connection when it writes "100 Continue").
 HANG_UPS = {
     "mid-head": (b"GET /ping HTTP/1.1\r\nHost: x\r\nX-Half", "wait"),
@@ -207,17 +236,21 @@ async def test_a_client_hanging_up_costs_at_most_one_debug_line(
     request_bytes: bytes,
     when: str,
 ) -> None:
-    port, _ = served
+    port, runner = served
     caplog.set_level(logging.DEBUG)
+    idle = len(asyncio.all_tasks())
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     writer.write(request_bytes)
     await writer.drain()
     if when == "read":  # until the answer has begun (or the server closed)
         await asyncio.wait_for(reader.read(1), 5)
-    elif when == "wait":
-        await asyncio.sleep(0.05)
+    elif when == "wait":  # until the server has it all (and a whole head is being handled)
+        await until(lambda: sum(runner.app[RECEIVED]) >= len(request_bytes), "the server to read it")
+        if b"\r\n\r\n" in request_bytes:
+            await asyncio.wait_for(runner.app[AT_WORK].wait(), 5)
     writer.transport.abort()  # a hang-up, as abrupt as a crashed client's
-    await asyncio.sleep(0.5)  # the server notices
+    # The server is done with the connection once every task it ran for it has ended.
+    await until(lambda: len(asyncio.all_tasks()) <= idle, "the server to finish with the connection")
     ours = [r for r in caplog.records if r.name.startswith(("netclaw", "aiohttp"))]
     assert len(ours) <= 1, [r.getMessage() for r in ours]
     assert all(r.levelno == logging.DEBUG and not r.exc_info for r in ours), [

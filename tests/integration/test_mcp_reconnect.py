@@ -7,7 +7,6 @@ work again."""
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -130,8 +129,7 @@ def test_a_legacy_sse_server_serves_tools_and_is_reconnected(
         echo_works(handle, scripted, "cli:sse", "over sse")
         server.kill()
         wait_state(handle, "web", "down")
-        time.sleep(0.5)
-        server.start()
+        server.start()  # the same port
         assert wait_state(handle, "web", "up")["mcp"]["web"]["restarts"] == 1
         echo_works(handle, scripted, "cli:sse", "sse again")
     finally:

@@ -220,7 +220,7 @@ def test_a_person_may_take_longer_than_the_calls_and_the_turns_timeouts(
     [asked] = wait_until(
         lambda: handle.http.get(f"/api/sessions/{sid}/questions").json(), timeout=15, what="a question"
     )
-    time.sleep(3)  # longer than every timeout of the call and of the turn
+    time.sleep(3)  # time passing is the behaviour here: longer than every timeout of the call and the turn
     late = answer(handle, sid, asked["id"], action="accept", content={"email": "late@example.org"})
     assert late.status_code == 200, (late.text, handle.transcript(sid))
     wait_until(lambda: tool_results(handle, sid), timeout=15, what="the result")

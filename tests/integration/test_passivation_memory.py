@@ -63,7 +63,10 @@ def test_a_message_during_the_extraction_aborts_it_and_nothing_is_written(
     assert handle.send(sid, "remember pg-stage-2", wait=True).status_code == 200
     wait_until(lambda: extraction_calls(scripted) == 1, what="the extraction to start")
     assert handle.send(sid, "one more thing", wait=True).status_code == 200  # aborts passivation
-    time.sleep(1.2)  # the first extraction's answer arrives and is dropped
+    wait_until(
+        lambda: any(FLUSH_MARKER in json.dumps(body) for body in scripted.answered),
+        what="the first extraction's answer to go out (it is dropped)",
+    )
     assert journal_rows(handle.daemon.settings.database_path, sid, "MemoriesExtracted")[:1] != [
         {"through_turn": 1, "saved": 1}
     ]

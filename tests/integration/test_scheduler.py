@@ -6,7 +6,6 @@ field."""
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -65,7 +64,7 @@ def test_a_one_shot_reminder_fires_once_when_its_time_comes(start: Start) -> Non
     ]
 
     clock.advance(599)
-    time.sleep(0.2)
+    wait_until(clock.settled, what="the scheduler to look at 08:09:59")
     assert reminder_messages(handle, sid) == []  # not yet
     clock.advance(1)
     [text] = wait_until(lambda: reminder_messages(handle, sid), what="the fire")
@@ -73,7 +72,7 @@ def test_a_one_shot_reminder_fires_once_when_its_time_comes(start: Start) -> Non
     wait_until(lambda: handle.transcript(sid)[-1]["role"] == "assistant", what="the turn")
     assert handle.http.get("/api/reminders").json() == []  # a one-shot is done
     clock.advance(3600)
-    time.sleep(0.2)
+    wait_until(clock.settled, what="the scheduler to look at an hour later")
     assert len(reminder_messages(handle, sid)) == 1
 
 
@@ -90,7 +89,7 @@ def test_a_recurring_reminder_fires_each_period_and_can_be_cancelled(start: Star
     assert handle.http.delete(f"/api/reminders/{created['id']}").status_code == 204
     assert handle.http.delete(f"/api/reminders/{created['id']}").status_code == 404
     clock.advance(3600)
-    time.sleep(0.2)
+    wait_until(clock.settled, what="the scheduler to look at the next hour")
     assert len(reminder_messages(handle, sid)) == 2
 
 
@@ -107,8 +106,7 @@ def test_a_fire_repeated_after_a_crash_is_admitted_once(start: Start) -> None:
     clock.advance(60)
     wait_until(lambda: reminder_messages(handle, sid), what="the fire")
     assert io.run(scheduler._fire(reminder, clock.now())) == 0  # noqa: SLF001 - the crash-repeated fire
-    time.sleep(0.2)
-    assert len(reminder_messages(handle, sid)) == 1
+    assert len(reminder_messages(handle, sid)) == 1  # the fire above was answered: not admitted
     admitted = [m for m in handle.transcript(sid) if m["role"] == "user"]
     assert len(admitted) == 1
     assert identity(created["id"], START + 60).startswith(f"reminder:{created['id']}:")
@@ -127,7 +125,7 @@ def test_fires_missed_while_down_follow_catch_up(
     handle, _ = start(clock, schedules={})
     settle = "notice" if mode != "all" else "fires"
     wait_until(lambda: len(reminder_messages(handle, sid)) == fires or fires == 0, what=settle)
-    time.sleep(0.3)
+    wait_until(clock.settled, what="the scheduler to have caught up and gone back to sleep")
     assert len(reminder_messages(handle, sid)) == fires
     [listed] = handle.http.get("/api/reminders").json()
     assert listed["next_fire"] == START + 4 * 3600
@@ -262,8 +260,9 @@ def test_a_fire_that_cannot_be_delivered_is_retried_without_spinning(
     clock.advance(3600)
     wait_until(lambda: caplog.records, what="the failed fire")
     waits = clock.waits
-    time.sleep(0.3)
-    assert clock.waits - waits <= 1  # asleep until the retry time, not spinning
+    # Asleep until the retry time, not spinning: a scheduler that spins never settles.
+    wait_until(clock.settled, what="the scheduler to sleep until the retry")
+    assert clock.waits - waits <= 1
     assert len(caplog.records) == 1 and "discord is not connected" in caplog.records[0].getMessage()
     [listed] = handle.http.get("/api/reminders").json()
     assert listed["next_fire"] == START + 3600  # still owed
@@ -284,7 +283,7 @@ def test_a_paused_reminder_skips_its_times_and_resumes_from_the_next_one(start: 
     assert io.run(scheduler.pause(created["id"])) and io.run(scheduler.pause("config:nightly"))
     assert not io.run(scheduler.pause("rem-missing"))
     clock.advance(3 * 3600)
-    time.sleep(0.3)
+    wait_until(clock.settled, what="the scheduler to look at three hours later")
     assert reminder_messages(handle, sid) == [] and reminder_messages(handle, "cli:nightly") == []
     resumed = io.run(scheduler.resume(created["id"]))
     assert resumed is not None and resumed.next_fire == clock.now() + 3600

@@ -118,9 +118,8 @@ def test_messages_sent_during_a_turn_are_acknowledged_at_once_and_answered_in_or
 ) -> None:
     handle = start_daemon()
     sid = "cli:buffer"
-    slow_s = 1.5
+    slow_s = 3.0
     scripted.enqueue(Reply(text="reply to first", delay_s=slow_s))
-    t0 = time.monotonic()
     first = handle.send(sid, "first")
     assert first.status_code == 202
     wait_until(lambda: len(scripted.requests) == 1)
@@ -140,15 +139,13 @@ def test_messages_sent_during_a_turn_are_acknowledged_at_once_and_answered_in_or
         thread.start()
     for thread in threads:
         thread.join(10)
-    acked_at = time.monotonic() - t0
     assert sorted(results) == [1, 2, 3, 4, 5]
     assert all(status == 202 for status, _ in results.values()), results
-    assert all(elapsed < slow_s / 2 for _, elapsed in results.values()), results
-    assert acked_at < slow_s, "the acknowledgements waited for the slow turn"
+    assert not scripted.answered, "the acknowledgements waited for the slow turn"
 
     # While the first turn runs, the five are durable and queued behind it.
     during = handle.transcript(sid)
-    assert time.monotonic() - t0 < slow_s, "too slow to look at the queue while the first turn runs"
+    assert not scripted.answered, "too slow to look at the queue while the first turn runs"
     assert [m["content"] for m in during if not m.get("pending")] == ["first"]
     assert sorted(m["content"] for m in during if m.get("pending")) == [f"message {i}" for i in range(1, 6)]
     assert len(scripted.requests) == 1
@@ -339,7 +336,7 @@ def test_late_provider_result_after_a_timeout_is_ignored(
     after = handle.send(sid, "second", wait=True)
     assert after.status_code == 200 and after.json()["reply"] == "second reply"
     assert time.monotonic() - t0 > 1.5  # the late reply was due during the second turn
-    time.sleep(0.2)
+    wait_until(lambda: len(scripted.answered) == 2)  # the late reply went out, to nobody
     rows = chat_rows(handle.transcript(sid))
     assert rows == [
         ("user", "first"),
@@ -421,7 +418,8 @@ def test_actor_stopped_mid_turn_resumes_the_turn_and_keeps_queued_messages(
 
     assert daemon.send(sid, "three").status_code == 202
     wait_for_reply_count(daemon, sid, 3)
-    time.sleep(1.2)  # the cancelled first reply was due by now
+    # Every call was answered, the first (cut short by the stop) too: it lands nowhere.
+    wait_until(lambda: len(scripted.answered) == len(scripted.requests), timeout=5)
     assert chat_rows(daemon.transcript(sid)) == [
         ("user", "one"),
         ("assistant", "echo: one"),
@@ -503,11 +501,11 @@ def test_attached_subscriber_prevents_passivation(
     stream = sse(handle, sid, "text")
     stream.wait_joined()
     assert handle.send(sid, "one", wait=True).status_code == 200
+    # A session nobody watches, idle since after it, passivates: the timeout passed for both.
+    assert handle.send("cli:unwatched", "one", wait=True).status_code == 200
     before = started(handle)
-    deadline = time.monotonic() + 1.0  # > 3x idle timeout + grace
-    while time.monotonic() < deadline:
-        assert resident(handle).get(sid) in ("ready", "processing"), resident(handle)
-        time.sleep(0.05)
+    wait_until(lambda: "cli:unwatched" not in resident(handle), timeout=5)
+    assert resident(handle).get(sid) in ("ready", "processing"), resident(handle)
     assert "passivating" not in [d["to"] for d in stream.of("phase")]
     assert started(handle) == before
 
@@ -646,7 +644,7 @@ def test_the_resident_bound_is_hard_a_new_session_waits_for_room_while_the_other
     def sample() -> None:
         while not sampling.is_set():
             peak[0] = max(peak[0], session_threads() - base)
-            time.sleep(0.002)
+            time.sleep(0.002)  # a sampler's period, not a wait
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
@@ -658,7 +656,9 @@ def test_the_resident_bound_is_hard_a_new_session_waits_for_room_while_the_other
     answers: dict[str, httpx.Response] = {}
     waiter = threading.Thread(target=lambda: answers.update(late=handle.send("cli:late", "hi", wait=True)))
     waiter.start()
-    time.sleep(0.3)
+    manager = handle.daemon.manager
+    assert manager is not None
+    wait_until(lambda: on_loop(handle, manager.parked) == ["cli:late"])  # waiting for room
     assert "cli:late" not in resident(handle), "started past the bound while both were busy"
     assert waiter.is_alive(), "answered before there was room"
     waiter.join(timeout=10)

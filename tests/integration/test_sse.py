@@ -325,10 +325,10 @@ def test_subscribers_hanging_up_at_once_leave_no_traceback(
             if attempt % 3 == 1:
                 sock.recv(1)  # after the head began
             elif attempt % 3 == 2:
-                time.sleep(0.005)
+                time.sleep(0.005)  # one of the three moments to hang up at, not a wait
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
     assert daemon.send("cli:hangup", "still there?", wait=True).status_code == 200
-    time.sleep(0.3)
+    time.sleep(0.3)  # absence is the behaviour here: no late warning from a hang-up's handler
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING or r.exc_info]
     assert not errors, errors
 
@@ -388,7 +388,7 @@ def test_slow_subscriber_does_not_stall_sessions(
     response = daemon.send(other_sid, "are you there?", wait=True)
     assert response.status_code == 200
     assert response.json()["reply"] == "echo: are you there?"
-    assert time.monotonic() - started < 2.0
+    assert time.monotonic() - started < 10.0  # promptly: a stuck subscriber would hold it for good
     other.wait_for(_turn_completed(1))
     assert "turn_completed" not in slow.names()
 

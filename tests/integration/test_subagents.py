@@ -128,7 +128,7 @@ def test_with_wait_the_answer_is_the_tool_result_and_starts_no_turn(
     assert tool["content"].startswith('<untrusted-content source="spawn_agent"')
     assert unlabel(tool["content"]) == f"agent:{PARENT}/1 finished the task. Its answer:\nRESULT quick-1"
     wait_until(lambda: children(daemon)[0]["status"] == "completed", what="the report to be recorded")
-    time.sleep(0.3)  # a report that would start a turn would have by now
+    time.sleep(0.3)  # absence is the behaviour here: the report, a tool result already, starts no turn
     assert acks(daemon) == [] and daemon.http.get(f"/api/sessions/{PARENT}").json()["turns"] == 1
     assert [r["turn"] for r in journal(daemon, f"agent:{PARENT}/1", "ReplyDelivered")] == [1]
 
@@ -222,7 +222,7 @@ def test_cancel_of_the_parent_stops_its_childrens_streams_and_tools(
     assert daemon.send(PARENT, "go", wait=True).json()["reply"] == "both started"
     assert started.wait(10)
     wait_until(lambda: scripted.requests and len(scripted.requests) >= 4, what="the children's calls")
-    time.sleep(0.3)  # the first child is streaming now
+    wait_until(lambda: scripted.streaming, what="the first child to be streaming")
     aborted = scripted.aborted
     answer = daemon.http.post(f"/api/sessions/{PARENT}/cancel")
     assert answer.status_code == 200, answer.text
@@ -313,7 +313,7 @@ def test_an_answer_owed_across_a_restart_is_delivered_once(
 
     second = start_daemon()  # the same data_dir: what is owed goes out at start-up
     wait_until(lambda: len(acks(second)) == 2, timeout=20, what="both answers after the restart")
-    time.sleep(0.3)
+    time.sleep(0.3)  # absence is the behaviour here: each answer is admitted once, none again late
     admitted = collections.Counter(
         r["message"].get("identity") for r in journal(second, PARENT, "InputAdmitted")
     )
@@ -333,7 +333,7 @@ def test_an_answer_the_parent_could_not_admit_is_delivered_again_once(
     assert daemon.send(PARENT, "SPAWN 1 retry", wait=True).status_code == 200
     wait_until(lambda: len(acks(daemon)) == 1, timeout=20, what="the answer, after a retry")
     assert faults.failed == 1
-    time.sleep(0.5)
+    time.sleep(0.5)  # absence is the behaviour here: the retried answer is admitted once, none again late
     admitted = [
         r
         for r in journal(daemon, PARENT, "InputAdmitted")

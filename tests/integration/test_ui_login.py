@@ -4,13 +4,12 @@ address (even the right token waits), the webhook listener serves no control roo
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import httpx
 
 from netclaw.ui._auth import COOKIE
-from tests.conftest import DaemonHandle
+from tests.conftest import DaemonHandle, wait_until
 
 
 def test_failed_logins_are_slowed_per_address(start_daemon: Callable[..., DaemonHandle]) -> None:
@@ -22,12 +21,23 @@ def test_failed_logins_are_slowed_per_address(start_daemon: Callable[..., Daemon
     early = client.post("/ui/login", data={"token": handle.token})
     assert early.status_code == 429 and early.headers["retry-after"] == "1"
     assert COOKIE not in early.headers.get("set-cookie", "")
-    time.sleep(1.1)
-    second = client.post("/ui/login", data={"token": "guess-2"})
+    # Tries are refused unread until the wait is over (none of them counts): the first one
+    # read is the first one after it.
+    second = wait_until(
+        lambda: (r := client.post("/ui/login", data={"token": "guess-2"})).status_code != 429 and r,
+        timeout=5,
+        what="the first wait to be over",
+        interval=0.1,
+    )
     assert second.status_code == 401 and "Next try in 2 s" in second.text
     assert client.post("/ui/login", data={"token": "guess-3"}).headers["retry-after"] in ("1", "2")
-    time.sleep(2.1)
-    assert client.post("/ui/login", data={"token": handle.token}).status_code == 303
+    signed_in = wait_until(
+        lambda: (r := client.post("/ui/login", data={"token": handle.token})).status_code != 429 and r,
+        timeout=5,
+        what="the second wait to be over",
+        interval=0.1,
+    )
+    assert signed_in.status_code == 303
     # A success clears the address: the next failure waits 1 s again.
     assert (
         "Next try in 1 s"

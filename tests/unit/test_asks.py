@@ -80,7 +80,7 @@ def test_deadlines_stand_still_while_a_person_is_asked() -> None:
         async with asyncio.timeout(0.3) as until:
             with deadline(until):
                 with waiting_for_a_person():
-                    await asyncio.sleep(0.5)  # longer than the whole deadline
+                    await asyncio.sleep(0.5)  # time passing is the behaviour: longer than the deadline
                 await asyncio.sleep(0.1)  # the time it had left still applies
         return time.monotonic() - started
 

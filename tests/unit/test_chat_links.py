@@ -93,7 +93,7 @@ async def test_after_the_revives_run_out_a_reconnect_listens_again(setup: Setup)
         await until(lambda streams=streams: len(gateway.streams) == streams, what="a revive")
     gateway.end_stream()
     await until(lambda: links.following() == [], what="giving up")
-    await asyncio.sleep(0.05)
+    await asyncio.sleep(0.05)  # absence is the behaviour here: no later revive
     assert len(gateway.streams) == 3 and links.get(SID) is not None  # still owed: known
     links.reconnected()
     assert links.following() == [SID] and len(gateway.streams) == 4
@@ -145,7 +145,7 @@ async def test_a_session_owned_elsewhere_is_not_revived(setup: Setup) -> None:
     assert await links.owned_elsewhere(SID)
     gateway.end_stream()
     await until(lambda: not links.listening(SID), what="the stream to end")
-    await asyncio.sleep(0.05)
+    await asyncio.sleep(0.05)  # absence is the behaviour here: no revive for a session owned elsewhere
     assert len(gateway.streams) == 1
 
 

@@ -60,6 +60,7 @@ class StandInGateway:
         self.delivered: dict[int, list[str]] = {}
         self.owing: list[str] = []
         self.listeners: list[Callable[[str], None]] = []
+        self.looks = 0  # the outbox's looks for sessions owing replies
 
     def subscribe(self, session_id: str, mask: out.OutputFilter) -> Subscription:
         queue = OutputQueue(asyncio.get_running_loop())
@@ -92,6 +93,7 @@ class StandInGateway:
         return True
 
     async def sessions_owing_replies(self, platform: str) -> list[str]:
+        self.looks += 1
         return list(self.owing)
 
     def watch_owed_replies(self, platform: str, listener: Callable[[str], None]) -> None:
@@ -174,7 +176,7 @@ async def test_the_first_text_posts_at_once_and_later_edits_are_throttled(harnes
     posted_at = time.monotonic()
     for word in (" there", ",", " how", " are", " you"):
         gateway.push(delta(word))
-        await asyncio.sleep(0.03)
+        await asyncio.sleep(0.03)  # pacing, not waiting: the words come over time
     await until(lambda: port.texts("C1") == ["Hello there, how are you"], what="the throttled edit")
     assert time.monotonic() - posted_at >= OPTIONS.edit_interval_s - 0.02
     gateway.push(final("Hello there, how are you?"), done("u1"))
@@ -285,7 +287,7 @@ async def test_a_duplicate_admission_marks_nothing(harness: Any) -> None:
     gateway.admissions.append(Admission(SID, "u1", duplicate=True))
     admission = await renderer.submit(PERMIT, Inbound(SID, "hi"), TO, MessageRef("C1", "m1"))
     assert admission is not None and admission.duplicate
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(0.1)  # absence is the behaviour here: no mark comes later either
     assert port.reaction_log == []
 
 
@@ -298,7 +300,7 @@ async def test_a_turn_that_ends_before_its_admission_is_back_leaves_no_mark(harn
     await until(lambda: port.texts("C1") == ["quick"], what="the reply")
     gateway.hold.set()
     await submitting
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(0.1)  # absence is the behaviour here: no mark comes later either
     assert port.reactions == set()
     assert port.reaction_log == []
 
@@ -308,7 +310,7 @@ async def test_the_mark_is_removed_only_after_it_was_added(harness: Any) -> None
     port.fail("react", ChatApiError("slow down", transient=True))  # adding fails
     await admit(renderer, gateway, "u1", "m1")
     gateway.push(done("u1"))
-    await asyncio.sleep(0.2)
+    await asyncio.sleep(0.2)  # absence is the behaviour here: no removal follows the turn's end
     assert [entry[0] for entry in port.reaction_log] == []  # nothing added, so nothing removed
 
 
@@ -449,7 +451,7 @@ async def test_after_the_revives_run_out_a_reconnect_listens_again(harness: Any)
     await until(lambda: len(gateway.streams) == 2, what="the one revive")
     gateway.end_stream()
     await until(lambda: renderer.following() == [], what="giving up")
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(0.1)  # absence is the behaviour here: no later revive
     assert len(gateway.streams) == 2
     renderer.reconnected()
     assert renderer.following() == [SID]
@@ -464,7 +466,7 @@ async def test_a_stream_that_ends_with_nothing_owed_is_let_go(harness: Any) -> N
     await until(lambda: port.texts("C1") == ["done"], what="the reply")
     gateway.end_stream()
     await until(lambda: renderer.following() == [], what="letting go")
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(0.1)  # absence is the behaviour here: no later revive
     assert len(gateway.streams) == 1
 
 
@@ -518,7 +520,8 @@ async def test_a_message_for_a_session_owned_elsewhere_wears_the_reaction_until_
     await admit(renderer, gateway, "u1", "m1")
     assert gateway.streams == []  # the owner answers: no local subscription tried
     await until(lambda: ("C1", "m1", "eyes") in port.reactions, what="the reaction")
-    await asyncio.sleep(0.2)  # the outbox looked a few times: the session still owes
+    looks = gateway.looks
+    await until(lambda: gateway.looks >= looks + 3, what="the outbox to look a few times")  # still owes
     assert ("C1", "m1", "eyes") in port.reactions and renderer.following() == []
     gateway.pending = []  # the owner answered and posted
     await until(lambda: not port.reactions, what="the reaction to come off")
@@ -530,7 +533,7 @@ async def test_a_reply_owed_by_a_session_another_node_let_go_is_posted_here(clus
     gateway.owing = [SID]
     gateway.owed = [(1, "recorded on another node", time.time())]
     await renderer.resume(lambda sid: TO if sid == SID else None)
-    await asyncio.sleep(0.2)
+    await until(lambda: gateway.looks >= 3, what="the outbox to look a few times")
     assert gateway.streams == [] and renderer.following() == []  # still resident there
     gateway.elsewhere = set()  # that node let the session go
     await until(lambda: port.texts("C1") == ["recorded on another node"], what="the owed reply")
@@ -597,7 +600,7 @@ def test_idle_release_lets_the_session_passivate_and_never_wakes_it(
     port.wait_for(lambda: io.run(following(), 5) == [], what="the release")
     port.wait_for(lambda: not manager.is_resident(sid), what="the session to passivate")
     started = manager.started
-    time.sleep(0.5)
+    time.sleep(0.5)  # absence is the behaviour here: nothing wakes the passivated session
     assert manager.started == started, "something woke the passivated session"
     assert io.run(following(), 5) == []
 
@@ -681,7 +684,8 @@ def test_after_a_reconnect_a_real_silent_session_is_followed_again(
     assert ref is not None
     ref.stop()
     port.wait_for(lambda: following(live) == [], what="the stream to end")
-    time.sleep(0.3)
+    # The call the stopped session made has ended (cut off, or answered to nobody).
+    port.wait_for(lambda: scripted.aborted or scripted.frames_sent, what="the cut-short call to end")
     assert port.texts("C1") == []  # nobody listens
 
     async def reconnect() -> None:
@@ -720,7 +724,7 @@ async def test_a_streamed_reply_is_one_growing_message_closed_with_the_outbox_ke
     await until(lambda: port.stream_log == [("start", "Hello")], what="the stream opened")
     for word in (" there", ",", " friend"):
         gateway.push(delta(word))
-        await asyncio.sleep(0.09)
+        await asyncio.sleep(0.09)  # pacing, not waiting: the words come over time
     gateway.push(final("Hello there, friend!"), done("u1"))
     await until(lambda: not port.streaming and port.stream_log[-1][0] == "stop", what="the stream closed")
     [message] = port.in_channel("C1")

@@ -84,7 +84,7 @@ async def test_an_expired_lease_is_taken_over_and_its_old_holder_hears_of_it(
         await a.leases.stop_renewing()  # a stops answering, as a node that died would
         with pytest.raises(SessionOwnedElsewhere):
             await b.claim("s")
-        await asyncio.sleep(0.6)
+        await asyncio.sleep(0.6)  # time passing is the behaviour here: the 0.4 s lease runs out
         assert await b.claim("s") == epoch + 1
         # a comes back: its write is fenced, and its next renewal reports the loss
         with pytest.raises(LeaseLost, match="taken over by node b"):
@@ -97,7 +97,7 @@ async def test_an_expired_lease_is_taken_over_and_its_old_holder_hears_of_it(
 async def test_a_live_lease_is_renewed_past_its_first_expiry(node: Callable[..., Any]) -> None:
     async with node("a", lease_s=0.3) as a, node("b", lease_s=0.3) as b:
         await a.claim("s")
-        await asyncio.sleep(1.0)  # three lease times: renewed every 0.1 s
+        await asyncio.sleep(1.0)  # time passing is the behaviour here: three lease times, renewed every 0.1 s
         with pytest.raises(SessionOwnedElsewhere):
             await b.claim("s")
         assert a.problem() is None
@@ -167,7 +167,7 @@ async def test_two_nodes_contending_for_one_session_never_interleave_epochs(
 
     async with node("a", lease_s=0.2) as a, node("b", lease_s=0.2) as b:
         tasks = [asyncio.create_task(contend(a, "a")), asyncio.create_task(contend(b, "b"))]
-        await asyncio.sleep(4.0)
+        await asyncio.sleep(4.0)  # how long the two contend: the run's length, not a wait
         stop.set()
         landed = await asyncio.gather(*tasks)
         events = await a.replay("s")
@@ -195,7 +195,10 @@ async def test_the_nodes_and_the_sessions_each_holds_are_listed(node: Callable[.
         ]
         assert all(n.alive(15.0) and n.started_at > 0 for n in listed)
         a.release("s1", 1)
-        await asyncio.sleep(0.2)  # the release goes through the writer
+        for _ in range(250):  # until the release went through the writer
+            if [n.sessions for n in await a.nodes()] == [1, 1]:
+                break
+            await asyncio.sleep(0.02)
         assert [n.sessions for n in await a.nodes()] == [1, 1]
 
 
@@ -254,7 +257,7 @@ async def test_takeovers_are_counted_by_how_the_old_holder_let_go(node: Callable
         await b.claim("s1")
         await a.claim("s2")
         await a.leases.stop_renewing()
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(0.5)  # time passing is the behaviour here: the 0.3 s lease runs out
         await b.claim("s2")
         assert (b.leases.counts.taken_after_release, b.leases.counts.taken_after_expiry) == (1, 1)
         assert b.leases.counts.renewals >= 1

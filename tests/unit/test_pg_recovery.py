@@ -71,7 +71,7 @@ async def test_connections_that_went_stale_while_idle_are_replaced_before_use(ow
         assert await journal.last_seq("s") == 1
         await asyncio.to_thread(own_postgres.stop)  # a restart while nothing happens
         await asyncio.to_thread(own_postgres.start)
-        await asyncio.sleep(IDLE_CHECK_S + 0.2)
+        await asyncio.sleep(IDLE_CHECK_S + 0.2)  # time passing is the behaviour here: idle past the check
         # The first use of every pool and of the writer's connection works.
         assert await journal.owner("s") is None  # the lease store's pool
         assert await journal.last_seq("s") == 1  # the readers' pool

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from netclaw.runtime import IoLoop, Reply, Timer
+from tests.conftest import wait_until
 
 
 class FakeActor:
@@ -37,7 +38,11 @@ class FakeActor:
 
 
 class DeadActor:
+    def __init__(self) -> None:
+        self.told = threading.Event()  # something tried to tell it
+
     def tell(self, message: Any) -> None:
+        self.told.set()
         raise RuntimeError("actor stopped")
 
 
@@ -148,8 +153,8 @@ def test_a_batch_sends_its_calls_in_order_in_one_wake_up_and_before_a_submit(io:
     future = actor_message()
     crossed = crossings
     future.result(2)
-    io.run(asyncio.sleep(0.05), 2)
     try:
+        wait_until(lambda: len(seen) == 4, timeout=2, what="the rest of the batch")
         assert crossed == 3  # the first batch, the submit, the rest of the batch
         # The submitted coroutine starts after what came before it (what came after may
         # run first: a coroutine's first step takes a loop iteration, with or without batches).
@@ -173,9 +178,10 @@ def test_calls_outside_a_batch_and_on_the_loop_go_at_once(io: IoLoop) -> None:
 
 def test_stop_stops_the_thread_and_cancels_pending_tasks() -> None:
     io = IoLoop(name="stopping").start()
-    cancelled = threading.Event()
+    started, cancelled = threading.Event(), threading.Event()
 
     async def forever() -> None:
+        started.set()
         try:
             await asyncio.sleep(3600)
         except asyncio.CancelledError:
@@ -183,7 +189,7 @@ def test_stop_stops_the_thread_and_cancels_pending_tasks() -> None:
             raise
 
     io.submit(forever())
-    time.sleep(0.05)
+    assert started.wait(2)
     io.stop(timeout=2)
     assert not io._thread.is_alive()  # noqa: SLF001 - no public handle on the loop thread
     assert cancelled.is_set()
@@ -252,7 +258,7 @@ def test_submit_and_tell_on_cancellation_tells_the_error(io: IoLoop) -> None:
     assert message[0] == "err"
     assert isinstance(message[1], concurrent.futures.CancelledError | asyncio.CancelledError)
     assert cancelled_on_loop.wait(2)  # the coroutine on the loop was cancelled too
-    time.sleep(0.05)
+    time.sleep(0.05)  # absence is the behaviour here: no second tell follows the cancellation
     assert len(actor.told) == 1  # told exactly once
 
 
@@ -283,13 +289,12 @@ def test_cancelled_timer_never_tells(io: IoLoop) -> None:
     immediate = Timer(io, 0.05, actor, "cancelled at once")
     immediate.cancel()
     later = Timer(io, 0.15, actor, "cancelled after scheduling")
-    time.sleep(0.05)  # it has been scheduled on the loop by now
+    io.run(asyncio.sleep(0), 2)  # calls reach the loop in order: it has been scheduled by now
     later.cancel()
     later.cancel()  # twice is harmless
     control = Timer(io, 0.2, actor, "control")
+    # Due after both: had either fired, it would have been told first.
     assert actor.wait_for(1) == ["control"]
-    time.sleep(0.05)
-    assert actor.told == ["control"]
     del immediate, control
 
 
@@ -301,8 +306,9 @@ def test_timer_cancel_after_loop_stopped_is_harmless() -> None:
 
 
 def test_timer_to_a_stopped_actor_is_quiet(io: IoLoop) -> None:
-    Timer(io, 0.01, DeadActor(), "x")
-    time.sleep(0.05)
+    dead = DeadActor()
+    Timer(io, 0.01, dead, "x")
+    assert dead.told.wait(2)  # it fired, into an actor that raised
     assert io.run(asyncio.sleep(0, result="alive"), timeout=2) == "alive"
 
 
@@ -314,7 +320,7 @@ async def test_reply_resolved_from_another_thread() -> None:
     assert not reply.done()
 
     def actor_side() -> None:
-        time.sleep(0.02)
+        time.sleep(0.02)  # pacing, not waiting: the answer comes while the loop waits
         reply.resolve("durable")
         reply.resolve("second answer is ignored")
         reply.fail(RuntimeError("late failure is ignored"))
@@ -323,7 +329,7 @@ async def test_reply_resolved_from_another_thread() -> None:
     thread.start()
     assert await reply.wait(timeout=2) == "durable"
     thread.join(2)
-    await asyncio.sleep(0.01)  # let the ignored answers land
+    await asyncio.sleep(0)  # one loop turn: the ignored answers, queued before it, land
     assert reply.done()
     assert await reply.wait(timeout=1) == "durable"
 
@@ -336,7 +342,7 @@ async def test_reply_fail_raises_in_the_waiter() -> None:
         await reply.wait(timeout=2)
     thread.join(2)
     reply.resolve(1)  # harmless after failure
-    await asyncio.sleep(0.01)
+    await asyncio.sleep(0)  # one loop turn: the late answer, queued before it, lands
     with pytest.raises(LookupError):
         await reply.wait(timeout=1)
 

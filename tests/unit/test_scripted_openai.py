@@ -425,7 +425,7 @@ async def test_hang_then_stop_returns_promptly(client: httpx.AsyncClient) -> Non
 
     t0 = time.monotonic()
     await fake.stop()
-    assert time.monotonic() - t0 < 2.0
+    assert time.monotonic() - t0 < 5.0  # not the 30 s the second answer waits
     for task in (hung, delayed):
         with pytest.raises(httpx.TransportError):
             await asyncio.wait_for(task, 2.0)
@@ -497,7 +497,7 @@ def test_thread_variant_from_sync_code() -> None:
         while len(fake.requests) < 4 and time.monotonic() < deadline:
             time.sleep(0.01)
         t0 = time.monotonic()
-    assert time.monotonic() - t0 < 2.0  # __exit__ with a hanging request
+    assert time.monotonic() - t0 < 5.0  # __exit__ with a hanging request (it would wait for good)
     th.join(2)
     hung.close()
     assert errors and isinstance(errors[0], httpx.TransportError)

@@ -41,7 +41,7 @@ async def test_output_exit_code_and_cwd(tmp_path: Path) -> None:
 async def test_no_stdin(tmp_path: Path) -> None:
     started = time.monotonic()
     assert await sh(tmp_path, "cat") == "\n[exit code 0]"
-    assert time.monotonic() - started < 2
+    assert time.monotonic() - started < 10  # at once: not waiting on a stdin nobody writes
 
 
 async def test_output_is_capped(tmp_path: Path) -> None:

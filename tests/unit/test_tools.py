@@ -130,7 +130,7 @@ async def test_handler_raising_tool_error_is_an_error_result(registry: ToolRegis
 async def test_handler_that_exceeds_the_timeout_is_an_error_result(registry: ToolRegistry) -> None:
     started = time.monotonic()
     result = await registry.run(call("slow", '{"s": 5}'), timeout_s=0.05)
-    assert time.monotonic() - started < 1
+    assert time.monotonic() - started < 3  # not the handler's 5 s
     assert result.is_error
     assert "slow" in result.content
     assert "timed out" in result.content
@@ -146,8 +146,10 @@ async def test_allowed_hides_tools_from_run(registry: ToolRegistry) -> None:
 
 
 async def test_run_batch_preserves_order_and_runs_concurrently() -> None:
+    both_running = asyncio.Barrier(2)  # passed only when the two sleepers run at once
+
     async def sleeper(args: Mapping[str, Any], ctx: ToolContext) -> str:
-        await asyncio.sleep(0.2)
+        await asyncio.wait_for(both_running.wait(), 5)
         return f"done {args['n']}"
 
     reg = ToolRegistry([make_tool("sleeper", sleeper), make_tool("echo", echo)])
@@ -157,10 +159,7 @@ async def test_run_batch_preserves_order_and_runs_concurrently() -> None:
         call("sleeper", '{"n": 2}', id="c"),
         call("echo", '{"x": 0}', id="d"),
     ]
-    started = time.monotonic()
-    results = await reg.run_batch(calls, timeout_s=2)
-    elapsed = time.monotonic() - started
-    assert elapsed < 0.35
+    results = await reg.run_batch(calls, timeout_s=10)
     assert [r.call.id for r in results] == ["a", "b", "c", "d"]
     assert [r.is_error for r in results] == [False, True, False, False]
     assert results[0].content == "done 1"
