@@ -16,7 +16,7 @@ from adapters.base import AdapterStatus
 from adapters.supervisor import AdapterSupervisor
 from netclaw.errors import NetclawError, SessionOwnedElsewhere
 from netclaw.persistence import Journal
-from netclaw.runtime import cancel_and_wait
+from netclaw.process.runtime import cancel_and_wait
 
 log = logging.getLogger("adapters")
 

@@ -16,8 +16,8 @@ import time
 from collections.abc import Awaitable, Callable
 
 from adapters.base import Adapter, AdapterStatus
+from netclaw.process.runtime import cancel_and_wait
 from netclaw.retry import Backoff
-from netclaw.runtime import cancel_and_wait
 
 log = logging.getLogger("adapters")
 

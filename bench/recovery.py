@@ -1,6 +1,6 @@
 """Recovery time of a 1,000-turn session, with and without a snapshot.
 
-The journal is built the way the actor builds it: events (``netclaw.sessions._events``)
+The journal is built the way the actor builds it: events (``netclaw.sessions._core.journal.events``)
 applied to a ``SessionState`` and appended through ``SqliteJournal.append`` in the actor's
 groupings (InputAdmitted + TurnStarted; StepRecorded; TurnRecorded [+ SessionTitleSet]).
 Each turn: a user message, a tool call + tool result on every 5th turn, an assistant
@@ -42,9 +42,9 @@ from _common import daemon_settings, figure, info, log, machine_load, median
 
 from netclaw.messages import ChatMessage, ToolCall, new_id
 from netclaw.persistence import NewEvent, SessionRow, SqliteJournal, prepare_database
-from netclaw.sessions import _snapshot as snapshots
-from netclaw.sessions._codec import decode, encode
-from netclaw.sessions._events import (
+from netclaw.sessions._core.journal import snapshot as snapshots
+from netclaw.sessions._core.journal.codec import decode, encode
+from netclaw.sessions._core.journal.events import (
     InputAdmitted,
     SessionEvent,
     SessionTitleSet,
@@ -52,8 +52,8 @@ from netclaw.sessions._events import (
     TurnRecorded,
     TurnStarted,
 )
-from netclaw.sessions._recovery import load_state
-from netclaw.sessions._state import SessionState
+from netclaw.sessions._core.journal.state import SessionState
+from netclaw.sessions._shell.recovery import load_state
 
 WORDS = (
     "the deploy finished but the api latency went up after the migration so we rolled back "
@@ -274,7 +274,7 @@ def actor_path(data_dir: Path, pids: list[str], tmp: Path) -> dict[str, dict[str
 
     from netclaw.daemon import Daemon
     from netclaw.gateway import Inbound
-    from netclaw.sessions._phases import Phase
+    from netclaw.sessions._core.phases import Phase
 
     provider = ProviderProcess(tmp / "provider.log")
     daemon: Daemon | None = None

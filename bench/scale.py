@@ -34,7 +34,7 @@ from _provider import ProviderProcess
 
 from netclaw.daemon import Daemon
 from netclaw.gateway import Inbound
-from netclaw.heap import TRIM_QUIET_S, settle_heap
+from netclaw.process.heap import TRIM_QUIET_S, settle_heap
 
 
 def proc_status() -> tuple[float, int]:

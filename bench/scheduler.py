@@ -28,7 +28,7 @@ from netclaw import outputs as out
 from netclaw.config import Settings
 from netclaw.daemon import Daemon
 from netclaw.reminders import Schedule
-from netclaw.scheduler import NewReminder
+from netclaw.workers.scheduler import NewReminder
 
 TARGET_P99_MS = 50.0
 

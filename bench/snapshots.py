@@ -3,7 +3,7 @@
 The session of ``recovery.py`` (a user message, a tool round every 5th turn, a reply;
 200-800-character texts) folded event by event the way the actor folds it, with the actor's
 snapshot policy (``session.snapshot_interval`` = 20 events) and its writer
-(``Recorder.snapshot``: ``netclaw.sessions._snapshot.encode`` — the transcript rows new since the last
+(``Recorder.snapshot``: ``netclaw.sessions._core.journal.snapshot.encode`` — the transcript rows new since the last
 snapshot plus the small rest of the state). Counted, not timed: the characters each turn
 hands the journal (event payloads, snapshot documents, new transcript rows), averaged over
 ``--window`` turns ending at turn 100 and at turn ``--turns`` (10,000). Next to it, in the
@@ -22,10 +22,10 @@ import time
 from _common import add_quick, apply_quick, figure, info, log, machine_load, median
 from recovery import turn_batches
 
-from netclaw.sessions import _snapshot as snapshot
-from netclaw.sessions._codec import encode
-from netclaw.sessions._events import SessionTitleSet, TurnRecorded
-from netclaw.sessions._state import SessionState
+from netclaw.sessions._core.journal import snapshot as snapshot
+from netclaw.sessions._core.journal.codec import encode
+from netclaw.sessions._core.journal.events import SessionTitleSet, TurnRecorded
+from netclaw.sessions._core.journal.state import SessionState
 
 INTERVAL = 20  # session.snapshot_interval's default
 

@@ -56,8 +56,8 @@ from _provider import ProviderProcess
 from netclaw.config import Settings
 from netclaw.daemon import Daemon
 from netclaw.gateway import Inbound
-from netclaw.heap import settle_heap
 from netclaw.messages import ChatMessage, system
+from netclaw.process.heap import settle_heap
 from netclaw.providers import ProviderRequest
 from netclaw.providers._openai import request_body
 from netclaw.providers._transport import PooledTransport

@@ -39,9 +39,9 @@ import httpx
 from _common import daemon_settings, figure, info, log, machine_load, median, percentile
 from _provider import ProviderProcess
 
-from netclaw.control_token import read_control_token
 from netclaw.daemon import Daemon
 from netclaw.gateway import Inbound
+from netclaw.security.control_token import read_control_token
 from tests.browser._room import chromium_missing, launch
 
 OBSERVER = """() => {

@@ -10,7 +10,7 @@ folder (``<data_dir>/files/<session>/``), whoever brought them (Slack, Discord, 
   so a message delivered twice writes the same file, not a second one.
 - Limits here are the one place that says how big is too big: a channel refuses a larger
   download before fetching it (:data:`MAX_FILE_BYTES`).
-- No secret the scanner (:mod:`netclaw.redact`) recognises is stored: a text file is kept
+- No secret the scanner (:mod:`netclaw.security.redact`) recognises is stored: a text file is kept
   redacted, as the model reads it; in any other file each secret's bytes are overwritten
   with ``*`` of the same length, so the file keeps its structure (offsets in a PDF, sizes
   in an archive) and still opens. The name is redacted too.
@@ -28,7 +28,7 @@ from pathlib import Path, PurePath
 
 from netclaw.errors import InvalidInput
 from netclaw.messages import Attachment, AttachmentKind
-from netclaw.redact import mask, merge, redact
+from netclaw.security.redact import mask, merge, redact
 
 MAX_FILE_BYTES = 20_000_000  # per file, as downloaded or posted
 MAX_FILES = 10  # per message

@@ -10,8 +10,8 @@ from urllib.parse import quote
 import httpx
 
 from netclaw.config import Settings
-from netclaw.control_token import read_control_token
 from netclaw.errors import ClientError, DaemonNotRunning
+from netclaw.security.control_token import read_control_token
 
 
 class DaemonClient:

@@ -254,7 +254,7 @@ class ApiError(NetclawError):
 
 
 class NotPermitted(ApiError):
-    """The caller's role does not allow this (netclaw/roles.py): a 403, or a note in chat."""
+    """The caller's role does not allow this (netclaw/security/roles.py): a 403, or a note in chat."""
 
     def __init__(self, message: str) -> None:
         super().__init__(403, "forbidden", message)

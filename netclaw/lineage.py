@@ -241,7 +241,7 @@ def gone_report(child: str, by: str) -> ChildReport | None:
 def report_text(report: ChildReport, label: Callable[[str, str], str]) -> str:
     """What the parent's model reads when a child's answer arrives (never taken for the
     user's words). The answer is the child's model's words after whatever it read: it comes
-    last, wrapped by ``label`` (``netclaw.trust.label``: this module sits below it)."""
+    last, wrapped by ``label`` (``netclaw.security.trust.label``: this module sits below it)."""
     what = "the task you gave it" if report.of_task else "a later message"
     head = f"[netclaw: report from your sub-agent {report.child} (its turn {report.turn}, on {what}); "
     if report.status == "completed":

@@ -140,7 +140,7 @@ class ChatMessage:
     prior: str | None = None  # role="user": the conversation before the bot was addressed
     files: tuple[Attachment, ...] = ()  # role="user": what came attached; role="tool": its images
     # role="user": who sent it as roles name them (slack:U1, token:ci, control) and the role
-    # they acted in (netclaw/roles.py): whose turn it is.
+    # they acted in (netclaw/security/roles.py): whose turn it is.
     speaker: str | None = None
     speaker_role: str | None = None
 

@@ -13,7 +13,7 @@ from typing import Any, Literal, Protocol
 
 from netclaw.llm import ToolSchema
 from netclaw.messages import Attachment, ToolCall
-from netclaw.policy import NO_HINTS, ToolHints
+from netclaw.security.policy import NO_HINTS, ToolHints
 
 # -- what a running call may ask of its session (progress, a person's answer, sampling) ----------
 
@@ -136,7 +136,7 @@ class Tool:
     hints: ToolHints = NO_HINTS  # what it says about itself (approvals read it)
     # Its results carry text from outside the conversation (a web page, a file, a command's
     # output, an MCP server's answer): the registry labels every result once the handler ran,
-    # errors included (netclaw/trust.py), and the label ends "always" grants for the turn.
+    # errors included (netclaw/security/trust.py), and the label ends "always" grants for the turn.
     untrusted: bool = False
 
     @property

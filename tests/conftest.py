@@ -15,8 +15,8 @@ import pykka
 import pytest
 
 from netclaw.config import Settings
-from netclaw.control_token import read_control_token
 from netclaw.daemon import Daemon
+from netclaw.security.control_token import read_control_token
 from tests.fakes.scripted_openai import ScriptedOpenAIThread
 
 

@@ -21,7 +21,7 @@ from adapters.chat._calls import PlatformCalls
 from adapters.chat._links import Link, Links
 from adapters.chat._port import Conversation
 from netclaw.errors import NetclawError
-from netclaw.policy import channel_of
+from netclaw.security.policy import channel_of
 
 log = logging.getLogger(__name__)
 

@@ -45,12 +45,12 @@ from adapters.discord_bot._port import (
     DiscordPort,
 )
 from netclaw.config import Settings
-from netclaw.credentials import read_secret, where_to_put
+from netclaw.config.credentials import read_secret, where_to_put
 from netclaw.errors import AdapterError, NetclawError
 from netclaw.gateway import Admission, ChatInput, Inbound
 from netclaw.messages import PriorMessage
-from netclaw.policy import ChatEvent, Place, dm_audience
 from netclaw.retry import with_retries
+from netclaw.security.policy import ChatEvent, Place, dm_audience
 
 if TYPE_CHECKING:
     from adapters.discord_bot._client import NetclawClient

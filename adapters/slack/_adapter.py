@@ -41,11 +41,11 @@ from adapters.chat import (
 from adapters.slack._config import SlackConfig
 from adapters.slack._format import slack_unescape
 from netclaw.config import Settings
-from netclaw.credentials import read_secret, where_to_put
+from netclaw.config.credentials import read_secret, where_to_put
 from netclaw.errors import AdapterError, NetclawError
 from netclaw.gateway import ChatInput, Inbound
 from netclaw.messages import PriorMessage
-from netclaw.policy import ChatEvent, Place, dm_audience
+from netclaw.security.policy import ChatEvent, Place, dm_audience
 
 if TYPE_CHECKING:
     from adapters.slack._client import SlackConnection

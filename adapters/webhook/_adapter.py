@@ -30,12 +30,10 @@ from aiohttp import web
 from adapters.base import AdapterStatus
 from adapters.webhook._config import WebhookRoute, WebhooksConfig
 from netclaw.config import DeliverConfig, Settings
-from netclaw.credentials import read_secret
+from netclaw.config.credentials import read_secret
 from netclaw.errors import AdapterError, ApiError, NetclawError
 from netclaw.gateway import ChatInput, Inbound
-from netclaw.messages import mark_external
-from netclaw.persistence import DeliveryLog, make_deliveries
-from netclaw.web import (
+from netclaw.http.web import (
     idempotency_key,
     identity_for,
     read_body,
@@ -43,6 +41,8 @@ from netclaw.web import (
     submission_response,
     wait_flag,
 )
+from netclaw.messages import mark_external
+from netclaw.persistence import DeliveryLog, make_deliveries
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from typing import ClassVar, Literal
 from pydantic import Field, field_validator
 
 from netclaw.config import ChannelSection, DeliverConfig, Section, check_env_name
-from netclaw.credentials import read_secret
+from netclaw.config.credentials import read_secret
 from netclaw.errors import ConfigError
 
 MIN_WEBHOOK_SECRET_BYTES = 32

@@ -3,7 +3,7 @@ channel fit to run?
 
 Beside the system service (``sudo netclaw doctor`` reading /etc/netclaw/netclaw.json), the
 daemon is the service's user, not the one running doctor: the files and the shell sandbox
-are checked for that user (:func:`netclaw.system.service_user`)."""
+are checked for that user (:func:`netclaw.process.system.service_user`)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, cast
 from netclaw import __version__
 from netclaw.config import Settings, find_config_path, load_settings
 from netclaw.errors import NetclawError
-from netclaw.system import SYSTEM_UNIT, ServiceUser, service_user
+from netclaw.process.system import SYSTEM_UNIT, ServiceUser, service_user
 
 if TYPE_CHECKING:
     from netclaw.gateway import ChatInput
@@ -172,7 +172,7 @@ def _doctor_web_search(settings: Settings, report: Any) -> None:
     search = settings.tools.web_search
     if not search.enabled:
         return
-    from netclaw.credentials import where_to_put
+    from netclaw.config.credentials import where_to_put
 
     where = search.url or f"its public API ({search.backend})"
     try:

@@ -16,9 +16,9 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 from netclaw.config import ProviderConfig, load_settings
-from netclaw.credentials import read_secret, where_to_put
+from netclaw.config.credentials import read_secret, where_to_put
 from netclaw.errors import ModelNotServed, NetclawError
-from netclaw.system import SYSTEM_CONFIG, SYSTEM_ENV_FILE, SYSTEM_GROUP, SYSTEM_STATE_DIR
+from netclaw.process.system import SYSTEM_CONFIG, SYSTEM_ENV_FILE, SYSTEM_GROUP, SYSTEM_STATE_DIR
 
 CHECK_TIMEOUT_S = 15.0
 

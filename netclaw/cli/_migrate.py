@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 
 from netclaw.config import load_settings
-from netclaw.credentials import read_secret, where_to_put
+from netclaw.config.credentials import read_secret, where_to_put
 from netclaw.errors import ConfigError
 
 

@@ -11,7 +11,7 @@ import sys
 from typing import Any, cast
 
 from netclaw.config import load_settings
-from netclaw.policy import Audience
+from netclaw.security.policy import Audience
 from netclaw.skills import Skill, Skills, list_files, load_skills, skill_dirs, visible_skills
 
 

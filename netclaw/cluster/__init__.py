@@ -9,8 +9,8 @@ sessions move between nodes.
 - :mod:`.balance` — the pure arithmetic of evening sessions out.
 
 This node as a member (the registry view, drain, move, rebalance, health and metrics) is
-:mod:`netclaw.membership`, above the session manager it steers; the cluster's HTTP routes
-and the middleware that forwards requests are :mod:`netclaw.cluster_api`.
+:mod:`netclaw.cluster.membership`, above the session manager it steers; the cluster's HTTP routes
+and the middleware that forwards requests are :mod:`netclaw.http.cluster`.
 - :mod:`._metrics` — the cluster's counters on ``/metrics``.
 - :mod:`._rescue` — sessions a dead node left owing replies, recovered by the others.
 

@@ -1,5 +1,5 @@
 """The one way a service asks a session something and waits for its answer: :func:`ask`
-routes a command carrying a :class:`~netclaw.runtime.Reply` to the session (starting it if
+routes a command carrying a :class:`~netclaw.process.runtime.Reply` to the session (starting it if
 it is not resident) and awaits the answer on the loop, never longer than
 :data:`CONTROL_TIMEOUT_S`.
 """
@@ -12,7 +12,7 @@ from typing import TypeVar
 
 from netclaw.errors import SessionUnavailable
 from netclaw.identifiers import check_session_id
-from netclaw.runtime import Reply
+from netclaw.process.runtime import Reply
 from netclaw.sessions import Routed, SessionManager
 
 CONTROL_TIMEOUT_S = 30.0  # a control command's answer (a compaction may take a while)

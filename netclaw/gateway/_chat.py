@@ -30,8 +30,8 @@ from netclaw.gateway._reads import ReadService
 from netclaw.gateway._views import CommandDone, ThreadOpener
 from netclaw.outputs import OutputFilter
 from netclaw.persistence import Owner
-from netclaw.policy import ChatEvent, channel_of, denial_reason
-from netclaw.roles import may, may_command, refusal, role_for
+from netclaw.security.policy import ChatEvent, channel_of, denial_reason
+from netclaw.security.roles import may, may_command, refusal, role_for
 from netclaw.sessions import Admission, Subscription, TurnOutcome
 
 log = logging.getLogger(__name__)

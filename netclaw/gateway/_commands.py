@@ -28,8 +28,8 @@ from netclaw.identifiers import check_session_id
 from netclaw.lineage import describe
 from netclaw.mcp import McpHub, PromptExpansion, expand_prompt
 from netclaw.persistence import MemoryStore, ReminderStore
-from netclaw.policy import Audience, audience_of
-from netclaw.roles import may_command, refusal, role_for, speaker_of
+from netclaw.security.policy import Audience, audience_of
+from netclaw.security.roles import may_command, refusal, role_for, speaker_of
 from netclaw.sessions import Admission, Announce, SessionManager, TurnOutcome
 from netclaw.skills import LiveSkills, visible_skills
 

@@ -20,7 +20,6 @@ import time
 from typing import Any
 
 from netclaw import attachments
-from netclaw.audit import AuditEntry
 from netclaw.config import LiveSettings, Settings
 from netclaw.errors import NetclawError
 from netclaw.gateway._ask import ask
@@ -30,8 +29,9 @@ from netclaw.gateway._reads import ReadService
 from netclaw.identifiers import check_session_id
 from netclaw.lineage import depth_of, gone_report, is_descendant, report_text
 from netclaw.persistence import AccessLogic, Journal, MemoryStore
+from netclaw.security.audit import AuditEntry
+from netclaw.security.trust import label
 from netclaw.sessions import Cancel, CompactNow, ModelChoice, PinModel, Reset, SessionManager
-from netclaw.trust import label
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +83,7 @@ class ControlService:
         return await ask(self._manager, session_id, lambda reply: PinModel(model, by, reply, announce))
 
     async def audit(self, kind: str, actor: str, session_id: str | None = None, **detail: Any) -> None:
-        """Append to the audit trail what happened outside sessions (see netclaw/audit.py)."""
+        """Append to the audit trail what happened outside sessions (see netclaw/security/audit.py)."""
         if self._access is not None:
             await self._access.record(AuditEntry(time.time(), kind, actor, session_id, detail))
 

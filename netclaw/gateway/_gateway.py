@@ -3,7 +3,7 @@
 each caller the services (typed by their roles, ``_roles``) that caller uses, never this
 whole:
 
-- the channels get ``chat`` (``ChatInput``); :mod:`netclaw.subagents` gets ``subagents``
+- the channels get ``chat`` (``ChatInput``); :mod:`netclaw.workers.subagents` gets ``subagents``
   (``SubagentSessions``);
 - the control API and the control room get ``operator`` (``intake``, ``control``,
   ``reads``, ``approvals``), and the API ``commands`` too;

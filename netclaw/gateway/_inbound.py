@@ -21,8 +21,8 @@ from netclaw.errors import InvalidInput
 from netclaw.identifiers import check_session_id
 from netclaw.lineage import ChildReport, ChildTask
 from netclaw.messages import PriorMessage
-from netclaw.policy import ChatEvent, Place
-from netclaw.redact import Redacted, merge, redact, redact_identity, redact_prior
+from netclaw.security.policy import ChatEvent, Place
+from netclaw.security.redact import Redacted, merge, redact, redact_identity, redact_prior
 
 MAX_TEXT_CHARS = 200_000
 MAX_NAME_CHARS = 80
@@ -43,7 +43,7 @@ class Inbound:
     speaker: str | None = None
     speaker_role: str | None = None
     # A sub-agent's task (its first input, from its parent) or report (to its parent); never
-    # from outside: only netclaw.subagents makes these.
+    # from outside: only netclaw.workers.subagents makes these.
     subagent: ChildTask | ChildReport | None = None
 
     def to_json(self) -> dict[str, Any]:

@@ -29,10 +29,10 @@ from netclaw.history.tokens import fallback_count
 from netclaw.identifiers import check_session_id
 from netclaw.messages import Attachment, bounded_prior, prior_block
 from netclaw.persistence import Journal, Owner
-from netclaw.policy import channel_of
-from netclaw.redact import merge, notice
-from netclaw.roles import may, refusal, role_for, speaker_of
-from netclaw.runtime import Reply
+from netclaw.process.runtime import Reply
+from netclaw.security.policy import channel_of
+from netclaw.security.redact import merge, notice
+from netclaw.security.roles import may, refusal, role_for, speaker_of
 from netclaw.sessions import Admission, Announce, SendUserMessage, SessionManager, TurnOutcome
 
 log = logging.getLogger(__name__)
@@ -88,7 +88,7 @@ class IntakeService:
         role = role_for(self.settings, speaker, inbound.speaker_role)
         if not may(self.settings, role, "chat"):
             raise NotPermitted(refusal(role, "sending messages that start turns"))
-        # Secrets out before anything is stored or shown to a model (netclaw/redact.py); the
+        # Secrets out before anything is stored or shown to a model (netclaw/security/redact.py); the
         # speaker as recorded is the redacted one (its role was found from the real one).
         identity = inbound.identity  # as the sender knows it: what a retry must repeat
         inbound, found = redact_inbound(inbound)

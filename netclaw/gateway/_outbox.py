@@ -26,7 +26,7 @@ from netclaw.errors import SessionUnavailable
 from netclaw.gateway._ask import ask
 from netclaw.gateway._views import ThreadOpener
 from netclaw.persistence import Journal
-from netclaw.policy import channel_of
+from netclaw.security.policy import channel_of
 from netclaw.sessions import ListUndelivered, MarkDelivered, SessionManager
 
 log = logging.getLogger(__name__)

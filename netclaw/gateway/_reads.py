@@ -22,15 +22,15 @@ from dataclasses import replace
 
 from netclaw.cluster import Routing
 from netclaw.config import LiveSettings, Settings
-from netclaw.context_view import offered_tools
 from netclaw.gateway._ask import ask
+from netclaw.gateway._context_view import offered_tools
 from netclaw.gateway._views import SessionsFound, SessionSummary, SessionView, summary_of
 from netclaw.identifiers import check_session_id
 from netclaw.lineage import ChildRecord
 from netclaw.messages import MessageKind
 from netclaw.outputs import OutputFilter
 from netclaw.persistence import Journal, Memory, MemoryStore, Node, Owner, SessionQuery, UsageKey, UsageRow
-from netclaw.policy import audience_of
+from netclaw.security.policy import audience_of
 from netclaw.sessions import (
     ListChildren,
     ModelChoice,

@@ -7,7 +7,7 @@ holds one of each, and the daemon hands each caller what it uses):
 - :class:`ChatInput` — a channel (``adapters/``: Slack, Discord, webhooks, the chat
   renderer): admit messages under the chat policy, watch a session's outputs, decide from
   a button, post owed replies, open delivery threads. Played by ``ChatService``.
-- :class:`SubagentSessions` — :mod:`netclaw.subagents`: spawn a child, wait for it, carry
+- :class:`SubagentSessions` — :mod:`netclaw.workers.subagents`: spawn a child, wait for it, carry
   its answers to its parent. Played by ``SubagentService``.
 - :class:`Input` — anyone sending a session a message or a notice: the control API, the
   control room, the scheduler. Played by ``IntakeService``.
@@ -39,7 +39,7 @@ from netclaw.gateway._views import CommandDone, SessionsFound, SessionSummary, S
 from netclaw.lineage import ChildRecord, ChildReport, SpawnRequest
 from netclaw.outputs import OutputFilter
 from netclaw.persistence import Memory, Node, Owner, UsageKey, UsageRow
-from netclaw.policy import ChatEvent
+from netclaw.security.policy import ChatEvent
 from netclaw.sessions import (
     Admission,
     ModelChoice,

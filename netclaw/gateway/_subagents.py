@@ -1,4 +1,4 @@
-"""The sub-agents' port: what :mod:`netclaw.subagents` (spawning children, waiting for
+"""The sub-agents' port: what :mod:`netclaw.workers.subagents` (spawning children, waiting for
 them, the courier of their answers) does with sessions — :class:`SubagentService`, which
 plays ``SubagentSessions``.
 

@@ -31,7 +31,7 @@ from typing import Any
 import jsonschema
 import mcp_types as mt
 
-from netclaw.policy import NO_HINTS, ToolHints
+from netclaw.security.policy import NO_HINTS, ToolHints
 
 MAX_RESULT_CHARS = 64 * 1024
 MAX_IMAGES = 4  # per result

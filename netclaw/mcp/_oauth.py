@@ -40,7 +40,7 @@ from mcp.shared.auth import (
 )
 
 from netclaw.config import McpServerConfig
-from netclaw.credentials import read_secret, where_to_put
+from netclaw.config.credentials import read_secret, where_to_put
 from netclaw.errors import ToolError
 
 log = logging.getLogger("netclaw.mcp")

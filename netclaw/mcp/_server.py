@@ -53,9 +53,9 @@ from netclaw.mcp._requests import ServerRequests
 from netclaw.mcp._transport import open_transport, transport_kind
 from netclaw.mcp._types import McpServerStatus, McpState
 from netclaw.messages import Attachment
-from netclaw.policy import ToolHints
+from netclaw.process.runtime import cancel_and_wait
 from netclaw.retry import RetryPolicy, backoff_delay
-from netclaw.runtime import cancel_and_wait
+from netclaw.security.policy import ToolHints
 from netclaw.tools import Tool, ToolContext, ToolReply, deadline
 
 log = logging.getLogger("netclaw.mcp")

@@ -15,7 +15,7 @@ from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 from netclaw.config import McpServerConfig
-from netclaw.credentials import read_secret, where_to_put
+from netclaw.config.credentials import read_secret, where_to_put
 from netclaw.errors import ToolError
 
 HTTP_TIMEOUT_S = 30.0

@@ -1,7 +1,7 @@
 """Who may do what, durably: the audit table and named API tokens (SQLite here; the same
 logic on PostgreSQL in :mod:`netclaw.persistence.postgres`).
 
-The audit trail of a session is derived from its journal (:mod:`netclaw.audit`); the table
+The audit trail of a session is derived from its journal (:mod:`netclaw.security.audit`); the table
 holds what happens outside sessions, and a session's entries copied before its journal is
 erased. Tokens are stored as the SHA-256 of a 256-bit random secret: a leaked database
 gives no token, and a token is found by its hash (nothing to compare in variable time).
@@ -22,8 +22,8 @@ from typing import Any
 
 import aiosqlite
 
-from netclaw.audit import JOURNAL_TYPES, AuditEntry, JournalRow, from_journal, select
 from netclaw.errors import InvalidInput, JournalError
+from netclaw.security.audit import JOURNAL_TYPES, AuditEntry, JournalRow, from_journal, select
 
 TOKEN_PREFIX = "nct_"
 LAST_USED_EVERY_S = 60.0

@@ -36,8 +36,8 @@ from netclaw.providers._classify import (
 )
 from netclaw.providers._images import read_all, uncached
 from netclaw.providers._transport import PooledTransport
-from netclaw.redact import scrub_bytes
 from netclaw.retry import RetryPolicy, with_retries
+from netclaw.security.redact import scrub_bytes
 
 log = logging.getLogger("netclaw.providers")
 
@@ -416,7 +416,7 @@ class HttpStreamingProvider(ABC, Generic[AnswerT]):
             if images:  # file reads and base64 are no work for the I/O loop
                 await asyncio.to_thread(read_all, images)
         # The last line of defence: whatever slipped past redaction, the daemon's own secrets
-        # (the control token, the config's secrets) never reach a provider (netclaw/redact.py).
+        # (the control token, the config's secrets) never reach a provider (netclaw/security/redact.py).
         body = scrub_bytes(self._request_content(request))
         headers = {**self._headers(), "Content-Type": "application/json"}
         progress = _Progress()

@@ -1,9 +1,9 @@
 """Sessions: one persistent actor per conversation, and the manager that routes to them.
 
 The pure parts (phases, state, events, the context ladder, turn pieces) import no
-pykka, aiohttp, aiosqlite or httpx; only ``_actor`` and ``_manager`` touch pykka.
+pykka, aiohttp, aiosqlite or httpx; only the actor shell and residency (``_shell``, ``_residency``) touch pykka.
 This face imports the pure parts eagerly and everything else on first use
-(PEP 562), so ``import netclaw.sessions._state`` stays light — the import-linter
+(PEP 562), so importing the pure core (``_core``) stays light — the import-linter
 contracts and ``tests/unit/test_layering.py`` hold it to that. Nothing outside
 ``netclaw/sessions/`` imports ``netclaw.sessions._*``: take names from here.
 """
@@ -13,8 +13,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from netclaw.sessions._approvals import PendingApproval
-from netclaw.sessions._events import (
+from netclaw.sessions._core.approvals import PendingApproval
+from netclaw.sessions._core.journal.events import (
     HistoryTrimmed,
     InputAdmitted,
     SessionEvent,
@@ -23,12 +23,11 @@ from netclaw.sessions._events import (
     TurnRecorded,
     TurnStarted,
 )
-from netclaw.sessions._phases import LEGAL_TRANSITIONS, Phase, check_transition
-from netclaw.sessions._state import SessionState, TurnOutcome
+from netclaw.sessions._core.journal.state import SessionState, TurnOutcome
+from netclaw.sessions._core.phases import LEGAL_TRANSITIONS, Phase, check_transition
 
 if TYPE_CHECKING:
-    from netclaw.sessions._actor import SessionActor
-    from netclaw.sessions._commands import (
+    from netclaw.sessions._core.commands import (
         Admission,
         Announce,
         Cancel,
@@ -50,51 +49,52 @@ if TYPE_CHECKING:
         Subscribe,
         Unsubscribe,
     )
-    from netclaw.sessions._deps import ManagerPort, SessionDeps
-    from netclaw.sessions._manager import SessionManager
-    from netclaw.sessions._prompt import Prompt, PromptBuilder, build_context
-    from netclaw.sessions._recovery import load_state
-    from netclaw.sessions._status import ModelChoice, StatusReport
+    from netclaw.sessions._core.context.prompt import Prompt, PromptBuilder, build_context
+    from netclaw.sessions._core.context.tail import continuity_notice
+    from netclaw.sessions._core.status import ModelChoice, StatusReport
+    from netclaw.sessions._residency.manager import SessionManager
+    from netclaw.sessions._shell.actor import SessionActor
+    from netclaw.sessions._shell.deps import ManagerPort, SessionDeps
+    from netclaw.sessions._shell.recovery import load_state
     from netclaw.sessions._subscribers import OutputQueue, Sink, Subscriber, SubscriberSet, Subscription
-    from netclaw.sessions._tail import continuity_notice
 
 _LAZY = {
-    "ManagerPort": "_deps",
-    "SessionActor": "_actor",
-    "SessionDeps": "_deps",
-    "Admission": "_commands",
-    "Announce": "_commands",
-    "Cancel": "_commands",
-    "CompactNow": "_commands",
-    "Decide": "_commands",
-    "DetachChild": "_commands",
-    "ListApprovals": "_commands",
-    "ListChildren": "_commands",
-    "ListUndelivered": "_commands",
-    "MarkDelivered": "_commands",
-    "OwedReports": "_commands",
-    "RecordSpawn": "_commands",
-    "SpawnAnswer": "_commands",
-    "ModelChoice": "_status",
-    "PinModel": "_commands",
-    "ReportStatus": "_commands",
-    "Reset": "_commands",
-    "Routed": "_commands",
-    "StatusReport": "_status",
-    "SendUserMessage": "_commands",
-    "Subscribe": "_commands",
-    "Unsubscribe": "_commands",
-    "SessionManager": "_manager",
-    "Prompt": "_prompt",
-    "PromptBuilder": "_prompt",
-    "load_state": "_recovery",
+    "ManagerPort": "_shell.deps",
+    "SessionActor": "_shell.actor",
+    "SessionDeps": "_shell.deps",
+    "Admission": "_core.commands",
+    "Announce": "_core.commands",
+    "Cancel": "_core.commands",
+    "CompactNow": "_core.commands",
+    "Decide": "_core.commands",
+    "DetachChild": "_core.commands",
+    "ListApprovals": "_core.commands",
+    "ListChildren": "_core.commands",
+    "ListUndelivered": "_core.commands",
+    "MarkDelivered": "_core.commands",
+    "OwedReports": "_core.commands",
+    "RecordSpawn": "_core.commands",
+    "SpawnAnswer": "_core.commands",
+    "ModelChoice": "_core.status",
+    "PinModel": "_core.commands",
+    "ReportStatus": "_core.commands",
+    "Reset": "_core.commands",
+    "Routed": "_core.commands",
+    "StatusReport": "_core.status",
+    "SendUserMessage": "_core.commands",
+    "Subscribe": "_core.commands",
+    "Unsubscribe": "_core.commands",
+    "SessionManager": "_residency.manager",
+    "Prompt": "_core.context.prompt",
+    "PromptBuilder": "_core.context.prompt",
+    "load_state": "_shell.recovery",
     "OutputQueue": "_subscribers",
     "Sink": "_subscribers",
     "Subscriber": "_subscribers",
     "SubscriberSet": "_subscribers",
     "Subscription": "_subscribers",
-    "build_context": "_prompt",
-    "continuity_notice": "_tail",
+    "build_context": "_core.context.prompt",
+    "continuity_notice": "_core.context.tail",
 }
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from netclaw import outputs as out
-from netclaw.runtime import call_soon
+from netclaw.process.runtime import call_soon
 
 log = logging.getLogger(__name__)
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from netclaw.config import Settings
-from netclaw.policy import Audience, tool_matches
+from netclaw.security.policy import Audience, tool_matches
+from netclaw.security.trust import system_prompt as trusted_prompt
 from netclaw.skills._format import Skill
 from netclaw.skills._load import Skills
-from netclaw.trust import system_prompt as trusted_prompt
 
 LOAD_SKILL = "load_skill"
 READ_SKILL_FILE = "read_skill_file"
@@ -51,7 +51,7 @@ def skills_index(visible: Sequence[Skill]) -> str:
 
 def system_prompt(settings: Settings, audience: Audience, skills: Skills) -> str:
     """The static system prompt of a session of ``audience``: the configured prompt, how to
-    treat untrusted content (netclaw/trust.py), and the index of the skills it sees."""
+    treat untrusted content (netclaw/security/trust.py), and the index of the skills it sees."""
     base = trusted_prompt(settings.agent.system_prompt)
     index = skills_index(visible_skills(skills, settings, audience))
     return f"{base}\n\n{index}" if index else base

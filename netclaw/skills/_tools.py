@@ -1,7 +1,7 @@
 """The skill tools: ``load_skill`` (a skill's instructions), ``read_skill_file`` (a file
 beside them, read-only, confined to the skill's folder) and, when ``skills.save_dir`` is
 set, ``save_skill`` (the agent writes down a new skill; every call waits for a person's
-approval, see ``netclaw.policy.ALWAYS_APPROVE``).
+approval, see ``netclaw.security.policy.ALWAYS_APPROVE``).
 
 They are offered as a tool source (:class:`SkillTools`): ``load_skill`` and
 ``read_skill_file`` while any skill is loaded, so a daemon without skills spends no
@@ -18,9 +18,9 @@ from pathlib import Path, PurePosixPath
 from typing import Any, cast
 
 from netclaw.config import Settings
-from netclaw.confined import Folder
 from netclaw.errors import ToolError
-from netclaw.policy import Audience
+from netclaw.security.confined import Folder
+from netclaw.security.policy import Audience
 from netclaw.skills._format import SKILL_FILE, Skill, SkillError, check_name, parse_skill, render_skill
 from netclaw.skills._index import LOAD_SKILL, READ_SKILL_FILE, SAVE_SKILL, visible_skills
 from netclaw.skills._load import LiveSkills, load_skills
@@ -161,7 +161,7 @@ def _relative(raw: object) -> str:
 
 def read_in(folder: Path, raw: object) -> str:
     """The text of the file ``raw`` names in ``folder`` (at most 64 KiB), or a folder's
-    list. Opened beneath the folder (:class:`netclaw.confined.Folder`): a link may lead
+    list. Opened beneath the folder (:class:`netclaw.security.confined.Folder`): a link may lead
     only to somewhere inside it, and a pipe or device is refused without blocking."""
     rel = _relative(raw)
     skill = Folder(folder, where="the skill's folder")

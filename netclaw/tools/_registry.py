@@ -11,8 +11,9 @@ from dataclasses import replace
 from netclaw.errors import ToolError
 from netclaw.llm import ToolSchema
 from netclaw.messages import ToolCall
-from netclaw.policy import NO_HINTS, ToolHints, tool_matches
-from netclaw.redact import redact
+from netclaw.security.policy import NO_HINTS, ToolHints, tool_matches
+from netclaw.security.redact import redact
+from netclaw.security.trust import label_result
 from netclaw.tools._asks import deadline as running_until
 from netclaw.toolspec import (
     DEFAULT_CONTEXT,
@@ -23,7 +24,6 @@ from netclaw.toolspec import (
     ToolResult,
     ToolSource,
 )
-from netclaw.trust import label_result
 
 __all__ = [
     "DEFAULT_CONTEXT",
@@ -93,9 +93,9 @@ class ToolRegistry:
     ) -> ToolResult:
         """Run one call. Never raises: every failure becomes an error result the model sees.
         Secrets in what it returns are redacted here, before the result is journaled or
-        shown to the model (:mod:`netclaw.redact`). What carries outside text — every result
+        shown to the model (:mod:`netclaw.security.redact`). What carries outside text — every result
         of an untrusted tool once its handler ran, errors included, and a reply that says it
-        does — is labelled here too (:mod:`netclaw.trust`); a call refused before it ran
+        does — is labelled here too (:mod:`netclaw.security.trust`); a call refused before it ran
         (no such tool, not allowed, bad arguments) holds only netclaw's words and is not."""
         result, outside = await self._run(call, timeout_s, allowed, context)
         done = redact(result.content)

@@ -41,7 +41,7 @@ from typing import Literal
 
 from netclaw.config import ShellConfig
 from netclaw.errors import ConfigError
-from netclaw.system import ServiceUser
+from netclaw.process.system import ServiceUser
 
 Network = Literal["none", "host"]
 

@@ -6,7 +6,7 @@ merged and capped (the rest is drained so the command never blocks on a full pip
 own process group, killed whole on timeout or when the turn is cancelled (in the sandbox
 that takes its whole PID namespace along). Off by default, and a call waits for a
 person's approval unless the audience grants ``shell`` by name and does not list it in
-``approve`` (:func:`netclaw.policy.needs_approval`).
+``approve`` (:func:`netclaw.security.policy.needs_approval`).
 """
 
 from __future__ import annotations

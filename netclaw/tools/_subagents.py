@@ -3,7 +3,7 @@ its children (``list_agents``) and stops one (``cancel_agent``).
 
 The work is the gateway's and the sessions' — recording the spawn in the parent, sending
 the child its task, waiting for its answer — and the tools sit below both, so they reach it
-through :class:`SubagentPort`, which the daemon wires in (``netclaw.subagents.Subagents``).
+through :class:`SubagentPort`, which the daemon wires in (``netclaw.workers.subagents.Subagents``).
 A handler runs on the I/O loop like every tool: awaiting a child never blocks an actor, and
 cancelling the parent's tool round (``/stop``, a turn timeout) cancels the wait.
 """
@@ -54,7 +54,7 @@ def subagent_tools(port: SubagentPort) -> list[Tool]:
                 f"started {child}: it works on the task in the background and its answer will "
                 "arrive as a message. list_agents shows it, cancel_agent stops it."
             )
-        # The child's answer is its model's words after whatever it read: labelled (netclaw/trust.py).
+        # The child's answer is its model's words after whatever it read: labelled (netclaw/security/trust.py).
         if report.status == "completed":
             return ToolReply(
                 f"{child} finished the task. Its answer:\n{report.text or '(no text)'}", untrusted=True

@@ -13,7 +13,7 @@ from the backend ``tools.web_search`` names (:mod:`._search_backends`).
   of the results goes through ``web_fetch``, whose SSRF rules apply as always; redirects
   from the backend are not followed (a redirect is an error naming where it pointed).
 - The results are text from outside the conversation, and so are errors that quote what
-  the backend said: the registry labels every result untrusted (``netclaw/trust.py``).
+  the backend said: the registry labels every result untrusted (``netclaw/security/trust.py``).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any
 import httpx
 
 from netclaw.config import WebSearchConfig
-from netclaw.credentials import where_to_put
+from netclaw.config.credentials import where_to_put
 from netclaw.errors import ConfigError, ToolError
 from netclaw.tools._registry import Tool, ToolContext
 from netclaw.tools._search_backends import Backend, Hit, backend_for

@@ -3,7 +3,7 @@
 directory, and what must stay out of the workspace.
 
 Every path is taken relative to the workspace and opened beneath it one component at a
-time (:class:`netclaw.confined.Folder`): a directory or link swapped in while a call runs
+time (:class:`netclaw.security.confined.Folder`): a directory or link swapped in while a call runs
 cannot lead it out, links are followed only while they stay inside, and a named pipe,
 socket or device is refused without blocking. File I/O runs in a worker thread, never on
 the loop.
@@ -23,8 +23,8 @@ from typing import Any
 
 from netclaw import attachments
 from netclaw.attachments import IncomingFile
-from netclaw.confined import Folder, Owner
 from netclaw.errors import ConfigError, InvalidInput, ToolError
+from netclaw.security.confined import Folder, Owner
 from netclaw.tools._registry import Tool, ToolContext, ToolReply
 
 MAX_READ_BYTES = 64 * 1024

@@ -10,11 +10,11 @@ from collections.abc import Callable
 from aiohttp import web
 
 from netclaw.gateway import Operator
-from netclaw.scheduler import Scheduler
 from netclaw.ui._guard import Guard
 from netclaw.ui._pages import OtherPages
 from netclaw.ui._room import HERE, HealthReport, Room
 from netclaw.ui._session_pages import SessionPages
+from netclaw.workers.scheduler import Scheduler
 
 
 def control_room(

@@ -11,10 +11,10 @@ from aiohttp import web
 
 from netclaw.errors import ApiError
 from netclaw.gateway import check_session_id
-from netclaw.scheduler import NewReminder, Scheduler
 from netclaw.ui._charts import usage_view
 from netclaw.ui._redact import config_text
 from netclaw.ui._room import PREFIX, Room
+from netclaw.workers.scheduler import NewReminder, Scheduler
 
 USAGE_DAYS = (7, 14, 30, 90)
 WHEN_KINDS = {"in": "in_s", "at": "at", "every": "every_s", "cron": "cron"}

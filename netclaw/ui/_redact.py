@@ -6,7 +6,7 @@ repeated a key, an MCP server's ``args``):
 - :func:`config_text` renders the running config with secret-looking values hidden: keys
   named like a token, secret, password or key (``*_env`` keys name a variable, never hold
   a value, and stay) and the password part of any URL.
-- :class:`netclaw.redact.Scrubber` knows the secret values themselves — the control token
+- :class:`netclaw.security.redact.Scrubber` knows the secret values themselves — the control token
   and whatever each ``*_env`` key names — and replaces every occurrence in every page,
   fragment and live event before it leaves the daemon (the room holds one per config).
 """
@@ -18,7 +18,7 @@ import re
 from typing import Any
 
 from netclaw.config import Settings
-from netclaw.redact import HIDDEN
+from netclaw.security.redact import HIDDEN
 
 # A key that names a secret: ``bot_token``, ``api_key``, ``password``; not ``max_tokens``.
 _SECRET_KEY = re.compile(

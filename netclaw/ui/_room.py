@@ -19,12 +19,12 @@ from aiohttp import web
 from netclaw import __version__
 from netclaw.config import Settings
 from netclaw.gateway import Operator
-from netclaw.redact import Scrubber
-from netclaw.scheduler import Scheduler
+from netclaw.http.web import SseStreams
+from netclaw.security.redact import Scrubber
 from netclaw.ui._auth import COOKIE, Login, Logins, LoginThrottle
 from netclaw.ui._charts import fmt
 from netclaw.ui._views import utc, when
-from netclaw.web import SseStreams
+from netclaw.workers.scheduler import Scheduler
 
 HERE = Path(__file__).parent
 PREFIX = "/ui"

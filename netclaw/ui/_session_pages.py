@@ -27,6 +27,7 @@ from netclaw.gateway import (
     TurnOutcome,
     check_session_id,
 )
+from netclaw.http.web import sse_event
 from netclaw.ui._pages import all_approvals_fragment
 from netclaw.ui._room import PREFIX, Room
 from netclaw.ui._views import (
@@ -40,7 +41,6 @@ from netclaw.ui._views import (
     page_window,
     transcript_entries,
 )
-from netclaw.web import sse_event
 
 STATUS_TIMEOUT_S = 2.0  # the sessions page asks resident sessions for model and context
 DECIDED_BY = "control room"

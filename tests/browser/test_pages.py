@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from netclaw.runtime import IoLoop
+from netclaw.process.runtime import IoLoop
 from tests.browser._room import Room, log_in
 from tests.fakes.scripted_openai import Reply, ToolCallSpec
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from netclaw.history import FLUSH_MARKER, SUMMARY_MARKER
-from netclaw.trust import system_prompt as trusted
+from netclaw.security.trust import system_prompt as trusted
 from tests.e2e.conftest import (
     SYSTEM_PROMPT,
     DaemonProcess,

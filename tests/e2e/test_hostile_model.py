@@ -39,7 +39,7 @@ from typing import Any
 
 import pytest
 
-from netclaw.trust import unlabel
+from netclaw.security.trust import unlabel
 from tests.e2e._as_user import as_user, can_switch_user, open_dir_for
 from tests.e2e.conftest import (
     DaemonProcess,

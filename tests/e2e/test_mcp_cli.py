@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from netclaw.trust import unlabel
+from netclaw.security.trust import unlabel
 from tests.conftest import wait_until
 from tests.e2e.conftest import REPO_ROOT, DaemonProcess, Daemons, Setup, free_port, run_cli, subprocess_env
 from tests.fakes.mcp_fake import HttpProcess

@@ -188,7 +188,10 @@ def test_the_unit_file_verifies(tmp_path: Path) -> None:
     assert "Type=notify" in unit and "WatchdogSec=" in unit and "StateDirectory=netclaw" in unit
     (tmp_path / "netclaw.service").write_text(unit.replace("/opt/netclaw/bin/netclaw", netclaw))
     done = subprocess.run(
-        [analyze, "verify", str(tmp_path / "netclaw.service")], capture_output=True, text=True, timeout=60
+        [analyze, "verify", str(tmp_path / "netclaw.service")],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     problems = [
         line

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from netclaw.trust import unlabel
+from netclaw.security.trust import unlabel
 from tests.fakes._scripted_server import request_messages, said
 from tests.fakes.scripted_openai import Reply, ToolCallSpec
 

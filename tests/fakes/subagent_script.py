@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from netclaw.trust import unlabel
+from netclaw.security.trust import unlabel
 from tests.fakes._scripted_server import request_messages
 from tests.fakes.scripted_openai import Reply, ToolCallSpec, said
 

@@ -15,9 +15,9 @@ from typing import Any, cast
 import pytest
 
 from adapters.webhook import WebhookAdapter
-from netclaw.api import Api
 from netclaw.config import Settings
 from netclaw.gateway import ChatInput, Commands, Operator
+from netclaw.http.api import Api
 from tests.fuzz.conftest import FuzzDaemon
 from tests.fuzz.corpus import Case, build_corpus, by_route
 from tests.fuzz.routes import ROUTES

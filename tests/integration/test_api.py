@@ -11,7 +11,7 @@ import pytest
 
 from netclaw.config import Settings
 from netclaw.daemon import Daemon
-from netclaw.trust import system_prompt as trusted
+from netclaw.security.trust import system_prompt as trusted
 from tests.conftest import DaemonHandle, settings_data
 from tests.fakes.scripted_openai import ErrorReply, Reply, ScriptedOpenAIThread
 

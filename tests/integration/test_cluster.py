@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from netclaw.errors import SessionMoved
-from netclaw.runtime import Reply
+from netclaw.process.runtime import Reply
 from netclaw.sessions import ReportStatus, StatusReport
 from tests.conftest import DaemonHandle, wait_until
 from tests.e2e.conftest import free_port

@@ -17,7 +17,7 @@ from typing import Any
 
 from netclaw.history import FLUSH_MARKER, REQUIRED_SECTIONS, SUMMARY_MARKER
 from netclaw.persistence import NewMemory, SqliteMemoryStore
-from netclaw.trust import system_prompt as trusted
+from netclaw.security.trust import system_prompt as trusted
 from tests.conftest import DaemonHandle
 from tests.fakes._scripted_server import as_sent, said
 from tests.fakes.scripted_openai import (

@@ -16,8 +16,8 @@ import pytest
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from netclaw import listener
-from netclaw.web import errors_middleware, read_body, read_json_object
+from netclaw.http import listener
+from netclaw.http.web import errors_middleware, read_body, read_json_object
 
 AT_WORK = web.AppKey("at_work", asyncio.Event)  # a handler began on a request
 RECEIVED = web.AppKey("received", list)  # byte counts the listener took in, in order

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from netclaw.trust import unlabel
+from netclaw.security.trust import unlabel
 from tests.conftest import DaemonHandle, wait_until
 from tests.fakes.scripted_openai import Reply, ScriptedOpenAIThread, ToolCallSpec
 
@@ -60,7 +60,7 @@ def offered(request: dict[str, Any]) -> set[str]:
 
 
 def tool_results(handle: DaemonHandle, sid: str) -> list[dict[str, Any]]:
-    """The tool results, their content without the untrusted-content label (netclaw/trust.py)
+    """The tool results, their content without the untrusted-content label (netclaw/security/trust.py)
     every successful MCP result wears."""
     found = [m for m in handle.transcript(sid) if m["role"] == "tool"]
     for m in found:

@@ -127,7 +127,7 @@ def test_a_passivation_that_crosses_a_second_request_still_stops(
     request to passivate was in flight was told "a command is on its way" and waited for a
     stop that never came (thousands stayed resident). Two requests in one loop callback
     make the crossing certain: the second is routed before the first's stop request."""
-    from netclaw.sessions._commands import PassivateNow
+    from netclaw.sessions._core.commands import PassivateNow
 
     handle = start_daemon(session={"idle_timeout_s": 3600, "passivation_grace_s": 0})
     assert handle.send("crossing", "hello", wait=True).status_code == 200

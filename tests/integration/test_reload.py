@@ -15,8 +15,8 @@ import pytest
 
 from netclaw.config import load_settings
 from netclaw.daemon import Daemon
-from netclaw.policy import ChatEvent
-from netclaw.trust import system_prompt as trusted
+from netclaw.security.policy import ChatEvent
+from netclaw.security.trust import system_prompt as trusted
 from tests.conftest import settings_data, wait_until
 from tests.fakes.scripted_openai import ScriptedOpenAIThread
 

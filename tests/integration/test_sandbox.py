@@ -65,7 +65,7 @@ def run(handle: DaemonHandle, scripted: ScriptedOpenAIThread, command: str) -> s
     content: str = results[0]["content"]
     if results[0].get("is_error"):
         return content  # a refusal or a timeout: netclaw's own words
-    # A command's output reaches the model labelled as untrusted (netclaw/trust.py).
+    # A command's output reaches the model labelled as untrusted (netclaw/security/trust.py).
     labelled = re.fullmatch(
         r'<untrusted-content source="shell" id="([0-9a-f]+)">\n(.*)\n</untrusted-content id="\1">',
         content,

@@ -116,7 +116,7 @@ def test_a_fire_repeated_after_a_crash_is_admitted_once(start: Start) -> None:
 def test_fires_missed_while_down_follow_catch_up(
     start: Start, mode: str, fires: int, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="netclaw.scheduler")
+    caplog.set_level(logging.INFO, logger="netclaw.workers.scheduler")
     handle, clock = start()
     sid = f"cli:missed-{mode}"
     add(handle, sid, text="hourly report", every_s=3600, catch_up=mode)
@@ -254,7 +254,7 @@ def test_deleting_a_session_deletes_its_reminders(start: Start) -> None:
 def test_a_fire_that_cannot_be_delivered_is_retried_without_spinning(
     start: Start, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="netclaw.scheduler")
+    caplog.set_level(logging.WARNING, logger="netclaw.workers.scheduler")
     target = {"channel": "discord", "to": "123"}  # Discord is not running: no thread can be opened
     handle, clock = start(schedules={"ping": {"every_s": 3600, "text": "ping", "deliver": target}})
     clock.advance(3600)

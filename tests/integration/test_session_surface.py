@@ -15,7 +15,10 @@ import pytest
 
 from netclaw import outputs as out
 from netclaw.history import tokens
-from netclaw.sessions import SessionState, _recorder, _recovery, _snapshot
+from netclaw.sessions import SessionState
+from netclaw.sessions._core.journal import snapshot as _snapshot
+from netclaw.sessions._shell import recorder as _recorder
+from netclaw.sessions._shell import recovery as _recovery
 from tests.conftest import DaemonHandle
 from tests.fakes.faulty_journal import JournalFaults, has
 from tests.fakes.scripted_openai import Reply, ScriptedOpenAIThread
@@ -273,7 +276,7 @@ def test_the_token_encoding_is_loaded_before_any_session_runs(
 def test_a_chat_permit_only_admits_to_its_own_platforms_sessions(daemon: DaemonHandle) -> None:
     from netclaw.errors import InvalidInput
     from netclaw.gateway import Inbound
-    from netclaw.policy import ChatEvent
+    from netclaw.security.policy import ChatEvent
 
     gateway = daemon.daemon.gateway
     assert gateway is not None

@@ -19,8 +19,8 @@ from urllib.parse import quote
 
 import pytest
 
+from netclaw.security.trust import unlabel
 from netclaw.tools import Tool, ToolContext
-from netclaw.trust import unlabel
 from tests.conftest import DaemonHandle, wait_until
 from tests.fakes.faulty_journal import JournalFaults
 from tests.fakes.scripted_openai import Reply, ScriptedOpenAIThread, ToolCallSpec, said

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from netclaw.trust import unlabel
+from netclaw.security.trust import unlabel
 from tests.conftest import DaemonHandle, wait_until
 from tests.fakes.obedient_model import INJECTED, obedient
 from tests.fakes.scripted_openai import Reply, ScriptedOpenAIThread, ToolCallSpec

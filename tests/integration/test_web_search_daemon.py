@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from netclaw.trust import unlabel
+from netclaw.security.trust import unlabel
 from tests.conftest import DaemonHandle
 from tests.fakes.scripted_openai import Reply, ScriptedOpenAIThread, ToolCallSpec
 from tests.fakes.search_backends import KEY, Backend, FakeSearchThread, Result

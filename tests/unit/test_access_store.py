@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from netclaw.audit import AuditEntry
 from netclaw.errors import InvalidInput
 from netclaw.messages import ChatMessage, ToolCall
 from netclaw.persistence import SqliteAccessStore, hash_token
-from netclaw.sessions._codec import encode
-from netclaw.sessions._events import InputAdmitted, StepRecorded, TurnStarted
+from netclaw.security.audit import AuditEntry
+from netclaw.sessions._core.journal.codec import encode
+from netclaw.sessions._core.journal.events import InputAdmitted, StepRecorded, TurnStarted
 from tests.unit.test_stores import Db, db  # noqa: F401 - the backend fixture
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 
-from netclaw.audit import from_journal, select
 from netclaw.messages import ChatMessage, ToolCall
-from netclaw.policy import Place
-from netclaw.sessions._codec import encode
-from netclaw.sessions._events import (
+from netclaw.security.audit import from_journal, select
+from netclaw.security.policy import Place
+from netclaw.sessions._core.journal.codec import encode
+from netclaw.sessions._core.journal.events import (
     ApprovalDecided,
     ApprovalRequest,
     ApprovalRequested,

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from adapters.supervisor import AdapterSupervisor
 from netclaw.cli._chat import RECONNECT_BACKOFF
 from netclaw.retry import Backoff, RetryPolicy, backoff_delay
-from netclaw.scheduler import RETRY_BACKOFF
-from netclaw.sessions._restarts import RESTART_BACKOFF, RESTARTS_BEFORE_GIVING_UP
+from netclaw.sessions._residency.restarts import RESTART_BACKOFF, RESTARTS_BEFORE_GIVING_UP
+from netclaw.workers.scheduler import RETRY_BACKOFF
 
 backoffs = st.builds(
     Backoff,

@@ -29,7 +29,7 @@ from netclaw.config import (
     register_channel_sections,
 )
 from netclaw.errors import ConfigError
-from netclaw.policy import audience_of
+from netclaw.security.policy import audience_of
 
 HEAVY = ["pykka", "aiohttp", "aiosqlite", "httpx", "sqlite3", "slack_sdk", "slack_bolt", "discord"]
 ROUTE = {"auth": {"type": "hmac", "secret_env": "HOOK_SECRET"}, "audience": "team"}

@@ -33,7 +33,7 @@ from adapters.chat import (
 from netclaw import outputs as out
 from netclaw.errors import NotAnApprover, SessionUnavailable
 from netclaw.gateway import Admission, ChatPermit, Inbound, Subscription
-from netclaw.policy import ChatEvent
+from netclaw.security.policy import ChatEvent
 from netclaw.sessions import OutputQueue
 from tests.conftest import DaemonHandle
 from tests.fakes.chat_port import FakeChatPort, FakeStreamingPort

@@ -15,7 +15,7 @@ import pytest
 from netclaw.cli import main
 from netclaw.cli._admin import reminder_time
 from netclaw.cli._output import fail
-from netclaw.web import error_response
+from netclaw.http.web import error_response
 
 
 def test_a_failure_with_json_is_a_json_object_on_stdout(capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,4 +1,4 @@
-"""Paths opened beneath a folder (netclaw/confined.py) against a tree that changes under
+"""Paths opened beneath a folder (netclaw/security/confined.py) against a tree that changes under
 them: another process swapping a directory and a link out (renameat2 RENAME_EXCHANGE) all
 the while, named pipes, sockets, devices, hard links, and links of every kind. The oracle
 of the property test is the kernel's own resolution (realpath) of a tree that holds still."""
@@ -20,8 +20,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from netclaw.confined import Folder
 from netclaw.errors import ToolError
+from netclaw.security.confined import Folder
 from netclaw.tools import ToolContext
 from netclaw.tools._workspace import ensure_workspace, workspace_tools
 

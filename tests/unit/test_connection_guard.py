@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from netclaw.listener import ConnectionGuard
+from netclaw.http.listener import ConnectionGuard
 
 
 class Conn:

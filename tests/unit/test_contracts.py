@@ -42,8 +42,10 @@ def tree(tmp_path: Path) -> Path:
 def test_each_kind_of_break_is_caught(tree: Path) -> None:
     assert "0 broken" in _lint(tree)
     (tree / "netclaw" / "newcomer.py").write_text('"""A module in no layer."""\n')
-    with (tree / "netclaw" / "sessions" / "_idle.py").open("a") as f:
-        f.write("\nimport netclaw.sessions._turning  # noqa: E402, F401 - an activity importing another\n")
+    with (tree / "netclaw" / "sessions" / "_core" / "activities" / "idle.py").open("a") as f:
+        f.write("\nimport netclaw.sessions._core.activities.turning  # noqa: E402, F401 - an activity importing another\n")
+    with (tree / "netclaw" / "sessions" / "_core" / "turn.py").open("a") as f:
+        f.write("\nimport netclaw.sessions._shell.actor  # noqa: E402, F401 - the pure core importing its shell\n")
     with (tree / "netclaw" / "messages.py").open("a") as f:
         f.write("\nimport httpx  # noqa: E402, F401 - I/O in a pure module\n")
     output = _lint(tree)
@@ -51,25 +53,26 @@ def test_each_kind_of_break_is_caught(tree: Path) -> None:
         "netclaw's layers: each imports only from the layers below it (every module placed) BROKEN" in output
     )
     assert "newcomer" in output
-    assert "the pure Session and its activities BROKEN" in output
+    assert "The activities of the pure session are independent of each other BROKEN" in output
+    assert "Sessions: residency over the actor shell over the pure session core BROKEN" in output
     assert "Pure modules reach no actor, network, database or platform library BROKEN" in output
 
 
 def test_the_pure_session_core_takes_time_ids_and_randomness_from_its_env_only(tree: Path) -> None:
     """A clock, an id source, randomness, a thread or a loop imported straight into a pure
     session module breaks the build: each must come through the session's env."""
-    sessions = tree / "netclaw" / "sessions"
+    core = tree / "netclaw" / "sessions" / "_core"
     planted = {
-        "_turning": "time",
-        "_approvals": "secrets",
-        "_turn": "uuid",
-        "_idle": "random",
-        "_context": "os",
-        "_session": "threading",
-        "_compacting": "asyncio",
+        "activities.turning": "time",
+        "approvals": "secrets",
+        "turn": "uuid",
+        "activities.idle": "random",
+        "context.build": "os",
+        "session": "threading",
+        "activities.compacting": "asyncio",
     }
     for module, name in planted.items():
-        with (sessions / f"{module}.py").open("a") as f:
+        with core.joinpath(*module.split(".")).with_suffix(".py").open("a") as f:
             f.write(f"\nimport {name}  # noqa: E402, F401 - a hidden input in the pure core\n")
     output = _lint(tree)
     assert (
@@ -77,6 +80,6 @@ def test_the_pure_session_core_takes_time_ids_and_randomness_from_its_env_only(t
         in output
     )
     for module, name in planted.items():
-        assert f"netclaw.sessions.{module} -> {name}" in output, (module, name)
+        assert f"netclaw.sessions._core.{module} -> {name}" in output, (module, name)
     # The other contracts do not see it: this one is what catches it.
     assert "Pure modules reach no actor, network, database or platform library KEPT" in output

@@ -21,7 +21,14 @@ from netclaw.errors import InvalidInput
 from netclaw.messages import ChatMessage, PriorMessage, bounded_prior, model_text, prior_block
 from netclaw.persistence import NewMemory, SqliteMemoryStore, load_migrations, prepare_database
 from netclaw.persistence._migrations import apply_migrations
-from netclaw.policy import Place, audience_of, default_scope, dm_audience, recall_allowed, recall_scope
+from netclaw.security.policy import (
+    Place,
+    audience_of,
+    default_scope,
+    dm_audience,
+    recall_allowed,
+    recall_scope,
+)
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 16
 

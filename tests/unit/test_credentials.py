@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from netclaw.credentials import read_secret, where_to_put
+from netclaw.config.credentials import read_secret, where_to_put
 from netclaw.errors import ConfigError
 
 

@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 
 from netclaw import config as config_module
-from netclaw import system
 from netclaw.cli._init import Choice, env_file_text, starter_config
 from netclaw.config import Settings, load_settings, secret_env_names
 from netclaw.errors import ConfigError
-from netclaw.logs import JsonFormatter, TextFormatter, log_startup_failure
+from netclaw.process import system
+from netclaw.process.logs import JsonFormatter, TextFormatter, log_startup_failure
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -233,7 +233,7 @@ def test_a_start_up_failure_is_one_error_record_with_the_traceback_only_at_debug
 
 def test_under_the_journal_every_line_carries_its_priority_json_too() -> None:
     record = logging.LogRecord("netclaw.daemon", logging.ERROR, __file__, 1, "boom\nsecond line", (), None)
-    # One record, one line (a message's own line breaks are escaped: netclaw/logs.py).
+    # One record, one line (a message's own line breaks are escaped: netclaw/process/logs.py).
     assert TextFormatter(journald=True).format(record) == "<3>netclaw.daemon: boom\\x0asecond line"
     line = JsonFormatter(journald=True).format(record)
     assert line.startswith('<3>{"ts": ') and json.loads(line[3:])["level"] == "error"

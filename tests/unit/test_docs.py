@@ -32,16 +32,16 @@ from pydantic import BaseModel
 import adapters
 from adapters.webhook import WebhookAdapter
 from netclaw import outputs
-from netclaw.api import Api
-from netclaw.api_access import permission_for
 from netclaw.cli import _parser
-from netclaw.cluster_api import ClusterHttp
+from netclaw.cluster.membership import ClusterNode
 from netclaw.commands import Command, parse_command, parse_prompt
 from netclaw.config import Settings, load_settings
 from netclaw.gateway import Auditing, ChatInput, Commands, Operator, ToolQuestions
-from netclaw.mcp_api import mcp_routes
-from netclaw.membership import ClusterNode
-from netclaw.questions_api import question_routes
+from netclaw.http.access import permission_for
+from netclaw.http.api import Api
+from netclaw.http.cluster import ClusterHttp
+from netclaw.http.mcp import mcp_routes
+from netclaw.http.questions import question_routes
 from tests.doc_blocks import REPO, block_after, code_spans, read, table_after
 
 # -- nothing points outside the repository --------------------------------------------------
@@ -431,7 +431,7 @@ def layers_contracts() -> dict[str, list[str]]:
 
 
 def _in_full(container: str, words: list[str]) -> str:
-    """A layer's words with each module named in full (``_idle`` → ``netclaw.sessions._idle``)."""
+    """A layer's words with each module named in full (``_idle`` → ``netclaw.sessions._core.activities.idle``)."""
     return " ".join(
         w if w in ("|", ":") or w.startswith(f"{container}.") else f"{container}.{w}" for w in words
     )

@@ -1,5 +1,5 @@
 """``netclaw doctor`` beside the system service: the daemon is the service's user, not the
-one running doctor (``sudo``: root). Who that is (:func:`netclaw.system.service_user`: the
+one running doctor (``sudo``: root). Who that is (:func:`netclaw.process.system.service_user`: the
 running service's real uid, else the unit's ``User=``, else the state directory's owner),
 the files checked against that user, and the shell sandbox tried as the service starts it —
 as its user, inside its mount namespace. ``systemctl`` is a script on ``PATH`` answering
@@ -23,10 +23,10 @@ from pathlib import Path
 import pytest
 
 from netclaw import config as config_module
-from netclaw import system
 from netclaw.cli._doctor import cmd_doctor
 from netclaw.config import ShellConfig
-from netclaw.system import ServiceUser, service_user
+from netclaw.process import system
+from netclaw.process.system import ServiceUser, service_user
 from netclaw.tools._sandbox import Bubblewrap, Limits, _inside, runner_for, why_not_tried
 
 REAL_WHICH = shutil.which

@@ -23,9 +23,8 @@ from netclaw.lineage import SpawnRequest
 from netclaw.llm import Completion, Delta, OnDelta, ProviderRequest, Usage
 from netclaw.messages import ToolCall
 from netclaw.persistence import SqliteJournal, SqliteMemoryStore, prepare_database
-from netclaw.runtime import IoLoop, Reply
-from netclaw.sessions import _actor
-from netclaw.sessions._commands import (
+from netclaw.process.runtime import IoLoop, Reply
+from netclaw.sessions._core.commands import (
     COMMAND_TYPES,
     Announce,
     Cancel,
@@ -51,10 +50,8 @@ from netclaw.sessions._commands import (
     Subscribe,
     Unsubscribe,
 )
-from netclaw.sessions._compaction import CompactionOutcome
-from netclaw.sessions._deps import SessionDeps
-from netclaw.sessions._effector import Effector
-from netclaw.sessions._effects import (
+from netclaw.sessions._core.compaction import CompactionOutcome
+from netclaw.sessions._core.effects import (
     Answer,
     AskToStop,
     CallModel,
@@ -70,9 +67,10 @@ from netclaw.sessions._effects import (
     Stop,
     TimerKind,
 )
-from netclaw.sessions._events import TurnRecorded
-from netclaw.sessions._phases import Phase
-from netclaw.sessions._results import (
+from netclaw.sessions._core.journal.events import TurnRecorded
+from netclaw.sessions._core.journal.state import TurnOutcome
+from netclaw.sessions._core.phases import Phase
+from netclaw.sessions._core.results import (
     ApprovalsDue,
     CompactionDone,
     ExtractionDone,
@@ -88,8 +86,10 @@ from netclaw.sessions._results import (
     ToolsDone,
     TurnTimeout,
 )
-from netclaw.sessions._session import Session
-from netclaw.sessions._state import TurnOutcome
+from netclaw.sessions._core.session import Session
+from netclaw.sessions._shell import actor as _actor
+from netclaw.sessions._shell.deps import SessionDeps
+from netclaw.sessions._shell.effector import Effector
 from netclaw.tools import Tool, ToolContext, ToolRegistry, ToolResult
 from tests.unit.sessions.harness import Sink, settings
 

@@ -38,7 +38,7 @@ def test_only_the_daemon_holds_the_whole_gateway() -> None:
         for path in _modules()
         if GATEWAY not in path.parents and "Gateway" in _names_taken_from_the_gateway(path)
     )
-    assert holders == ["netclaw/daemon.py"], (
+    assert holders == ["netclaw/daemon/_daemon.py"], (
         "hand these the services they use, typed by their roles (netclaw/gateway/_roles.py), "
         f"not the whole Gateway: {holders}"
     )

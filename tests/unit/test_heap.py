@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from netclaw import heap
+from netclaw.process import heap
 
 
 class _Timer:
@@ -85,7 +85,8 @@ def test_the_real_malloc_trim_runs_where_there_is_glibc(monkeypatch: pytest.Monk
     async def scenario() -> int:
         trimmer = heap.HeapTrimmer(asyncio.get_running_loop())
         _stops(trimmer, heap.TRIM_AFTER_STOPS)
-        while trimmer.running is None:  # until the quiet period's timer started the trim
+        # Until the quiet period's timer started the trim (the trimmer offers no event for it).
+        while trimmer.running is None:  # noqa: ASYNC110
             await asyncio.sleep(0.01)
         return await trimmer.running
 

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from netclaw.config import Settings
 from netclaw.history import TrimResult
-from netclaw.sessions import _ladder as ladder
-from netclaw.sessions._ladder import (
+from netclaw.sessions._core.context import ladder as ladder
+from netclaw.sessions._core.context.ladder import (
     MAX_OVERFLOW_PASSES,
     SUMMARY_RETRY_TURNS,
     Budget,
@@ -325,7 +325,7 @@ def test_an_overflow_far_below_the_window_blames_the_servers_window() -> None:
 
 
 def test_failed_summaries_back_off_exponentially_then_give_up_until_a_forced_one() -> None:
-    from netclaw.sessions._ladder import SUMMARY_GIVE_UP, summary_pause
+    from netclaw.sessions._core.context.ladder import SUMMARY_GIVE_UP, summary_pause
 
     assert [summary_pause(n) for n in range(0, 8)] == [0, 3, 6, 12, 24, 48, 48, 48]
     state, turn, retries = Ladder(), 0, []

@@ -15,12 +15,12 @@ PURE = [
     "netclaw.history",
     "netclaw.messages",
     "netclaw.outputs",
-    "netclaw.sessions._state",
-    "netclaw.sessions._tail",
+    "netclaw.sessions._core.journal.state",
+    "netclaw.sessions._core.context.tail",
     "netclaw.spend",
-    "netclaw.sessions._phases",
-    "netclaw.sessions._events",
-    "netclaw.sessions._ladder",
+    "netclaw.sessions._core.phases",
+    "netclaw.sessions._core.journal.events",
+    "netclaw.sessions._core.context.ladder",
 ]
 HEAVY = ["pykka", "aiohttp", "aiosqlite", "httpx", "sqlite3"]
 

@@ -27,7 +27,7 @@ from netclaw.lineage import (
     root_of,
     spawn_identity,
 )
-from netclaw.policy import audience_of, default_scope
+from netclaw.security.policy import audience_of, default_scope
 from tests.unit.sessions.harness import settings
 
 

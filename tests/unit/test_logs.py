@@ -15,7 +15,13 @@ import pytest
 
 from netclaw.config import load_settings
 from netclaw.errors import ConfigError
-from netclaw.logs import JsonFormatter, TextFormatter, configure_logging, escape_controls, under_journald
+from netclaw.process.logs import (
+    JsonFormatter,
+    TextFormatter,
+    configure_logging,
+    escape_controls,
+    under_journald,
+)
 
 CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 TURN = {"session": "cli:a", "turn": 3, "event": "turn_completed", "outcome": "completed"}
@@ -96,10 +102,10 @@ def test_a_traceback_cannot_forge_a_record() -> None:
         raise ValueError("bad id\n2026-01-01 00:00:00,000 INFO netclaw.gateway: forged\x1b[2J")
     except ValueError:
         rec = logging.LogRecord(
-            "netclaw.web", logging.ERROR, __file__, 1, "failed %s", ("a\nb",), sys.exc_info()
+            "netclaw.http.web", logging.ERROR, __file__, 1, "failed %s", ("a\nb",), sys.exc_info()
         )
     lines = TextFormatter().format(rec).split("\n")
-    assert lines[0].endswith("ERROR netclaw.web: failed a\\x0ab")
+    assert lines[0].endswith("ERROR netclaw.http.web: failed a\\x0ab")
     assert all(line.startswith("  ") for line in lines[1:])
     assert "  2026-01-01 00:00:00,000 INFO netclaw.gateway: forged\\x1b[2J" in lines
     assert not any(CONTROL.search(line) for line in lines)
@@ -151,7 +157,7 @@ def test_an_invalid_level_names_the_key(monkeypatch: pytest.MonkeyPatch, tmp_pat
 
 
 def test_a_repeating_line_is_let_through_a_few_times_then_counted() -> None:
-    from netclaw.logs import RepeatFilter
+    from netclaw.process.logs import RepeatFilter
 
     repeat = RepeatFilter(burst=3, window_s=60.0)
     start = 1000.0

@@ -14,7 +14,7 @@ from netclaw.mcp._content import (
     exposed_tools,
     result_text,
 )
-from netclaw.policy import ToolHints
+from netclaw.security.policy import ToolHints
 
 OBJECT = {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}
 

@@ -7,12 +7,12 @@ import itertools
 import pytest
 
 from netclaw.errors import IllegalTransition, SessionError
-from netclaw.sessions._compacting import Compacting
-from netclaw.sessions._idle import Idle
-from netclaw.sessions._passivating import Passivating
-from netclaw.sessions._phases import LEGAL_TRANSITIONS, Phase, check_transition
-from netclaw.sessions._session import Recovering
-from netclaw.sessions._turning import Turn
+from netclaw.sessions._core.activities.compacting import Compacting
+from netclaw.sessions._core.activities.idle import Idle
+from netclaw.sessions._core.activities.passivating import Passivating
+from netclaw.sessions._core.activities.turning import Turn
+from netclaw.sessions._core.phases import LEGAL_TRANSITIONS, Phase, check_transition
+from netclaw.sessions._core.session import Recovering
 from tests.doc_blocks import table_after
 
 # The transitions docs/architecture.md ("Phases") gives, read from its table: the code's

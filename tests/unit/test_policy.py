@@ -1,4 +1,4 @@
-"""Policy (netclaw/policy.py): the audience of a session id, what each audience may use
+"""Policy (netclaw/security/policy.py): the audience of a session id, what each audience may use
 (defaults and ``audiences`` overrides), and why a chat-platform message gets no turn."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from pydantic import ValidationError
 
 from netclaw.config import DEFAULT_AUDIENCES, ChannelAccess, Settings
-from netclaw.policy import (
+from netclaw.security.policy import (
     ChatEvent,
     allowed_tools,
     audience_of,
@@ -266,7 +266,7 @@ def test_the_first_failing_rule_gives_the_reason() -> None:
 
 
 def test_tool_grants_take_globs() -> None:
-    from netclaw.policy import tool_matches
+    from netclaw.security.policy import tool_matches
 
     assert tool_matches("issues__search", ["issues__*"])
     assert tool_matches("current_time", ["current_time"])
@@ -276,7 +276,7 @@ def test_tool_grants_take_globs() -> None:
 
 def test_shell_always_asks_unless_granted_by_name_and_not_in_approve() -> None:
     from netclaw.config import Settings
-    from netclaw.policy import needs_approval
+    from netclaw.security.policy import needs_approval
 
     default = Settings()
     assert needs_approval("shell", "personal", default)
@@ -293,7 +293,7 @@ def test_shell_always_asks_unless_granted_by_name_and_not_in_approve() -> None:
 
 def test_tool_annotations_decide_approval_unless_the_audience_says_otherwise() -> None:
     from netclaw.config import Settings
-    from netclaw.policy import ToolHints, needs_approval
+    from netclaw.security.policy import ToolHints, needs_approval
 
     destructive, read_only = ToolHints(destructive=True), ToolHints(read_only=True)
     default = Settings()

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from netclaw.messages import ChatMessage
-from netclaw.sessions._events import InputAdmitted, TurnRecorded, TurnStarted
-from netclaw.sessions._prompt import PromptBuilder
-from netclaw.sessions._state import SessionState
-from netclaw.sessions._turn import trim_step
+from netclaw.sessions._core.context.prompt import PromptBuilder
+from netclaw.sessions._core.journal.events import InputAdmitted, TurnRecorded, TurnStarted
+from netclaw.sessions._core.journal.state import SessionState
+from netclaw.sessions._core.turn import trim_step
 
 
 def grown(state: SessionState, turn: int, size: int) -> SessionState:

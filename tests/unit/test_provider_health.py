@@ -8,7 +8,6 @@ import logging
 
 import pytest
 
-from netclaw import provider_health as ph
 from netclaw.errors import (
     ContextOverflow,
     ModelNotServed,
@@ -17,6 +16,7 @@ from netclaw.errors import (
     RateLimited,
 )
 from netclaw.providers import Completion, OnDelta, ProviderRequest
+from netclaw.workers import provider_health as ph
 
 
 class Model:

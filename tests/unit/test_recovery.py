@@ -11,9 +11,9 @@ import pytest
 from netclaw.errors import JournalCorrupt
 from netclaw.messages import ChatMessage, ToolCall
 from netclaw.persistence import NewEvent, SqliteJournal, prepare_database
-from netclaw.sessions import _snapshot as snapshots
-from netclaw.sessions._codec import decode, encode
-from netclaw.sessions._events import (
+from netclaw.sessions._core.journal import snapshot as snapshots
+from netclaw.sessions._core.journal.codec import decode, encode
+from netclaw.sessions._core.journal.events import (
     InputAdmitted,
     SessionEvent,
     SessionTitleSet,
@@ -21,8 +21,8 @@ from netclaw.sessions._events import (
     TurnRecorded,
     TurnStarted,
 )
-from netclaw.sessions._recovery import load_state
-from netclaw.sessions._state import ActiveTurn, SessionState
+from netclaw.sessions._core.journal.state import ActiveTurn, SessionState
+from netclaw.sessions._shell.recovery import load_state
 
 SID = "cli:recovery"
 CALL = ToolCall("c1", "current_time", "{}")
@@ -124,7 +124,7 @@ async def test_unreadable_snapshot_is_skipped_with_a_warning(
     await journal.append(SID, 0, new_events(EVENTS))
     expected = await load_state(journal, SID)
     await journal.save_snapshot(SID, 4, '{"v": 1, "this is": "not a snapshot"}')
-    with caplog.at_level(logging.WARNING, logger="netclaw.sessions._recovery"):
+    with caplog.at_level(logging.WARNING, logger="netclaw.sessions._shell.recovery"):
         state = await load_state(journal, SID)
     assert state == expected
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from netclaw import redact as redaction
 from netclaw.messages import PriorMessage
-from netclaw.redact import (
+from netclaw.security import redact as redaction
+from netclaw.security.redact import (
     HIDDEN,
     KNOWN,
     Scrubber,
@@ -149,7 +149,7 @@ def test_the_literal_hints_skip_only_patterns_that_could_not_match(monkeypatch: 
 
 def test_every_detect_secrets_pattern_has_its_reading() -> None:
     """After an upgrade of detect-secrets a new pattern still runs (whole, always), but its
-    hints and the group holding its secret are to be written down in netclaw/redact.py."""
+    hints and the group holding its secret are to be written down in netclaw/security/redact.py."""
     patterns = [p.pattern for plugin in redaction.PLUGINS for p in plugin.denylist]
     assert [p for p in patterns if p not in redaction.PLUGIN_READING] == []
 

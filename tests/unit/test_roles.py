@@ -9,7 +9,7 @@ from typing import Any
 from netclaw.commands import Command
 from netclaw.config import Settings
 from netclaw.messages import ChatMessage
-from netclaw.roles import (
+from netclaw.security.roles import (
     ADMIN,
     REMINDER_USER,
     may,
@@ -19,7 +19,7 @@ from netclaw.roles import (
     turn_needs_approval,
     turn_tools,
 )
-from netclaw.trust import label, read_untrusted, system_prompt
+from netclaw.security.trust import label, read_untrusted, system_prompt
 
 TOOLS = ["current_time", "deploy", "docs__read", "remember", "search_memory", "shell", "web_fetch"]
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from netclaw.runtime import IoLoop, Reply, Timer
+from netclaw.process.runtime import IoLoop, Reply, Timer
 from tests.conftest import wait_until
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from netclaw.service import Notifier, SignalWaiter, heartbeat
+from netclaw.process.service import Notifier, SignalWaiter, heartbeat
 
 
 @pytest.fixture

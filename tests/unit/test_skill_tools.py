@@ -15,10 +15,10 @@ import pytest
 from netclaw.config import Settings
 from netclaw.errors import ToolError
 from netclaw.messages import ToolCall
-from netclaw.policy import needs_approval
+from netclaw.security.policy import needs_approval
+from netclaw.security.trust import unlabel
 from netclaw.skills import LiveSkills, SkillTools, load_from
 from netclaw.tools import ToolContext, ToolRegistry, ToolReply
-from netclaw.trust import unlabel
 from tests.unit.sessions.harness import settings
 from tests.unit.test_skills import write_skill
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from netclaw.config import SkillsConfig
+from netclaw.security.trust import system_prompt as trusted
 from netclaw.skills import (
     NO_SKILLS,
     LiveSkills,
@@ -24,7 +25,6 @@ from netclaw.skills import (
     system_prompt,
     visible_skills,
 )
-from netclaw.trust import system_prompt as trusted
 from tests.unit.sessions.harness import settings
 
 

@@ -11,10 +11,12 @@ import pytest
 from netclaw.errors import JournalCorrupt
 from netclaw.lineage import ChildReport, ChildTask
 from netclaw.messages import ChatMessage, MessageKind, ToolCall
-from netclaw.sessions import _events, _state, _values
-from netclaw.sessions import _snapshot as snapshots
-from netclaw.sessions._codec import decode, encode
-from netclaw.sessions._events import (
+from netclaw.sessions._core.journal import events as _events
+from netclaw.sessions._core.journal import snapshot as snapshots
+from netclaw.sessions._core.journal import state as _state
+from netclaw.sessions._core.journal import values as _values
+from netclaw.sessions._core.journal.codec import decode, encode
+from netclaw.sessions._core.journal.events import (
     InputAdmitted,
     SessionEvent,
     SessionTitleSet,
@@ -22,7 +24,7 @@ from netclaw.sessions._events import (
     TurnRecorded,
     TurnStarted,
 )
-from netclaw.sessions._state import (
+from netclaw.sessions._core.journal.state import (
     IDENTITY_RETENTION_S,
     ActiveTurn,
     SessionState,
@@ -650,8 +652,8 @@ def test_re_recorded_identity_counts_as_newest_for_eviction(monkeypatch: pytest.
 
 
 def test_a_reset_empties_the_projection_and_keeps_the_transcript() -> None:
-    from netclaw.sessions._events import SessionReset
-    from netclaw.sessions._prompt import build_context
+    from netclaw.sessions._core.context.prompt import build_context
+    from netclaw.sessions._core.journal.events import SessionReset
 
     state = SessionState("cli:r")
     user = ChatMessage(id="u1", role="user", content="hi", ts=1.0, identity="i1")
@@ -737,8 +739,8 @@ def test_chat_replies_are_owed_until_delivered() -> None:
 def test_after_a_failed_snapshot_the_next_one_sends_every_row() -> None:
     from collections.abc import Sequence
 
-    from netclaw.runtime import IoLoop
-    from netclaw.sessions._recorder import Recorder
+    from netclaw.process.runtime import IoLoop
+    from netclaw.sessions._shell.recorder import Recorder
 
     class Store:
         def __init__(self) -> None:

@@ -13,9 +13,9 @@ import pytest
 from netclaw.config import WebSearchConfig
 from netclaw.errors import ToolError
 from netclaw.messages import ToolCall
+from netclaw.security.trust import unlabel
 from netclaw.tools import ToolContext, ToolRegistry
 from netclaw.tools._web_search import web_search_tool
-from netclaw.trust import unlabel
 from tests.fakes.search_backends import KEY, Backend, FakeSearch, Result
 
 CTX = ToolContext("cli:test", "personal")

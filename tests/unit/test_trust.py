@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from netclaw.messages import ChatMessage
-from netclaw.trust import is_labelled, label, label_result, read_untrusted, unlabel
+from netclaw.security.trust import is_labelled, label, label_result, read_untrusted, unlabel
 
 
 def user(mid: str, text: str = "hi") -> ChatMessage:

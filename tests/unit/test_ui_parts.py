@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from netclaw.config import Settings
 from netclaw.messages import ChatMessage, MessageKind, ToolCall
-from netclaw.redact import HIDDEN, Scrubber, secret_names
+from netclaw.security.redact import HIDDEN, Scrubber, secret_names
 from netclaw.ui._auth import FORGET_AFTER_S, MAX_WAIT_S, Logins, LoginThrottle
 from netclaw.ui._charts import usage_view
 from netclaw.ui._redact import config_text, redact

@@ -33,16 +33,16 @@ from netclaw.lineage import ChildRecord, ChildReport, ChildTask, SpawnRequest, c
 from netclaw.mcp import McpHub
 from netclaw.messages import ToolCall
 from netclaw.persistence import SqliteMemoryStore, SqliteReminderStore, prepare_database
-from netclaw.scheduler import Scheduler
 from netclaw.skills import LiveSkills, load_skills
 from netclaw.tools import ToolContext, ToolRegistry, build_registry, reminder_tools, subagent_tools
+from netclaw.workers.scheduler import Scheduler
 from tests.fakes.search_backends import FakeSearch, Result
 from tests.unit.test_skills import write_skill
 
 PLANTED = "PLANTED-7f3a"  # stands for outside text: it appears in no argument the model writes
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CTX = ToolContext("cli:walk", "personal", turn=1, scope=None)
-# How a label looks (netclaw/trust.py), spelled out here: what the whole result must be.
+# How a label looks (netclaw/security/trust.py), spelled out here: what the whole result must be.
 LABELLED = re.compile(
     r'(error: )?<untrusted-content source="([^"]*)" id="([0-9a-f]{8})">\n(.*)\n</untrusted-content id="\3">',
     re.DOTALL,

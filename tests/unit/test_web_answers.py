@@ -1,4 +1,4 @@
-"""The answer to a submitted message (netclaw/web.py): 202 once durable; with ``wait``, the
+"""The answer to a submitted message (netclaw/http/web.py): 202 once durable; with ``wait``, the
 reply, or the turn's error — a spend guard's as 429, with ``Retry-After`` only when the
 cap resets."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import datetime as dt
 import json
 
+from netclaw.http.web import submission_response
 from netclaw.sessions import Admission, TurnOutcome
-from netclaw.web import submission_response
 
 ADMITTED = Admission("cli:x", "m1", duplicate=False)
 

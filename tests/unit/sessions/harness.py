@@ -15,13 +15,13 @@ from netclaw import outputs as out
 from netclaw.config import LiveSettings, Settings
 from netclaw.llm import Completion, ToolSchema, Usage
 from netclaw.messages import ToolCall
-from netclaw.policy import NO_HINTS, ToolHints
-from netclaw.redact import Scrubber
-from netclaw.runtime import Reply
-from netclaw.sessions._commands import Command, SendUserMessage, Subscribe
-from netclaw.sessions._compaction import CompactionOutcome
-from netclaw.sessions._context import SessionEnv
-from netclaw.sessions._effects import (
+from netclaw.process.runtime import Reply
+from netclaw.security.policy import NO_HINTS, ToolHints
+from netclaw.security.redact import Scrubber
+from netclaw.sessions._core.commands import Command, SendUserMessage, Subscribe
+from netclaw.sessions._core.compaction import CompactionOutcome
+from netclaw.sessions._core.context.build import SessionEnv
+from netclaw.sessions._core.effects import (
     Answer,
     CallModel,
     Effect,
@@ -31,11 +31,11 @@ from netclaw.sessions._effects import (
     RunCompaction,
     RunTools,
 )
-from netclaw.sessions._events import SessionEvent
-from netclaw.sessions._phases import Phase
-from netclaw.sessions._results import CompactionDone, OpFailed, ProviderDone, Recalled, ToolsDone
-from netclaw.sessions._session import Session
-from netclaw.sessions._state import SessionState
+from netclaw.sessions._core.journal.events import SessionEvent
+from netclaw.sessions._core.journal.state import SessionState
+from netclaw.sessions._core.phases import Phase
+from netclaw.sessions._core.results import CompactionDone, OpFailed, ProviderDone, Recalled, ToolsDone
+from netclaw.sessions._core.session import Session
 from netclaw.skills import LiveSkills
 from netclaw.spend import DailySpend, NoLedger
 from netclaw.toolspec import ToolResult

@@ -13,12 +13,25 @@ import pytest
 from netclaw import outputs as out
 from netclaw.errors import ApprovalClosed, ApprovalNotFound, NotAnApprover
 from netclaw.llm import Completion
-from netclaw.sessions._commands import Cancel, Decide, ListApprovals
-from netclaw.sessions._effects import CallModel, Refuse, RunTools, SendTo, StartTimer, StopTimer, TimerKind
-from netclaw.sessions._events import ApprovalDecided, ApprovalRequested, StepRecorded, TurnRecorded
-from netclaw.sessions._phases import Phase
-from netclaw.sessions._results import ApprovalsDue, ProviderDone
-from netclaw.trust import label
+from netclaw.security.trust import label
+from netclaw.sessions._core.commands import Cancel, Decide, ListApprovals
+from netclaw.sessions._core.effects import (
+    CallModel,
+    Refuse,
+    RunTools,
+    SendTo,
+    StartTimer,
+    StopTimer,
+    TimerKind,
+)
+from netclaw.sessions._core.journal.events import (
+    ApprovalDecided,
+    ApprovalRequested,
+    StepRecorded,
+    TurnRecorded,
+)
+from netclaw.sessions._core.phases import Phase
+from netclaw.sessions._core.results import ApprovalsDue, ProviderDone
 from tests.unit.sessions.harness import Driver, tool_call
 
 

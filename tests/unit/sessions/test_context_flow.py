@@ -8,10 +8,10 @@ import itertools
 
 from netclaw import outputs as out
 from netclaw.errors import ContextOverflow
-from netclaw.sessions._commands import CompactNow
-from netclaw.sessions._effects import CallModel, CompactionHealth, Publish, RunCompaction
-from netclaw.sessions._events import HistoryTrimmed, SessionCompacted, TurnRecorded
-from netclaw.sessions._phases import Phase
+from netclaw.sessions._core.commands import CompactNow
+from netclaw.sessions._core.effects import CallModel, CompactionHealth, Publish, RunCompaction
+from netclaw.sessions._core.journal.events import HistoryTrimmed, SessionCompacted, TurnRecorded
+from netclaw.sessions._core.phases import Phase
 from tests.unit.sessions.harness import Driver, tool_call
 
 WINDOW = 2000  # threshold 1500 provider tokens

@@ -11,10 +11,10 @@ import pytest
 
 from netclaw import outputs as out
 from netclaw.errors import InvalidInput, ProviderAuthError, ProviderUnavailable, RateLimited
-from netclaw.sessions._commands import PinModel
-from netclaw.sessions._effects import CallModel, Refuse
-from netclaw.sessions._events import ModelPinned, ModelSwitched, TurnRecorded
-from netclaw.sessions._status import ModelChoice
+from netclaw.sessions._core.commands import PinModel
+from netclaw.sessions._core.effects import CallModel, Refuse
+from netclaw.sessions._core.journal.events import ModelPinned, ModelSwitched, TurnRecorded
+from netclaw.sessions._core.status import ModelChoice
 from tests.unit.sessions.harness import Driver
 
 PROVIDERS = {

@@ -4,8 +4,8 @@ or defers it."""
 
 from __future__ import annotations
 
-from netclaw.sessions._commands import ConfirmStop, PassivateNow, Unsubscribe
-from netclaw.sessions._effects import (
+from netclaw.sessions._core.commands import ConfirmStop, PassivateNow, Unsubscribe
+from netclaw.sessions._core.effects import (
     AskToStop,
     CallModel,
     CancelOp,
@@ -16,9 +16,9 @@ from netclaw.sessions._effects import (
     Stop,
     TimerKind,
 )
-from netclaw.sessions._events import MemoriesExtracted
-from netclaw.sessions._phases import Phase
-from netclaw.sessions._results import ExtractionDone, GraceElapsed, IdleTick, MemoriesSaved
+from netclaw.sessions._core.journal.events import MemoriesExtracted
+from netclaw.sessions._core.phases import Phase
+from netclaw.sessions._core.results import ExtractionDone, GraceElapsed, IdleTick, MemoriesSaved
 from tests.unit.sessions.harness import Driver
 
 

@@ -11,9 +11,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from netclaw.errors import ContextOverflow, ProviderUnavailable
-from netclaw.sessions._commands import Cancel, CompactNow, Decide, PassivateNow, Reset, Unsubscribe
-from netclaw.sessions._compaction import CompactionOutcome
-from netclaw.sessions._effects import (
+from netclaw.sessions._core.activities.turning import Turn
+from netclaw.sessions._core.commands import Cancel, CompactNow, Decide, PassivateNow, Reset, Unsubscribe
+from netclaw.sessions._core.compaction import CompactionOutcome
+from netclaw.sessions._core.effects import (
     Answer,
     CallModel,
     Refuse,
@@ -24,10 +25,9 @@ from netclaw.sessions._effects import (
     Stop,
     TimerKind,
 )
-from netclaw.sessions._events import InputAdmitted, TurnRecorded, TurnStarted
-from netclaw.sessions._phases import LEGAL_TRANSITIONS, Phase
-from netclaw.sessions._results import CompactionDone, ExtractionDone, GraceElapsed, OpFailed, TurnTimeout
-from netclaw.sessions._turning import Turn
+from netclaw.sessions._core.journal.events import InputAdmitted, TurnRecorded, TurnStarted
+from netclaw.sessions._core.phases import LEGAL_TRANSITIONS, Phase
+from netclaw.sessions._core.results import CompactionDone, ExtractionDone, GraceElapsed, OpFailed, TurnTimeout
 from tests.unit.sessions.harness import Driver, tool_call
 
 Step = Callable[[Driver], None]

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from netclaw.policy import Place
-from netclaw.sessions._commands import SendUserMessage
-from netclaw.sessions._effects import CallModel
+from netclaw.security.policy import Place
+from netclaw.security.trust import system_prompt as trusted
+from netclaw.sessions._core.commands import SendUserMessage
+from netclaw.sessions._core.effects import CallModel
 from netclaw.skills import LiveSkills, Skills, parse_skill
-from netclaw.trust import system_prompt as trusted
 from tests.unit.sessions.harness import Driver, tool_call
 
 

@@ -12,9 +12,9 @@ import pytest
 from netclaw import outputs as out
 from netclaw.config import Price
 from netclaw.llm import Completion, Usage
-from netclaw.sessions._effects import CallModel, Charge
-from netclaw.sessions._events import ContextAttached, TurnRecorded
-from netclaw.sessions._results import ProviderDone
+from netclaw.sessions._core.effects import CallModel, Charge
+from netclaw.sessions._core.journal.events import ContextAttached, TurnRecorded
+from netclaw.sessions._core.results import ProviderDone
 from netclaw.spend import SpendLedger, Spent, cost_of, next_midnight, utc_day
 from tests.unit.sessions.harness import Driver
 

@@ -16,9 +16,9 @@ from netclaw import outputs as out
 from netclaw.errors import InvalidInput, SubagentRefused
 from netclaw.lineage import ChildRecord, ChildReport, ChildTask, SpawnRequest, report_identity, spawn_identity
 from netclaw.llm import ToolSchema
-from netclaw.policy import Place
-from netclaw.runtime import Reply
-from netclaw.sessions._commands import (
+from netclaw.process.runtime import Reply
+from netclaw.security.policy import Place
+from netclaw.sessions._core.commands import (
     Admission,
     Cancel,
     Decide,
@@ -31,8 +31,8 @@ from netclaw.sessions._commands import (
     SendUserMessage,
     SpawnAnswer,
 )
-from netclaw.sessions._effects import CallModel, CancelSessions, Persist, Refuse, ReplyOwed, RunTools
-from netclaw.sessions._events import (
+from netclaw.sessions._core.effects import CallModel, CancelSessions, Persist, Refuse, ReplyOwed, RunTools
+from netclaw.sessions._core.journal.events import (
     ChildDetached,
     ChildReported,
     ChildSpawned,
@@ -45,9 +45,9 @@ from netclaw.sessions._events import (
     TurnRecorded,
     TurnStarted,
 )
-from netclaw.sessions._phases import Phase
-from netclaw.sessions._results import TurnTimeout
-from netclaw.sessions._state import SessionState
+from netclaw.sessions._core.journal.state import SessionState
+from netclaw.sessions._core.phases import Phase
+from netclaw.sessions._core.results import TurnTimeout
 from tests.unit.sessions.harness import TOOLS, Driver, tool_call
 
 PARENT = "cli:t"
@@ -474,7 +474,7 @@ def test_a_later_message_to_a_child_is_reported_as_not_of_the_task() -> None:
 
 
 def test_the_records_survive_a_snapshot() -> None:
-    from netclaw.sessions import _snapshot
+    from netclaw.sessions._core.journal import snapshot as _snapshot
 
     d = Driver(PARENT, tools=WITH_SPAWN)
     _spawn_round(d, "c1")

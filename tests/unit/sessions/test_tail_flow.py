@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from netclaw.llm import ProviderRequest, ToolSchema
 from netclaw.messages import CONTEXT_OPEN, MessageKind
-from netclaw.sessions._effects import CallModel, ContinuityDelivered, Recall
-from netclaw.sessions._events import ContextAttached
-from netclaw.sessions._tail import TIME_NEWS_AFTER_S
+from netclaw.sessions._core.context.tail import TIME_NEWS_AFTER_S
+from netclaw.sessions._core.effects import CallModel, ContinuityDelivered, Recall
+from netclaw.sessions._core.journal.events import ContextAttached
 from tests.unit.sessions.harness import Driver, tool_call
 
 MEMORIES = "Relevant memories (from earlier conversations):\n- [fact] The deploy password rotates on Fridays"

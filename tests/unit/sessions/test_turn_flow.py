@@ -13,9 +13,9 @@ from netclaw import outputs as out
 from netclaw.errors import ProviderUnavailable, SessionUnavailable
 from netclaw.llm import Completion, Delta, Usage
 from netclaw.messages import MessageKind
-from netclaw.redact import KNOWN, Scrubber
-from netclaw.sessions._commands import Admission, Cancel, Reset, SendUserMessage
-from netclaw.sessions._effects import (
+from netclaw.security.redact import KNOWN, Scrubber
+from netclaw.sessions._core.commands import Admission, Cancel, Reset, SendUserMessage
+from netclaw.sessions._core.effects import (
     CallModel,
     CancelOp,
     PhaseChanged,
@@ -26,11 +26,17 @@ from netclaw.sessions._effects import (
     StopTimer,
     TimerKind,
 )
-from netclaw.sessions._events import ContextAttached, InputAdmitted, StepRecorded, TurnRecorded, TurnStarted
-from netclaw.sessions._phases import Phase
-from netclaw.sessions._results import ProviderDeltas, ProviderDone, ToolsDone, TurnTimeout
-from netclaw.sessions._state import TurnOutcome
-from netclaw.sessions._timers import Timers
+from netclaw.sessions._core.journal.events import (
+    ContextAttached,
+    InputAdmitted,
+    StepRecorded,
+    TurnRecorded,
+    TurnStarted,
+)
+from netclaw.sessions._core.journal.state import TurnOutcome
+from netclaw.sessions._core.phases import Phase
+from netclaw.sessions._core.results import ProviderDeltas, ProviderDone, ToolsDone, TurnTimeout
+from netclaw.sessions._core.timers import Timers
 from tests.unit.sessions.harness import Driver, tool_call
 
 

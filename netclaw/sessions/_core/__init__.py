@@ -1,0 +1,1 @@
+"""The pure session: its commands, effects and results, its journaled state, the activities it is in and the requests it handles whatever it is doing. No I/O, no clock, no threads: time, ids and the daemon's secrets come in through its env."""

@@ -1,0 +1,160 @@
+"""What the model sees on each call: projection → orphan sweep → token count → whole-turn trim.
+
+Pure (no actors, no I/O). Each session owns one builder: its token cache and its
+calibration (how much our estimate under-counts for this session's content).
+
+The request is laid out from the most to the least stable part, so that two calls of a
+session share everything above the newest turn and the provider bills it as cached: the
+tools (sorted by name, :mod:`._context`), the static system prompt
+(:func:`netclaw.skills.system_prompt`: the configured prompt, the note on untrusted content,
+the skills index), the compaction summary and the trim
+breadcrumb (they change only at a compaction or a trim), the transcript as recorded — with
+each turn's volatile tail (:mod:`._tail`) recorded in it, where it stays. A trim cuts to
+the low-water mark (``history.low_water`` of the budget), so it is rare.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import compress, count
+from operator import is_not
+from typing import Any
+
+from netclaw.history import (
+    BudgetCalibration,
+    SweepResult,
+    TokenCounter,
+    TrimResult,
+    make_breadcrumb,
+    sweep_orphans,
+    trim_fraction_target,
+    trim_to_budget,
+)
+from netclaw.history.compaction import apply_clearing, summary_message
+from netclaw.llm import ToolSchema
+from netclaw.messages import ChatMessage, system
+from netclaw.sessions._core.journal.state import SessionState
+
+log = logging.getLogger(__name__)
+
+# When the provider reports more input tokens than the budget, the next prompt must
+# shrink by estimate/reported, however large the gap (base64, minified code, a
+# tokenizer unlike ours). The floor only stops a nonsensical report from cutting the
+# budget to nothing; a wrong-but-plausible one costs a visible trim, never an overflow.
+CALIBRATION_FLOOR = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    messages: tuple[ChatMessage, ...]
+    estimate: int  # our token estimate of messages + tool schemas
+    trim: TrimResult | None  # a trim that must be recorded before this prompt is sent
+
+
+def build_context(state: SessionState, system_prompt: str) -> list[ChatMessage]:
+    """The model-visible projection as recorded: the system prompt, the compaction
+    summary, a breadcrumb where turns were trimmed, then the kept transcript with
+    cleared tool results shown as placeholders."""
+    head = [system(system_prompt)]
+    visible = state.visible
+    if state.summary is not None:
+        head.append(
+            summary_message(
+                state.summary, id=f"summary:{state.compactions}", ts=visible[0].ts if visible else 0.0
+            )
+        )
+    if state.trimmed and visible:
+        head.append(make_breadcrumb(visible[0]))
+    if state.cleared:
+        return [*head, *apply_clearing(visible, state.cleared)]
+    return [*head, *visible]
+
+
+def tool_dicts(tools: Sequence[ToolSchema]) -> list[dict[str, Any]]:
+    return [{"name": t.name, "description": t.description, "parameters": t.parameters} for t in tools]
+
+
+class PromptBuilder:
+    def __init__(
+        self, system_prompt: str, budget: int, counter: TokenCounter | None = None, *, low_water: float = 1.0
+    ) -> None:
+        self.system_prompt = system_prompt
+        self.budget = budget
+        self.low_water = low_water  # a trim cuts to this fraction of the budget
+        self.counter = counter or TokenCounter()
+        self.calibration = BudgetCalibration(min_ratio=CALIBRATION_FLOOR)
+        # The transcript part of the last context and its counts (see _counts).
+        self._counted: tuple[list[ChatMessage], list[int]] = ([], [])
+
+    def effective_budget(self) -> int:
+        return self.calibration.effective_budget(self.budget)
+
+    def build(self, state: SessionState, tools: Sequence[ToolSchema]) -> Prompt:
+        """The prompt for the next call: over the (calibrated) budget, trimmed to its
+        low-water mark."""
+        budget = self.effective_budget()
+        return self._fit(state, tools, budget, int(budget * self.low_water))
+
+    def shrink_after_overflow(
+        self, state: SessionState, tools: Sequence[ToolSchema], estimate: int
+    ) -> TrimResult | None:
+        """The provider refused a prompt we estimated at ``estimate``: trim to ~2/3 of it.
+
+        None when nothing can go (only the newest turn is left).
+        """
+        # Two thirds of the conversation, not of the whole prompt: the system prompt and tool
+        # schemas cannot be trimmed, and counting them would cut far more than a third.
+        fixed = self.counter.fixed_overhead(tool_dicts(tools)) + self.counter.count_message(
+            build_context(state, self.system_prompt)[0]
+        )
+        prompt = self._fit(state, tools, fixed + trim_fraction_target(max(estimate - fixed, 0)))
+        return prompt.trim
+
+    def estimate(self, state: SessionState, tools: Sequence[ToolSchema]) -> int:
+        """Our token estimate of the projection as recorded (no trim)."""
+        context = build_context(state, self.system_prompt)
+        return self.counter.fixed_overhead(tool_dicts(tools)) + sum(self.counter.count_all(context))
+
+    def observe_usage(self, estimate: int, reported_input_tokens: int) -> None:
+        self.calibration.observe(estimate, reported_input_tokens)
+
+    def _fit(
+        self, state: SessionState, tools: Sequence[ToolSchema], budget: int, target: int | None = None
+    ) -> Prompt:
+        # Trim before the sweep: a trim cuts only at turn starts, so it never splits a
+        # call from its result, and the sweep then walks just the kept part.
+        fixed = self.counter.fixed_overhead(tool_dicts(tools))
+        context = build_context(state, self.system_prompt)
+        counts = self._counts(context, len(context) - len(state.visible))
+        result = trim_to_budget(context, budget, self.counter.count_message, fixed, counts, target=target)
+        swept = self._sweep(state, result.messages)
+        estimate = result.tokens_after
+        if swept.changed:
+            estimate = fixed + sum(map(self.counter.count_message, swept.messages))
+        return Prompt(swept.messages, estimate, result if result.trimmed else None)
+
+    def _counts(self, context: list[ChatMessage], head: int) -> list[int]:
+        """Token counts of ``context``, whose first ``head`` messages come before the
+        transcript (system prompt, summary, breadcrumb). A transcript only grows, so its
+        messages that are the very objects of the last call, in the same places, keep the
+        last call's counts (a C-speed identity scan); only the rest are looked up — a long
+        session no longer looks up thousands of counts a turn."""
+        body = context[head:]
+        previous, counts = self._counted
+        same = next(compress(count(), map(is_not, previous, body)), min(len(previous), len(body)))
+        body_counts = counts[:same] + self.counter.count_all(body[same:])
+        self._counted = (body, body_counts)
+        return self.counter.count_all(context[:head]) + body_counts
+
+    def _sweep(self, state: SessionState, messages: Sequence[ChatMessage]) -> SweepResult:
+        swept = sweep_orphans(messages)
+        if swept.changed:  # a safety net: recorded history should never need it
+            log.warning(
+                "%s: orphan sweep removed results %s and synthesized results for %s",
+                state.session_id,
+                list(swept.removed_results),
+                list(swept.synthesized),
+            )
+        return swept

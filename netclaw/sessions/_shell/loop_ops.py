@@ -1,0 +1,310 @@
+"""Work a session hands to the I/O loop, and how its outcome comes back.
+
+Each function here carries out one effect (:mod:`._effects`) that starts work: it
+submits one operation and returns at once; the outcome (or failure) is told to the
+actor as a command carrying the ``op_id`` (``Recalled``, ``ProviderDone``, ``ToolsDone``,
+``CompactionDone``, ``ExtractionDone``, ``MemoriesSaved``, ``OpFailed``). A model call
+relays its streamed deltas back coalesced. Recall is its own op: the session records what
+it found in the turn's tail before the call that carries it. The coroutines run on the
+loop and talk to the actor only by ``tell``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Mapping, Sequence
+from dataclasses import replace
+from typing import TypeVar
+
+import pykka
+
+from netclaw.errors import NetclawError
+from netclaw.history import flush_request, parse_flush
+from netclaw.history.compaction import bound_summary, missing_sections, summary_request
+from netclaw.llm import Completion, Delta, Provider, ProviderRequest, Usage
+from netclaw.messages import ChatMessage, ToolCall
+from netclaw.persistence import MemoryStore, NewMemory, format_recall
+from netclaw.process.runtime import Cancellable, IoLoop, Tellable
+from netclaw.sessions._core.compaction import CompactionOutcome, CompactionPlan
+from netclaw.sessions._core.effects import (
+    CallModel,
+    Recall,
+    RecallQuery,
+    RunCompaction,
+    RunExtraction,
+    RunTools,
+    SaveMemories,
+)
+from netclaw.sessions._core.extraction import ExtractionPlan
+from netclaw.sessions._core.results import (
+    CompactionDone,
+    ExtractionDone,
+    MemoriesSaved,
+    OpFailed,
+    ProviderDeltas,
+    ProviderDone,
+    Recalled,
+    ToolsDone,
+)
+from netclaw.tools import ToolContext, ToolRegistry, ToolResult
+
+log = logging.getLogger(__name__)
+
+RECALL_TIMEOUT_S = 0.5
+T = TypeVar("T")
+
+
+async def recalled(memory: MemoryStore, query: RecallQuery) -> str | None:
+    """The block of memories relevant to the query (for the turn's volatile tail), or None."""
+    try:
+        async with asyncio.timeout(RECALL_TIMEOUT_S):  # no task of its own, unlike wait_for
+            found = await memory.search(query.query, audience=query.audience, scope=query.scope)
+    except Exception as exc:  # noqa: BLE001 - slow or broken recall: no recall, never a failed turn
+        log.warning("memory recall skipped: %s", exc)
+        return None
+    return format_recall(found)
+
+
+def recall(io: IoLoop, actor: Tellable, effect: Recall, memory: MemoryStore) -> Cancellable:
+    op_id = effect.op_id
+    return io.submit_and_tell(
+        recalled(memory, effect.query),
+        actor,
+        lambda memories: Recalled(op_id, memories),
+        lambda error: Recalled(op_id, None),  # never a failed turn
+    )
+
+
+class DeltaRelay:
+    """Runs a model call on the loop and forwards its deltas to the actor, coalesced:
+    every delta that arrives in one loop iteration travels in one ``tell``; the ones still
+    waiting when the answer is complete travel with it (one message, not two)."""
+
+    __slots__ = ("_op_id", "_pending", "_ref", "_scheduled")
+
+    def __init__(self, ref: Tellable, op_id: int) -> None:
+        self._ref = ref
+        self._op_id = op_id
+        self._pending: list[Delta] = []
+        self._scheduled = False
+
+    async def stream(self, provider: Provider, request: ProviderRequest) -> ProviderDone:
+        try:
+            completion = await provider.complete(request, self._on_delta)
+        except BaseException:
+            self._flush()  # what was shown before the failure still reaches the actor first
+            raise
+        tail, self._pending = tuple(self._pending), []
+        return ProviderDone(self._op_id, completion, tail)
+
+    def _on_delta(self, delta: Delta) -> None:
+        self._pending.append(delta)
+        if not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._scheduled = False
+        if self._pending:
+            batch, self._pending = tuple(self._pending), []
+            with contextlib.suppress(pykka.ActorDeadError):
+                self._ref.tell(ProviderDeltas(self._op_id, batch))
+
+
+def call_model(io: IoLoop, actor: Tellable, effect: CallModel, provider: Provider) -> Cancellable:
+    relay = DeltaRelay(actor, effect.op_id)
+    op_id = effect.op_id
+    return io.submit_and_tell(
+        relay.stream(provider, effect.request),
+        actor,
+        lambda done: done,
+        lambda error: OpFailed(op_id, error),
+    )
+
+
+def run_tools(io: IoLoop, actor: Tellable, effect: RunTools, tools: ToolRegistry) -> Cancellable:
+    op_id = effect.op_id
+    return io.submit_and_tell(
+        _round(tools, effect.calls, effect.timeout_s, effect.allowed, effect.context, effect.refusals),
+        actor,
+        lambda results: ToolsDone(op_id, results),
+        lambda error: OpFailed(op_id, error),
+    )
+
+
+async def _round(
+    tools: ToolRegistry,
+    calls: tuple[ToolCall, ...],
+    timeout_s: float,
+    allowed: Sequence[str] | None,
+    context: ToolContext,
+    refusals: Mapping[str, str],
+) -> list[ToolResult]:
+    running = [c for c in calls if c.id not in refusals]
+    ran = iter(await tools.run_batch(running, timeout_s, allowed=allowed, context=context))
+    return [ToolResult(c, refusals[c.id], True) if c.id in refusals else next(ran) for c in calls]
+
+
+def compact(
+    io: IoLoop, actor: Tellable, effect: RunCompaction, provider: Provider, memory: MemoryStore | None
+) -> Cancellable:
+    op_id = effect.op_id
+    return io.submit_and_tell(
+        run_compaction(effect.plan, provider, memory),
+        actor,
+        lambda outcome: CompactionDone(op_id, outcome),
+        lambda error: OpFailed(op_id, error),
+    )
+
+
+def extract(io: IoLoop, actor: Tellable, effect: RunExtraction, provider: Provider) -> Cancellable:
+    op_id = effect.op_id
+    return io.submit_and_tell(
+        run_extraction(effect.plan, provider),
+        actor,
+        lambda observations: ExtractionDone(op_id, observations),
+        lambda error: OpFailed(op_id, error),
+    )
+
+
+def save_memories(io: IoLoop, actor: Tellable, effect: SaveMemories, memory: MemoryStore) -> Cancellable:
+    """Store what passivation extracted; the session records ``MemoriesExtracted`` once
+    they are (whatever it is doing by then: a message may have woken it meanwhile)."""
+    op_id, plan = effect.op_id, effect.plan
+    saving = memory.add(
+        [NewMemory(text, kind) for text, kind in effect.observations],
+        session_id=plan.session_id,
+        audience=plan.audience,
+        turn=plan.through_turn,
+        scope=effect.scope,
+    )
+    return io.submit_and_tell(
+        _time_boxed(saving, plan.budget_s),
+        actor,
+        lambda saved: MemoriesSaved(op_id, plan.through_turn, len(saved)),
+        lambda error: OpFailed(op_id, error),
+    )
+
+
+async def _time_boxed(work: Awaitable[T], seconds: float) -> T:
+    async with asyncio.timeout(seconds):
+        return await work
+
+
+# -- compaction's LLM tiers and memory extraction, on the loop ------------------------------
+
+
+async def run_compaction(
+    plan: CompactionPlan, provider: Provider, memory: MemoryStore | None
+) -> CompactionOutcome:
+    """The LLM tiers; the outcome carries the tokens their calls spent (however it ended)."""
+    metered = _Metered(provider)
+    outcome = await _run_compaction(plan, metered, memory)
+    return replace(outcome, usage=metered.total())
+
+
+class _Metered:
+    """A provider that sums the usage of the calls made through it."""
+
+    def __init__(self, provider: Provider) -> None:
+        self._provider = provider
+        self._used: list[Usage] = []
+
+    async def complete(self, request: ProviderRequest) -> Completion:
+        completion = await self._provider.complete(request)
+        if completion.usage is not None:
+            self._used.append(completion.usage)
+        return completion
+
+    def total(self) -> Usage | None:
+        if not self._used:
+            return None
+        return Usage(
+            sum(u.input_tokens for u in self._used),
+            sum(u.output_tokens for u in self._used),
+            sum(u.cache_read_tokens for u in self._used),
+            sum(u.cache_write_tokens for u in self._used),
+        )
+
+
+async def _run_compaction(
+    plan: CompactionPlan, provider: _Metered, memory: MemoryStore | None
+) -> CompactionOutcome:
+    saved, flushed = 0, False
+    try:
+        async with asyncio.timeout(plan.budget_s):
+            if plan.audience != "public":  # public sessions neither read nor plant memories
+                try:
+                    saved = await _flush(plan, provider, memory)
+                    flushed = True
+                except NetclawError as exc:
+                    # Nothing lossy may happen before the flush: without it, no summary either.
+                    return CompactionOutcome(
+                        None, saved, False, f"memory flush failed ({exc}); summary skipped"
+                    )
+            try:
+                return await _summarise(plan, provider, saved, flushed)
+            except NetclawError as exc:
+                return CompactionOutcome(
+                    None, saved, flushed, f"summary failed ({exc}); history kept as it was"
+                )
+    except TimeoutError:
+        return CompactionOutcome(
+            None, saved, flushed, f"compaction took longer than {plan.budget_s:g}s and was abandoned"
+        )
+
+
+async def _flush(plan: CompactionPlan, provider: _Metered, memory: MemoryStore | None) -> int:
+    completion = await provider.complete(_request(plan, flush_request(plan.to_summarise)))
+    items = parse_flush(completion.text)
+    if memory is None or not items:
+        return 0
+    stored = await memory.add(
+        [NewMemory(text, kind) for text, kind in items],
+        session_id=plan.session_id,
+        audience=plan.audience,
+        turn=plan.turn,
+        scope=plan.scope,
+    )
+    return len(stored)
+
+
+async def _summarise(
+    plan: CompactionPlan, provider: _Metered, saved: int, flushed: bool
+) -> CompactionOutcome:
+    missing: Sequence[str] = ()
+    for _attempt in range(2):  # the quality guard: one retry naming what was missing
+        messages = summary_request(plan.to_summarise, plan.prior_summary, plan.max_chars, missing)
+        completion = await provider.complete(_request(plan, messages))
+        text = completion.text.strip()
+        missing = missing_sections(text)
+        if not missing:
+            return CompactionOutcome(bound_summary(text, plan.max_chars), saved, flushed)
+        log.warning("%s: summary lacks sections %s", plan.session_id, list(missing))
+    return CompactionOutcome(
+        None,
+        saved,
+        flushed,
+        f"summary cancelled: still missing {', '.join(missing)} after a retry; history kept as it was",
+    )
+
+
+def _request(plan: CompactionPlan, messages: list[ChatMessage]) -> ProviderRequest:
+    return ProviderRequest(
+        model=plan.model.model, messages=messages, tools=(), max_output_tokens=plan.model.max_output_tokens
+    )
+
+
+async def run_extraction(plan: ExtractionPlan, provider: Provider) -> list[tuple[str, str]]:
+    """``(text, kind)`` observations; TimeoutError past the plan's budget."""
+    request = ProviderRequest(
+        model=plan.model.model,
+        messages=flush_request(plan.messages),
+        tools=(),
+        max_output_tokens=plan.model.max_output_tokens,
+    )
+    async with asyncio.timeout(plan.budget_s):
+        completion = await provider.complete(request)
+    return parse_flush(completion.text)
