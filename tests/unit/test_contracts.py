@@ -43,9 +43,13 @@ def test_each_kind_of_break_is_caught(tree: Path) -> None:
     assert "0 broken" in _lint(tree)
     (tree / "netclaw" / "newcomer.py").write_text('"""A module in no layer."""\n')
     with (tree / "netclaw" / "sessions" / "_core" / "activities" / "idle.py").open("a") as f:
-        f.write("\nimport netclaw.sessions._core.activities.turning  # noqa: E402, F401 - an activity importing another\n")
+        f.write(
+            "\nimport netclaw.sessions._core.activities.turning  # noqa: E402, F401 - an activity importing another\n"
+        )
     with (tree / "netclaw" / "sessions" / "_core" / "turn.py").open("a") as f:
-        f.write("\nimport netclaw.sessions._shell.actor  # noqa: E402, F401 - the pure core importing its shell\n")
+        f.write(
+            "\nimport netclaw.sessions._shell.actor  # noqa: E402, F401 - the pure core importing its shell\n"
+        )
     with (tree / "netclaw" / "messages.py").open("a") as f:
         f.write("\nimport httpx  # noqa: E402, F401 - I/O in a pure module\n")
     output = _lint(tree)
