@@ -57,7 +57,7 @@ from tests.fakes.scripted_openai import Reply, ScriptedOpenAIThread, ToolCallSpe
 pytestmark = pytest.mark.slow
 
 NOBODY = (65534, 65534)
-ORDER = re.compile(r"HOSTILE (\{.*\})", re.DOTALL)
+ORDER = "HOSTILE "
 RACE_S = float(os.environ.get("NETCLAW_BENCH_RACE_S", "20"))  # the 20 s; shorter by hand only
 
 
@@ -80,10 +80,11 @@ class HostileModel:
         ]
         if not starts:
             return Reply(text="nothing to do")
-        order = ORDER.search(said(str(messages[starts[-1]].get("content"))))
-        if order is None:
+        content = said(str(messages[starts[-1]].get("content")))
+        if ORDER not in content:
             return Reply(text="echo")
-        plan = json.loads(order.group(1))
+        # The order's JSON object alone: the message may go on after it (the turn's tail).
+        plan, _ = json.JSONDecoder().raw_decode(content, content.index(ORDER) + len(ORDER))
         rounds = sum(
             1 for m in messages[starts[-1] :] if m.get("role") == "assistant" and m.get("tool_calls")
         )

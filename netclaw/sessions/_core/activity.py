@@ -1,11 +1,11 @@
 """What a session's activities see of it, and what an activity is (protocols, pure).
 
-A session is always in exactly one activity — :class:`~._idle.Idle`,
-:class:`~._turning.Turn`, :class:`~._compacting.Compacting` or
-:class:`~._passivating.Passivating` — which owns the progress of what it is doing (the
+A session is always in exactly one activity — :class:`~netclaw.sessions._core.activities.idle.Idle`,
+:class:`~netclaw.sessions._core.activities.turning.Turn`, :class:`~netclaw.sessions._core.activities.compacting.Compacting` or
+:class:`~netclaw.sessions._core.activities.passivating.Passivating` — which owns the progress of what it is doing (the
 turn's op id and tool round, the compaction in flight, the extraction) and declares its
-:class:`~._phases.Phase`, the name the outside sees. Everything that outlives an activity
-is the session's (:class:`~._session.Session`): the durable state, the settings, the
+:class:`~netclaw.sessions._core.phases.Phase`, the name the outside sees. Everything that outlives an activity
+is the session's (:class:`~netclaw.sessions._core.session.Session`): the durable state, the settings, the
 prompt builder and the context ladder, the timers, the callers waiting.
 
 An activity changes in one way only: by the value its ``entered`` or ``handle`` returns.

@@ -3,7 +3,7 @@
 ``Routed`` ones come through the SessionManager, which counts them; the actor
 counts what it received, so passivation can tell whether anything is still in
 flight. The others are the manager's word to stop, and what comes back from the
-session's own work (:mod:`._results`: op results, timer ticks, a tool's news).
+session's own work (:mod:`netclaw.sessions._core.results`: op results, timer ticks, a tool's news).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 plan for tiers 2 and 3 (memory flush, then a structured summary), and the
 ``SessionCompacted`` event an outcome becomes.
 
-The LLM tiers run on the I/O loop (:func:`._loop_ops.run_compaction`): first the
+The LLM tiers run on the I/O loop (:func:`netclaw.sessions._shell.loop_ops.run_compaction`): first the
 memory flush — so what the summary may lose is already durable — then the summary,
 retried once if it lacks required sections and cancelled if it still does, all within
 a time budget; running out cancels the summary, never the turn.

@@ -1,6 +1,6 @@
 """What a session asks its actor to carry out (pure values, a closed union).
 
-:class:`~._session.Session` decides; the actor (:mod:`._actor`, :mod:`._effector`) only
+:class:`~netclaw.sessions._core.session.Session` decides; the actor (:mod:`netclaw.sessions._shell.actor`, :mod:`netclaw.sessions._shell.effector`) only
 carries these out, in the order they were produced. Each names a thing to do, never how:
 the journal, the subscribers' sinks, the I/O loop and the timers are the shell's.
 

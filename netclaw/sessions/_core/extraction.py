@@ -1,6 +1,6 @@
 """Memory at passivation, planned (pure): before a session goes to sleep, the durable
 observations of the turns since its last extraction are saved (plan, here → run on the
-loop, time-boxed, :func:`._loop_ops.run_extraction` → recorded by the session).
+loop, time-boxed, :func:`netclaw.sessions._shell.loop_ops.run_extraction` → recorded by the session).
 
 One LLM call on the compaction model (the same prompt as compaction's memory flush),
 bounded by the passivation grace period plus a small margin. Skipped for public

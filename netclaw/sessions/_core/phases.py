@@ -1,7 +1,7 @@
 """Session phases — how the outside (subscribers, the manager, ``/status``) names what a
 session is doing — and the only legal changes between them (pure).
 
-Each activity (:mod:`._core`) declares its phase once, as a class attribute; the session's
+Each activity (:mod:`netclaw.sessions._core.activity`) declares its phase once, as a class attribute; the session's
 phase is its current activity's. The names are an API contract: ``recovering``, ``ready``,
 ``processing``, ``compacting``, ``passivating``.
 """

@@ -1,7 +1,7 @@
 """What comes back to a session from its own work (pure values): the results of the ops
 it started on the I/O loop (each carries the ``op_id`` it answers, so a stale one is
 dropped), what a running tool tells it, its timers' ticks, and a subscriber found gone.
-Unlike the ``Routed`` commands (:mod:`._commands`), nobody waits on these and the
+Unlike the ``Routed`` commands (:mod:`netclaw.sessions._core.commands`), nobody waits on these and the
 manager does not count them."""
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ class ToolsDone:
 
 @dataclass(frozen=True, slots=True)
 class ToolEvent:
-    """A running tool told its session something (:mod:`._tool_port`): an output to publish,
+    """A running tool told its session something (:mod:`netclaw.sessions._shell.tool_port`): an output to publish,
     what a call it made to the session's model spent (sampling). Dropped once ``turn`` is
     over."""
 

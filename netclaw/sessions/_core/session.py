@@ -2,13 +2,13 @@
 commands it receives — no threads, no I/O, no waiting, and no clock or id of its own.
 
 :meth:`Session.handle` takes a command and returns the effects it decided
-(:mod:`._effects`); it carries none out: the actor does, once each, in the order given
-(:mod:`._actor`). The current activity (:mod:`._core`) does what the command means there
+(:mod:`netclaw.sessions._core.effects`); it carries none out: the actor does, once each, in the order given
+(:mod:`netclaw.sessions._shell.actor`). The current activity (:mod:`netclaw.sessions._core.activity`) does what the command means there
 and returns the activity afterwards; the session makes that current and enters it, and so
 on until one stays, announcing every change of phase on the way. What outlives an
 activity — admission, subscribers, the timers, the callers waiting — lives here, and so do
 the activities' constructors (``Core``'s ``compaction``, ``turn_ended``, ...). The time,
-fresh ids and the daemon's secrets come from its env (:class:`~._context.SessionEnv`).
+fresh ids and the daemon's secrets come from its env (:class:`~netclaw.sessions._core.context.build.SessionEnv`).
 Tests drive it directly (``tests/unit/sessions/``).
 """
 

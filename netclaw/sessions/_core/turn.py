@@ -1,5 +1,5 @@
 """The agent turn, as pure pieces: its progress, and — for each step of a turn — the
-events it records and the outputs it publishes. The turn activity (:mod:`._turning`)
+events it records and the outputs it publishes. The turn activity (:mod:`netclaw.sessions._core.activities.turning`)
 persists and publishes what these return; nothing here does I/O, reads a clock or mints
 an id (each new message's id and time are given: ``new_id``, ``now``)."""
 

@@ -6,12 +6,12 @@ and a queue put — no extra actor hop per message, and no locks. It counts the
 commands it routes to each actor; an actor asking to stop reports how many it
 received, and only when the counts match (nothing in flight) is it retired.
 A command routed to an actor that died is re-routed to a freshly recovered one;
-one that broke owing replies is restarted (:mod:`._restarts`). Who is resident and
-who waits for room under the hard bound is :mod:`._residency`'s; warm start
-:mod:`._warming`'s.
+one that broke owing replies is restarted (:mod:`netclaw.sessions._residency.restarts`). Who is resident and
+who waits for room under the hard bound is :mod:`netclaw.sessions._residency.residency`'s; warm start
+:mod:`netclaw.sessions._residency.warming`'s.
 
 Several nodes: a session can be handed off (:meth:`SessionManager.hand_off`: a drain, a
-move, the rebalancer) and leaves once its turn is done (:mod:`._handoff`). While
+move, the rebalancer) and leaves once its turn is done (:mod:`netclaw.sessions._residency.handoff`). While
 ``draining`` no session starts here: its input goes to another node.
 """
 
@@ -132,7 +132,7 @@ class SessionManager:
         resumed: frozenset[str] = frozenset(),
         timeout_s: float = 120.0,
     ) -> int:
-        """Recover sessions before anyone talks to them (see :class:`~._warming.WarmStart`)."""
+        """Recover sessions before anyone talks to them (see :class:`~netclaw.sessions._residency.warming.WarmStart`)."""
         return await self._warm.warm_all(
             session_ids, concurrency=concurrency, resumed_at=resumed_at, resumed=resumed, timeout_s=timeout_s
         )

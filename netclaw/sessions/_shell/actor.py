@@ -1,8 +1,8 @@
 """The session actor: one pykka thread per resident session, and nothing but a shell.
 
 It recovers the session's state (reading on the loop, folding here), hands every
-command it receives to the pure :class:`~._session.Session`, and has the
-:class:`~._effector.Effector` carry out the effects the session returns — once each, in
+command it receives to the pure :class:`~netclaw.sessions._core.session.Session`, and has the
+:class:`~netclaw.sessions._shell.effector.Effector` carry out the effects the session returns — once each, in
 order; what that brings back (a subscriber gone, work that could not start) goes to the
 session next, as a command. It gives the session all it takes from the world: the
 clocks, fresh ids, the daemon's own secrets. The one blocking call it makes is persist —

@@ -1,7 +1,7 @@
 """Carrying a session's effects out: the journal (the one blocking call), the
 subscribers' sinks, work on the I/O loop, timers, the manager and metrics.
 
-This is the imperative half of the actor (:mod:`._actor`): it holds what the pure
+This is the imperative half of the actor (:mod:`netclaw.sessions._shell.actor`): it holds what the pure
 session must not — the recorder, the sinks, the loop futures of ops in flight, the
 timer handles — and does exactly what each effect says, once, in the order the session
 decided them (:meth:`Effector.carry_out`).

@@ -1,6 +1,6 @@
 """Work a session hands to the I/O loop, and how its outcome comes back.
 
-Each function here carries out one effect (:mod:`._effects`) that starts work: it
+Each function here carries out one effect (:mod:`netclaw.sessions._core.effects`) that starts work: it
 submits one operation and returns at once; the outcome (or failure) is told to the
 actor as a command carrying the ``op_id`` (``Recalled``, ``ProviderDone``, ``ToolsDone``,
 ``CompactionDone``, ``ExtractionDone``, ``MemoriesSaved``, ``OpFailed``). A model call

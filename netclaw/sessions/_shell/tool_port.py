@@ -1,7 +1,7 @@
 """The session as a running tool call sees it (:class:`~netclaw.tools.ToolSession`): one per
 tool round, built by the actor, used on the I/O loop.
 
-Everything it tells the session goes to the actor as a :class:`~._commands.ToolEvent` for
+Everything it tells the session goes to the actor as a :class:`~netclaw.sessions._core.commands.ToolEvent` for
 the round's turn (an output to publish, tokens spent); the actor drops one whose turn is
 over. A question waits in the daemon's :class:`~netclaw.tools.Questions` (where the
 gateway answers it), bounded by ``tools.approval_timeout_s``, in memory: see

@@ -1,4 +1,4 @@
-"""Around each call of a turn (pure pieces the turn activity, :mod:`._turning`, puts in
+"""Around each call of a turn (pure pieces the turn activity, :mod:`netclaw.sessions._core.activities.turning`, puts in
 order): the memories to recall and the turn's volatile tail before its first model call,
 the spend guards, a trim of the prompt, the request itself, the switch to a fallback
 model when the model in use stays unavailable, and the run of a round's tools.

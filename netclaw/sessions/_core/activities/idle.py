@@ -1,5 +1,5 @@
 """Idle: nothing runs. How it begins depends on why the session is idle
-(:data:`~._core.IdleEntry`): the next queued message's turn starts from here, an
+(:data:`~netclaw.sessions._core.activity.IdleEntry`): the next queued message's turn starts from here, an
 interrupted one resumes, a due compaction begins, a handed-off session departs, or the
 idle timer is armed. The idle timer leads to passivation; ``/compact`` and a reset start
 here; messages are admitted by the session itself (which starts their turn)."""

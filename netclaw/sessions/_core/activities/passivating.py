@@ -1,5 +1,5 @@
 """Passivating: idle and unwatched, the session extracts memories during the grace
-period (:mod:`._extraction`), snapshots and asks its manager to stop it. Anything routed
+period (:mod:`netclaw.sessions._core.extraction`), snapshots and asks its manager to stop it. Anything routed
 to it meanwhile aborts all of that (:meth:`Passivating.interrupted`: back to idle first).
 A session handed off departs through it at once: no grace, no extraction."""
 

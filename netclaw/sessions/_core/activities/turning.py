@@ -2,8 +2,8 @@
 calls waiting for a person's decision, the overflow ladder, and the end of the turn —
 completed, failed, timed out or cancelled.
 
-The steps themselves are pure (:mod:`._turn` records and outputs, :mod:`._ladder`
-decisions, :mod:`._approvals`); this is their order. Work on the I/O loop carries this
+The steps themselves are pure (:mod:`netclaw.sessions._core.turn` records and outputs, :mod:`netclaw.sessions._core.context.ladder`
+decisions, :mod:`netclaw.sessions._core.approvals`); this is their order. Work on the I/O loop carries this
 turn's current op id; a result for any other op is stale and dropped.
 """
 

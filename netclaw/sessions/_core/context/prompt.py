@@ -5,11 +5,11 @@ calibration (how much our estimate under-counts for this session's content).
 
 The request is laid out from the most to the least stable part, so that two calls of a
 session share everything above the newest turn and the provider bills it as cached: the
-tools (sorted by name, :mod:`._context`), the static system prompt
+tools (sorted by name, :mod:`netclaw.sessions._core.context.build`), the static system prompt
 (:func:`netclaw.skills.system_prompt`: the configured prompt, the note on untrusted content,
 the skills index), the compaction summary and the trim
 breadcrumb (they change only at a compaction or a trim), the transcript as recorded — with
-each turn's volatile tail (:mod:`._tail`) recorded in it, where it stays. A trim cuts to
+each turn's volatile tail (:mod:`netclaw.sessions._core.context.tail`) recorded in it, where it stays. A trim cuts to
 the low-water mark (``history.low_water`` of the budget), so it is rare.
 """
 

@@ -3,7 +3,7 @@
 A repeated identity is answered with the message it first admitted (and refused when it
 comes with different text: sending it again must neither lose the new message nor replay
 the old one); a sub-agent's task or report is recorded with the input it arrives as
-(:mod:`._subagents`). The caller waiting for the turn's outcome (``?wait=1``) is added
+(:mod:`netclaw.sessions._core.handlers.subagents`). The caller waiting for the turn's outcome (``?wait=1``) is added
 to the session's waiters.
 """
 

@@ -1,6 +1,6 @@
 """A person's decision on a pending tool call, as the session takes it whatever it is
-doing: checked (:func:`._approvals.check_decision`), journaled before anything runs, and
-shown. Running the round once nothing is open is the turn's (:mod:`._turning`)."""
+doing: checked (:func:`netclaw.sessions._core.approvals.check_decision`), journaled before anything runs, and
+shown. Running the round once nothing is open is the turn's (:mod:`netclaw.sessions._core.activities.turning`)."""
 
 from __future__ import annotations
 

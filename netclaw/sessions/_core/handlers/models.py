@@ -2,7 +2,7 @@
 ``netclaw sessions model``), whatever the session is doing: checked against the config,
 journaled (``ModelPinned``, so the choice survives restarts), shown, and in force from the
 next turn — a turn in progress finishes on the model it started with. The prompt is fitted
-to the new model's window when that turn starts (:class:`._context.ModelContext`)."""
+to the new model's window when that turn starts (:class:`netclaw.sessions._core.context.build.ModelContext`)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """A session's sub-agent records, as the state's fold keeps them (pure): the parent's
 record of each child, and a child's reports owed to its parent.
 
-Split out of :mod:`._state` so the fold there stays one line per event; the values
+Split out of :mod:`netclaw.sessions._core.journal.state` so the fold there stays one line per event; the values
 themselves (:class:`~netclaw.lineage.ChildRecord`, ``ChildReport``, ``ChildTask``) are
 :mod:`netclaw.lineage`'s.
 """

@@ -1,4 +1,4 @@
-"""Journal events of a session (pure); their JSON form is :mod:`._codec`.
+"""Journal events of a session (pure); their JSON form is :mod:`netclaw.sessions._core.journal.codec`.
 
 Append-only: compaction and trimming (later) are events too; nothing already
 stored is rewritten.
