@@ -1,11 +1,12 @@
 """Sessions: one persistent actor per conversation, and the manager that routes to them.
 
-The pure parts (phases, state, events, the context ladder, turn pieces) import no
-pykka, aiohttp, aiosqlite or httpx; only the actor shell and residency (``_shell``, ``_residency``) touch pykka.
-This face imports the pure parts eagerly and everything else on first use
-(PEP 562), so importing the pure core (``_core``) stays light — the import-linter
-contracts and ``tests/unit/test_layering.py`` hold it to that. Nothing outside
-``netclaw/sessions/`` imports ``netclaw.sessions._*``: take names from here.
+Three private packages: ``_core``, the pure session (a reducer: command → effects; no
+pykka, aiohttp, aiosqlite or httpx, no clock or id source); ``_shell``, the pykka actor
+that carries the effects out; ``_residency``, the manager that routes to actors and keeps
+who is resident. This face imports pure parts eagerly and everything else on first use
+(PEP 562), so importing the pure core stays light — the import-linter contracts and
+``tests/unit/test_layering.py`` hold it to that. Nothing outside ``netclaw/sessions/``
+imports ``netclaw.sessions._*``: take names from here.
 """
 
 from __future__ import annotations
