@@ -173,6 +173,14 @@ class Folder:
 
     def entries(self, raw: object = ".", *, field: str = "path") -> list[Entry]:
         """The entries of the directory ``raw``, sorted by name."""
+        listed = self._directory(raw, field)
+        try:
+            return sorted(_entries(listed), key=lambda e: e.name)
+        finally:
+            os.close(listed)
+
+    def _directory(self, raw: object, field: str) -> int:
+        """A readable descriptor of the directory ``raw`` (walked, never followed out)."""
         path = check_relative(raw, field, self.where) if raw != "." else "."
         walk = self._walk(path, follow_last=True)
         try:
@@ -180,44 +188,29 @@ class Folder:
             try:
                 if not stat.S_ISDIR(os.fstat(at).st_mode):
                     raise ToolError(f"{_shown(path)} is not a directory")
-                listed = os.open(".", _DIR, dir_fd=at)
+                return os.open(".", _DIR, dir_fd=at)
             finally:
                 os.close(at)
-            try:
-                return sorted(_entries(listed), key=lambda e: e.name)
-            finally:
-                os.close(listed)
         finally:
             walk.close()
 
     def tree(self, raw: object = ".", *, limit: int = 10_000, field: str = "path") -> list[str]:
         """The regular files (and links) under the directory ``raw``, relative to it and
         sorted; hidden names (``.x``) left out, links not followed, at most ``limit``."""
-        path = check_relative(raw, field, self.where) if raw != "." else "."
-        walk = self._walk(path, follow_last=True)
+        top = self._directory(raw, field)
+        found: list[str] = []
         try:
-            at = self._final(walk, path)
-            try:
-                if not stat.S_ISDIR(os.fstat(at).st_mode):
-                    raise ToolError(f"{_shown(path)} is not a directory")
-                top = os.open(".", _DIR, dir_fd=at)
-            finally:
-                os.close(at)
-            found: list[str] = []
-            try:
-                # fwalk opens each directory from its parent's descriptor, never through a link.
-                for base, dirs, files, _fd in os.fwalk(".", dir_fd=top, follow_symlinks=False):
-                    dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-                    for name in sorted(files):
-                        if not name.startswith("."):
-                            found.append(os.path.normpath(os.path.join(base, name)))
-                    if len(found) >= limit:
-                        break
-            finally:
-                os.close(top)
-            return sorted(found[:limit])
+            # fwalk opens each directory from its parent's descriptor, never through a link.
+            for base, dirs, files, _fd in os.fwalk(".", dir_fd=top, follow_symlinks=False):
+                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+                for name in sorted(files):
+                    if not name.startswith("."):
+                        found.append(os.path.normpath(os.path.join(base, name)))
+                if len(found) >= limit:
+                    break
         finally:
-            walk.close()
+            os.close(top)
+        return sorted(found[:limit])
 
     # -- writing ----------------------------------------------------------------------------
 
