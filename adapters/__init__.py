@@ -1,13 +1,16 @@
-"""Channel adapters: each turns platform events into gateway messages.
+"""Channels: each turns one platform's events into gateway messages and renders the
+session's outputs back there.
+
+A channel is declared by its package (:class:`adapters.channel.Channel`, found through the
+``netclaw.channels`` entry points by :mod:`adapters.registry`): its config section, its
+adapter, what the platform can do. netclaw's own — webhooks, Slack, Discord — are declared
+the same way as any installed package's. Importing this package loads the declarations
+and registers their sections with :mod:`netclaw.config` (every entry point that loads the
+configuration imports it first); it stays light — an adapter and its platform library are
+imported only when built.
 
 ``build_adapters`` makes the ones the config enables. Adapters depend on the gateway,
 never the reverse; the daemon starts them after the sessions and before the HTTP API.
-
-Each channel declares its own section of netclaw.json beside its code
-(``<channel>/_config.py``); importing this package registers them with
-:mod:`netclaw.config`, which composes them (the core never imports an adapter). Every
-entry point that loads the configuration imports this package first; it stays light —
-the adapters themselves are imported only when built.
 """
 
 from __future__ import annotations
@@ -16,44 +19,56 @@ import logging
 from typing import TYPE_CHECKING
 
 from adapters.base import Adapter, AdapterStatus
-from adapters.discord_bot import DiscordConfig
-from adapters.slack import SlackConfig
-from adapters.webhook import WebhooksConfig
-from netclaw.config import Settings, register_channel_sections
+from adapters.channel import Capabilities, Channel
+from adapters.registry import Installed, channel_named, installed_channels
+from netclaw.config import Settings, channel_section
 
 if TYPE_CHECKING:
     from netclaw.gateway import ChatInput
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CHANNEL_SECTIONS", "Adapter", "AdapterStatus", "build_adapters"]
+__all__ = [
+    "Adapter",
+    "AdapterStatus",
+    "Capabilities",
+    "Channel",
+    "Installed",
+    "build_adapters",
+    "channel_named",
+    "installed_channels",
+]
 
-CHANNEL_SECTIONS = (WebhooksConfig, SlackConfig, DiscordConfig)
-register_channel_sections(*CHANNEL_SECTIONS)
+installed_channels()  # registers every channel's section
+
+
+def enabled_channels(settings: Settings) -> list[Installed]:
+    """The installed channels whose section asks them to run (broken ones included)."""
+    found = []
+    for installed in installed_channels():
+        section = channel_section(settings, installed.name)
+        if section is not None and section.active():
+            found.append(installed)
+    return found
 
 
 def build_adapters(settings: Settings, gateway: ChatInput) -> list[Adapter]:
     """The enabled adapters, not yet checked or started. Platform libraries are imported
-    only for enabled adapters, so a missing optional library disables just that one."""
-    found: list[Adapter] = []
-    if WebhooksConfig.of(settings).routes:
-        from adapters.webhook import WebhookAdapter
-
-        found.append(WebhookAdapter(settings, gateway))
-    if settings.slack.enabled:
-        found.append(_optional("adapters.slack", "SlackAdapter", "slack", settings, gateway))
-    if settings.discord.enabled:
-        found.append(_optional("adapters.discord_bot", "DiscordAdapter", "discord", settings, gateway))
-    return found
+    only for enabled adapters, so a missing optional library (or a broken channel
+    package) disables just that one."""
+    return [_build(installed, settings, gateway) for installed in enabled_channels(settings)]
 
 
-def _optional(module: str, cls: str, name: str, settings: Settings, gateway: ChatInput) -> Adapter:
+def _build(installed: Installed, settings: Settings, gateway: ChatInput) -> Adapter:
+    channel = installed.channel
+    if channel is None:
+        return _Broken(installed.name, installed.error)
     try:
-        imported = __import__(module, fromlist=[cls])
-        adapter: Adapter = getattr(imported, cls)(settings, gateway)
-    except Exception as exc:  # an adapter that cannot even be built is reported, not fatal
-        log.exception("adapter %s cannot be loaded", name)
-        return _Broken(name, f"cannot load: {type(exc).__name__}: {exc}")
+        adapter = channel.factory()(settings, gateway)
+    except Exception as exc:  # noqa: BLE001 - an adapter that cannot even be built is reported, not fatal
+        log.exception("adapter %s cannot be loaded", channel.name)
+        hint = f" ({channel.requires})" if channel.requires else ""
+        return _Broken(channel.name, f"cannot load: {type(exc).__name__}: {exc}{hint}")
     return adapter
 
 

@@ -2,8 +2,8 @@
 
 Each enabled adapter is checked first (a misconfigured one is disabled and reported; the
 others run), then started under an :class:`~adapters.supervisor.AdapterSupervisor` that
-keeps it up — a channel only one node of a cluster may run (:data:`ONE_NODE_ADAPTERS`:
-Discord's one gateway connection) under its lease
+keeps it up — a channel only one node of a cluster may run (its declaration's
+``one_node``: Discord's one gateway connection) under its lease
 (:class:`~adapters.leased.LeasedSupervisor`) — and stopped in reverse order. What each is
 doing (:meth:`Channels.statuses`) is what ``/healthz``, ``/metrics`` and systemd's
 ``STATUS=`` show.
@@ -20,13 +20,18 @@ from aiohttp import web
 
 from adapters.base import Adapter, AdapterStatus
 from adapters.leased import LeasedSupervisor
+from adapters.registry import channel_named
 from adapters.supervisor import AdapterSupervisor
 from netclaw.persistence import Journal
 
 log = logging.getLogger("adapters")
 
-# Channels one node of a cluster runs at a time (Discord: one gateway connection per bot).
-ONE_NODE_ADAPTERS = frozenset({"discord"})
+
+def one_node(name: str) -> bool:
+    """Does only one node of a cluster run channel ``name`` at a time (Discord: one
+    gateway connection per bot)? Its sessions then stay on that node."""
+    channel = channel_named(name)
+    return channel is not None and channel.one_node
 
 
 class Channels:
@@ -61,7 +66,7 @@ class Channels:
         again every ``retry_s`` when another node holds it."""
         for adapter in self.adapters:
             supervisor: AdapterSupervisor | LeasedSupervisor = AdapterSupervisor(adapter)
-            if leases is not None and adapter.name in ONE_NODE_ADAPTERS:
+            if leases is not None and one_node(adapter.name):
                 supervisor = LeasedSupervisor(AdapterSupervisor(adapter), leases, retry_s)
             self._supervisors[adapter.name] = supervisor
             if not await supervisor.start():

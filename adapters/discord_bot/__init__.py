@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from adapters._lazy import lazy_names
+from adapters.channel import Capabilities, Channel
 from adapters.discord_bot._config import DiscordConfig
 
 if TYPE_CHECKING:
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
     )
 
 __all__ = [
+    "CHANNEL",
     "MESSAGE_LIMIT",
     "SEEN_EMOJI",
     "DiscordAdapter",
@@ -63,4 +65,24 @@ _PORT = (
 )
 __getattr__ = lazy_names(
     __name__, {**dict.fromkeys(_ADAPTER, "_adapter"), **dict.fromkeys((*_PORT, "rate_limited"), "_port")}
+)
+
+CHANNEL = Channel(
+    name="discord",
+    section=DiscordConfig,
+    adapter="adapters.discord_bot._adapter:DiscordAdapter",
+    capabilities=Capabilities(
+        conversations="threads",
+        approvals="buttons",
+        edits=True,
+        files_in=True,
+        files_out=True,
+        typing=True,
+        message_limit=2000,
+        edit_interval_s=1.5,
+    ),
+    summary="Discord bot: a mention starts a thread, each thread is a session",
+    one_node=True,  # one gateway connection per bot: one node of a cluster holds it
+    requires="pip install 'netclaw[discord]'",
+    docs="docs/channels/discord.md",
 )

@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from adapters._lazy import lazy_names
+from adapters.channel import Capabilities, Channel
 from adapters.slack._config import SlackConfig
 from adapters.slack._format import slack_escape, slack_unescape
 
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from adapters.slack._adapter import PROCESSING_REACTION, SlackAdapter, conversation_of
 
 __all__ = [
+    "CHANNEL",
     "PROCESSING_REACTION",
     "SlackAdapter",
     "SlackConfig",
@@ -35,4 +37,23 @@ __all__ = [
 
 __getattr__ = lazy_names(
     __name__, {"PROCESSING_REACTION": "_adapter", "SlackAdapter": "_adapter", "conversation_of": "_adapter"}
+)
+
+CHANNEL = Channel(
+    name="slack",
+    section=SlackConfig,
+    adapter="adapters.slack._adapter:SlackAdapter",
+    capabilities=Capabilities(
+        conversations="threads",
+        approvals="buttons",
+        edits=True,  # native streaming (chat.startStream) where the workspace has it
+        files_in=True,
+        files_out=True,
+        typing=True,
+        message_limit=4000,
+        edit_interval_s=1.0,
+    ),
+    summary="Slack over Socket Mode: each thread is a session",
+    requires="pip install 'netclaw[slack]'",
+    docs="docs/channels/slack.md",
 )

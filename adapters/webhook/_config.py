@@ -49,6 +49,10 @@ class WebhooksConfig(ChannelSection):
                 raise ValueError(f"route name {name!r} must be 1-64 letters, digits, '.', '_' or '-'")
         return routes
 
+    def active(self) -> bool:
+        """Webhooks run when a route is configured."""
+        return bool(self.routes)
+
     def audience_of(self, session_id: str) -> Literal["personal", "team", "public"] | None:
         """``webhook:<route>:<key>`` → its route's audience (None: no such route)."""
         route = self.routes.get(session_id.split(":")[1] if ":" in session_id else "")

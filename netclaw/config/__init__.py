@@ -29,6 +29,7 @@ from pydantic import (
     ValidationError,
     ValidationInfo,
     ValidatorFunctionWrapHandler,
+    create_model,
     field_validator,
     model_validator,
 )
@@ -247,8 +248,16 @@ class LogConfig(_Section):
 
 
 class DeliverConfig(_Section):
-    channel: Literal["slack", "discord"]
+    channel: str  # a chat channel's name: slack, discord, or an installed one (telegram, ...)
     to: str = Field(min_length=1)  # a channel id
+
+    @field_validator("channel")
+    @classmethod
+    def _chat_channel(cls, value: str) -> str:
+        if not is_chat_channel(value):
+            chats = ", ".join(sorted(k for k in {*_BUILT_IN_CHAT, *_CHANNEL_SECTIONS} if is_chat_channel(k)))
+            raise ValueError(f"{value!r} is not a chat channel that can open a thread (chat channels: {chats})")
+        return value
 
 
 class ChannelAccess(_Section):
@@ -278,6 +287,10 @@ class ChannelSection(_Section):
     key: ClassVar[str] = ""  # its key in netclaw.json
     restart_keys: ClassVar[tuple[str, ...]] = ()  # its keys a reload cannot change (used at start-up)
 
+    def active(self) -> bool:
+        """Does the config ask for this channel to run?"""
+        return False
+
     def audience_of(self, session_id: str) -> Literal["personal", "team", "public"] | None:
         """The audience this section gives a session of its channel, when it says."""
         return None
@@ -302,16 +315,25 @@ class ChatSection(ChannelAccess, ChannelSection):
 
     enabled: bool = False
 
+    def active(self) -> bool:
+        return self.enabled
+
 
 S = TypeVar("S", bound=ChannelSection)
 _CHANNEL_SECTIONS: dict[str, type[ChannelSection]] = {}
 
 
 def register_channel_sections(*models: type[ChannelSection]) -> None:
-    """The adapters' section models, each under its ``key`` (one of Settings' sections)."""
+    """The channels' section models, each under its ``key``. A built-in channel's key is one
+    of Settings' own sections (the model must be of its kind); an installed channel's key
+    becomes a section of :func:`settings_model` (it must not be another setting's)."""
     for model in models:
         field = Settings.model_fields.get(model.key)
-        base = field.annotation if field is not None else None
+        base = field.annotation if field is not None else ChannelSection
+        if not _SECTION_KEY.fullmatch(model.key):
+            raise TypeError(f"{model.__name__}: {model.key!r} is not a section key (lowercase, a-z0-9_)")
+        if field is not None and not (isinstance(base, type) and issubclass(base, ChannelSection)):
+            raise TypeError(f"{model.__name__}: {model.key!r} is one of netclaw.json's own sections")
         if not (isinstance(base, type) and issubclass(model, base)):
             raise TypeError(
                 f"{model.__name__}: netclaw.json has no channel section {model.key!r} of its kind"
@@ -321,6 +343,29 @@ def register_channel_sections(*models: type[ChannelSection]) -> None:
             raise TypeError(
                 f"two models for the {model.key!r} section: {known.__name__} and {model.__name__}"
             )
+
+
+def registered_channels() -> Mapping[str, type[ChannelSection]]:
+    """Every registered channel section by key (built-in and installed)."""
+    return dict(_CHANNEL_SECTIONS)
+
+
+def is_chat_channel(name: str) -> bool:
+    """Is ``name`` a chat platform's channel (its section a :class:`ChatSection`): sessions
+    ``<name>:...``, speakers ``<name>:<user>``, replies owed through the outbox. Slack and
+    Discord are, registered or not (the core must not depend on import order for them)."""
+    model = _CHANNEL_SECTIONS.get(name)
+    return name in _BUILT_IN_CHAT or (model is not None and issubclass(model, ChatSection))
+
+
+def channel_section(settings: Settings, name: str) -> ChannelSection | None:
+    """The section of channel ``name`` in ``settings``; None when no such channel is registered."""
+    section = getattr(settings, name, None) if name in _CHANNEL_SECTIONS or name in _BUILT_IN_CHAT else None
+    return section if isinstance(section, ChannelSection) else None
+
+
+_SECTION_KEY = re.compile(r"[a-z][a-z0-9_]{0,31}")
+_BUILT_IN_CHAT = frozenset({"slack", "discord"})
 
 
 def _section_default(key: str, base: type[S]) -> Callable[[], S]:
@@ -805,6 +850,27 @@ class Settings(BaseSettings):
         return self.data_dir / "netclaw.db"
 
 
+_MODELS: dict[tuple[tuple[str, type[ChannelSection]], ...], type[Settings]] = {}
+
+
+def settings_model() -> type[Settings]:
+    """The model of netclaw.json: :class:`Settings` plus a section for each installed
+    channel registered beyond the built-in ones (``telegram``, ...), so their keys are
+    validated, read from ``NETCLAW_<KEY>__...`` and refused when mistyped like any other."""
+    extra = tuple((k, m) for k, m in _CHANNEL_SECTIONS.items() if k not in Settings.model_fields)
+    if not extra:
+        return Settings
+    model = _MODELS.get(extra)
+    if model is None:
+        fields: dict[str, Any] = {
+            key: (SerializeAsAny[section], Field(default_factory=section))  # type: ignore[misc,valid-type]
+            for key, section in extra
+        }
+        model = create_model("Settings", __base__=Settings, __module__=__name__, **fields)
+        _MODELS[extra] = model
+    return model
+
+
 def find_config_path(explicit: str | os.PathLike[str] | None = None) -> Path | None:
     """``--config``, else ``$NETCLAW_CONFIG``, else ./netclaw.json, else
     ~/.config/netclaw/netclaw.json, else the system config (/etc/netclaw/netclaw.json)."""
@@ -841,7 +907,7 @@ def load_settings(
     if found is not None:
         data = _read_json(found, must_exist=explicit)
     try:
-        settings = Settings(**data)
+        settings = settings_model()(**data)
     except ValidationError as exc:
         _reject_unknown_env_names(data, secret_names)  # a mistyped override explains the failure better
         where = f" in {found}" if found else ""
@@ -953,7 +1019,7 @@ def _reject_unknown_env_names(data: Mapping[str, Any], secret_names: tuple[str, 
     secret's variable (named by a ``*_env`` key of this config, or by the command), or under
     a reserved prefix (``NETCLAW_SECRET_``, ``NETCLAW_BENCH_``). An override must name a
     key: a typo stops start-up instead of being ignored."""
-    known = {name.upper() for name in Settings.model_fields}
+    known = {name.upper() for name in settings_model().model_fields}
     secrets = secret_env_names(data) | {n.upper() for n in secret_names}
     # An override of a *_env key names a secret too (NETCLAW_GATEWAY__CONTROL_TOKEN_ENV=NETCLAW_TOKEN).
     secrets |= {
@@ -1098,4 +1164,4 @@ def _keep_running(old: Settings, new: Settings, restart: tuple[str, ...]) -> Set
             target[leaf] = source[leaf]
         else:
             target.pop(leaf, None)
-    return Settings.model_validate(data) if data != running else old
+    return type(old).model_validate(data) if data != running else old

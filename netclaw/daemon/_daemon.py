@@ -15,7 +15,7 @@ from typing import Any
 from aiohttp import web
 
 from adapters import Adapter, build_adapters
-from adapters.channels import ONE_NODE_ADAPTERS, Channels
+from adapters.channels import Channels, one_node
 from netclaw.cluster import Forwarder, Routing, protocol, rescue_orphans
 from netclaw.cluster.membership import ClusterNode
 from netclaw.config import LiveSettings, ScheduleConfig, Settings, find_config_path, load_settings
@@ -336,7 +336,7 @@ class Daemon:
             journal.leases,
             manager,
             routing,
-            pinned=lambda session_id: channel_of(session_id) in ONE_NODE_ADAPTERS,
+            pinned=lambda session_id: one_node(channel_of(session_id)),
             on_drain=self.channels.leave_one_node,
             on_resume=self.channels.rejoin_one_node,
         )

@@ -16,7 +16,7 @@ from typing import Any
 
 from netclaw.attachments import IncomingFile, check_files
 from netclaw.commands import PromptCommand, PromptSyntaxError, parse_prompt
-from netclaw.config import ChannelAccess, Settings
+from netclaw.config import ChannelAccess, ChatSection, Settings, channel_section
 from netclaw.errors import InvalidInput
 from netclaw.identifiers import check_session_id
 from netclaw.lineage import ChildReport, ChildTask
@@ -127,10 +127,9 @@ class ChatPermit:
 def channel_access(settings: Settings, platform: str) -> ChannelAccess:
     """The chat access policy of ``platform`` (who may talk, where, how much of a thread
     the model sees), from ``settings``."""
-    if platform == "slack":
-        return settings.slack
-    if platform == "discord":
-        return settings.discord
+    section = channel_section(settings, platform)
+    if isinstance(section, ChatSection):
+        return section
     raise ValueError(f"no chat access policy for platform {platform!r}")
 
 

@@ -22,7 +22,7 @@ import time
 
 from netclaw import attachments
 from netclaw.cluster import Routing
-from netclaw.config import ChannelAccess, LiveSettings, Settings
+from netclaw.config import ChannelAccess, LiveSettings, Settings, is_chat_channel
 from netclaw.errors import LeaseLost, NotPermitted, OutcomeUnknown, SessionMoved, SessionUnavailable
 from netclaw.gateway._inbound import Inbound, channel_access, check_inbound, redact_inbound
 from netclaw.history.tokens import fallback_count
@@ -191,7 +191,7 @@ class IntakeService:
             return None
         platform = channel_of(inbound.session_id)
         access = (
-            channel_access(self.settings, platform) if platform in ("slack", "discord") else ChannelAccess()
+            channel_access(self.settings, platform) if is_chat_channel(platform) else ChannelAccess()
         )
         max_messages, max_tokens = access.thread_context_messages, access.thread_context_tokens
         kept, left_out = bounded_prior(

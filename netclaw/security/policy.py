@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Literal
 
-from netclaw.config import ChannelAccess, Settings
+from netclaw.config import ChannelAccess, Settings, is_chat_channel
 from netclaw.lineage import root_of
 
 Audience = Literal["personal", "team", "public"]
@@ -55,12 +55,11 @@ def default_scope(session_id: str) -> str | None:
     """The memory scope a session id names by itself: a Slack channel (or DM channel), a
     Discord thread or DM channel, a webhook route. None (audience-wide) for the CLI and API.
     A sub-agent's is its root session's."""
-    root = root_of(session_id)
-    parts = root.split(":")
-    if parts[0] in ("slack", "webhook") and len(parts) >= 3 and parts[1]:
+    parts = root_of(session_id).split(":")
+    # Every channel names a session <channel>:<place>[:<conversation there>...]: the place
+    # (a Slack channel, a Discord thread, a Telegram chat, a webhook route) is the scope.
+    if len(parts) >= 2 and parts[1] and (parts[0] == "webhook" or is_chat_channel(parts[0])):
         return f"{parts[0]}:{parts[1]}"
-    if parts[0] == "discord" and len(parts) == 2 and parts[1]:
-        return root
     return None
 
 
@@ -77,7 +76,7 @@ def audience_of(session_id: str, settings: Settings, place: Place | None = None)
     # is the fallback): the one its root session has, never more.
     session_id = root_of(session_id)
     channel = channel_of(session_id)
-    if channel in ("slack", "discord"):
+    if is_chat_channel(channel):
         return "team"
     if channel == "webhook":
         return settings.webhooks.audience_of(session_id) or "public"

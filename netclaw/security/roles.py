@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
 from netclaw.commands import Command
-from netclaw.config import RoleConfig, Settings
+from netclaw.config import RoleConfig, Settings, is_chat_channel
 from netclaw.security.policy import NO_HINTS, Audience, ToolHints, needs_approval, tool_matches
 
 ADMIN = "admin"
@@ -48,7 +48,7 @@ def speaker_of(session_id: str, user: str | None, given: str | None = None) -> s
     if user == REMINDER_USER:
         return None
     channel = session_id.partition(":")[0]
-    if channel in ("slack", "discord") and user:
+    if is_chat_channel(channel) and user:
         return f"{channel}:{user}"
     if channel == "webhook" and user and user.startswith("webhook:"):
         return user

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from adapters import CHANNEL_SECTIONS
+from adapters import installed_channels
 from adapters.discord_bot import DiscordConfig
 from adapters.slack import SlackConfig
 from adapters.webhook import WebhooksConfig
@@ -65,7 +65,11 @@ def test_importing_adapters_registers_every_section_and_loads_no_adapter() -> No
     sections, loaded = json.loads(run(probe))
     assert sections == ["WebhooksConfig", "SlackConfig", "DiscordConfig"]
     assert loaded == [], f"importing adapters loaded {loaded}"
-    assert {model.key for model in CHANNEL_SECTIONS} == {"webhooks", "slack", "discord"}
+    assert {i.channel.section.key for i in installed_channels() if i.built_in and i.channel} == {
+        "webhooks",
+        "slack",
+        "discord",
+    }
 
 
 def test_without_the_adapters_a_channel_section_is_refused_by_name(tmp_path: Path) -> None:
@@ -161,8 +165,11 @@ def test_each_section_says_which_of_its_keys_need_a_restart() -> None:
 
 
 def test_a_section_must_fit_a_key_of_its_kind() -> None:
-    class Stray(ChannelSection):
-        key = "irc"
+    class Usurper(ChannelSection):  # an installed channel may not take one of the core's keys
+        key = "tools"
+
+    class Shouty(ChannelSection):
+        key = "IRC!"
 
     class Other(ChatSection):
         key = "slack"
@@ -170,8 +177,10 @@ def test_a_section_must_fit_a_key_of_its_kind() -> None:
     class Misfit(ChannelSection):  # not a chat section: cannot stand for slack
         key = "slack"
 
-    with pytest.raises(TypeError, match="no channel section 'irc'"):
-        register_channel_sections(Stray)
+    with pytest.raises(TypeError, match="'tools' is one of netclaw.json's own sections"):
+        register_channel_sections(Usurper)
+    with pytest.raises(TypeError, match="'IRC!' is not a section key"):
+        register_channel_sections(Shouty)
     with pytest.raises(TypeError, match="two models for the 'slack' section"):
         register_channel_sections(Other)
     with pytest.raises(TypeError, match="of its kind"):

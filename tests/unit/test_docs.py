@@ -225,7 +225,11 @@ def config_keys(model: type[BaseModel] = Settings, prefix: str = "") -> Iterator
     gives ``<name>.`` keys; an optional model (``null`` by default) is one key, and so are
     the other names a section allows beside its own (``models.<name>``: models like
     ``models.main``)."""
-    sections = {m.key: m for m in adapters.CHANNEL_SECTIONS} if not prefix else {}
+    sections = (
+        {i.name: i.channel.section for i in adapters.installed_channels() if i.built_in and i.channel}
+        if not prefix
+        else {}
+    )
     extra = typing.get_type_hints(model).get("__pydantic_extra__")
     if model.model_config.get("extra") == "allow" and typing.get_origin(extra) is dict:
         value = typing.get_args(extra)[1]

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from netclaw.config import is_chat_channel
 from netclaw.errors import JournalCorrupt
 from netclaw.lineage import ChildRecord, ChildReport, ChildTask
 from netclaw.messages import ChatMessage
@@ -55,7 +56,6 @@ __all__ = ["ActiveTurn", "PendingRound", "SessionState", "TurnOutcome", "utc_day
 IDENTITY_RETENTION_S = 7 * 24 * 3600.0
 MAX_IDENTITIES = 10_000
 MAX_UNDELIVERED = 100  # replies owed to a chat conversation (an adapter down for long)
-CHAT_CHANNELS = ("slack", "discord")  # their replies go through the outbox
 
 
 # Events whose only use of the transcript is appending to it.
@@ -241,7 +241,7 @@ class SessionState:
                 outcomes, failures = remember_outcome(self.outcomes, self.failures, event, answer)
                 usage = event.usage or {}
                 undelivered = self.undelivered
-                if event.status == "completed" and answer is not None and self.channel in CHAT_CHANNELS:
+                if event.status == "completed" and answer is not None and is_chat_channel(self.channel):
                     undelivered = {**undelivered, event.turn: answer.id}
                     if len(undelivered) > MAX_UNDELIVERED:
                         del undelivered[min(undelivered)]
