@@ -65,7 +65,7 @@ def _build(installed: Installed, settings: Settings, gateway: ChatInput) -> Adap
         return _Broken(installed.name, installed.error)
     try:
         adapter = channel.factory()(settings, gateway)
-    except Exception as exc:  # noqa: BLE001 - an adapter that cannot even be built is reported, not fatal
+    except Exception as exc:  # an adapter that cannot even be built is reported, not fatal
         log.exception("adapter %s cannot be loaded", channel.name)
         hint = f" ({channel.requires})" if channel.requires else ""
         return _Broken(channel.name, f"cannot load: {type(exc).__name__}: {exc}{hint}")

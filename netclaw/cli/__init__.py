@@ -6,12 +6,14 @@
 - ``status`` and ``usage``: :mod:`._status`.
 - ``mcp``: :mod:`._mcp` (the MCP servers as the daemon sees them; OAuth logins).
 - ``doctor``: :mod:`._doctor`; ``init``: :mod:`._init`.
+- ``channels``: :mod:`._channels` (installed channels, enabled and running).
 - ``skills``: :mod:`._skills` (what the skill folders hold, read from disk).
 - ``migrate-journal``: :mod:`._migrate` (SQLite → PostgreSQL).
 - ``cluster``: :mod:`._cluster` (several nodes: status, drain, resume, owner, move).
 
 Every command may load netclaw.json, whose channel sections (``slack``, ``discord``,
-``webhooks``) their adapters declare: ``adapters`` is imported first to register them.
+``webhooks``, and any installed channel's) the channels declare: ``adapters`` is imported
+first to register them.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import adapters  # noqa: F401 - registers the channel sections (see above); ligh
 from netclaw import __version__
 from netclaw.cli._access import cmd_audit, cmd_tokens
 from netclaw.cli._admin import cmd_approvals, cmd_memory, cmd_questions, cmd_reminders, cmd_sessions
+from netclaw.cli._channels import cmd_channels
 from netclaw.cli._chat import cmd_chat
 from netclaw.cli._cluster import cmd_cluster
 from netclaw.cli._doctor import cmd_doctor
@@ -197,6 +200,14 @@ def _parser() -> argparse.ArgumentParser:
     usage.add_argument("--since", metavar="DATE", help="ISO date or date-time, UTC (e.g. 2026-11-01)")
     usage.add_argument("--json", action="store_true")
     usage.set_defaults(func=cmd_usage)
+
+    channels = with_config(
+        sub.add_parser(
+            "channels", help="the channels installed, enabled and running (and any that fail to load)"
+        )
+    )
+    channels.add_argument("--json", action="store_true")
+    channels.set_defaults(func=cmd_channels)
 
     doctor = with_config(sub.add_parser("doctor", help="check config, database and provider"))
     doctor.add_argument("--json", action="store_true", help="the same checks as JSON")

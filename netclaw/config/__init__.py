@@ -256,7 +256,9 @@ class DeliverConfig(_Section):
     def _chat_channel(cls, value: str) -> str:
         if not is_chat_channel(value):
             chats = ", ".join(sorted(k for k in {*_BUILT_IN_CHAT, *_CHANNEL_SECTIONS} if is_chat_channel(k)))
-            raise ValueError(f"{value!r} is not a chat channel that can open a thread (chat channels: {chats})")
+            raise ValueError(
+                f"{value!r} is not a chat channel that can open a thread (chat channels: {chats})"
+            )
         return value
 
 

@@ -190,9 +190,7 @@ class IntakeService:
         if not inbound.prior:
             return None
         platform = channel_of(inbound.session_id)
-        access = (
-            channel_access(self.settings, platform) if is_chat_channel(platform) else ChannelAccess()
-        )
+        access = channel_access(self.settings, platform) if is_chat_channel(platform) else ChannelAccess()
         max_messages, max_tokens = access.thread_context_messages, access.thread_context_tokens
         kept, left_out = bounded_prior(
             inbound.prior, max_messages=max_messages, max_tokens=max_tokens, count=fallback_count

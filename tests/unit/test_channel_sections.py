@@ -177,9 +177,9 @@ def test_a_section_must_fit_a_key_of_its_kind() -> None:
     class Misfit(ChannelSection):  # not a chat section: cannot stand for slack
         key = "slack"
 
-    with pytest.raises(TypeError, match="'tools' is one of netclaw.json's own sections"):
+    with pytest.raises(TypeError, match=r"'tools' is one of netclaw\.json's own sections"):
         register_channel_sections(Usurper)
-    with pytest.raises(TypeError, match="'IRC!' is not a section key"):
+    with pytest.raises(TypeError, match=r"'IRC!' is not a section key"):
         register_channel_sections(Shouty)
     with pytest.raises(TypeError, match="two models for the 'slack' section"):
         register_channel_sections(Other)
