@@ -148,3 +148,18 @@ def test_the_built_in_channels_declare_what_their_platforms_can_do() -> None:
     assert discord is not None and discord.one_node and discord.capabilities.message_limit == 2000
     slack = by_name["slack"]
     assert slack is not None and not slack.one_node and slack.capabilities.approvals == "buttons"
+
+
+def test_the_built_in_declarations_say_what_their_adapters_do() -> None:
+    """The capabilities people read in ``netclaw channels`` are the numbers the adapters use."""
+    from adapters.discord_bot import _adapter as discord_adapter
+    from adapters.discord_bot import _port as discord_port
+    from adapters.slack import _adapter as slack_adapter
+    from adapters.slack import _port as slack_port
+
+    slack, discord = adapters.channel_named("slack"), adapters.channel_named("discord")
+    assert slack is not None and discord is not None
+    assert slack.capabilities.message_limit == slack_port.MESSAGE_LIMIT
+    assert slack.capabilities.edit_interval_s == slack_adapter.EDIT_INTERVAL_S
+    assert discord.capabilities.message_limit == discord_port.MESSAGE_LIMIT
+    assert discord.capabilities.edit_interval_s == discord_adapter.EDIT_INTERVAL_S
