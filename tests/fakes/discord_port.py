@@ -136,6 +136,8 @@ class FakeDiscordServer:
         self._limits: deque[float] = deque()  # retry_after for the next message POSTs
         self._nonces: dict[str, str] = {}
         self.cdn: dict[str, bytes] = {}  # attachment url -> bytes
+        # Every text each bot message showed, with when (monotonic): sent, then each edit.
+        self.shown: dict[str, list[tuple[float, str]]] = {}  # message id -> [(at, text)]
         self._ids = itertools.count(800_001)
         self._seq = itertools.count(1)
         self._ws: web.WebSocketResponse | None = None
@@ -210,6 +212,12 @@ class FakeDiscordServer:
         if dispatch:
             asyncio.run_coroutine_threadsafe(self._dispatch("MESSAGE_CREATE", message), self._loop).result(10)
         return str(message["id"])
+
+    def redeliver(self, message_id: str) -> None:
+        """The gateway dispatches a message's MESSAGE_CREATE again (as a resumed gateway
+        session replays events the client may already have had)."""
+        message = self.messages[message_id]
+        asyncio.run_coroutine_threadsafe(self._dispatch("MESSAGE_CREATE", message), self._loop).result(10)
 
     def people_thread(self, name: str, *, owner_id: str = "42") -> str:
         """A thread people opened in the channel (not the bot: no session yet). Its id."""
@@ -353,8 +361,15 @@ class FakeDiscordServer:
 
     async def _create_thread(self, request: web.Request) -> web.Response:
         body = await request.json()
+        starter = request.match_info["mid"]
+        if any(t["id"] == starter for t in self.threads):
+            # As Discord: a message starts one thread, whose id is the message's.
+            return _json(
+                {"message": "A thread has already been created for this message", "code": 160004},
+                status=400,
+            )
         thread = self._thread_payload(
-            str(next(self._ids)),
+            starter,
             body["name"],
             request.match_info["cid"],
             self.bot_id,
@@ -432,6 +447,7 @@ class FakeDiscordServer:
             message["nonce"] = nonce
             self._nonces[nonce] = message["id"]
         self.messages[message["id"]] = message
+        self.shown[message["id"]] = [(time.monotonic(), str(message["content"]))]
         return _json(message)
 
     async def _history(self, request: web.Request) -> web.Response:
@@ -457,6 +473,7 @@ class FakeDiscordServer:
             return _json({"message": "Unknown Message", "code": 10008}, status=404)
         body = await request.json()
         message["content"] = body["content"]
+        self.shown.setdefault(message["id"], []).append((time.monotonic(), str(body["content"])))
         if "components" in body:  # `view=None` sends [] (the buttons go)
             message["components"] = body["components"]
         message["edited_timestamp"] = TIMESTAMP
