@@ -178,6 +178,11 @@ class ChannelDriver(Protocol):
         oldest first; messages without text (a file alone) left out."""
         ...
 
+    def everywhere(self) -> list[str]:
+        """The texts of every bot message people can see on the platform now, in any
+        conversation or channel (to check that nothing showed up somewhere else)."""
+        ...
+
     def edits(self, conversation: str) -> list[Edit]:
         """Every text the bot's messages in ``conversation`` showed, in order: each
         message's first text, then each edit ([] where the platform has no edits)."""

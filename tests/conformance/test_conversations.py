@@ -3,6 +3,8 @@ conversation is one session and a reply in it continues that session; chat comma
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 
 from tests.conformance.model import marker
@@ -12,6 +14,7 @@ from tests.fakes.scripted_openai import Reply
 
 def test_an_event_delivered_twice_is_answered_once(rig: InProcess) -> None:
     driver = rig.driver
+    before = Counter(driver.everywhere())
     first = marker()
     said = driver.say(f"only once {first}")
     driver.redeliver(said)  # at once, as after a slow acknowledgement
@@ -25,6 +28,10 @@ def test_an_event_delivered_twice_is_answered_once(rig: InProcess) -> None:
     rig.replied(conversation, f"echo: and then {then}")
 
     assert driver.bot_messages(conversation).count(f"echo: only once {first}") == 1
+    # ... and nothing else showed up anywhere (a note about the repeat, a second thread).
+    assert Counter(driver.everywhere()) - before == Counter(
+        [f"echo: only once {first}", f"echo: and then {then}"]
+    )
     assert len(rig.model.requests(first)) == 1
     assert rig.user_texts(driver.session_of(conversation)) == [f"only once {first}", f"and then {then}"]
 

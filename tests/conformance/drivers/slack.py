@@ -107,6 +107,10 @@ class SlackDriver:
     def bot_messages(self, conversation: str) -> list[str]:
         return [str(m["text"]) for m in self._messages(conversation) if m.get("text")]
 
+    def everywhere(self) -> list[str]:
+        # The kit's config lets the bot talk in CHANNEL_ID only (its threads included).
+        return [str(m["text"]) for m in self.fake.bot_messages(CHANNEL_ID) if m.get("text")]
+
     def edits(self, conversation: str) -> list[Edit]:
         found = []
         for message in self._messages(conversation):
