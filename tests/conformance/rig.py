@@ -76,7 +76,10 @@ class Rig:
         return self.daemon.control
 
     def transcript(self, session_id: str) -> list[dict[str, Any]]:
+        """The session's messages ([] while it does not exist yet)."""
         response = self.control.get(f"/api/sessions/{session_id}")
+        if response.status_code == 404:
+            return []
         response.raise_for_status()
         messages: list[dict[str, Any]] = response.json()["messages"]
         return messages
