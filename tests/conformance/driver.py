@@ -183,6 +183,11 @@ class ChannelDriver(Protocol):
         conversation or channel (to check that nothing showed up somewhere else)."""
         ...
 
+    def told(self, person: Person) -> list[str]:
+        """What the platform showed ``person`` alone (Slack's ephemeral messages, Discord's
+        ephemeral follow-ups to a button press), oldest first."""
+        ...
+
     def edits(self, conversation: str) -> list[Edit]:
         """Every text the bot's messages in ``conversation`` showed, in order: each
         message's first text, then each edit ([] where the platform has no edits)."""

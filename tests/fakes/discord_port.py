@@ -500,7 +500,11 @@ class FakeDiscordServer:
         """An interaction follow-up (``interaction.followup.send``); flags 64 = ephemeral."""
         body = await request.json()
         self.followups.append(
-            {"content": body.get("content"), "ephemeral": bool(int(body.get("flags") or 0) & 64)}
+            {
+                "content": body.get("content"),
+                "ephemeral": bool(int(body.get("flags") or 0) & 64),
+                "token": request.match_info["token"],  # the interaction's: says who pressed
+            }
         )
         message = self._message("0", str(body.get("content") or ""), self.bot)
         return _json(message)

@@ -129,6 +129,10 @@ class DiscordDriver:
             if m["author"]["id"] == BOT_ID and m["content"]
         ]
 
+    def told(self, person: Person) -> list[str]:
+        token = f"interaction-token-{USERS[person]}"  # the fake's, for presses by this person
+        return [str(f["content"]) for f in list(self.fake.followups) if f["token"] == token]
+
     def edits(self, conversation: str) -> list[Edit]:
         found = []
         for message in self._messages(conversation):

@@ -111,6 +111,9 @@ class SlackDriver:
         # The kit's config lets the bot talk in CHANNEL_ID only (its threads included).
         return [str(m["text"]) for m in self.fake.bot_messages(CHANNEL_ID) if m.get("text")]
 
+    def told(self, person: Person) -> list[str]:
+        return [str(e["text"]) for e in list(self.fake.server.ephemeral) if e["user"] == USERS[person]]
+
     def edits(self, conversation: str) -> list[Edit]:
         found = []
         for message in self._messages(conversation):

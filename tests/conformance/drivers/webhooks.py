@@ -144,6 +144,9 @@ class WebhooksDriver:
             text for s in sessions if str(s["id"]).startswith("webhook:") for text in self._replies(s["id"])
         ]
 
+    def told(self, person: Person) -> list[str]:
+        return []  # an HTTP sender is told in the response; approvals go through the control API
+
     def edits(self, conversation: str) -> list[Edit]:
         return []
 
