@@ -237,7 +237,11 @@ class FakeDiscordServer:
             "data": {"custom_id": custom_id, "component_type": 2},
             "guild_id": self.guild_id,
             "channel_id": channel_id,
-            "channel": {"id": channel_id, "type": 0, "guild_id": self.guild_id, "name": "general"},
+            # The channel as Discord describes it (a client that has not cached it, as after
+            # a restart, builds it from this): a thread, or the text channel.
+            "channel": next(
+                (t for t in list(self.threads) if t["id"] == channel_id), self._guild()["channels"][0]
+            ),
             "member": {
                 "user": user_payload(user_id, "alice"),
                 "roles": [],
