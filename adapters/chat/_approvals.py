@@ -34,7 +34,6 @@ def prompt_key(approval_id: str) -> str:
     return hashlib.sha256(f"approval|{approval_id}".encode()).hexdigest()[:20]
 
 
-
 class ApprovalPrompts:
     """The approval requests one conversation shows with buttons."""
 

@@ -87,14 +87,17 @@ class Rig:
     def user_texts(self, session_id: str) -> list[str]:
         from tests.conformance.model import last_user_text
 
-        return [
-            last_user_text({"messages": [m]}) for m in self.transcript(session_id) if m["role"] == "user"
-        ]
+        return [last_user_text({"messages": [m]}) for m in self.transcript(session_id) if m["role"] == "user"]
 
     def replied(self, conversation: str, text: str, timeout: float = TIMEOUT_S) -> list[str]:
         """Wait until ``text`` is among the bot's messages in ``conversation``; returns them."""
+
+        def shown() -> list[str]:
+            found = self.driver.bot_messages(conversation)
+            return found if text in found else []
+
         return wait_for(
-            lambda: (shown := self.driver.bot_messages(conversation)) and text in shown and shown,
+            shown,
             f"{text[:60]!r} in {self.driver.name} conversation {conversation} "
             f"(shown: {self.driver.bot_messages(conversation)!r:.300})",
             timeout,
@@ -156,7 +159,7 @@ class Subprocess(Rig):
             self.port,
             self.root / "logs",
             argv=argv,
-            env=subprocess_env(**self.driver.env()),
+            env={**subprocess_env(), **self.driver.env()},
         )
         self._all.append(process)
         process.wait_ready()

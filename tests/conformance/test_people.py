@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from tests.conformance.driver import Person
 from tests.conformance.model import marker, offered_tools
 from tests.conformance.rig import GATED_TOOL, InProcess, wait_for
 from tests.fakes.scripted_openai import Reply, ToolCallSpec
@@ -20,12 +21,13 @@ def tool_results(rig: InProcess, session_id: str) -> list[dict[str, Any]]:
 def test_a_role_forbids_a_tool_to_one_speaker_and_not_to_another(rig: InProcess) -> None:
     driver = rig.driver
     results = {}
-    for person in ("alice", "bob"):
+    people: tuple[Person, ...] = ("alice", "bob")
+    for person in people:
         mark = marker()
         rig.model.script(
             mark, Reply(tool_calls=[ToolCallSpec(GATED_TOOL, {})]), Reply(text=f"done for {person} {mark}")
         )
-        said = driver.say(f"what time is it {mark}", person=person)  # type: ignore[arg-type]
+        said = driver.say(f"what time is it {mark}", person=person)
         conversation = driver.conversation_of(said)
         rig.replied(conversation, f"done for {person} {mark}")
         results[person] = (rig.model.requests(mark), tool_results(rig, driver.session_of(conversation)))
@@ -44,9 +46,7 @@ def test_a_role_forbids_a_tool_to_one_speaker_and_not_to_another(rig: InProcess)
 def test_an_approval_is_decided_with_the_platforms_control(rig: InProcess) -> None:
     driver = rig.driver
     mark = marker()
-    rig.model.script(
-        mark, Reply(tool_calls=[ToolCallSpec(GATED_TOOL, {})]), Reply(text=f"it is late {mark}")
-    )
+    rig.model.script(mark, Reply(tool_calls=[ToolCallSpec(GATED_TOOL, {})]), Reply(text=f"it is late {mark}"))
     said = driver.say(f"what time is it {mark}", person="carol")  # her role: the tool waits for her
     conversation = driver.conversation_of(said)
     session = driver.session_of(conversation)

@@ -74,10 +74,12 @@ def test_a_long_reply_is_split_at_the_limit_and_its_code_block_stays_fenced(rig:
         lambda: [m["content"] for m in rig.transcript(session) if m["role"] == "assistant"][-1:] == [text],
         "the reply recorded",
     )
-    pieces = wait_for(
-        lambda: (shown := driver.bot_messages(conversation)) and shown[-1].endswith(outro) and shown,
-        "the reply shown in full",
-    )
+
+    def in_full() -> list[str]:
+        shown = driver.bot_messages(conversation)
+        return shown if shown and shown[-1].endswith(outro) else []
+
+    pieces = wait_for(in_full, "the reply shown in full")
 
     assert len(pieces) >= 2, pieces
     assert all(len(p) <= limit for p in pieces), [len(p) for p in pieces]

@@ -51,9 +51,7 @@ def test_an_approval_pending_at_a_sigkill_is_decided_with_the_control_after_the_
 ) -> None:
     rig, driver = restartable, restartable.driver
     mark = marker()
-    rig.model.script(
-        mark, Reply(tool_calls=[ToolCallSpec(GATED_TOOL, {})]), Reply(text=f"it is late {mark}")
-    )
+    rig.model.script(mark, Reply(tool_calls=[ToolCallSpec(GATED_TOOL, {})]), Reply(text=f"it is late {mark}"))
     said = driver.say(f"what time is it {mark}", person="carol")
     conversation = driver.conversation_of(said)
     session = driver.session_of(conversation)

@@ -8,7 +8,10 @@ error (before doing anything), as the real port does when Discord answers 429.
 :class:`FakeDiscordServer` stands in for Discord itself behind the *real* port: a small REST
 API (``/api/v10``: login, application info, threads, messages and channel history,
 reactions, typing, interaction callbacks; attachments on a CDN path) and a gateway websocket (HELLO → IDENTIFY → READY + GUILD_CREATE,
-then the dispatches a test pushes: messages, button presses), on its own loop thread.
+then the dispatches a test pushes: messages, button presses, a message dispatched again),
+on its own loop thread. As on Discord, a thread started from a message has the message's id,
+and a second thread from the same message is refused (400, code 160004). ``shown`` keeps
+every text each bot message showed, with when.
 :meth:`FakeDiscordServer.install` points discord.py at it.
 Only what netclaw's client uses is implemented.
 """
@@ -230,7 +233,7 @@ class FakeDiscordServer:
         component) on the gateway. Returns the interaction id."""
         message = self.messages[message_id]
         channel_id = str(message["channel_id"])
-        interaction = {
+        interaction: dict[str, Any] = {
             "id": str(next(self._ids)),
             "application_id": self.bot_id,
             "type": 3,  # MESSAGE_COMPONENT

@@ -24,7 +24,7 @@ next N calls of a method and then drops the connection instead of answering (a l
 response). :meth:`FakeSlack.redeliver` sends an envelope's event again as Slack does
 after a slow ack (same ``event_id``, ``retry_attempt`` set); :meth:`FakeSlack.click`
 presses a button (an ``interactive`` envelope); :meth:`FakeSlack.close_socket` closes the
-WebSocket to force a reconnect.
+WebSocket to force a reconnect. ``shown`` keeps every text each bot message showed, with when.
 
 :class:`FakeSlackThread` runs one on its own loop for sync tests.
 """

@@ -97,7 +97,7 @@ class DiscordDriver:
             timeout,
             f"the thread of message {said.ref}",
         )
-        return next(t["id"] for t in list(self.fake.threads) if t["starter_message_id"] == said.ref)
+        return str(next(t["id"] for t in list(self.fake.threads) if t["starter_message_id"] == said.ref))
 
     def session_of(self, conversation: str) -> str:
         return f"discord:{conversation}"
