@@ -3,22 +3,35 @@ buttons (approve, deny, always); once decided, the message is edited to say so a
 buttons go. A press comes back as a :class:`~adapters.chat.ButtonClick` and decides
 through the gateway, which checks who may; a refusal is told to the person who pressed
 only (:func:`decide`).
+
+A pending request is shown once per conversation, whatever replays it: a session replays
+its pending requests to every new subscriber (a second subscription, a restart), so a
+prompt is posted with a key made from its approval id and, before posting, looked for by
+that key (where the platform can tell; elsewhere the key makes a repeat the same message).
+The prompt found is the one the decision edits: no second set of buttons is left behind.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from functools import partial
 from typing import Protocol
 
 from adapters.chat._calls import PlatformCalls
-from adapters.chat._port import Button, ButtonClick, Conversation, new_key
+from adapters.chat._port import Button, ButtonClick, Conversation
 from netclaw import outputs as out
 from netclaw.errors import ApprovalError, ApprovalNotFound, InvalidInput, NetclawError
 
 log = logging.getLogger(__name__)
 
 MAX_APPROVAL_ARGUMENTS = 1500
+PROMPT_LOOKBACK_S = 86_400.0  # a prompt is looked for from this long before its request expires
+
+
+def prompt_key(approval_id: str) -> str:
+    """The idempotency key of an approval request's prompt (the same in every process)."""
+    return hashlib.sha256(f"approval|{approval_id}".encode()).hexdigest()[:20]
 
 
 class ApprovalPrompts:
@@ -33,7 +46,17 @@ class ApprovalPrompts:
         return approval_id in self._shown
 
     async def ask(self, request: out.ApprovalRequested) -> None:
+        if request.approval_id in self._shown:
+            return  # replayed to a new subscription: shown already
         port = self._calls.port
+        key = prompt_key(request.approval_id)
+        found = await self._calls.retried(
+            "look for an approval prompt",
+            partial(port.find_posted, self._to, key, request.expires_at - PROMPT_LOOKBACK_S),
+        )
+        if found is not None:  # posted before a restart: that message is the prompt
+            self._shown[request.approval_id] = (found, request.tool)
+            return
         arguments = request.arguments[:MAX_APPROVAL_ARGUMENTS]
         text = port.escape(f"May I run {request.tool}?\n{arguments}")
         buttons = [
@@ -41,7 +64,6 @@ class ApprovalPrompts:
             Button("deny", "Deny", request.approval_id, "danger"),
             Button("always", "Always", request.approval_id),
         ]
-        key = new_key()
         message_id = await self._calls.retried(
             "ask for approval", partial(port.post_buttons, self._to, text, buttons, key=key)
         )

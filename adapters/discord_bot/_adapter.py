@@ -387,6 +387,11 @@ class DiscordAdapter:
                 logger=log,
             )
         except DiscordApiError as exc:
+            if exc.status == 409:
+                # The message already has its thread (the same event delivered again, as a
+                # resumed gateway replays it): a thread started from a message has the
+                # message's id, so it is the same session and the gateway admits it once.
+                return message.message_id
             log.warning("discord: could not start a thread in %s: %s", message.channel_id, exc)
             await renderer.note(
                 Conversation(message.channel_id), f"Sorry, I could not start a thread here: {exc}"

@@ -39,6 +39,7 @@ MAX_RATELIMIT_WAIT_S = 30.0  # discord.py's minimum for max_ratelimit_timeout
 USER_MESSAGE_TYPES = frozenset({discord.MessageType.default, discord.MessageType.reply})
 NO_PINGS = discord.AllowedMentions.none()  # model output never pings anyone (@everyone included)
 CUSTOM_ID_PREFIX = "netclaw:"  # our buttons' custom_ids: netclaw:<action>:<value>
+THREAD_EXISTS = 160004  # Discord's error code: "A thread has already been created for this message"
 
 
 def intents() -> discord.Intents:
@@ -240,6 +241,8 @@ def translate_error(exc: BaseException, what: str, *, token_env: str | None = No
         return DiscordApiError(
             f"could not {what}: Discord says it does not exist (404: {exc.text})", status=404
         )
+    if isinstance(exc, discord.HTTPException) and exc.code == THREAD_EXISTS:
+        return DiscordApiError(f"could not {what}: the message already has a thread", status=409)
     if isinstance(exc, discord.HTTPException):
         status = exc.status
         return DiscordApiError(
@@ -353,7 +356,7 @@ class ClientPort:
                 await self.create_thread(channel, message_id, text.splitlines()[0][:90] or "netclaw")
             )
         except DiscordApiError as exc:
-            if exc.status not in (400, 409):  # 400 / 160004: a thread already exists for it
+            if exc.status not in (400, 409):  # 409: a thread already exists for it (160004)
                 raise
             return Conversation(message_id)
 

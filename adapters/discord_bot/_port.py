@@ -69,7 +69,8 @@ class DiscordPort(ChatPort, Protocol):
     channel id (``Conversation(thread_id)``); a thread id is also a channel id."""
 
     async def create_thread(self, channel_id: str, message_id: str, name: str) -> str:
-        """Start a public thread from a message; returns the thread id."""
+        """Start a public thread from a message; returns the thread id (on Discord, the
+        message's). DiscordApiError with status 409 when the message already has a thread."""
         ...
 
     async def history(self, channel_id: str, before: str, limit: int) -> list[DiscordMessage]:

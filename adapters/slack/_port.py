@@ -177,6 +177,9 @@ class SlackPort:
             for message in field_of(response, "messages") or []:
                 payload = (message.get("metadata") or {}).get("event_payload") or {}
                 if payload.get("marker") == marker:
+                    if any(b.get("type") == "actions" for b in message.get("blocks") or []):
+                        # Buttons posted before a restart: an edit must replace them too.
+                        self._with_buttons.add(str(message["ts"]))
                     return str(message["ts"])
             cursor = (field_of(response, "response_metadata") or {}).get("next_cursor") or None
             if not cursor:

@@ -8,7 +8,10 @@ error (before doing anything), as the real port does when Discord answers 429.
 :class:`FakeDiscordServer` stands in for Discord itself behind the *real* port: a small REST
 API (``/api/v10``: login, application info, threads, messages and channel history,
 reactions, typing, interaction callbacks; attachments on a CDN path) and a gateway websocket (HELLO → IDENTIFY → READY + GUILD_CREATE,
-then the dispatches a test pushes: messages, button presses), on its own loop thread.
+then the dispatches a test pushes: messages, button presses, a message dispatched again),
+on its own loop thread. As on Discord, a thread started from a message has the message's id,
+and a second thread from the same message is refused (400, code 160004). ``shown`` keeps
+every text each bot message showed, with when.
 :meth:`FakeDiscordServer.install` points discord.py at it.
 Only what netclaw's client uses is implemented.
 """
@@ -136,6 +139,8 @@ class FakeDiscordServer:
         self._limits: deque[float] = deque()  # retry_after for the next message POSTs
         self._nonces: dict[str, str] = {}
         self.cdn: dict[str, bytes] = {}  # attachment url -> bytes
+        # Every text each bot message showed, with when (monotonic): sent, then each edit.
+        self.shown: dict[str, list[tuple[float, str]]] = {}  # message id -> [(at, text)]
         self._ids = itertools.count(800_001)
         self._seq = itertools.count(1)
         self._ws: web.WebSocketResponse | None = None
@@ -211,6 +216,12 @@ class FakeDiscordServer:
             asyncio.run_coroutine_threadsafe(self._dispatch("MESSAGE_CREATE", message), self._loop).result(10)
         return str(message["id"])
 
+    def redeliver(self, message_id: str) -> None:
+        """The gateway dispatches a message's MESSAGE_CREATE again (as a resumed gateway
+        session replays events the client may already have had)."""
+        message = self.messages[message_id]
+        asyncio.run_coroutine_threadsafe(self._dispatch("MESSAGE_CREATE", message), self._loop).result(10)
+
     def people_thread(self, name: str, *, owner_id: str = "42") -> str:
         """A thread people opened in the channel (not the bot: no session yet). Its id."""
         thread = self._thread_payload(str(next(self._ids)), name, self.channel_id, owner_id, None)
@@ -222,14 +233,18 @@ class FakeDiscordServer:
         component) on the gateway. Returns the interaction id."""
         message = self.messages[message_id]
         channel_id = str(message["channel_id"])
-        interaction = {
+        interaction: dict[str, Any] = {
             "id": str(next(self._ids)),
             "application_id": self.bot_id,
             "type": 3,  # MESSAGE_COMPONENT
             "data": {"custom_id": custom_id, "component_type": 2},
             "guild_id": self.guild_id,
             "channel_id": channel_id,
-            "channel": {"id": channel_id, "type": 0, "guild_id": self.guild_id, "name": "general"},
+            # The channel as Discord describes it (a client that has not cached it, as after
+            # a restart, builds it from this): a thread, or the text channel.
+            "channel": next(
+                (t for t in list(self.threads) if t["id"] == channel_id), self._guild()["channels"][0]
+            ),
             "member": {
                 "user": user_payload(user_id, "alice"),
                 "roles": [],
@@ -353,8 +368,15 @@ class FakeDiscordServer:
 
     async def _create_thread(self, request: web.Request) -> web.Response:
         body = await request.json()
+        starter = request.match_info["mid"]
+        if any(t["id"] == starter for t in self.threads):
+            # As Discord: a message starts one thread, whose id is the message's.
+            return _json(
+                {"message": "A thread has already been created for this message", "code": 160004},
+                status=400,
+            )
         thread = self._thread_payload(
-            str(next(self._ids)),
+            starter,
             body["name"],
             request.match_info["cid"],
             self.bot_id,
@@ -432,6 +454,7 @@ class FakeDiscordServer:
             message["nonce"] = nonce
             self._nonces[nonce] = message["id"]
         self.messages[message["id"]] = message
+        self.shown[message["id"]] = [(time.monotonic(), str(message["content"]))]
         return _json(message)
 
     async def _history(self, request: web.Request) -> web.Response:
@@ -457,6 +480,7 @@ class FakeDiscordServer:
             return _json({"message": "Unknown Message", "code": 10008}, status=404)
         body = await request.json()
         message["content"] = body["content"]
+        self.shown.setdefault(message["id"], []).append((time.monotonic(), str(body["content"])))
         if "components" in body:  # `view=None` sends [] (the buttons go)
             message["components"] = body["components"]
         message["edited_timestamp"] = TIMESTAMP
@@ -483,7 +507,11 @@ class FakeDiscordServer:
         """An interaction follow-up (``interaction.followup.send``); flags 64 = ephemeral."""
         body = await request.json()
         self.followups.append(
-            {"content": body.get("content"), "ephemeral": bool(int(body.get("flags") or 0) & 64)}
+            {
+                "content": body.get("content"),
+                "ephemeral": bool(int(body.get("flags") or 0) & 64),
+                "token": request.match_info["token"],  # the interaction's: says who pressed
+            }
         )
         message = self._message("0", str(body.get("content") or ""), self.bot)
         return _json(message)

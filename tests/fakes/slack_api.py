@@ -24,7 +24,7 @@ next N calls of a method and then drops the connection instead of answering (a l
 response). :meth:`FakeSlack.redeliver` sends an envelope's event again as Slack does
 after a slow ack (same ``event_id``, ``retry_attempt`` set); :meth:`FakeSlack.click`
 presses a button (an ``interactive`` envelope); :meth:`FakeSlack.close_socket` closes the
-WebSocket to force a reconnect.
+WebSocket to force a reconnect. ``shown`` keeps every text each bot message showed, with when.
 
 :class:`FakeSlackThread` runs one on its own loop for sync tests.
 """
@@ -117,6 +117,8 @@ class FakeSlack:
         self.ephemeral: list[
             dict[str, Any]
         ] = []  # chat.postEphemeral: {"channel", "user", "text", "thread_ts"}
+        # Every text each bot message showed, with when (monotonic): posted, then each update.
+        self.shown: dict[str, list[tuple[float, str]]] = {}  # message ts -> [(at, text)]
 
     # ----- lifecycle
 
@@ -394,6 +396,11 @@ class FakeSlack:
     def calls_of(self, method: str) -> list[ApiCall]:
         return [c for c in self.calls if c.method == method]
 
+    @property
+    def sockets(self) -> list[Socket]:
+        """Every Socket Mode connection so far, open or closed."""
+        return list(self._sockets)
+
     def bot_messages(self, channel: str, thread_ts: str | None = None) -> list[dict[str, Any]]:
         """The bot's messages in ``channel`` (in thread ``thread_ts`` if given), oldest first."""
         return [
@@ -543,6 +550,7 @@ class FakeSlack:
             message["blocks"] = json.loads(blocks) if isinstance(blocks, str) else blocks
         message["edits"] = []
         self.messages.setdefault(str(channel), []).append(message)
+        self.shown[message["ts"]] = [(time.monotonic(), str(text or ""))]
         return {"ok": True, "channel": channel, "ts": message["ts"], "message": _public(message)}
 
     def _update(self, args: dict[str, Any]) -> dict[str, Any]:
@@ -553,6 +561,7 @@ class FakeSlack:
             return {"ok": False, "error": "cant_update_message"}
         message["edits"].append(message["text"])
         message["text"] = args.get("text")
+        self.shown.setdefault(message["ts"], []).append((time.monotonic(), str(message["text"] or "")))
         if "blocks" in args:
             blocks = args["blocks"]
             message["blocks"] = json.loads(blocks) if isinstance(blocks, str) else blocks
@@ -864,6 +873,19 @@ class FakeSlackThread:
     def find(self, channel: str, ts: str) -> dict[str, Any] | None:
         return self._call(lambda: _copy(self.server.find(channel, ts)))
 
+    def shown(self, ts: str) -> list[tuple[float, str]]:
+        """Every text the bot message ``ts`` showed, with when (monotonic)."""
+        return self._call(lambda: list(self.server.shown.get(ts, [])))
+
+    def file_data(self, file_id: str) -> tuple[str, bytes] | None:
+        """(name, bytes) of a file the bot uploaded (or a person shared)."""
+
+        def read() -> tuple[str, bytes] | None:
+            entry = self.server.files.get(file_id)
+            return None if entry is None or entry.get("data") is None else (entry["name"], entry["data"])
+
+        return self._call(read)
+
     @property
     def acks(self) -> list[dict[str, Any]]:
         return self._call(lambda: list(self.server.acks))
@@ -871,6 +893,10 @@ class FakeSlackThread:
     @property
     def connections(self) -> int:
         return self.server.connections
+
+    def live_sockets(self) -> int:
+        """Socket Mode connections open now."""
+        return self._call(lambda: len([s for s in self.server.sockets if not s.ws.closed]))
 
 
 def _copy(message: dict[str, Any] | None) -> dict[str, Any] | None:

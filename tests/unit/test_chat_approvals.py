@@ -61,6 +61,27 @@ async def test_a_request_is_retried_through_transient_failures() -> None:
     assert port.count("post_buttons") == 2 and len(port.in_channel("C1")) == 1
 
 
+async def test_a_request_replayed_to_a_new_subscription_is_not_shown_twice() -> None:
+    port = FakeChatPort()
+    prompts = ApprovalPrompts(PlatformCalls(port), TO)
+    await prompts.ask(request())
+    await prompts.ask(request())  # a second subscription: the session replays what is pending
+    assert len(port.in_channel("C1")) == 1 and port.count("post_buttons") == 1
+
+
+async def test_a_prompt_posted_before_a_restart_is_found_and_its_decision_edits_it() -> None:
+    port = FakeChatPort()
+    await ApprovalPrompts(PlatformCalls(port), TO).ask(request())  # the process that crashed
+    [asked] = port.in_channel("C1")
+    again = ApprovalPrompts(PlatformCalls(port), TO)  # the next process, a new renderer
+    await again.ask(request())
+    assert port.in_channel("C1") == [asked] and port.count("post_buttons") == 1
+    await again.show_decision(
+        out.ApprovalDecided(session_id=SID, approval_id="ap_1", decision="approve", by="carol")
+    )
+    assert asked.text == "shell: approve by carol" and asked.buttons == ()
+
+
 class Told:
     def __init__(self) -> None:
         self.said: list[str] = []
