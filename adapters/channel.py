@@ -66,7 +66,7 @@ class Capabilities:
     files_out: bool = False  # the agent's files (share_file) reach people
     typing: bool = False  # a "typing" or "working on it" indicator
     message_limit: int = 0  # characters in one message; longer replies are split (0: no limit)
-    edit_interval_s: float = 0.0  # the least time between two edits of a message (rate limits)
+    edit_interval_s: float = 0.0  # the least time between two streaming edits of a message (rate limits)
 
     def summary(self) -> str:
         parts = [self.conversations, f"approvals by {self.approvals}"]
