@@ -332,6 +332,7 @@ class TelegramAdapter:
             if (
                 not message.is_private
                 and not message.from_bot
+                and not message.text.startswith("/")  # a command for another bot says nothing
                 and message.chat_id in self.config.channels
                 and await self._knows(session_id)
             ):
@@ -350,7 +351,8 @@ class TelegramAdapter:
             await renderer.note(target, refused)
         if not message.text.strip() and not files:
             return None
-        earlier = self._asides.take(session_id)
+        # What was said meanwhile goes with the next message to the model (a command keeps it).
+        earlier = [] if parse_command(message.text) is not None else self._asides.take(session_id)
         inbound = Inbound(
             session_id,
             message.text,

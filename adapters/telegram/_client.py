@@ -14,8 +14,10 @@ Rate limits: Telegram answers flood control with HTTP 429 and ``retry_after``. T
 does not retry; the answer becomes a transient :class:`TelegramApiError` carrying
 ``retry_after``, which the renderer's retries (:mod:`netclaw.retry`) honour. Until then
 the port refuses further calls to that chat itself (Telegram extends the wait for each
-call made during it), and paces edits in a group to one every
-:data:`GROUP_EDIT_GAP_S` (Telegram allows about 20 messages a minute in one group).
+call made during it), and paces edits: one a second in a chat (:data:`EDIT_GAP_S`), one
+every :data:`GROUP_EDIT_GAP_S` in a group (Telegram allows about 20 messages a minute
+there). A paced edit is refused with how long to wait: a streaming update is shown by
+the next one, a final one is retried after it.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ from telegram.error import (
     TelegramError,
 )
 from telegram.request import HTTPXRequest
+from telegram.warnings import PTBDeprecationWarning
 
 from adapters.chat import Button, ButtonClick, Conversation, MessageRef
 from adapters.telegram._port import (
@@ -68,11 +71,16 @@ from adapters.telegram._posted import PostedMessages
 
 log = logging.getLogger("adapters.telegram")
 
+# The library warns, on every flood-control answer, that RetryAfter.retry_after becomes a
+# timedelta in its next major version; both types are read here (``_seconds``).
+warnings.filterwarnings("ignore", message=r".*`retry_after` will be of type", category=PTBDeprecationWarning)
+
 T = TypeVar("T")
 
 DEFAULT_API_URL = "https://api.telegram.org"
 ALLOWED_UPDATES = ("message", "callback_query")  # what the bot asks Telegram for
-GROUP_EDIT_GAP_S = 3.0  # the least time between two edits in one group (~20 messages a minute)
+EDIT_GAP_S = 1.0  # the least time between two edits in one chat (about a message a second)
+GROUP_EDIT_GAP_S = 3.0  # ... in one group (about 20 messages a minute)
 ANSWER_CLICK_AFTER_S = 1.0  # a press not answered by then is answered without a text
 NO_PREVIEWS = LinkPreviewOptions(is_disabled=True)  # a model's links never unfurl
 ANONYMOUS_ADMIN_ID = 1087968824  # @GroupAnonymousBot: an admin posting as the group
@@ -187,7 +195,7 @@ def translate_error(exc: BaseException, what: str, *, token_env: str | None = No
         return exc
     if isinstance(exc, RetryAfter):
         with warnings.catch_warnings():  # an int today, a timedelta in the next major version
-            warnings.simplefilter("ignore")
+            warnings.simplefilter("ignore", PTBDeprecationWarning)
             return rate_limited(_seconds(exc.retry_after), what)
     if isinstance(exc, InvalidToken):
         where = f" in {token_env}" if token_env else ""
@@ -258,7 +266,7 @@ class BotPort:
         self._bot = bot
         self._posted = posted
         self._blocked_until: dict[str, float] = {}  # chat → monotonic end of its flood wait
-        self._last_edit: dict[str, float] = {}  # group chat → monotonic time of its last edit
+        self._last_edit: dict[str, float] = {}  # chat → monotonic time of its last edit
         self._answers: set[asyncio.Task[None]] = set()
 
     @property
@@ -352,21 +360,20 @@ class BotPort:
         return to
 
     async def edit(self, to: Conversation, message_id: str, text: str) -> None:
-        if _is_group(to.channel):
-            left = self._last_edit.get(to.channel, 0.0) + GROUP_EDIT_GAP_S - time.monotonic()
-            if left > 0:  # the group's pace: the renderer shows the newer text a moment later
-                raise TelegramApiError(
-                    f"editing in group {to.channel} again in {left:.1f}s (Telegram's pace for groups)",
-                    retry_after=left,
-                    transient=True,
-                )
+        gap = GROUP_EDIT_GAP_S if _is_group(to.channel) else EDIT_GAP_S
+        left = self._last_edit.get(to.channel, 0.0) + gap - time.monotonic()
+        if left > 0:  # the chat's pace: a streaming edit waits for the next one, a final one retries
+            raise TelegramApiError(
+                f"editing in chat {to.channel} again in {left:.1f}s (Telegram's pace)",
+                retry_after=left,
+                transient=True,
+            )
         await self._edit(to, message_id, text, None)
 
     async def _edit(
         self, to: Conversation, message_id: str, text: str, markup: InlineKeyboardMarkup | None
     ) -> None:
-        if _is_group(to.channel):
-            self._last_edit[to.channel] = time.monotonic()
+        self._last_edit[to.channel] = time.monotonic()
 
         async def edit() -> None:
             try:
