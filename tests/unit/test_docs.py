@@ -35,7 +35,7 @@ from netclaw import outputs
 from netclaw.cli import _parser
 from netclaw.cluster.membership import ClusterNode
 from netclaw.commands import Command, parse_command, parse_prompt
-from netclaw.config import Settings, load_settings
+from netclaw.config import Settings, load_settings, settings_model
 from netclaw.gateway import Auditing, ChatInput, Commands, Operator, ToolQuestions
 from netclaw.http.access import permission_for
 from netclaw.http.api import Api
@@ -235,7 +235,11 @@ def config_keys(model: type[BaseModel] = Settings, prefix: str = "") -> Iterator
         value = typing.get_args(extra)[1]
         if isinstance(value, type) and issubclass(value, BaseModel):
             yield f"{prefix}<name>"
-    for name, field in model.model_fields.items():
+    fields = dict(model.model_fields)
+    if not prefix:  # netclaw's own channels beyond Settings' fields (telegram) are its keys too
+        built_in = settings_model().model_fields
+        fields.update({name: built_in[name] for name in sections if name in built_in})
+    for name, field in fields.items():
         annotation = sections.get(name, field.annotation)
         path = f"{prefix}{name}"
         inner, nullable = _model_of(annotation)

@@ -90,7 +90,8 @@ def test_channel_of(session_id: str, channel: str) -> None:
         ("webhook:OPS:t", "public"),  # route names are exact
         ("my-session", "personal"),  # a bare id is an api session
         ("webhook", "personal"),  # no ':' at all: a bare id, not a webhook
-        ("telegram:5", "personal"),  # an unknown prefix is not a chat platform
+        ("telegram:-1001:7", "team"),  # an installed chat channel (a forum topic)
+        ("irc:5", "personal"),  # an unknown prefix is not a chat platform
     ],
 )
 def test_audience_of(with_routes: Settings, session_id: str, audience: str) -> None:

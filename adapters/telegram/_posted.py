@@ -1,0 +1,75 @@
+"""What this bot posted, by idempotency key: Telegram's stand-in for a client nonce.
+
+The Bot API takes no idempotency key and a bot cannot read a chat's history, so Telegram
+itself can never say "this reply is already posted". The port remembers it instead: each
+post that got an answer is recorded here (key → chat and message id) before the post
+returns, in a small SQLite file in the data directory, so it outlives the process. A
+post with a known key edits that message rather than make a second one (a renderer's
+retry, a resumed turn streaming again after a restart), and the outbox's ``find_posted``
+finds a reply a crashed process posted but never marked delivered.
+
+What it cannot cover: a post whose answer was lost (the request reached Telegram, the
+connection broke before the answer) is unknown here, and its retry posts again; and the
+file is one node's (on a cluster the connection moves to another node with its own).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+from pathlib import Path
+
+KEEP_S = 7 * 24 * 3600.0  # a key older than this is forgotten (the outbox looks back minutes)
+
+
+class PostedMessages:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._db: sqlite3.Connection | None = None
+        self._lock = asyncio.Lock()
+
+    async def open(self) -> None:
+        if self._db is None:
+            self._db = await asyncio.to_thread(self._open)
+
+    def _open(self) -> sqlite3.Connection:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute(
+            "CREATE TABLE IF NOT EXISTS posted (key TEXT PRIMARY KEY, chat TEXT NOT NULL, "
+            "message_id TEXT NOT NULL, at REAL NOT NULL)"
+        )
+        db.execute("DELETE FROM posted WHERE at < ?", (time.time() - KEEP_S,))
+        return db
+
+    async def close(self) -> None:
+        db, self._db = self._db, None
+        if db is not None:
+            await asyncio.to_thread(db.close)
+
+    async def find(self, key: str, chat: str, since: float = 0.0) -> str | None:
+        """The message posted with ``key`` in ``chat`` since ``since`` (Unix time)."""
+        db = self._require()
+        async with self._lock:
+            row = await asyncio.to_thread(
+                lambda: db.execute(
+                    "SELECT message_id FROM posted WHERE key = ? AND chat = ? AND at >= ?", (key, chat, since)
+                ).fetchone()
+            )
+        return str(row[0]) if row is not None else None
+
+    async def remember(self, key: str, chat: str, message_id: str) -> None:
+        db = self._require()
+        async with self._lock:
+            await asyncio.to_thread(
+                db.execute,
+                "INSERT OR REPLACE INTO posted (key, chat, message_id, at) VALUES (?, ?, ?, ?)",
+                (key, chat, message_id, time.time()),
+            )
+
+    def _require(self) -> sqlite3.Connection:
+        if self._db is None:
+            raise RuntimeError("the posted-messages record is not open")
+        return self._db

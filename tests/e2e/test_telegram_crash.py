@@ -1,0 +1,98 @@
+"""Telegram through the running daemon (a subprocess, ``telegram.api_url`` pointing at the
+Bot API fake), SIGKILLed while a reply streams: after the restart the turn resumes and
+its reply ends as one message — the one the killed process had started, finished by an
+edit — never a second copy beside it."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.conftest import Daemons, Setup, subprocess_env, wait_until
+from tests.fakes.scripted_openai import Reply, ScriptedOpenAIThread, _last_user_text, without_speaker
+from tests.fakes.telegram_api import ALICE, TOKEN, FakeTelegramThread
+
+pytestmark = pytest.mark.slow
+
+PRIVATE = ALICE["id"]
+LONG = "a considered answer, " * 12 + "done."
+
+
+class Streaming:
+    """Echoes; the first time it is asked to think it streams slowly (the test kills the
+    daemon meanwhile), afterwards at once."""
+
+    def __init__(self) -> None:
+        self.slow_calls = 0
+        self.started = threading.Event()
+
+    def __call__(self, body: dict[str, Any]) -> Reply:
+        text = without_speaker(_last_user_text(body))
+        if not text.startswith("think"):
+            return Reply(text=f"echo: {text}")
+        self.slow_calls += 1
+        if self.slow_calls == 1:
+            self.started.set()
+            return Reply(text=LONG, chunk_size=10, chunk_delay_s=0.5)
+        return Reply(text=LONG)
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeTelegramThread]:
+    """Requested before ``daemons``, so the daemons are killed before it stops."""
+    with FakeTelegramThread() as server:
+        yield server
+
+
+def test_a_reply_streaming_when_the_daemon_is_killed_ends_as_one_message(
+    fake: FakeTelegramThread, tmp_path: Path, scripted: ScriptedOpenAIThread, daemons: Daemons
+) -> None:
+    provider = Streaming()
+    scripted.set_responder(provider)
+    setup = Setup(
+        tmp_path / "site",
+        scripted.base_url,
+        telegram={"enabled": True, "api_url": fake.api_url, "allow_dms": True, "poll_timeout_s": 5},
+    )
+    env = subprocess_env(TELEGRAM_BOT_TOKEN=TOKEN)
+
+    def start() -> Any:
+        return daemons.start(setup.config, setup.data_dir, setup.port, env=env)
+
+    first = start()
+    fake.say(PRIVATE, "hello")
+    fake.wait_for(lambda s: s.bot_texts(PRIVATE) == ["echo: hello"], "the first reply")
+
+    fake.say(PRIVATE, "think it over")
+    assert provider.started.wait(15), "the slow turn never reached the provider"
+    # Killed once part of the reply shows (posted, not yet finished).
+    partial = fake.wait_for(
+        lambda s: next((m for m in s.bot_messages(PRIVATE)[1:] if m.text and m.text != LONG), None),
+        "part of the reply streamed",
+    )
+    first.sigkill()
+    assert partial.text != LONG
+    sends_before = len(fake.calls_of("sendMessage"))
+
+    second = start()
+    fake.wait_for(
+        lambda s: s.bot_texts(PRIVATE) == ["echo: hello", LONG],
+        f"the resumed reply, once (so far {fake.bot_texts(PRIVATE)})",
+        timeout=30,
+    )
+    assert provider.slow_calls == 2  # the turn ran again after the restart
+    # The message the killed process started was finished in place: no new post for it.
+    finished = fake.read(lambda s: s.find(PRIVATE, partial.data["message_id"]))
+    assert finished is not None and finished.text == LONG and not finished.deleted
+    assert len(fake.calls_of("sendMessage")) == sends_before
+
+    fake.say(PRIVATE, "still there?")
+    fake.wait_for(lambda s: len(s.bot_texts(PRIVATE)) == 3, "the next reply")
+    assert fake.bot_texts(PRIVATE) == ["echo: hello", LONG, "echo: still there?"]
+    users = [m["content"] for m in second.session(f"telegram:{PRIVATE}")["messages"] if m["role"] == "user"]
+    assert [without_speaker(u) for u in users] == ["hello", "think it over", "still there?"]
+    wait_until(lambda: second.health()["adapters"]["telegram"]["state"] == "running", 5, "telegram running")
