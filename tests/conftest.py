@@ -14,7 +14,7 @@ import httpx
 import pykka
 import pytest
 
-from netclaw.config import Settings
+from netclaw.config import Settings, settings_model
 from netclaw.daemon import Daemon
 from netclaw.security.control_token import read_control_token
 from tests.fakes.scripted_openai import ScriptedOpenAIThread
@@ -65,7 +65,7 @@ def settings_data(data_dir: Path, base_url: str, /, **sections: Any) -> dict[str
 @pytest.fixture
 def make_settings(tmp_path: Path, scripted: ScriptedOpenAIThread) -> Callable[..., Settings]:
     def make(**sections: Any) -> Settings:
-        return Settings(**settings_data(tmp_path / "data", scripted.base_url, **sections))
+        return settings_model()(**settings_data(tmp_path / "data", scripted.base_url, **sections))
 
     return make
 
