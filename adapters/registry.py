@@ -30,6 +30,7 @@ BUILT_IN = {
     "webhooks": "adapters.webhook:CHANNEL",
     "slack": "adapters.slack:CHANNEL",
     "discord": "adapters.discord_bot:CHANNEL",
+    "matrix": "adapters.matrix:CHANNEL",
 }
 
 
