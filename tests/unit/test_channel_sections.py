@@ -31,7 +31,7 @@ from netclaw.config import (
 from netclaw.errors import ConfigError
 from netclaw.security.policy import audience_of
 
-HEAVY = ["pykka", "aiohttp", "aiosqlite", "httpx", "sqlite3", "slack_sdk", "slack_bolt", "discord"]
+HEAVY = ["pykka", "aiohttp", "aiosqlite", "httpx", "sqlite3", "slack_sdk", "slack_bolt", "discord", "nio"]
 ROUTE = {"auth": {"type": "hmac", "secret_env": "HOOK_SECRET"}, "audience": "team"}
 
 
@@ -59,7 +59,7 @@ def test_importing_adapters_registers_every_section_and_loads_no_adapter() -> No
         settings = Settings()
         print(json.dumps([
             [type(settings.webhooks).__name__, type(settings.slack).__name__, type(settings.discord).__name__],
-            [m for m in {[*HEAVY, "netclaw.gateway", "adapters.chat", "adapters.slack._adapter"]!r} if m in sys.modules],
+            [m for m in {[*HEAVY, "netclaw.gateway", "adapters.chat", "adapters.slack._adapter", "adapters.matrix._adapter"]!r} if m in sys.modules],
         ]))
     """
     sections, loaded = json.loads(run(probe))
@@ -69,6 +69,7 @@ def test_importing_adapters_registers_every_section_and_loads_no_adapter() -> No
         "webhooks",
         "slack",
         "discord",
+        "matrix",
     }
 
 
