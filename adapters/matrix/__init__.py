@@ -1,9 +1,10 @@
 """The Matrix channel adapter (matrix-nio): a room's thread is a session, a direct chat is one.
 
 matrix-nio rather than mautrix: nio is a client library (mautrix's strength is bridges and
-appservices), its core is sans-I/O with an aiohttp transport — the HTTP stack netclaw
-already runs on — and it parses /sync and keeps room state (members' display names,
-encryption) without a database. The modules:
+appservices, with a database of its own), its core is sans-I/O with an aiohttp transport —
+the HTTP stack netclaw already runs on — and it needs no store without encryption. netclaw
+uses its client for sending and the session; events are normalised from their JSON here
+(``_events``), so the adapter never depends on nio's event classes. The modules:
 
 - ``_port``: the narrow platform port (the chat port plus sync, rooms, events, media),
   its error type, normalised messages, reactions and invites.

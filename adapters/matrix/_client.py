@@ -1,13 +1,15 @@
 """Everything that touches matrix-nio: the connection, the real port and the translation
-of nio's errors into netclaw's (imported only when the adapter starts, so a daemon without
+of errors into netclaw's (imported only when the adapter starts, so a daemon without
 matrix-nio installed still runs; ``check()`` reports it).
 
-nio does the sync long-poll and keeps the rooms' state from it (members and their display
-names, whether a room is encrypted); sending, editing, redacting, reactions, joins and
-typing go through its calls. What it lacks or does differently goes straight to the
-client-server API over nio's session: account data (the sync position, m.direct),
-leaving with a reason, the thread and message listings, and media (nio's download uses the
-unauthenticated media path Synapse no longer serves by default, and reads a file of any size).
+nio gives the logged-in client and its aiohttp session, whoami and the profile, sending
+(``room_send`` with our transaction id), redactions, joins and typing. The sync is read as
+the homeserver's JSON, over nio's session: nio's parsed events drop parts of what they were
+parsed from (an invite's member event loses its content, so ``is_direct`` with it), and
+``_events.py`` normalises the JSON itself. Account data (the sync position, m.direct),
+leaving with a reason, thread and message listings and media go straight to the
+client-server API as well (nio's download uses the unauthenticated media path Synapse no
+longer serves by default, and reads a file of any size).
 
 nio retries neither rate limits nor timeouts here (``max_limit_exceeded=0``,
 ``max_timeouts=0``): a 429 reaches the renderer as a transient :class:`MatrixApiError`
@@ -35,6 +37,7 @@ from adapters.matrix._events import (
     RoomNames,
     encrypted_room,
     invite_of,
+    joined_now,
     message_of,
     reaction_key,
     room_events,
@@ -215,7 +218,8 @@ class ClientPort:
             if encrypted_room([*state, *timeline]):
                 batch.encrypted.append(room_id)
                 continue
-            if (joined.get("timeline") or {}).get("limited") and since is not None:
+            just_joined = any(joined_now(e, me) for e in timeline)  # history came along: no gap
+            if (joined.get("timeline") or {}).get("limited") and since is not None and not just_joined:
                 batch.limited.append(room_id)
             self._names.learn(room_id, [*state, *timeline])
             known = self._names.known(room_id)

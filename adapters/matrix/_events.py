@@ -84,7 +84,7 @@ def room_events(
     history the bot's own join brought along."""
     start = 0
     for index, event in enumerate(timeline):
-        if _joined_now(event, me):
+        if joined_now(event, me):
             start = index + 1
     names = [n for n in my_names if n]
     found: list[RoomEvent] = []
@@ -101,7 +101,8 @@ def room_events(
     return found
 
 
-def _joined_now(event: Mapping[str, Any], me: str) -> bool:
+def joined_now(event: Mapping[str, Any], me: str) -> bool:
+    """Is this the bot's own join (not a rename of a member already in)?"""
     if event.get("type") != "m.room.member" or event.get("state_key") != me:
         return False
     before = _dict(_dict(event.get("unsigned")).get("prev_content")).get("membership")
