@@ -10,6 +10,7 @@ another.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,7 +20,8 @@ import pytest
 
 from adapters.chat import split_message
 from adapters.matrix import MatrixAdapter
-from adapters.matrix._port import MESSAGE_LIMIT
+from adapters.matrix._client import probe_whoami
+from adapters.matrix._port import MESSAGE_LIMIT, MatrixApiError
 from netclaw.config import Settings, settings_model
 from tests.conftest import DaemonHandle, settings_data
 from tests.fakes.scripted_openai import Reply, ScriptedOpenAIThread, ToolCallSpec
@@ -350,3 +352,17 @@ def test_the_first_start_answers_no_history(world: World) -> None:
     world.wait_texts(room, new, ["echo: new question"])
     assert world.replies(room, old) == []
     assert handle is not None
+
+
+# -- doctor -----------------------------------------------------------------------------------------------
+
+
+def test_the_doctor_probe_logs_in_and_names_a_bad_token(world: World) -> None:
+    room = world.room()
+    handle = world.start(rooms=[room])
+    io = handle.daemon.io
+    assert io is not None
+    said = io.run(world.adapter(handle).probe(), 30)
+    assert said == f"logged in to {world.synapse.url} as {world.bot.user_id}"
+    with pytest.raises(MatrixApiError, match="rejected the access token in MATRIX_ACCESS_TOKEN"):
+        asyncio.run(probe_whoami(world.synapse.url, "not-a-token", "MATRIX_ACCESS_TOKEN"))
