@@ -31,6 +31,7 @@ BUILT_IN = {
     "slack": "adapters.slack:CHANNEL",
     "discord": "adapters.discord_bot:CHANNEL",
     "telegram": "adapters.telegram:CHANNEL",
+    "matrix": "adapters.matrix:CHANNEL",
 }
 
 

@@ -79,7 +79,7 @@ def test_an_installed_channel_joins_netclaw_and_its_section_the_file(
     fresh: types.ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     found = use_entry_points(monkeypatch, ("pager", "fake_channels:PAGER", "netclaw-pager 2.0"))
-    assert [i.name for i in found] == ["webhooks", "slack", "discord", "pager"]
+    assert [i.name for i in found] == ["webhooks", "slack", "discord", "telegram", "matrix", "pager"]
     assert found[-1].channel is PAGER and found[-1].source == "netclaw-pager 2.0" and not found[-1].built_in
 
     config = tmp_path / "netclaw.json"
@@ -121,7 +121,14 @@ def test_a_channel_that_cannot_load_is_kept_with_why_and_the_others_load(
     assert "calls itself 'pager'" in errors[("other", "netclaw-other 1")]
     assert "already provides 'slack'" in errors[("slack", "netclaw-impostor 1")]
     assert "'tools' is one of netclaw.json's own sections" in errors[("tools", "netclaw-clash 1")]
-    assert [i.name for i in found if i.channel is not None] == ["webhooks", "slack", "discord", "pager"]
+    assert [i.name for i in found if i.channel is not None] == [
+        "webhooks",
+        "slack",
+        "discord",
+        "telegram",
+        "matrix",
+        "pager",
+    ]
     assert adapters.channel_named("slack") is not PAGER  # the built-in kept
 
     # The broken one's section loads as written; enabled, it stands in as a failed adapter.
@@ -143,7 +150,7 @@ def test_a_declaration_names_its_own_section_and_its_adapter_by_module_path() ->
 
 def test_the_built_in_channels_declare_what_their_platforms_can_do() -> None:
     by_name = {i.name: i.channel for i in adapters.installed_channels() if i.built_in}
-    assert set(by_name) == {"webhooks", "slack", "discord"}
+    assert set(by_name) == {"webhooks", "slack", "discord", "telegram", "matrix"}
     discord = by_name["discord"]
     assert discord is not None and discord.one_node and discord.capabilities.message_limit == 2000
     slack = by_name["slack"]
@@ -154,8 +161,11 @@ def test_the_built_in_declarations_say_what_their_adapters_do() -> None:
     """The capabilities people read in ``netclaw channels`` are the numbers the adapters use."""
     from adapters.discord_bot import _adapter as discord_adapter
     from adapters.discord_bot import _port as discord_port
+    from adapters.matrix import _port as matrix_port
     from adapters.slack import _adapter as slack_adapter
     from adapters.slack import _port as slack_port
+    from adapters.telegram import _adapter as telegram_adapter
+    from adapters.telegram import _port as telegram_port
 
     slack, discord = adapters.channel_named("slack"), adapters.channel_named("discord")
     assert slack is not None and discord is not None
@@ -163,3 +173,9 @@ def test_the_built_in_declarations_say_what_their_adapters_do() -> None:
     assert slack.capabilities.edit_interval_s == slack_adapter.EDIT_INTERVAL_S
     assert discord.capabilities.message_limit == discord_port.MESSAGE_LIMIT
     assert discord.capabilities.edit_interval_s == discord_adapter.EDIT_INTERVAL_S
+    telegram, matrix = adapters.channel_named("telegram"), adapters.channel_named("matrix")
+    assert telegram is not None and matrix is not None
+    assert telegram.capabilities.message_limit == telegram_port.MESSAGE_LIMIT
+    assert telegram.capabilities.edit_interval_s == telegram_adapter.EDIT_INTERVAL_S
+    assert matrix.capabilities.message_limit == matrix_port.MESSAGE_LIMIT
+    assert matrix.capabilities.edit_interval_s == matrix_port.EDIT_INTERVAL_S
