@@ -2,7 +2,7 @@
 
 Nothing here imports matrix-nio: platform calls go through a :class:`MatrixPort` and what
 the homeserver sends arrives normalised (``_events.py``), so the flow is the same over the
-real client and in tests. How replies appear (streaming by edits, splitting, the 👀,
+real client and in tests. How replies appear (streaming by edits, splitting, the "seen" mark — a read receipt here —,
 notes, approvals, the outbox) is the shared :class:`~adapters.chat.ChatRenderer`'s.
 
 - A message in an allowed room that mentions the bot starts a thread under it; the thread

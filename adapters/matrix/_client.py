@@ -45,6 +45,7 @@ from adapters.matrix._events import (
 from adapters.matrix._port import (
     APPROVAL_REACTIONS,
     MESSAGE_LIMIT,
+    SEEN_REACTION,
     MatrixApiError,
     MatrixMessage,
     SyncBatch,
@@ -408,6 +409,16 @@ class ClientPort:
                 raise
 
     async def react(self, message: MessageRef, reaction: str, *, add: bool) -> None:
+        if reaction == SEEN_REACTION:
+            # "Seen, working on it" is a read receipt here (typing shows the work): a receipt
+            # is ephemeral, while a reaction is a room event — the homeserver persists it in
+            # the room's order, so the reply waits behind it (about half of a reply's time on
+            # a small Synapse: bench/channels.py), and its removal leaves a redaction in
+            # everyone's history. A receipt stays; it only says the message was read.
+            if add:
+                path = f"/_matrix/client/v3/rooms/{quoted(message.channel)}/receipt/m.read/{quoted(message.message_id)}"
+                await self._raw("POST", path, "mark a message read", {})
+            return
         slot = (message.channel, message.message_id, reaction)
         if add:
             if slot in self._reactions:

@@ -20,7 +20,9 @@ from adapters.chat import ChatApiError, ChatPort
 # twice (the fallback body and m.new_content), so a message stays well under that.
 MESSAGE_LIMIT = 4000
 EDIT_INTERVAL_S = 2.0  # Synapse allows a burst of edits, then about one every few seconds
-SEEN_REACTION = "\N{EYES}"  # on a message while its turn runs
+# The renderer's "working on it" mark. On Matrix it is shown as a read receipt, not as a
+# reaction (ClientPort.react): see there why.
+SEEN_REACTION = "\N{EYES}"
 # How people decide an approval: a reaction on its prompt (also: a reply saying the word).
 APPROVAL_REACTIONS = {
     "approve": "\N{THUMBS UP SIGN}",

@@ -141,15 +141,25 @@ def test_a_mention_starts_a_thread_and_the_thread_continues_without_one(world: W
     sessions = {s["id"] for s in handle.http.get("/api/sessions").json()}
     assert sessions == {session, session.rsplit(":", 1)[0] + ":" + marker[1:].replace("_", "_5F")}
 
-    # The 👀 came off each message once its turn ended.
-    def eyes_left() -> list[dict[str, Any]]:
-        return [
-            e
-            for e in world.alice.messages(room)
-            if e.get("type") == "m.reaction" and e.get("sender") == world.bot.user_id and e.get("content")
-        ]
+    # "Seen, working on it" is a read receipt (ephemeral), never a reaction in the room's history.
+    def read_by_bot() -> set[str]:
+        body = world.alice.call("GET", "/sync", params={"timeout": "0"})
+        ephemeral = body["rooms"]["join"].get(room, {}).get("ephemeral", {}).get("events", [])
+        return {
+            event_id
+            for e in ephemeral
+            if e.get("type") == "m.receipt"
+            for event_id, kinds in e["content"].items()
+            if world.bot.user_id in (kinds.get("m.read") or {})
+        }
 
-    world.alice.wait_for("no 👀 left", lambda: not eyes_left())
+    world.alice.wait_for("the bot's read receipt", read_by_bot)
+    reactions = [
+        e
+        for e in world.alice.messages(room)
+        if e.get("type") == "m.reaction" and e.get("sender") == world.bot.user_id
+    ]
+    assert reactions == [], "the bot reacted in the room's history"
 
 
 def test_people_and_rooms_outside_the_allowlists_get_no_turn(world: World) -> None:
