@@ -1,6 +1,6 @@
 """A throwaway Synapse homeserver for tests: the real ``matrix-synapse`` from PyPI, in its own
 virtualenv (its pins are not ours), on 127.0.0.1 with SQLite in a temporary directory, no
-federation, no TLS, rate limits raised for tests. Found through ``$NETCLAW_SYNAPSE_PYTHON``
+federation, no TLS, rate limits raised for tests. Found through ``$SYNAPSE_PYTHON_FOR_TESTS``
 (that venv's python) or ``/opt/synapse/bin/python``; tests skip, saying so, without it
 (``.ci/run`` installs it, and sets REQUIRE_SYNAPSE_FOR_TESTS so CI never skips).
 
@@ -28,7 +28,7 @@ from typing import Any
 import httpx
 import pytest
 
-PYTHON_ENV = "NETCLAW_SYNAPSE_PYTHON"
+PYTHON_ENV = "SYNAPSE_PYTHON_FOR_TESTS"
 DEFAULT_PYTHON = "/opt/synapse/bin/python"
 REQUIRE_ENV = "REQUIRE_SYNAPSE_FOR_TESTS"  # CI sets it: a missing Synapse fails, never skips
 START_TIMEOUT_S = 90.0  # a bound, not a pause: start-up takes a few seconds, more on a busy machine
