@@ -20,7 +20,7 @@ from netclaw.config import settings_model
 from netclaw.daemon import Daemon
 from netclaw.security.policy import default_scope
 from netclaw.security.roles import speaker_of
-from tests.conftest import DaemonHandle, settings_data
+from tests.conftest import DaemonHandle, settings_data, wait_until
 from tests.fakes.scripted_openai import Reply, ScriptedOpenAIThread, ToolCallSpec
 from tests.fakes.telegram_api import ALICE, BOB, BOT_USERNAME, TOKEN, FakeTelegramThread
 
@@ -183,8 +183,16 @@ def test_in_a_group_the_bot_answers_mentions_replies_and_commands(
     fake.say(GROUP, f"{MENTION} and now?")
     fake.wait_for(lambda s: any("and now?" in t for t in s.bot_texts(GROUP)), "the next reply")
     assert user_texts(handle, sid) == ["what time is it?", "thanks, and tomorrow?", "and now?"]
+    # The reply shows before its turn is recorded: wait for the turn, not for the reply.
+    wait_until(
+        lambda: any(
+            "I think it rains tomorrow" in str(m.get("content"))
+            for m in handle.transcript(sid, view="context")
+        ),
+        10,
+        "the aside read by the turn",
+    )
     last = handle.transcript(sid, view="context")
-    assert any("I think it rains tomorrow" in str(m.get("content")) for m in last), "the aside was not read"
     assert not any("/status@other_bot" in str(m.get("content")) for m in last)
 
 
