@@ -117,10 +117,25 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "import a_library_that_is_not_installed  # noqa: F401\n", encoding="utf-8"
     )
     env = root / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(env)], check=True)
+    # No pip of its own (ensurepip takes seconds): this interpreter's pip installs into it.
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(env)], check=True
+    )
     for package in (root / "netclaw-relay", broken):
         done = subprocess.run(
-            [str(env / "bin" / "pip"), "install", "--quiet", "--no-deps", str(package)],
+            # The build backend (hatchling) comes from netclaw's environment (its dev extra).
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "--python",
+                str(env / "bin" / "python"),
+                "install",
+                "--quiet",
+                "--no-deps",
+                "--no-build-isolation",
+                str(package),
+            ],
             capture_output=True,
             text=True,
             timeout=240,
