@@ -124,6 +124,8 @@ class SynapseServer:
             "presence": {"enabled": False},
             "url_preview_enabled": False,
             "max_upload_size": "50M",
+            # Registering hashes the password: the fewest rounds bcrypt takes (12 cost ~0.5 s a user).
+            "bcrypt_rounds": 4,
             **RATE_LIMITS,
         }
         extra = self.root / "overrides.yaml"
@@ -195,9 +197,9 @@ class SynapseServer:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-def synapse_for_tests() -> Iterator[SynapseServer]:
-    """A started server for a fixture to yield, stopped after. Skips, saying why, when no
-    Synapse is installed (fails instead under REQUIRE_SYNAPSE_FOR_TESTS)."""
+def require_synapse() -> str:
+    """The python of Synapse's venv. Skips the test, saying why, when no Synapse is
+    installed (fails instead under REQUIRE_SYNAPSE_FOR_TESTS)."""
     python = synapse_python()
     if python is None:
         why = (
@@ -207,7 +209,12 @@ def synapse_for_tests() -> Iterator[SynapseServer]:
         if os.environ.get(REQUIRE_ENV):
             pytest.fail(why)
         pytest.skip(why)
-    server = SynapseServer(python).start()
+    return python
+
+
+def synapse_for_tests() -> Iterator[SynapseServer]:
+    """A started server for a fixture to yield, stopped after (:func:`require_synapse`)."""
+    server = SynapseServer(require_synapse()).start()
     try:
         yield server
     finally:
