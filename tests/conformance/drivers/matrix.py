@@ -114,9 +114,14 @@ class RoomWatch:
         self._sync(0)  # what the room holds already, before anyone reads
         self._thread.start()
 
+    def ending(self) -> None:
+        """Sync no more: the long-poll under way ends at once if the homeserver goes."""
+        self._stopping.set()
+
     def stop(self) -> None:
         self._stopping.set()
-        self._thread.join(WATCH_TIMEOUT_MS / 1000 + 35)
+        if self._thread.is_alive():
+            self._thread.join(WATCH_TIMEOUT_MS / 1000 + 35)
         self._http.close()
 
     def events(self) -> list[dict[str, Any]]:
@@ -249,12 +254,15 @@ class MatrixDriver:
             raise
 
     def stop(self) -> None:
-        if self.watch is not None:
-            self.watch.stop()
-        for user in [*self.people.values(), *([self.bot] if self.bot else [])]:
-            user.close()
+        watch, self.watch = self.watch, None
+        if watch is not None:
+            watch.ending()
         if self.synapse is not None:
             self.synapse.stop()
+        if watch is not None:
+            watch.stop()
+        for user in [*self.people.values(), *([self.bot] if self.bot else [])]:
+            user.close()
 
     def sections(self) -> dict[str, Any]:
         assert self.synapse is not None
