@@ -10,6 +10,7 @@ HTTP (httpx): what a Matrix client would send, independent of the library netcla
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import json
@@ -65,7 +66,7 @@ def _free_port() -> int:
 
 
 class SynapseServer:
-    """``start()`` → generate a config, start ``synapse.app.homeserver``, wait for /health;
+    """``start()`` → write a config, start ``synapse.app.homeserver``, wait for /health;
     ``register(name)``; ``stop()``."""
 
     def __init__(self, python: str) -> None:
@@ -77,30 +78,19 @@ class SynapseServer:
         self.log = self.root / "synapse.out"
         self._proc: subprocess.Popen[bytes] | None = None
 
-    def _generate(self) -> list[str]:
-        base = self.root / "homeserver.yaml"
-        subprocess.run(
-            [
-                self.python,
-                "-m",
-                "synapse.app.homeserver",
-                "--server-name",
-                SERVER_NAME,
-                "--config-path",
-                str(base),
-                "--data-directory",
-                str(self.root),
-                "--generate-config",
-                "--report-stats=no",
-            ],
-            check=True,
-            capture_output=True,
-            cwd=self.root,
-            timeout=120,
-        )
-        # A second config file overrides the generated one key by key (JSON is YAML).
-        overrides = {
+    def _write_config(self) -> list[str]:
+        """The whole config, written here rather than by ``--generate-config`` (a second
+        Synapse process, ~2 s): the keys it would generate are random strings and an
+        ed25519 signing key, whose file holds an unpadded base64 seed."""
+        seed = base64.b64encode(secrets.token_bytes(32)).decode().rstrip("=")
+        signing_key = self.root / "signing.key"
+        signing_key.write_text(f"ed25519 a_test {seed}\n", encoding="utf-8")
+        config = {
             "server_name": SERVER_NAME,
+            "pid_file": str(self.root / "homeserver.pid"),
+            "signing_key_path": str(signing_key),
+            "macaroon_secret_key": secrets.token_hex(32),
+            "form_secret": secrets.token_hex(32),
             "public_baseurl": f"{self.url}/",
             "listeners": [
                 {
@@ -124,14 +114,16 @@ class SynapseServer:
             "presence": {"enabled": False},
             "url_preview_enabled": False,
             "max_upload_size": "50M",
+            # Registering hashes the password: the fewest rounds bcrypt takes (12 cost ~0.5 s a user).
+            "bcrypt_rounds": 4,
             **RATE_LIMITS,
         }
-        extra = self.root / "overrides.yaml"
-        extra.write_text(json.dumps(overrides, indent=2), encoding="utf-8")
-        return ["--config-path", str(base), "--config-path", str(extra)]
+        path = self.root / "homeserver.yaml"
+        path.write_text(json.dumps(config, indent=2), encoding="utf-8")  # JSON is YAML
+        return ["--config-path", str(path)]
 
     def start(self) -> SynapseServer:
-        config = self._generate()
+        config = self._write_config()
         log = self.log.open("wb")
         self._proc = subprocess.Popen(
             [self.python, "-m", "synapse.app.homeserver", *config],
@@ -195,9 +187,9 @@ class SynapseServer:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-def synapse_for_tests() -> Iterator[SynapseServer]:
-    """A started server for a fixture to yield, stopped after. Skips, saying why, when no
-    Synapse is installed (fails instead under REQUIRE_SYNAPSE_FOR_TESTS)."""
+def require_synapse() -> str:
+    """The python of Synapse's venv. Skips the test, saying why, when no Synapse is
+    installed (fails instead under REQUIRE_SYNAPSE_FOR_TESTS)."""
     python = synapse_python()
     if python is None:
         why = (
@@ -207,7 +199,12 @@ def synapse_for_tests() -> Iterator[SynapseServer]:
         if os.environ.get(REQUIRE_ENV):
             pytest.fail(why)
         pytest.skip(why)
-    server = SynapseServer(python).start()
+    return python
+
+
+def synapse_for_tests() -> Iterator[SynapseServer]:
+    """A started server for a fixture to yield, stopped after (:func:`require_synapse`)."""
+    server = SynapseServer(require_synapse()).start()
     try:
         yield server
     finally:

@@ -277,8 +277,8 @@ def test_an_approval_is_decided_by_a_reaction(world: World, scripted: ScriptedOp
     world.alice.wait_for("the refusal", lambda: any("may not decide" in t for t in world.texts(room, asked)))
     assert handle.http.get(f"/api/sessions/{session}/approvals").json()  # still pending
 
-    # The prompt carries its request: a reaction decides it after the adapter restarted too.
-    # (The renderer edits a prompt to show the decision only in the process that posted it.)
+    # The prompt carries its request: a reaction decides it after the adapter restarted too,
+    # and the prompt people have (found again by its key) is edited to show the decision.
     adapter, io = world.adapter(handle), handle.daemon.io
     assert io is not None
     io.run(adapter.stop(), 30)
@@ -287,6 +287,17 @@ def test_an_approval_is_decided_by_a_reaction(world: World, scripted: ScriptedOp
     world.alice.wait_for("the reply", lambda: "it is late" in world.texts(room, asked))
     results = [m for m in handle.transcript(session) if m["role"] == "tool"]
     assert len(results) == 1 and "UTC" in results[0]["content"]
+
+    def decided() -> list[str]:
+        return [
+            m["content"]["body"] for m in world.replies(room, asked) if m["event_id"] == shown["event_id"]
+        ]
+
+    world.alice.wait_for(
+        "the prompt edited to show the decision",
+        lambda: decided() == [f"current_time: approve by {world.alice.user_id.split(':')[0][1:]}"],
+    )
+    assert not [t for t in world.texts(room, asked) if t.startswith("May I run")]  # no second prompt
 
 
 # -- files ----------------------------------------------------------------------------------------------
