@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 import pykka
 import pytest
 
-from netclaw.config import Settings
+from netclaw.config import settings_model
 from netclaw.daemon import Daemon as NetclawDaemon
 from tests.conformance.driver import ChannelDriver, Daemon, Person
 from tests.conformance.model import KitModel
@@ -123,7 +123,7 @@ class InProcess(Rig):
             data = settings_data(
                 root / "data", provider.base_url, **kit_sections(self.driver, root / "workspace")
             )
-            daemon = NetclawDaemon(Settings(**data))
+            daemon = NetclawDaemon(settings_model()(**data))  # with every channel's section
             daemon.start()
             handle = DaemonHandle(daemon)
             try:
