@@ -9,6 +9,10 @@ its pending requests to every new subscriber (a second subscription, a restart),
 prompt is posted with a key made from its approval id and, before posting, looked for by
 that key (where the platform can tell; elsewhere the key makes a repeat the same message).
 The prompt found is the one the decision edits: no second set of buttons is left behind.
+Where the platform cannot tell (Telegram: no nonce, no history), a prompt a crash left
+unrecorded is posted again; the copy people press is then edited with the decision too
+(:meth:`ApprovalPrompts.pressed`, and :func:`decide` for a press no conversation here
+shows), so no copy keeps live buttons.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ class ApprovalPrompts:
         self._calls = calls
         self._to = to
         self._shown: dict[str, tuple[str, str]] = {}  # approval id -> (its message, the tool)
+        self._copies: dict[str, set[str]] = {}  # approval id -> other messages pressed for it
 
     def __contains__(self, approval_id: object) -> bool:
         return approval_id in self._shown
@@ -69,13 +74,22 @@ class ApprovalPrompts:
         )
         self._shown[request.approval_id] = (message_id, request.tool)
 
+    def pressed(self, approval_id: str, message_id: str) -> None:
+        """A press on ``message_id`` for a request shown here: when it is not the prompt
+        recorded (a copy a crash left unrecorded), the decision is shown on it too."""
+        shown = self._shown.get(approval_id)
+        if shown is not None and shown[0] != message_id:
+            self._copies.setdefault(approval_id, set()).add(message_id)
+
     async def show_decision(self, decided: out.ApprovalDecided) -> None:
         shown = self._shown.pop(decided.approval_id, None)
+        copies = self._copies.pop(decided.approval_id, set())
         if shown is not None:
             message_id, tool = shown
             port = self._calls.port
             text = port.escape(f"{tool}: {decided.decision} by {decided.by}")
-            await self._calls.retried("show a decision", partial(port.edit, self._to, message_id, text))
+            for target in (message_id, *sorted(copies)):
+                await self._calls.retried("show a decision", partial(port.edit, self._to, target, text))
 
 
 class Deciding(Protocol):
@@ -90,8 +104,11 @@ class Deciding(Protocol):
 
 async def decide(gateway: Deciding, calls: PlatformCalls, click: ButtonClick, session_id: str | None) -> None:
     """Decide the approval a press belongs to (``session_id``: the session that asked, when
-    this renderer showed it; else looked up among the pending, as after a restart)."""
+    this renderer showed it; else looked up among the pending, as after a restart — and
+    then the pressed message itself is edited to show the decision, since no prompt here
+    will be)."""
     platform = calls.platform
+    shown_here = session_id is not None
     try:
         if session_id is None:
             session_id = await gateway.find_approval(click.value)
@@ -105,6 +122,12 @@ async def decide(gateway: Deciding, calls: PlatformCalls, click: ButtonClick, se
             user_id=click.user_id,
             user_name=click.user_name or click.user_id,
         )
+        if not shown_here and click.message is not None:
+            port, message = calls.port, click.message
+            text = port.escape(f"{click.action_id} by {click.user_name or click.user_id}")
+            await calls.quietly(
+                "show a decision", port.edit(Conversation(message.channel), message.message_id, text)
+            )
     except (ApprovalError, InvalidInput) as exc:
         log.info("%s: %s's %r on %s refused: %s", platform, click.user_id, click.action_id, click.value, exc)
         if click.respond is not None:

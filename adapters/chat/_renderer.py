@@ -156,8 +156,10 @@ class ChatRenderer:
         self._calls.spawn(self._decide(click))
 
     async def _decide(self, click: ButtonClick) -> None:
-        asked_in = next((link.session_id for link in self._links if click.value in link.approvals), None)
-        await decide(self.gateway, self._calls, click, asked_in)
+        link = next((link for link in self._links if click.value in link.approvals), None)
+        if link is not None and click.message is not None:
+            link.approvals.pressed(click.value, click.message.message_id)
+        await decide(self.gateway, self._calls, click, link.session_id if link is not None else None)
 
     def following(self) -> list[str]:
         """Sessions with a live subscription (status, tests)."""

@@ -82,6 +82,39 @@ async def test_a_prompt_posted_before_a_restart_is_found_and_its_decision_edits_
     assert asked.text == "shell: approve by carol" and asked.buttons == ()
 
 
+async def test_a_pressed_copy_of_a_prompt_shows_the_decision_too() -> None:
+    """A platform that cannot find a prompt by its key (Telegram) posts it again after a
+    crash left the first one unrecorded: the copy people press is edited with the decision
+    as well as the prompt this process shows."""
+    port = FakeChatPort()
+    copy_id = await port.post_buttons(TO, "May I run shell?", [], key="lost answer")  # before the crash
+    prompts = ApprovalPrompts(PlatformCalls(port), TO)
+    await prompts.ask(request())
+    copy, shown = port.in_channel("C1")
+    prompts.pressed("ap_1", copy_id)
+    prompts.pressed("ap_1", shown.id)  # the recorded prompt itself: edited once
+    await prompts.show_decision(
+        out.ApprovalDecided(session_id=SID, approval_id="ap_1", decision="approve", by="carol")
+    )
+    assert copy.text == shown.text == "shell: approve by carol"
+    assert port.count("edit") == 2
+
+
+async def test_a_press_no_prompt_here_shows_is_answered_on_the_pressed_message() -> None:
+    """Pressed after a restart, before this process shows the request again: once decided,
+    the pressed message itself says so (no prompt here will)."""
+    port, gateway = FakeChatPort(), ChatGateway()
+    gateway.approvals["ap_1"] = "fake:old"
+    message_id = await port.post_buttons(TO, "May I run shell?", [], key="k")
+    click = ButtonClick("approve", "ap_1", "U7", MessageRef("C1", message_id), "Alice", None)
+    await decide(gateway, PlatformCalls(port), click, None)
+    [pressed] = port.in_channel("C1")
+    assert pressed.text == "approve by Alice"
+    refused = ButtonClick("approve", "ap_1", "U666", MessageRef("C1", message_id), "Mallory", None)
+    await decide(gateway, PlatformCalls(port), refused, None)
+    assert pressed.text == "approve by Alice"  # a refusal edits nothing
+
+
 class Told:
     def __init__(self) -> None:
         self.said: list[str] = []
