@@ -139,7 +139,7 @@ def make_schedule(
         return Schedule("at", at=when, timezone=zone.key)
     if in_s is not None:
         seconds = parse_duration(in_s, "in_s")
-        if seconds <= 0:
+        if now + seconds <= now:  # zero, or too small to move a clock reading (1e-45)
             raise InvalidInput("in_s", "'in_s' must be more than 0 seconds")
         return Schedule("at", at=now + seconds, timezone=zone.key)
     if every_s is not None:

@@ -144,6 +144,13 @@ def test_labels_and_text_from_outside() -> None:
         check_catch_up(["all"])
 
 
+def test_a_delay_too_small_to_move_the_clock_is_refused() -> None:
+    """Found by Hypothesis: 1.4e-45 s is more than 0 but NOW + it == NOW (a fire not ahead)."""
+    for tiny in (1.4e-45, 5e-324, 0, 0.0):
+        with pytest.raises(InvalidInput, match="more than 0 seconds"):
+            make_schedule(now=NOW, in_s=tiny)
+
+
 def test_one_shots_and_periods() -> None:
     assert make_schedule(now=NOW, in_s="10m").first_fire(NOW) == NOW + 600
     at = make_schedule(now=NOW, at="2026-03-28T08:30", timezone="Europe/Berlin")
