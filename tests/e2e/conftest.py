@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import signal
 import socket
 import sqlite3
@@ -35,10 +36,28 @@ SYSTEM_PROMPT = "You are the netclaw e2e test agent ZX-17. Answer in one line."
 
 
 def free_port() -> int:
-    """A port nobody listens on right now (bind port 0, read it, close)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A port nobody listens on right now, below the kernel's ephemeral range: a daemon
+    restarted on the same port must find it free, and a port from that range (what binding
+    port 0 gives) can meanwhile become the local end of any outgoing connection (seen: a
+    restart refused, "address already in use", while a homeserver's clients were busy)."""
+    low = _ephemeral_low()
+    for _ in range(200):
+        port = random.randrange(max(1024, low - 20_000), low)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise AssertionError(f"no free port below {low} after 200 tries")
+
+
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as fh:
+            return int(fh.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
 
 
 def subprocess_env(*, source_tree: bool = True, **extra: str) -> dict[str, str]:
