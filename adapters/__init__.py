@@ -43,13 +43,14 @@ installed_channels()  # registers every channel's section
 
 
 def enabled_channels(settings: Settings) -> list[Installed]:
-    """The installed channels whose section asks them to run (broken ones included)."""
-    found = []
+    """The installed channels whose section asks them to run (broken ones included; a
+    second package offering a name already taken is only reported, never built)."""
+    found: dict[str, Installed] = {}
     for installed in installed_channels():
         section = channel_section(settings, installed.name)
         if section is not None and section.active():
-            found.append(installed)
-    return found
+            found.setdefault(installed.name, installed)  # the first of a name: the one loaded
+    return list(found.values())
 
 
 def build_adapters(settings: Settings, gateway: ChatInput) -> list[Adapter]:

@@ -138,6 +138,10 @@ def test_a_channel_that_cannot_load_is_kept_with_why_and_the_others_load(
     (broken,) = build_adapters(settings, settings)  # type: ignore[arg-type]
     assert broken.name == "gone" and broken.status().state == "failed"
     assert "fake_channels_not_installed" in broken.status().detail
+    # The impostor offering "slack" is reported, never built beside the real Slack adapter.
+    config.write_text(json.dumps({"slack": {"enabled": True}}))
+    built = build_adapters(load_settings(config), settings)  # type: ignore[arg-type]
+    assert [(a.name, type(a).__name__) for a in built] == [("slack", "SlackAdapter")]
 
 
 def test_a_declaration_names_its_own_section_and_its_adapter_by_module_path() -> None:
