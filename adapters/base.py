@@ -13,6 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol
 
+from netclaw.config.credentials import read_secret, where_to_put
+from netclaw.errors import AdapterError
+
 if TYPE_CHECKING:
     from aiohttp import web
 
@@ -57,3 +60,15 @@ class Adapter(Protocol):
     async def stop(self) -> None: ...
 
     def status(self) -> AdapterStatus: ...
+
+
+def required_secret(env: str, *, what: str, key: str, docs: str) -> str:
+    """The secret in the variable ``env`` (a channel's token), or an AdapterError naming it,
+    the config key that names it (``discord.token_env``) and where to put it."""
+    secret = read_secret(env)
+    if not secret:
+        channel = key.partition(".")[0]
+        raise AdapterError(
+            f"{channel}: the {what} {env} is not set ({key}); {where_to_put(env)} (see {docs})"
+        )
+    return secret

@@ -1,16 +1,17 @@
 """What chat platforms share on the way in: fetching the files a message shares, within
-netclaw's limits, and remembering what people say in a followed thread that is not for
-the bot (the next turn there reads it)."""
+netclaw's limits, remembering what people say in a followed thread that is not for
+the bot (the next turn there reads it), and asking whether a thread is a session."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from adapters.chat._port import ChatApiError
 from netclaw.attachments import MAX_FILE_BYTES, MAX_FILES, IncomingFile
+from netclaw.errors import NetclawError
 
 log = logging.getLogger(__name__)
 
@@ -67,3 +68,18 @@ class Asides(Generic[T]):
 
     def take(self, session_id: str) -> list[T]:
         return self._by_session.pop(session_id, [])
+
+
+class Knowing(Protocol):
+    async def knows(self, session_id: str) -> bool: ...
+
+
+async def session_known(gateway: Knowing, session_id: str, platform: str) -> bool:
+    """Is ``session_id`` a session already (a thread the bot takes part in)? When the gateway
+    cannot tell (shutting down, the journal unreachable), no: the message is then treated
+    as new to the bot, which needs a mention, rather than lost to an error."""
+    try:
+        return await gateway.knows(session_id)
+    except NetclawError as exc:
+        log.warning("%s: cannot tell whether %s is a session: %s", platform, session_id, exc)
+        return False

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from adapters.base import AdapterStatus
+from adapters.base import AdapterStatus, required_secret
 from adapters.chat import (
     MUST_DELIVER,
     Asides,
@@ -35,6 +35,7 @@ from adapters.chat import (
     SharedFile,
     fetch_files,
     retry_verdict,
+    session_known,
 )
 from adapters.discord_bot._config import DiscordConfig
 from adapters.discord_bot._port import (
@@ -45,7 +46,6 @@ from adapters.discord_bot._port import (
     DiscordPort,
 )
 from netclaw.config import Settings
-from netclaw.config.credentials import read_secret, where_to_put
 from netclaw.errors import AdapterError, NetclawError
 from netclaw.gateway import Admission, ChatInput, Inbound
 from netclaw.messages import PriorMessage
@@ -416,11 +416,7 @@ class DiscordAdapter:
         return self.renderer.following() if self.renderer is not None else []
 
     async def _knows(self, session_id: str) -> bool:
-        try:
-            return await self.gateway.knows(session_id)
-        except NetclawError as exc:
-            log.warning("discord: cannot tell whether %s is a session: %s", session_id, exc)
-            return False
+        return await session_known(self.gateway, session_id, "discord")
 
     def _require_port(self) -> DiscordPort:
         if self._port is None:
@@ -428,11 +424,6 @@ class DiscordAdapter:
         return self._port
 
     def _token(self) -> str:
-        env = self.token_env
-        token = read_secret(env)
-        if not token:
-            raise AdapterError(
-                f"discord: the bot token {env} is not set (discord.token_env); "
-                f"{where_to_put(env)} (see docs/channels/discord.md)"
-            )
-        return token
+        return required_secret(
+            self.token_env, what="bot token", key="discord.token_env", docs="docs/channels/discord.md"
+        )

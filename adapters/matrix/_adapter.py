@@ -30,7 +30,7 @@ from functools import partial
 
 from aiohttp import web
 
-from adapters.base import AdapterStatus
+from adapters.base import AdapterStatus, required_secret
 from adapters.chat import (
     Asides,
     ButtonClick,
@@ -41,6 +41,7 @@ from adapters.chat import (
     SharedFile,
     fetch_files,
     new_key,
+    session_known,
 )
 from adapters.matrix._config import MatrixConfig
 from adapters.matrix._events import approval_of, reaction_key, thread_of
@@ -57,7 +58,6 @@ from adapters.matrix._port import (
     SyncBatch,
 )
 from netclaw.config import Settings
-from netclaw.config.credentials import read_secret, where_to_put
 from netclaw.errors import AdapterError, NetclawError
 from netclaw.gateway import Admission, ChatInput, Inbound
 from netclaw.messages import PriorMessage
@@ -473,11 +473,7 @@ class MatrixAdapter:
         return self.renderer.following() if self.renderer is not None else []
 
     async def _knows(self, session_id: str) -> bool:
-        try:
-            return await self.gateway.knows(session_id)
-        except NetclawError as exc:
-            log.warning("matrix: cannot tell whether %s is a session: %s", session_id, exc)
-            return False
+        return await session_known(self.gateway, session_id, "matrix")
 
     def _require_port(self) -> MatrixPort:
         if self._port is None:
@@ -485,11 +481,6 @@ class MatrixAdapter:
         return self._port
 
     def _token(self) -> str:
-        env = self.token_env
-        token = read_secret(env)
-        if not token:
-            raise AdapterError(
-                f"matrix: the access token {env} is not set (matrix.token_env); "
-                f"{where_to_put(env)} (see docs/channels/matrix.md)"
-            )
-        return token
+        return required_secret(
+            self.token_env, what="access token", key="matrix.token_env", docs="docs/channels/matrix.md"
+        )

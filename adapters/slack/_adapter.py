@@ -37,12 +37,13 @@ from adapters.chat import (
     RenderOptions,
     SharedFile,
     fetch_files,
+    session_known,
 )
 from adapters.slack._config import SlackConfig
 from adapters.slack._format import slack_unescape
 from netclaw.config import Settings
 from netclaw.config.credentials import read_secret, where_to_put
-from netclaw.errors import AdapterError, NetclawError
+from netclaw.errors import AdapterError
 from netclaw.gateway import ChatInput, Inbound
 from netclaw.messages import PriorMessage
 from netclaw.security.policy import ChatEvent, Place, dm_audience
@@ -363,8 +364,4 @@ class SlackAdapter:
         return PriorMessage(message["user"], await reader.user_name(message["user"]), message["text"])
 
     async def _knows(self, session_id: str) -> bool:
-        try:
-            return await self.gateway.knows(session_id)
-        except NetclawError as exc:
-            log.warning("slack: cannot tell whether %s is a session: %s", session_id, exc)
-            return False
+        return await session_known(self.gateway, session_id, "slack")

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from adapters.base import AdapterStatus
+from adapters.base import AdapterStatus, required_secret
 from adapters.chat import (
     Asides,
     ButtonClick,
@@ -41,6 +41,7 @@ from adapters.chat import (
     RenderOptions,
     SharedFile,
     fetch_files,
+    session_known,
 )
 from adapters.telegram._config import TelegramConfig
 from adapters.telegram._port import SEEN_EMOJI, TelegramApiError, TelegramMessage, TelegramUpdate
@@ -382,20 +383,12 @@ class TelegramAdapter:
         return self.renderer.following() if self.renderer is not None else []
 
     async def _knows(self, session_id: str) -> bool:
-        try:
-            return await self.gateway.knows(session_id)
-        except NetclawError as exc:
-            log.warning("telegram: cannot tell whether %s is a session: %s", session_id, exc)
-            return False
+        return await session_known(self.gateway, session_id, "telegram")
 
     def _token(self) -> str:
-        token = read_secret(self.token_env)
-        if not token:
-            raise AdapterError(
-                f"telegram: the bot token {self.token_env} is not set (telegram.token_env); "
-                f"{where_to_put(self.token_env)} (see docs/channels/telegram.md)"
-            )
-        return token
+        return required_secret(
+            self.token_env, what="bot token", key="telegram.token_env", docs="docs/channels/telegram.md"
+        )
 
     def _secret(self) -> str:
         secret = read_secret(self.secret_env)
