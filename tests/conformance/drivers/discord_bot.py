@@ -7,7 +7,6 @@ so that ``discord`` always means the library.)"""
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -16,6 +15,7 @@ import pytest
 from adapters.channel import Capabilities
 from adapters.discord_bot import CHANNEL
 from tests.conformance.driver import Daemon, Decision, Edit, Person, Prompt, Said
+from tests.conformance.rig import wait_for
 from tests.fakes.discord_port import FakeDiscordServer
 
 CHANNEL_ID = "100"
@@ -52,11 +52,11 @@ class DiscordDriver:
     def attach(self, daemon: Daemon) -> None:
         # Messages reach the bot once its gateway session is identified (and the one of a
         # daemon killed a moment ago is gone).
-        deadline = time.monotonic() + 20
-        while self.fake.connected != 1 or self.fake.identify is None:
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{self.fake.connected} gateway connections identified, not 1")
-            time.sleep(0.02)
+        wait_for(
+            lambda: self.fake.connected == 1 and self.fake.identify is not None,
+            "one identified gateway connection",
+            20,
+        )
 
     @property
     def capabilities(self) -> Capabilities:

@@ -50,6 +50,7 @@ from adapters.matrix._events import APPROVAL_FIELD, FILE_TYPES, approval_of
 from adapters.matrix._ids import session_id_for
 from adapters.matrix._port import APPROVAL_REACTIONS
 from tests.conformance.driver import PEOPLE, Daemon, Decision, Edit, Person, Prompt, Said
+from tests.conformance.rig import wait_for
 from tests.synapse import SERVER_NAME, MatrixUser, SynapseServer, quoted, require_synapse
 
 BOT = "netclaw"
@@ -457,11 +458,7 @@ class MatrixDriver:
 
     @staticmethod
     def _wait(predicate: Any, timeout: float, what: str) -> None:
-        deadline = time.monotonic() + timeout
-        while not predicate():
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
-            time.sleep(0.05)
+        wait_for(predicate, what, timeout)
 
 
 DRIVER = MatrixDriver

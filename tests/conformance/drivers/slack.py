@@ -5,7 +5,6 @@ approvals are Block Kit buttons, pressed as ``block_actions`` envelopes."""
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -14,6 +13,7 @@ import pytest
 from adapters.channel import Capabilities
 from adapters.slack import CHANNEL
 from tests.conformance.driver import Daemon, Decision, Edit, Person, Prompt, Said
+from tests.conformance.rig import wait_for
 from tests.fakes.slack_api import APP_TOKEN, BOT_TOKEN, BOT_USER_ID, FakeSlackThread
 
 CHANNEL_ID = "C1"
@@ -49,11 +49,7 @@ class SlackDriver:
     def attach(self, daemon: Daemon) -> None:
         # Events go to the newest connection: wait until the daemon's is the only one open
         # (a daemon killed a moment ago may not have lost its connection yet).
-        deadline = time.monotonic() + 20
-        while self.fake.live_sockets() != 1:
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{self.fake.live_sockets()} Socket Mode connections open, not 1")
-            time.sleep(0.02)
+        wait_for(lambda: self.fake.live_sockets() == 1, "one Socket Mode connection open", 20)
 
     @property
     def capabilities(self) -> Capabilities:

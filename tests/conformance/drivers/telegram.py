@@ -22,7 +22,6 @@ shown deterministically by tests/e2e/test_telegram_crash.py).
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -32,6 +31,7 @@ from adapters.channel import Capabilities
 from adapters.telegram import CHANNEL
 from adapters.telegram._port import CALLBACK_PREFIX
 from tests.conformance.driver import Daemon, Decision, Edit, Person, Prompt, Said
+from tests.conformance.rig import wait_for
 from tests.fakes.telegram_api import ALICE, BOB, BOT_USERNAME, CAROL, TOKEN, FakeTelegram, FakeTelegramThread
 
 GROUP = -1001  # a forum supergroup (negative ids are groups in the fake, as on Telegram)
@@ -80,14 +80,11 @@ class TelegramDriver:
     def attach(self, daemon: Daemon) -> None:
         # Telegram keeps updates until a poll confirms them, so nothing said early is lost;
         # waiting for the channel to run keeps a failure to start from looking like silence.
-        deadline = time.monotonic() + 20
-        while True:
+        def running() -> bool:
             state = daemon.control.get("/healthz").json().get("adapters", {}).get("telegram", {})
-            if state.get("state") == "running":
-                return
-            if time.monotonic() > deadline:
-                raise AssertionError(f"the telegram channel is not running: {state}")
-            time.sleep(0.02)
+            return bool(state.get("state") == "running")
+
+        wait_for(running, "the telegram channel running", 20)
 
     @property
     def capabilities(self) -> Capabilities:
