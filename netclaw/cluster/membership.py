@@ -96,6 +96,7 @@ class ClusterNode:
         self._moving: dict[str, asyncio.Task[bool]] = {}
         self._task: asyncio.Task[None] | None = None
         self._rebalanced_at = time.monotonic()
+        self._announced = False  # told the registry this node takes sessions
 
     # -- the view -------------------------------------------------------------------------------
 
@@ -104,6 +105,8 @@ class ClusterNode:
         return self.routing.peers
 
     async def start(self) -> None:
+        """This node listens now: say it takes sessions (it joined the registry draining)."""
+        await self._announce()
         await self.refresh()
         self._task = asyncio.get_running_loop().create_task(self._watch(), name="cluster-node")
 
@@ -116,6 +119,15 @@ class ClusterNode:
         for moving in list(self._moving.values()):
             moving.cancel()
 
+    async def _announce(self) -> None:
+        if self.draining or self._announced:
+            return
+        try:
+            await self._registry.set_draining(False)
+            self._announced = True
+        except NetclawError as exc:  # the database is away: the watch tries again
+            log.debug("cannot tell the other nodes this one takes sessions: %s", exc)
+
     async def refresh(self) -> list[Peer]:
         try:
             self.routing.peers = await self._registry.peers()
@@ -127,6 +139,7 @@ class ClusterNode:
         every = max(self.config.lease_s / 3, 0.05)
         while True:
             await asyncio.sleep(every)
+            await self._announce()
             await self.refresh()
             if time.monotonic() - self._rebalanced_at >= self.config.rebalance_every_s:
                 self._rebalanced_at = time.monotonic()

@@ -267,11 +267,11 @@ async def test_the_registry_lists_live_nodes_with_their_version_state_and_sessio
     node: Callable[..., Any],
 ) -> None:
     async with node("a") as a, node("b") as b:
+        await a.leases.set_draining(False)  # a listens (b never said it takes sessions)
         await a.claim("s1")
         await a.claim("s2")
         await a.claim("role:discord")  # a channel's lease is not a session
         await b.claim("s3")
-        await b.leases.set_draining(True)
         peers = {p.node_id: p for p in await a.leases.peers()}
         assert set(peers) == {"a", "b"}
         assert (peers["a"].sessions, peers["b"].sessions) == (2, 1)
@@ -280,6 +280,16 @@ async def test_the_registry_lists_live_nodes_with_their_version_state_and_sessio
         assert peers["a"].to_json()["state"] == "active" and peers["b"].to_json()["state"] == "draining"
     async with node("c") as c:  # a and b stopped: no longer live
         assert [p.node_id for p in await c.leases.peers()] == ["c"]
+
+
+async def test_a_node_joins_taking_no_sessions_until_it_says_it_listens(node: Callable[..., Any]) -> None:
+    # Another node's rebalancer must not hand it a session it cannot yet be told to take.
+    async with node("a") as a, node("b") as b:
+        assert all(p.draining for p in await a.leases.peers())
+        await b.leases.set_draining(False)
+        assert {p.node_id: p.draining for p in await a.leases.peers()} == {"a": True, "b": False}
+    async with node("b") as b:  # a restart joins not taking again, whatever it said before
+        assert [p.draining for p in await b.leases.peers()] == [True]
 
 
 def test_a_database_migrated_by_a_newer_release_is_fine_while_its_migrations_are_additive() -> None:

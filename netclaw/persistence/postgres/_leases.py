@@ -16,7 +16,9 @@ finds its own name there. If it never claims, the lease expires as any other.
 The node registry beside it says where a node can be reached (``advertise_url``), what
 it runs (version, forwarding protocol: rolling upgrades) and whether it is draining, so
 input for a session owned elsewhere can be forwarded there; it also keeps two processes
-from running as one node at once.
+from running as one node at once. A node joins as draining and says it takes sessions
+only once it listens (:meth:`Leases.set_draining`), so no other node hands it a session
+it cannot yet be told to take.
 """
 
 from __future__ import annotations
@@ -89,11 +91,11 @@ _FENCE = (
     " FROM leases WHERE persistence_id = ANY(%s) FOR SHARE"
 )
 _NODE_UP = (
-    "INSERT INTO nodes AS n (node_id, advertise_url, incarnation, started_at, seen_at, version, protocol)"
-    " VALUES (%s, %s, %s, clock_timestamp(), clock_timestamp(), %s, %s)"
+    "INSERT INTO nodes AS n (node_id, advertise_url, incarnation, started_at, seen_at, version, protocol, draining)"
+    " VALUES (%s, %s, %s, clock_timestamp(), clock_timestamp(), %s, %s, true)"
     " ON CONFLICT (node_id) DO UPDATE SET advertise_url = excluded.advertise_url,"
     " incarnation = excluded.incarnation, started_at = excluded.started_at, seen_at = excluded.seen_at,"
-    " version = excluded.version, protocol = excluded.protocol, draining = false"
+    " version = excluded.version, protocol = excluded.protocol, draining = true"
     " WHERE n.incarnation = excluded.incarnation"
     " OR n.seen_at < clock_timestamp() - make_interval(secs => %s)"
     " RETURNING node_id"
