@@ -19,6 +19,8 @@ first to register them.
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 
 import adapters  # noqa: F401 - registers the channel sections (see above); light: no adapter is built
 from netclaw import __version__
@@ -31,7 +33,7 @@ from netclaw.cli._doctor import cmd_doctor
 from netclaw.cli._init import cmd_init
 from netclaw.cli._mcp import add_parser as add_mcp_parser
 from netclaw.cli._migrate import cmd_migrate_journal
-from netclaw.cli._output import INTERRUPTED, fail_with
+from netclaw.cli._output import BROKEN_PIPE, INTERRUPTED, fail_with
 from netclaw.cli._skills import cmd_skills
 from netclaw.cli._status import cmd_status, cmd_usage
 from netclaw.errors import NetclawError
@@ -44,8 +46,10 @@ def main(argv: list[str] | None = None) -> int:
         # `reminders add SESSION --in 10m the text`: words after the option are the text too.
         if getattr(args, "command", None) == "reminders" and not any(e.startswith("-") for e in extra):
             args.text = [*args.text, *extra]
-        else:
-            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        else:  # with the usage of the command they were given to, not the top level's
+            _command_parser(parser, getattr(args, "command", None)).error(
+                f"unrecognized arguments: {' '.join(extra)}"
+            )
     if not getattr(args, "command", None):
         parser.print_help()
         return 2
@@ -55,12 +59,25 @@ def main(argv: list[str] | None = None) -> int:
         return fail_with(args, exc)  # with --json, also as a JSON object on stdout
     except KeyboardInterrupt:
         return INTERRUPTED
+    except BrokenPipeError:  # `netclaw … | head` stopped reading: not an error of ours
+        # Python would complain again when it flushes stdout at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return BROKEN_PIPE
+
+
+def _command_parser(parser: argparse.ArgumentParser, command: str | None) -> argparse.ArgumentParser:
+    return _COMMANDS.get(command or "", parser)
+
+
+# Each command's own parser (for its usage in an error), filled by _parser().
+_COMMANDS: dict[str, argparse.ArgumentParser] = {}
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="netclaw", description="A durable home for an AI agent in chat.")
     parser.add_argument("--version", action="version", version=f"netclaw {__version__}")
     sub = parser.add_subparsers(dest="command")
+    _COMMANDS.clear()
 
     def with_config(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         p.add_argument(
@@ -232,6 +249,7 @@ def _parser() -> argparse.ArgumentParser:
         "--dsn-env", metavar="NAME", help="the variable holding the DSN (default: journal.dsn_env)"
     )
     migrate.set_defaults(func=cmd_migrate_journal)
+    _COMMANDS.update(sub.choices)
     return parser
 
 

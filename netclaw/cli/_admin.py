@@ -11,6 +11,7 @@ from zoneinfo import ZoneInfo
 
 from netclaw.cli._connect import client_for
 from netclaw.cli._output import fail, usage
+from netclaw.reminders import parse_duration
 
 
 def _when(ts: float) -> str:
@@ -236,6 +237,9 @@ def cmd_reminders(args: argparse.Namespace) -> int:
                 return usage(
                     args, "reminders add SESSION (--in 10m | --at ISO | --cron EXPR | --every 1h) TEXT"
                 )
+            for option, field in (("--in", "in_s"), ("--every", "every_s")):
+                if field in when:  # checked here so the error names the option, not the API field
+                    parse_duration(when[field], option)
             fields: dict[str, Any] = {"text": " ".join(args.text), **when}
             if args.tz:
                 fields["timezone"] = args.tz

@@ -10,6 +10,7 @@ in the file: keys ending in ``_env`` name an environment variable.
 from __future__ import annotations
 
 import datetime as dt
+import difflib
 import json
 import os
 import re
@@ -17,7 +18,7 @@ import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Literal, Self, TypeVar, cast
+from typing import Any, ClassVar, Literal, Self, TypeVar, cast, get_args
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
@@ -913,7 +914,9 @@ def load_settings(
     except ValidationError as exc:
         _reject_unknown_env_names(data, secret_names)  # a mistyped override explains the failure better
         where = f" in {found}" if found else ""
-        raise ConfigError(f"invalid configuration{where}:\n{format_validation_error(exc)}") from exc
+        raise ConfigError(
+            f"invalid configuration{where}:\n{format_validation_error(exc, settings_model())}"
+        ) from exc
     _reject_unknown_env_names(settings.model_dump(mode="json"), secret_names)
     settings = _resolve_paths(settings, data, found)
     for key in _CHANNEL_SECTIONS:
@@ -1046,15 +1049,33 @@ def _reject_unknown_env_names(data: Mapping[str, Any], secret_names: tuple[str, 
             )
 
 
-def format_validation_error(exc: ValidationError) -> str:
+def format_validation_error(exc: ValidationError, model: type[BaseModel] | None = None) -> str:
     lines = []
     for err in exc.errors():
         path = ".".join(str(p) for p in err["loc"]) or "(top level)"
         if err["type"] == "extra_forbidden":
-            lines.append(f"  {path}: unknown key")
+            known = _keys_at(model, err["loc"][:-1]) if model is not None else []
+            close = difflib.get_close_matches(str(err["loc"][-1]), known, n=1)
+            lines.append(f"  {path}: unknown key" + (f" (did you mean {close[0]!r}?)" if close else ""))
         else:
             lines.append(f"  {path}: {err['msg']}")
     return "\n".join(lines)
+
+
+def _keys_at(model: type[BaseModel], loc: tuple[int | str, ...]) -> list[str]:
+    """The keys a config section at ``loc`` accepts ([] where that is not a known section)."""
+    for depth, part in enumerate(loc):
+        field = model.model_fields.get(str(part))
+        if field is None:
+            return []
+        inner = [a for a in (field.annotation, *get_args(field.annotation)) if isinstance(a, type)]
+        models = [a for a in inner if issubclass(a, BaseModel)]
+        if depth == 0 and str(part) in _CHANNEL_SECTIONS:  # declared as ChatSection, read as its own
+            models = [_CHANNEL_SECTIONS[str(part)]]
+        if not models:
+            return []
+        model = models[0]
+    return list(model.model_fields)
 
 
 def redacted(settings: Settings) -> Mapping[str, Any]:

@@ -58,7 +58,7 @@ from netclaw.persistence import (
     uses_postgres,
 )
 from netclaw.process.heap import HeapTrimmer
-from netclaw.process.logs import configure_logging
+from netclaw.process.logs import configure_logging, log_lines
 from netclaw.process.metrics import GaugeMetricFamily, Metrics
 from netclaw.process.runtime import IoLoop
 from netclaw.process.service import Notifier
@@ -472,7 +472,7 @@ class Daemon:
         try:
             new = load_settings(self.config_path)
         except ConfigError as exc:
-            log.error("config reload failed; keeping the running config:\n%s", exc)
+            log_lines(log, logging.ERROR, f"config reload failed; keeping the running config:\n{exc}")
             self.notifier.ready()
             return
         # Routes are served by the webhook adapter, which only runs if it had routes at start.

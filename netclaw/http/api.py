@@ -35,7 +35,7 @@ from netclaw.gateway import (
 )
 from netclaw.http.access import Access, Principal, actor, principal
 from netclaw.http.cluster import VIEW as SESSION_VIEW
-from netclaw.http.cluster import ClusterHttp
+from netclaw.http.cluster import ClusterHttp, alone_routes
 from netclaw.http.web import (
     SseStreams,
     errors_middleware,
@@ -120,8 +120,7 @@ class Api:
         app.router.add_get("/api/usage", self.usage)
         app.router.add_post(SUBMIT_PATH, self.forwarded_message)
         self.access.routes(app)
-        if self.cluster is not None:
-            app.router.add_routes(self.cluster.routes())
+        app.router.add_routes(alone_routes() if self.cluster is None else self.cluster.routes())
         app.on_shutdown.append(self._streams.close_all)
         return app
 

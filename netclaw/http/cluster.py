@@ -30,6 +30,27 @@ HERE = "cluster:here"  # a session route answered by whichever node it reaches
 VIEW = "cluster:view"  # a session read: its owner answers, else (unreachable) this node
 
 
+ALONE = (
+    "this daemon runs alone: cluster mode is off (nodes form a cluster on a shared "
+    'PostgreSQL journal, journal.backend "postgres"; see docs/scale-out.md)'
+)
+
+
+async def _alone(request: web.Request) -> web.StreamResponse:
+    raise ApiError(409, "cluster_off", ALONE)
+
+
+def alone_routes() -> list[web.RouteDef]:
+    """On a single node, the cluster's routes say that cluster mode is off (not a bare 404)."""
+    return [
+        web.get("/api/cluster", _alone),
+        web.post("/api/cluster/nodes/{node}/drain", _alone),
+        web.post("/api/cluster/nodes/{node}/resume", _alone),
+        web.get("/api/sessions/{id}/owner", _alone),
+        web.post("/api/sessions/{id}/move", _alone),
+    ]
+
+
 class ClusterHttp:
     def __init__(self, node: ClusterNode) -> None:
         self.node = node

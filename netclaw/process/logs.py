@@ -210,9 +210,17 @@ def configure_logging(
         logging.getLogger(name).setLevel(libraries.upper())
 
 
+def log_lines(logger: logging.Logger, level: int, text: str) -> None:
+    """netclaw's own message that spans lines (a config error naming several keys), one
+    record per line: each reads as a line in a terminal and in the journal, where one
+    record's line breaks would be escaped (``\\x0a``) against forged lines."""
+    for line in text.splitlines() or [""]:
+        logger.log(level, "%s", line)
+
+
 def log_startup_failure(logger: logging.Logger, exc: BaseException) -> None:
-    """Why the daemon could not start, as one ERROR record (its message may span lines, as a
-    config error naming several keys does); the traceback only at DEBUG, for developers."""
+    """Why the daemon could not start, as ERROR records (one per line of the reason); the
+    traceback only at DEBUG, for developers."""
     what = str(exc) if isinstance(exc, NetclawError) else f"{type(exc).__name__}: {exc}"
-    logger.error("netclaw could not start: %s", what)
+    log_lines(logger, logging.ERROR, f"netclaw could not start: {what}")
     logger.debug("the start-up failure's traceback", exc_info=exc)

@@ -200,6 +200,13 @@ def test_sessions_show_unknown_session_fails(daemon: DaemonProcess, site: Setup)
     assert "Traceback" not in err
 
 
+def test_cluster_commands_on_one_node_say_cluster_mode_is_off(daemon: DaemonProcess, site: Setup) -> None:
+    for args in (("cluster", "status"), ("cluster", "owner", "cli:x"), ("cluster", "drain", "a")):
+        code, _out, err = cli(site, *args)
+        assert code != 0 and "cluster mode is off" in err and "cluster_off" in err, (args, err)
+        assert "Traceback" not in err
+
+
 # -- interactive chat ---------------------------------------------------------------------------
 
 

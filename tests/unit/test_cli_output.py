@@ -71,3 +71,39 @@ def test_every_503_says_when_to_retry() -> None:
     assert error_response(503, "owned_elsewhere", "moving", retry_after=12.2).headers["Retry-After"] == "13"
     assert error_response(503, "x", "y", retry_after=0.01).headers["Retry-After"] == "1"
     assert "Retry-After" not in error_response(400, "bad", "no").headers
+
+
+def test_a_wrong_option_gets_the_usage_of_its_own_command(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["sessions", "--bogus"])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2
+    assert err.startswith("usage: netclaw sessions ") and "unrecognized arguments: --bogus" in err
+
+
+def test_a_bad_duration_names_the_option_a_person_typed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)  # no daemon needed: refused before anything is sent
+    for option in ("--in", "--every"):
+        assert main(["reminders", "add", "cli:x", option, "5x", "stretch"]) == 1
+        err = capsys.readouterr().err
+        assert f"'{option}' must be seconds or a duration" in err and "_s'" not in err, err
+
+
+def test_output_piped_into_a_reader_that_stopped_is_no_traceback(tmp_path: Path) -> None:
+    # `netclaw … | head`: the reader went away before netclaw wrote.
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "netclaw.cli", "channels"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=tmp_path,
+        env={k: v for k, v in os.environ.items() if not k.startswith("NETCLAW_")},
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 141 and err == ""

@@ -107,6 +107,20 @@ def test_unknown_top_level_key(clean_env: Path) -> None:
     assert "sesion" in error_of()
 
 
+def test_a_mistyped_key_is_told_the_key_it_was_probably_meant_to_be(clean_env: Path) -> None:
+    import adapters  # noqa: F401 - the channels' sections, as the CLI and the daemon load them
+
+    write(
+        clean_env / "netclaw.json",
+        {"gatewy": {}, "session": {"idle_timeot_s": 3}, "slack": {"bot_tokn_env": "X"}, "zzz": 1},
+    )
+    message = error_of()
+    assert "gatewy: unknown key (did you mean 'gateway'?)" in message
+    assert "session.idle_timeot_s: unknown key (did you mean 'idle_timeout_s'?)" in message
+    assert "slack.bot_tokn_env: unknown key (did you mean 'bot_token_env'?)" in message
+    assert "zzz: unknown key\n" in message + "\n"  # nothing close: no guess
+
+
 def test_bad_value_names_its_path(clean_env: Path) -> None:
     write(clean_env / "netclaw.json", {"session": {"idle_timeout_s": "soon"}})
     message = error_of()

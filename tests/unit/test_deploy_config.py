@@ -225,10 +225,16 @@ def test_a_start_up_failure_is_one_error_record_with_the_traceback_only_at_debug
         "netclaw could not start: OSError: [Errno 30] Read-only file system: '/etc/netclaw/data'"
     )
     try:
-        raise ConfigError("invalid configuration in x:\n  session.bogus: unknown key")
+        raise ConfigError("invalid configuration in x:\n  session.bogus: unknown key\n  a.b: wrong")
     except ConfigError as exc:
         log_startup_failure(logger, exc)
-    assert records[2].getMessage().startswith("netclaw could not start: invalid configuration in x:\n")
+    # One record per line: a terminal and the journal show lines, never an escaped "\x0a".
+    assert [r.getMessage() for r in records[2:5]] == [
+        "netclaw could not start: invalid configuration in x:",
+        "  session.bogus: unknown key",
+        "  a.b: wrong",
+    ]
+    assert all(r.levelname == "ERROR" for r in records[2:5])
 
 
 def test_under_the_journal_every_line_carries_its_priority_json_too() -> None:
