@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import shutil
 import subprocess
 import tempfile
 import time
@@ -664,7 +665,9 @@ def test_docker_compose_as_written(compose: str, provider_on_the_host: ScriptedO
     if compose == "v1":
         # The README: the same file with docker-compose v1, which has no --wait, and whose exec
         # needs -T without a terminal (as here).
-        if subprocess.run(["docker-compose", "version"], capture_output=True, check=False).returncode != 0:
+        if shutil.which("docker-compose") is None or (
+            subprocess.run(["docker-compose", "version"], capture_output=True, check=False).returncode != 0
+        ):
             pytest.skip("docker-compose (v1) is not installed")
         lines = [lines[0], lines[1].replace("docker compose", "docker-compose").replace(" --wait", ""),
                  lines[2].replace("docker compose", "docker-compose").replace(" exec ", " exec -T ")]  # fmt: skip

@@ -40,6 +40,9 @@ def test_init_writes_a_config_that_runs(
     config.write_text(text)
     daemon = daemons.spawn(config, tmp_path / "data", port, cwd=tmp_path).wait_ready()
     assert daemon.post("cli:first", "hello", wait=True).json()["reply"] == "echo: hello"
+    # The README's Quick start line, on the config init wrote.
+    made = run_cli(*"tokens add ci --role reader".split(), cwd=tmp_path)
+    assert made.returncode == 0 and "role reader" in made.stdout, made.stderr
 
 
 def test_init_for_a_hosted_provider_says_what_to_export(tmp_path: Path) -> None:
