@@ -68,20 +68,22 @@ def subagent_tools(port: SubagentPort) -> list[Tool]:
         return describe(records, phases)
 
     async def cancel(args: Mapping[str, Any], ctx: ToolContext) -> str:
-        target = args.get("id")
-        if isinstance(target, int) and not isinstance(target, bool):
-            target = str(target)
-        if not isinstance(target, str) or not target.strip():
-            raise ToolError("'id' is required: the sub-agent's id (or number) from list_agents")
-        target = target.strip()
-        child = child_id(ctx.session_id, int(target)) if target.isascii() and target.isdigit() else target
+        child = _child_named(args.get("id"), ctx.session_id)
+        records, _ = await port.children(ctx.session_id)
+        mine = {child_id(r.task.parent, r.task.n): r for r in records}
+        record = mine.get(child)
+        direct = child.rpartition("/")[0] == child_id(ctx.session_id, 0).rpartition("/")[0]
+        if record is None and direct:  # a child it never spawned
+            raise ToolError(f"{child} is not one of your sub-agents; list_agents shows them")
+        if record is not None and record.status != "running":
+            return f"{child} is not running (it {record.status.replace('_', ' ')}); nothing to cancel"
         try:
             cancelled = await port.cancel(ctx.session_id, child)
         except NetclawError as exc:
             raise ToolError(f"could not cancel {child}: {exc}") from exc
         if not cancelled:
             raise ToolError(f"{child} is not one of your sub-agents; list_agents shows them")
-        return f"cancelled {child}'s running work (if any); its report will say so"
+        return f"cancelled {child}'s running work; list_agents shows its state"
 
     return [
         Tool(
@@ -127,3 +129,13 @@ def subagent_tools(port: SubagentPort) -> list[Tool]:
             cancel,
         ),
     ]
+
+
+def _child_named(target: object, session_id: str) -> str:
+    """The sub-agent id ``cancel_agent``'s ``id`` names: an id, or a child's number."""
+    if isinstance(target, int) and not isinstance(target, bool):
+        target = str(target)
+    if not isinstance(target, str) or not target.strip():
+        raise ToolError("'id' is required: the sub-agent's id (or number) from list_agents")
+    target = target.strip()
+    return child_id(session_id, int(target)) if target.isascii() and target.isdigit() else target

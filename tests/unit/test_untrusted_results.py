@@ -29,7 +29,7 @@ from aiohttp import web
 from netclaw.config import Settings
 from netclaw.errors import JournalError, SubagentRefused
 from netclaw.gateway import Input, Threads
-from netclaw.lineage import ChildRecord, ChildReport, ChildTask, SpawnRequest, child_id
+from netclaw.lineage import ChildRecord, ChildReport, ChildTask, SpawnRequest, child_id, is_descendant
 from netclaw.mcp import McpHub
 from netclaw.messages import ToolCall
 from netclaw.persistence import SqliteMemoryStore, SqliteReminderStore, prepare_database
@@ -109,10 +109,11 @@ class Children:
     async def children(self, session_id: str) -> tuple[list[ChildRecord], Mapping[str, str]]:
         task = ChildTask(session_id, 1, ("read_file",))
         record = ChildRecord(task, "c0", 1, "read notes.txt", status="completed", result=f"it says {PLANTED}")
-        return [record], {}
+        running = ChildRecord(ChildTask(session_id, 2, ("read_file",)), "c1", 1, "count to ten")
+        return [record, running], {}
 
     async def cancel(self, session_id: str, child: str) -> bool:
-        return child == child_id(session_id, 1)
+        return is_descendant(child, session_id)  # as the real port: any id below it
 
 
 @dataclass
@@ -300,7 +301,9 @@ def cases(w: World) -> list[Case]:
         Case("spawn_agent", {"task": "journal down"}, False, error=True, says="could not be started"),
         Case("spawn_agent", {"task": ""}, False, error=True, says="'task' is required"),
         Case("list_agents", {}, True, says=f"it says {PLANTED}"),
-        Case("cancel_agent", {"id": 1}, False, says="cancelled agent:cli:walk/1"),
+        Case("cancel_agent", {"id": 2}, False, says="cancelled agent:cli:walk/2"),
+        Case("cancel_agent", {"id": 1}, False, says="agent:cli:walk/1 is not running (it completed)"),
+        Case("cancel_agent", {"id": "99"}, False, error=True, says="agent:cli:walk/99 is not one of your"),
         Case(
             "cancel_agent", {"id": "agent:cli:other/1"}, False, error=True, says="not one of your sub-agents"
         ),
