@@ -23,7 +23,7 @@ from netclaw.http.web import SseStreams
 from netclaw.security.redact import Scrubber
 from netclaw.ui._auth import COOKIE, Login, Logins, LoginThrottle
 from netclaw.ui._charts import fmt
-from netclaw.ui._views import utc, when
+from netclaw.ui._views import path_id, utc, when
 from netclaw.workers.scheduler import Scheduler
 
 HERE = Path(__file__).parent
@@ -62,7 +62,7 @@ class Room:
             trim_blocks=True,
             lstrip_blocks=True,
         )
-        self.templates.filters.update(when=lambda ts: when(ts, self.clock()), utc=utc, fmt=fmt)
+        self.templates.filters.update(when=lambda ts: when(ts, self.clock()), utc=utc, fmt=fmt, sid=path_id)
 
     @property
     def settings(self) -> Settings:

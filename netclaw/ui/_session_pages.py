@@ -39,6 +39,7 @@ from netclaw.ui._views import (
     Page,
     context_lines,
     page_window,
+    path_id,
     transcript_entries,
 )
 
@@ -267,7 +268,7 @@ class SessionPages:
 
 
 def _page_of(session_id: str) -> str:
-    return f"{PREFIX}/sessions/{session_id}"
+    return f"{PREFIX}/sessions/{path_id(session_id)}"
 
 
 def _listed(s: SessionSummary, spent: dict[str, Any] | None, priced: bool) -> Listed:

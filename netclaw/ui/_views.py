@@ -15,6 +15,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
+from urllib.parse import quote
 
 from netclaw.messages import ChatMessage, MessageKind, unmarked
 
@@ -190,6 +191,12 @@ def when(ts: float, now: float) -> str:
     if age < 86400:
         return f"{age / 3600:.0f} h ago"
     return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%d")
+
+
+def path_id(session_id: str) -> str:
+    """A session id as one segment of a URL path: a sub-agent's ``agent:cli:c1/1`` keeps
+    its ``/`` as ``%2F`` (raw, it would be two segments, and no page)."""
+    return quote(session_id, safe=":")
 
 
 def utc(ts: float | None) -> str:

@@ -8,10 +8,12 @@ from __future__ import annotations
 import json
 import re
 from typing import Any
+from urllib.parse import quote
 
 from tests.browser._room import Room
 from tests.conftest import wait_until
 from tests.fakes.scripted_openai import Reply, ToolCallSpec
+from tests.fakes.subagent_script import FamilyScript
 
 LONG_REPLY = " ".join(f"word{i}" for i in range(60))
 
@@ -196,3 +198,24 @@ def test_the_usage_charts_follow_new_turns(page: Any, room: Room) -> None:
     assert page.locator("#total-cost").inner_text().endswith("USD")
     costs = page.locator("#cost-by-session rect title").all_text_contents()
     assert any(t.startswith("cli:ui-usage · cost:") for t in costs), costs
+
+
+def test_a_sub_agents_session_opens_from_the_list_and_its_controls_reach_it(page: Any, room: Room) -> None:
+    # Its id holds a "/" (agent:cli:ui-parent/1): every link and form of its page must keep it
+    # one path segment, or the page, its transcript and its controls are a 404.
+    family = FamilyScript(rounds=1)
+    room.scripted.route("[spawn-ui]", family)
+    room.scripted.route("TASK ui-", family)
+    assert room.handle.send("cli:ui-parent", "SPAWN 1 ui [spawn-ui]", wait=True).status_code == 200
+    child = "agent:cli:ui-parent/1"
+    wait_until(
+        lambda: room.handle.http.get(f"/api/sessions/{quote(child, safe=':')}").status_code == 200,
+        20,
+        "the sub-agent's session",
+    )
+    page.goto("/ui/sessions")
+    page.locator(f'a[href="/ui/sessions/{quote(child, safe=":")}"]').first.click()
+    page.wait_for_selector("#recorded article.assistant")  # its transcript, fetched by the page
+    page.locator("#recorded", has_text="RESULT ui-1").wait_for()
+    page.get_by_role("button", name="Reset").click()
+    page.locator("#control-result", has_text="Started afresh").wait_for()

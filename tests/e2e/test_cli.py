@@ -256,6 +256,8 @@ def test_sessions_children_and_a_sub_agents_transcript(daemon: DaemonProcess, si
     code, out, err = cli(site, "sessions", "show", "agent:cli:demo/1")
     assert code == 0, err
     assert out.startswith("agent:cli:demo/1  [") and "RESULT demo-1" in out
+    code, out, err = cli(site, "sessions", "model", "agent:cli:demo/1")  # its "/" kept in the path
+    assert code == 0 and "main" in out, (out, err)
     assert "ACK agent:cli:demo/1: RESULT demo-1" in cli(site, "sessions", "show", "cli:demo")[1]
 
 
