@@ -127,10 +127,15 @@ class DaemonClient:
     def model(self, session_id: str, name: str | None = None) -> dict[str, Any]:
         """The session's model; with ``name``, choose it (``default``: back to main)."""
         if name is None:
-            response = self._request("GET", f"/api/sessions/{_sid(session_id)}/model", headers=self._headers())
+            response = self._request(
+                "GET", f"/api/sessions/{_sid(session_id)}/model", headers=self._headers()
+            )
         else:
             response = self._request(
-                "PUT", f"/api/sessions/{_sid(session_id)}/model", json={"model": name}, headers=self._headers()
+                "PUT",
+                f"/api/sessions/{_sid(session_id)}/model",
+                json={"model": name},
+                headers=self._headers(),
             )
         result: dict[str, Any] = response.json()
         return result
