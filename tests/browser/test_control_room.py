@@ -102,13 +102,18 @@ def test_the_approvals_page_lists_every_session_and_always_grants_the_tool(page:
 def test_stop_cancels_the_running_turn(page: Any, room: Room) -> None:
     sid = "cli:ui-stop"
     open_session(page, room, sid)
+    stop = page.get_by_role("button", name="Stop")
+    plain = stop.evaluate("b => getComputedStyle(b).backgroundColor")
     room.scripted.enqueue(Reply(hang=True))
     assert room.handle.send(sid, "think forever").status_code == 202
     page.locator("#phase", has_text="processing").wait_for()
+    red = stop.evaluate("b => getComputedStyle(b).backgroundColor")
+    assert red != plain, "Stop looks the same whether or not a turn runs"  # red only while one does
     page.get_by_role("button", name="Stop").click()
     page.locator("#control-result", has_text=re.compile(r"Stopped turn \d+")).wait_for()
     page.locator("#recorded .failure", has_text="cancelled").wait_for()
     page.locator("#phase", has_text="ready").wait_for()
+    assert stop.evaluate("b => getComputedStyle(b).backgroundColor") == plain
 
 
 def test_reset_is_marked_live_and_in_the_record(page: Any, room: Room) -> None:
