@@ -33,7 +33,7 @@ from netclaw.cli._doctor import cmd_doctor
 from netclaw.cli._init import cmd_init
 from netclaw.cli._mcp import add_parser as add_mcp_parser
 from netclaw.cli._migrate import cmd_migrate_journal
-from netclaw.cli._output import BROKEN_PIPE, INTERRUPTED, fail_with
+from netclaw.cli._output import BROKEN_PIPE, INTERRUPTED, JSON_HELP, fail_with
 from netclaw.cli._skills import cmd_skills
 from netclaw.cli._status import cmd_status, cmd_usage
 from netclaw.errors import NetclawError
@@ -81,7 +81,10 @@ def _parser() -> argparse.ArgumentParser:
 
     def with_config(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         p.add_argument(
-            "--config", metavar="PATH", help="config file (default: $NETCLAW_CONFIG, ./netclaw.json)"
+            "--config",
+            metavar="PATH",
+            help="config file (default: $NETCLAW_CONFIG, else the first of ./netclaw.json, "
+            "~/.config/netclaw/netclaw.json, /etc/netclaw/netclaw.json; none: built-in defaults)",
         )
         return p
 
@@ -117,57 +120,78 @@ def _parser() -> argparse.ArgumentParser:
         nargs="?",
         choices=["list", "show", "children", "reset", "cancel", "model", "rm"],
         default="list",
+        help="default: list",
     )
-    sessions.add_argument("session_id", nargs="?")
+    sessions.add_argument(
+        "session_id", nargs="?", help="the session (show, children, reset, cancel, model, rm)"
+    )
     sessions.add_argument("name", nargs="?", help="model: the model to choose (`default`: back to main)")
-    sessions.add_argument("--json", action="store_true")
+    sessions.add_argument("--json", action="store_true", help=JSON_HELP)
     sessions.add_argument("--context", action="store_true", help="show: the model-visible projection")
     sessions.add_argument("--memories", action="store_true", help="rm: also forget what was learnt in it")
     sessions.set_defaults(func=cmd_sessions)
 
     memory = with_config(sub.add_parser("memory", help="list, search or delete durable memories"))
-    memory.add_argument("action", nargs="?", choices=["list", "rm"], default="list")
-    memory.add_argument("memory_id", nargs="?")
+    memory.add_argument("action", nargs="?", choices=["list", "rm"], default="list", help="default: list")
+    memory.add_argument("memory_id", nargs="?", help="rm: the memory (its number from the list)")
     memory.add_argument("--q", metavar="TEXT", help="search for this")
-    memory.add_argument("--audience", choices=["personal", "team", "public"])
+    memory.add_argument(
+        "--audience", choices=["personal", "team", "public"], help="only memories of this audience"
+    )
     memory.add_argument("--session", metavar="ID", help="only memories learnt in this session")
-    memory.add_argument("--json", action="store_true")
+    memory.add_argument("--json", action="store_true", help=JSON_HELP)
     memory.set_defaults(func=cmd_memory)
 
     audit = with_config(sub.add_parser("audit", help="the audit trail: approvals, tool runs, changes"))
     audit.add_argument("--since", metavar="DATE", help="ISO-8601 date or date-time")
     audit.add_argument("--session", metavar="ID", help="only this session's")
-    audit.add_argument("--json", action="store_true")
+    audit.add_argument("--json", action="store_true", help=JSON_HELP)
     audit.set_defaults(func=cmd_audit)
 
     tokens = with_config(sub.add_parser("tokens", help="named API tokens with a role: list, add, rm"))
-    tokens.add_argument("action", nargs="?", choices=["list", "add", "rm"], default="list")
-    tokens.add_argument("name", nargs="?")
+    tokens.add_argument(
+        "action", nargs="?", choices=["list", "add", "rm"], default="list", help="default: list"
+    )
+    tokens.add_argument("name", nargs="?", help="add, rm: the token's name")
     tokens.add_argument("--role", help="add: the role (admin or one of `roles` in the config)")
-    tokens.add_argument("--json", action="store_true")
+    tokens.add_argument("--json", action="store_true", help=JSON_HELP)
     tokens.set_defaults(func=cmd_tokens)
 
     approvals = with_config(sub.add_parser("approvals", help="tool calls waiting for a decision"))
-    approvals.add_argument("action", nargs="?", choices=["list", "approve", "deny", "always"], default="list")
-    approvals.add_argument("approval_id", nargs="?")
+    approvals.add_argument(
+        "action",
+        nargs="?",
+        choices=["list", "approve", "deny", "always"],
+        default="list",
+        help="default: list",
+    )
+    approvals.add_argument(
+        "approval_id", nargs="?", help="approve, deny, always: the approval (from the list)"
+    )
     approvals.add_argument("--session", metavar="ID", help="only this session's")
-    approvals.add_argument("--json", action="store_true")
+    approvals.add_argument("--json", action="store_true", help=JSON_HELP)
     approvals.set_defaults(func=cmd_approvals)
 
     questions = with_config(sub.add_parser("questions", help="what running tools ask people (MCP servers)"))
     questions.add_argument(
-        "action", nargs="?", choices=["list", "answer", "accept", "decline", "cancel"], default="list"
+        "action",
+        nargs="?",
+        choices=["list", "answer", "accept", "decline", "cancel"],
+        default="list",
+        help="default: list",
     )
-    questions.add_argument("question_id", nargs="?")
+    questions.add_argument("question_id", nargs="?", help="the question (from the list)")
     questions.add_argument("values", nargs="*", help="answer: the form's fields as key=value")
     questions.add_argument("--session", metavar="ID", help="only this session's")
-    questions.add_argument("--json", action="store_true")
+    questions.add_argument("--json", action="store_true", help=JSON_HELP)
     questions.set_defaults(func=cmd_questions)
 
     add_mcp_parser(sub, with_config)
 
     reminders = with_config(sub.add_parser("reminders", help="scheduled reminders: list, add, rm"))
-    reminders.add_argument("action", nargs="?", choices=["list", "add", "rm"], default="list")
+    reminders.add_argument(
+        "action", nargs="?", choices=["list", "add", "rm"], default="list", help="default: list"
+    )
     reminders.add_argument(
         "session_id", nargs="?", metavar="SESSION|ID", help="add: the session; rm: the reminder"
     )
@@ -178,14 +202,14 @@ def _parser() -> argparse.ArgumentParser:
     reminders.add_argument("--every", metavar="DURATION", help="repeat, e.g. 1h or 1d")
     reminders.add_argument("--tz", metavar="ZONE", help="IANA timezone for --at and --cron (default UTC)")
     reminders.add_argument("--session", metavar="ID", help="list: only this session's")
-    reminders.add_argument("--json", action="store_true")
+    reminders.add_argument("--json", action="store_true", help=JSON_HELP)
     reminders.set_defaults(func=cmd_reminders)
 
     skills = with_config(sub.add_parser("skills", help="the skills in the skill folders: list, show NAME"))
-    skills.add_argument("action", nargs="?", choices=["list", "show"], default="list")
+    skills.add_argument("action", nargs="?", choices=["list", "show"], default="list", help="default: list")
     skills.add_argument("name", nargs="?", help="show: the skill")
     skills.add_argument("--audience", choices=["personal", "team", "public"], help="list: only what it sees")
-    skills.add_argument("--json", action="store_true")
+    skills.add_argument("--json", action="store_true", help=JSON_HELP)
     skills.set_defaults(func=cmd_skills)
 
     init = sub.add_parser("init", help="write a starter netclaw.json and check the provider")
@@ -194,7 +218,9 @@ def _parser() -> argparse.ArgumentParser:
         "--provider", choices=["openai", "anthropic"], help="openai: any OpenAI-compatible server"
     )
     init.add_argument("--base-url", metavar="URL", help="the model server (default: Ollama on this machine)")
-    init.add_argument("--model", metavar="NAME")
+    init.add_argument(
+        "--model", metavar="NAME", help="the model to use (default: the first the server lists)"
+    )
     init.add_argument("--api-key-env", metavar="VAR", help="the environment variable holding the API key")
     init.add_argument("--yes", action="store_true", help="ask nothing; defaults for what was not given")
     init.add_argument("--force", action="store_true", help="overwrite an existing file")
@@ -207,15 +233,17 @@ def _parser() -> argparse.ArgumentParser:
     init.set_defaults(func=cmd_init)
 
     status = with_config(sub.add_parser("status", help="the running daemon's health and key figures"))
-    status.add_argument("--json", action="store_true")
+    status.add_argument("--json", action="store_true", help=JSON_HELP)
     status.set_defaults(func=cmd_status)
 
     usage = with_config(
         sub.add_parser("usage", help="provider tokens and their cost per session, day or model")
     )
-    usage.add_argument("--by", choices=["session", "day", "model"], default="session")
+    usage.add_argument(
+        "--by", choices=["session", "day", "model"], default="session", help="default: session"
+    )
     usage.add_argument("--since", metavar="DATE", help="ISO date or date-time, UTC (e.g. 2026-11-01)")
-    usage.add_argument("--json", action="store_true")
+    usage.add_argument("--json", action="store_true", help=JSON_HELP)
     usage.set_defaults(func=cmd_usage)
 
     channels = with_config(
@@ -223,7 +251,7 @@ def _parser() -> argparse.ArgumentParser:
             "channels", help="the channels installed, enabled and running (and any that fail to load)"
         )
     )
-    channels.add_argument("--json", action="store_true")
+    channels.add_argument("--json", action="store_true", help=JSON_HELP)
     channels.set_defaults(func=cmd_channels)
 
     doctor = with_config(sub.add_parser("doctor", help="check config, database and provider"))
@@ -232,13 +260,17 @@ def _parser() -> argparse.ArgumentParser:
 
     cluster = with_config(sub.add_parser("cluster", help="several nodes: status, drain, resume, owner, move"))
     cluster.add_argument(
-        "action", nargs="?", choices=["status", "drain", "resume", "owner", "move"], default="status"
+        "action",
+        nargs="?",
+        choices=["status", "drain", "resume", "owner", "move"],
+        default="status",
+        help="default: status",
     )
     cluster.add_argument(
         "target", nargs="?", metavar="NODE|SESSION", help="drain/resume: a node; owner/move: a session"
     )
     cluster.add_argument("node", nargs="?", metavar="NODE", help="move: the node to move the session to")
-    cluster.add_argument("--json", action="store_true")
+    cluster.add_argument("--json", action="store_true", help=JSON_HELP)
     cluster.set_defaults(func=cmd_cluster)
 
     migrate = with_config(

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from netclaw.cli._connect import client_for
+from netclaw.cli._output import JSON_HELP
 from netclaw.cli._status import mcp_line
 from netclaw.config import load_settings
 from netclaw.errors import ClientError, DaemonNotRunning
@@ -25,9 +26,11 @@ from netclaw.errors import ClientError, DaemonNotRunning
 
 def add_parser(sub: Any, with_config: Any) -> None:
     mcp = with_config(sub.add_parser("mcp", help="MCP servers: list, tools, resources, prompts, login"))
-    mcp.add_argument("action", choices=["list", "tools", "resources", "prompts", "login"])
+    mcp.add_argument(
+        "action", choices=["list", "tools", "resources", "prompts", "login"], help="what to show or do"
+    )
     mcp.add_argument("name", nargs="?", help="the server (as named under mcp.servers)")
-    mcp.add_argument("--json", action="store_true")
+    mcp.add_argument("--json", action="store_true", help=JSON_HELP)
     mcp.set_defaults(func=cmd_mcp)
 
 

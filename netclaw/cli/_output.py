@@ -12,6 +12,7 @@ from netclaw.errors import ClientError, NetclawError
 USAGE = 2  # a command line that cannot work (argparse's own status)
 FAILED = 1  # the command ran and failed
 INTERRUPTED = 130
+JSON_HELP = 'print JSON (a failure too, as {"error": {"code", "message", "exit_status"}})'
 BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell tool says when the reader of its output went away
 
 

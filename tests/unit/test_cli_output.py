@@ -107,3 +107,22 @@ def test_output_piped_into_a_reader_that_stopped_is_no_traceback(tmp_path: Path)
     proc.stdout.close()
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == 141 and err == ""
+
+
+def test_every_option_and_argument_says_what_it_is_for() -> None:
+    import argparse
+
+    from netclaw.cli import _parser
+
+    silent = []
+
+    def walk(parser: argparse.ArgumentParser, name: str) -> None:
+        for action in parser._actions:  # noqa: SLF001 - argparse keeps them nowhere public
+            if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
+                for sub, child in action.choices.items():
+                    walk(child, f"{name} {sub}")
+            elif action.help is None and not isinstance(action, argparse._HelpAction):  # noqa: SLF001
+                silent.append(f"{name} {'/'.join(action.option_strings) or action.dest}")
+
+    walk(_parser(), "netclaw")
+    assert not silent, f"no help text: {silent}"
