@@ -42,6 +42,11 @@ class DaemonClient:
 
     def _headers(self, extra: dict[str, str] | None = None) -> dict[str, str]:
         if not self._token:
+            if self._token_source.startswith("$"):  # the operator provides it; the daemon never writes one
+                raise ClientError(
+                    f"no control token in {self._token_source} (gateway.control_token_env): set it to "
+                    "the daemon's control token"
+                )
             self.health()  # no token is most often "never started": say that if it is so
             raise ClientError(
                 f"no control token found in {self._token_source}; start the daemon once with this "
@@ -62,6 +67,14 @@ class DaemonClient:
             raise ClientError(f"the daemon at {self.base_url} did not answer in time") from exc
         except httpx.HTTPError as exc:
             raise ClientError(f"talking to the daemon at {self.base_url} failed: {exc}") from exc
+        if response.status_code == 401 and 401 not in accept and "Authorization" in kwargs.get("headers", {}):
+            raise ClientError(
+                f"the daemon at {self.base_url} refused the control token from {self._token_source}: "
+                "it is another daemon's, or was replaced; is --config the config of the daemon "
+                "listening there?",
+                status=401,
+                code=_error_code(response),
+            )
         if response.status_code >= 400 and response.status_code not in accept:
             raise ClientError(_error_text(response), status=response.status_code, code=_error_code(response))
         return response

@@ -42,7 +42,7 @@ from netclaw.gateway import Gateway
 from netclaw.history import preload_encoding
 from netclaw.http.api import Api, webhook_app
 from netclaw.http.cluster import ClusterHttp
-from netclaw.http.listener import listen
+from netclaw.http.listener import check_free, listen
 from netclaw.mcp import McpHub
 from netclaw.persistence import (
     AccessLogic,
@@ -158,6 +158,10 @@ class Daemon:
         started = time.perf_counter()
         try:
             guard_workspace(self.settings, find_config_path(self.config_path))  # before anything is made
+            listens = self.settings.gateway
+            check_free(listens.host, listens.port, "gateway.port")  # also before: a busy port makes nothing
+            if listens.webhook_host is not None and listens.webhook_port is not None:
+                check_free(listens.webhook_host, listens.webhook_port, "gateway.webhook_port")
             self._lock.acquire()
             ensure_writable_dir("tools.workspace_dir", self.settings.tools.workspace_dir)
             prepare_stores(self.settings)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import resource
+import socket
 from http import HTTPStatus
 from typing import Any
 
@@ -236,6 +237,27 @@ class GuardedSite(web.TCPSite):
         self._server = await loop.create_server(
             connection, self._host, self._port, backlog=BACKLOG, reuse_address=self._reuse_address
         )
+
+
+def check_free(host: str, port: int, key: str) -> None:
+    """Refuse a port another process listens on before the daemon makes anything (its data
+    directory, its token): DaemonError as :func:`listen` would say it, later. The real bind
+    is still :func:`listen`'s (this is a courtesy, not a reservation)."""
+    if port == 0:
+        return
+    try:
+        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError:
+        return  # an unknown host: listen() says so
+    for family, kind, proto, _, address in infos[:1]:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as asyncio binds it
+            try:
+                probe.bind(address)
+            except OSError as exc:
+                raise DaemonError(
+                    f"cannot listen on {host}:{port}: {exc.strerror} (is another netclaw running? change {key})"
+                ) from exc
 
 
 async def listen(app: web.Application, host: str, port: int, key: str) -> tuple[web.AppRunner, int]:

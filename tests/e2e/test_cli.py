@@ -200,6 +200,27 @@ def test_sessions_show_unknown_session_fails(daemon: DaemonProcess, site: Setup)
     assert "Traceback" not in err
 
 
+def test_a_token_the_daemon_refuses_names_where_it_came_from(
+    daemon: DaemonProcess, site: Setup, tmp_path: Path
+) -> None:
+    # Another directory's data (say, a start that failed there) holds another token, and its
+    # config names the running daemon's port: the CLI says which token it sent, and to whom.
+    other = config_data(tmp_path / "other-data", "http://127.0.0.1:9/v1", site.port)
+    config = write_json(tmp_path / "netclaw.json", other)
+    (tmp_path / "other-data").mkdir()
+    (tmp_path / "other-data" / "control.token").write_text("not-the-daemons-token\n")
+    done = run_cli("sessions", "--config", str(config))
+    assert done.returncode != 0
+    assert f"the daemon at http://127.0.0.1:{site.port} refused the control token from" in done.stderr
+    assert str(tmp_path / "other-data" / "control.token") in done.stderr, done.stderr
+    # With the token in a variable the operator sets, nothing "creates one": say to set it.
+    env_config = write_json(
+        tmp_path / "env.json", {**other, "gateway": {**other["gateway"], "control_token_env": "NC_TOKEN_X"}}
+    )
+    done = run_cli("sessions", "--config", str(env_config))
+    assert "no control token in $NC_TOKEN_X (gateway.control_token_env): set it" in done.stderr, done.stderr
+
+
 def test_cluster_commands_on_one_node_say_cluster_mode_is_off(daemon: DaemonProcess, site: Setup) -> None:
     for args in (("cluster", "status"), ("cluster", "owner", "cli:x"), ("cluster", "drain", "a")):
         code, _out, err = cli(site, *args)
@@ -493,7 +514,8 @@ def test_run_on_a_busy_port_fails_clearly(tmp_path: Path, provider: ScriptedOpen
     assert "in use" in done.stderr or "cannot listen" in done.stderr, done.stderr
     assert "gateway.port" in done.stderr
     assert "Traceback" not in done.stderr
-    # It let go of the data_dir: a daemon on a free port starts on it right away.
+    # It made nothing: no data_dir, no control token to confuse the CLI run from here later.
+    assert not (tmp_path / "data").exists()
     assert not _locked(tmp_path / "data" / "netclaw.lock")
 
 
