@@ -80,6 +80,12 @@ class ModelChoice:
 
 def status_report(state: SessionState, phase: Phase, context: Seen, now: float) -> StatusReport:
     prompts, model, settings = context.prompts, context.model, context.settings
+    name = context.model_name
+    if phase not in (Phase.PROCESSING, Phase.COMPACTING):
+        # Between turns, the model the next turn starts on: a fallback that took over the
+        # last turn is not the session's model (the context still holds it until then).
+        name = context.chosen(state)
+        model = settings.models.get(name) or settings.models.main
     day = utc_day(now)
     last = context.last_usage
     return StatusReport(
@@ -91,7 +97,7 @@ def status_report(state: SessionState, phase: Phase, context: Seen, now: float) 
         queued=len(state.inbox),
         title=state.title,
         approvals=tuple(r.tool for r in state.pending_round.open) if state.pending_round is not None else (),
-        model_name=context.model_name,
+        model_name=name,
         pinned=state.model_pin is not None,
         tokens_today=state.tokens_spent_on(day),
         cost_today=state.cost_spent_on(day),

@@ -11,7 +11,7 @@ import pytest
 
 from netclaw import outputs as out
 from netclaw.errors import InvalidInput, ProviderAuthError, ProviderUnavailable, RateLimited
-from netclaw.sessions._core.commands import PinModel
+from netclaw.sessions._core.commands import PinModel, ReportStatus
 from netclaw.sessions._core.effects import CallModel, Refuse
 from netclaw.sessions._core.journal.events import ModelPinned, ModelSwitched, TurnRecorded
 from netclaw.sessions._core.status import ModelChoice
@@ -64,6 +64,10 @@ def test_an_unavailable_model_hands_the_turn_to_its_fallback() -> None:
     effects = d.answer("hi from the spare")
     (recorded,) = [e for e in d.events(effects) if isinstance(e, TurnRecorded)]
     assert recorded.status == "completed" and recorded.model == "claude-scripted"
+    # Between turns the session's model is its own again, as /model, the API and the CLI say.
+    reply = d.reply()
+    (report,) = d.answers(reply, d.handle(ReportStatus(reply)))
+    assert (report.model_name, report.model, report.context_window) == ("main", "scripted", 32768)
     # The next turn starts on the session's own model again.
     d.send("again")
     assert d.pending(CallModel).request.model == "scripted"
