@@ -30,7 +30,8 @@ DESCRIPTION_MAX = 1024
 COMPATIBILITY_MAX = 500
 FRONT_MATTER_MAX = 16 * 1024  # characters between the two --- lines
 SKILL_FILE = "SKILL.md"
-_NAME = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
+NAME_PATTERN = r"[a-z0-9]+(?:-[a-z0-9]+)*"
+_NAME = re.compile(NAME_PATTERN)
 _FENCE = re.compile(r"^---[ \t]*\r?$", re.MULTILINE)
 
 

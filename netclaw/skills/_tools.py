@@ -21,7 +21,16 @@ from netclaw.config import Settings
 from netclaw.errors import ToolError
 from netclaw.security.confined import Folder
 from netclaw.security.policy import Audience
-from netclaw.skills._format import SKILL_FILE, Skill, SkillError, check_name, parse_skill, render_skill
+from netclaw.skills._format import (
+    NAME_MAX,
+    NAME_PATTERN,
+    SKILL_FILE,
+    Skill,
+    SkillError,
+    check_name,
+    parse_skill,
+    render_skill,
+)
 from netclaw.skills._index import LOAD_SKILL, READ_SKILL_FILE, SAVE_SKILL, visible_skills
 from netclaw.skills._load import LiveSkills, load_skills
 from netclaw.toolspec import Tool, ToolContext, ToolReply
@@ -69,9 +78,20 @@ class SkillTools:
             {
                 "type": "object",
                 "properties": {
-                    "name": {"type": "string", "description": "lowercase-with-hyphens, at most 64"},
+                    # Checked before a person is asked to approve the call (sessions/_core/approvals.py).
+                    "name": {
+                        "type": "string",
+                        "description": "lowercase-with-hyphens, at most 64",
+                        "pattern": f"^{NAME_PATTERN}$",
+                        "maxLength": NAME_MAX,
+                    },
                     "description": {"type": "string", "description": "what it does and when to use it"},
-                    "instructions": {"type": "string", "description": "the steps, in Markdown"},
+                    "instructions": {
+                        "type": "string",
+                        "description": "the steps, in Markdown",
+                        "minLength": 1,
+                        "maxLength": MAX_BODY_CHARS,
+                    },
                 },
                 "required": ["name", "description", "instructions"],
                 "additionalProperties": False,
@@ -181,10 +201,18 @@ def read_in(folder: Path, raw: object) -> str:
 
 
 def list_files(folder: Path) -> list[str]:
-    """The files under ``folder`` (relative, sorted; hidden ones and SKILL.md left out),
-    without following symlinks out of it."""
-    found = Folder(folder, where="the skill's folder").tree(limit=10 * MAX_LISTED + 1)
-    return [f for f in found if f != SKILL_FILE]
+    """The files under ``folder`` that ``read_skill_file`` opens (relative, sorted; hidden
+    ones and SKILL.md left out): a link leading out of the folder is not one of them."""
+    skill = Folder(folder, where="the skill's folder")
+    return [f for f in skill.tree(limit=10 * MAX_LISTED + 1) if f != SKILL_FILE and _opens(skill, f)]
+
+
+def _opens(skill: Folder, rel: str) -> bool:
+    try:
+        skill.stat(rel)
+    except ToolError:
+        return False
+    return True
 
 
 def _write_new(save_dir: Path, name: str, text: str) -> Path:

@@ -5,6 +5,7 @@ only where configured, always behind approval, and puts it in force."""
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -148,8 +149,9 @@ async def test_symlinks_out_of_the_folder_are_refused_and_inside_allowed(world: 
         await call(source, "read_skill_file", name="pdf-forms", path="alias.md")
         == "Field names are case-sensitive.\n"
     )
-    # load_skill's list names what is there; the links out cannot be read all the same.
-    assert "innocent.md" in await call(source, "load_skill", name="pdf-forms")
+    # load_skill lists what read_skill_file opens: a link out is not offered to be refused.
+    loaded = await call(source, "load_skill", name="pdf-forms")
+    assert "innocent.md" not in loaded and "alias.md" in loaded
 
 
 async def test_the_tools_are_offered_only_while_skills_are_loaded(
@@ -190,6 +192,20 @@ async def test_save_skill_writes_a_valid_skill_and_puts_it_in_force(
     with pytest.raises(ToolError, match=r"description: is 1100 characters"):
         await call(source, "save_skill", name="too-long", description="d" * 1100, instructions="x")
     assert sorted(p.name for p in saved.iterdir()) == ["release-notes"]  # nothing half-written
+
+
+def test_a_save_skill_call_with_a_bad_name_is_refused_before_anyone_is_asked(
+    tmp_path: Path, world: tuple[Path, Path]
+) -> None:
+    from netclaw.sessions._core.approvals import arguments_fit
+
+    source, _, _ = tools_for(world[0], skills={"save_dir": str(tmp_path / "saved")})
+    [save] = [t for t in source.tools() if t.name == "save_skill"]
+    ok = {"name": "release-notes", "description": "d", "instructions": "Steps."}
+    assert arguments_fit(save.parameters, json.dumps(ok))
+    for bad in ("../x", "Release", "a--b", "-a", "x" * 65):
+        assert not arguments_fit(save.parameters, json.dumps({**ok, "name": bad})), bad
+    assert not arguments_fit(save.parameters, json.dumps({**ok, "instructions": ""}))
 
 
 def test_save_skill_always_waits_for_approval_unless_granted_by_name() -> None:

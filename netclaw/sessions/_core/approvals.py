@@ -16,8 +16,10 @@ re-announces them).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+import json
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from netclaw import outputs as out
 from netclaw.errors import ApprovalClosed, ApprovalNotFound, NotAnApprover
@@ -36,15 +38,37 @@ def calls_to_ask(
     state: SessionState,
     message_id: str,
     calls: Sequence[ToolCall],
-    offered: Collection[str],
+    offered: Mapping[str, Mapping[str, Any]],
     needs_approval: Callable[[str, bool], bool],
 ) -> list[ToolCall]:
-    """The calls of a round that wait for a person: of a tool on offer (a call of a tool
-    that is not is never put to a person: it fails as unknown), and needing approval —
-    asked with whether the turn started by ``message_id`` read untrusted content yet (no
-    "always" after it)."""
+    """The calls of a round that wait for a person: of a tool on offer (``offered``: each
+    one's JSON schema of its arguments), with arguments that schema takes, and needing
+    approval — asked with whether the turn started by ``message_id`` read untrusted content
+    yet (no "always" after it). A call of a tool not on offer, or whose arguments its schema
+    refuses, is never put to a person: it fails at once, saying why."""
     untrusted = read_untrusted(state.transcript, message_id)
-    return [c for c in calls if c.name in offered and needs_approval(c.name, untrusted)]
+    return [
+        c
+        for c in calls
+        if c.name in offered
+        and arguments_fit(offered[c.name], c.arguments)
+        and needs_approval(c.name, untrusted)
+    ]
+
+
+def arguments_fit(schema: Mapping[str, Any], arguments: str | None) -> bool:
+    """Do a call's JSON ``arguments`` satisfy its tool's ``schema``? A schema the validator
+    cannot read (an MCP server's) says nothing against them."""
+    import jsonschema  # here: only a round that needs a person pays for the import
+
+    try:
+        values = json.loads(arguments or "{}")
+    except ValueError:
+        return False
+    try:
+        return bool(jsonschema.validators.validator_for(schema)(schema).is_valid(values))
+    except Exception:  # noqa: BLE001 - a schema the validator cannot use (a bad regex): ask as ever
+        return True
 
 
 def new_requests(

@@ -44,7 +44,11 @@ E = TypeVar("E")
 
 TOOLS = [
     ToolSchema("current_time", "The time", {"type": "object", "properties": {}}),
-    ToolSchema("deploy", "Ship it", {"type": "object", "properties": {}}),
+    ToolSchema(
+        "deploy",
+        "Ship it",
+        {"type": "object", "properties": {"env": {"enum": ["staging", "prod"]}}},
+    ),
 ]
 
 

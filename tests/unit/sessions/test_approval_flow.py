@@ -68,6 +68,21 @@ def test_an_approved_round_runs_after_the_decision_is_journaled(d: Driver) -> No
     assert [c.name for c in run.calls] == ["deploy", "current_time"] and run.refusals == {}
 
 
+def test_a_call_whose_arguments_its_schema_refuses_is_never_put_to_a_person(d: Driver) -> None:
+    # The tool refuses it anyway: nobody is asked to approve a call that cannot run.
+    d.send("ship it to the moon")
+    effects = d.answer(calls=[tool_call("deploy", "c1", json.dumps({"env": "moon"}))])
+    assert not [e for e in d.events(effects) if isinstance(e, ApprovalRequested)]
+    run = d.pending(RunTools)
+    assert [c.name for c in run.calls] == ["deploy"]  # it runs at once, and fails saying why
+    # Well-formed, the same call waits for a person.
+    d2 = Driver(audiences={"personal": {"approve": ["deploy"], "approvers": ["U-ana"]}})
+    d2.send("ship it to staging")
+    effects = d2.answer(calls=[tool_call("deploy", "c1", json.dumps({"env": "staging"}))])
+    assert [e for e in d2.events(effects) if isinstance(e, ApprovalRequested)]
+    d2.close()
+
+
 def test_a_denied_call_gets_why_and_the_others_run(d: Driver) -> None:
     approval = _ask(d)
     d.handle(Decide(approval, "deny", "ana", "U-ana", d.reply()))

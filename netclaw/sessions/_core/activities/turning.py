@@ -307,7 +307,7 @@ class Turn:
             state,
             run.message_id,
             assistant.tool_calls,
-            {t.name for t in self._tools(core)},
+            {t.name: t.parameters for t in self._tools(core)},
             lambda name, untrusted: turn_needs_approval(
                 name,
                 context.audience,
