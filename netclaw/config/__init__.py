@@ -549,7 +549,10 @@ class McpServerConfig(_Section):
     timeout_s: float = Field(60.0, gt=0)  # one call
     trust_annotations: bool = True  # its readOnlyHint/destructiveHint decide approvals (README)
     resources: bool = True  # its resources as <server>__list_resources / <server>__read_resource
-    roots: bool = True  # the workspace is offered to it as its root (when the file or shell tools are on)
+    # The folders offered to it as its roots: true, the workspace (while the file or shell
+    # tools are on); a list, those folders; false, none (a server keeps the directories it
+    # was started with: server-filesystem replaces them with any roots it is offered).
+    roots: bool | list[Path] = True
     elicitation: bool = True  # it may ask the person in the conversation (forms, links); public: declined
     sampling: bool = False  # it may ask the session's model, once a person allows each request
     # "auto": probe server/discover (2026-07-28) and fall back to the initialize handshake;
@@ -963,6 +966,15 @@ def _resolve_paths(settings: Settings, data: Mapping[str, Any], found: Path | No
     )
     if placed != skills:
         settings = settings.model_copy(update={"skills": placed})
+    # MCP servers' listed roots: relative to the config file too.
+    servers = {
+        name: server.model_copy(update={"roots": [(base / r).expanduser().resolve() for r in server.roots]})
+        for name, server in settings.mcp.servers.items()
+        if isinstance(server.roots, list)
+    }
+    if servers:
+        mcp = settings.mcp.model_copy(update={"servers": {**settings.mcp.servers, **servers}})
+        settings = settings.model_copy(update={"mcp": mcp})
     return settings
 
 

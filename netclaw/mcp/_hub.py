@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,7 +47,7 @@ class McpHub:
                     name,
                     server,
                     on_tools_changed=self._changed,
-                    roots=self.roots if server.roots else None,
+                    roots=_roots_of(server.roots, self.roots),
                     **options,
                 )
                 for name, server in sorted(enabled.items())
@@ -119,3 +119,16 @@ class McpHub:
             "prompts": _views.prompts_view,
         }
         return await views[what](server)
+
+
+def _roots_of(
+    configured: bool | Sequence[Path], workspace: Callable[[], list[Path]]
+) -> Callable[[], Sequence[Path]] | None:
+    """What a server is offered as its roots (``mcp.servers.<name>.roots``): the workspace,
+    the folders it lists, or nothing (no roots capability at all)."""
+    if configured is True:
+        return workspace
+    if configured is False:
+        return None
+    folders = list(configured)  # made absolute as the config was read
+    return lambda: folders

@@ -97,6 +97,21 @@ def test_the_workspace_is_the_servers_root(
     assert result["content"] == (tmp_path / "workspace").resolve().as_uri(), result
 
 
+def test_a_server_is_offered_the_folders_its_roots_list(
+    start_daemon: StartDaemon, scripted: ScriptedOpenAIThread, tmp_path: Path
+) -> None:
+    # server-filesystem takes any roots it is offered in place of its own directories: list
+    # them (or roots false) and it keeps working where it was told to.
+    notes, docs_dir = tmp_path / "notes", tmp_path / "docs"
+    handle = start_daemon(
+        mcp={"servers": {"docs": docs(roots=[str(notes), str(docs_dir)], protocol="legacy")}}
+    )
+    scripted.enqueue(Reply(tool_calls=[ToolCallSpec("docs__roots", {})]), Reply(text="ok"))
+    assert handle.send("cli:listed", "where may you work?", wait=True).status_code == 200
+    [result] = tool_results(handle, "cli:listed")
+    assert result["content"].splitlines() == [notes.resolve().as_uri(), docs_dir.resolve().as_uri()], result
+
+
 def test_a_server_without_roots_is_told_none(
     start_daemon: StartDaemon, scripted: ScriptedOpenAIThread
 ) -> None:

@@ -407,3 +407,16 @@ def test_the_readme_web_search_examples_are_valid_config(clean_env: Path) -> Non
     assert [e["tools"]["web_search"]["backend"] for e in examples] == ["searxng", "brave", "tavily"]
     for example in examples:
         assert Settings(**example).tools.web_search.enabled
+
+
+def test_an_mcp_servers_listed_roots_are_relative_to_the_config_file(clean_env: Path) -> None:
+    folder = clean_env / "conf"
+    folder.mkdir()
+    write(
+        folder / "netclaw.json",
+        {"mcp": {"servers": {"fs": {"command": "x", "roots": ["notes", "/srv/docs"]}}}},
+    )
+    settings = load_settings(folder / "netclaw.json")
+    assert settings.mcp.servers["fs"].roots == [(folder / "notes").resolve(), Path("/srv/docs")]
+    write(folder / "netclaw.json", {"mcp": {"servers": {"fs": {"command": "x", "roots": False}}}})
+    assert load_settings(folder / "netclaw.json").mcp.servers["fs"].roots is False
