@@ -215,7 +215,9 @@ def _parser() -> argparse.ArgumentParser:
     init = sub.add_parser("init", help="write a starter netclaw.json and check the provider")
     init.add_argument("--config", metavar="PATH", help="where to write it (default: ./netclaw.json)")
     init.add_argument(
-        "--provider", choices=["openai", "anthropic"], help="openai: any OpenAI-compatible server"
+        "--provider",
+        choices=["openai", "anthropic", "demo"],
+        help="openai: any OpenAI-compatible server; demo: the built-in demo model, no server and no AI",
     )
     init.add_argument("--base-url", metavar="URL", help="the model server (default: Ollama on this machine)")
     init.add_argument(

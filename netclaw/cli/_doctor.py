@@ -312,7 +312,8 @@ def _check_provider(settings: Settings, name: str, model: str, report: Any) -> b
         report(False, what, str(exc))
         return False
     elapsed = (time.perf_counter() - started) * 1000
-    report(True, what, f"{config.base_url} {detail} ({elapsed:.0f} ms); model {model}")
+    where = "" if config.type == "demo" else f"{config.base_url} "  # the demo has no server
+    report(True, what, f"{where}{detail} ({elapsed:.0f} ms); model {model}")
     return True
 
 

@@ -25,7 +25,7 @@ CHECK_TIMEOUT_S = 15.0
 
 @dataclass(frozen=True, slots=True)
 class Choice:
-    provider: str  # "openai" (any OpenAI-compatible server) or "anthropic"
+    provider: str  # "openai" (any OpenAI-compatible server), "anthropic" or "demo" (built in)
     base_url: str
     model: str
     api_key_env: str | None
@@ -38,6 +38,8 @@ class Choice:
 
 def defaults(provider: str, base_url: str | None) -> Choice:
     """What a starter config uses when not told otherwise."""
+    if provider == "demo":  # no server: base_url is unused
+        return Choice("demo", "", "demo", None, 32_768)
     if provider == "anthropic":
         return Choice(
             "anthropic",
@@ -125,10 +127,10 @@ def _choose(args: argparse.Namespace) -> Choice:
         if args.yes
         else _ask("provider (openai = any OpenAI-compatible server, or anthropic)", "openai")
     )
-    if provider not in ("openai", "anthropic"):
-        raise NetclawError(f"--provider must be openai or anthropic, not {provider!r}")
+    if provider not in ("openai", "anthropic", "demo"):
+        raise NetclawError(f"--provider must be openai, anthropic or demo, not {provider!r}")
     base = defaults(provider, args.base_url)
-    if args.yes:
+    if args.yes or provider == "demo":
         return Choice(
             provider,
             base.base_url,
@@ -166,7 +168,13 @@ def _ask(question: str, default: str) -> str:
 def starter_config(choice: Choice, *, system: bool = False) -> str:
     """The file: the chosen provider and model, the rest at their defaults, with comments.
     ``system``: for deploy/netclaw.service, state in its StateDirectory (/var/lib/netclaw)."""
-    provider = {"type": choice.provider, "base_url": choice.base_url, "api_key_env": choice.api_key_env}
+    provider: dict[str, object] = {
+        "type": choice.provider,
+        "base_url": choice.base_url,
+        "api_key_env": choice.api_key_env,
+    }
+    if choice.provider == "demo":
+        provider = {"type": "demo"}
     lines = [
         "// netclaw configuration, written by `netclaw init`. Whole-line // comments are allowed.",
         "// Every key and its default: netclaw.example.json in the source, and the README.",
@@ -188,7 +196,8 @@ def starter_config(choice: Choice, *, system: bool = False) -> str:
         ),
         "",
         "  // The model server. type openai: any OpenAI-compatible server (Ollama, vLLM,",
-        "  // llama.cpp, LiteLLM, OpenAI); type anthropic: Anthropic's Messages API.",
+        "  // llama.cpp, LiteLLM, OpenAI); type anthropic: Anthropic's Messages API; type demo:",
+        "  // netclaw's built-in demo model, no server and no AI (it repeats what it is told).",
         f'  "providers": {{"main": {json.dumps(provider)}}},',
         "  // context_window: what the model accepts; netclaw compacts at 75% of it.",
         f'  "models": {{"main": {{"provider": "main", "model": {json.dumps(choice.model)}, '
@@ -244,7 +253,8 @@ def _check(choice: Choice, config: ProviderConfig) -> ProviderCheck:
     except (NetclawError, TimeoutError) as exc:
         print(f"[warn] provider at {choice.base_url}: {exc or 'no answer in time'}")
         return "unreachable"
-    print(f"[ok] provider at {choice.base_url}: {detail}; model {choice.model}")
+    where = "provider" if choice.provider == "demo" else f"provider at {choice.base_url}"
+    print(f"[ok] {where}: {detail}; model {choice.model}")
     return "ok"
 
 
@@ -280,7 +290,10 @@ def _next_steps(path: Path, choice: Choice, provider: ProviderCheck, *, system: 
         else:
             steps.append(f"export {choice.api_key_env}=...   # or {choice.api_key_env}_FILE=/path/to/a/file")
     if provider == "unreachable" and choice.local:
-        steps.append(f"start your model server (e.g. `ollama serve`, then `ollama pull {choice.model}`)")
+        steps.append(
+            f"start your model server (e.g. `ollama serve`, then `ollama pull {choice.model}`), "
+            f"or try netclaw first with its demo model: netclaw init --force --provider demo{config}"
+        )
     elif provider == "no_model":
         steps.append(
             f"pull the model (`ollama pull {choice.model}`) or pick one the server has: "

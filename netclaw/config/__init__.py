@@ -68,7 +68,8 @@ check_env_name = _check_env_name  # for the sections declared beside their adapt
 
 
 class ProviderConfig(_Section):
-    type: Literal["openai", "anthropic"] = "openai"
+    # "demo": the built-in demo model (netclaw/providers/_demo.py), no server; base_url unused.
+    type: Literal["openai", "anthropic", "demo"] = "openai"
     base_url: str = "http://127.0.0.1:11434/v1"
     api_key_env: str | None = None
     timeout_s: float = Field(180.0, gt=0)

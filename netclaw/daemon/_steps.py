@@ -141,7 +141,8 @@ def announce_provider(
     background (``/healthz``'s ``provider``): its future is returned."""
     main = settings.models.main
     config = settings.providers[main.provider]
-    log.info("provider %s (%s at %s), model %s", main.provider, config.type, config.base_url, main.model)
+    where = "built in" if config.type == "demo" else f"at {config.base_url}"
+    log.info("provider %s (%s %s), model %s", main.provider, config.type, where, main.model)
     if missing := config.missing_key():
         log.warning("provider %s: %s", main.provider, missing)
     return io.submit(health.watch(provider)) if provider is not None else None

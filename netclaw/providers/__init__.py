@@ -15,6 +15,7 @@ from netclaw.providers._base import (
     Usage,
 )
 from netclaw.providers._classify import classify_http_error, classify_transport_error
+from netclaw.providers._demo import DemoProvider
 from netclaw.providers._http import HttpStreamingProvider
 from netclaw.providers._openai import OpenAIProvider
 
@@ -22,6 +23,7 @@ __all__ = [
     "AnthropicProvider",
     "Completion",
     "Delta",
+    "DemoProvider",
     "HttpStreamingProvider",
     "OnDelta",
     "OpenAIProvider",
@@ -42,6 +44,8 @@ def make_provider(name: str, config: ProviderConfig) -> Provider:
         return OpenAIProvider(name, config)
     if config.type == "anthropic":
         return AnthropicProvider(name, config)
+    if config.type == "demo":
+        return DemoProvider(name, config)
     raise ConfigError(f"providers.{name}.type: unknown provider type {config.type!r}")
 
 

@@ -87,5 +87,12 @@ def repo_tar_command() -> list[str]:
         ".pytest_cache",
         "build",
         "dist",
+        "*.egg-info",
+        # Top-level only (a test folder may be called data): what CI and a person's first run made.
+        "./.ci-synapse",
+        "./.ci-npm",
+        "./.venv",
+        "./data",
+        "./netclaw.json",
     ]
     return ["tar", "-C", str(REPO_ROOT), *(f"--exclude={e}" for e in excludes), "-cf", "-", "."]
