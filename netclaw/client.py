@@ -11,6 +11,7 @@ import httpx
 
 from netclaw.config import Settings
 from netclaw.errors import ClientError, DaemonNotRunning
+from netclaw.process.lock import running_url
 from netclaw.security.control_token import read_control_token
 
 
@@ -19,7 +20,9 @@ class DaemonClient:
         host = settings.gateway.host
         if host in ("0.0.0.0", "::", ""):
             host = "127.0.0.1"
-        self.base_url = f"http://{host}:{settings.gateway.port}"
+        # The daemon running on this data_dir says where it listens: after a changed
+        # gateway.port and a reload it still serves the port it started on.
+        self.base_url = running_url(settings.data_dir) or f"http://{host}:{settings.gateway.port}"
         self._token = read_control_token(settings)
         self._token_source = (
             f"${settings.gateway.control_token_env}"

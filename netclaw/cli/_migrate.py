@@ -29,7 +29,7 @@ def cmd_migrate_journal(args: argparse.Namespace) -> int:
         raise ConfigError(
             f"migrating to PostgreSQL needs the postgres extra: pip install 'netclaw[postgres]' ({exc})"
         ) from exc
-    from netclaw.daemon import DataDirLock  # the daemon's own lock: never copy a live journal
+    from netclaw.process.lock import DataDirLock  # the daemon's own lock: never copy a live journal
 
     lock = DataDirLock(settings.data_dir)
     lock.acquire()

@@ -6,6 +6,6 @@ only what they are handed (``_steps``)."""
 
 from netclaw.daemon._daemon import Daemon
 from netclaw.daemon._foreground import run_daemon, run_forever
-from netclaw.daemon._lock import DataDirLock
+from netclaw.process.lock import DataDirLock
 
 __all__ = ["Daemon", "DataDirLock", "run_daemon", "run_forever"]

@@ -21,7 +21,6 @@ from netclaw.cluster.membership import ClusterNode
 from netclaw.config import LiveSettings, ScheduleConfig, Settings, find_config_path, load_settings
 from netclaw.daemon import _health
 from netclaw.daemon._health import Looked
-from netclaw.daemon._lock import DataDirLock
 from netclaw.daemon._steps import (
     WARM_TIMEOUT_S,
     announce_provider,
@@ -58,6 +57,7 @@ from netclaw.persistence import (
     uses_postgres,
 )
 from netclaw.process.heap import HeapTrimmer
+from netclaw.process.lock import DataDirLock
 from netclaw.process.logs import configure_logging, log_lines
 from netclaw.process.metrics import GaugeMetricFamily, Metrics
 from netclaw.process.runtime import IoLoop
@@ -151,6 +151,12 @@ class Daemon:
     @property
     def base_url(self) -> str:
         return f"http://{self.settings.gateway.host}:{self.port}"
+
+    def _client_url(self) -> str:
+        """Where a client on this host reaches the API (a wildcard host is loopback)."""
+        host = self.settings.gateway.host
+        host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+        return f"http://[{host}]:{self.port}" if ":" in host else f"http://{host}:{self.port}"
 
     # -- start-up, in order -------------------------------------------------------------------
 
@@ -295,6 +301,7 @@ class Daemon:
             leases = journal if self.cluster is not None else None  # a one-node channel's lease
             self.io.run(self.channels.start(leases, retry_s=self.settings.cluster.lease_s / 3))
             self.io.run(self._serve(app))
+            self._lock.listening(self._client_url())
             if self.cluster is not None:
                 warmed = self.io.run(warm(), WARM_TIMEOUT_S + 10)
             # Channels listen now: the warmed sessions resume their turns (and replies reach them).

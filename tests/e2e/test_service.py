@@ -23,6 +23,7 @@ from tests.e2e.conftest import (
     Daemons,
     Setup,
     free_port,
+    run_cli,
     subprocess_env,
     wait_until,
     write_json,
@@ -95,12 +96,19 @@ def test_notify_watchdog_reload_and_stop(
     assert not [line for line in lines if line["logger"].startswith("aiosqlite")]
 
     # SIGHUP: RELOADING=1 with the monotonic clock, then READY=1 — at once, not within a second.
+    # The config now names another port, which applies at the next restart.
+    config = json.loads(site.config.read_text())
+    config["gateway"]["port"] = free_port()
+    site.config.write_text(json.dumps(config))
     sent = time.monotonic()
     os.kill(daemon.pid, signal.SIGHUP)
     reloading = systemd.wait_for("RELOADING=1", timeout=5)
     assert time.monotonic() - sent < 0.5
     assert reloading[1].startswith("MONOTONIC_USEC=") and int(reloading[1].split("=")[1]) > 0
     systemd.wait_for("READY=1", timeout=5)
+    # The CLI still finds the daemon where it listens, not at the config's new port.
+    status = run_cli("status", "--config", str(site.config))
+    assert status.returncode == 0 and f"127.0.0.1:{site.port}" in status.stdout, status.stdout + status.stderr
 
     sent = time.monotonic()
     os.kill(daemon.pid, signal.SIGTERM)
