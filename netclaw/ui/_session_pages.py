@@ -28,6 +28,7 @@ from netclaw.gateway import (
     check_session_id,
 )
 from netclaw.http.web import sse_event
+from netclaw.lineage import ChildRecord, child_id
 from netclaw.ui._pages import all_approvals_fragment
 from netclaw.ui._room import PREFIX, Room
 from netclaw.ui._views import (
@@ -66,6 +67,7 @@ class SessionPages:
             web.post("/sessions/{id}/cancel", self.cancel),
             web.post("/sessions/{id}/reset", self.reset),
             web.post("/sessions/{id}/compact", self.compact),
+            web.post("/sessions/{id}/model", self.choose_model),
             web.post("/sessions/{id}/approvals/{approval_id}", self.decide),
         ]
 
@@ -157,6 +159,8 @@ class SessionPages:
             "view": view,
             "reminders": reminders,
             "approvals": await self._approvals(session_id),
+            "models": list(self.reads.settings.models.named()),
+            "children": await self._children(session_id) if report is not None else [],
         }
         if view == "context":
             context["lines"] = context_lines(found.messages)
@@ -174,6 +178,14 @@ class SessionPages:
             return await asyncio.wait_for(self.reads.status(session_id), STATUS_TIMEOUT_S * 5)
         except (TimeoutError, NetclawError):
             return None
+
+    async def _children(self, session_id: str) -> list[tuple[str, ChildRecord]]:
+        """The session's sub-agents (id, record), oldest first."""
+        try:
+            records = await asyncio.wait_for(self.reads.children(session_id), STATUS_TIMEOUT_S * 5)
+        except (TimeoutError, NetclawError):
+            return []
+        return [(child_id(r.task.parent, r.task.n), r) for r in records]
 
     async def _approvals(self, session_id: str) -> list[PendingApproval]:
         with contextlib.suppress(SessionUnavailable):
@@ -241,6 +253,14 @@ class SessionPages:
     async def compact(self, request: web.Request) -> web.Response:
         session_id = await self._known(request)
         note = await self.control.compact(session_id)
+        return await self.room.after_form(request, _page_of(session_id), lambda: self._note(request, note))
+
+    async def choose_model(self, request: web.Request) -> web.Response:
+        session_id = await self._known(request)
+        name = (await self._form(request)).get("model", "")
+        wanted = None if name in ("", "main") else name
+        choice = await self.control.pin_model(session_id, wanted, by=DECIDED_BY)
+        note = f"From the next turn on: {choice.model} ({choice.model_id})."
         return await self.room.after_form(request, _page_of(session_id), lambda: self._note(request, note))
 
     async def decide(self, request: web.Request) -> web.Response:

@@ -100,7 +100,8 @@ PRICED_MAIN = {
 
 @contextmanager
 def open_room(data_dir: Path, **sections: Any) -> Iterator[Room]:
-    sections.setdefault("models", {"main": PRICED_MAIN})
+    # A second model a person may choose for a session (the session page's Model form).
+    sections.setdefault("models", {"main": PRICED_MAIN, "big": {**PRICED_MAIN, "model": "scripted-big"}})
     with ScriptedOpenAIThread() as scripted:
         config = settings_data(
             data_dir, scripted.base_url, audiences={"personal": {"approve": ["deploy"]}}, **sections

@@ -218,9 +218,24 @@ def test_a_sub_agents_session_opens_from_the_list_and_its_controls_reach_it(page
         20,
         "the sub-agent's session",
     )
+    # The parent's page lists it among its sub-agents.
+    page.goto("/ui/sessions/cli:ui-parent")
+    page.get_by_role("heading", name="Sub-agents").wait_for()
     page.goto("/ui/sessions")
     page.locator(f'a[href="/ui/sessions/{quote(child, safe=":")}"]').first.click()
     page.wait_for_selector("#recorded article.assistant")  # its transcript, fetched by the page
     page.locator("#recorded", has_text="RESULT ui-1").wait_for()
     page.get_by_role("button", name="Reset").click()
     page.locator("#control-result", has_text="Started afresh").wait_for()
+
+
+def test_the_session_page_chooses_the_sessions_model(page: Any, room: Room) -> None:
+    sid = "cli:ui-model"
+    open_session(page, room, sid)
+    page.get_by_label("Model").select_option("big")
+    page.get_by_role("button", name="Choose").click()
+    page.locator("#control-result", has_text="From the next turn on: big (scripted-big)").wait_for()
+    assert room.handle.send(sid, "which model now?", wait=True).status_code == 200
+    assert room.scripted.requests[-1]["model"] == "scripted-big"
+    page.reload()
+    assert page.get_by_label("Model").input_value() == "big"
