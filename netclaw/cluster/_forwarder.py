@@ -169,7 +169,9 @@ class Forwarder:
         call = self._session().request(
             request.method, url, headers=headers, data=body or None, timeout=self._timeout(read_s)
         )
-        upstream = await self._answer(session_id, owner, call, idempotent=idempotent)
+        # A move's own answer comes once the lease has left the owner: that is its success.
+        watch = not request.path.endswith("/move")
+        upstream = await self._answer(session_id, owner, call, idempotent=idempotent, watch_lease=watch)
         async with upstream:
             if upstream.status == 503 and protocol.MOVED in upstream.headers:
                 self.counts.moved += 1
@@ -196,11 +198,13 @@ class Forwarder:
         call: Awaitable[aiohttp.ClientResponse],
         *,
         idempotent: bool,
+        watch_lease: bool = True,
     ) -> aiohttp.ClientResponse:
         """The owner's answer (its status and headers). One slower than a second is raced
         with the session's lease: if the lease leaves the owner (paused past its lease, or
-        dead with the connection left open) the request is given up, as unreachable. The
-        fast path costs a timer, not a task."""
+        dead with the connection left open) the request is given up, as unreachable; not
+        with ``watch_lease`` False (a move: the lease leaving is its success). The fast
+        path costs a timer, not a task."""
         loop = asyncio.get_running_loop()
         watching: list[asyncio.Task[None]] = []
         try:
@@ -209,13 +213,14 @@ class Forwarder:
                 def watch() -> None:
                     watching.append(loop.create_task(self._lease_leaves(session_id, owner.node_id, deadline)))
 
-                later = loop.call_later(WATCH_AFTER_S, watch)
+                later = loop.call_later(WATCH_AFTER_S, watch) if watch_lease else None
                 try:
                     return await call
                 except (aiohttp.ClientError, OSError, TimeoutError) as exc:  # aiohttp's own timeouts too
                     raise self._failed(owner, exc, sent=True, idempotent=idempotent) from exc
                 finally:
-                    later.cancel()
+                    if later is not None:
+                        later.cancel()
                     for task in watching:
                         task.cancel()
         except TimeoutError:  # the lease watch expired the deadline: the owner let it go
