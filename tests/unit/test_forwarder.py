@@ -72,7 +72,9 @@ async def test_a_request_held_while_the_lease_leaves_the_owner_is_given_up(front
 async def test_a_moves_answer_is_not_raced_with_the_lease_it_moves(front: str) -> None:
     import aiohttp
 
-    async with aiohttp.ClientSession() as client:
-        async with client.post(f"{front}/api/sessions/cli:s/move?to=b") as answer:
-            assert answer.status == 200, await answer.text()
-            assert (await answer.json()) == {"answered": "/api/sessions/cli:s/move"}
+    async with (
+        aiohttp.ClientSession() as client,
+        client.post(f"{front}/api/sessions/cli:s/move?to=b") as answer,
+    ):
+        assert answer.status == 200, await answer.text()
+        assert (await answer.json()) == {"answered": "/api/sessions/cli:s/move"}
