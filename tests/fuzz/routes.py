@@ -205,6 +205,33 @@ ROUTES: tuple[Route, ...] = (
         answers=frozenset({204, 404}),
         ids=frozenset({"name"}),
     ),
+    # On one node the cluster's routes say cluster mode is off (409 cluster_off).
+    Route("GET", "/api/cluster", answers=frozenset({409})),
+    Route(
+        "POST",
+        "/api/cluster/nodes/{node}/drain",
+        {"node": "a"},
+        answers=frozenset({409}),
+        ids=frozenset({"node"}),
+    ),
+    Route(
+        "POST",
+        "/api/cluster/nodes/{node}/resume",
+        {"node": "a"},
+        answers=frozenset({409}),
+        ids=frozenset({"node"}),
+    ),
+    Route(
+        "GET", "/api/sessions/{id}/owner", {"id": SESSION}, answers=frozenset({409}), ids=frozenset({"id"})
+    ),
+    Route(
+        "POST",
+        "/api/sessions/{id}/move",
+        {"id": SESSION},
+        {"to": "b"},
+        answers=frozenset({409}),
+        ids=frozenset({"id", "to"}),
+    ),
     Route(
         "POST",
         SUBMIT_PATH,
