@@ -13,6 +13,8 @@ from typing import TextIO
 from netclaw.errors import DaemonError
 from netclaw.process.system import ensure_writable_dir
 
+URL_FILE = "netclaw.url"  # where the running daemon listens (written once it does)
+
 
 class DataDirLock:
     """One daemon per data_dir: two writers would corrupt the journal's sequence."""
@@ -36,17 +38,21 @@ class DataDirLock:
         fh.write(f"{os.getpid()}\n")
         fh.flush()
         self._fh = fh
+        (self.path.parent / URL_FILE).unlink(missing_ok=True)  # a crashed run's: not where this one listens
 
     def listening(self, url: str) -> None:
-        """Where this daemon serves the API, for :func:`running_url`."""
-        if self._fh is not None:
-            self._fh.seek(0)
-            self._fh.truncate()
-            self._fh.write(f"{os.getpid()}\n{url}\n")
-            self._fh.flush()
+        """Where this daemon serves the API, for :func:`running_url` (beside the lock, which
+        holds the pid alone: ``kill -HUP "$(cat data/netclaw.lock)"`` reads it)."""
+        if self._fh is None:
+            return
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+        fd = os.open(self.path.parent / URL_FILE, flags, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(f"{url}\n")
 
     def release(self) -> None:
         if self._fh is not None:
+            (self.path.parent / URL_FILE).unlink(missing_ok=True)
             fcntl.flock(self._fh, fcntl.LOCK_UN)
             self._fh.close()
             self._fh = None
@@ -54,19 +60,21 @@ class DataDirLock:
 
 def running_url(data_dir: Path) -> str | None:
     """The URL the daemon running on ``data_dir`` serves (it holds the lock), or None: none
-    runs, it does not listen yet, or this user may not read its lock file."""
-    path = data_dir / "netclaw.lock"
+    runs, it does not listen yet, or this user may not read its files."""
     try:
-        fh = path.open("r", encoding="utf-8")
+        fh = (data_dir / "netclaw.lock").open("r", encoding="utf-8")
     except OSError:
         return None
     with fh:
         try:
             fcntl.flock(fh, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:  # held: a daemon runs here, and its file is current
-            lines = fh.read().splitlines()
-            return lines[1] if len(lines) > 1 and lines[1].startswith("http") else None
+        except BlockingIOError:  # held: a daemon runs here
+            try:
+                url = (data_dir / URL_FILE).read_text(encoding="utf-8").strip()
+            except OSError:
+                return None
+            return url if url.startswith("http") else None
         except OSError:
             return None
-        fcntl.flock(fh, fcntl.LOCK_UN)  # not held: nobody runs here (a crash left the file)
+        fcntl.flock(fh, fcntl.LOCK_UN)  # not held: nobody runs here (a crash left the files)
         return None
