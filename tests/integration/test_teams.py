@@ -1,0 +1,189 @@
+"""The Teams channel beyond the conformance kit, through the real Agents SDK against
+:class:`~tests.fakes.teams_api.FakeTeams`, the daemon in this process:
+
+- the messaging endpoint refuses (401) an activity whose token is missing, malformed,
+  unsigned, signed by another key, for another bot, expired, or vouching for another
+  service URL — and nothing starts: no session, no model call, no stored reference;
+- a reminder reaches its conversation proactively after a restart (the conversation
+  reference was kept), and a personal chat is one session without mentions;
+- the bot's token: a refused password stops the channel with a message naming the setting.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from adapters.teams._port import conversation_key
+from tests.conformance.drivers.teams import TeamsDriver
+from tests.conformance.model import KitModel, marker
+from tests.conformance.rig import InProcess, wait_for
+from tests.fakes.scripted_openai import ScriptedOpenAIThread
+from tests.fakes.teams_api import APP_ID, FakeTeams
+
+PERSONAL = "a:1personal-chat-of-alice"
+ALICE = {"name": "alice", "aad": "aad-alice"}
+
+
+class PersonalDriver(TeamsDriver):
+    """The kit's driver, with personal chats allowed."""
+
+    def sections(self) -> dict[str, Any]:
+        sections = super().sections()
+        sections["teams"] = {**sections["teams"], "allow_dms": True}
+        return sections
+
+
+@pytest.fixture(scope="module")
+def world(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[PersonalDriver, KitModel, ScriptedOpenAIThread]]:
+    driver, model = PersonalDriver(), KitModel()
+    with ScriptedOpenAIThread(default=model) as provider:
+        driver.start()
+        try:
+            yield driver, model, provider
+        finally:
+            driver.stop()
+
+
+@pytest.fixture(scope="module")
+def rig(
+    world: tuple[PersonalDriver, KitModel, ScriptedOpenAIThread], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[InProcess]:
+    driver, model, provider = world
+    with InProcess(driver, model).running(tmp_path_factory.mktemp("teams"), provider) as running:
+        yield running
+
+
+def personal(driver: TeamsDriver, text: str) -> dict[str, Any]:
+    return driver.fake.read(lambda s: s.message(PERSONAL, "personal", ALICE, text))
+
+
+def post(rig: InProcess, activity: dict[str, Any], headers: dict[str, str]) -> httpx.Response:
+    assert rig.daemon is not None
+    return httpx.post(f"{rig.daemon.base_url}/teams/messages", json=activity, headers=headers, timeout=10)
+
+
+def unsigned(claims: dict[str, Any]) -> str:
+    def part(data: dict[str, Any]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(data).encode()).rstrip(b"=").decode()
+
+    return f"{part({'alg': 'none', 'typ': 'JWT'})}.{part(claims)}."
+
+
+def bad_tokens(fake: FakeTeams) -> dict[str, str | None]:
+    """Authorization headers an attacker (or a broken proxy) might send; None: none at all."""
+    good_claims = json.loads(base64.urlsafe_b64decode(fake.token_for().split(".")[1] + "=="))
+    other_service = FakeTeams()
+    other_service.port = 1  # the token vouches for http://127.0.0.1:1/, the activity names the fake
+    return {
+        "missing": None,
+        "not bearer": f"Basic {base64.b64encode(b'bot:pw').decode()}",
+        "empty bearer": "Bearer",
+        "garbage": "Bearer not-a-jwt",
+        "unsigned": f"Bearer {unsigned(good_claims)}",
+        "another key": f"Bearer {fake.token_for(key=fake.stranger_key())}",
+        "another bot": f"Bearer {fake.token_for(audience='00000000-0000-4000-8000-000000000bad')}",
+        "expired": f"Bearer {fake.token_for(expires_in=-3600)}",
+        "another service": f"Bearer {other_service.token_for(key=None)}",
+    }
+
+
+def test_an_activity_without_a_valid_token_is_refused_and_starts_nothing(rig: InProcess) -> None:
+    driver = rig.driver
+    assert isinstance(driver, TeamsDriver)
+    fake = driver.fake.server
+    # A chat no valid activity ever came from: its reference must not be stored either.
+    stranger = "a:1never-authenticated"
+    session = f"teams:{conversation_key(stranger)}"
+    for what, authorization in bad_tokens(fake).items():
+        mark = marker()
+        activity = driver.fake.read(
+            lambda s, m=mark: s.message(stranger, "personal", ALICE, f"let me in {m}")
+        )
+        headers = {"Authorization": authorization} if authorization is not None else {}
+        answer = post(rig, activity, headers)
+        assert answer.status_code == 401, (what, answer.status_code, answer.text)
+        assert answer.json()["error"] == "unauthorized", what
+        assert rig.model.requests(mark) == [], what
+    listed = {s["id"] for s in rig.control.get("/api/sessions").json()}
+    assert session not in listed
+    assert driver.bot_messages(stranger) == []
+    assert rig.transcript(session) == []
+
+    # The same activity with the Bot Framework's signature is taken: the refusals were the token's.
+    mark = marker()
+    activity = driver.fake.read(lambda s: s.message(stranger, "personal", ALICE, f"now with a token {mark}"))
+    answer = post(rig, activity, {"Authorization": f"Bearer {fake.token_for()}"})
+    assert answer.status_code == 200, answer.text
+    rig.replied(stranger, f"echo: now with a token {mark}")
+
+
+def test_a_personal_chat_is_one_session_without_mentions(rig: InProcess) -> None:
+    driver = rig.driver
+    one, two = marker(), marker()
+    for text in (f"hello {one}", f"again {two}"):
+        driver.fake.run(driver.fake.server.deliver(personal(driver, text)))
+        rig.replied(PERSONAL, f"echo: {text}")
+    session = f"teams:{conversation_key(PERSONAL)}"
+    assert rig.user_texts(session)[-2:] == [f"hello {one}", f"again {two}"]
+
+
+def test_a_reminder_reaches_the_conversation_after_a_restart(
+    world: tuple[PersonalDriver, KitModel, ScriptedOpenAIThread], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    driver, model, provider = world
+    chat = "a:1personal-chat-for-reminders"
+    root: Path = tmp_path_factory.mktemp("teams-restart")
+    first = marker()
+    with InProcess(driver, model).running(root, provider) as rig:
+        activity = driver.fake.read(lambda s: s.message(chat, "personal", ALICE, f"hello {first}"))
+        driver.fake.run(driver.fake.server.deliver(activity))
+        rig.replied(chat, f"echo: hello {first}")
+
+    # A new daemon on the same data: nobody has said anything since, so only the stored
+    # reference says where the chat is.
+    with InProcess(driver, model).running(root, provider) as rig:
+        session = f"teams:{conversation_key(chat)}"
+        mark = marker()
+        answer = rig.control.post(
+            f"/api/sessions/{session}/reminders", json={"text": f"stand up {mark}", "in_s": 0.2}
+        )
+        assert answer.status_code == 201, answer.text
+        shown = wait_for(
+            lambda: [t for t in driver.bot_messages(chat) if f"stand up {mark}" in t],
+            "the reminder's reply in the chat",
+        )
+        assert len(shown) == 1 and shown[0].startswith("echo:"), shown
+        assert len(driver.bot_messages(chat)) == 2  # the first answer and the reminder's, nothing else
+
+
+def test_a_refused_app_password_stops_the_channel_naming_the_setting(
+    world: tuple[PersonalDriver, KitModel, ScriptedOpenAIThread],
+    tmp_path_factory: pytest.TempPathFactory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    driver, model, provider = world
+
+    class WrongPassword(PersonalDriver):
+        def env(self) -> dict[str, str]:
+            return {"TEAMS_APP_PASSWORD": "not-the-password"}
+
+    wrong = WrongPassword()
+    wrong.fake = driver.fake  # the same Bot Framework
+    monkeypatch.setattr(WrongPassword, "attach", lambda self, daemon: None)
+    with InProcess(wrong, model).running(tmp_path_factory.mktemp("teams-wrong"), provider) as rig:
+
+        def failed() -> dict[str, Any]:
+            state: dict[str, Any] = rig.control.get("/healthz").json().get("adapters", {}).get("teams", {})
+            return state if state.get("state") in ("failed", "retrying") else {}
+
+        state = wait_for(failed, "the teams channel refused")
+        assert APP_ID in state["detail"] and "TEAMS_APP_PASSWORD" in state["detail"], state
