@@ -11,21 +11,29 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import httpx
 import pytest
 
+from adapters.teams import TeamsAdapter, TeamsApiError
 from adapters.teams._port import conversation_key
+from netclaw.config import settings_model
+from netclaw.errors import AdapterError
+from netclaw.gateway import ChatInput
 from tests.conformance.drivers.teams import TeamsDriver
 from tests.conformance.model import KitModel, marker
 from tests.conformance.rig import InProcess, wait_for
+from tests.conftest import settings_data
 from tests.fakes.scripted_openai import ScriptedOpenAIThread
-from tests.fakes.teams_api import APP_ID, FakeTeams
+from tests.fakes.teams_api import APP_ID, APP_PASSWORD, FakeTeams
 
 PERSONAL = "a:1personal-chat-of-alice"
 ALICE = {"name": "alice", "aad": "aad-alice"}
@@ -62,8 +70,9 @@ def rig(
         yield running
 
 
-def personal(driver: TeamsDriver, text: str) -> dict[str, Any]:
-    return driver.fake.read(lambda s: s.message(PERSONAL, "personal", ALICE, text))
+def personal(driver: TeamsDriver, text: str, *, chat: str = PERSONAL) -> dict[str, Any]:
+    """A message of alice's in a personal chat, not yet delivered."""
+    return driver.fake.read(lambda s: s.message(chat, "personal", ALICE, text))
 
 
 def post(rig: InProcess, activity: dict[str, Any], headers: dict[str, str]) -> httpx.Response:
@@ -105,9 +114,7 @@ def test_an_activity_without_a_valid_token_is_refused_and_starts_nothing(rig: In
     session = f"teams:{conversation_key(stranger)}"
     for what, authorization in bad_tokens(fake).items():
         mark = marker()
-        activity = driver.fake.read(
-            lambda s, m=mark: s.message(stranger, "personal", ALICE, f"let me in {m}")
-        )
+        activity = personal(driver, f"let me in {mark}", chat=stranger)
         headers = {"Authorization": authorization} if authorization is not None else {}
         answer = post(rig, activity, headers)
         assert answer.status_code == 401, (what, answer.status_code, answer.text)
@@ -120,7 +127,7 @@ def test_an_activity_without_a_valid_token_is_refused_and_starts_nothing(rig: In
 
     # The same activity with the Bot Framework's signature is taken: the refusals were the token's.
     mark = marker()
-    activity = driver.fake.read(lambda s: s.message(stranger, "personal", ALICE, f"now with a token {mark}"))
+    activity = personal(driver, f"now with a token {mark}", chat=stranger)
     answer = post(rig, activity, {"Authorization": f"Bearer {fake.token_for()}"})
     assert answer.status_code == 200, answer.text
     rig.replied(stranger, f"echo: now with a token {mark}")
@@ -128,6 +135,7 @@ def test_an_activity_without_a_valid_token_is_refused_and_starts_nothing(rig: In
 
 def test_a_personal_chat_is_one_session_without_mentions(rig: InProcess) -> None:
     driver = rig.driver
+    assert isinstance(driver, TeamsDriver)
     one, two = marker(), marker()
     for text in (f"hello {one}", f"again {two}"):
         driver.fake.run(driver.fake.server.deliver(personal(driver, text)))
@@ -144,8 +152,7 @@ def test_a_reminder_reaches_the_conversation_after_a_restart(
     root: Path = tmp_path_factory.mktemp("teams-restart")
     first = marker()
     with InProcess(driver, model).running(root, provider) as rig:
-        activity = driver.fake.read(lambda s: s.message(chat, "personal", ALICE, f"hello {first}"))
-        driver.fake.run(driver.fake.server.deliver(activity))
+        driver.fake.run(driver.fake.server.deliver(personal(driver, f"hello {first}", chat=chat)))
         rig.replied(chat, f"echo: hello {first}")
 
     # A new daemon on the same data: nobody has said anything since, so only the stored
@@ -187,3 +194,26 @@ def test_a_refused_app_password_stops_the_channel_naming_the_setting(
 
         state = wait_for(failed, "the teams channel refused")
         assert APP_ID in state["detail"] and "TEAMS_APP_PASSWORD" in state["detail"], state
+
+
+def test_the_doctor_probe_gets_a_token_and_names_what_is_wrong(
+    world: tuple[PersonalDriver, KitModel, ScriptedOpenAIThread],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    driver = world[0]
+    settings = settings_model()(**settings_data(tmp_path / "data", "http://127.0.0.1:1", **driver.sections()))
+    adapter = TeamsAdapter(settings, cast("ChatInput", SimpleNamespace(settings=settings)))
+    token_url = driver.fake.server.token_url
+    monkeypatch.setenv("TEAMS_APP_PASSWORD", APP_PASSWORD)
+    assert asyncio.run(adapter.probe()) == f"app {APP_ID} got a Bot Framework token from {token_url}"
+    monkeypatch.setenv("TEAMS_APP_PASSWORD", "not-the-password")
+    with pytest.raises(TeamsApiError, match=r"refused app .*Invalid client secret.* in TEAMS_APP_PASSWORD"):
+        asyncio.run(adapter.probe())
+    monkeypatch.delenv("TEAMS_APP_PASSWORD")
+    with pytest.raises(AdapterError, match=r"TEAMS_APP_PASSWORD is not set \(teams.app_password_env\)"):
+        asyncio.run(adapter.probe())
+    monkeypatch.setenv("TEAMS_APP_PASSWORD", APP_PASSWORD)
+    adapter.token_url = "http://127.0.0.1:1/tenant/oauth2/v2.0/token"  # nothing listens there
+    with pytest.raises(TeamsApiError, match=re.escape("cannot reach the token endpoint http://127.0.0.1:1/")):
+        asyncio.run(adapter.probe())
