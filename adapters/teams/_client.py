@@ -8,9 +8,9 @@ What the SDK does here, and what it does not:
 - **Inbound tokens**: the SDK's :class:`JwtTokenValidator` checks every request to the
   messaging endpoint — an RS256 signature by a key the Bot Framework publishes (its JWKS,
   chosen by the token's issuer), the audience (this bot's app id), expiry, the tenant
-  binding. A missing, unsigned or wrongly signed token is refused before anything reads the
-  activity; the token's ``serviceurl`` must name the activity's own service URL (replies,
-  and the bot's token, go there).
+  binding, the issuer (the allow-list on). A missing, unsigned or wrongly signed token is
+  refused before anything reads the activity; the token's ``serviceurl`` must name the
+  activity's own service host (replies, and the bot's token, go there).
 - **Activities** are the SDK's :class:`Activity` model both ways; the **Bot Connector REST
   API** is its :class:`ConnectorClient` (send, update, delete, create a conversation).
 - **The bot's own token** is not MSAL's (``microsoft-agents-authentication-msal``): MSAL
@@ -144,7 +144,11 @@ class InboundTokens:
 
     def __init__(self, app_id: str, tenant_id: str) -> None:
         self._validator = JwtTokenValidator(
-            AgentAuthConfiguration(client_id=app_id, tenant_id=tenant_id or None, anonymous_allowed=False)
+            # The issuer allow-list on (the SDK leaves it off for older deployments): the Bot
+            # Framework's, the bot's tenant's and Microsoft's own first-party issuers.
+            AgentAuthConfiguration(
+                client_id=app_id, tenant_id=tenant_id or None, anonymous_allowed=False, validate_issuer=True
+            )
         )
 
     async def claims(self, authorization: str | None) -> dict[str, Any]:
@@ -172,7 +176,7 @@ def parse_activity(data: Any, claims: dict[str, Any]) -> Activity:
     if not activity.service_url or not activity.service_url.startswith(("https://", "http://")):
         raise ValueError("an activity needs its serviceUrl")
     vouched = str(claims.get("serviceurl") or "")
-    if vouched and vouched.rstrip("/").lower() != activity.service_url.rstrip("/").lower():
+    if vouched and _host(vouched) != _host(activity.service_url):
         raise PermissionError(f"the token vouches for {vouched}, the activity names {activity.service_url}")
     return activity
 

@@ -28,7 +28,7 @@ from adapters.teams._port import conversation_key
 from netclaw.config import settings_model
 from netclaw.errors import AdapterError
 from netclaw.gateway import ChatInput
-from tests.conformance.drivers.teams import TeamsDriver
+from tests.conformance.drivers.teams import CHANNEL, TeamsDriver
 from tests.conformance.model import KitModel, marker
 from tests.conformance.rig import InProcess, wait_for
 from tests.conftest import settings_data
@@ -36,16 +36,28 @@ from tests.fakes.scripted_openai import ScriptedOpenAIThread
 from tests.fakes.teams_api import APP_ID, APP_PASSWORD, FakeTeams
 
 PERSONAL = "a:1personal-chat-of-alice"
+GROUP = "19:group-chat-of-three@thread.v2"
+HOOK_TOKEN = "kit-hook-token"
 ALICE = {"name": "alice", "aad": "aad-alice"}
 
 
 class PersonalDriver(TeamsDriver):
-    """The kit's driver, with personal chats allowed."""
+    """The kit's driver, with personal chats and a group chat allowed, and a webhook route
+    delivering to the channel."""
 
     def sections(self) -> dict[str, Any]:
         sections = super().sections()
-        sections["teams"] = {**sections["teams"], "allow_dms": True}
+        sections["teams"] = {**sections["teams"], "allow_dms": True, "channels": [CHANNEL, GROUP]}
+        route = {
+            "auth": {"type": "bearer", "secret_env": "KIT_HOOK_TOKEN"},
+            "text": "$.text",
+            "deliver": {"channel": "teams", "to": CHANNEL},
+        }
+        sections["webhooks"] = {"routes": {"alerts": route}}
         return sections
+
+    def env(self) -> dict[str, str]:
+        return {**super().env(), "KIT_HOOK_TOKEN": HOOK_TOKEN}
 
 
 @pytest.fixture(scope="module")
@@ -142,6 +154,47 @@ def test_a_personal_chat_is_one_session_without_mentions(rig: InProcess) -> None
         rig.replied(PERSONAL, f"echo: {text}")
     session = f"teams:{conversation_key(PERSONAL)}"
     assert rig.user_texts(session)[-2:] == [f"hello {one}", f"again {two}"]
+
+
+def test_a_group_chat_is_one_session_answering_mentions(rig: InProcess) -> None:
+    driver = rig.driver
+    assert isinstance(driver, TeamsDriver)
+    aside, asked = marker(), marker()
+
+    def say(text: str, *, mention: bool) -> None:
+        activity = driver.fake.read(lambda s: s.message(GROUP, "groupChat", ALICE, text, mention=mention))
+        assert driver.fake.run(driver.fake.server.deliver(activity)) == 200
+
+    say(f"lunch at noon? {aside}", mention=False)  # people talking among themselves
+    say(f"what is on today {asked}", mention=True)
+    rig.replied(GROUP, f"echo: what is on today {asked}")
+    assert rig.model.requests(aside) == []
+    assert rig.user_texts(f"teams:{conversation_key(GROUP)}") == [f"what is on today {asked}"]
+
+
+def test_a_delivery_to_a_channel_opens_a_reply_chain_once_that_people_continue(rig: InProcess) -> None:
+    driver = rig.driver
+    assert isinstance(driver, TeamsDriver) and rig.daemon is not None
+    rig.start_conversation(f"hello {marker()}")  # the bot has heard from the channel: it knows where it is
+    mark = marker()
+    url = f"{rig.daemon.base_url}/webhooks/alerts"
+    headers = {"Authorization": f"Bearer {HOOK_TOKEN}", "Idempotency-Key": f"alert-{mark}"}
+    first = httpx.post(f"{url}?wait=1", json={"text": f"disk 91% {mark}"}, headers=headers, timeout=20)
+    assert first.status_code == 200, first.text
+    again = httpx.post(url, json={"text": f"disk 91% {mark}"}, headers=headers, timeout=20)
+    assert again.status_code in (200, 202) and again.json()["session_id"] == first.json()["session_id"]
+
+    posts = driver.fake.read(lambda s: [m for m in s.bot_messages() if f"disk 91% {mark}" in m.text])
+    [anchor] = [
+        m for m in posts if m.conversation == f"{CHANNEL};messageid={m.id}"
+    ]  # a new post, its own chain
+    assert anchor.text.startswith("🔔 alerts:"), anchor.text
+    chain = anchor.conversation
+    assert first.json()["session_id"] == driver.session_of(chain)
+    wait_for(lambda: len(driver.bot_messages(chain)) >= 2, "the reply in the alert's chain")
+    then = marker()
+    driver.say(f"is it still high {then}", chain, person="bob", mention=False)
+    rig.replied(chain, f"echo: is it still high {then}")
 
 
 def test_a_reminder_reaches_the_conversation_after_a_restart(
