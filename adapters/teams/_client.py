@@ -26,6 +26,7 @@ are paced by the renderer (``edit_interval_s``) well under Teams' per-conversati
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import html
@@ -66,6 +67,7 @@ CARD_TYPE = "application/vnd.microsoft.card.adaptive"
 TEAMS = "msteams"  # the Bot Framework's channel id of Teams (targeted messages exist only there)
 DOWNLOAD_INFO_TYPE = "application/vnd.microsoft.teams.file.download.info"
 TOKEN_MARGIN_S = 300.0  # a token is renewed this long before it expires
+RETIRED_CLIENTS = 4  # connector clients of older tokens kept open (per node, a few service URLs)
 HTTP_TIMEOUT = httpx.Timeout(20.0, connect=10.0)
 _MENTION_TAG = re.compile(r"<at>.*?</at>", re.IGNORECASE | re.DOTALL)
 _TAGS = re.compile(r"<[^>]+>")
@@ -85,10 +87,15 @@ class BotToken:
         self._token = ""
         self._expires = 0.0
         self._http = httpx.AsyncClient(timeout=HTTP_TIMEOUT)
+        self._lock = asyncio.Lock()  # one request for a new token, however many calls wait
 
     async def get(self) -> str:
-        if self._token and time.monotonic() < self._expires - TOKEN_MARGIN_S:
-            return self._token
+        async with self._lock:
+            if self._token and time.monotonic() < self._expires - TOKEN_MARGIN_S:
+                return self._token
+            return await self._fetch()
+
+    async def _fetch(self) -> str:
         data = {
             "grant_type": "client_credentials",
             "client_id": self.app_id,
@@ -344,16 +351,18 @@ class ConnectorPort:
         self.token = token
         self._store = store
         self._clients: dict[str, tuple[str, ConnectorClient]] = {}  # service URL → (token, client)
+        self._retired: list[ConnectorClient] = []  # clients of an older token, calls may still use
         self._http = httpx.AsyncClient(timeout=HTTP_TIMEOUT, follow_redirects=True)
 
     def escape(self, text: str) -> str:
         return text  # sent as Markdown, which Teams renders; it runs no HTML a model writes
 
     async def close(self) -> None:
-        for _, client in self._clients.values():
+        for client in [*(c for _, c in self._clients.values()), *self._retired]:
             with contextlib.suppress(Exception):
                 await client.close()
         self._clients.clear()
+        self._retired.clear()
         await self._http.aclose()
 
     # -- calls ------------------------------------------------------------------------------------
@@ -376,9 +385,11 @@ class ConnectorPort:
             return known[1]
         client = ConnectorClient(service_url, token)
         self._clients[service_url] = (token, client)
-        if known is not None:
-            with contextlib.suppress(Exception):
-                await known[1].close()
+        if known is not None:  # closed a token later: a call under way keeps its client till then
+            self._retired.append(known[1])
+            while len(self._retired) > RETIRED_CLIENTS:
+                with contextlib.suppress(Exception):
+                    await self._retired.pop(0).close()
         return client
 
     async def _call(
@@ -404,8 +415,8 @@ class ConnectorPort:
 
     async def post_buttons(self, to: Conversation, text: str, buttons: Sequence[Button], *, key: str) -> str:
         card = Attachment(content_type=CARD_TYPE, content=_card(text, buttons))
-        activity = self._message(text, [card])
-        activity.text = None  # the card carries the text
+        # The card carries the text; the summary is what a notification shows of it.
+        activity = Activity(type="message", attachments=[card], summary=text[:200], channel_id=TEAMS)
         return await self._post(to, activity, key)
 
     async def _post(self, to: Conversation, activity: Activity, key: str) -> str:

@@ -8,7 +8,8 @@ Agents SDK to talk to (:class:`FakeTeams`, an aiohttp server on 127.0.0.1):
   ``/v1/.well-known/keys``): the public half of the fake's own RSA key, which signs the
   token of every activity it delivers (``iss`` the Bot Framework's, ``aud`` the app id,
   ``serviceurl`` its own URL). The SDK takes the JWKS location from the token's issuer, so
-  tests point the issuer's entry at this fake (:func:`point_sdk_at`);
+  tests point the issuer's entry at this fake (the Teams driver's ``in_process``, and
+  ``tests/e2e/netclaw_with_fake_teams.py`` for a subprocess);
 - **the conversations API** (``/v3/conversations…``): send, reply to, update and delete an
   activity (``isTargetedActivity=true``: shown to its recipient alone), create a
   conversation (a new post in a channel), and a file download URL (``/files/<id>``).
@@ -53,20 +54,6 @@ CARD_TYPE = "application/vnd.microsoft.card.adaptive"
 
 _KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
 _STRANGER_KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-
-
-def point_sdk_at(keys_url: str) -> Callable[[], None]:
-    """Make the SDK's validator fetch the Bot Framework issuer's keys from ``keys_url`` (it
-    has no setting for it: the location is a constant per issuer). Returns the undo."""
-    from microsoft_agents.hosting.core.authorization._entra_issuers import BOTFRAMEWORK_JWKS_URIS
-
-    before = BOTFRAMEWORK_JWKS_URIS[ISSUER]
-    BOTFRAMEWORK_JWKS_URIS[ISSUER] = keys_url
-
-    def undo() -> None:
-        BOTFRAMEWORK_JWKS_URIS[ISSUER] = before
-
-    return undo
 
 
 @dataclass

@@ -270,3 +270,22 @@ def test_the_doctor_probe_gets_a_token_and_names_what_is_wrong(
     adapter.token_url = "http://127.0.0.1:1/tenant/oauth2/v2.0/token"  # nothing listens there
     with pytest.raises(TeamsApiError, match=re.escape("cannot reach the token endpoint http://127.0.0.1:1/")):
         asyncio.run(adapter.probe())
+
+
+def test_calls_waiting_for_a_token_share_one_request(
+    world: tuple[PersonalDriver, KitModel, ScriptedOpenAIThread],
+) -> None:
+    from adapters.teams._client import BotToken
+
+    fake = world[0].fake
+    before = fake.read(lambda s: len(s.token_requests))
+
+    async def many() -> set[str]:
+        token = BotToken(APP_ID, APP_PASSWORD, fake.server.token_url, "TEAMS_APP_PASSWORD")
+        try:
+            return set(await asyncio.gather(*(token.get() for _ in range(5))))
+        finally:
+            await token.close()
+
+    assert len(asyncio.run(many())) == 1
+    assert fake.read(lambda s: len(s.token_requests)) == before + 1

@@ -1,7 +1,7 @@
 """The Teams driver: the daemon's Agents SDK against :class:`FakeTeams` (the Bot Framework's
 token endpoint, signing keys and conversations API over HTTP on 127.0.0.1;
-``teams.token_url`` points the bot's token at it, :func:`point_sdk_at` the SDK's validator at
-its keys). Every activity reaches the daemon's ``POST /teams/messages`` signed by the fake.
+``teams.token_url`` points the bot's token at it, ``in_process`` and the launcher point the
+SDK's validator at its keys). Every activity reaches the daemon's ``POST /teams/messages`` signed by the fake.
 
 alice, bob and carol are members of one team channel (:data:`CHANNEL`, allowed). A
 conversation is a reply chain there, ``<channel>;messageid=<root>`` as Teams names it (the
