@@ -154,6 +154,9 @@ def test_a_personal_chat_is_one_session_without_mentions(rig: InProcess) -> None
         rig.replied(PERSONAL, f"echo: {text}")
     session = f"teams:{conversation_key(PERSONAL)}"
     assert rig.user_texts(session)[-2:] == [f"hello {one}", f"again {two}"]
+    # The channel's health, as every channel's: /healthz and /metrics.
+    assert rig.control.get("/healthz").json()["adapters"]["teams"]["state"] == "running"
+    assert 'netclaw_adapter_up{adapter="teams"} 1.0' in rig.control.get("/metrics").text
 
 
 def test_a_group_chat_is_one_session_answering_mentions(rig: InProcess) -> None:
