@@ -17,7 +17,9 @@ edits, splitting, approval cards, files, the outbox) is the shared
   a person is ``teams:<Entra object id>`` to roles.
 - In a channel or group chat the bot answers an @mention, a netclaw command, and — in a
   reply chain that is already a session — everything said there (a bot sees a channel's
-  messages without a mention when its app grants it ``ChannelMessage.Read.Group``).
+  messages without a mention when its app grants it ``ChannelMessage.Read.Group``). What
+  people say to each other in a group chat that is a session is read by the next turn
+  there (with ``ChatMessage.Read.Chat``).
 - An activity is answered 200 only once the gateway took it; Teams' redelivery of the same
   activity is admitted once (the identity ``teams:<key>:<activity id>``).
 """
@@ -35,6 +37,7 @@ from aiohttp import web
 
 from adapters.base import AdapterStatus, required_secret
 from adapters.chat import (
+    Asides,
     ButtonClick,
     ChatRenderer,
     Conversation,
@@ -51,6 +54,7 @@ from netclaw.commands import parse_command, parse_prompt
 from netclaw.config import Settings
 from netclaw.errors import AdapterError, NetclawError
 from netclaw.gateway import Admission, ChatInput, Inbound
+from netclaw.messages import PriorMessage
 from netclaw.security.policy import ChatEvent, Place, dm_audience
 
 if TYPE_CHECKING:
@@ -110,6 +114,7 @@ class TeamsAdapter:
         self._port: ConnectorPort | None = None
         self._tokens: InboundTokens | None = None
         self.renderer: ChatRenderer | None = None
+        self._asides: Asides[TeamsMessage] = Asides()
         self._owed: asyncio.Future[None] | None = None
         self._running = False
         self._status = AdapterStatus("stopped", "not started")
@@ -278,7 +283,17 @@ class TeamsAdapter:
             from_bot=message.from_bot,
         )
         permit = self.gateway.permit(event)
-        if permit is None or (not message.text.strip() and not message.files):
+        if permit is None:
+            if (
+                reference.kind == "groupChat"
+                and not message.from_bot
+                and reference.conversation_id in self.config.channels
+                and message.text.strip()
+                and await self._knows(session_id)
+            ):
+                self._asides.add(session_id, message)  # said in a followed group chat, not to us
+            return None
+        if not message.text.strip() and not message.files:
             return None
         files, refused = await fetch_files(
             [SharedFile(f.name, f.mime_type, None, partial(port.download, f)) for f in message.files], "teams"
@@ -288,12 +303,15 @@ class TeamsAdapter:
             await renderer.note(target, refused)
         if not message.text.strip() and not files:
             return None
+        # What was said meanwhile goes with the next message to the model (a command keeps it).
+        earlier = [] if parse_command(message.text) is not None else self._asides.take(session_id)
         inbound = Inbound(
             session_id,
             message.text,
             user=message.user_id,
             identity=f"teams:{reference.key}:{message.activity_id}",
             user_name=message.user_name or None,
+            prior=[PriorMessage(m.user_id, m.user_name, m.text) for m in earlier],
             files=files,
             # Memories stay in the chat or channel; a personal chat is one person's, "team"
             # only when a user allowlist vetted who may write.

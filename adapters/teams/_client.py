@@ -69,8 +69,8 @@ DOWNLOAD_INFO_TYPE = "application/vnd.microsoft.teams.file.download.info"
 TOKEN_MARGIN_S = 300.0  # a token is renewed this long before it expires
 RETIRED_CLIENTS = 4  # connector clients of older tokens kept open (per node, a few service URLs)
 HTTP_TIMEOUT = httpx.Timeout(20.0, connect=10.0)
-_MENTION_TAG = re.compile(r"<at>.*?</at>", re.IGNORECASE | re.DOTALL)
 _TAGS = re.compile(r"<[^>]+>")
+_BREAKS = re.compile(r"<br\s*/?>|</p>|</div>", re.IGNORECASE)  # Teams' HTML line ends
 
 
 # -- the bot's token ----------------------------------------------------------------------------
@@ -220,7 +220,7 @@ def normalise(activity: Activity, reference: Reference) -> TeamsMessage | None:
             tag = getattr(entity, "text", None)
             if tag:
                 text = text.replace(tag, "")
-    text = html.unescape(_TAGS.sub("", _MENTION_TAG.sub("", text) if mentioned else text))
+    text = html.unescape(_TAGS.sub("", _BREAKS.sub("\n", text)))
     action = None
     value = activity.value
     if isinstance(value, dict) and isinstance(value.get(ACTION_KEY), str):
@@ -247,7 +247,7 @@ def normalise(activity: Activity, reference: Reference) -> TeamsMessage | None:
         user_id=author.aad_object_id or author.id or "",
         user_name=author.name or "",
         account_id=author.id or "",
-        text=" ".join(text.split(" ")).strip(),
+        text=text.strip(),
         mentioned=mentioned,
         from_bot=author.id == bot or (author.role or "") == "bot" or author.id.startswith("28:"),
         files=tuple(files),

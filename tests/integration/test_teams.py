@@ -173,6 +173,14 @@ def test_a_group_chat_is_one_session_answering_mentions(rig: InProcess) -> None:
     rig.replied(GROUP, f"echo: what is on today {asked}")
     assert rig.model.requests(aside) == []
     assert rig.user_texts(f"teams:{conversation_key(GROUP)}") == [f"what is on today {asked}"]
+    # Once the chat is a session, what people say among themselves goes with the next turn.
+    meanwhile, then = marker(), marker()
+    say(f"I will bring the slides {meanwhile}", mention=False)
+    say(f"anything else {then}", mention=True)
+    [reply] = wait_for(
+        lambda: [t for t in driver.bot_messages(GROUP) if f"anything else {then}" in t], "the next reply"
+    )
+    assert "before you were addressed" in reply and f"[Alice] I will bring the slides {meanwhile}" in reply
 
 
 def test_a_delivery_to_a_channel_opens_a_reply_chain_once_that_people_continue(rig: InProcess) -> None:

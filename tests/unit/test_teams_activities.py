@@ -61,6 +61,8 @@ def test_the_bots_mention_is_taken_out_and_anothers_is_left() -> None:
     bob = [{"type": "mention", "mentioned": {"id": "29:bob", "name": "Bob"}, "text": "<at>Bob</at>"}]
     theirs = read(activity(text="<at>Bob</at> look", entities=bob))
     assert not theirs.mentioned and theirs.text == "Bob look"
+    both = read(activity(text="<at>Netclaw</at> ask <at>Bob</at><br>then me", entities=mention + bob))
+    assert both.mentioned and both.text == "ask Bob\nthen me"  # Teams' HTML line ends kept as lines
 
 
 def test_a_cards_button_is_an_action_and_the_author_is_known_by_entra_id() -> None:
