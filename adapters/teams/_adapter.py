@@ -67,9 +67,13 @@ MESSAGES_PATH = "/teams/messages"
 _SESSION = re.compile(r"teams:([0-9a-f]{16})(?::([0-9A-Za-z._-]+))?")
 
 
+def session_id_of(to: Conversation) -> str:
+    """``teams:<key>`` for a chat, ``teams:<key>:<root>`` for a channel's reply chain."""
+    return f"teams:{to.channel}:{to.thread}" if to.thread else f"teams:{to.channel}"
+
+
 def session_id_for(message: TeamsMessage) -> str:
-    key = message.reference.key
-    return f"teams:{key}:{message.thread}" if message.thread else f"teams:{key}"
+    return session_id_of(message.conversation)
 
 
 def _is_command(text: str) -> bool:
@@ -185,12 +189,7 @@ class TeamsAdapter:
         """A delivery target (a schedule's or a webhook route's ``deliver``): a Teams channel
         id (a new post there) or a chat id."""
         assert self.renderer is not None
-
-        def session_of(conversation: Conversation) -> str:
-            thread = f":{conversation.thread}" if conversation.thread else ""
-            return f"teams:{conversation.channel}{thread}"
-
-        return await self.renderer.open_thread(channel, text, session_of, key=key, since=since)
+        return await self.renderer.open_thread(channel, text, session_id_of, key=key, since=since)
 
     async def stop(self) -> None:
         self._running = False
