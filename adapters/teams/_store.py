@@ -1,0 +1,117 @@
+"""What the Teams channel remembers across restarts, in one small SQLite file in the data
+directory (``teams/teams.db``):
+
+- **Conversation references**: for every chat and channel an authenticated activity came
+  from, where it is (service URL, conversation id, tenant). A proactive message — a
+  reminder, a sub-agent's report, a reply the outbox owes after a crash — needs them, and
+  Teams sends them only with an activity; they are written before the activity is admitted,
+  so a session's conversation is always known after a restart. Kept in memory too (the
+  renderer maps session ids to conversations without I/O).
+- **What the bot posted, by idempotency key**: the Bot Connector takes no client nonce and
+  a bot cannot read a conversation's history, so this record is how a retried post edits
+  the message it already made instead of making a second, and how the outbox finds a reply
+  a crashed process posted. A post whose answer was lost is not covered (as on Telegram).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+from pathlib import Path
+
+from adapters.teams._port import Reference
+
+KEEP_POSTED_S = 7 * 24 * 3600.0  # a key older than this is forgotten (the outbox looks back minutes)
+
+
+class TeamsStore:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._db: sqlite3.Connection | None = None
+        self._lock = asyncio.Lock()
+        self._references: dict[str, Reference] = {}
+
+    async def open(self) -> None:
+        if self._db is None:
+            self._db, self._references = await asyncio.to_thread(self._open)
+
+    def _open(self) -> tuple[sqlite3.Connection, dict[str, Reference]]:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute(
+            "CREATE TABLE IF NOT EXISTS conversations (key TEXT PRIMARY KEY, conversation_id TEXT NOT NULL, "
+            "service_url TEXT NOT NULL, tenant_id TEXT NOT NULL, kind TEXT NOT NULL, bot_id TEXT NOT NULL)"
+        )
+        db.execute(
+            "CREATE TABLE IF NOT EXISTS posted (key TEXT PRIMARY KEY, conversation TEXT NOT NULL, "
+            "activity_id TEXT NOT NULL, at REAL NOT NULL)"
+        )
+        db.execute("DELETE FROM posted WHERE at < ?", (time.time() - KEEP_POSTED_S,))
+        rows = db.execute(
+            "SELECT conversation_id, service_url, tenant_id, kind, bot_id FROM conversations"
+        ).fetchall()
+        references = {}
+        for conversation_id, service_url, tenant_id, kind, bot_id in rows:
+            reference = Reference(conversation_id, service_url, tenant_id, kind, bot_id)
+            references[reference.key] = reference
+        return db, references
+
+    async def close(self) -> None:
+        db, self._db = self._db, None
+        if db is not None:
+            await asyncio.to_thread(db.close)
+
+    def reference(self, key: str) -> Reference | None:
+        return self._references.get(key)
+
+    def references(self) -> list[Reference]:
+        return list(self._references.values())
+
+    async def remember_reference(self, reference: Reference) -> None:
+        """Where the chat or channel is now (a service URL can move: the newest wins)."""
+        if self._references.get(reference.key) == reference:
+            return
+        db = self._require()
+        async with self._lock:
+            await asyncio.to_thread(
+                db.execute,
+                "INSERT OR REPLACE INTO conversations (key, conversation_id, service_url, tenant_id, kind, "
+                "bot_id) VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    reference.key,
+                    reference.conversation_id,
+                    reference.service_url,
+                    reference.tenant_id,
+                    reference.kind,
+                    reference.bot_id,
+                ),
+            )
+            self._references[reference.key] = reference
+
+    async def find_posted(self, key: str, conversation: str, since: float = 0.0) -> str | None:
+        """The activity posted with ``key`` in ``conversation`` since ``since`` (Unix time)."""
+        db = self._require()
+        async with self._lock:
+            row = await asyncio.to_thread(
+                lambda: db.execute(
+                    "SELECT activity_id FROM posted WHERE key = ? AND conversation = ? AND at >= ?",
+                    (key, conversation, since),
+                ).fetchone()
+            )
+        return str(row[0]) if row is not None else None
+
+    async def remember_posted(self, key: str, conversation: str, activity_id: str) -> None:
+        db = self._require()
+        async with self._lock:
+            await asyncio.to_thread(
+                db.execute,
+                "INSERT OR REPLACE INTO posted (key, conversation, activity_id, at) VALUES (?, ?, ?, ?)",
+                (key, conversation, activity_id, time.time()),
+            )
+
+    def _require(self) -> sqlite3.Connection:
+        if self._db is None:
+            raise RuntimeError("the Teams store is not open")
+        return self._db
