@@ -32,6 +32,7 @@ BUILT_IN = {
     "discord": "adapters.discord_bot:CHANNEL",
     "telegram": "adapters.telegram:CHANNEL",
     "matrix": "adapters.matrix:CHANNEL",
+    "email": "adapters.email:CHANNEL",
 }
 
 

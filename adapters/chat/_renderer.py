@@ -149,11 +149,12 @@ class ChatRenderer:
             self._calls.spawn(self._watch.look())
         self._links.reconnected()
 
-    def clicked(self, click: ButtonClick) -> None:
+    def clicked(self, click: ButtonClick) -> asyncio.Task[None]:
         """One of our buttons was pressed (adapters route every click here): decide the
         approval it belongs to. The gateway checks who may; a refusal is told to the person
-        who pressed, and a decision shows as the request's message edited."""
-        self._calls.spawn(self._decide(click))
+        who pressed, and a decision shows as the request's message edited. Returns the
+        deciding task (a channel that acknowledges the press only once decided awaits it)."""
+        return self._calls.spawn(self._decide(click))
 
     async def _decide(self, click: ButtonClick) -> None:
         link = next((link for link in self._links if click.value in link.approvals), None)
