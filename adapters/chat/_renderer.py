@@ -77,17 +77,23 @@ class ChatRenderer:
         inbound: Inbound,
         conversation: Conversation,
         source: MessageRef,
+        *,
+        retry_later: tuple[type[NetclawError], ...] = (),
     ) -> Admission | CommandDone | None:
         """Admit a permitted message and follow its session: the subscription is in place
         before the turn can speak, and the message wears the reaction until its turn ends.
         A chat command runs instead (its answer arrives as a notice). A refused message gets
-        a note in the conversation; None is returned."""
+        a note in the conversation; None is returned. A failure of a ``retry_later`` kind is
+        raised instead, noted nowhere (a channel that will take the message again later:
+        mail left unread)."""
         # Resident on another node: that node answers; here the message only wears the reaction.
         elsewhere = await self._links.owned_elsewhere(inbound.session_id)
         link = self._links.follow(inbound.session_id, conversation, listen=not elsewhere)
         link.holds += 1
         try:
             admission = await self.gateway.submit_chat(permit, inbound)
+        except retry_later:
+            raise
         except NetclawError as exc:
             log.warning(
                 "%s: message %s not admitted to %s: %s",

@@ -58,7 +58,7 @@ from adapters.email._port import MailError, MailPort
 from adapters.email._store import MailStore, Thread
 from netclaw.config import Settings
 from netclaw.config.credentials import read_secret
-from netclaw.errors import AdapterError, NetclawError
+from netclaw.errors import AdapterError, JournalError, NetclawError, SessionUnavailable
 from netclaw.gateway import Admission, ChatInput, Inbound
 from netclaw.retry import Backoff
 from netclaw.security.policy import ChatEvent, Place, dm_audience
@@ -72,6 +72,9 @@ log = logging.getLogger("adapters.email")
 DOCS = "docs/channels/email.md"
 HOUR_S = 3600.0
 MAX_CORRESPONDENTS = 10_000  # the loop guard's memory
+# Admission failures that may pass (the journal away, the session unavailable for now): the
+# mail stays unread and is taken again at the next look, never acknowledged unjournaled.
+NOT_YET: tuple[type[NetclawError], ...] = (JournalError, SessionUnavailable)
 
 
 def conversation_of(session_id: str) -> Conversation | None:
@@ -269,8 +272,9 @@ class EmailAdapter:
                 await current.close()
 
     async def _drain(self, box: Mailbox) -> None:
-        """Every unseen mail, oldest first; each flagged once taken. One that fails is left
-        for the next round (logged), the others go on."""
+        """Every unseen mail, oldest first; each flagged once taken. One that cannot be taken
+        yet (its input not journaled) stops the round: it and those after it are looked at
+        again next time. One that fails to be handled is logged and taken as it is."""
         for uid in await box.unseen():
             if not self._running:
                 return
@@ -284,8 +288,9 @@ class EmailAdapter:
             except Exception:  # one bad mail must not stop the ones after it
                 log.exception("email: mail %s could not be handled; it is taken as it is", uid)
                 taken = True
-            if taken:
-                await box.mark_taken(uid)
+            if not taken:  # the rest waits too: a thread's mails are taken in order
+                return
+            await box.mark_taken(uid)
 
     def _receiving_ended(self, task: asyncio.Task[None]) -> None:
         if task.cancelled() or not self._running:
@@ -326,16 +331,12 @@ class EmailAdapter:
             )
             return True
         known = await self._store.thread(token)
+        root = known.root if known is not None else mail.root
+        # A client that kept only In-Reply-To: the reply's References still start at the root.
+        chain = mail.references or tuple(dict.fromkeys([root, *mail.parents]))
+        subject = known.subject if known is not None else mail.subject
         await self._store.save_thread(
-            Thread(
-                token,
-                known.root if known is not None else mail.root,
-                known.subject if known is not None else mail.subject,
-                mail.reply_to,
-                mail.others,
-                mail.message_id,
-                mail.references,
-            ),
+            Thread(token, root, subject, mail.reply_to, mail.others, mail.message_id, chain),
             message_id=mail.message_id,
         )
         target = Conversation(token)
@@ -362,9 +363,11 @@ class EmailAdapter:
             place=Place(f"email:{mail.sender}", dm_audience(self.config)),
         )
         try:
-            admission = await renderer.submit(permit, inbound, target, MessageRef(token, mail.message_id))
-        except NetclawError as exc:  # cannot even subscribe (shutting down): found again later
-            log.warning("email: cannot follow %s: %s", inbound.session_id, exc)
+            admission = await renderer.submit(
+                permit, inbound, target, MessageRef(token, mail.message_id), retry_later=NOT_YET
+            )
+        except NetclawError as exc:  # not journaled (or cannot even subscribe): left unread
+            log.warning("email: %s not taken yet, tried again later: %s", mail.message_id, exc)
             return False
         if isinstance(admission, Admission) and not admission.duplicate:
             self._count(mail.sender)
