@@ -115,9 +115,10 @@ class DovecotServer:
     """``start()`` → write the config and the users, run ``dovecot -F``, wait until it
     answers IMAP; ``deliver(user, message)``; ``stop()``."""
 
-    def __init__(self, binary: str, users: list[str]) -> None:
+    def __init__(self, binary: str, users: list[str], *, extra_config: str = "") -> None:
         self.binary = binary
         self.users = users
+        self.extra_config = extra_config  # more settings (e.g. imap_capability without IDLE)
         self.port = _free_port()
         self.host = "127.0.0.1"
         self.root = Path(tempfile.mkdtemp(prefix="netclaw-dovecot-"))
@@ -152,6 +153,7 @@ class DovecotServer:
                 uid=internal.pw_uid,
                 gid=internal.pw_gid,
             )
+            + self.extra_config
         )
         self._proc = subprocess.Popen(
             [self.binary, "-F", "-c", str(config)],
@@ -227,6 +229,20 @@ class DovecotServer:
                 message_id = email.message_from_bytes(body).get("Message-ID", "").strip()
                 found[message_id] = set(flags)
             return found
+        finally:
+            client.logout()
+
+    def mark_unseen(self, user: str, message_id: str) -> int:
+        """Take ``\\Seen`` off every copy of mail ``message_id`` (what a crash between taking
+        a mail and flagging it leaves); how many there were."""
+        client = self.imap(user)
+        try:
+            client.select("INBOX")
+            status, data = client.uid("SEARCH", "HEADER", "Message-ID", message_id)
+            uids = data[0].split() if status == "OK" and data and data[0] else []
+            for uid in uids:
+                client.uid("STORE", uid, "-FLAGS", r"(\Seen)")
+            return len(uids)
         finally:
             client.logout()
 

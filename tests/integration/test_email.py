@@ -282,6 +282,32 @@ def test_a_sender_outside_the_allowlist_is_never_answered(
     assert len(scripted.requests) == 1
 
 
+def test_a_server_without_idle_is_polled(
+    servers: tuple[DovecotServer, SmtpSink],
+    start_daemon: Callable[..., DaemonHandle],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Dovecot told to offer no IDLE after login (its capability list without it).
+    plain = DovecotServer(require_dovecot(), ["quiet"], extra_config="imap_capability = IMAP4rev1 LITERAL+\n")
+    plain.start()
+    try:
+        box = Mailbox((plain, servers[1]), start_daemon, monkeypatch)
+        box.user, box.address = "quiet", f"quiet@{DOMAIN}"
+        handle = box.start(poll_interval_s=0.3)
+        assert "polling every 0.3s" in box.adapter(handle).status().detail
+        box.deliver(mail("are you there", to=box.address))
+        assert [text_of(m) for m in box.wait_replies(1)] == ["echo: are you there"]
+    finally:
+        plain.stop()
+
+
+def test_idle_off_polls(box: Mailbox) -> None:
+    handle = box.start(idle=False, poll_interval_s=0.3)
+    assert "polling every 0.3s" in box.adapter(handle).status().detail
+    box.deliver(mail("polled", to=box.address))
+    assert [text_of(m) for m in box.wait_replies(1)] == ["echo: polled"]
+
+
 # -- durability -----------------------------------------------------------------------------------
 
 
