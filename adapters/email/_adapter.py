@@ -53,6 +53,7 @@ from adapters.email._mail import (
     thread_token,
     token_in_bot_id,
     token_of,
+    unverified_sender,
 )
 from adapters.email._port import MailError, MailPort
 from adapters.email._store import MailStore, Thread
@@ -318,10 +319,11 @@ class EmailAdapter:
         if permit is None:
             log.info("email: %s from %s is not allowed (email.users)", mail.message_id, mail.sender)
             return True
-        decision = decision_in(mail.text)
-        if decision is not None:
-            await self._decide(mail, token, *decision)
+        unverified = unverified_sender(mail, self.config.authserv_id)
+        if unverified:
+            log.warning("email: no turn for %s: %s", mail.message_id, unverified)
             return True
+        # Everything that makes the bot write (a turn, a command, a decision) counts.
         if not self._within_bound(mail.sender):
             log.warning(
                 "email: %s wrote more than %d mails in an hour; %s starts no turn (email.turns_per_hour)",
@@ -329,6 +331,11 @@ class EmailAdapter:
                 self.config.turns_per_hour,
                 mail.message_id,
             )
+            return True
+        decision = decision_in(mail.text)
+        if decision is not None:
+            self._count(mail.sender)
+            await self._decide(mail, token, *decision)
             return True
         known = await self._store.thread(token)
         root = known.root if known is not None else mail.root
@@ -369,7 +376,7 @@ class EmailAdapter:
         except NetclawError as exc:  # not journaled (or cannot even subscribe): left unread
             log.warning("email: %s not taken yet, tried again later: %s", mail.message_id, exc)
             return False
-        if isinstance(admission, Admission) and not admission.duplicate:
+        if admission is not None and not (isinstance(admission, Admission) and admission.duplicate):
             self._count(mail.sender)
         # None: refused, and the person was told why in the thread; taken either way.
         return True

@@ -57,6 +57,10 @@ class EmailConfig(ChatSection):
     # The loop guard: at most this many mails from one correspondent start a turn in an hour
     # (another robot answering every reply is stopped here, whatever its headers say).
     turns_per_hour: int = Field(20, ge=1, le=10_000)
+    # Who vouches for a sender: the authserv-id of the receiving mail server (its
+    # Authentication-Results header, e.g. "mx.example.org"); set, a mail starts a turn only
+    # when that server says dmarc=pass. None: From is trusted as delivered (docs say when).
+    authserv_id: str | None = None
     # Where people reach the control room (https://netclaw.example.org/ui): approval mails
     # link to its approvals page beside the reply code. None: the code alone.
     control_room_url: str | None = None

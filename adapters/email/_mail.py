@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import html
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -118,6 +119,9 @@ class Incoming:
     text: str  # the new text: the quoted mail below it and a signature left out
     attachments: tuple[Attachment, ...]
     automatic: str  # why no turn may answer it ("" for a person's mail)
+    # What the receiving servers said of its sender (Authentication-Results): (authserv-id,
+    # the results' text), newest first.
+    authentication: tuple[tuple[str, str], ...] = ()
 
     @property
     def parents(self) -> tuple[str, ...]:
@@ -167,7 +171,28 @@ def parse(raw: bytes, own_address: str) -> Incoming:
         text=new_text(body_text(message)),
         attachments=tuple(attachments_of(message)),
         automatic=automatic(message, own),
+        authentication=tuple(
+            (str(v).split(";", 1)[0].strip().lower(), str(v).partition(";")[2].lower())
+            for v in message.get_all("Authentication-Results", [])
+        ),
     )
+
+
+def unverified_sender(mail: Incoming, authserv_id: str | None) -> str:
+    """Why ``mail``'s From cannot be trusted ("" when it can): with ``authserv_id`` set,
+    the newest Authentication-Results header must be that server's (a sender can forge
+    headers below it, not the one the receiving server adds on top) and say
+    ``dmarc=pass``. Without it, From is taken as the mail server delivered it."""
+    if authserv_id is None:
+        return ""
+    if not mail.authentication:
+        return f"no Authentication-Results from {authserv_id} (email.authserv_id)"
+    server, results = mail.authentication[0]
+    if server != authserv_id.lower():
+        return f"the newest Authentication-Results is {server!r}'s, not {authserv_id!r} (email.authserv_id)"
+    if not re.search(r"\bdmarc=pass\b", results):
+        return f"{mail.sender}'s mail did not pass DMARC at {authserv_id}"
+    return ""
 
 
 def automatic(message: Message, own_address: str) -> str:
@@ -214,7 +239,7 @@ def body_text(message: EmailMessage) -> str:
     text = str(content)
     if part.get_content_type() == "text/html":
         text = re.sub(r"<(br|/p|/div)\s*/?>", "\n", text, flags=re.IGNORECASE)
-        text = re.sub(r"<[^>]+>", "", text)
+        text = html.unescape(re.sub(r"<[^>]+>", "", text))
     return text.replace("\r\n", "\n")
 
 

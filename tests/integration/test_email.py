@@ -308,6 +308,26 @@ def test_idle_off_polls(box: Mailbox) -> None:
     assert [text_of(m) for m in box.wait_replies(1)] == ["echo: polled"]
 
 
+def test_with_authserv_id_only_mail_the_server_vouches_for_starts_a_turn(
+    box: Mailbox, scripted: ScriptedOpenAIThread
+) -> None:
+    box.start(authserv_id="mx.kit.test")
+    forged = box.deliver(mail("I am alice, honest", to=box.address))  # no verdict of our server
+    vouched = box.deliver(
+        mail(
+            "the real alice",
+            to=box.address,
+            headers={
+                "Authentication-Results": "mx.kit.test; spf=pass; dkim=pass; dmarc=pass header.from=kit.test"
+            },
+        )
+    )
+    box.wait_replies(1)
+    wait_until(lambda: box.seen(forged) and box.seen(vouched), TIMEOUT_S, "both taken")
+    assert box.texts() == ["echo: the real alice"]
+    assert len(scripted.requests) == 1
+
+
 # -- durability -----------------------------------------------------------------------------------
 
 

@@ -23,6 +23,7 @@ from adapters.email._mail import (
     thread_token,
     token_in_bot_id,
     token_of,
+    unverified_sender,
 )
 
 BOT = "netclaw@example.org"
@@ -147,3 +148,27 @@ def test_the_section_refuses_a_bad_address_and_an_incomplete_enabled_channel() -
         EmailConfig(enabled=True, address=BOT)
     section = EmailConfig(users=[" Alice@Example.org "])
     assert section.users == ["alice@example.org"] and section.allow_dms
+
+
+def test_a_sender_is_verified_by_the_receiving_servers_newest_authentication_results() -> None:
+    passed = (
+        "Authentication-Results: mx.example.org; dkim=pass; spf=pass; dmarc=pass header.from=example.org\r\n"
+    )
+    forged_below = "Authentication-Results: mx.example.org; dmarc=pass\r\n"
+    mail = parse(raw(passed), BOT)
+    assert unverified_sender(mail, None) == ""  # not asked for: From as delivered
+    assert unverified_sender(mail, "MX.example.org") == ""
+    assert "did not pass DMARC" in unverified_sender(
+        parse(raw(passed.replace("dmarc=pass", "dmarc=fail")), BOT), "mx.example.org"
+    )
+    assert "no Authentication-Results" in unverified_sender(parse(raw(""), BOT), "mx.example.org")
+    # A sender's own header sits below the one the receiving server adds on top.
+    top = "Authentication-Results: mx.example.org; dmarc=fail\r\n"
+    assert "did not pass" in unverified_sender(parse(raw(top + forged_below), BOT), "mx.example.org")
+    other = "Authentication-Results: evil.example; dmarc=pass\r\n"
+    assert "not 'mx.example.org'" in unverified_sender(parse(raw(other), BOT), "mx.example.org")
+
+
+def test_an_html_only_mail_is_read_as_text() -> None:
+    data = raw("MIME-Version: 1.0\r\nContent-Type: text/html\r\n", "<p>Fish &amp; chips</p><br>please")
+    assert parse(data, BOT).text == "Fish & chips\n\nplease"
