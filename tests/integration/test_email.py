@@ -270,6 +270,23 @@ def test_a_sender_beyond_the_bound_per_hour_starts_no_turn(
     assert len(scripted.requests) == 2
 
 
+def test_commands_and_unknown_codes_count_toward_the_bound_too(
+    box: Mailbox, scripted: ScriptedOpenAIThread
+) -> None:
+    # A robot that answers with "/status" or "approve <code>" is not answered forever either.
+    box.start(turns_per_hour=3)
+    sent = [
+        box.deliver(mail(text, to=box.address, subject=f"robot {n}"))
+        for n, text in enumerate(["/status", "approve ABCDEFGH", "/status", "/status", "approve ABCDEFGH"])
+    ]
+    box.wait_replies(3)
+    wait_until(lambda: all(box.seen(m) for m in sent), TIMEOUT_S, "every robot mail taken")
+    texts = box.texts()
+    assert len(texts) == 3, texts
+    assert "has the code ABCDEFGH" in texts[1]
+    assert not scripted.requests
+
+
 def test_a_sender_outside_the_allowlist_is_never_answered(
     box: Mailbox, scripted: ScriptedOpenAIThread
 ) -> None:
