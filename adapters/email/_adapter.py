@@ -73,6 +73,7 @@ log = logging.getLogger("adapters.email")
 DOCS = "docs/channels/email.md"
 HOUR_S = 3600.0
 MAX_CORRESPONDENTS = 10_000  # the loop guard's memory
+MAX_MAIL_BYTES = 40_000_000  # a mail larger than this is not read (the files it could carry: 20 MB each)
 # Admission failures that may pass (the journal away, the session unavailable for now): the
 # mail stays unread and is taken again at the next look, never acknowledged unjournaled.
 NOT_YET: tuple[type[NetclawError], ...] = (JournalError, SessionUnavailable)
@@ -276,9 +277,14 @@ class EmailAdapter:
         """Every unseen mail, oldest first; each flagged once taken. One that cannot be taken
         yet (its input not journaled) stops the round: it and those after it are looked at
         again next time. One that fails to be handled is logged and taken as it is."""
+        too_large = set(await box.unseen(larger_than=MAX_MAIL_BYTES))
         for uid in await box.unseen():
             if not self._running:
                 return
+            if uid in too_large:  # never read into memory: taken without a turn
+                log.warning("email: mail %s is larger than %d bytes; it starts no turn", uid, MAX_MAIL_BYTES)
+                await box.mark_taken(uid)
+                continue
             raw = await box.fetch(uid)
             if raw is None:
                 continue

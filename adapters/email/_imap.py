@@ -77,9 +77,11 @@ class Mailbox:
             raise MailError(f"IMAP: could not {what}: {exc or type(exc).__name__}", transient=True) from exc
         return answer
 
-    async def unseen(self) -> list[str]:
-        """The UIDs of the mail not yet taken, oldest first."""
-        answer = await self._call(self._client.uid_search("UNSEEN"), "search the folder")
+    async def unseen(self, *, larger_than: int | None = None) -> list[str]:
+        """The UIDs of the mail not yet taken (larger than ``larger_than`` bytes, when
+        given), oldest first."""
+        criteria = ("UNSEEN", "LARGER", str(larger_than)) if larger_than is not None else ("UNSEEN",)
+        answer = await self._call(self._client.uid_search(*criteria), "search the folder")
         if answer.result != "OK":
             raise MailError(f"IMAP: search refused: {_said(answer)}", transient=True)
         uids = bytes(answer.lines[0]).split() if answer.lines else []

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email import policy
+from email.header import decode_header, make_header
 from email.headerregistry import Address
 from email.message import EmailMessage, Message
 from email.parser import BytesParser
@@ -40,6 +41,7 @@ _TOKEN = re.compile(r"[0-9a-f]{16}")
 _SESSION = re.compile(r"email:([0-9a-f]{16})")
 _BOT_ID = re.compile(r"<nc\.([0-9a-f]{16})\.[0-9a-zA-Z]+@([^>\s]+)>")
 _MSG_ID = re.compile(r"<[^<>\s]+>")
+_ADDRESS = re.compile(r"[^\s@<>()\[\],;:\"\\]+@[^\s@<>()\[\],;:\"\\]+")
 # "approve K7Q2M4PX" on the first line that says anything (a client may add a greeting after).
 _DECISION = re.compile(r"^\s*(approve|deny|always)\s+([A-Za-z0-9]{8})\b", re.IGNORECASE)
 _WROTE = re.compile(r"^(On\b.*\bwrote:|-----\s*Original Message\s*-----)\s*$", re.IGNORECASE)
@@ -142,38 +144,71 @@ def _ids(value: object) -> list[str]:
     return _MSG_ID.findall(str(value or ""))
 
 
+def _address(value: str) -> str:
+    """An address fit to write to and to name a person by ("" when it is not one: spaces,
+    brackets, control characters)."""
+    value = normal_address(value)
+    return value if _ADDRESS.fullmatch(value) else ""
+
+
+def _headers(message: Message, name: str) -> list[str]:
+    """Every ``name`` header's text. A value the header registry refuses (an encoded word
+    hiding a line break in an address) is read as its decoded raw text instead."""
+    try:
+        return [str(v) for v in message.get_all(name, [])]
+    except (ValueError, IndexError, TypeError, LookupError):
+        found = []
+        for key, value in message.raw_items():
+            if key.lower() == name.lower():
+                try:
+                    found.append(str(make_header(decode_header(str(value)))))
+                except (ValueError, LookupError, UnicodeError):
+                    found.append(str(value))
+        return found
+
+
+def _header(message: Message, name: str) -> str:
+    found = _headers(message, name)
+    return found[0] if found else ""
+
+
+def _one_line(value: object) -> str:
+    """A header's text on one line (an encoded word may carry line breaks)."""
+    return " ".join(str(value or "").split())
+
+
 def parse(raw: bytes, own_address: str) -> Incoming:
     """A raw RFC 5322 message. A mail without a Message-ID is named by its bytes' hash (the
     same mail found again is still one)."""
     message = BytesParser(policy=policy.default).parsebytes(raw)
     assert isinstance(message, EmailMessage)
-    ids = _ids(message.get("Message-ID"))
+    ids = _ids(_header(message, "Message-ID"))
     message_id = ids[0] if ids else f"<{hashlib.sha256(raw).hexdigest()[:32]}@netclaw.no-message-id>"
-    name, sender = parseaddr(str(message.get("From") or ""))
-    sender = normal_address(sender)
-    reply_to = [normal_address(a) for _, a in getaddresses([str(message.get("Reply-To") or "")]) if "@" in a]
+    name, sender = parseaddr(_header(message, "From"))
+    sender = _address(sender)
+    reply_to = [a for a in (_address(a) for _, a in getaddresses(_headers(message, "Reply-To"))) if a]
     own = normal_address(own_address)
     others = [
-        normal_address(a)
-        for _, a in getaddresses([str(v) for v in (*message.get_all("To", []), *message.get_all("Cc", []))])
-        if "@" in a and normal_address(a) not in (own, sender)
+        a
+        for a in (_address(a) for _, a in getaddresses([*_headers(message, "To"), *_headers(message, "Cc")]))
+        if a and a not in (own, sender)
     ]
-    in_reply_to = _ids(message.get("In-Reply-To"))
+    in_reply_to = _ids(_header(message, "In-Reply-To"))
     return Incoming(
         message_id=message_id,
         sender=sender,
-        sender_name=name.strip(),
+        sender_name=_one_line(name)[:100],
         reply_to=tuple(reply_to or ([sender] if sender else [])),
         others=tuple(dict.fromkeys(others)),
-        subject=str(message.get("Subject") or "").strip(),
+        subject=_one_line(_header(message, "Subject"))[:200],
         in_reply_to=in_reply_to[0] if in_reply_to else None,
-        references=tuple(_ids(message.get("References"))),
+        references=tuple(_ids(" ".join(_headers(message, "References")))),
         text=new_text(body_text(message)),
         attachments=tuple(attachments_of(message)),
         automatic=automatic(message, own),
         authentication=tuple(
             (str(v).split(";", 1)[0].strip().lower(), str(v).partition(";")[2].lower())
-            for v in message.get_all("Authentication-Results", [])
+            for v in _headers(message, "Authentication-Results")
         ),
     )
 
@@ -199,23 +234,23 @@ def automatic(message: Message, own_address: str) -> str:
     """Why this mail must start no turn ("" when a person wrote it): the loop guard's
     header checks (RFC 3834's Auto-Submitted, the common auto-responder and list headers,
     bounces and delivery reports, the bot's own address)."""
-    submitted = str(message.get("Auto-Submitted") or "").strip().lower()
+    submitted = _header(message, "Auto-Submitted").strip().lower()
     if submitted and submitted.split(";")[0].strip() != "no":
         return f"Auto-Submitted: {submitted}"
     for header in ("X-Autoreply", "X-Autorespond", "X-Autoresponder"):
-        if message.get(header) is not None:
+        if _headers(message, header):
             return f"an auto-reply ({header})"
-    precedence = str(message.get("Precedence") or "").strip().lower()
+    precedence = _header(message, "Precedence").strip().lower()
     if precedence in LIST_PRECEDENCE:
         return f"Precedence: {precedence}"
     for header in ("List-Id", "List-Unsubscribe"):
-        if message.get(header) is not None:
+        if _headers(message, header):
             return f"a mailing list ({header})"
-    if str(message.get("Return-Path") or "").strip() == "<>":
+    if _header(message, "Return-Path").strip() == "<>":
         return "a bounce (empty Return-Path)"
-    _, sender = parseaddr(str(message.get("From") or ""))
-    sender = normal_address(sender)
-    if not sender or "@" not in sender:
+    _, sender = parseaddr(_header(message, "From"))
+    sender = _address(sender)
+    if not sender:
         return "no sender address"
     if sender.partition("@")[0] in BOUNCE_SENDERS:
         return f"a bounce (from {sender})"

@@ -61,6 +61,7 @@ class SmtpServer:
         )
         try:
             await client.connect()
+            await client.ehlo()
             if "username" in options:
                 await client.login(self.user, self.password)
             await client.quit()

@@ -24,13 +24,13 @@ import pytest
 from adapters.email import EmailAdapter, session_id_for, thread_token
 from adapters.email._mail import parse
 from netclaw.config import Settings, settings_model
-from netclaw.errors import JournalError
+from netclaw.errors import AdapterError, JournalError
 from tests.conftest import DaemonHandle, settings_data, wait_until
 from tests.dovecot import PASSWORD, DovecotServer, SmtpSink, require_dovecot
 from tests.fakes.scripted_openai import ScriptedOpenAIThread
 
 DOMAIN = "kit.test"
-BOTS = [f"bot{n}" for n in range(1, 9)]
+BOTS = [f"bot{n}" for n in range(1, 25)]  # one account per test: no mail of another's
 _bots = itertools.count()
 PASSWORD_ENV = "EMAIL_IMAP_PASSWORD"
 TIMEOUT_S = 20.0
@@ -96,7 +96,7 @@ class Mailbox:
         monkeypatch: pytest.MonkeyPatch,
     ) -> None:
         self.dovecot, self.smtp = servers
-        self.user = BOTS[next(_bots) % len(BOTS)]
+        self.user = BOTS[next(_bots)]  # an IndexError: more tests than BOTS, add some
         self.address = f"{self.user}@{DOMAIN}"
         self._start_daemon = start_daemon
         monkeypatch.setenv(PASSWORD_ENV, PASSWORD)
@@ -287,6 +287,23 @@ def test_commands_and_unknown_codes_count_toward_the_bound_too(
     assert not scripted.requests
 
 
+def test_a_mail_too_large_is_taken_without_being_read(
+    box: Mailbox, scripted: ScriptedOpenAIThread, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import adapters.email._adapter as email_adapter
+
+    monkeypatch.setattr(email_adapter, "MAX_MAIL_BYTES", 20_000)
+    box.start()
+    huge = mail("read all of it", to=box.address, subject="huge")
+    huge.add_attachment(b"x" * 50_000, maintype="application", subtype="octet-stream", filename="blob.bin")
+    box.deliver(huge)
+    small = box.deliver(mail("a short one", to=box.address, subject="small"))
+    box.wait_replies(1)
+    wait_until(lambda: box.seen(huge) and box.seen(small), TIMEOUT_S, "both taken")
+    assert box.texts() == ["echo: a short one"]
+    assert len(scripted.requests) == 1
+
+
 def test_a_sender_outside_the_allowlist_is_never_answered(
     box: Mailbox, scripted: ScriptedOpenAIThread
 ) -> None:
@@ -402,14 +419,21 @@ async def test_probe_logs_in_to_imap_and_reaches_smtp(
     adapter = EmailAdapter(make_settings(email=box.section()), _NoGateway())  # type: ignore[arg-type]
     said = await adapter.probe()
     assert box.address in said and "IDLE" in said and f"SMTP {box.smtp.host}:{box.smtp.port}" in said
-
-    monkeypatch.setenv(PASSWORD_ENV, "wrong")
-    with pytest.raises(Exception, match="refused the login"):
-        await adapter.probe()
-    monkeypatch.setenv(PASSWORD_ENV, PASSWORD)
     dead = EmailAdapter(make_settings(email=box.section(smtp_port=1)), _NoGateway())  # type: ignore[arg-type]
-    with pytest.raises(Exception, match="cannot reach SMTP"):
+    with pytest.raises(AdapterError, match="cannot reach SMTP"):
         await dead.probe()
+
+    # A wrong password, on a server of its own: Dovecot slows every login from an address
+    # that just failed one (its auth penalty), which the module's other tests must not meet.
+    other = DovecotServer(require_dovecot(), [box.user]).start()
+    try:
+        section = box.section(imap_port=other.port)
+        monkeypatch.setenv(PASSWORD_ENV, "wrong")
+        refused = EmailAdapter(make_settings(email=section), _NoGateway())  # type: ignore[arg-type]
+        with pytest.raises(AdapterError, match=f"refused the login of '{box.user}'"):
+            await refused.probe()
+    finally:
+        other.stop()
 
 
 class _NoGateway:

@@ -172,3 +172,24 @@ def test_a_sender_is_verified_by_the_receiving_servers_newest_authentication_res
 def test_an_html_only_mail_is_read_as_text() -> None:
     data = raw("MIME-Version: 1.0\r\nContent-Type: text/html\r\n", "<p>Fish &amp; chips</p><br>please")
     assert parse(data, BOT).text == "Fish & chips\n\nplease"
+
+
+def test_headers_that_would_break_a_reply_are_made_safe() -> None:
+    data = (
+        b'From: =?utf-8?q?Mal=0Alory?= <alice@example.org>\r\nTo: netclaw@example.org, "x" <bad address@x>\r\n'
+        b"Subject: =?utf-8?q?two=0D=0ABcc:_victim@example.org?=\r\nMessage-ID: <s@x>\r\n\r\nhi\r\n"
+    )
+    mail = parse(data, BOT)
+    assert mail.subject == "two Bcc: victim@example.org" and mail.sender_name == "Mal lory"
+    assert mail.others == ()  # "bad address@x" is no address
+    reply = compose(
+        sender=BOT,
+        sender_name="netclaw",
+        to=mail.reply_to,
+        subject=reply_subject(mail.subject),
+        text="ok",
+        message_id="<nc.0123456789abcdef.k@example.org>",
+        in_reply_to=mail.message_id,
+        references=[mail.message_id],
+    )
+    assert reply["Bcc"] is None and reply["Subject"] == "Re: two Bcc: victim@example.org"
