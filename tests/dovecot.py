@@ -202,12 +202,17 @@ class DovecotServer:
         client.login(user, PASSWORD)
         return client
 
-    def deliver(self, user: str, message: EmailMessage | bytes, *, seen: bool = False) -> None:
-        """``message`` arrives in ``user``'s INBOX (IMAP APPEND, as new mail)."""
+    def deliver(
+        self, user: str, message: EmailMessage | bytes, *, seen: bool = False, folder: str = "INBOX"
+    ) -> None:
+        """``message`` arrives in ``user``'s ``folder`` (IMAP APPEND, as new mail; the folder
+        is made when it does not exist)."""
         data = message if isinstance(message, bytes) else message.as_bytes()
         client = self.imap(user)
         try:
-            status, answer = client.append("INBOX", r"(\Seen)" if seen else None, None, data)
+            if folder != "INBOX":
+                client.create(f'"{folder}"')  # already there: a NO, fine
+            status, answer = client.append(f'"{folder}"', r"(\Seen)" if seen else None, None, data)
             if status != "OK":
                 raise RuntimeError(f"APPEND refused: {answer!r}")
         finally:

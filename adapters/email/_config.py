@@ -81,6 +81,22 @@ class EmailConfig(ChatSection):
             raise ValueError(f"{value!r} is not an email address (name@example.org)")
         return value
 
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if any(ord(c) < 32 or ord(c) == 127 for c in value) or len(value) > 100:
+            raise ValueError("the display name must be one line of at most 100 characters")
+        return value.strip()
+
+    @field_validator("folder")
+    @classmethod
+    def _folder(cls, value: str) -> str:
+        if not value or not all(32 <= ord(c) < 127 for c in value):
+            raise ValueError(
+                f"folder {value!r}: give the folder's name in printable ASCII (INBOX, Bots/netclaw)"
+            )
+        return value
+
     @field_validator("users")
     @classmethod
     def _users(cls, value: list[str] | None) -> list[str] | None:

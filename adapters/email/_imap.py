@@ -58,7 +58,7 @@ class Mailbox:
             if answer.result != "OK":
                 raise MailError(f"{where} refused the login of {user!r}: {_said(answer)}")
             box.idle_works = client.has_capability("IDLE")
-            answer = await box._call(client.select(folder), f"select {folder}")
+            answer = await box._call(client.select(aioimaplib.quoted(folder)), f"select {folder}")
             if answer.result != "OK":
                 raise MailError(f"{where}: no folder {folder!r} for {user!r}: {_said(answer)}")
         except BaseException:

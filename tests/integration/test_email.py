@@ -335,10 +335,11 @@ def test_a_server_without_idle_is_polled(
         plain.stop()
 
 
-def test_idle_off_polls(box: Mailbox) -> None:
-    handle = box.start(idle=False, poll_interval_s=0.3)
+def test_idle_off_polls_and_a_folder_may_have_a_space(box: Mailbox) -> None:
+    box.dovecot.deliver(box.user, mail("made the folder", to=box.address), seen=True, folder="Bot mail")
+    handle = box.start(idle=False, poll_interval_s=0.3, folder="Bot mail")
     assert "polling every 0.3s" in box.adapter(handle).status().detail
-    box.deliver(mail("polled", to=box.address))
+    box.dovecot.deliver(box.user, mail("polled", to=box.address), folder="Bot mail")
     assert [text_of(m) for m in box.wait_replies(1)] == ["echo: polled"]
 
 

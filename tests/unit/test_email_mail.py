@@ -146,6 +146,8 @@ def test_the_section_refuses_a_bad_address_and_an_incomplete_enabled_channel() -
         EmailConfig(address="netclaw")
     with pytest.raises(ValueError, match="imap_host, smtp_host not set"):
         EmailConfig(enabled=True, address=BOT)
+    with pytest.raises(ValueError, match="one line"):
+        EmailConfig(name="netclaw\nBcc: x@example.org")
     section = EmailConfig(users=[" Alice@Example.org "])
     assert section.users == ["alice@example.org"] and section.allow_dms
 
