@@ -84,7 +84,8 @@ def conversation_of(session_id: str) -> Conversation | None:
     return Conversation(token) if token is not None else None
 
 
-async def _async_fetch(data: bytes, limit: int) -> bytes:
+async def _attached(data: bytes, limit: int) -> bytes:
+    """An attachment's bytes (already in the mail), refused past ``limit`` like a download."""
     if len(data) > limit:
         raise MailError(f"larger than {limit} bytes")
     return data
@@ -355,7 +356,7 @@ class EmailAdapter:
         target = Conversation(token)
         files, refused = await fetch_files(
             [
-                SharedFile(a.name, a.mime_type, len(a.data), partial(_async_fetch, a.data))
+                SharedFile(a.name, a.mime_type, len(a.data), partial(_attached, a.data))
                 for a in mail.attachments
             ],
             "email",

@@ -21,7 +21,6 @@ sent and never changed, so:
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from email.message import EmailMessage
 
@@ -173,7 +172,3 @@ class MailPort:
     async def answer_alone(self, thread: Thread, person: str, parent: str, text: str) -> None:
         """A mail for ``person`` alone under their ``parent`` mail (a refused decision)."""
         await self._mail(thread, text, key=new_key(), to=[person], parent=parent)
-
-
-def started_at() -> float:
-    return time.time()
