@@ -33,6 +33,7 @@ BUILT_IN = {
     "telegram": "adapters.telegram:CHANNEL",
     "matrix": "adapters.matrix:CHANNEL",
     "teams": "adapters.teams:CHANNEL",
+    "email": "adapters.email:CHANNEL",
 }
 
 

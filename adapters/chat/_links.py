@@ -51,6 +51,9 @@ class RenderOptions:
     reaction: str  # the platform's name of the "working on it" mark
     revive_delay_s: float = 0.2  # the first wait before subscribing again (then it doubles)
     max_revives: int = 3  # re-subscriptions in a row that bring no progress
+    # False: the reply is shown once, whole, when the turn ends (mail cannot be edited):
+    # the subscription takes no streamed deltas.
+    streaming: bool = True
 
 
 class Subscribing(Deliveries, Protocol):
@@ -195,7 +198,8 @@ class Links:
         """Subscribe (again) and make sure the link's render task runs."""
         if link.subscription is not None:
             link.subscription.close()
-        link.subscription = self._gateway.subscribe(link.session_id, SUBSCRIPTION)
+        mask = SUBSCRIPTION if self.options.streaming else SUBSCRIPTION & ~out.OutputFilter.TEXT_STREAMING
+        link.subscription = self._gateway.subscribe(link.session_id, mask)
         link.last_activity = time.monotonic()
         if link.task is None or link.task.done():
             link.task = asyncio.create_task(self._run(link), name=f"render-{link.session_id}")

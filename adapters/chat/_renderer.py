@@ -77,17 +77,23 @@ class ChatRenderer:
         inbound: Inbound,
         conversation: Conversation,
         source: MessageRef,
+        *,
+        retry_later: tuple[type[NetclawError], ...] = (),
     ) -> Admission | CommandDone | None:
         """Admit a permitted message and follow its session: the subscription is in place
         before the turn can speak, and the message wears the reaction until its turn ends.
         A chat command runs instead (its answer arrives as a notice). A refused message gets
-        a note in the conversation; None is returned."""
+        a note in the conversation; None is returned. A failure of a ``retry_later`` kind is
+        raised instead, noted nowhere (a channel that will take the message again later:
+        mail left unread)."""
         # Resident on another node: that node answers; here the message only wears the reaction.
         elsewhere = await self._links.owned_elsewhere(inbound.session_id)
         link = self._links.follow(inbound.session_id, conversation, listen=not elsewhere)
         link.holds += 1
         try:
             admission = await self.gateway.submit_chat(permit, inbound)
+        except retry_later:
+            raise
         except NetclawError as exc:
             log.warning(
                 "%s: message %s not admitted to %s: %s",
@@ -149,11 +155,12 @@ class ChatRenderer:
             self._calls.spawn(self._watch.look())
         self._links.reconnected()
 
-    def clicked(self, click: ButtonClick) -> None:
+    def clicked(self, click: ButtonClick) -> asyncio.Task[None]:
         """One of our buttons was pressed (adapters route every click here): decide the
         approval it belongs to. The gateway checks who may; a refusal is told to the person
-        who pressed, and a decision shows as the request's message edited."""
-        self._calls.spawn(self._decide(click))
+        who pressed, and a decision shows as the request's message edited. Returns the
+        deciding task (a channel that acknowledges the press only once decided awaits it)."""
+        return self._calls.spawn(self._decide(click))
 
     async def _decide(self, click: ButtonClick) -> None:
         link = next((link for link in self._links if click.value in link.approvals), None)

@@ -79,7 +79,7 @@ def test_an_installed_channel_joins_netclaw_and_its_section_the_file(
     fresh: types.ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     found = use_entry_points(monkeypatch, ("pager", "fake_channels:PAGER", "netclaw-pager 2.0"))
-    assert [i.name for i in found] == ["webhooks", "slack", "discord", "telegram", "matrix", "teams", "pager"]
+    assert [i.name for i in found] == ["webhooks", "slack", "discord", "telegram", "matrix", "teams", "email", "pager"]
     assert found[-1].channel is PAGER and found[-1].source == "netclaw-pager 2.0" and not found[-1].built_in
 
     config = tmp_path / "netclaw.json"
@@ -128,6 +128,7 @@ def test_a_channel_that_cannot_load_is_kept_with_why_and_the_others_load(
         "telegram",
         "matrix",
         "teams",
+        "email",
         "pager",
     ]
     assert adapters.channel_named("slack") is not PAGER  # the built-in kept
@@ -155,7 +156,7 @@ def test_a_declaration_names_its_own_section_and_its_adapter_by_module_path() ->
 
 def test_the_built_in_channels_declare_what_their_platforms_can_do() -> None:
     by_name = {i.name: i.channel for i in adapters.installed_channels() if i.built_in}
-    assert set(by_name) == {"webhooks", "slack", "discord", "telegram", "matrix", "teams"}
+    assert set(by_name) == {"webhooks", "slack", "discord", "telegram", "matrix", "teams", "email"}
     discord = by_name["discord"]
     assert discord is not None and discord.one_node and discord.capabilities.message_limit == 2000
     slack = by_name["slack"]

@@ -84,6 +84,7 @@ def test_importing_adapters_registers_every_section_and_loads_no_adapter() -> No
         "telegram",
         "matrix",
         "teams",
+        "email",
     }
 
 
