@@ -32,6 +32,7 @@ BUILT_IN = {
     "discord": "adapters.discord_bot:CHANNEL",
     "telegram": "adapters.telegram:CHANNEL",
     "matrix": "adapters.matrix:CHANNEL",
+    "mattermost": "adapters.mattermost:CHANNEL",
 }
 
 

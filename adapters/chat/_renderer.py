@@ -153,9 +153,11 @@ class ChatRenderer:
         """One of our buttons was pressed (adapters route every click here): decide the
         approval it belongs to. The gateway checks who may; a refusal is told to the person
         who pressed, and a decision shows as the request's message edited."""
-        self._calls.spawn(self._decide(click))
+        self._calls.spawn(self.decide(click))
 
-    async def _decide(self, click: ButtonClick) -> None:
+    async def decide(self, click: ButtonClick) -> None:
+        """:meth:`clicked`, awaited: for a platform that answers the press itself once it is
+        decided (Mattermost's action callback shows its reply to the presser alone)."""
         link = next((link for link in self._links if click.value in link.approvals), None)
         if link is not None and click.message is not None:
             link.approvals.pressed(click.value, click.message.message_id)

@@ -79,7 +79,7 @@ def test_an_installed_channel_joins_netclaw_and_its_section_the_file(
     fresh: types.ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     found = use_entry_points(monkeypatch, ("pager", "fake_channels:PAGER", "netclaw-pager 2.0"))
-    assert [i.name for i in found] == ["webhooks", "slack", "discord", "telegram", "matrix", "pager"]
+    assert [i.name for i in found] == ["webhooks", "slack", "discord", "telegram", "matrix", "mattermost", "pager"]
     assert found[-1].channel is PAGER and found[-1].source == "netclaw-pager 2.0" and not found[-1].built_in
 
     config = tmp_path / "netclaw.json"
@@ -127,6 +127,7 @@ def test_a_channel_that_cannot_load_is_kept_with_why_and_the_others_load(
         "discord",
         "telegram",
         "matrix",
+        "mattermost",
         "pager",
     ]
     assert adapters.channel_named("slack") is not PAGER  # the built-in kept
@@ -154,7 +155,7 @@ def test_a_declaration_names_its_own_section_and_its_adapter_by_module_path() ->
 
 def test_the_built_in_channels_declare_what_their_platforms_can_do() -> None:
     by_name = {i.name: i.channel for i in adapters.installed_channels() if i.built_in}
-    assert set(by_name) == {"webhooks", "slack", "discord", "telegram", "matrix"}
+    assert set(by_name) == {"webhooks", "slack", "discord", "telegram", "matrix", "mattermost"}
     discord = by_name["discord"]
     assert discord is not None and discord.one_node and discord.capabilities.message_limit == 2000
     slack = by_name["slack"]
@@ -166,6 +167,7 @@ def test_the_built_in_declarations_say_what_their_adapters_do() -> None:
     from adapters.discord_bot import _adapter as discord_adapter
     from adapters.discord_bot import _port as discord_port
     from adapters.matrix import _port as matrix_port
+    from adapters.mattermost import _port as mattermost_port
     from adapters.slack import _adapter as slack_adapter
     from adapters.slack import _port as slack_port
     from adapters.telegram import _adapter as telegram_adapter
@@ -183,3 +185,7 @@ def test_the_built_in_declarations_say_what_their_adapters_do() -> None:
     assert telegram.capabilities.edit_interval_s == telegram_adapter.EDIT_INTERVAL_S
     assert matrix.capabilities.message_limit == matrix_port.MESSAGE_LIMIT
     assert matrix.capabilities.edit_interval_s == matrix_port.EDIT_INTERVAL_S
+    mattermost = adapters.channel_named("mattermost")
+    assert mattermost is not None
+    assert mattermost.capabilities.message_limit == mattermost_port.MESSAGE_LIMIT
+    assert mattermost.capabilities.edit_interval_s == mattermost_port.EDIT_INTERVAL_S
