@@ -176,7 +176,10 @@ class MattermostAdapter:
             stream = await port.connect()
             if self.position is None:
                 # The first start: answer none of the history; from here on nothing is missed.
-                self.position = max((c.last_post_at for c in await port.channels()), default=0)
+                # The margin a read-back looks behind the position is added here, so it
+                # never reaches back into that history.
+                newest = max((c.last_post_at for c in await port.channels()), default=0)
+                self.position = newest + CATCH_UP_MARGIN_MS
                 await port.save_position(self.position)
             await self._catch_up()
         except MattermostApiError as exc:

@@ -156,10 +156,11 @@ class FakeMattermost:
         self.presses: list[dict[str, Any]] = []  # each press: who, what, the answer's status
         self.sockets: list[_Socket] = []
         self.connections = 0  # websockets authenticated so far
+        self.dropped_at: list[float] = []  # when drop_on_patch dropped the sockets
         self.reaches: str | None = None  # where integration URLs lead (scheme://host:port)
         self._pending: dict[str, tuple[str, float]] = {}
         self._last_create = 0
-        self._drop_on_patch: str | None = None  # drop this user's sockets at their next patch
+        self._drop_on_patch: tuple[str, float] | None = None  # (user, refuse for) at their next patch
         self._refuse_until = 0.0  # monotonic: websockets refused (503) until then
 
     # ----- lifecycle
@@ -302,9 +303,10 @@ class FakeMattermost:
                 await socket.ws.close(code=aiohttp.WSCloseCode.GOING_AWAY)
         return len(dropped)
 
-    def drop_on_patch(self, user_id: str) -> None:
-        """At ``user_id``'s next edit of a post, drop their websockets (after the edit)."""
-        self._drop_on_patch = user_id
+    def drop_on_patch(self, user_id: str, *, refuse_s: float = 0.0) -> None:
+        """At ``user_id``'s next edit of a post, drop their websockets (after the edit) and
+        refuse new ones for ``refuse_s``."""
+        self._drop_on_patch = (user_id, refuse_s)
 
     def refuse_sockets(self, seconds: float) -> None:
         """New websockets are refused (503) for ``seconds``."""
@@ -608,8 +610,10 @@ class FakeMattermost:
             str(post.data["channel_id"]),
             {"event": "post_edited", "data": {"post": json.dumps(post.client_view())}},
         )
-        if self._drop_on_patch == me:
-            self._drop_on_patch = None
+        if self._drop_on_patch is not None and self._drop_on_patch[0] == me:
+            refuse_s, self._drop_on_patch = self._drop_on_patch[1], None
+            self.refuse_sockets(refuse_s)
+            self.dropped_at.append(time.monotonic())
             await self.drop_sockets(me)
         return web.json_response(post.client_view())
 
