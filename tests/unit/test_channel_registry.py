@@ -79,7 +79,15 @@ def test_an_installed_channel_joins_netclaw_and_its_section_the_file(
     fresh: types.ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     found = use_entry_points(monkeypatch, ("pager", "fake_channels:PAGER", "netclaw-pager 2.0"))
-    assert [i.name for i in found] == ["webhooks", "slack", "discord", "telegram", "matrix", "mattermost", "pager"]
+    assert [i.name for i in found] == [
+        "webhooks",
+        "slack",
+        "discord",
+        "telegram",
+        "matrix",
+        "mattermost",
+        "pager",
+    ]
     assert found[-1].channel is PAGER and found[-1].source == "netclaw-pager 2.0" and not found[-1].built_in
 
     config = tmp_path / "netclaw.json"
