@@ -219,7 +219,6 @@ class MattermostAdapter:
         again with backoff, and what was posted meanwhile read back."""
         port = self._require_port()
         failures = 0
-        expected: int | None = None
         while self._running:
             if stream is None:
                 try:
@@ -237,7 +236,7 @@ class MattermostAdapter:
                     log.warning("mattermost: %s; connecting again in %.1fs", exc, wait)
                     await asyncio.sleep(wait)
                     continue
-                failures, expected = 0, None
+                failures = 0
                 self.reconnects += 1
                 self._status = AdapterStatus("running", f"@{port.username}")
                 log.info("mattermost: connected again as @%s", port.username)
@@ -252,12 +251,9 @@ class MattermostAdapter:
                     await stream.close()
                 stream = None
                 continue
-            seq = event.get("seq")
-            if isinstance(seq, int) and "event" in event:
-                if expected is not None and seq != expected:
-                    log.warning("mattermost: events %s to %d were missed; reading back", expected, seq - 1)
-                    await self._quietly_catch_up()
-                expected = seq + 1
+            if stream.missed():
+                log.warning("mattermost: the websocket skipped events; reading back what was posted")
+                await self._quietly_catch_up()
             try:
                 await self._event(event)
             except Exception:  # one bad event must not stop the ones after it

@@ -106,16 +106,36 @@ def translate(response: httpx.Response, what: str, *, token_env: str = "") -> Ma
 class _Socket:
     """One authenticated websocket (:class:`~adapters.mattermost._port.EventStream`)."""
 
-    def __init__(self, ws: aiohttp.ClientWebSocketResponse, connection_id: str, first: list[dict[str, Any]]):
+    def __init__(
+        self,
+        ws: aiohttp.ClientWebSocketResponse,
+        connection_id: str,
+        hello_seq: int,
+        first: list[dict[str, Any]],
+    ) -> None:
         self._ws = ws
         self.connection_id = connection_id
         self._waiting = first  # events that came with the handshake
         self._seq = 1  # ours: 1 was the authentication challenge
         self._send = asyncio.Lock()
+        self._expected = hello_seq + 1  # the server's: every event counts up from the hello's
+        self._missed = False
+
+    def missed(self) -> bool:
+        missed, self._missed = self._missed, False
+        return missed
+
+    def _counted(self, event: dict[str, Any]) -> dict[str, Any]:
+        seq = event.get("seq")
+        if "event" in event and isinstance(seq, int):
+            if seq > self._expected:
+                self._missed = True
+            self._expected = max(self._expected, seq + 1)
+        return event
 
     async def receive(self) -> dict[str, Any]:
         if self._waiting:
-            return self._waiting.pop(0)
+            return self._counted(self._waiting.pop(0))
         while True:
             message = await self._ws.receive()
             if message.type == aiohttp.WSMsgType.TEXT:
@@ -124,7 +144,7 @@ class _Socket:
                 except ValueError:
                     continue
                 if isinstance(event, dict):
-                    return event
+                    return self._counted(event)
                 continue
             if message.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING, aiohttp.WSMsgType.CLOSED):
                 raise MattermostApiError("the websocket was closed by the server", transient=True)
@@ -246,6 +266,12 @@ class ClientPort:
                 json.dumps({"seq": 1, "action": "authentication_challenge", "data": {"token": self._token}})
             )
             socket = await asyncio.wait_for(self._authenticated(ws), CONNECT_TIMEOUT_S)
+        except MattermostApiError:
+            await ws.close()
+            # The server closes a socket whose token it does not take: a revoked token is
+            # said so (for good, 401) rather than retried as a lost connection.
+            await self.login()
+            raise
         except BaseException:
             await ws.close()
             raise
@@ -254,15 +280,11 @@ class ClientPort:
 
     async def _authenticated(self, ws: aiohttp.ClientWebSocketResponse) -> _Socket:
         """Until the challenge is answered OK and the hello arrived (in either order)."""
-        ok, connection_id, early = False, "", []
+        ok, connection_id, hello_seq, early = False, "", 0, []
         while not (ok and connection_id):
             message = await ws.receive()
             if message.type != aiohttp.WSMsgType.TEXT:
-                raise MattermostApiError(
-                    f"the websocket closed while authenticating: the token in {self._token_env} "
-                    "may be invalid",
-                    transient=True,
-                )
+                raise MattermostApiError("the websocket closed while authenticating", transient=True)
             event = json.loads(message.data)
             if event.get("seq_reply") == 1:
                 if event.get("status") != "OK":
@@ -272,9 +294,10 @@ class ClientPort:
                 ok = True
             elif event.get("event") == "hello":
                 connection_id = str((event.get("data") or {}).get("connection_id") or "-")
+                hello_seq = int(event.get("seq") or 0)
             elif "event" in event:
                 early.append(event)
-        return _Socket(ws, connection_id, early)
+        return _Socket(ws, connection_id, hello_seq, early)
 
     # -- the chat port ---------------------------------------------------------------------------
 

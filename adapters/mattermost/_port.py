@@ -92,6 +92,11 @@ class EventStream(Protocol):
         when the connection is lost."""
         ...
 
+    def missed(self) -> bool:
+        """Did the events so far skip a ``seq`` (an event lost on the way)? Asked once per
+        gap: True once, then False until the next one."""
+        ...
+
     async def close(self) -> None: ...
 
 

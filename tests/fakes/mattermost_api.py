@@ -126,11 +126,15 @@ class _Socket:
     user_id: str = ""
     connection_id: str = ""
     seq: int = 0
+    lose: int = 0  # events to lose on the way (their seq used)
 
     async def send(self, event: dict[str, Any]) -> None:
         if "event" in event:
             event = {**event, "seq": self.seq}
             self.seq += 1
+            if self.lose:
+                self.lose -= 1
+                return
         with contextlib.suppress(ConnectionError, RuntimeError):
             await self.ws.send_str(json.dumps(event))
 
@@ -302,6 +306,15 @@ class FakeMattermost:
             with contextlib.suppress(Exception):
                 await socket.ws.close(code=aiohttp.WSCloseCode.GOING_AWAY)
         return len(dropped)
+
+    def lose_next_event(self, user_id: str) -> None:
+        """The next event for ``user_id`` is lost on the way (its ``seq`` used all the same)."""
+        for socket in self.sockets:
+            if socket.user_id == user_id:
+                socket.lose += 1
+
+    def revoke(self, token: str) -> None:
+        self.tokens.pop(token, None)
 
     def drop_on_patch(self, user_id: str, *, refuse_s: float = 0.0) -> None:
         """At ``user_id``'s next edit of a post, drop their websockets (after the edit) and

@@ -173,6 +173,36 @@ def test_a_websocket_dropped_mid_stream_reconnects_and_the_reply_still_ends_as_o
     assert len(asked) == 1
 
 
+def test_a_gap_in_the_websockets_sequence_reads_back_the_post_it_lost(
+    start_bot: StartBot, world: World
+) -> None:
+    start_bot()
+    world.fake.read(lambda s: s.lose_next_event(world.bot))
+    lost = world.say(world.alice, "@netclaw lost on the way").id
+    after = world.say(world.alice, "@netclaw the next one").id  # its seq shows the gap
+    wait_for(lambda: world.texts(after) == ["echo: the next one"], "the next post answered")
+    wait_for(lambda: world.texts(lost) == ["echo: lost on the way"], "the lost post read back and answered")
+
+
+def test_a_revoked_token_is_said_so_not_retried_as_a_lost_connection(
+    start_bot: StartBot, world: World
+) -> None:
+    handle, adapter = start_bot()
+    world.fake.read(lambda s: s.revoke(world.token))
+    world.fake.drop_sockets(world.bot)
+    wait_for(lambda: adapter.status().state == "failed", f"the adapter failed ({adapter.status()})")
+    assert "rejected the bot token in MATTERMOST_BOT_TOKEN" in adapter.status().detail
+    # The supervisor starts it again with backoff, and /healthz says why meanwhile.
+    health = wait_for(
+        lambda: (
+            handle.http.get("/healthz").json()["adapters"]["mattermost"].get("state") == "retrying"
+            and handle.http.get("/healthz").json()["adapters"]["mattermost"]
+        ),
+        "the channel retrying",
+    )
+    assert "rejected the bot token" in health["detail"]
+
+
 def test_posts_made_while_the_daemon_was_down_are_answered_once_after_it_starts(
     start_bot: StartBot, world: World
 ) -> None:
