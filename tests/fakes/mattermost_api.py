@@ -160,6 +160,7 @@ class FakeMattermost:
         self.presses: list[dict[str, Any]] = []  # each press: who, what, the answer's status
         self.sockets: list[_Socket] = []
         self.connections = 0  # websockets authenticated so far
+        self.connected_at: list[float] = []  # monotonic time of each authentication
         self.dropped_at: list[float] = []  # when drop_on_patch dropped the sockets
         self.reaches: str | None = None  # where integration URLs lead (scheme://host:port)
         self._pending: dict[str, tuple[str, float]] = {}
@@ -840,6 +841,7 @@ class FakeMattermost:
                     socket.user_id, socket.connection_id = user, new_id()
                     self.sockets.append(socket)
                     self.connections += 1
+                    self.connected_at.append(time.monotonic())
                     await socket.send({"status": "OK", "seq_reply": seq})
                     await socket.send(
                         {
