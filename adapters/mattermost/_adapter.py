@@ -189,6 +189,7 @@ class MattermostAdapter:
         self.gateway.offer_threads("mattermost", self._open_thread)
         self._owed = asyncio.ensure_future(self.renderer.resume(conversation_of))
         self._listener = asyncio.create_task(self._listen(stream), name="mattermost-websocket")
+        self._listener.add_done_callback(self._listening_ended)
         self._status = AdapterStatus("running", f"@{port.username}")
         log.info("mattermost: connected to %s as @%s", self.url, port.username)
 
@@ -258,6 +259,18 @@ class MattermostAdapter:
                 await self._event(event)
             except Exception:  # one bad event must not stop the ones after it
                 log.exception("mattermost: an event could not be handled: %s", str(event)[:300])
+
+    def _listening_ended(self, task: asyncio.Task[None]) -> None:
+        """A listener that died of an error leaves the channel failed: the supervisor starts
+        it afresh (rather than a status saying "reconnecting" with nobody reconnecting)."""
+        if task.cancelled() or not self._running:
+            return
+        exc = task.exception()
+        if exc is not None:
+            log.error("mattermost: the websocket listener failed: %r", exc)
+            self._status = AdapterStatus(
+                "failed", f"the websocket listener failed: {type(exc).__name__}: {exc}"
+            )
 
     async def _event(self, event: dict[str, Any]) -> None:
         found = posted_of(event)

@@ -265,7 +265,12 @@ class ClientPort:
             await ws.send_str(
                 json.dumps({"seq": 1, "action": "authentication_challenge", "data": {"token": self._token}})
             )
-            socket = await asyncio.wait_for(self._authenticated(ws), CONNECT_TIMEOUT_S)
+            try:
+                socket = await asyncio.wait_for(self._authenticated(ws), CONNECT_TIMEOUT_S)
+            except (TimeoutError, ValueError, aiohttp.ClientError) as exc:
+                raise MattermostApiError(
+                    f"the websocket did not authenticate: {type(exc).__name__}: {exc}", transient=True
+                ) from exc
         except MattermostApiError:
             await ws.close()
             # The server closes a socket whose token it does not take: a revoked token is
@@ -456,10 +461,6 @@ class ClientPort:
                 return user_id
             self._names[user_id] = str(user.get("username") or user_id)
         return self._names[user_id]
-
-    def note_user_name(self, user_id: str, name: str) -> None:
-        if name:
-            self._names[user_id] = name
 
     async def download(self, file_id: str, max_bytes: int) -> bytes:
         try:
