@@ -14,7 +14,7 @@ parts, each in its own module:
 - ``_calls``: how each part calls the platform (retried, quietly, in the background).
 
 This module holds what adapters call (:meth:`ChatRenderer.submit`, ``note``, ``resume``,
-``open_thread``, ``reconnected``, ``clicked``, ``stop``) and :meth:`ChatRenderer._render`,
+``open_thread``, ``reconnected``, ``clicked`` or ``decide``, ``stop``) and :meth:`ChatRenderer._render`,
 which hands each output to its part. Adapters map platform events to the gateway (and
 back to conversations) and never touch a subscription. Runs on the I/O loop.
 """
