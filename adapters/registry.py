@@ -34,6 +34,7 @@ BUILT_IN = {
     "matrix": "adapters.matrix:CHANNEL",
     "teams": "adapters.teams:CHANNEL",
     "email": "adapters.email:CHANNEL",
+    "mattermost": "adapters.mattermost:CHANNEL",
 }
 
 

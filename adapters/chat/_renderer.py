@@ -14,7 +14,7 @@ parts, each in its own module:
 - ``_calls``: how each part calls the platform (retried, quietly, in the background).
 
 This module holds what adapters call (:meth:`ChatRenderer.submit`, ``note``, ``resume``,
-``open_thread``, ``reconnected``, ``clicked``, ``stop``) and :meth:`ChatRenderer._render`,
+``open_thread``, ``reconnected``, ``clicked`` or ``decide``, ``stop``) and :meth:`ChatRenderer._render`,
 which hands each output to its part. Adapters map platform events to the gateway (and
 back to conversations) and never touch a subscription. Runs on the I/O loop.
 """
@@ -160,9 +160,11 @@ class ChatRenderer:
         approval it belongs to. The gateway checks who may; a refusal is told to the person
         who pressed, and a decision shows as the request's message edited. Returns the
         deciding task (a channel that acknowledges the press only once decided awaits it)."""
-        return self._calls.spawn(self._decide(click))
+        return self._calls.spawn(self.decide(click))
 
-    async def _decide(self, click: ButtonClick) -> None:
+    async def decide(self, click: ButtonClick) -> None:
+        """:meth:`clicked`, awaited: for a platform that answers the press itself once it is
+        decided (Mattermost's action callback shows its reply to the presser alone)."""
         link = next((link for link in self._links if click.value in link.approvals), None)
         if link is not None and click.message is not None:
             link.approvals.pressed(click.value, click.message.message_id)

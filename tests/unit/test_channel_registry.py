@@ -87,6 +87,7 @@ def test_an_installed_channel_joins_netclaw_and_its_section_the_file(
         "matrix",
         "teams",
         "email",
+        "mattermost",
         "pager",
     ]
     assert found[-1].channel is PAGER and found[-1].source == "netclaw-pager 2.0" and not found[-1].built_in
@@ -138,6 +139,7 @@ def test_a_channel_that_cannot_load_is_kept_with_why_and_the_others_load(
         "matrix",
         "teams",
         "email",
+        "mattermost",
         "pager",
     ]
     assert adapters.channel_named("slack") is not PAGER  # the built-in kept
@@ -165,7 +167,7 @@ def test_a_declaration_names_its_own_section_and_its_adapter_by_module_path() ->
 
 def test_the_built_in_channels_declare_what_their_platforms_can_do() -> None:
     by_name = {i.name: i.channel for i in adapters.installed_channels() if i.built_in}
-    assert set(by_name) == {"webhooks", "slack", "discord", "telegram", "matrix", "teams", "email"}
+    assert set(by_name) == {"webhooks", "slack", "discord", "telegram", "matrix", "teams", "email", "mattermost"}
     discord = by_name["discord"]
     assert discord is not None and discord.one_node and discord.capabilities.message_limit == 2000
     slack = by_name["slack"]
@@ -177,6 +179,7 @@ def test_the_built_in_declarations_say_what_their_adapters_do() -> None:
     from adapters.discord_bot import _adapter as discord_adapter
     from adapters.discord_bot import _port as discord_port
     from adapters.matrix import _port as matrix_port
+    from adapters.mattermost import _port as mattermost_port
     from adapters.slack import _adapter as slack_adapter
     from adapters.slack import _port as slack_port
     from adapters.teams import _adapter as teams_adapter
@@ -200,3 +203,7 @@ def test_the_built_in_declarations_say_what_their_adapters_do() -> None:
     assert teams is not None
     assert teams.capabilities.message_limit == teams_port.MESSAGE_LIMIT
     assert teams.capabilities.edit_interval_s == teams_adapter.EDIT_INTERVAL_S
+    mattermost = adapters.channel_named("mattermost")
+    assert mattermost is not None
+    assert mattermost.capabilities.message_limit == mattermost_port.MESSAGE_LIMIT
+    assert mattermost.capabilities.edit_interval_s == mattermost_port.EDIT_INTERVAL_S

@@ -71,7 +71,7 @@ def test_importing_adapters_registers_every_section_and_loads_no_adapter() -> No
         settings = Settings()
         print(json.dumps([
             [type(settings.webhooks).__name__, type(settings.slack).__name__, type(settings.discord).__name__],
-            [m for m in {[*HEAVY, "netclaw.gateway", "adapters.chat", "adapters.slack._adapter", "adapters.telegram._adapter", "adapters.matrix._adapter", "adapters.teams._adapter"]!r} if m in sys.modules],
+            [m for m in {[*HEAVY, "netclaw.gateway", "adapters.chat", "adapters.slack._adapter", "adapters.telegram._adapter", "adapters.matrix._adapter", "adapters.teams._adapter", "adapters.mattermost._adapter"]!r} if m in sys.modules],
         ]))
     """
     sections, loaded = json.loads(run(probe))
@@ -85,6 +85,7 @@ def test_importing_adapters_registers_every_section_and_loads_no_adapter() -> No
         "matrix",
         "teams",
         "email",
+        "mattermost",
     }
 
 
