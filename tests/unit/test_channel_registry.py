@@ -167,7 +167,16 @@ def test_a_declaration_names_its_own_section_and_its_adapter_by_module_path() ->
 
 def test_the_built_in_channels_declare_what_their_platforms_can_do() -> None:
     by_name = {i.name: i.channel for i in adapters.installed_channels() if i.built_in}
-    assert set(by_name) == {"webhooks", "slack", "discord", "telegram", "matrix", "teams", "email", "mattermost"}
+    assert set(by_name) == {
+        "webhooks",
+        "slack",
+        "discord",
+        "telegram",
+        "matrix",
+        "teams",
+        "email",
+        "mattermost",
+    }
     discord = by_name["discord"]
     assert discord is not None and discord.one_node and discord.capabilities.message_limit == 2000
     slack = by_name["slack"]
