@@ -71,7 +71,7 @@ from netclaw.daemon import Daemon
 from netclaw.gateway import Inbound
 from netclaw.history.compaction import FLUSH_MARKER, REQUIRED_SECTIONS, SUMMARY_MARKER
 from netclaw.history.tokens import MESSAGE_OVERHEAD, PRIMING_OVERHEAD, TokenCounter
-from tests.fakes._scripted_server import ScriptedServerThread, request_messages
+from tests.fakes._scripted_server import ScriptedServerThread, request_messages, said
 from tests.fakes.scripted_openai import Reply, ScriptedOpenAI, estimate_prompt_tokens
 
 MODEL = "scripted"
@@ -209,8 +209,10 @@ class CountingOpenAI(ScriptedOpenAI):
 def chat_responder(plans: dict[str, TurnPlan], delay_s: float) -> Any:
     def respond(body: dict[str, Any]) -> Reply:
         messages = request_messages(body)
-        last_user = next(m for m in reversed(messages) if m.get("role") == "user")
-        plan = plans[str(last_user.get("content") or "")]
+        last_user = next(
+            m for m in reversed(messages) if m.get("role") == "user" and said(str(m.get("content") or ""))
+        )
+        plan = plans[said(str(last_user.get("content") or ""))]  # without the turn's context tail
         return Reply(text=plan.reply, chunk_size=CHUNK, delay_s=delay_s)
 
     return respond
