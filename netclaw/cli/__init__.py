@@ -221,7 +221,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     init.add_argument("--base-url", metavar="URL", help="the model server (default: Ollama on this machine)")
     init.add_argument(
-        "--model", metavar="NAME", help="the model to use (default: the first the server lists)"
+        "--model",
+        metavar="NAME",
+        help="the model (asked unless --yes; its default: qwen3:8b on Ollama, gpt-4.1-mini on a hosted "
+        "OpenAI-compatible server, claude-sonnet-4-5 on Anthropic)",
     )
     init.add_argument("--api-key-env", metavar="VAR", help="the environment variable holding the API key")
     init.add_argument("--yes", action="store_true", help="ask nothing; defaults for what was not given")
