@@ -10,10 +10,9 @@ the bot is called into, and the doctor's probe."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 import httpx
 import pykka
@@ -26,11 +25,11 @@ from adapters.mattermost._events import session_id_for
 from netclaw.config import settings_model
 from netclaw.daemon import Daemon
 from netclaw.errors import AdapterError
+from tests.conformance.rig import wait_for
 from tests.conftest import DaemonHandle, settings_data
 from tests.fakes.mattermost_api import FakeMattermost, FakeMattermostThread, Post
 from tests.fakes.scripted_openai import Reply, ScriptedOpenAIThread, ToolCallSpec
 
-T = TypeVar("T")
 
 TOKEN_ENV = "MATTERMOST_BOT_TOKEN"
 PUBLIC_URL = "http://127.0.0.1:1"
@@ -77,17 +76,6 @@ class World:
 
 
 StartBot = Callable[..., tuple[DaemonHandle, MattermostAdapter]]
-
-
-def wait_for(predicate: Callable[[], T], what: str, timeout: float = 15.0) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 @pytest.fixture
