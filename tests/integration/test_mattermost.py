@@ -30,7 +30,6 @@ from tests.conftest import DaemonHandle, settings_data
 from tests.fakes.mattermost_api import FakeMattermost, FakeMattermostThread, Post
 from tests.fakes.scripted_openai import Reply, ScriptedOpenAIThread, ToolCallSpec
 
-
 TOKEN_ENV = "MATTERMOST_BOT_TOKEN"
 PUBLIC_URL = "http://127.0.0.1:1"
 
