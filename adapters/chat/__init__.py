@@ -17,7 +17,7 @@ A new platform is a port plus its event mapping (see ``adapters/slack/`` and
 ``adapters/discord_bot/``), not a copy of this.
 """
 
-from adapters.chat._inbound import Asides, SharedFile, fetch_files, session_known
+from adapters.chat._inbound import Asides, SharedFile, fetch_files, session_known, with_file_names
 from adapters.chat._links import SUBSCRIPTION, RenderOptions
 from adapters.chat._port import (
     BEST_EFFORT,
@@ -61,4 +61,5 @@ __all__ = [
     "retry_verdict",
     "session_known",
     "split_message",
+    "with_file_names",
 ]

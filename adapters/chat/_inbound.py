@@ -5,7 +5,7 @@ the bot (the next turn there reads it), and asking whether a thread is a session
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
@@ -83,3 +83,14 @@ async def session_known(gateway: Knowing, session_id: str, platform: str) -> boo
     except NetclawError as exc:
         log.warning("%s: cannot tell whether %s is a session: %s", platform, session_id, exc)
         return False
+
+
+class _Named(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+def with_file_names(text: str, files: Iterable[_Named]) -> str:
+    """A message's text as the model reads it, naming the files shared with it."""
+    shown = ", ".join(f.name for f in files)
+    return f"{text}\n(shared {shown})".strip() if shown else text

@@ -32,6 +32,7 @@ from adapters.chat._port import ChatApiError, Conversation, StreamingPort
 from adapters.chat._reactions import Reactions
 from adapters.chat._streaming import NativeStreaming, ReplyStream
 from netclaw import outputs as out
+from netclaw.config import Settings
 from netclaw.errors import NetclawError
 from netclaw.gateway import Subscription
 from netclaw.retry import Backoff
@@ -54,6 +55,29 @@ class RenderOptions:
     # False: the reply is shown once, whole, when the turn ends (mail cannot be edited):
     # the subscription takes no streamed deltas.
     streaming: bool = True
+
+    @classmethod
+    def of(
+        cls,
+        settings: Settings,
+        *,
+        edit_interval_s: float,
+        reaction: str,
+        release_after_s: float | None = None,
+        streaming: bool = True,
+    ) -> RenderOptions:
+        """A channel's options with the timings every channel shares, from ``settings``."""
+        session = settings.session
+        return cls(
+            edit_interval_s=edit_interval_s,
+            # Let go well before the session's own idle timer would want to passivate it.
+            release_after_s=release_after_s
+            if release_after_s is not None
+            else min(300.0, session.idle_timeout_s / 2),
+            stale_after_s=session.turn_timeout_s + 60.0,  # a pending turn we never saw end
+            reaction=reaction,
+            streaming=streaming,
+        )
 
 
 class Subscribing(Deliveries, Protocol):

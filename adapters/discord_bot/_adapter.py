@@ -36,6 +36,7 @@ from adapters.chat import (
     fetch_files,
     retry_verdict,
     session_known,
+    with_file_names,
 )
 from adapters.discord_bot._config import DiscordConfig
 from adapters.discord_bot._port import (
@@ -59,11 +60,6 @@ log = logging.getLogger("adapters.discord_bot")
 
 EDIT_INTERVAL_S = 1.5  # Discord allows ~5 edits per 5 s per channel; stay well under it
 CONNECT_TIMEOUT_S = 10.0  # how long start() waits for READY before returning "starting"
-
-
-def _with_file_names(message: DiscordMessage) -> str:
-    names = ", ".join(a.name for a in message.attachments)
-    return f"{message.text}\n(shared {names})".strip() if names else message.text
 
 
 def session_id_for(thread_id: str) -> str:
@@ -103,13 +99,8 @@ class DiscordAdapter:
         self.settings = settings
         self.gateway = gateway
         self.token_env = DiscordConfig.of(settings).token_env
-        idle = settings.session.idle_timeout_s
-        self.options = RenderOptions(
-            edit_interval_s=edit_interval_s,
-            # Let go well before the session's own idle timer would want to passivate it.
-            release_after_s=release_after_s if release_after_s is not None else min(300.0, idle / 2),
-            stale_after_s=settings.session.turn_timeout_s + 60.0,  # a pending turn we never saw end
-            reaction=SEEN_EMOJI,
+        self.options = RenderOptions.of(
+            settings, edit_interval_s=edit_interval_s, reaction=SEEN_EMOJI, release_after_s=release_after_s
         )
         self.connect_timeout_s = connect_timeout_s
         self._port: DiscordPort | None = port
@@ -339,7 +330,10 @@ class DiscordAdapter:
             user=message.author_id,
             identity=f"discord:{message.message_id}",
             user_name=message.author_name or None,
-            prior=[PriorMessage(m.author_id, m.author_name, _with_file_names(m)) for m in earlier],
+            prior=[
+                PriorMessage(m.author_id, m.author_name, with_file_names(m.text, m.attachments))
+                for m in earlier
+            ],
             files=files,
             # Memories stay in the guild channel a thread is in (a DM channel is one person's);
             # a DM is only "team" when a user allowlist vetted who may write.

@@ -107,13 +107,8 @@ class EmailAdapter:
         self.settings = settings
         self.gateway = gateway
         self.start_up = start_up = EmailConfig.of(settings)
-        idle = settings.session.idle_timeout_s
-        self.options = RenderOptions(
-            edit_interval_s=0.0,
-            release_after_s=release_after_s if release_after_s is not None else min(300.0, idle / 2),
-            stale_after_s=settings.session.turn_timeout_s + 60.0,
-            reaction="",
-            streaming=False,
+        self.options = RenderOptions.of(
+            settings, edit_interval_s=0.0, reaction="", release_after_s=release_after_s, streaming=False
         )
         self._store = MailStore(settings.data_dir / "email" / "mail.db")
         self._backoff = Backoff(

@@ -42,6 +42,7 @@ from adapters.chat import (
     fetch_files,
     new_key,
     session_known,
+    with_file_names,
 )
 from adapters.matrix._config import MatrixConfig
 from adapters.matrix._events import approval_of, reaction_key, thread_of
@@ -78,11 +79,6 @@ def conversation_of(session_id: str) -> Conversation | None:
     return Conversation(ids[0], ids[1]) if ids is not None else None
 
 
-def _with_file_names(message: MatrixMessage) -> str:
-    names = ", ".join(f.name for f in message.files)
-    return f"{message.text}\n(shared {names})".strip() if names else message.text
-
-
 class MatrixAdapter:
     """See the module docstring. ``port`` replaces the nio client (tests)."""
 
@@ -103,12 +99,8 @@ class MatrixAdapter:
         section = MatrixConfig.of(settings)
         self.homeserver = section.homeserver
         self.token_env = section.token_env
-        idle = settings.session.idle_timeout_s
-        self.options = RenderOptions(
-            edit_interval_s=edit_interval_s,
-            release_after_s=release_after_s if release_after_s is not None else min(300.0, idle / 2),
-            stale_after_s=settings.session.turn_timeout_s + 60.0,
-            reaction=SEEN_REACTION,
+        self.options = RenderOptions.of(
+            settings, edit_interval_s=edit_interval_s, reaction=SEEN_REACTION, release_after_s=release_after_s
         )
         self.sync_timeout_ms = sync_timeout_ms
         self._port: MatrixPort | None = port
@@ -379,7 +371,7 @@ class MatrixAdapter:
             user=message.sender,
             identity=f"matrix:{message.event_id}",
             user_name=message.sender_name or None,
-            prior=[PriorMessage(m.sender, m.sender_name, _with_file_names(m)) for m in earlier],
+            prior=[PriorMessage(m.sender, m.sender_name, with_file_names(m.text, m.files)) for m in earlier],
             files=files,
             # Memories stay in the room its threads are in; a direct chat is only "team" when a
             # user allowlist vetted who may write.

@@ -44,6 +44,7 @@ from adapters.chat import (
     SharedFile,
     fetch_files,
     session_known,
+    with_file_names,
 )
 from adapters.mattermost._actions import BadPress, action_key, verify
 from adapters.mattermost._config import MattermostConfig
@@ -79,11 +80,6 @@ def conversation_of(session_id: str) -> Conversation | None:
     return Conversation(ids[0], ids[1]) if ids is not None else None
 
 
-def _with_file_names(post: MattermostPost) -> str:
-    names = ", ".join(f.name for f in post.files)
-    return f"{post.text}\n(shared {names})".strip() if names else post.text
-
-
 class MattermostAdapter:
     """See the module docstring. ``port`` replaces the HTTP client (tests)."""
 
@@ -105,12 +101,8 @@ class MattermostAdapter:
         self.url = section.url
         self.token_env = section.token_env
         self.actions_url = section.actions_url
-        idle = settings.session.idle_timeout_s
-        self.options = RenderOptions(
-            edit_interval_s=edit_interval_s,
-            release_after_s=release_after_s if release_after_s is not None else min(300.0, idle / 2),
-            stale_after_s=settings.session.turn_timeout_s + 60.0,
-            reaction=SEEN_EMOJI,
+        self.options = RenderOptions.of(
+            settings, edit_interval_s=edit_interval_s, reaction=SEEN_EMOJI, release_after_s=release_after_s
         )
         self.backoff = Backoff(reconnect_first_s, RECONNECT_MAX_S, jitter=0.2)
         self._port: MattermostPort | None = port
@@ -392,7 +384,9 @@ class MattermostAdapter:
             user=post.user_id,
             identity=f"mattermost:{post.post_id}",
             user_name=name or None,
-            prior=[PriorMessage(m.user_id, names[m.user_id], _with_file_names(m)) for m in earlier],
+            prior=[
+                PriorMessage(m.user_id, names[m.user_id], with_file_names(m.text, m.files)) for m in earlier
+            ],
             files=files,
             # Memories stay in the channel its threads are in; a direct message channel is
             # only "team" when a user allowlist vetted who may write.

@@ -107,13 +107,9 @@ class TeamsAdapter:
         self.tenant_id = start_up.tenant_id
         self.password_env = start_up.app_password_env
         self.token_url = start_up.token_endpoint()
-        idle = settings.session.idle_timeout_s
-        self.options = RenderOptions(
-            edit_interval_s=edit_interval_s,
-            release_after_s=release_after_s if release_after_s is not None else min(300.0, idle / 2),
-            stale_after_s=settings.session.turn_timeout_s + 60.0,
-            reaction="",  # a bot cannot react in Teams; "typing" shows instead
-        )
+        self.options = RenderOptions.of(
+            settings, edit_interval_s=edit_interval_s, reaction="", release_after_s=release_after_s
+        )  # a bot cannot react in Teams; "typing" shows instead
         self.store = TeamsStore(settings.data_dir / "teams" / "teams.db")
         self._port: ConnectorPort | None = None
         self._tokens: InboundTokens | None = None

@@ -42,6 +42,7 @@ from adapters.chat import (
     SharedFile,
     fetch_files,
     session_known,
+    with_file_names,
 )
 from adapters.telegram._config import TelegramConfig
 from adapters.telegram._port import SEEN_EMOJI, TelegramApiError, TelegramMessage, TelegramUpdate
@@ -78,11 +79,6 @@ def conversation_of(session_id: str) -> Conversation | None:
     return Conversation(found.group(1), found.group(2)) if found is not None else None
 
 
-def _with_file_names(message: TelegramMessage) -> str:
-    names = ", ".join(f.name for f in message.files)
-    return f"{message.text}\n(shared {names})".strip() if names else message.text
-
-
 def _is_command(text: str) -> bool:
     """A netclaw chat command (``/stop``, ``/status``, ``/prompt …``): in a group, one of
     ours even without ``@bot``."""
@@ -114,12 +110,8 @@ class TelegramAdapter:
         self.webhook_url = start_up.webhook_url
         self.api_url = start_up.api_url
         self.poll_timeout_s = start_up.poll_timeout_s
-        idle = settings.session.idle_timeout_s
-        self.options = RenderOptions(
-            edit_interval_s=edit_interval_s,
-            release_after_s=release_after_s if release_after_s is not None else min(300.0, idle / 2),
-            stale_after_s=settings.session.turn_timeout_s + 60.0,
-            reaction=SEEN_EMOJI,
+        self.options = RenderOptions.of(
+            settings, edit_interval_s=edit_interval_s, reaction=SEEN_EMOJI, release_after_s=release_after_s
         )
         self._posted = PostedMessages(settings.data_dir / "telegram" / "posted.db")
         self._bot: Bot | None = None
@@ -360,7 +352,7 @@ class TelegramAdapter:
             user=message.user_id,
             identity=f"telegram:{message.chat_id}:{message.message_id}",
             user_name=message.user_name or None,
-            prior=[PriorMessage(m.user_id, m.user_name, _with_file_names(m)) for m in earlier],
+            prior=[PriorMessage(m.user_id, m.user_name, with_file_names(m.text, m.files)) for m in earlier],
             files=files,
             # Memories stay in the chat (a forum's topics share them); a private chat is one
             # person's, "team" only when a user allowlist vetted who may write.
