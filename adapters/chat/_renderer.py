@@ -111,6 +111,19 @@ class ChatRenderer:
             self._acknowledge(link, admission.message_id, source)
         return admission
 
+    async def taken(
+        self, permit: ChatPermit, inbound: Inbound, conversation: Conversation, source: MessageRef
+    ) -> bool:
+        """:meth:`submit`, for a channel that only needs to know whether the message was
+        taken now: False when it was refused (noted), a redelivery already handled, or could
+        not even be followed (shutting down: logged)."""
+        try:
+            admission = await self.submit(permit, inbound, conversation, source)
+        except NetclawError as exc:
+            log.warning("%s: cannot follow %s: %s", self.port.platform, inbound.session_id, exc)
+            return False
+        return admission is not None and not (isinstance(admission, Admission) and admission.duplicate)
+
     def _acknowledge(self, link: Link, message_id: str, source: MessageRef) -> None:
         """The message wears the mark until its turn ends; "typing" shows until a reply does."""
         if link.reactions.mark(message_id, source) and not link.reply.active:

@@ -47,8 +47,8 @@ from adapters.discord_bot._port import (
     DiscordPort,
 )
 from netclaw.config import Settings
-from netclaw.errors import AdapterError, NetclawError
-from netclaw.gateway import Admission, ChatInput, Inbound
+from netclaw.errors import AdapterError
+from netclaw.gateway import ChatInput, Inbound
 from netclaw.messages import PriorMessage
 from netclaw.retry import with_retries
 from netclaw.security.policy import ChatEvent, Place, dm_audience
@@ -342,16 +342,14 @@ class DiscordAdapter:
                 dm_audience(self.config) if message.is_dm else None,
             ),
         )
-        try:
-            admission = await renderer.submit(
+        # None: refused (noted), a redelivery already handled, or not followed (shutting down).
+        return (
+            session_id
+            if await renderer.taken(
                 permit, inbound, Conversation(target), MessageRef(message.channel_id, message.message_id)
             )
-        except NetclawError as exc:  # cannot even subscribe (shutting down)
-            log.warning("discord: cannot follow %s: %s", session_id, exc)
-            return None
-        if admission is None or (isinstance(admission, Admission) and admission.duplicate):
-            return None  # refused, or a redelivery already handled
-        return session_id
+            else None
+        )
 
     async def _earlier(self, port: DiscordPort, message: DiscordMessage) -> list[DiscordMessage]:
         try:

@@ -59,8 +59,8 @@ from adapters.matrix._port import (
     SyncBatch,
 )
 from netclaw.config import Settings
-from netclaw.errors import AdapterError, NetclawError
-from netclaw.gateway import Admission, ChatInput, Inbound
+from netclaw.errors import AdapterError
+from netclaw.gateway import ChatInput, Inbound
 from netclaw.messages import PriorMessage
 from netclaw.retry import Backoff
 from netclaw.security.policy import ChatEvent, Place, dm_audience
@@ -377,14 +377,12 @@ class MatrixAdapter:
             # user allowlist vetted who may write.
             place=Place(place_of(room), dm_audience(self.config) if message.is_dm else None),
         )
-        try:
-            admission = await renderer.submit(permit, inbound, target, MessageRef(room, message.event_id))
-        except NetclawError as exc:
-            log.warning("matrix: cannot follow %s: %s", session_id, exc)
-            return None
-        if admission is None or (isinstance(admission, Admission) and admission.duplicate):
-            return None
-        return session_id
+        # None: refused (noted), a redelivery already handled, or not followed (shutting down).
+        return (
+            session_id
+            if await renderer.taken(permit, inbound, target, MessageRef(room, message.event_id))
+            else None
+        )
 
     async def _earlier(self, port: MatrixPort, message: MatrixMessage) -> list[MatrixMessage]:
         assert message.thread_root is not None

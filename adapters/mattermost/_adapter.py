@@ -59,8 +59,8 @@ from adapters.mattermost._port import (
     MattermostPost,
 )
 from netclaw.config import Settings
-from netclaw.errors import AdapterError, NetclawError
-from netclaw.gateway import Admission, ChatInput, Inbound
+from netclaw.errors import AdapterError
+from netclaw.gateway import ChatInput, Inbound
 from netclaw.messages import PriorMessage
 from netclaw.retry import Backoff
 from netclaw.security.policy import ChatEvent, Place, dm_audience
@@ -392,16 +392,12 @@ class MattermostAdapter:
             # only "team" when a user allowlist vetted who may write.
             place=Place(f"mattermost:{post.channel_id}", dm_audience(self.config) if dm else None),
         )
-        try:
-            admission = await renderer.submit(
-                permit, inbound, target, MessageRef(post.channel_id, post.post_id)
-            )
-        except NetclawError as exc:
-            log.warning("mattermost: cannot follow %s: %s", session_id, exc)
-            return None
-        if admission is None or (isinstance(admission, Admission) and admission.duplicate):
-            return None
-        return session_id
+        # None: refused (noted), a redelivery already handled, or not followed (shutting down).
+        return (
+            session_id
+            if await renderer.taken(permit, inbound, target, MessageRef(post.channel_id, post.post_id))
+            else None
+        )
 
     async def _earlier(self, post: MattermostPost) -> list[MattermostPost]:
         """What was said in the thread before the bot was called into it."""

@@ -52,8 +52,8 @@ from adapters.teams._port import TeamsApiError, TeamsMessage
 from adapters.teams._store import TeamsStore
 from netclaw.commands import parse_command, parse_prompt
 from netclaw.config import Settings
-from netclaw.errors import AdapterError, NetclawError
-from netclaw.gateway import Admission, ChatInput, Inbound
+from netclaw.errors import AdapterError
+from netclaw.gateway import ChatInput, Inbound
 from netclaw.messages import PriorMessage
 from netclaw.security.policy import ChatEvent, Place, dm_audience
 
@@ -312,16 +312,12 @@ class TeamsAdapter:
             # only when a user allowlist vetted who may write.
             place=Place(f"teams:{reference.key}", dm_audience(self.config) if is_dm else None),
         )
-        try:
-            admission = await renderer.submit(
-                permit, inbound, target, MessageRef(reference.key, message.activity_id)
-            )
-        except NetclawError as exc:  # cannot even subscribe (shutting down)
-            log.warning("teams: cannot follow %s: %s", session_id, exc)
-            return None
-        if admission is None or (isinstance(admission, Admission) and admission.duplicate):
-            return None
-        return session_id
+        # None: refused (noted), a redelivery already handled, or not followed (shutting down).
+        return (
+            session_id
+            if await renderer.taken(permit, inbound, target, MessageRef(reference.key, message.activity_id))
+            else None
+        )
 
     def following(self) -> list[str]:
         return self.renderer.following() if self.renderer is not None else []

@@ -50,8 +50,8 @@ from adapters.telegram._posted import PostedMessages
 from netclaw.commands import parse_command, parse_prompt
 from netclaw.config import Settings
 from netclaw.config.credentials import read_secret, where_to_put
-from netclaw.errors import AdapterError, NetclawError
-from netclaw.gateway import Admission, ChatInput, Inbound
+from netclaw.errors import AdapterError
+from netclaw.gateway import ChatInput, Inbound
 from netclaw.messages import PriorMessage
 from netclaw.retry import Backoff
 from netclaw.security.policy import ChatEvent, Place, dm_audience
@@ -360,16 +360,12 @@ class TelegramAdapter:
                 f"telegram:{message.chat_id}", dm_audience(self.config) if message.is_private else None
             ),
         )
-        try:
-            admission = await renderer.submit(
-                permit, inbound, target, MessageRef(message.chat_id, message.message_id)
-            )
-        except NetclawError as exc:  # cannot even subscribe (shutting down)
-            log.warning("telegram: cannot follow %s: %s", session_id, exc)
-            return None
-        if admission is None or (isinstance(admission, Admission) and admission.duplicate):
-            return None
-        return session_id
+        # None: refused (noted), a redelivery already handled, or not followed (shutting down).
+        return (
+            session_id
+            if await renderer.taken(permit, inbound, target, MessageRef(message.chat_id, message.message_id))
+            else None
+        )
 
     def following(self) -> list[str]:
         return self.renderer.following() if self.renderer is not None else []
