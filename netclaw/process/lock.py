@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import stat
 from pathlib import Path
 from typing import TextIO
 
@@ -61,20 +62,35 @@ class DataDirLock:
 def running_url(data_dir: Path) -> str | None:
     """The URL the daemon running on ``data_dir`` serves (it holds the lock), or None: none
     runs, it does not listen yet, or this user may not read its files."""
+    lock = _open_regular(data_dir / "netclaw.lock")
+    if lock is None:
+        return None
     try:
-        fh = (data_dir / "netclaw.lock").open("r", encoding="utf-8")
+        fcntl.flock(lock, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:  # held: a daemon runs here
+        found = _open_regular(data_dir / URL_FILE)
+        if found is None:
+            return None
+        with os.fdopen(found, encoding="utf-8", errors="replace") as fh:
+            url = fh.read(2048).strip()
+        return url if url.startswith("http") else None
     except OSError:
         return None
-    with fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:  # held: a daemon runs here
-            try:
-                url = (data_dir / URL_FILE).read_text(encoding="utf-8").strip()
-            except OSError:
-                return None
-            return url if url.startswith("http") else None
-        except OSError:
-            return None
-        fcntl.flock(fh, fcntl.LOCK_UN)  # not held: nobody runs here (a crash left the files)
+    else:  # not held: nobody runs here (a crash left the files)
+        fcntl.flock(lock, fcntl.LOCK_UN)
         return None
+    finally:
+        os.close(lock)
+
+
+def _open_regular(path: Path) -> int | None:
+    """A descriptor of ``path`` for reading when it is a regular file (never a link followed,
+    never a pipe waited on), else None."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    return fd
