@@ -39,21 +39,20 @@ subprocesses).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import re
 import secrets
-import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 from aiohttp import web
+
+from tests.fakes._loop_thread import LoopThread
 
 T = TypeVar("T")
 
@@ -892,75 +891,33 @@ class FakeMattermost:
         return ws
 
 
-class FakeMattermostThread:
+class FakeMattermostThread(LoopThread[FakeMattermost]):
     """A :class:`FakeMattermost` on its own event loop in a daemon thread, for sync tests.
 
     Read state through :meth:`read` (a consistent snapshot on the fake's loop); the async
     methods have sync twins that run there."""
 
     def __init__(self, **kwargs: Any) -> None:
-        self.server = FakeMattermost(**kwargs)
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-
-    def _run(self, coro: Coroutine[Any, Any, T], timeout: float = 30.0) -> T:
-        if self._loop is None:
-            raise RuntimeError("FakeMattermostThread is not started")
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
-
-    def read(self, fn: Callable[[FakeMattermost], T]) -> T:
-        async def run() -> T:
-            return fn(self.server)
-
-        return self._run(run())
-
-    def start(self) -> str:
-        loop = asyncio.new_event_loop()
-        thread = threading.Thread(target=loop.run_forever, name="fake-mattermost", daemon=True)
-        thread.start()
-        self._loop, self._thread = loop, thread
-        return self._run(self.server.start())
-
-    def stop(self) -> None:
-        loop, thread = self._loop, self._thread
-        if loop is None or thread is None:
-            return
-        try:
-            self._run(self.server.stop())
-        finally:
-            self._loop = self._thread = None
-            loop.call_soon_threadsafe(loop.stop)
-            thread.join(5)
-            if not thread.is_alive():
-                loop.close()
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
+        super().__init__(FakeMattermost(**kwargs), "fake-mattermost")
 
     @property
     def url(self) -> str:
         return self.server.url
 
     def say(self, user_id: str, channel_id: str, message: str, **kwargs: Any) -> Post:
-        return self._run(self.server.say(user_id, channel_id, message, **kwargs))
+        return self.run(self.server.say(user_id, channel_id, message, **kwargs))
 
     def upload(self, user_id: str, channel_id: str, name: str, data: bytes, mime_type: str) -> str:
-        return self._run(self.server.upload(user_id, channel_id, name, data, mime_type))
+        return self.run(self.server.upload(user_id, channel_id, name, data, mime_type))
 
     def press(self, user_id: str, post_id: str, action_id: str) -> tuple[int, dict[str, Any]]:
-        return self._run(self.server.press(user_id, post_id, action_id))
+        return self.run(self.server.press(user_id, post_id, action_id))
 
     def redeliver(self, post_id: str) -> None:
-        self._run(self.server.redeliver(post_id))
+        self.run(self.server.redeliver(post_id))
 
     def drop_sockets(self, user_id: str | None = None) -> int:
-        return self._run(self.server.drop_sockets(user_id))
+        return self.run(self.server.drop_sockets(user_id))
 
     def wait_for(self, predicate: Callable[[FakeMattermost], T], what: str, timeout: float = 15.0) -> T:
         """Until ``predicate(server)`` (read on the fake's loop) is truthy; its value."""

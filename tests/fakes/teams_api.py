@@ -29,9 +29,7 @@ import asyncio
 import base64
 import itertools
 import json
-import threading
 import time
-from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -40,6 +38,8 @@ import jwt
 from aiohttp import web
 from cryptography.hazmat.primitives.asymmetric import rsa
 from jwt.algorithms import RSAAlgorithm
+
+from tests.fakes._loop_thread import LoopThread
 
 T = TypeVar("T")
 
@@ -397,43 +397,8 @@ def files_of(posted: Posted) -> list[tuple[str, bytes]]:
     return found
 
 
-class FakeTeamsThread:
+class FakeTeamsThread(LoopThread[FakeTeams]):
     """A :class:`FakeTeams` on its own event loop in a daemon thread, for sync tests."""
 
     def __init__(self) -> None:
-        self.server = FakeTeams()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-
-    def run(self, coro: Coroutine[Any, Any, T], timeout: float = 30.0) -> T:
-        if self._loop is None:
-            raise RuntimeError("FakeTeamsThread is not started")
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
-
-    def read(self, fn: Callable[[FakeTeams], T]) -> T:
-        """``fn(server)`` on the fake's loop (a consistent snapshot)."""
-
-        async def run() -> T:
-            return fn(self.server)
-
-        return self.run(run())
-
-    def start(self) -> str:
-        loop = asyncio.new_event_loop()
-        thread = threading.Thread(target=loop.run_forever, name="fake-teams", daemon=True)
-        thread.start()
-        self._loop, self._thread = loop, thread
-        return self.run(self.server.start())
-
-    def stop(self) -> None:
-        loop, thread = self._loop, self._thread
-        if loop is None or thread is None:
-            return
-        try:
-            self.run(self.server.stop())
-        finally:
-            self._loop = self._thread = None
-            loop.call_soon_threadsafe(loop.stop)
-            thread.join(5)
-            if not thread.is_alive():
-                loop.close()
+        super().__init__(FakeTeams(), "fake-teams")

@@ -35,15 +35,15 @@ import contextlib
 import itertools
 import json
 import re
-import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, TypeVar
 
 import aiohttp
 from aiohttp import web
+
+from tests.fakes._loop_thread import LoopThread
 
 T = TypeVar("T")
 
@@ -631,58 +631,14 @@ async def _arguments(request: web.Request) -> tuple[dict[str, Any], dict[str, tu
     return args, uploads
 
 
-class FakeTelegramThread:
+class FakeTelegramThread(LoopThread[FakeTelegram]):
     """A :class:`FakeTelegram` on its own event loop in a daemon thread, for sync tests.
 
     Attribute reads are of live state (read them through :meth:`read` for a consistent
     snapshot); the async methods have sync twins that run on the fake's loop."""
 
     def __init__(self, **kwargs: Any) -> None:
-        self.server = FakeTelegram(**kwargs)
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-
-    def _run(self, coro: Coroutine[Any, Any, T], timeout: float = 15.0) -> T:
-        if self._loop is None:
-            raise RuntimeError("FakeTelegramThread is not started")
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
-
-    def read(self, fn: Callable[[FakeTelegram], T]) -> T:
-        """``fn(server)`` on the fake's loop (a consistent snapshot)."""
-
-        async def run() -> T:
-            return fn(self.server)
-
-        return self._run(run())
-
-    def start(self) -> str:
-        loop = asyncio.new_event_loop()
-        thread = threading.Thread(target=loop.run_forever, name="fake-telegram", daemon=True)
-        thread.start()
-        self._loop, self._thread = loop, thread
-        return self._run(self.server.start())
-
-    def stop(self) -> None:
-        loop, thread = self._loop, self._thread
-        if loop is None or thread is None:
-            return
-        try:
-            self._run(self.server.stop())
-        finally:
-            self._loop = self._thread = None
-            loop.call_soon_threadsafe(loop.stop)
-            thread.join(5)
-            if not thread.is_alive():
-                loop.close()
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
+        super().__init__(FakeTelegram(**kwargs), "fake-telegram", timeout=15.0)
 
     @property
     def api_url(self) -> str:
@@ -691,16 +647,16 @@ class FakeTelegramThread:
     # sync twins, run on the fake's loop
 
     def say(self, chat_id: int, text: str = "", **kwargs: Any) -> dict[str, Any]:
-        return self._run(self.server.say(chat_id, text, **kwargs))
+        return self.run(self.server.say(chat_id, text, **kwargs))
 
     def open_topic(self, chat_id: int, name: str, **kwargs: Any) -> int:
-        return self._run(self.server.open_topic(chat_id, name, **kwargs))
+        return self.run(self.server.open_topic(chat_id, name, **kwargs))
 
     def click(self, chat_id: int, message_id: int, data: str, **kwargs: Any) -> dict[str, Any]:
-        return self._run(self.server.click(chat_id, message_id, data, **kwargs))
+        return self.run(self.server.click(chat_id, message_id, data, **kwargs))
 
     def redeliver(self, update: dict[str, Any]) -> dict[str, Any]:
-        return self._run(self.server.redeliver(update))
+        return self.run(self.server.redeliver(update))
 
     def fail_next(self, method: str, count: int = 1, **kwargs: Any) -> None:
         self.read(lambda s: s.fail_next(method, count, **kwargs))
