@@ -34,6 +34,7 @@ from adapters.chat._port import (
     outbox_key,
     retry_verdict,
 )
+from adapters.chat._posted import PostedMessages
 from adapters.chat._renderer import ChatRenderer
 from adapters.chat._text import error_note, note_for, split_message
 
@@ -49,6 +50,7 @@ __all__ = [
     "ChatRenderer",
     "Conversation",
     "MessageRef",
+    "PostedMessages",
     "RenderOptions",
     "SharedFile",
     "StreamingPort",

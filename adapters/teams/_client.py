@@ -422,7 +422,7 @@ class ConnectorPort:
     async def _post(self, to: Conversation, activity: Activity, key: str) -> str:
         reference = self._reference(to)
         conversation_id = reference.conversation_id_of(to)
-        known = await self._store.find_posted(key, conversation_id)
+        known = await self._store.posted.find(key, conversation_id)
         if known is not None:  # posted before (a retry, a resumed turn): that message, shown anew
             try:
                 await self._update(reference, conversation_id, known, activity)
@@ -437,12 +437,12 @@ class ConnectorPort:
         )
         if not sent.id:
             raise TeamsApiError("Teams took the message but gave no id for it")
-        await self._store.remember_posted(key, conversation_id, sent.id)
+        await self._store.posted.remember(key, conversation_id, sent.id)
         return sent.id
 
     async def find_posted(self, to: Conversation, key: str, since: float) -> str | None:
         reference = self._reference(to)
-        return await self._store.find_posted(key, reference.conversation_id_of(to), since)
+        return await self._store.posted.find(key, reference.conversation_id_of(to), since)
 
     async def open_thread(self, channel: str, text: str, *, key: str, since: float) -> Conversation:
         """A delivery target: a channel gets a new post (a reply chain of its own, made with
@@ -460,7 +460,7 @@ class ConnectorPort:
             to = Conversation(known.key)
             await self.post(to, text, key=key)
             return to
-        posted = await self._store.find_posted(key, known.conversation_id, since)
+        posted = await self._store.posted.find(key, known.conversation_id, since)
         if posted is not None:
             return Conversation(known.key, posted)
         parameters = ConversationParameters(
@@ -477,7 +477,7 @@ class ConnectorPort:
         root = made.activity_id or (made.id or "").partition(THREAD_MARK)[2]
         if not root:
             raise TeamsApiError("Teams started the conversation but gave no message id for it")
-        await self._store.remember_posted(key, known.conversation_id, root)
+        await self._store.posted.remember(key, known.conversation_id, root)
         return Conversation(known.key, root)
 
     async def edit(self, to: Conversation, message_id: str, text: str) -> None:

@@ -1,5 +1,5 @@
-"""What the Teams channel remembers across restarts, in one small SQLite file in the data
-directory (``teams/teams.db``):
+"""What the Teams channel remembers across restarts, in small SQLite files in the data
+directory (``teams/teams.db``, ``teams/posted.db``):
 
 - **Conversation references**: for every chat and channel an authenticated activity came
   from, where it is (service URL, conversation id, tenant). A proactive message — a
@@ -7,22 +7,21 @@ directory (``teams/teams.db``):
   Teams sends them only with an activity; they are written before the activity is admitted,
   so a session's conversation is always known after a restart. Kept in memory too (the
   renderer maps session ids to conversations without I/O).
-- **What the bot posted, by idempotency key**: the Bot Connector takes no client nonce and
-  a bot cannot read a conversation's history, so this record is how a retried post edits
-  the message it already made instead of making a second, and how the outbox finds a reply
-  a crashed process posted. A post whose answer was lost is not covered (as on Telegram).
+- **What the bot posted, by idempotency key** (:class:`adapters.chat.PostedMessages`, as
+  Telegram keeps it): the Bot Connector takes no client nonce and a bot cannot read a
+  conversation's history, so this record is how a retried post edits the message it
+  already made instead of making a second, and how the outbox finds a reply a crashed
+  process posted. A post whose answer was lost is not covered.
 """
 
 from __future__ import annotations
 
 import asyncio
 import sqlite3
-import time
 from pathlib import Path
 
+from adapters.chat import PostedMessages
 from adapters.teams._port import Reference
-
-KEEP_POSTED_S = 7 * 24 * 3600.0  # a key older than this is forgotten (the outbox looks back minutes)
 
 
 class TeamsStore:
@@ -31,10 +30,12 @@ class TeamsStore:
         self._db: sqlite3.Connection | None = None
         self._lock = asyncio.Lock()
         self._references: dict[str, Reference] = {}
+        self.posted = PostedMessages(path.parent / "posted.db")  # Teams takes no client nonce
 
     async def open(self) -> None:
         if self._db is None:
             self._db, self._references = await asyncio.to_thread(self._open)
+        await self.posted.open()
 
     def _open(self) -> tuple[sqlite3.Connection, dict[str, Reference]]:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -44,11 +45,6 @@ class TeamsStore:
             "CREATE TABLE IF NOT EXISTS conversations (key TEXT PRIMARY KEY, conversation_id TEXT NOT NULL, "
             "service_url TEXT NOT NULL, tenant_id TEXT NOT NULL, kind TEXT NOT NULL, bot_id TEXT NOT NULL)"
         )
-        db.execute(
-            "CREATE TABLE IF NOT EXISTS posted (key TEXT PRIMARY KEY, conversation TEXT NOT NULL, "
-            "activity_id TEXT NOT NULL, at REAL NOT NULL)"
-        )
-        db.execute("DELETE FROM posted WHERE at < ?", (time.time() - KEEP_POSTED_S,))
         rows = db.execute(
             "SELECT conversation_id, service_url, tenant_id, kind, bot_id FROM conversations"
         ).fetchall()
@@ -59,6 +55,7 @@ class TeamsStore:
         return db, references
 
     async def close(self) -> None:
+        await self.posted.close()
         db, self._db = self._db, None
         if db is not None:
             await asyncio.to_thread(db.close)
@@ -89,27 +86,6 @@ class TeamsStore:
                 ),
             )
             self._references[reference.key] = reference
-
-    async def find_posted(self, key: str, conversation: str, since: float = 0.0) -> str | None:
-        """The activity posted with ``key`` in ``conversation`` since ``since`` (Unix time)."""
-        db = self._require()
-        async with self._lock:
-            row = await asyncio.to_thread(
-                lambda: db.execute(
-                    "SELECT activity_id FROM posted WHERE key = ? AND conversation = ? AND at >= ?",
-                    (key, conversation, since),
-                ).fetchone()
-            )
-        return str(row[0]) if row is not None else None
-
-    async def remember_posted(self, key: str, conversation: str, activity_id: str) -> None:
-        db = self._require()
-        async with self._lock:
-            await asyncio.to_thread(
-                db.execute,
-                "INSERT OR REPLACE INTO posted (key, conversation, activity_id, at) VALUES (?, ?, ?, ?)",
-                (key, conversation, activity_id, time.time()),
-            )
 
     def _require(self) -> sqlite3.Connection:
         if self._db is None:

@@ -14,8 +14,8 @@ and serves the webhook itself (``_client.py`` says why). The modules:
   :class:`~adapters.chat.ChatRenderer`.
 - ``_client``: python-telegram-bot itself (the bot, the real port, normalisation,
   exception translation), imported only when the adapter starts or probes.
-- ``_posted``: the record of what the bot posted by idempotency key (Telegram has no
-  client nonce and bots cannot read history).
+- what the bot posted is recorded by idempotency key (:class:`adapters.chat.PostedMessages`:
+  Telegram has no client nonce and bots cannot read history).
 - ``_config``: the ``telegram`` config section (:class:`TelegramConfig`).
 
 Set-up for people: docs/channels/telegram.md. This face imports the adapter on first

@@ -38,6 +38,7 @@ from adapters.chat import (
     ChatRenderer,
     Conversation,
     MessageRef,
+    PostedMessages,
     RenderOptions,
     SharedFile,
     fetch_files,
@@ -46,7 +47,6 @@ from adapters.chat import (
 )
 from adapters.telegram._config import TelegramConfig
 from adapters.telegram._port import SEEN_EMOJI, TelegramApiError, TelegramMessage, TelegramUpdate
-from adapters.telegram._posted import PostedMessages
 from netclaw.commands import parse_command, parse_prompt
 from netclaw.config import Settings
 from netclaw.config.credentials import read_secret, where_to_put

@@ -56,7 +56,7 @@ from telegram.error import (
 from telegram.request import HTTPXRequest
 from telegram.warnings import PTBDeprecationWarning
 
-from adapters.chat import Button, ButtonClick, Conversation, MessageRef
+from adapters.chat import Button, ButtonClick, Conversation, MessageRef, PostedMessages
 from adapters.telegram._port import (
     CALLBACK_DATA_LIMIT,
     CALLBACK_PREFIX,
@@ -67,7 +67,6 @@ from adapters.telegram._port import (
     TelegramUpdate,
     rate_limited,
 )
-from adapters.telegram._posted import PostedMessages
 
 log = logging.getLogger("adapters.telegram")
 

@@ -1,7 +1,8 @@
-"""What this bot posted, by idempotency key: Telegram's stand-in for a client nonce.
+"""What this bot posted, by idempotency key: the stand-in for a client nonce on a platform
+that takes none (Telegram, Teams).
 
-The Bot API takes no idempotency key and a bot cannot read a chat's history, so Telegram
-itself can never say "this reply is already posted". The port remembers it instead: each
+Such a platform takes no idempotency key, and a bot cannot read a chat's history there, so
+the platform itself can never say "this reply is already posted". The port remembers it instead: each
 post that got an answer is recorded here (key → chat and message id) before the post
 returns, in a small SQLite file in the data directory, so it outlives the process. A
 post with a known key edits that message rather than make a second one (a renderer's
@@ -10,7 +11,7 @@ finds a reply a crashed process posted but never marked delivered.
 
 What it cannot cover: a post whose answer was lost (the request reached Telegram, the
 connection broke before the answer) is unknown here, and its retry posts again; and the
-file is one node's (on a cluster the connection moves to another node with its own).
+file is one node's (on a cluster another node has its own).
 """
 
 from __future__ import annotations
