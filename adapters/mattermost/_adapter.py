@@ -72,6 +72,10 @@ RECONNECT_FIRST_S = 0.5
 RECONNECT_MAX_S = 30.0
 CATCH_UP_MARGIN_MS = 5_000  # posts broadcast out of order by a few ms are still read back
 ANSWER_PRESS_WITHIN_S = 5.0  # the server waits for the action's answer (its own timeout is longer)
+# The position is saved at most this often (a burst of posts is one save, not a request per
+# post on the listener's path); a crash loses at most this much of it, and what is read back
+# again is answered once all the same (the post id is its inbound identity).
+POSITION_SAVE_S = 2.0
 SEEN_POSTS = 5_000  # post ids remembered, so a post read back and also delivered is handled once
 
 
@@ -114,6 +118,7 @@ class MattermostAdapter:
         self._owed: asyncio.Future[None] | None = None
         self._running = False
         self.position: int | None = None  # ms: the newest post handled
+        self._saving: asyncio.Task[None] | None = None  # the position's next save
         self.reconnects = 0
         self._status = AdapterStatus("stopped", "not started")
 
@@ -193,6 +198,12 @@ class MattermostAdapter:
             task.cancel()
             with contextlib.suppress(BaseException):
                 await task
+        saving, self._saving = self._saving, None
+        if saving is not None and not saving.done():  # what it would have saved, now
+            saving.cancel()
+            with contextlib.suppress(BaseException):
+                await saving
+            await self._save_position()
         if self.renderer is not None:
             await self.renderer.stop()
         if not self._injected and self._port is not None:
@@ -320,11 +331,19 @@ class MattermostAdapter:
                 log.warning("mattermost: post %s in %s not handled: %s", post.post_id, post.channel_id, exc)
         if post.create_at > (self.position or 0):
             self.position = post.create_at
-            if not post.from_self:
-                try:
-                    await self._require_port().save_position(post.create_at)
-                except MattermostApiError as exc:
-                    log.warning("mattermost: could not save the position: %s", exc)
+            if not post.from_self and (self._saving is None or self._saving.done()):
+                self._saving = asyncio.create_task(self._save_position(POSITION_SAVE_S))
+
+    async def _save_position(self, after_s: float = 0.0) -> None:
+        """Save the position (after ``after_s``, taking in the posts handled meanwhile)."""
+        await asyncio.sleep(after_s)
+        port, position = self._port, self.position
+        if port is None or position is None:
+            return
+        try:
+            await port.save_position(position)
+        except MattermostApiError as exc:
+            log.warning("mattermost: could not save the position: %s", exc)
 
     # -- posts --------------------------------------------------------------------------------
 
