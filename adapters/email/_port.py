@@ -148,9 +148,12 @@ class MailPort:
         lines = [text, "", f"To decide, reply with one of: {choices}"]
         if self.control_room_url:
             lines.append(f"or decide in the control room: {self.control_room_url}/approvals")
-        message_id = await self._mail(thread, "\n".join(lines), key=key)
-        await self._store.remember_code(code, approval_id, thread.token, message_id)
-        return message_id
+        # The code is recorded before the mail leaves: a crash between the two must not leave
+        # a person holding a code nobody knows (the Message-ID is the key's, known already).
+        await self._store.remember_code(
+            code, approval_id, thread.token, bot_message_id(thread.token, key, self.domain)
+        )
+        return await self._mail(thread, "\n".join(lines), key=key)
 
     async def open_thread(self, channel: str, text: str, *, key: str, since: float) -> Conversation:
         address = channel.strip().lower()
