@@ -13,6 +13,24 @@ from typing import Any, Generic, Protocol, Self, TypeVar
 T = TypeVar("T")
 
 
+def run_until_stopped(loop: asyncio.AbstractEventLoop) -> None:
+    """A loop thread's target: run ``loop`` until stopped, then cancel and unwind what is
+    still pending (a long poll, a websocket handler) and close it. A task left pending on a
+    closed loop is destroyed whenever the collector gets to it, and asyncio logs "Task was
+    destroyed but it is pending!" into whichever later test is running then."""
+    asyncio.set_event_loop(loop)
+    try:
+        loop.run_forever()
+        pending = asyncio.all_tasks(loop)
+        for task in pending:
+            task.cancel()
+        if pending:
+            loop.run_until_complete(asyncio.wait(pending, timeout=5))
+        loop.run_until_complete(loop.shutdown_asyncgens())
+    finally:
+        loop.close()
+
+
 class ServedOnLoop(Protocol):
     async def start(self) -> str: ...  # its base URL
 
@@ -48,7 +66,7 @@ class LoopThread(Generic[S]):
 
     def start(self) -> str:
         loop = asyncio.new_event_loop()
-        thread = threading.Thread(target=loop.run_forever, name=self._name, daemon=True)
+        thread = threading.Thread(target=run_until_stopped, args=(loop,), name=self._name, daemon=True)
         thread.start()
         self._loop, self._thread = loop, thread
         return self.run(self.server.start())
@@ -62,9 +80,7 @@ class LoopThread(Generic[S]):
         finally:
             self._loop = self._thread = None
             loop.call_soon_threadsafe(loop.stop)
-            thread.join(5)
-            if not thread.is_alive():
-                loop.close()
+            thread.join(10)  # the thread closes the loop
 
     def __enter__(self) -> Self:
         self.start()

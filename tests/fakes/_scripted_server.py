@@ -34,6 +34,7 @@ from typing import Any, ClassVar, Generic, Protocol, Self, TypeAlias, TypedDict,
 from aiohttp import web
 
 from netclaw.messages import CONTEXT_OPEN
+from tests.fakes._loop_thread import run_until_stopped
 
 # --------------------------------------------------------------------------- script steps
 
@@ -619,7 +620,7 @@ class ScriptedServerThread(Generic[R, E]):
         if self._loop is not None:
             return self.base_url
         loop = asyncio.new_event_loop()
-        thread = threading.Thread(target=loop.run_forever, name=self._thread_name, daemon=True)
+        thread = threading.Thread(target=run_until_stopped, args=(loop,), name=self._thread_name, daemon=True)
         thread.start()
         self._loop, self._thread = loop, thread
         return asyncio.run_coroutine_threadsafe(self.server.start(), loop).result(timeout)
@@ -634,9 +635,7 @@ class ScriptedServerThread(Generic[R, E]):
             asyncio.run_coroutine_threadsafe(self.server.stop(), loop).result(timeout)
         finally:
             loop.call_soon_threadsafe(loop.stop)
-            thread.join(timeout)
-            if not thread.is_alive():
-                loop.close()
+            thread.join(timeout)  # the thread closes the loop
 
     def __enter__(self) -> Self:
         self.start()

@@ -31,6 +31,7 @@ from typing import Any
 from aiohttp import BodyPartReader, web
 
 from adapters.discord_bot import MESSAGE_LIMIT, DiscordApiError, DiscordMessage
+from tests.fakes._loop_thread import run_until_stopped
 from tests.fakes.chat_port import FakeChatPort
 
 
@@ -145,7 +146,9 @@ class FakeDiscordServer:
         self._seq = itertools.count(1)
         self._ws: web.WebSocketResponse | None = None
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="fake-discord", daemon=True)
+        self._thread = threading.Thread(
+            target=run_until_stopped, args=(self._loop,), name="fake-discord", daemon=True
+        )
         self._runner: web.AppRunner | None = None
         self.port = 0
 

@@ -35,6 +35,8 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
+from tests.fakes._loop_thread import run_until_stopped
+
 Backend = Literal["searxng", "brave", "tavily"]
 KEY = "test-search-key-0123456789"
 
@@ -272,7 +274,9 @@ class FakeSearchThread:
     def __init__(self, backend: Backend, **kwargs: Any) -> None:
         self.server = FakeSearch(backend, **kwargs)
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name=f"fake-{backend}", daemon=True)
+        self._thread = threading.Thread(
+            target=run_until_stopped, args=(self._loop,), name=f"fake-{backend}", daemon=True
+        )
 
     @property
     def url(self) -> str:
@@ -288,5 +292,4 @@ class FakeSearchThread:
     ) -> None:
         asyncio.run_coroutine_threadsafe(self.server.stop(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
-        self._loop.close()
+        self._thread.join(10)  # the thread closes the loop

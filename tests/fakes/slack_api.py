@@ -45,6 +45,8 @@ from typing import Any, Self, TypeVar
 
 from aiohttp import WSMsgType, web
 
+from tests.fakes._loop_thread import run_until_stopped
+
 T = TypeVar("T")
 
 BOT_TOKEN = "xoxb-fake-bot-token"
@@ -805,7 +807,7 @@ class FakeSlackThread:
 
     def start(self) -> str:
         loop = asyncio.new_event_loop()
-        thread = threading.Thread(target=loop.run_forever, name="fake-slack", daemon=True)
+        thread = threading.Thread(target=run_until_stopped, args=(loop,), name="fake-slack", daemon=True)
         thread.start()
         self._loop, self._thread = loop, thread
         return self._run(self.server.start())
@@ -819,9 +821,7 @@ class FakeSlackThread:
         finally:
             self._loop = self._thread = None
             loop.call_soon_threadsafe(loop.stop)
-            thread.join(5)
-            if not thread.is_alive():
-                loop.close()
+            thread.join(10)  # the thread closes the loop
 
     def __enter__(self) -> Self:
         self.start()
