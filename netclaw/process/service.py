@@ -23,6 +23,7 @@ from types import FrameType
 log = logging.getLogger(__name__)
 
 STATUS_EVERY_S = 5.0  # the status line's refresh when there is no watchdog to pace it
+STATE_WAIT_S = 2.0  # how long READY/RELOADING/STOPPING wait for room in systemd's queue
 
 
 class Notifier:
@@ -36,33 +37,57 @@ class Notifier:
         self.address = address
         self.watchdog_s = _watchdog_interval(env)
         self._last_status: str | None = None
+        self._behind = False  # systemd's queue was full at the last send (said once per spell)
 
     @property
     def enabled(self) -> bool:
         return self.address is not None
 
-    def send(self, *fields: str) -> bool:
-        """One datagram of ``KEY=value`` lines; False (and a warning) if it could not go."""
+    def send(self, *fields: str, wait_s: float = 0.0) -> bool:
+        """One datagram of ``KEY=value`` lines; False (and a warning) if it could not go.
+
+        A datagram socket's send blocks while the reader's queue is full (ten datagrams by
+        default, ``net.unix.max_dgram_qlen``), and the heartbeat sends from the I/O loop:
+        by default a send that would wait is dropped instead, so a supervisor that reads
+        late can never stall the daemon. ``wait_s`` lets a state change (ready, reloading,
+        stopping), sent from the main thread, wait that long for room.
+        """
         if self.address is None:
             return False
+        what = fields[0] if fields else ""
         try:
             with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+                sock.settimeout(wait_s)  # 0: non-blocking
                 sock.connect(self.address)
                 sock.sendall("\n".join(fields).encode())
-        except OSError as exc:
-            log.warning("sd_notify(%s) failed: %s", fields[0] if fields else "", exc)
+        except (BlockingIOError, TimeoutError):
+            if not self._behind:
+                log.warning(
+                    "sd_notify(%s) dropped: the supervisor is not reading its notify socket "
+                    "(its queue is full); later messages are tried again",
+                    what,
+                )
+            self._behind = True
             return False
+        except OSError as exc:
+            log.warning("sd_notify(%s) failed: %s", what, exc)
+            return False
+        self._behind = False
         return True
 
     def ready(self, status: str | None = None) -> None:
-        self.send("READY=1", *([f"STATUS={status}"] if status else []))
+        self.send("READY=1", *([f"STATUS={status}"] if status else []), wait_s=STATE_WAIT_S)
 
     def reloading(self) -> None:
         # MONOTONIC_USEC lets systemd tell this reload's READY=1 from an earlier one.
-        self.send("RELOADING=1", f"MONOTONIC_USEC={time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000}")
+        self.send(
+            "RELOADING=1",
+            f"MONOTONIC_USEC={time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000}",
+            wait_s=STATE_WAIT_S,
+        )
 
     def stopping(self) -> None:
-        self.send("STOPPING=1", "STATUS=stopping")
+        self.send("STOPPING=1", "STATUS=stopping", wait_s=STATE_WAIT_S)
 
     def status(self, text: str) -> None:
         """``STATUS=`` when it changed since the last one sent."""

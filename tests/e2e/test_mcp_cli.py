@@ -21,7 +21,16 @@ import pytest
 
 from netclaw.security.trust import unlabel
 from tests.conftest import wait_until
-from tests.e2e.conftest import REPO_ROOT, DaemonProcess, Daemons, Setup, free_port, run_cli, subprocess_env
+from tests.e2e.conftest import (
+    READY_TIMEOUT_S,
+    REPO_ROOT,
+    DaemonProcess,
+    Daemons,
+    Setup,
+    free_port,
+    run_cli,
+    subprocess_env,
+)
 from tests.fakes.mcp_fake import HttpProcess
 from tests.fakes.scripted_openai import Reply, ScriptedOpenAIThread, ToolCallSpec
 
@@ -42,7 +51,7 @@ def start_degraded(daemons: Daemons, site: Setup) -> DaemonProcess:
         except httpx.HTTPError:
             return False
 
-    wait_until(answers, timeout=20, what="the daemon to answer")
+    wait_until(answers, timeout=READY_TIMEOUT_S, what="the daemon to answer")
     token = (site.data_dir / "control.token").read_text().strip()
     daemon.http = httpx.Client(
         base_url=daemon.base_url, headers={"Authorization": f"Bearer {token}"}, timeout=30

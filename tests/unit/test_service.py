@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import socket
@@ -68,6 +69,36 @@ def test_a_dead_socket_is_a_warning_not_a_crash(tmp_path: Path, caplog: pytest.L
     notifier = Notifier({"NOTIFY_SOCKET": str(tmp_path / "nobody")})
     assert notifier.send("READY=1") is False
     assert "sd_notify(READY=1) failed" in caplog.text
+
+
+def test_a_supervisor_that_reads_late_never_blocks_a_ping(
+    notify_socket: tuple[socket.socket, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Nobody reads the socket: its queue fills (ten datagrams by default) and a blocking
+    send would stall the heartbeat's loop, the whole daemon with it. Pings are dropped
+    instead, with one warning; once it reads again, sends go through."""
+    sock, path = notify_socket
+    notifier = Notifier({"NOTIFY_SOCKET": path, "WATCHDOG_USEC": "400000"})
+    done = threading.Event()
+
+    def ping() -> None:
+        for _ in range(200):  # far more than any queue holds
+            notifier.watchdog()
+        done.set()
+
+    threading.Thread(target=ping, daemon=True).start()
+    try:
+        assert done.wait(10), "a ping blocked on the full queue"
+    finally:
+        sock.settimeout(0.1)
+        with contextlib.suppress(TimeoutError):  # unblock the old code's thread
+            while True:
+                sock.recv(4096)
+    warnings = [r.getMessage() for r in caplog.records if "sd_notify(WATCHDOG=1) dropped" in r.getMessage()]
+    assert len(warnings) == 1, warnings  # once per spell, not once per ping
+    assert notifier.send("STATUS=back") is True
+    sock.settimeout(5)
+    assert received(sock) == ["STATUS=back"]
 
 
 @pytest.mark.parametrize(

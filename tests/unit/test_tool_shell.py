@@ -71,7 +71,7 @@ async def test_cancelling_the_turn_kills_it_too(tmp_path: Path) -> None:
     with pytest.raises(asyncio.CancelledError):
         await task
     child = int(pidfile.read_text())
-    deadline = time.monotonic() + 2
+    deadline = time.monotonic() + 10  # a loaded machine takes its time to run a SIGKILL
     while alive(child) and time.monotonic() < deadline:  # noqa: ASYNC110 - polling another process
         await asyncio.sleep(0.05)
     assert not alive(child)
