@@ -1,4 +1,4 @@
-# netclaw in a container: `docker build -t netclaw .` then (see the README)
+# netclaw in a container: `docker build -t netclaw .` then (see docs/deploy.md)
 #   docker run -d --name netclaw -p 127.0.0.1:5199:5199 -v netclaw-data:/var/lib/netclaw \
 #     --add-host=host.docker.internal:host-gateway \
 #     -e NETCLAW_PROVIDERS__LOCAL__BASE_URL=http://host.docker.internal:11434/v1 netclaw

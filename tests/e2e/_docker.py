@@ -1,6 +1,7 @@
-"""Docker for the deploy tests: the engine (skip with the reason when there is none), the
-README's recipes as shell lines (so the doc and its test cannot drift apart), and a
-scripted provider the containers reach at the host (``host.docker.internal``).
+"""Docker for the deploy tests: the engine (skip with the reason when there is none), a
+copy of the checkout to send into a container, and the host's address as containers see
+it (``host.docker.internal``), where the scripted provider listens. The recipes they run
+are read from the documentation by ``tests.doc_blocks.recipe``.
 
 In CI, ``tests/e2e/deploy/docker-setup.sh`` installs and starts what these need, in the
 background while the suite starts; ``$DOCKER_SETUP_DONE`` names a file it writes when done
@@ -9,7 +10,6 @@ background while the suite starts; ``$DOCKER_SETUP_DONE`` names a file it writes
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 import time
@@ -56,15 +56,6 @@ def require_engine() -> None:
             pytest.skip(
                 f"the base image {image} is not here and cannot be pulled (tests/e2e/deploy/base-images.sh makes it)"
             )
-
-
-def readme_recipe(name: str) -> list[str]:
-    """The shell lines of the README block marked ``<!-- recipe: NAME``, continuation lines
-    joined, comments kept (the shell ignores them)."""
-    text = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
-    start = text.index(f"<!-- recipe: {name}")
-    block = text[start:].split("```sh\n", 1)[1].split("```", 1)[0]
-    return [re.sub(r"\\\n\s*", "", line) for line in re.split(r"(?<!\\)\n", block.strip())]
 
 
 def host_gateway() -> str:

@@ -271,7 +271,7 @@ def test_sessions_children_and_a_sub_agents_transcript(daemon: DaemonProcess, si
         return found if found and found[0]["status"] == "completed" else None
 
     wait_until(finished, 20, "the sub-agent to report")
-    code, out, err = cli(site, "sessions", "children", "cli:demo")  # as README.md writes it
+    code, out, err = cli(site, "sessions", "children", "cli:demo")  # as docs/sub-agents.md writes it
     assert code == 0, err
     assert out.startswith("agent:cli:demo/1  [completed, ") and "TASK demo-1 rounds=1 — RESULT demo-1" in out
     code, out, err = cli(site, "sessions", "show", "agent:cli:demo/1")

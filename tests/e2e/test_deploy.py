@@ -1,18 +1,19 @@
-"""The README's deploy recipes, run as written.
+"""The deploy recipes of docs/deploy.md (and the shell sandbox's of docs/tools.md), run as
+written.
 
 - **systemd**: a fresh Debian 12 container booting systemd 252 as PID 1 (no ``--privileged``:
   the capabilities, cgroups and tmpfs mounts systemd needs, named below), a copy of this
-  checkout in it, and the README's lines run one by one as root: ``deploy/install.sh``,
+  checkout in it, and the recipe's lines run one by one as root: ``deploy/install.sh``,
   ``netclaw init --system`` (answering its questions), ``systemctl enable --now``, ``netclaw
   chat -p hi`` answered, ``netclaw status``. Then what an operator does next: a reload
   applies a change, a SIGSTOPped daemon is restarted by the watchdog and the message it had
   acknowledged is answered once, a config systemd's sandbox cannot honour fails as one error
   line, a relative ``data_dir`` lands in the state directory, an MCP server and the shell
   tool work under the hardening — the shell unsandboxed under the unit as it is, then in
-  bubblewrap after the README's drop-in step, with each start-up error on the way naming
+  bubblewrap after docs/tools.md's drop-in step, with each start-up error on the way naming
   the fix — and ``systemd-analyze security`` rates the unit with and without the drop-in.
-- **docker run** and **docker compose** (v2, and v1 as Debian packages it): the README's
-  lines with the names that must be unique on a shared machine (container, volume, host
+- **docker run** and **docker compose** (v2, and v1 as Debian packages it): the
+  recipes' lines with the names that must be unique on a shared machine (container, volume, host
   port, project) and the provider's port made so, every other word as written.
 
 The model is a scripted OpenAI-compatible server: inside the systemd container on its
@@ -38,7 +39,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e._docker import docker, host_gateway, readme_recipe, repo_tar_command, require_engine
+from tests.doc_blocks import recipe
+from tests.e2e._docker import docker, host_gateway, repo_tar_command, require_engine
 from tests.e2e.conftest import REPO_ROOT, free_port, subprocess_env, wait_until
 from tests.fakes.scripted_openai import ScriptedOpenAIThread
 from tests.fakes.slack_api import APP_TOKEN, BOT_TOKEN
@@ -72,9 +74,9 @@ EXPOSURE_TARGET_WITH_DROP_IN = 2.5
 
 @dataclass(frozen=True)
 class Installed:
-    """What the README's systemd recipe printed, line by line, when it ran in the container."""
+    """What the systemd recipe printed, line by line, when it ran in the container."""
 
-    lines: list[str]  # the recipe's lines, as the README has them
+    lines: list[str]  # the recipe's lines, as docs/deploy.md has them
     init: str  # `netclaw init --system`'s output
     chat: str  # `netclaw chat -p hi`'s answer
     status: str  # `netclaw status`'s output
@@ -86,14 +88,14 @@ class Debian:
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self.installed: Installed | None = None  # once the README's recipe ran here
+        self.installed: Installed | None = None  # once the systemd recipe ran here
 
     def install(self) -> Installed:
-        """Run the README's systemd recipe as written (once per container), with the
+        """Run the systemd recipe as written (once per container), with the
         scripted model answering the first chat: what every later step starts from."""
         if self.installed is not None:
             return self.installed
-        lines = readme_recipe("systemd")
+        lines = recipe("systemd")
         assert [line.split("#")[0].split()[:3] for line in lines] == [
             ["sudo", "deploy/install.sh"],
             ["sudo", "netclaw", "init"],
@@ -259,7 +261,7 @@ def debian() -> Iterator[Debian]:
 
 @pytest.fixture
 def installed(debian: Debian) -> Debian:
-    """The container with the README's recipe run in it: by the first test that needs it,
+    """The container with the systemd recipe run in it: by the first test that needs it,
     so that every test also runs alone (``pytest path::test``)."""
     debian.install()
     return debian
@@ -267,18 +269,18 @@ def installed(debian: Debian) -> Debian:
 
 def test_the_systemd_recipe_as_written(installed: Debian) -> None:
     debian = installed
-    recipe = debian.install()
-    print(f"deploy/install.sh took {recipe.install_s:.0f}s")
-    assert "the server at http://127.0.0.1:8700/v1 has: scripted" in recipe.init, recipe.init
-    assert "[ok] provider" in recipe.init and "wrote /etc/netclaw/netclaw.env" in recipe.init, recipe.init
+    ran = debian.install()
+    print(f"deploy/install.sh took {ran.install_s:.0f}s")
+    assert "the server at http://127.0.0.1:8700/v1 has: scripted" in ran.init, ran.init
+    assert "[ok] provider" in ran.init and "wrote /etc/netclaw/netclaw.env" in ran.init, ran.init
     modes = debian.sh("stat -c '%a %U:%G %n' /etc/netclaw/netclaw.json /etc/netclaw/netclaw.env").stdout
     assert modes.split("\n")[:2] == [
         "640 root:netclaw /etc/netclaw/netclaw.json",
         "600 root:root /etc/netclaw/netclaw.env",
     ]
 
-    assert recipe.chat.strip() == "hello from the model"
-    assert "netclaw at http://127.0.0.1:5199: ok" in recipe.status, recipe.status
+    assert ran.chat.strip() == "hello from the model"
+    assert "netclaw at http://127.0.0.1:5199: ok" in ran.status, ran.status
 
     # What it left: private state, errors only where there are some, the unit rated.
     state = debian.sh(
@@ -402,9 +404,9 @@ def test_a_failed_start_is_one_error_line_and_relative_paths_go_to_the_state_dir
 
 def test_an_mcp_server_and_the_shell_tool_under_the_hardening(installed: Debian) -> None:
     debian = installed
-    """The shell turned on as the README says, under the unit as installed: no bubblewrap,
+    """The shell turned on as docs/tools.md says, under the unit as installed: no bubblewrap,
     and the daemon says what to do. The opt-out (``sandbox: none``) works under the unit as
-    it is; then the README's step for the sandbox (bubblewrap and the unit's drop-in), after
+    it is; then docs/tools.md's step for the sandbox (bubblewrap and the unit's drop-in), after
     which every command runs in bubblewrap under the service: the state directory, the
     control token and the network are out of its reach, the workspace is its own."""
     # The MCP server's code where the service may read it (not under /root: ProtectHome=).
@@ -451,13 +453,13 @@ def test_an_mcp_server_and_the_shell_tool_under_the_hardening(installed: Debian)
     # ~@resources: refused (EPERM, SystemCallErrorNumber=), the command goes on; nothing is killed.
     assert "nice: cannot set niceness: Operation not permitted" in host, host
 
-    # The README's step for the sandbox, as written, with the shell at its default ("bwrap").
-    recipe = readme_recipe("shell-sandbox")
-    assert [line.split("#")[0].split() for line in recipe] == [
+    # docs/tools.md's step for the sandbox, as written, with the shell at its default ("bwrap").
+    steps = recipe("shell-sandbox")
+    assert [line.split("#")[0].split() for line in steps] == [
         ["sudo", "deploy/install.sh", "--shell-sandbox"],
         ["sudo", "systemctl", "restart", "netclaw"],
-    ], recipe
-    install, restart = recipe
+    ], steps
+    install, restart = steps
     debian.edit_config("del config['tools']['shell']['sandbox']")
     debian.sh("rm /var/lib/netclaw/workspace/sandbox-proof.txt")  # the host's; the sandbox writes its own
     done = debian.sh(install, timeout=600)
@@ -486,7 +488,7 @@ def test_an_mcp_server_and_the_shell_tool_under_the_hardening(installed: Debian)
     print(f"systemd-analyze security with {DROP_IN}: exposure {exposure} (target <= {target})")
     assert exposure <= target, debian.sh("systemd-analyze security netclaw --no-pager").stdout
 
-    # doctor, with the shell and the drop-in as the README has them: the sandbox tried as the
+    # doctor, with the shell and the drop-in as docs/tools.md has them: the sandbox tried as the
     # service starts it (its user, inside the unit's mounts), not as root's sandbox_uid.
     report = debian.doctor()
     assert "[ok] shell sandbox: bubblewrap starts a sandbox in the service, as its user netclaw" in report, (
@@ -497,7 +499,7 @@ def test_an_mcp_server_and_the_shell_tool_under_the_hardening(installed: Debian)
 
 def test_without_the_drop_in_the_sandbox_stops_start_up_naming_it(installed: Debian) -> None:
     debian = installed
-    """Back to the stricter unit the README's way (delete the drop-in, daemon-reload) with
+    """Back to the stricter unit the way docs/tools.md says (delete the drop-in, daemon-reload) with
     the sandbox still on: one error line naming the drop-in and how to install it."""
     debian.sh("command -v bwrap || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap")
     debian.edit_config("config['tools'] = {**config.get('tools', {}), 'shell': {'enabled': True}}")
@@ -594,7 +596,7 @@ def provider_on_the_host() -> Iterator[ScriptedOpenAIThread]:
 def _unique_run_line(
     line: str, *, tag: str, name: str, volume: str, port: int, provider_port: int
 ) -> list[str]:
-    """The README's ``docker run`` with its names made unique here; each must be there."""
+    """docs/deploy.md's ``docker run`` with its names made unique here; each must be there."""
     words = shlex.split(line)
     replaced = {
         "--name": name,
@@ -620,7 +622,7 @@ def _unique_run_line(
 
 
 def test_docker_run_as_written(provider_on_the_host: ScriptedOpenAIThread) -> None:
-    build, run, exec_chat = readme_recipe("docker")
+    build, run, exec_chat = recipe("docker")
     assert shlex.split(build) == ["docker", "build", "-t", "netclaw", "."]
     assert shlex.split(exec_chat) == ["docker", "exec", "netclaw", "netclaw", "chat", "-p", "hi"]
     suffix = uuid.uuid4().hex[:8]
@@ -660,10 +662,10 @@ def test_docker_run_as_written(provider_on_the_host: ScriptedOpenAIThread) -> No
 
 @pytest.mark.parametrize("compose", ["v2", "v1"])
 def test_docker_compose_as_written(compose: str, provider_on_the_host: ScriptedOpenAIThread) -> None:
-    lines = readme_recipe("compose")
+    lines = recipe("compose")
     assert lines[0].startswith("export OPENAI_API_KEY=") and len(lines) == 3
     if compose == "v1":
-        # The README: the same file with docker-compose v1, which has no --wait, and whose exec
+        # docs/deploy.md: the same file with docker-compose v1, which has no --wait, and whose exec
         # needs -T without a terminal (as here).
         if shutil.which("docker-compose") is None or (
             subprocess.run(["docker-compose", "version"], capture_output=True, check=False).returncode != 0

@@ -2,7 +2,7 @@
 would (a volume for the state, the control token inside it), answering a turn, healthy by
 its own HEALTHCHECK, stopping cleanly on ``docker stop``. Skips without a Docker daemon or
 without the base image (tests/e2e/deploy/docker-setup.sh provides both, as CI does).
-The README's own ``docker run`` line is run as written in test_deploy.py."""
+docs/deploy.md's own ``docker run`` line is run as written in test_deploy.py."""
 
 from __future__ import annotations
 

@@ -23,7 +23,8 @@ import httpx
 import pytest
 
 import netclaw
-from tests.e2e._docker import readme_recipe, repo_tar_command
+from tests.doc_blocks import recipe
+from tests.e2e._docker import repo_tar_command
 from tests.e2e.conftest import (
     REPO_ROOT,
     Daemons,
@@ -59,7 +60,7 @@ class FirstRun:
 
 @pytest.fixture(scope="module")
 def first_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FirstRun]:
-    lines = readme_recipe("first-run")
+    lines = recipe("first-run")
     assert [line.split()[0] for line in lines] == ["python3", "pip", "netclaw", "netclaw", "netclaw"], lines
     assert lines[3].startswith("netclaw run") and lines[4].startswith("netclaw chat"), lines
     checkout = tmp_path_factory.mktemp("first-run") / "netclaw"

@@ -1,4 +1,4 @@
-"""``netclaw mcp …`` as written in the README, against a real daemon subprocess: the
+"""``netclaw mcp …`` as written in the README and docs/mcp.md, against a real daemon subprocess: the
 operator's views (list, tools, resources, prompts), and an OAuth login against a local
 authorization server written with the SDK (dynamic client registration, authorization code
 + PKCE, short-lived tokens the daemon refreshes)."""
@@ -194,7 +194,7 @@ def test_login_needs_an_oauth_section(tmp_path: Path, scripted: ScriptedOpenAITh
 def test_an_http_server_restarted_mid_session_keeps_serving(
     tmp_path: Path, scripted: ScriptedOpenAIThread, daemons: Daemons
 ) -> None:
-    """The README's HTTP example through the daemon subprocess: killed, back on the same port, used again."""
+    """docs/mcp.md's HTTP example through the daemon subprocess: killed, back on the same port, used again."""
     web = HttpProcess()
     web.start()
     try:

@@ -1,4 +1,4 @@
-"""Skills and web search from the command line, as the README writes them: ``netclaw skills
+"""Skills and web search from the command line, as docs/skills.md writes them: ``netclaw skills
 list`` and ``show`` (the daemon stopped), a skill folder added to a running daemon and a real
 SIGHUP putting it in the next request, and the ``skills`` line of ``netclaw status`` and
 ``netclaw doctor``."""
@@ -6,26 +6,18 @@ SIGHUP putting it in the next request, and the ``skills`` line of ``netclaw stat
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from tests.doc_blocks import fenced_under
 from tests.e2e.conftest import Daemons, Setup, run_cli, subprocess_env, wait_until
 from tests.fakes.scripted_openai import ScriptedOpenAIThread
 
 pytestmark = pytest.mark.slow
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-def readme_block(after: str, index: int = 0) -> str:
-    """The ``index``-th ```sh block after the line starting with ``after`` in README.md."""
-    text = (REPO_ROOT / "README.md").read_text()
-    rest = text[text.index(after) :]
-    blocks = re.findall(r"```sh\n(.*?)```", rest, re.DOTALL)
-    return str(blocks[index])
+WORKED_EXAMPLE = ("docs/skills.md", "## A worked example", "sh")
 
 
 def test_skills_list_show_sighup_status_and_doctor(
@@ -43,16 +35,16 @@ def test_skills_list_show_sighup_status_and_doctor(
     assert daemon.post("cli:e2e-skills", "hello", wait=True).status_code == 200
     assert "release-notes" not in scripted.requests[-1]["messages"][0]["content"]
 
-    # The README's worked example, run as written in the site's folder (netclaw.json there).
+    # docs/skills.md's worked example, run as written in the site's folder (netclaw.json there).
     made = subprocess.run(
-        ["bash", "-e", "-c", readme_block("**A worked example.**")],
+        ["bash", "-e", "-c", fenced_under(*WORKED_EXAMPLE)],
         cwd=site.root,
         capture_output=True,
         text=True,
         check=False,
     )
     assert made.returncode == 0, made.stderr
-    commands = [line.split("#")[0].strip() for line in readme_block("**A worked example.**", 1).splitlines()]
+    commands = [line.split("#")[0].strip() for line in fenced_under(*WORKED_EXAMPLE, 1).splitlines()]
     assert commands == [
         "netclaw skills list",
         "netclaw skills show release-notes",

@@ -100,7 +100,7 @@ def test_every_route_has_every_shape() -> None:
 
 
 def test_the_documented_count_command() -> None:
-    """``python -m tests.fuzz.corpus``, as the README gives it: one line per route, then the total."""
+    """``python -m tests.fuzz.corpus``, as docs/guarantees.md gives it: one line per route, then the total."""
     result = subprocess.run(
         [sys.executable, "-m", "tests.fuzz.corpus"],
         capture_output=True,

@@ -12,7 +12,7 @@ import pytest
 
 from netclaw.config import Settings, find_config_path, load_settings
 from netclaw.errors import ConfigError
-from tests.doc_blocks import block_after
+from tests.doc_blocks import block_after, fenced_under
 
 # The examples as the documentation shows them (read from the pages, so they cannot drift).
 DOCUMENTED_EXAMPLE = block_after("docs/configuration.md", "example: netclaw.json")
@@ -400,9 +400,8 @@ def test_the_example_config_parses(clean_env: Path) -> None:
     assert settings.tools.web_search.backend == "searxng" and not settings.tools.web_search.enabled
 
 
-def test_the_readme_web_search_examples_are_valid_config(clean_env: Path) -> None:
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    block = readme[readme.index("**Web search.**") :].split("```json\n", 1)[1].split("```", 1)[0]
+def test_the_web_search_examples_of_the_tools_page_are_valid_config(clean_env: Path) -> None:
+    block = fenced_under("docs/tools.md", "## Web search", "json")
     examples = [json.loads("{" + line + "}") for line in block.splitlines() if line.strip()]
     assert [e["tools"]["web_search"]["backend"] for e in examples] == ["searxng", "brave", "tavily"]
     for example in examples:

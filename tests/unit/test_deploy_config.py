@@ -105,7 +105,7 @@ def test_every_netclaw_variable_the_docs_name_works_as_they_say(
                     env.setenv("NETCLAW_GATEWAY__CONTROL_TOKEN_ENV", "NETCLAW_TOKEN")
                 config = write(clean_env / f"{name}.json", SECRET_USES[name])
                 load_settings(config)  # accepted: a secret's variable, not an override
-            elif name == "NETCLAW_SESION__IDLE_TIMEOUT_S":  # the README's example of a refused typo
+            elif name == "NETCLAW_SESION__IDLE_TIMEOUT_S":  # configuration.md's example of a refused typo
                 env.setenv(name, "60")
                 with pytest.raises(ConfigError, match=name):
                     load_settings(None)

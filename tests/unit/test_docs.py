@@ -2,6 +2,9 @@
 
 - No file of the repository refers to documents outside it, and every relative link in
   README.md and docs/ reaches a file (and a heading) that exists.
+- README.md is a front door: short, and linking every page of docs/.
+- Every recipe a test runs as written (``<!-- recipe: NAME``) is on exactly one page, and
+  one that moved off README.md kept its lines.
 - Each reference page is checked against the code it describes: every CLI command and
   option, every configuration key, every HTTP route and the permission it needs, every
   output event and its payload, every chat command, and the layers of each layers contract
@@ -42,7 +45,17 @@ from netclaw.http.api import Api
 from netclaw.http.cluster import ClusterHttp, alone_routes
 from netclaw.http.mcp import mcp_routes
 from netclaw.http.questions import question_routes
-from tests.doc_blocks import REPO, block_after, code_spans, read, table_after
+from tests.doc_blocks import (
+    REPO,
+    block_after,
+    code_spans,
+    documentation,
+    read,
+    recipe,
+    recipe_pages,
+    recipes_in,
+    table_after,
+)
 
 # -- nothing points outside the repository --------------------------------------------------
 
@@ -91,7 +104,7 @@ _LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 
 
 def markdown_files() -> list[Path]:
-    return [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+    return [REPO / page for page in documentation()]
 
 
 def _prose(text: str) -> str:
@@ -139,10 +152,104 @@ def test_every_relative_link_reaches_a_file_and_heading_that_exist() -> None:
     assert not broken, "\n".join(broken)
 
 
-def test_the_reference_pages_are_linked_from_the_readme() -> None:
+# -- README.md, the front door ------------------------------------------------------------------
+
+README_MAX_LINES = 250  # what netclaw is, the Quick start, the test command, the map of docs/
+
+
+def test_the_readme_links_every_page_of_the_docs() -> None:
     readme = read("README.md")
-    for page in ("cli", "configuration", "http-api", "events", "chat-commands", "architecture"):
-        assert f"(docs/{page}.md" in readme, f"README.md does not link docs/{page}.md"
+    pages = [page for page in documentation() if page != "README.md"]
+    assert len(pages) > 20, "documentation() found too few pages: is it still right?"
+    missing = [page for page in pages if f"]({page})" not in readme]
+    assert not missing, "README.md's map of the documentation does not link: " + ", ".join(missing)
+
+
+def test_the_readme_stays_a_front_door() -> None:
+    lines = read("README.md").count("\n")
+    assert lines <= README_MAX_LINES, (
+        f"README.md has {lines} lines (at most {README_MAX_LINES}): the reference belongs in a page "
+        "of docs/, linked from the README's map"
+    )
+
+
+# -- recipes ------------------------------------------------------------------------------------
+
+_RECIPE_CALL = re.compile(r"\brecipe\(\s*\"([\w-]+)\"\s*\)")
+
+
+def requested_recipes() -> list[str]:
+    """The recipes the tests run, by the names their ``recipe("NAME")`` calls give."""
+    found = {
+        name
+        for path in sorted((REPO / "tests").rglob("*.py"))
+        if path.name != "test_docs.py"
+        for name in _RECIPE_CALL.findall(path.read_text(encoding="utf-8"))
+    }
+    return sorted(found)
+
+
+def _readme_recipe_as_it_was(text: str, name: str) -> list[str]:
+    """The lines the deploy tests read from README.md before the recipes could live in
+    docs/ (``readme_recipe``, tests/e2e/_docker.py): the first ```sh block after the marker."""
+    start = text.index(f"<!-- recipe: {name}")
+    block = text[start:].split("```sh\n", 1)[1].split("```", 1)[0]
+    return [re.sub(r"\\\n\s*", "", line) for line in re.split(r"(?<!\\)\n", block.strip())]
+
+
+def _git(*args: str) -> str | None:
+    """What ``git *args`` prints in the checkout, or None (not a checkout, a shallow clone
+    without that history, a file not in that commit)."""
+    try:
+        done = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, timeout=60)
+    except OSError:
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def test_the_tests_run_recipes() -> None:
+    assert "first-run" in requested_recipes(), "the recipe calls of the tests were not found"
+
+
+@pytest.mark.parametrize("name", requested_recipes())
+def test_each_recipe_a_test_runs_is_on_exactly_one_page(name: str) -> None:
+    pages = recipe_pages(name)
+    assert len(pages) == 1, f"the recipe {name!r} is on {len(pages)} pages: {pages}"
+    assert recipe(name) == recipes_in(read(pages[0]))[name]
+
+
+@pytest.mark.parametrize("name", requested_recipes())
+def test_a_recipe_yields_the_lines_the_readme_gave(name: str) -> None:
+    """The lines a test runs are those README.md gave when the recipe was there: read from
+    README.md as it is, as the last commit has it (a move not yet committed), or as it was
+    just before the commit that took the recipe out of it (compared with the page it went to
+    in that commit, so later edits of the page stay free)."""
+    marker = f"<!-- recipe: {name}"
+    [page] = recipe_pages(name)
+    if page == "README.md":
+        assert recipe(name) == _readme_recipe_as_it_was(read("README.md"), name)
+        return
+    committed = _git("show", "HEAD:README.md")
+    if committed is not None and marker in committed:
+        assert recipe(name) == _readme_recipe_as_it_was(committed, name), f"{name}: moved to {page}"
+        return
+    log = _git("log", "-1", "--format=%H", "-S", marker, "--", "README.md")
+    moved = log.strip() if log else ""
+    before = _git("show", f"{moved}^:README.md") if moved else None
+    if before is None or marker not in before:
+        pytest.skip(f"no git history of README.md holding the recipe {name!r} here (a shallow clone?)")
+    landed = next(
+        (
+            recipes_in(text)[name]
+            for holder in (page, *documentation())
+            if (text := _git("show", f"{moved}:{holder}")) is not None and name in recipes_in(text)
+        ),
+        None,
+    )
+    assert landed is not None, f"commit {moved[:12]} took {name!r} out of README.md and put it nowhere"
+    assert landed == _readme_recipe_as_it_was(before, name), (
+        f"commit {moved[:12]} moved the recipe {name!r} off README.md with other lines"
+    )
 
 
 # -- docs/cli.md --------------------------------------------------------------------------------

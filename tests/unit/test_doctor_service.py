@@ -213,7 +213,7 @@ def test_files_are_checked_against_the_services_user(
 def test_sudo_doctor_passes_the_services_private_files(
     systemctl: Systemctl, system_config: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The README's install: root runs doctor, the service's user owns its state (before:
+    """docs/deploy.md's install: root runs doctor, the service's user owns its state (before:
     `[FAIL] files: readable beyond their owner … belongs to uid …, not to this user`)."""
     user = nobody()
     data = private_state(tmp_path, system_config)
