@@ -20,6 +20,19 @@ from netclaw.security.control_token import read_control_token
 from tests.fakes.scripted_openai import ScriptedOpenAIThread
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Keep a module's tests on one xdist worker only where they share a module-scoped
+    fixture (a homeserver, an installed venv, a container): each worker would otherwise
+    build its own. Every other test is handed out one by one (``--dist loadgroup``), so
+    a file of long end-to-end tests no longer keeps one worker busy while the others idle."""
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        if info is None:
+            continue
+        if any(d.scope == "module" for defs in info.name2fixturedefs.values() for d in defs):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+
+
 @pytest.fixture
 def scripted() -> Iterator[ScriptedOpenAIThread]:
     with ScriptedOpenAIThread() as server:

@@ -19,6 +19,7 @@ A new platform is a port plus its event mapping (see ``adapters/slack/`` and
 
 from adapters.chat._inbound import Asides, SharedFile, fetch_files, session_known, with_file_names
 from adapters.chat._links import SUBSCRIPTION, RenderOptions
+from adapters.chat._local_db import LocalDb
 from adapters.chat._port import (
     BEST_EFFORT,
     MUST_DELIVER,
@@ -49,6 +50,7 @@ __all__ = [
     "ChatPort",
     "ChatRenderer",
     "Conversation",
+    "LocalDb",
     "MessageRef",
     "PostedMessages",
     "RenderOptions",

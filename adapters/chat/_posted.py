@@ -16,10 +16,11 @@ file is one node's (on a cluster another node has its own).
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
 import time
 from pathlib import Path
+
+from adapters.chat._local_db import LocalDb
 
 KEEP_S = 7 * 24 * 3600.0  # a key older than this is forgotten (the outbox looks back minutes)
 
@@ -27,50 +28,37 @@ KEEP_S = 7 * 24 * 3600.0  # a key older than this is forgotten (the outbox looks
 class PostedMessages:
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._db: sqlite3.Connection | None = None
-        self._lock = asyncio.Lock()
+        self._db = LocalDb(path, "posted-messages record")
 
     async def open(self) -> None:
-        if self._db is None:
-            self._db = await asyncio.to_thread(self._open)
-
-    def _open(self) -> sqlite3.Connection:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute(
-            "CREATE TABLE IF NOT EXISTS posted (key TEXT PRIMARY KEY, chat TEXT NOT NULL, "
-            "message_id TEXT NOT NULL, at REAL NOT NULL)"
-        )
-        db.execute("DELETE FROM posted WHERE at < ?", (time.time() - KEEP_S,))
-        return db
+        if not self._db.is_open:
+            await self._db.open(_setup)
 
     async def close(self) -> None:
-        db, self._db = self._db, None
-        if db is not None:
-            await asyncio.to_thread(db.close)
+        await self._db.close()
 
     async def find(self, key: str, chat: str, since: float = 0.0) -> str | None:
         """The message posted with ``key`` in ``chat`` since ``since`` (Unix time)."""
-        db = self._require()
-        async with self._lock:
-            row = await asyncio.to_thread(
-                lambda: db.execute(
-                    "SELECT message_id FROM posted WHERE key = ? AND chat = ? AND at >= ?", (key, chat, since)
-                ).fetchone()
-            )
+        row = await self._db.run(
+            lambda db: db.execute(
+                "SELECT message_id FROM posted WHERE key = ? AND chat = ? AND at >= ?", (key, chat, since)
+            ).fetchone()
+        )
         return str(row[0]) if row is not None else None
 
     async def remember(self, key: str, chat: str, message_id: str) -> None:
-        db = self._require()
-        async with self._lock:
-            await asyncio.to_thread(
-                db.execute,
+        at = time.time()
+        await self._db.run(
+            lambda db: db.execute(
                 "INSERT OR REPLACE INTO posted (key, chat, message_id, at) VALUES (?, ?, ?, ?)",
-                (key, chat, message_id, time.time()),
+                (key, chat, message_id, at),
             )
+        )
 
-    def _require(self) -> sqlite3.Connection:
-        if self._db is None:
-            raise RuntimeError("the posted-messages record is not open")
-        return self._db
+
+def _setup(db: sqlite3.Connection) -> None:
+    db.execute(
+        "CREATE TABLE IF NOT EXISTS posted (key TEXT PRIMARY KEY, chat TEXT NOT NULL, "
+        "message_id TEXT NOT NULL, at REAL NOT NULL)"
+    )
+    db.execute("DELETE FROM posted WHERE at < ?", (time.time() - KEEP_S,))

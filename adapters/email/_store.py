@@ -18,7 +18,6 @@ Written before the mail it describes is taken or sent; kept for :data:`KEEP_S`.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import sqlite3
@@ -27,6 +26,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
+
+from adapters.chat import LocalDb
 
 KEEP_S = 90 * 24 * 3600.0  # a thread quiet this long is forgotten (a reply then starts afresh)
 T = TypeVar("T")
@@ -70,34 +71,17 @@ def digest(text: str) -> str:
 class MailStore:
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._db: sqlite3.Connection | None = None
-        self._lock = asyncio.Lock()
+        self._db = LocalDb(path, "email store")
 
     async def open(self) -> None:
-        if self._db is None:
-            self._db = await asyncio.to_thread(self._open)
-
-    def _open(self) -> sqlite3.Connection:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        db.execute("PRAGMA journal_mode=WAL")
-        db.executescript(_SCHEMA)
-        old = time.time() - KEEP_S
-        for table in ("threads", "messages", "sent", "codes"):
-            db.execute(f"DELETE FROM {table} WHERE at < ?", (old,))  # our own table names
-        return db
+        if not self._db.is_open:
+            await self._db.open(_setup)
 
     async def close(self) -> None:
-        db, self._db = self._db, None
-        if db is not None:
-            await asyncio.to_thread(db.close)
+        await self._db.close()
 
     async def _run(self, work: Callable[[sqlite3.Connection], T]) -> T:
-        db = self._db
-        if db is None:
-            raise RuntimeError("the email store is not open")
-        async with self._lock:
-            return await asyncio.to_thread(work, db)
+        return await self._db.run(work)
 
     # -- threads and their messages --------------------------------------------------------------
 
@@ -209,3 +193,10 @@ class MailStore:
             ).fetchone()
         )
         return Code(str(row[0]), str(row[1]), str(row[2])) if row is not None else None
+
+
+def _setup(db: sqlite3.Connection) -> None:
+    db.executescript(_SCHEMA)
+    old = time.time() - KEEP_S
+    for table in ("threads", "messages", "sent", "codes"):
+        db.execute(f"DELETE FROM {table} WHERE at < ?", (old,))  # our own table names

@@ -16,49 +16,28 @@ directory (``teams/teams.db``, ``teams/posted.db``):
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
 from pathlib import Path
 
-from adapters.chat import PostedMessages
+from adapters.chat import LocalDb, PostedMessages
 from adapters.teams._port import Reference
 
 
 class TeamsStore:
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._db: sqlite3.Connection | None = None
-        self._lock = asyncio.Lock()
+        self._db = LocalDb(path, "Teams store")
         self._references: dict[str, Reference] = {}
         self.posted = PostedMessages(path.parent / "posted.db")  # Teams takes no client nonce
 
     async def open(self) -> None:
-        if self._db is None:
-            self._db, self._references = await asyncio.to_thread(self._open)
+        if not self._db.is_open:
+            self._references = await self._db.open(_setup)
         await self.posted.open()
-
-    def _open(self) -> tuple[sqlite3.Connection, dict[str, Reference]]:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute(
-            "CREATE TABLE IF NOT EXISTS conversations (key TEXT PRIMARY KEY, conversation_id TEXT NOT NULL, "
-            "service_url TEXT NOT NULL, tenant_id TEXT NOT NULL, kind TEXT NOT NULL, bot_id TEXT NOT NULL)"
-        )
-        rows = db.execute(
-            "SELECT conversation_id, service_url, tenant_id, kind, bot_id FROM conversations"
-        ).fetchall()
-        references = {}
-        for conversation_id, service_url, tenant_id, kind, bot_id in rows:
-            reference = Reference(conversation_id, service_url, tenant_id, kind, bot_id)
-            references[reference.key] = reference
-        return db, references
 
     async def close(self) -> None:
         await self.posted.close()
-        db, self._db = self._db, None
-        if db is not None:
-            await asyncio.to_thread(db.close)
+        await self._db.close()
 
     def reference(self, key: str) -> Reference | None:
         return self._references.get(key)
@@ -70,10 +49,8 @@ class TeamsStore:
         """Where the chat or channel is now (a service URL can move: the newest wins)."""
         if self._references.get(reference.key) == reference:
             return
-        db = self._require()
-        async with self._lock:
-            await asyncio.to_thread(
-                db.execute,
+        await self._db.run(
+            lambda db: db.execute(
                 "INSERT OR REPLACE INTO conversations (key, conversation_id, service_url, tenant_id, kind, "
                 "bot_id) VALUES (?, ?, ?, ?, ?, ?)",
                 (
@@ -85,9 +62,20 @@ class TeamsStore:
                     reference.bot_id,
                 ),
             )
-            self._references[reference.key] = reference
+        )
+        self._references[reference.key] = reference
 
-    def _require(self) -> sqlite3.Connection:
-        if self._db is None:
-            raise RuntimeError("the Teams store is not open")
-        return self._db
+
+def _setup(db: sqlite3.Connection) -> dict[str, Reference]:
+    db.execute(
+        "CREATE TABLE IF NOT EXISTS conversations (key TEXT PRIMARY KEY, conversation_id TEXT NOT NULL, "
+        "service_url TEXT NOT NULL, tenant_id TEXT NOT NULL, kind TEXT NOT NULL, bot_id TEXT NOT NULL)"
+    )
+    rows = db.execute(
+        "SELECT conversation_id, service_url, tenant_id, kind, bot_id FROM conversations"
+    ).fetchall()
+    references = {}
+    for conversation_id, service_url, tenant_id, kind, bot_id in rows:
+        reference = Reference(conversation_id, service_url, tenant_id, kind, bot_id)
+        references[reference.key] = reference
+    return references

@@ -76,18 +76,27 @@ async def run_command(
     command: str, runner: Runner, *, timeout_s: float, max_output_bytes: int, network: Network = "none"
 ) -> str:
     launch = runner.launch(command, network)
-    process = await asyncio.create_subprocess_exec(
-        *launch.argv,
-        cwd=launch.cwd,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-        env=launch.env,
-        user=launch.user,
-        group=launch.group,
-        extra_groups=[] if launch.user is not None else None,
-        start_new_session=True,  # its own process group: a timeout kills everything it started
+    spawn = asyncio.ensure_future(
+        asyncio.create_subprocess_exec(
+            *launch.argv,
+            cwd=launch.cwd,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            env=launch.env,
+            user=launch.user,
+            group=launch.group,
+            extra_groups=[] if launch.user is not None else None,
+            start_new_session=True,  # its own process group: a timeout kills everything it started
+        )
     )
+    try:
+        process = await asyncio.shield(spawn)
+    except asyncio.CancelledError:
+        # Cancelled while it starts: the command may be running already (and have started
+        # others), and asyncio's own clean-up of an interrupted start kills the shell alone.
+        spawn.add_done_callback(_kill_spawned)
+        raise
     kept = bytearray()
     total = 0
 
@@ -132,6 +141,11 @@ def _shown(kept: bytearray, total: int) -> str:
     if total > len(kept):
         text += f"\n[output cut: {total:,} bytes, the first {len(kept):,} shown]"
     return text
+
+
+def _kill_spawned(spawn: asyncio.Future[asyncio.subprocess.Process]) -> None:
+    if not spawn.cancelled() and spawn.exception() is None:
+        _kill_group(spawn.result())
 
 
 def _kill_group(process: asyncio.subprocess.Process) -> None:

@@ -8,6 +8,7 @@ import asyncio
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -72,6 +73,37 @@ async def test_cancelling_the_turn_kills_it_too(tmp_path: Path) -> None:
         await task
     child = int(pidfile.read_text())
     deadline = time.monotonic() + 10  # a loaded machine takes its time to run a SIGKILL
+    while alive(child) and time.monotonic() < deadline:  # noqa: ASYNC110 - polling another process
+        await asyncio.sleep(0.05)
+    assert not alive(child)
+
+
+async def test_cancelled_while_it_starts_kills_what_it_started(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The turn is cancelled after the command began running but before its start returned
+    (a loaded loop): asyncio's clean-up kills only the shell, so its background child lived
+    on (seen as a flake of the test above)."""
+    started = asyncio.Event()
+    spawn = asyncio.create_subprocess_exec
+
+    async def slow_to_return(*args: Any, **kwargs: Any) -> asyncio.subprocess.Process:
+        process = await spawn(*args, **kwargs)
+        started.set()
+        await asyncio.sleep(0.5)  # the window: running, not yet returned
+        return process
+
+    monkeypatch.setattr(asyncio, "create_subprocess_exec", slow_to_return)
+    pidfile = tmp_path / "child.pid"
+    task = asyncio.ensure_future(sh(tmp_path, f"sleep 30 & echo $! > {pidfile}; wait", timeout_s=60))
+    await asyncio.wait_for(started.wait(), 10)
+    while not pidfile.exists() or not pidfile.read_text().strip():  # noqa: ASYNC110 - a file another process writes
+        await asyncio.sleep(0.02)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    child = int(pidfile.read_text())
+    deadline = time.monotonic() + 10
     while alive(child) and time.monotonic() < deadline:  # noqa: ASYNC110 - polling another process
         await asyncio.sleep(0.05)
     assert not alive(child)
