@@ -1,4 +1,5 @@
-"""Webhooks: ``POST /webhooks/{route}`` per ``webhooks.routes`` (README.md, "Channels").
+"""Webhooks: ``POST /webhooks/{route}`` per ``webhooks.routes`` (docs/channels.md;
+every answer: docs/http-api.md, "Webhooks").
 
 Each route authenticates (HMAC-SHA256 over ``"<timestamp>." + body`` within ±300 s, or
 a bearer secret; constant-time comparison), limits its body size and request rate,

@@ -177,7 +177,7 @@ def starter_config(choice: Choice, *, system: bool = False) -> str:
         provider = {"type": "demo"}
     lines = [
         "// netclaw configuration, written by `netclaw init`. Whole-line // comments are allowed.",
-        "// Every key and its default: netclaw.example.json in the source, and the README.",
+        "// Every key and its default: docs/configuration.md in netclaw's source (and netclaw.example.json).",
         "// Secrets never go in this file: *_env keys name an environment variable (or VAR_FILE,",
         "// or a systemd credential VAR) that holds them.",
         "{",
@@ -207,7 +207,7 @@ def starter_config(choice: Choice, *, system: bool = False) -> str:
         "  // it behind TLS. The bearer token is written to data_dir/control.token.",
         '  "gateway": {"host": "127.0.0.1", "port": 5199},',
         "",
-        "  // Chat platforms: set enabled to true and export the tokens (see the README).",
+        "  // Chat platforms: set enabled to true and export the tokens (see docs/channels.md).",
         '  "slack": {"enabled": false, "bot_token_env": "SLACK_BOT_TOKEN", "app_token_env": "SLACK_APP_TOKEN", "channels": []},',
         '  "discord": {"enabled": false, "token_env": "DISCORD_BOT_TOKEN", "channels": []},',
         "",

@@ -548,7 +548,7 @@ class McpServerConfig(_Section):
     oauth: McpOAuthConfig | None = None  # OAuth 2.1 (HTTP servers); `netclaw mcp login NAME`
     tools: list[str] | None = None  # allowlist of the server's own tool names; None: all
     timeout_s: float = Field(60.0, gt=0)  # one call
-    trust_annotations: bool = True  # its readOnlyHint/destructiveHint decide approvals (README)
+    trust_annotations: bool = True  # its readOnlyHint/destructiveHint decide approvals (docs/mcp.md)
     resources: bool = True  # its resources as <server>__list_resources / <server>__read_resource
     # The folders offered to it as its roots: true, the workspace (while the file or shell
     # tools are on); a list, those folders; false, none (a server keeps the directories it

@@ -74,8 +74,14 @@ class TokenFile:
         return data
 
     def _write(self, **changes: Any) -> None:
-        data = {**self._read(), "server_url": self.server_url, **changes}
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self._save({**self._read(), "server_url": self.server_url, **changes})
+
+    def _save(self, data: dict[str, Any]) -> None:
+        """Replace the file with ``data``. The data_dir is made private too when this makes
+        it (a login before the daemon's first start): ``mkdir(parents=True)`` gives the
+        parents it creates the default mode, not ``mode``."""
+        self.path.parent.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.path.parent.mkdir(exist_ok=True, mode=0o700)
         part = self.path.with_name(self.path.name + ".part")
         with open(os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as fh:
             json.dump(data, fh)
@@ -89,11 +95,11 @@ class TokenFile:
         return float(value) if isinstance(value, int | float) else None
 
     def forget_tokens(self) -> None:
+        """Drop the tokens, keep the client's registration. (Written whole: merged into
+        what the file holds, as ``_write`` does, the tokens would stay.)"""
         data = self._read()
-        data.pop("tokens", None)
-        data.pop("expires_at", None)
-        if data:
-            self._write(**data)
+        if {"tokens", "expires_at"} & data.keys():
+            self._save({k: v for k, v in data.items() if k not in ("tokens", "expires_at")})
 
     # -- TokenStorage ----------------------------------------------------------------------
 

@@ -3,6 +3,8 @@
 - No file of the repository refers to documents outside it, and every relative link in
   README.md and docs/ reaches a file (and a heading) that exists.
 - README.md is a front door: short, and linking every page of docs/.
+- What the code, the deploy files and the config ``netclaw init`` writes tell people to
+  read is a page of docs/ that exists, never the README.
 - Every recipe a test runs as written (``<!-- recipe: NAME``) is on exactly one page, and
   one that moved off README.md kept its lines.
 - Each reference page is checked against the code it describes: every CLI command and
@@ -163,6 +165,35 @@ def test_the_readme_links_every_page_of_the_docs() -> None:
     assert len(pages) > 20, "documentation() found too few pages: is it still right?"
     missing = [page for page in pages if f"]({page})" not in readme]
     assert not missing, "README.md's map of the documentation does not link: " + ", ".join(missing)
+
+
+_DOCS_PAGE = re.compile(r"\bdocs/[\w./-]+\.md")
+# README.md itself, where the build needs it: pyproject's `readme`.
+_README_NEEDED = re.compile(r"COPY pyproject\.toml README\.md|README's test command")
+
+
+def test_the_code_points_at_pages_of_docs_not_the_readme() -> None:
+    """What the code, the deploy files and the config `netclaw init` writes tell people to
+    read is a page of docs/ that exists: the reference left README.md for docs/."""
+    shipped = [
+        path
+        for path in tracked_files()
+        if path.relative_to(REPO).parts[0] in ("netclaw", "adapters", "deploy", "Dockerfile", ".ci")
+        and path.suffix not in (".png", ".js", ".sql")
+    ]
+    assert len(shipped) > 50, "tracked_files() found too few files of the code: is it still right?"
+    wrong = []
+    for path in shipped:
+        for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+            where = f"{path.relative_to(REPO)}:{number}"
+            if "README" in line and not _README_NEEDED.search(line):
+                wrong.append(f"{where} points at the README: {line.strip()}")
+            wrong += [
+                f"{where} names {page}, which does not exist"
+                for page in _DOCS_PAGE.findall(line)
+                if not (REPO / page).is_file()
+            ]
+    assert not wrong, "\n".join(wrong)
 
 
 def test_the_readme_stays_a_front_door() -> None:
