@@ -20,6 +20,7 @@ from netclaw.security.control_token import read_control_token
 from tests.fakes.scripted_openai import ScriptedOpenAIThread
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Keep a module's tests on one xdist worker only where they share a module-scoped
     fixture (a homeserver, an installed venv, a container): each worker would otherwise
