@@ -36,4 +36,4 @@ def test_sigkills_under_concurrent_load_lose_and_repeat_nothing(
     assert result.tool_runs > 0 and result.audited_wrong == 0  # each tool run audited once
     # Each kill was followed by a start that became ready (within the e2e readiness bound);
     # how fast is a figure of ``bench/chaos.py`` (restart_max_s), not a timing test.
-    assert len(result.restart_s) == 3
+    assert len(result.restart_s) == 1 + 3  # the first start, then one after each kill
