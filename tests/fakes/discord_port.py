@@ -287,7 +287,7 @@ class FakeDiscordServer:
             if m["channel_id"] == channel_id and m["author"]["id"] == self.bot_id
         ]
 
-    def wait_for(self, predicate: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
+    def wait_for(self, predicate: Callable[[], bool], timeout: float = 30.0, what: str = "condition") -> None:
         deadline = time.monotonic() + timeout
         while not predicate():
             if time.monotonic() > deadline:
