@@ -35,17 +35,15 @@ import asyncio
 import contextlib
 import itertools
 import json
-import threading
 import time
 import uuid
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any, Self, TypeVar
 
 from aiohttp import WSMsgType, web
 
-from tests.fakes._loop_thread import run_until_stopped
+from tests.fakes._loop_thread import LoopThread
 
 T = TypeVar("T")
 
@@ -783,54 +781,17 @@ def _seconds(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else str(value)
 
 
-class FakeSlackThread:
+class FakeSlackThread(LoopThread[FakeSlack]):
     """A :class:`FakeSlack` on its own event loop in a daemon thread, for sync tests.
 
     Attribute reads (``calls``, ``messages``, ``acks``) are snapshots of live lists; the
     async methods have sync twins that run on the fake's loop."""
 
     def __init__(self, **kwargs: Any) -> None:
-        self.server = FakeSlack(**kwargs)
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-
-    def _run(self, coro: Coroutine[Any, Any, T], timeout: float = 15.0) -> T:
-        if self._loop is None:
-            raise RuntimeError("FakeSlackThread is not started")
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+        super().__init__(FakeSlack(**kwargs), "fake-slack", timeout=15.0)
 
     def _call(self, fn: Callable[[], T]) -> T:
-        async def run() -> T:
-            return fn()
-
-        return self._run(run())
-
-    def start(self) -> str:
-        loop = asyncio.new_event_loop()
-        thread = threading.Thread(target=run_until_stopped, args=(loop,), name="fake-slack", daemon=True)
-        thread.start()
-        self._loop, self._thread = loop, thread
-        return self._run(self.server.start())
-
-    def stop(self) -> None:
-        loop, thread = self._loop, self._thread
-        if loop is None or thread is None:
-            return
-        try:
-            self._run(self.server.stop())
-        finally:
-            self._loop = self._thread = None
-            loop.call_soon_threadsafe(loop.stop)
-            thread.join(10)  # the thread closes the loop
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
+        return self.read(lambda _server: fn())
 
     @property
     def api_url(self) -> str:
@@ -839,24 +800,24 @@ class FakeSlackThread:
     # sync twins, run on the fake's loop
 
     def say(self, channel: str, text: str, **kwargs: Any) -> tuple[str, list[dict[str, Any]]]:
-        return self._run(self.server.say(channel, text, **kwargs))
+        return self.run(self.server.say(channel, text, **kwargs))
 
     def push(self, event: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-        return self._run(self.server.push(event, **kwargs))
+        return self.run(self.server.push(event, **kwargs))
 
     def redeliver(self, envelope: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-        return self._run(self.server.redeliver(envelope, **kwargs))
+        return self.run(self.server.redeliver(envelope, **kwargs))
 
     def click(
         self, channel: str, message_ts: str, action_id: str, value: str, **kwargs: Any
     ) -> dict[str, Any]:
-        return self._run(self.server.click(channel, message_ts, action_id, value, **kwargs))
+        return self.run(self.server.click(channel, message_ts, action_id, value, **kwargs))
 
     def close_socket(self) -> None:
-        self._run(self.server.close_socket())
+        self.run(self.server.close_socket())
 
     def request_disconnect(self, reason: str = "refresh_requested") -> None:
-        self._run(self.server.request_disconnect(reason))
+        self.run(self.server.request_disconnect(reason))
 
     def fail_next(self, method: str, **kwargs: Any) -> None:
         self._call(lambda: self.server.fail_next(method, **kwargs))
