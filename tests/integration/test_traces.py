@@ -22,6 +22,8 @@ from netclaw.tools import Tool, ToolContext
 from tests.conftest import DaemonHandle, wait_until
 from tests.fakes.otlp_receiver import OtlpReceiverThread, ReceivedSpan
 from tests.fakes.scripted_openai import ErrorReply, Reply, ScriptedOpenAIThread, ToolCallSpec
+from tests.fakes.subagent_script import FamilyScript
+from tests.integration import test_compaction as compaction
 
 StartDaemon = Callable[..., DaemonHandle]
 
@@ -289,3 +291,69 @@ def test_traces_on_without_the_extra_is_a_start_up_error_naming_it(tmp_path: Pat
     out = run_alone(tmp_path, blocked=True, telemetry={"traces": True})
     assert out.startswith("ERROR telemetry.traces is on, but OpenTelemetry is not installed"), out
     assert "pip install '.[telemetry]'" in out
+
+
+def test_a_sub_agents_turn_is_its_own_trace_linked_to_the_spawning_call(
+    start_daemon: StartDaemon, scripted: ScriptedOpenAIThread, receiver: OtlpReceiverThread
+) -> None:
+    scripted.set_responder(FamilyScript(rounds=1))
+    handle = start_daemon(telemetry=traced(receiver.base_url))
+    answer = handle.send("cli:boss", "SPAWN 1 quick wait", wait=True, headers={"traceparent": TRACEPARENT})
+    assert answer.status_code == 200, answer.text
+
+    def turns() -> list[ReceivedSpan]:
+        found = [s for s in receiver.spans if s.name == ROOT]
+        return found if len(found) == 2 else []
+
+    roots = wait_until(turns, 10, "the parent's and the child's turns")
+    (parent,) = [s for s in roots if s.attributes["netclaw.session.id"] == "cli:boss"]
+    (child,) = [s for s in roots if s.attributes["netclaw.session.id"] == "agent:cli:boss/1"]
+    (spawn,) = [s for s in receiver.spans if s.name == "execute_tool spawn_agent"]
+    assert parent.trace_id == TRACE_ID and spawn.parent_id == parent.span_id
+    assert child.trace_id != TRACE_ID and child.parent_id == ""  # a trace of its own...
+    assert child.links == ((TRACE_ID, spawn.span_id),)  # ...linked to the call that spawned it
+    assert child.attributes["netclaw.channel"] == "agent"
+    assert spawn.start_ns <= child.start_ns and child.end_ns <= spawn.end_ns  # it waited for it
+
+
+def test_an_approval_wait_and_a_compaction_are_spans_of_the_turn(
+    start_daemon: StartDaemon, scripted: ScriptedOpenAIThread, receiver: OtlpReceiverThread
+) -> None:
+    handle = start_daemon(
+        telemetry=traced(receiver.base_url),
+        models=compaction.MODELS,
+        session=compaction.SESSION,
+        audiences={"personal": {"approve": ["current_time"]}},
+    )
+    compaction.route_compaction(scripted)
+    sid = "cli:waits"
+    scripted.enqueue(*(Reply(text=f"answer {n}", usage=compaction.UNDER) for n in range(3)))
+    for n in range(3):
+        assert handle.send(sid, compaction.big(n), wait=True).status_code == 200
+    scripted.enqueue(
+        Reply(tool_calls=[ToolCallSpec("current_time", {}, id="call_t")], usage=compaction.OVER),
+        Reply(text="evening", usage=compaction.UNDER),
+    )
+    assert handle.send(sid, "what time is it?").status_code == 202
+    pending = wait_until(lambda: handle.http.get("/api/approvals").json(), 10, "the approval request")
+    decided = handle.http.post(
+        f"/api/sessions/{sid}/approvals/{pending[0]['id']}", json={"decision": "approve"}
+    )
+    assert decided.status_code == 200, decided.text
+
+    def fourth_turn() -> list[ReceivedSpan]:
+        roots = [s for s in receiver.spans if s.name == ROOT and s.attributes["netclaw.turn"] == 4]
+        return roots
+
+    (root,) = wait_until(fourth_turn, 15, "the fourth turn's span")
+    wait_until(lambda: [s for s in receiver.spans if s.name == "compaction"], 10, "the compaction's span")
+    under = [s for s in receiver.spans if s.parent_id == root.span_id]
+    (approval,) = [s for s in under if s.name == "approval current_time"]
+    assert approval.attributes["gen_ai.tool.call.id"] == "call_t"
+    assert approval.attributes["netclaw.approval.decision"] == "approve"
+    assert approval.attributes["netclaw.approval.by"]
+    (tool,) = [s for s in under if s.name == "execute_tool current_time"]
+    assert approval.end_ns <= tool.start_ns  # the call ran once a person said yes
+    (compacted,) = [s for s in under if s.name == "compaction"]
+    assert tool.end_ns <= compacted.start_ns
+    assert "compacted" in root.events and root.attributes["netclaw.turn.status"] == "completed"
