@@ -52,6 +52,7 @@ LIBRARY_LOGGERS = (
     "httpx2",  # the HTTP client of the mcp SDK: an INFO line per request (issue 28)
     "httpcore2",
     "mcp",
+    "opentelemetry",  # the trace exporter: a line per failed export while a collector is down
     "client",  # the mcp SDK's client session logs under this bare name
     "slack_bolt",
     "slack_sdk",

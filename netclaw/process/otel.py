@@ -73,6 +73,9 @@ class LiveSpan(Span):
         if value is not None:
             self._span.set_attribute(key, value)
 
+    def update(self, attributes: Mapping[str, AttributeValue | None]) -> None:
+        self._span.set_attributes({k: v for k, v in attributes.items() if v is not None})
+
     def event(self, name: str, attributes: Attributes | None = None) -> None:
         self._span.add_event(name, attributes=attributes)
 

@@ -146,6 +146,10 @@ class Tracing:
     def exported(self) -> int:
         return 0
 
+    def flush(self, timeout_s: float = 5.0) -> bool:
+        """Export what is queued now; False if that took longer than ``timeout_s``."""
+        return True
+
     def shutdown(self) -> None:
         """Export what is queued (for a few seconds at most), then stop."""
 

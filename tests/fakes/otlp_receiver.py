@@ -2,11 +2,19 @@
 Collector) is to netclaw, on 127.0.0.1, decoding each ``POST /v1/traces`` body as an
 ``ExportTraceServiceRequest`` protobuf with ``opentelemetry-proto`` — the wire format, not
 the SDK's objects. ``refuse``: answer 503 to every export (a collector that is up but
-failing). Use through :class:`OtlpReceiverThread` (its own loop in a daemon thread).
+failing). Use through :class:`OtlpReceiverThread` (its own loop in a daemon thread), or
+as a process of its own (the benchmarks: its CPU off the daemon's)::
+
+    python -m tests.fakes.otlp_receiver
+
+which prints ``LISTENING http://127.0.0.1:PORT`` and serves until SIGTERM/SIGINT.
 """
 
 from __future__ import annotations
 
+import asyncio
+import signal
+import sys
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -140,3 +148,20 @@ class OtlpReceiverThread(LoopThread[OtlpReceiver]):
             server.refuse = value
 
         self.read(set_refuse)
+
+
+async def _serve() -> None:
+    receiver = OtlpReceiver()
+    url = await receiver.start()
+    print(f"LISTENING {url}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    await stop.wait()
+    print(f"received {len(receiver.spans)} spans in {receiver.exports} exports", file=sys.stderr, flush=True)
+    await receiver.stop()
+
+
+if __name__ == "__main__":
+    asyncio.run(_serve())
