@@ -44,6 +44,7 @@ __all__ = [
     "current_ids",
     "current_span",
     "inject",
+    "outgoing",
     "parse_traceparent",
     "received",
     "span",
@@ -196,6 +197,12 @@ def inject(headers: MutableMapping[str, str]) -> None:
     here = current_span.get()
     if here.recording:
         headers.update(here.headers())
+
+
+def outgoing() -> Carrier:
+    """The current span's W3C context, for a request that carries it in its own way (an MCP
+    call's ``_meta``); empty outside a span."""
+    return current_span.get().headers()
 
 
 def current_ids() -> tuple[str, str] | None:

@@ -35,6 +35,8 @@ ROOT = "invoke_agent netclaw"
 
 @pytest.fixture
 def receiver(monkeypatch: pytest.MonkeyPatch) -> Iterator[OtlpReceiverThread]:
+    """(Asked for before start_daemon, so it outlives the daemons: their last export at a stop
+    reaches it.)"""
     monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "50")  # export within 50 ms, not the default 5 s
     with OtlpReceiverThread() as server:
         yield server
@@ -58,7 +60,7 @@ def one_trace(receiver: OtlpReceiverThread, trace_id: str) -> list[ReceivedSpan]
 
 
 def test_a_turn_with_two_tool_rounds_and_a_fallback_is_one_trace_under_the_callers_span(
-    start_daemon: StartDaemon, scripted: ScriptedOpenAIThread, receiver: OtlpReceiverThread
+    receiver: OtlpReceiverThread, start_daemon: StartDaemon, scripted: ScriptedOpenAIThread
 ) -> None:
     handle = start_daemon(
         telemetry=traced(receiver.base_url),
@@ -183,7 +185,7 @@ def test_metrics_say_where_a_turns_time_went_with_traces_off(
 
 
 def test_content_is_captured_only_when_asked_and_then_redacted(
-    start_daemon: StartDaemon, scripted: ScriptedOpenAIThread, receiver: OtlpReceiverThread
+    receiver: OtlpReceiverThread, start_daemon: StartDaemon, scripted: ScriptedOpenAIThread
 ) -> None:
     handle = start_daemon(telemetry=traced(receiver.base_url, capture_content=True))
     register_lookup(handle)
@@ -294,7 +296,7 @@ def test_traces_on_without_the_extra_is_a_start_up_error_naming_it(tmp_path: Pat
 
 
 def test_a_sub_agents_turn_is_its_own_trace_linked_to_the_spawning_call(
-    start_daemon: StartDaemon, scripted: ScriptedOpenAIThread, receiver: OtlpReceiverThread
+    receiver: OtlpReceiverThread, start_daemon: StartDaemon, scripted: ScriptedOpenAIThread
 ) -> None:
     scripted.set_responder(FamilyScript(rounds=1))
     handle = start_daemon(telemetry=traced(receiver.base_url))
@@ -317,7 +319,7 @@ def test_a_sub_agents_turn_is_its_own_trace_linked_to_the_spawning_call(
 
 
 def test_an_approval_wait_and_a_compaction_are_spans_of_the_turn(
-    start_daemon: StartDaemon, scripted: ScriptedOpenAIThread, receiver: OtlpReceiverThread
+    receiver: OtlpReceiverThread, start_daemon: StartDaemon, scripted: ScriptedOpenAIThread
 ) -> None:
     handle = start_daemon(
         telemetry=traced(receiver.base_url),
@@ -357,3 +359,23 @@ def test_an_approval_wait_and_a_compaction_are_spans_of_the_turn(
     (compacted,) = [s for s in under if s.name == "compaction"]
     assert tool.end_ns <= compacted.start_ns
     assert "compacted" in root.events and root.attributes["netclaw.turn.status"] == "completed"
+
+
+def test_an_mcp_call_is_a_span_with_its_server_and_carries_the_trace_in_its_meta(
+    receiver: OtlpReceiverThread, start_daemon: StartDaemon, scripted: ScriptedOpenAIThread
+) -> None:
+    server = {
+        "command": sys.executable,
+        "args": ["-m", "tests.fakes.mcp_fake", "stdio"],
+        "cwd": str(Path(__file__).resolve().parents[2]),
+    }
+    handle = start_daemon(telemetry=traced(receiver.base_url), mcp={"servers": {"docs": server}})
+    scripted.enqueue(Reply(tool_calls=[ToolCallSpec("docs__traced", {}, id="call_m")]), Reply(text="ok"))
+    assert handle.send("cli:mcp", "what trace?", wait=True).status_code == 200
+    (call,) = wait_until(lambda: receiver.named("execute_tool docs__traced"), 10, "the MCP call's span")
+    assert call.attributes["netclaw.mcp.server"] == "docs"
+    assert call.attributes["gen_ai.tool.type"] == "extension"
+    assert call.attributes["netclaw.tool.outcome"] == "ok"
+    (result,) = [m for m in handle.transcript("cli:mcp") if m["role"] == "tool"]
+    # What the server saw in the request's _meta: this very span as the parent.
+    assert f"00-{call.trace_id}-{call.span_id}-" in result["content"]
