@@ -23,6 +23,7 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.trace import (
     Link,
     NonRecordingSpan,
@@ -159,7 +160,8 @@ class Running(Tracing):
         own = {} if os.environ.get("OTEL_SERVICE_NAME") else {"service.name": service_name or DEFAULT_SERVICE}
         resource = Resource.create({"service.version": __version__, **own})
         # Not the global provider: two daemons in one process (the tests) keep theirs apart.
-        self._provider = TracerProvider(resource=resource)
+        self._ids = _Ids()
+        self._provider = TracerProvider(resource=resource, id_generator=self._ids)
         self._batcher = BatchSpanProcessor(
             _Counting(exporter, self._export_done),
             max_queue_size=max_queue,
@@ -177,6 +179,7 @@ class Running(Tracing):
         parent: Carrier = (),
         link: Carrier = (),
         start_ns: int | None = None,
+        trace_id: int | None = None,
     ) -> Span:
         context = Context()  # never whatever span is current here: a root starts afresh
         remote = _remote(parent)
@@ -184,9 +187,13 @@ class Running(Tracing):
             context = trace.set_span_in_context(NonRecordingSpan(remote), context)
         linked = _remote(link)
         links = [Link(linked)] if linked is not None else None
-        span = self.tracer.start_span(
-            name, context=context, attributes=attributes, links=links, start_time=start_ns
-        )
+        self._ids.preset.trace_id = trace_id if remote is None else None
+        try:
+            span = self.tracer.start_span(
+                name, context=context, attributes=attributes, links=links, start_time=start_ns
+            )
+        finally:
+            self._ids.preset.trace_id = None
         return LiveSpan(self, span)
 
     # -- the queue's bound and its counts
@@ -227,6 +234,21 @@ class Running(Tracing):
         stopping.join(SHUTDOWN_WAIT_S)
         if stopping.is_alive():
             log.warning("traces: the collector did not take the last spans within %gs", SHUTDOWN_WAIT_S)
+
+
+class _Preset(threading.local):
+    trace_id: int | None = None
+
+
+class _Ids(RandomIdGenerator):
+    """Random ids, but the trace id a root is given (:meth:`Running.root`), on its thread."""
+
+    def __init__(self) -> None:
+        self.preset = _Preset()
+
+    def generate_trace_id(self) -> int:
+        preset = self.preset.trace_id
+        return preset if preset is not None else super().generate_trace_id()
 
 
 class _Bounded(SpanProcessor):

@@ -28,6 +28,7 @@ attributes are ``netclaw.*``. See docs/telemetry.md.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import re
 from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from contextvars import ContextVar
@@ -48,6 +49,7 @@ __all__ = [
     "parse_traceparent",
     "received",
     "span",
+    "turn_trace_id",
 ]
 
 AttributeValue = str | bool | int | float | Sequence[str]
@@ -134,10 +136,13 @@ class Tracing:
         parent: Carrier = (),
         link: Carrier = (),
         start_ns: int | None = None,
+        trace_id: int | None = None,
     ) -> Span:
         """A span that starts a trace, or continues the one ``parent`` names (W3C headers);
         ``link``: a trace it is related to (a sub-agent's parent turn). ``start_ns``: when
-        it began (``time.time_ns()``), if before now."""
+        it began (``time.time_ns()``), if before now. ``trace_id``: the trace a new one
+        starts (a turn's, derived from what the journal holds, so the turn resumed after a
+        restart goes on in it); None: a random one."""
         return NO_SPAN
 
     def dropped(self) -> Mapping[str, int]:
@@ -156,6 +161,14 @@ class Tracing:
 
 
 OFF = Tracing()
+
+
+def turn_trace_id(session_id: str, message_id: str) -> int:
+    """The trace a turn that continues no caller's trace runs in: derived from its message's
+    id (random, and in the journal), so the same turn resumed after a restart, or on another
+    node, lands in the same trace."""
+    digest = hashlib.sha256(f"netclaw turn {session_id} {message_id}".encode()).digest()
+    return int.from_bytes(digest[:16], "big") or 1
 
 
 def parse_traceparent(value: str) -> tuple[int, int, int] | None:

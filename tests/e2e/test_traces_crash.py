@@ -1,7 +1,9 @@
 """Traces across a SIGKILL (``netclaw run`` as a subprocess, a real OTLP/HTTP receiver in
-the test): what ended before the kill reached the collector in the caller's trace; the
-turn that resumes after the restart is a trace of its own, marked resumed, whose model call
-sends its own traceparent to the provider."""
+the test): what ended before the kill reached the collector; the turn that resumes after
+the restart goes on in the trace it started in (its id derived from the turn's message,
+which the journal holds), marked resumed, and its model call sends its traceparent to the
+provider. A turn that continued a caller's trace resumes in its own (the caller's context
+is not journaled)."""
 
 from __future__ import annotations
 
@@ -28,8 +30,13 @@ def receiver() -> Iterator[OtlpReceiverThread]:
         yield server
 
 
-def test_a_turn_killed_mid_call_resumes_as_a_trace_of_its_own(
-    tmp_path: Path, scripted: ScriptedOpenAIThread, receiver: OtlpReceiverThread, daemons: Daemons
+@pytest.mark.parametrize("caller", [False, True], ids=["own-trace", "callers-trace"])
+def test_a_turn_killed_mid_call_resumes_in_its_trace(
+    tmp_path: Path,
+    scripted: ScriptedOpenAIThread,
+    receiver: OtlpReceiverThread,
+    daemons: Daemons,
+    caller: bool,
 ) -> None:
     setup = Setup(
         tmp_path / "site", scripted.base_url, telemetry={"traces": True, "endpoint": receiver.base_url}
@@ -41,17 +48,15 @@ def test_a_turn_killed_mid_call_resumes_as_a_trace_of_its_own(
     accepted = httpx.post(
         f"{daemon.base_url}/api/sessions/cli:crash/messages",
         json={"text": "hello"},
-        headers={"Authorization": f"Bearer {token}", "traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01"},
+        headers={"Authorization": f"Bearer {token}"}
+        | ({"traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01"} if caller else {}),
         timeout=30,
     )
     assert accepted.status_code == 202, accepted.text
     wait_until(lambda: scripted.requests, 30, "the model call in flight")
-    # What ended before the kill is at the collector, in the caller's trace.
-    (queued,) = wait_until(
-        lambda: [s for s in receiver.spans if s.name == "queue" and s.trace_id == TRACE_ID],
-        10,
-        "the queue span",
-    )
+    # What ended before the kill is at the collector (in the caller's trace, if one came).
+    (queued,) = wait_until(lambda: receiver.named("queue"), 10, "the queue span")
+    assert (queued.trace_id == TRACE_ID) is caller
     daemon.sigkill()
     assert not [s for s in receiver.spans if s.name == ROOT]  # the turn never ended there
 
@@ -63,8 +68,9 @@ def test_a_turn_killed_mid_call_resumes_as_a_trace_of_its_own(
     assert resumed.attributes["netclaw.turn"] == 1
     assert resumed.attributes["netclaw.session.id"] == "cli:crash"
     assert resumed.attributes["netclaw.turn.status"] == "completed"
-    assert resumed.trace_id != TRACE_ID and resumed.parent_id == ""
-    assert queued.parent_id != resumed.span_id
+    assert resumed.parent_id == "" and queued.parent_id != resumed.span_id
+    # Its own trace: the one the turn started in. A caller's: the resumed part is apart.
+    assert (resumed.trace_id == queued.trace_id) is not caller
     (call,) = [s for s in receiver.spans if s.parent_id == resumed.span_id and s.name == "chat scripted"]
     # (its flags: sampled, and the SDK's random trace id: 03)
     assert scripted.headers[-1]["traceparent"].startswith(f"00-{resumed.trace_id}-{call.span_id}-")

@@ -138,3 +138,21 @@ def test_a_log_line_inside_a_span_carries_its_ids() -> None:
     inside, outside = (json.loads(line) for line in out.getvalue().splitlines())
     assert (inside["trace_id"], inside["span_id"]) == root.ids
     assert "trace_id" not in outside
+
+
+def test_a_turns_own_trace_is_derived_from_its_message_so_a_resumed_turn_finds_it() -> None:
+    tracing = Running(exporter=Kept())
+    try:
+        own = traces.turn_trace_id("cli:a", "u_1")
+        assert own == traces.turn_trace_id("cli:a", "u_1") != traces.turn_trace_id("cli:a", "u_2")
+        first = tracing.root("invoke_agent netclaw", trace_id=own)
+        again = tracing.root("invoke_agent netclaw", trace_id=own)  # after a restart
+        assert first.ids is not None and again.ids is not None
+        assert first.ids[0] == again.ids[0] == f"{own:032x}" and first.ids[1] != again.ids[1]
+        called = tracing.root("invoke_agent netclaw", parent=(("traceparent", PARENT),), trace_id=own)
+        assert called.ids is not None and called.ids[0] == "4bf92f3577b34da6a3ce929d0e0e4736"  # the caller's
+        assert tracing.root("other").ids != first.ids  # no preset left behind
+        for span in (first, again, called):
+            span.end()
+    finally:
+        tracing.shutdown()

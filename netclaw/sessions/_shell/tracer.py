@@ -4,8 +4,9 @@ carries out. The pure session decides nothing here and knows nothing of it.
 - A turn's root span (``invoke_agent netclaw``) opens when the message that starts it
   arrived (``SendUserMessage.ts``) and ends when ``TurnRecorded`` is durable; a W3C context
   the message came with (an API request's ``traceparent``) is its parent, a sub-agent's
-  task links to the parent's span that spawned it. A turn resumed after a restart opens
-  its span at its first call, marked ``netclaw.turn.resumed``.
+  task links to the parent's span that spawned it. Otherwise its trace id is derived from
+  its message's id (:func:`~netclaw.process.traces.turn_trace_id`): a turn resumed after a
+  restart opens its span at its first call, in the same trace, marked ``netclaw.turn.resumed``.
 - Under it: the wait in the session's queue (``queue``), each journal write (``journal
   persist``), each approval wait (``approval {tool}``), each model call (``chat {model}``,
   made here and handed to the call on the loop) and the tools (the registry makes one
@@ -25,7 +26,7 @@ from netclaw.config import LiveSettings, Price
 from netclaw.llm import Completion
 from netclaw.messages import ChatMessage
 from netclaw.process.metrics import Metrics
-from netclaw.process.traces import NO_SPAN, AttributeValue, Carrier, Span, Tracing
+from netclaw.process.traces import NO_SPAN, AttributeValue, Carrier, Span, Tracing, turn_trace_id
 from netclaw.security.policy import channel_of
 from netclaw.security.redact import redact
 from netclaw.sessions._core.commands import SendUserMessage
@@ -101,7 +102,7 @@ class TurnTracer:
                     if arrival is not None and self._metrics is not None:
                         self._metrics.queue_seconds.observe(_since(arrival.start_ns))
                     if self.enabled:
-                        self._start_turn(turn, arrival)
+                        self._start_turn(turn, message_id, arrival)
                 case _ if not self.enabled:
                     pass
                 case ApprovalRequested(requests=requests):
@@ -139,7 +140,7 @@ class TurnTracer:
         if not self.enabled:
             return NO_SPAN
         if not self._turn.recording and state is not None and state.active is not None:
-            self._start_turn(state.active.turn, None, resumed=True)
+            self._start_turn(state.active.turn, state.active.message_id, None, resumed=True)
         request = effect.request
         provider = self._live.current.providers.get(effect.provider)
         span = self._turn.child(
@@ -205,7 +206,9 @@ class TurnTracer:
 
     # -- the turn's root
 
-    def _start_turn(self, turn: int, arrival: _Arrival | None, *, resumed: bool = False) -> None:
+    def _start_turn(
+        self, turn: int, message_id: str, arrival: _Arrival | None, *, resumed: bool = False
+    ) -> None:
         if self._turn.recording:  # a turn that never recorded its end (cannot happen): close it
             self._turn.fail("superseded")
             self._turn.end()
@@ -220,12 +223,19 @@ class TurnTracer:
         }
         if resumed:
             attributes["netclaw.turn.resumed"] = True
+        # Unless a caller's trace goes on here, the turn's own trace: the same after a restart.
+        trace_id = turn_trace_id(self._id, message_id)
         if arrival is None:
-            self._turn = self._tracing.root("invoke_agent netclaw", attributes)
+            self._turn = self._tracing.root("invoke_agent netclaw", attributes, trace_id=trace_id)
             return
         parent, link = ((), arrival.carrier) if arrival.link else (arrival.carrier, ())
         self._turn = self._tracing.root(
-            "invoke_agent netclaw", attributes, parent=parent, link=link, start_ns=arrival.start_ns
+            "invoke_agent netclaw",
+            attributes,
+            parent=parent,
+            link=link,
+            start_ns=arrival.start_ns,
+            trace_id=trace_id,
         )
         queued = self._turn.child(
             "queue", {"netclaw.queue.waited_s": _since(arrival.start_ns)}, start_ns=arrival.start_ns
