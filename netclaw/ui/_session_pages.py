@@ -167,7 +167,8 @@ class SessionPages:
         if view == "context":
             context["lines"] = context_lines(found.messages)
         elif view == "timeline":
-            context["timelines"] = timelines(await self.reads.turn_records(session_id), TIMELINE_TURNS)
+            records = await self.reads.turn_records(session_id)
+            context["timelines"] = timelines(records, TIMELINE_TURNS, now=self.room.clock())
         else:
             context["entries"] = self._entries(found)
         return self.room.render(request, "session.html", **context)

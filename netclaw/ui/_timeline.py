@@ -16,7 +16,7 @@ What the journal gives, and what each phase is made of:
   failed, timed out or was cancelled).
 
 Between phases is the session's own work (journal writes, building the prompt), drawn as
-a gap. A turn still running is drawn up to its last record.
+a gap. A turn still running is drawn up to now, with the approvals it still waits for.
 """
 
 from __future__ import annotations
@@ -123,8 +123,10 @@ class _Turn:
         return Timeline(self.turn, status, self.arrived, max(0.0, end - self.arrived), tuple(self.phases))
 
 
-def timelines(records: Sequence[Recorded], last: int = 10) -> list[Timeline]:
-    """The timelines of the ``last`` turns the records show, newest first."""
+def timelines(records: Sequence[Recorded], last: int = 10, now: float | None = None) -> list[Timeline]:
+    """The timelines of the ``last`` turns the records show, newest first. A turn still
+    running is drawn up to ``now`` (its last record without it), a wait for an approval
+    still open with it."""
     arrivals: dict[str, float] = {}
     done: list[Timeline] = []
     turn: _Turn | None = None
@@ -145,7 +147,10 @@ def timelines(records: Sequence[Recorded], last: int = 10) -> list[Timeline]:
                 done.append(ended)
                 turn = None
     if turn is not None:
-        done.append(turn.done("running", turn.cursor))
+        until = max(now, turn.cursor) if now is not None else turn.cursor
+        for asked, tool in turn.waiting.values():
+            turn.add("approval", f"approval: {tool} (waiting)", asked, until)
+        done.append(turn.done("running", until))
     return done[::-1][:last]
 
 

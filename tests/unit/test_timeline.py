@@ -105,3 +105,27 @@ def test_the_latest_turns_come_first_and_a_running_one_is_drawn_so_far() -> None
     found = timelines(records, last=2)
     assert [(t.turn, t.status) for t in found] == [(3, "running"), (2, "completed")]
     assert found[0].phases == () and found[1].phases == (Phase("model", "model: the answer", 0.0, 2.0),)
+
+
+def test_a_running_turn_waiting_for_a_person_is_drawn_up_to_now() -> None:
+    user = msg("user", 0.0)
+    asks = msg("assistant", 2.0, tool_calls=[{"id": "c1", "name": "deploy"}])
+    records = [
+        rec("InputAdmitted", 0.0, message=user),
+        rec("TurnStarted", 0.0, turn=1, message_id=user["id"]),
+        rec(
+            "ApprovalRequested",
+            2.0,
+            turn=1,
+            assistant=asks,
+            requests=[{"id": "ap", "call_id": "c1", "tool": "deploy", "requested_at": T0 + 2.0}],
+        ),
+    ]
+    (turn,) = timelines(records, now=T0 + 62.0)
+    assert (turn.status, round(turn.total)) == ("running", 62)
+    assert [(p.label, round(p.seconds)) for p in turn.phases] == [
+        ("model: asks for tools", 2),
+        ("approval: deploy (waiting)", 60),
+    ]
+    (without_now,) = timelines(records)  # no clock: up to its last record
+    assert round(without_now.total) == 2
