@@ -268,6 +268,17 @@ class TelemetryConfig(_Section):
             raise ValueError(f"{value!r} must start with http:// or https:// (OTLP over HTTP)")
         return value
 
+    def traces_url(self) -> str:
+        """Where spans go, as the exporter decides it: ``endpoint``, else the standard
+        variables (``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` as is, ``OTEL_EXPORTER_OTLP_ENDPOINT``
+        plus ``/v1/traces``), else ``http://localhost:4318/v1/traces``."""
+        if self.endpoint:
+            return self.endpoint.rstrip("/") + "/v1/traces"
+        if found := os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip():
+            return found
+        base = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip() or "http://localhost:4318"
+        return base.rstrip("/") + "/v1/traces"
+
 
 class DeliverConfig(_Section):
     channel: str  # a chat channel's name: slack, discord, or an installed one (telegram, ...)

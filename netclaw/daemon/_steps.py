@@ -23,7 +23,7 @@ from netclaw.http.questions import question_routes
 from netclaw.mcp import McpHub
 from netclaw.persistence import Journal, Manifest, save_manifest
 from netclaw.process.runtime import IoLoop
-from netclaw.process.traces import OFF, Tracing
+from netclaw.process.traces import INSTALL_HINT, OFF, Tracing
 from netclaw.providers import Provider
 from netclaw.sessions import SessionActor, SessionManager
 from netclaw.skills import LiveSkills, load_skills
@@ -38,9 +38,6 @@ WARM_TIMEOUT_S = 120.0
 ACTOR_STOP_TIMEOUT_S = 10.0
 
 
-TELEMETRY_EXTRA = "pip install 'netclaw[telemetry]' (in a checkout: pip install '.[telemetry]')"
-
-
 def start_tracing(config: TelemetryConfig) -> Tracing:
     """The daemon's tracer: OFF unless ``telemetry.traces``; then OpenTelemetry's SDK, imported
     only now (the ``telemetry`` extra)."""
@@ -51,7 +48,7 @@ def start_tracing(config: TelemetryConfig) -> Tracing:
     except ImportError as exc:
         raise ConfigError(
             f"telemetry.traces is on, but OpenTelemetry is not installed ({exc.name or exc} is missing): "
-            f"{TELEMETRY_EXTRA}, or set telemetry.traces to false"
+            f"{INSTALL_HINT}, or set telemetry.traces to false"
         ) from exc
     tracing = Running(
         capture_content=config.capture_content,
@@ -61,7 +58,7 @@ def start_tracing(config: TelemetryConfig) -> Tracing:
     )
     log.info(
         "traces: exported over OTLP/HTTP to %s%s",
-        config.endpoint or "the OTEL_EXPORTER_OTLP_* endpoint (default http://localhost:4318)",
+        config.traces_url(),
         ", with message and tool content" if config.capture_content else "",
     )
     return tracing

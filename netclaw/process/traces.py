@@ -34,6 +34,7 @@ from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from contextvars import ContextVar
 
 __all__ = [
+    "INSTALL_HINT",
     "NO_SPAN",
     "OFF",
     "AttributeValue",
@@ -51,6 +52,9 @@ __all__ = [
     "span",
     "turn_trace_id",
 ]
+
+# What to install when traces are on without OpenTelemetry (start-up and `netclaw doctor` say it).
+INSTALL_HINT = "pip install 'netclaw[telemetry]' (in a checkout: pip install '.[telemetry]')"
 
 AttributeValue = str | bool | int | float | Sequence[str]
 Attributes = Mapping[str, AttributeValue]

@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from netclaw.tools import Tool, ToolContext
-from tests.conftest import DaemonHandle, wait_until
+from tests.conftest import DaemonHandle, settings_data, wait_until, write_config
 from tests.fakes.otlp_receiver import OtlpReceiverThread, ReceivedSpan
 from tests.fakes.scripted_openai import ErrorReply, Reply, ScriptedOpenAIThread, ToolCallSpec
 from tests.fakes.subagent_script import FamilyScript
@@ -379,3 +379,34 @@ def test_an_mcp_call_is_a_span_with_its_server_and_carries_the_trace_in_its_meta
     (result,) = [m for m in handle.transcript("cli:mcp") if m["role"] == "tool"]
     # What the server saw in the request's _meta: this very span as the parent.
     assert f"00-{call.trace_id}-{call.span_id}-" in result["content"]
+
+
+def doctor(tmp_path: Path, base_url: str, **telemetry: Any) -> dict[str, Any]:
+    tmp_path.mkdir(parents=True)
+    config = write_config(
+        tmp_path / "netclaw.json", settings_data(tmp_path / "data", base_url, telemetry=telemetry)
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "NETCLAW_"))}
+    done = subprocess.run(
+        [sys.executable, "-m", "netclaw.cli", "doctor", "--config", str(config), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=Path(__file__).resolve().parents[2],
+        env=env,
+    )
+    checks = {c["check"]: c for c in json.loads(done.stdout)["checks"]}
+    return checks
+
+
+def test_doctor_says_whether_the_collector_answers(
+    receiver: OtlpReceiverThread, scripted: ScriptedOpenAIThread, tmp_path: Path
+) -> None:
+    up = doctor(tmp_path / "up", scripted.base_url, traces=True, endpoint=receiver.base_url)["traces"]
+    assert up["ok"] and up["detail"] == f"exported over OTLP/HTTP to {receiver.base_url}/v1/traces"
+    assert receiver.spans == []  # an empty export: no span was sent
+    down = doctor(
+        tmp_path / "down", scripted.base_url, traces=True, endpoint=f"http://127.0.0.1:{closed_port()}"
+    )["traces"]
+    assert not down["ok"] and down["detail"].startswith("no collector answers at http://127.0.0.1:")
+    assert "traces" not in doctor(tmp_path / "off", scripted.base_url)  # traces off: nothing to check
