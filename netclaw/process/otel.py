@@ -16,7 +16,7 @@ import contextlib
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from opentelemetry import trace
 from opentelemetry.context import Context
@@ -114,18 +114,29 @@ class LiveSpan(Span):
         state = context.trace_state.to_header()
         return (("traceparent", parent), ("tracestate", state)) if state else (("traceparent", parent),)
 
-    @contextlib.contextmanager
-    def current(self) -> Iterator[Span]:
-        token = current_span.set(self)
-        try:
-            yield self
-        finally:
-            current_span.reset(token)
+    def current(self) -> contextlib.AbstractContextManager[Span]:
+        return _Current(self)
 
     @property
     def ids(self) -> tuple[str, str] | None:
         context = self._span.get_span_context()
         return format_trace_id(context.trace_id), format_span_id(context.span_id)
+
+
+class _Current:
+    """``with span.current():`` — the span is the current one for the block."""
+
+    __slots__ = ("_span", "_token")
+
+    def __init__(self, span: Span) -> None:
+        self._span = span
+
+    def __enter__(self) -> Span:
+        self._token = current_span.set(self._span)
+        return self._span
+
+    def __exit__(self, *exc: object) -> None:
+        current_span.reset(self._token)
 
 
 class Running(Tracing):

@@ -42,6 +42,7 @@ __all__ = [
     "Carrier",
     "Span",
     "Tracing",
+    "active",
     "carrier",
     "current_ids",
     "current_span",
@@ -109,11 +110,10 @@ class Span:
         """This span's W3C context, for what it starts elsewhere (a sub-agent's turn)."""
         return ()
 
-    @contextlib.contextmanager
-    def current(self) -> Iterator[Span]:
+    def current(self) -> contextlib.AbstractContextManager[Span]:
         """This span is the current one for the block (in this task or thread): :func:`span`
-        nests under it, :func:`inject` sends its context."""
-        yield self
+        nests under it, :func:`inject` sends its context. (Here: nothing to do.)"""
+        return _UNCHANGED
 
     @property
     def ids(self) -> tuple[str, str] | None:
@@ -122,6 +122,7 @@ class Span:
 
 
 NO_SPAN = Span()
+_UNCHANGED = contextlib.nullcontext(NO_SPAN)  # stateless and reentrant: one for every caller
 current_span: ContextVar[Span] = ContextVar("netclaw_span", default=NO_SPAN)
 _inbound: ContextVar[Carrier] = ContextVar("netclaw_inbound_trace", default=())
 
@@ -187,6 +188,12 @@ def parse_traceparent(value: str) -> tuple[int, int, int] | None:
 
 
 # -- the current span, for code below the shell -----------------------------------------------
+
+
+def active() -> bool:
+    """Whether a span is current here (so :func:`span` makes one): callers skip building
+    names and attributes when not."""
+    return current_span.get().recording
 
 
 @contextlib.contextmanager

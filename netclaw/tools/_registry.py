@@ -102,7 +102,12 @@ class ToolRegistry:
         of an untrusted tool once its handler ran, errors included, and a reply that says it
         does — is labelled here too (:mod:`netclaw.security.trust`); a call refused before it ran
         (no such tool, not allowed, bad arguments) holds only netclaw's words and is not."""
-        with traces.span(f"execute_tool {call.name}", _tool_attributes(call), client=True) as span:
+        traced = (
+            traces.span(f"execute_tool {call.name}", _tool_attributes(call), client=True)
+            if traces.active()
+            else traces.NO_SPAN.current()
+        )
+        with traced as span:
             result, outside = await self._run(call, timeout_s, allowed, context)
             done = redact(result.content)
             if done.changed:
