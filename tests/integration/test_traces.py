@@ -410,3 +410,32 @@ def test_doctor_says_whether_the_collector_answers(
     )["traces"]
     assert not down["ok"] and down["detail"].startswith("no collector answers at http://127.0.0.1:")
     assert "traces" not in doctor(tmp_path / "off", scripted.base_url)  # traces off: nothing to check
+
+
+def test_a_webhook_deliverys_traceparent_is_its_turns_parent(
+    receiver: OtlpReceiverThread,
+    start_daemon: StartDaemon,
+    scripted: ScriptedOpenAIThread,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("CI_TOKEN", "ci-token-abcdef-0123456789-abcdefghijkl")
+    hooks = {"routes": {"ci": {"auth": {"type": "bearer", "secret_env": "CI_TOKEN"}, "text": "$.message"}}}
+    handle = start_daemon(
+        telemetry=traced(receiver.base_url),
+        webhooks=hooks,
+        gateway={"host": "127.0.0.1", "port": 0, "webhook_host": "127.0.0.1", "webhook_port": 0},
+    )
+    delivered = httpx.post(  # on the webhooks' own listener
+        f"http://127.0.0.1:{handle.daemon.webhook_port}/webhooks/ci",
+        json={"message": "deploy done"},
+        headers={
+            "Authorization": "Bearer ci-token-abcdef-0123456789-abcdefghijkl",
+            "traceparent": TRACEPARENT,
+        },
+        params={"wait": "1"},
+        timeout=30,
+    )
+    assert delivered.status_code == 200, delivered.text
+    (root,) = wait_until(lambda: receiver.named(ROOT), 10, "the turn's span")
+    assert (root.trace_id, root.parent_id) == (TRACE_ID, PARENT_ID)
+    assert root.attributes["netclaw.channel"] == "webhook"
