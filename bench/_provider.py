@@ -20,8 +20,16 @@ from _common import REPO_ROOT
 class ProviderProcess:
     """``python -m tests.fakes.scripted_openai --port 0``, started from the repo root."""
 
-    def __init__(self, log_path: Path) -> None:
+    def __init__(
+        self,
+        log_path: Path,
+        module: str = "tests.fakes.scripted_openai",
+        args: tuple[str, ...] = ("--port", "0"),
+    ) -> None:
         self.log_path = log_path
+        # Or another fake that prints the same LISTENING line (tests.fakes.otlp_receiver, no args).
+        self.module = module
+        self.args = args
         self.proc: subprocess.Popen[str] | None = None
         self._log: Any = None
         self.base_url = ""
@@ -35,7 +43,7 @@ class ProviderProcess:
     def start(self, timeout: float = 20.0) -> ProviderProcess:
         self._log = open(self.log_path, "w")  # noqa: SIM115  (closed in stop)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.fakes.scripted_openai", "--port", "0"],
+            [sys.executable, "-m", self.module, *self.args],
             cwd=REPO_ROOT,
             stdout=subprocess.PIPE,
             stderr=self._log,
@@ -57,7 +65,7 @@ class ProviderProcess:
         if not found:
             self.stop()
             tail = self.log_path.read_text()[-2000:] if self.log_path.exists() else ""
-            raise RuntimeError(f"scripted provider did not start within {timeout}s:\n{tail}")
+            raise RuntimeError(f"{self.module} did not start within {timeout}s:\n{tail}")
         self.base_url = found[0]
         self.port = int(self.base_url.rsplit(":", 1)[1].split("/")[0])
         return self

@@ -21,6 +21,7 @@ from netclaw import __version__
 from netclaw.config import Settings, find_config_path, load_settings
 from netclaw.errors import NetclawError
 from netclaw.process.system import SYSTEM_UNIT, ServiceUser, service_user
+from netclaw.process.traces import INSTALL_HINT
 
 if TYPE_CHECKING:
     from netclaw.gateway import ChatInput
@@ -54,6 +55,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     _doctor_sandbox(settings, report, service)
     _doctor_skills(settings, report)
     _doctor_web_search(settings, report)
+    _doctor_traces(settings, report)
     from netclaw.client import DaemonClient
     from netclaw.errors import ClientError
 
@@ -184,6 +186,34 @@ def _doctor_web_search(settings: Settings, report: Any) -> None:
         report(False, "web search", f"{search.backend}: {where_to_put(search.api_key_env)}")
         return
     report(True, "web search", f"{search.backend} at {where}")
+
+
+def _doctor_traces(settings: Settings, report: Any) -> None:
+    """With telemetry.traces on: OpenTelemetry installed, and the collector answering an
+    empty export (no span is sent)."""
+    config = settings.telemetry
+    if not config.traces:
+        return
+    try:
+        import netclaw.process.otel  # noqa: F401 - what start-up imports with traces on
+    except ImportError as exc:
+        report(False, "traces", f"OpenTelemetry is not installed ({exc.name} is missing): {INSTALL_HINT}")
+        return
+    import httpx
+
+    url = config.traces_url()
+    try:
+        answer = httpx.post(url, content=b"", headers={"Content-Type": "application/x-protobuf"}, timeout=3)
+    except httpx.HTTPError as exc:
+        report(
+            False, "traces", f"no collector answers at {url} ({exc}); turns go on, their spans are dropped"
+        )
+        return
+    if answer.status_code >= 300:
+        report(False, "traces", f"the collector at {url} answered HTTP {answer.status_code}")
+        return
+    content = ", with message and tool content" if config.capture_content else ""
+    report(True, "traces", f"exported over OTLP/HTTP to {url}{content}")
 
 
 def _finish(checks: list[dict[str, Any]], daemon: dict[str, Any] | None, as_json: bool) -> int:

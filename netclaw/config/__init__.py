@@ -249,6 +249,37 @@ class LogConfig(_Section):
         return value.lower() if isinstance(value, str) else value
 
 
+class TelemetryConfig(_Section):
+    """Traces of each turn over OTLP/HTTP (docs/telemetry.md); needs the ``telemetry`` extra.
+    The standard ``OTEL_*`` variables apply (``OTEL_EXPORTER_OTLP_ENDPOINT``,
+    ``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES``, ...); ``endpoint`` and
+    ``service_name`` here are used when the environment names none."""
+
+    traces: bool = False
+    capture_content: bool = False  # message and tool text on spans (redacted); off: names, counts, times
+    endpoint: str | None = None  # the collector's OTLP/HTTP base URL, e.g. http://127.0.0.1:4318
+    service_name: str | None = None  # None: OTEL_SERVICE_NAME, else "netclaw"
+    max_queue: int = Field(2048, ge=1, le=1_000_000)  # spans waiting for export; more are dropped, counted
+
+    @field_validator("endpoint")
+    @classmethod
+    def _http_endpoint(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError(f"{value!r} must start with http:// or https:// (OTLP over HTTP)")
+        return value
+
+    def traces_url(self) -> str:
+        """Where spans go, as the exporter decides it: ``endpoint``, else the standard
+        variables (``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` as is, ``OTEL_EXPORTER_OTLP_ENDPOINT``
+        plus ``/v1/traces``), else ``http://localhost:4318/v1/traces``."""
+        if self.endpoint:
+            return self.endpoint.rstrip("/") + "/v1/traces"
+        if found := os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip():
+            return found
+        base = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip() or "http://localhost:4318"
+        return base.rstrip("/") + "/v1/traces"
+
+
 class DeliverConfig(_Section):
     channel: str  # a chat channel's name: slack, discord, or an installed one (telegram, ...)
     to: str = Field(min_length=1)  # a channel id
@@ -773,6 +804,7 @@ class Settings(BaseSettings):
     skills: SkillsConfig = SkillsConfig()
     schedules: dict[str, ScheduleConfig] = {}
     log: LogConfig = LogConfig()
+    telemetry: TelemetryConfig = TelemetryConfig()
     ui: UiConfig = UiConfig()
     # Per-person permissions (netclaw/security/roles.py). Empty: everyone may do what the audience
     # allows. "admin" (the control token) may do everything; a role named "default" applies
@@ -1115,6 +1147,7 @@ RESTART_KEYS = (
     "mcp",  # servers are started and supervised from start-up
     "cluster",  # the node's membership, leases and rebalancer are built at start-up
     "ui",  # the control room's routes and login lifetime are set up at start-up
+    "telemetry",  # the tracer and its exporter are built at start-up
 )
 
 

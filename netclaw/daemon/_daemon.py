@@ -29,6 +29,7 @@ from netclaw.daemon._steps import (
     control_app,
     leave_cluster,
     seed_ledger,
+    start_tracing,
     step,
     stop_sessions,
     stop_sites,
@@ -63,6 +64,7 @@ from netclaw.process.metrics import GaugeMetricFamily, Metrics
 from netclaw.process.runtime import IoLoop
 from netclaw.process.service import Notifier
 from netclaw.process.system import ensure_writable_dir
+from netclaw.process.traces import OFF, Tracing
 from netclaw.providers import Provider, make_providers
 from netclaw.security.control_token import load_control_token
 from netclaw.security.policy import channel_of
@@ -119,6 +121,7 @@ class Daemon:
         self.mcp: McpHub | None = None
         self.questions: Questions | None = None  # what tools ask people (MCP elicitation, sampling)
         self.metrics = Metrics()
+        self.tracing: Tracing = OFF  # telemetry.traces: the running tracer, from start-up
         self.reminders: ReminderStore | None = None
         self.scheduler: Scheduler | None = None
         self.subagents: Subagents | None = None
@@ -178,6 +181,8 @@ class Daemon:
             preload_encoding()  # here, not in the first session's actor on the I/O loop
             self.io = IoLoop().start()
             metrics = self.metrics
+            tracing = self.tracing = start_tracing(self.settings.telemetry)
+            metrics.watch_traces(tracing)  # its counts (zero when traces are off)
             journal = make_journal(self.settings, metrics.commit_seconds.observe, protocol=protocol.CURRENT)
             self.io.run(journal.open())
             self.journal = journal
@@ -195,6 +200,7 @@ class Daemon:
             self.tools = tools = build_registry(
                 self.settings, self.memory, lambda: self.live.current, skills=self.skills
             )
+            tools.timed = lambda name, seconds: metrics.tool_seconds.labels(name).observe(seconds)
             # MCP servers connect before any session runs, so the first turns see their tools
             # (a server that is slow or broken keeps retrying in the background).
             tools_config = self.settings.tools
@@ -221,6 +227,7 @@ class Daemon:
                     questions=questions,
                     skills=self.skills,
                     ledger=ledger,
+                    tracing=tracing,
                 )
             )
             self.manager.on_session_stopped(HeapTrimmer(io.loop).session_stopped)
@@ -456,6 +463,9 @@ class Daemon:
 
     def _close_resources(self, io: IoLoop) -> None:
         """What the sessions used, in reverse order of opening; each step isolated."""
+        # The sessions' last spans have ended: export them (for a few seconds at most).
+        step("stop the tracer", self.tracing.shutdown)
+        self.tracing = OFF
         close_all(
             io,
             [

@@ -14,7 +14,8 @@ import pykka
 from aiohttp import web
 
 from netclaw.cluster.membership import ClusterNode
-from netclaw.config import Settings, SkillsConfig
+from netclaw.config import Settings, SkillsConfig, TelemetryConfig
+from netclaw.errors import ConfigError
 from netclaw.gateway import Auditing, Operator, ToolQuestions
 from netclaw.http.api import Api
 from netclaw.http.mcp import mcp_routes
@@ -22,6 +23,7 @@ from netclaw.http.questions import question_routes
 from netclaw.mcp import McpHub
 from netclaw.persistence import Journal, Manifest, save_manifest
 from netclaw.process.runtime import IoLoop
+from netclaw.process.traces import INSTALL_HINT, OFF, Tracing
 from netclaw.providers import Provider
 from netclaw.sessions import SessionActor, SessionManager
 from netclaw.skills import LiveSkills, load_skills
@@ -34,6 +36,32 @@ log = logging.getLogger(__name__)
 WARM_CONCURRENCY = 16  # sessions recovering at once at start-up
 WARM_TIMEOUT_S = 120.0
 ACTOR_STOP_TIMEOUT_S = 10.0
+
+
+def start_tracing(config: TelemetryConfig) -> Tracing:
+    """The daemon's tracer: OFF unless ``telemetry.traces``; then OpenTelemetry's SDK, imported
+    only now (the ``telemetry`` extra)."""
+    if not config.traces:
+        return OFF
+    try:
+        from netclaw.process.otel import Running
+    except ImportError as exc:
+        raise ConfigError(
+            f"telemetry.traces is on, but OpenTelemetry is not installed ({exc.name or exc} is missing): "
+            f"{INSTALL_HINT}, or set telemetry.traces to false"
+        ) from exc
+    tracing = Running(
+        capture_content=config.capture_content,
+        endpoint=config.endpoint,
+        service_name=config.service_name,
+        max_queue=config.max_queue,
+    )
+    log.info(
+        "traces: exported over OTLP/HTTP to %s%s",
+        config.traces_url(),
+        ", with message and tool content" if config.capture_content else "",
+    )
+    return tracing
 
 
 async def seed_ledger(journal: Journal, ledger: SpendLedger) -> None:

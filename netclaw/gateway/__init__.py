@@ -38,7 +38,14 @@ from netclaw.gateway._roles import (
     Threads,
     ToolQuestions,
 )
-from netclaw.gateway._views import CommandDone, SessionsFound, SessionSummary, SessionView, ThreadOpener
+from netclaw.gateway._views import (
+    CommandDone,
+    Recorded,
+    SessionsFound,
+    SessionSummary,
+    SessionView,
+    ThreadOpener,
+)
 from netclaw.identifiers import check_session_id
 from netclaw.sessions import Admission, PendingApproval, StatusReport, Subscription, TurnOutcome
 
@@ -58,6 +65,7 @@ __all__ = [
     "Operator",
     "PendingApproval",
     "Reads",
+    "Recorded",
     "SessionSummary",
     "SessionView",
     "SessionsFound",

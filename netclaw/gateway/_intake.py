@@ -29,6 +29,7 @@ from netclaw.history.tokens import fallback_count
 from netclaw.identifiers import check_session_id
 from netclaw.messages import Attachment, bounded_prior, prior_block
 from netclaw.persistence import Journal, Owner
+from netclaw.process import traces
 from netclaw.process.runtime import Reply
 from netclaw.security.policy import channel_of
 from netclaw.security.redact import merge, notice
@@ -118,6 +119,7 @@ class IntakeService:
                 speaker=speaker,
                 speaker_role=role,
                 subagent=inbound.subagent,
+                trace=traces.carrier(),
             ),
         )
         try:

@@ -16,6 +16,7 @@ sub-agents' port. Runs on the I/O loop; it reads the live settings.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Sequence
 from dataclasses import replace
@@ -24,7 +25,7 @@ from netclaw.cluster import Routing
 from netclaw.config import LiveSettings, Settings
 from netclaw.gateway._ask import ask
 from netclaw.gateway._context_view import offered_tools
-from netclaw.gateway._views import SessionsFound, SessionSummary, SessionView, summary_of
+from netclaw.gateway._views import Recorded, SessionsFound, SessionSummary, SessionView, summary_of
 from netclaw.identifiers import check_session_id
 from netclaw.lineage import ChildRecord
 from netclaw.messages import MessageKind
@@ -44,6 +45,21 @@ from netclaw.sessions import (
 )
 from netclaw.skills import LiveSkills, system_prompt
 from netclaw.tools import ToolRegistry
+
+# What a turn's timeline reads (netclaw/ui/_timeline.py).
+TIMELINE_EVENTS = frozenset(
+    {
+        "InputAdmitted",
+        "TurnStarted",
+        "StepRecorded",
+        "ApprovalRequested",
+        "ApprovalDecided",
+        "ModelSwitched",
+        "SessionCompacted",
+        "HistoryTrimmed",
+        "TurnRecorded",
+    }
+)
 
 
 class ReadService:
@@ -178,6 +194,15 @@ class ReadService:
             trimmed=state.trimmed,
             summarized=state.summary is not None,
             resets=state.resets,
+        )
+
+    async def turn_records(self, session_id: str) -> list[Recorded]:
+        """The events a turn's timeline is drawn from, oldest first, each with when it was
+        written (decoded in a worker thread). Empty for a session that does not exist."""
+        check_session_id(session_id)
+        rows = await self._journal.replay(session_id)
+        return await asyncio.to_thread(
+            lambda: [Recorded(r.type, json.loads(r.payload), r.ts) for r in rows if r.type in TIMELINE_EVENTS]
         )
 
     # -- across sessions ----------------------------------------------------------------------

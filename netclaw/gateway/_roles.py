@@ -35,7 +35,14 @@ from typing import Any, Protocol
 from netclaw.commands import ChatCommand, PromptCommand
 from netclaw.config import Settings
 from netclaw.gateway._inbound import ChatPermit, Inbound
-from netclaw.gateway._views import CommandDone, SessionsFound, SessionSummary, SessionView, ThreadOpener
+from netclaw.gateway._views import (
+    CommandDone,
+    Recorded,
+    SessionsFound,
+    SessionSummary,
+    SessionView,
+    ThreadOpener,
+)
 from netclaw.lineage import ChildRecord, ChildReport, SpawnRequest
 from netclaw.outputs import OutputFilter
 from netclaw.persistence import Memory, Node, Owner, UsageKey, UsageRow
@@ -169,6 +176,7 @@ class Reads(Protocol):
         self, *, text: str = "", channel: str = "", phase: str = "", offset: int = 0, limit: int = 50
     ) -> SessionsFound: ...
     async def get_session(self, session_id: str, *, context: bool = False) -> SessionView | None: ...
+    async def turn_records(self, session_id: str) -> list[Recorded]: ...
     async def memories(
         self, *, query: str | None = None, audience: str | None = None, session_id: str | None = None
     ) -> list[Memory]: ...

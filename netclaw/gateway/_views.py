@@ -66,6 +66,16 @@ class SessionView:
     tools: Sequence[str] = ()  # context view: the tools the model is offered
 
 
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """One journal event as recorded: its type name, its payload (JSON, decoded) and when
+    it was written (a turn's timeline is drawn from these: netclaw/ui/_timeline.py)."""
+
+    kind: str
+    data: Mapping[str, Any]
+    at: float
+
+
 def summary_of(row: SessionRow, resident: Mapping[str, Any]) -> SessionSummary:
     """A listing row as people see it: with its phase when resident here (``resident``:
     session id → phase), "passivated" when not."""

@@ -48,6 +48,7 @@ from netclaw.http.web import (
     retry_after_header,
     scrub_middleware,
     submission_response,
+    trace_middleware,
     wait_flag,
 )
 from netclaw.identifiers import check_label, check_session_id
@@ -93,7 +94,7 @@ class Api:
         self._streams = SseStreams()
 
     def app(self) -> web.Application:
-        middlewares = [scrub_middleware, errors_middleware, self.access.middleware]
+        middlewares = [scrub_middleware, errors_middleware, trace_middleware, self.access.middleware]
         if self.cluster is not None:  # a session's calls are answered by the node serving it
             middlewares.append(self.cluster.middleware)
         app = web.Application(middlewares=middlewares, client_max_size=MAX_MESSAGE_BODY_BYTES)
@@ -529,6 +530,8 @@ def _message_json(m: ChatMessage) -> dict[str, Any]:
 def webhook_app(routes: list[web.RouteDef]) -> web.Application:
     """The second listener (``gateway.webhook_host``/``webhook_port``): the webhook routes
     alone, with the API's error shape and body limit, and nothing of the control API."""
-    app = web.Application(middlewares=[scrub_middleware, errors_middleware], client_max_size=MAX_BODY_BYTES)
+    app = web.Application(
+        middlewares=[scrub_middleware, errors_middleware, trace_middleware], client_max_size=MAX_BODY_BYTES
+    )
     app.router.add_routes(routes)
     return app

@@ -33,6 +33,7 @@ from netclaw.errors import (
     SessionUnavailable,
 )
 from netclaw.gateway import Admission, Subscription, TurnOutcome
+from netclaw.process import traces
 from netclaw.security.redact import scrub_bytes
 
 log = logging.getLogger(__name__)
@@ -98,6 +99,14 @@ def _seconds_until(when: str | None) -> int:
     except ValueError:
         return 3600
     return max(1, math.ceil(at - time.time()))
+
+
+@web.middleware
+async def trace_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """A W3C ``traceparent`` the request came with is what the turn it admits continues
+    (telemetry.traces; netclaw/process/traces.py). A malformed one is ignored."""
+    with traces.received(request.headers):
+        return await handler(request)
 
 
 @web.middleware

@@ -53,6 +53,7 @@ from netclaw.mcp._requests import ServerRequests
 from netclaw.mcp._transport import open_transport, transport_kind
 from netclaw.mcp._types import McpServerStatus, McpState
 from netclaw.messages import Attachment
+from netclaw.process import traces
 from netclaw.process.runtime import cancel_and_wait
 from netclaw.retry import RetryPolicy, backoff_delay
 from netclaw.security.policy import ToolHints
@@ -260,10 +261,14 @@ class McpServer:
         if problem is not None:
             raise ToolError(f"invalid arguments for {tool.name}: {problem}")
         progress = self._requests.progress_for(ctx)
+        # The call's span (telemetry.traces), as MCP carries trace context: in the request's _meta.
+        meta: Any = dict(traces.outgoing()) or None
         with self._requests.calling(ctx):
             result = await self.use(
                 tool.name,
-                lambda client: client.call_tool(tool.remote_name, dict(args), progress_callback=progress),
+                lambda client: client.call_tool(
+                    tool.remote_name, dict(args), progress_callback=progress, meta=meta
+                ),
             )
         if result.is_error:
             raise ToolError(f"{tool.name} reported an error: {convert_result(result, max_images=0).text}")

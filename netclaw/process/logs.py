@@ -6,6 +6,8 @@ Formats (``log.format``):
   ``turn``, ``event``, …) follow as ``key=value``.
 - ``json``: one object per line, ``{"ts", "level", "logger", "msg", …extra fields,
   "exc"?}``, for log shippers.
+- A line logged inside a traced turn's span (``telemetry.traces``) has the fields
+  ``trace_id`` and ``span_id`` too (:class:`TraceIds`).
 - Under systemd (``$JOURNAL_STREAM`` names our stderr) every line carries a ``<N>``
   priority prefix (``journalctl -p err`` finds errors, JSON lines included) and text lines
   no timestamp: the journal records both itself.
@@ -39,6 +41,7 @@ import sys
 from typing import Any, TextIO
 
 from netclaw.errors import NetclawError
+from netclaw.process import traces
 
 LIBRARY_LOGGERS = (
     "aiosqlite",
@@ -49,6 +52,7 @@ LIBRARY_LOGGERS = (
     "httpx2",  # the HTTP client of the mcp SDK: an INFO line per request (issue 28)
     "httpcore2",
     "mcp",
+    "opentelemetry",  # the trace exporter: a line per failed export while a collector is down
     "client",  # the mcp SDK's client session logs under this bare name
     "slack_bolt",
     "slack_sdk",
@@ -189,6 +193,17 @@ class RepeatFilter(logging.Filter):
         return False
 
 
+class TraceIds(logging.Filter):
+    """A line logged inside a span (telemetry.traces) carries its ``trace_id`` and ``span_id``,
+    so a log search and a trace find each other."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        ids = traces.current_ids()
+        if ids is not None:
+            record.trace_id, record.span_id = ids
+        return True
+
+
 def configure_logging(
     level: str = "info", fmt: str = "text", libraries: str = "warning", *, stream: TextIO | None = None
 ) -> None:
@@ -196,6 +211,7 @@ def configure_logging(
     stream = stream or sys.stderr
     handler = logging.StreamHandler(stream)
     handler.addFilter(RepeatFilter())
+    handler.addFilter(TraceIds())
     journald = under_journald(stream)
     if fmt == "json":
         handler.setFormatter(JsonFormatter(journald=journald))

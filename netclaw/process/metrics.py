@@ -21,9 +21,11 @@ from prometheus_client import (
     disable_created_metrics,
     generate_latest,
 )
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
+
+from netclaw.process.traces import Tracing
 
 __all__ = ["CONTENT_TYPE", "GaugeMetricFamily", "Metrics", "gauge"]
 
@@ -32,6 +34,8 @@ disable_created_metrics()  # type: ignore[no-untyped-call]  # *_created series a
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 TURN_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 COMMIT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1)
+CALL_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+WAIT_BUCKETS = (0.001, 0.005, 0.025, 0.1, 0.5, 1, 5, 30, 120, 600)
 
 
 class Metrics:
@@ -64,6 +68,33 @@ class Metrics:
         self.commit_seconds = Histogram(
             "netclaw_journal_commit_seconds", "One journal group commit", buckets=COMMIT_BUCKETS, registry=r
         )
+        self.model_seconds = Histogram(
+            "netclaw_model_seconds",
+            "One model call, from the request to the whole answer (retries included), by model",
+            ["model"],
+            buckets=CALL_BUCKETS,
+            registry=r,
+        )
+        self.first_token_seconds = Histogram(
+            "netclaw_model_first_token_seconds",
+            "From a model call's request to the first text it streamed, by model",
+            ["model"],
+            buckets=CALL_BUCKETS,
+            registry=r,
+        )
+        self.tool_seconds = Histogram(
+            "netclaw_tool_seconds",
+            "One tool call that ran, by tool",
+            ["tool"],
+            buckets=CALL_BUCKETS,
+            registry=r,
+        )
+        self.queue_seconds = Histogram(
+            "netclaw_queue_wait_seconds",
+            "From a message's arrival to the start of its turn (queued behind another)",
+            buckets=WAIT_BUCKETS,
+            registry=r,
+        )
         self.approvals_pending = Gauge(
             "netclaw_approvals_pending", "Tool calls waiting for a person", registry=r
         )
@@ -72,6 +103,23 @@ class Metrics:
     def watch(self, families: Callable[[], Iterable[Metric]]) -> None:
         """Families read at scrape time (resident sessions, adapters, MCP servers, cluster)."""
         self.registry.register(_Scraped(families))
+
+    def watch_traces(self, tracing: Tracing) -> None:
+        """What the tracer exported and lost (telemetry.traces), read at scrape time."""
+
+        def families() -> Iterable[Metric]:
+            dropped = CounterMetricFamily(
+                "netclaw_trace_spans_dropped",
+                "Spans lost: the export queue was full, or the collector refused or never answered",
+                labels=["reason"],
+            )
+            for reason, count in sorted(tracing.dropped().items()):
+                dropped.add_metric([reason], count)
+            exported = CounterMetricFamily("netclaw_trace_spans_exported", "Spans the collector took")
+            exported.add_metric([], tracing.exported())
+            return [dropped, exported]
+
+        self.watch(families)
 
     def render(self) -> bytes:
         if self.node is None:

@@ -27,6 +27,7 @@ from netclaw.errors import (
     ProviderProtocolError,
     ProviderUnavailable,
 )
+from netclaw.process import traces
 from netclaw.providers._base import Completion, OnDelta, ProviderRequest
 from netclaw.providers._classify import (
     PROVIDER_MAX_RETRY_AFTER_S,
@@ -419,6 +420,7 @@ class HttpStreamingProvider(ABC, Generic[AnswerT]):
         # (the control token, the config's secrets) never reach a provider (netclaw/security/redact.py).
         body = scrub_bytes(self._request_content(request))
         headers = {**self._headers(), "Content-Type": "application/json"}
+        traces.inject(headers)  # the model call's span (telemetry.traces): the provider may continue it
         progress = _Progress()
         if self._post is None:
             self._post = _PreparedPost(self._endpoint(), self._client.timeout)

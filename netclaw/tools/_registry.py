@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 
 from netclaw.errors import ToolError
 from netclaw.llm import ToolSchema
 from netclaw.messages import ToolCall
+from netclaw.process import traces
 from netclaw.security.policy import NO_HINTS, ToolHints, tool_matches
 from netclaw.security.redact import redact
 from netclaw.security.trust import label_result
@@ -46,6 +48,9 @@ class ToolRegistry:
     def __init__(self, tools: Iterable[Tool] = ()) -> None:
         self._tools: dict[str, Tool] = {}
         self._sources: list[ToolSource] = []
+        # Told how long each call whose handler ran took (the daemon's /metrics): by a tool's
+        # name only once it is known to exist, so a model's invented names make no series.
+        self.timed: Callable[[str, float], None] | None = None
         for tool in tools:
             self.register(tool)
 
@@ -97,13 +102,21 @@ class ToolRegistry:
         of an untrusted tool once its handler ran, errors included, and a reply that says it
         does — is labelled here too (:mod:`netclaw.security.trust`); a call refused before it ran
         (no such tool, not allowed, bad arguments) holds only netclaw's words and is not."""
-        result, outside = await self._run(call, timeout_s, allowed, context)
-        done = redact(result.content)
-        if done.changed:
-            log.info("tool %s: redacted %s from its result", call.name, ", ".join(done.kinds))
-            result = replace(result, content=done.text)
-        if outside:
-            result = replace(result, content=label_result(call.name, result.content, result.is_error))
+        traced = (
+            traces.span(f"execute_tool {call.name}", _tool_attributes(call), client=True)
+            if traces.active()
+            else traces.NO_SPAN.current()
+        )
+        with traced as span:
+            result, outside = await self._run(call, timeout_s, allowed, context)
+            done = redact(result.content)
+            if done.changed:
+                log.info("tool %s: redacted %s from its result", call.name, ", ".join(done.kinds))
+                result = replace(result, content=done.text)
+            if outside:
+                result = replace(result, content=label_result(call.name, result.content, result.is_error))
+            if span.recording:
+                _traced(span, call, result)
         return result
 
     async def _run(
@@ -132,6 +145,7 @@ class ToolRegistry:
             return ToolResult(call, "error: arguments must be a JSON object", True), False
         bound = replace(context or DEFAULT_CONTEXT, call_id=call.id, tool=call.name)
         outside = tool.untrusted  # from here on the handler runs: what it says may be anyone's
+        started = time.perf_counter()
         try:
             async with asyncio.timeout(timeout_s) as deadline:
                 with running_until(deadline):  # stands still while the tool asks a person
@@ -147,6 +161,9 @@ class ToolRegistry:
             log.exception("tool %s failed", call.name)
             failed = f"error: tool {call.name} failed: {type(exc).__name__}: {exc}"
             return ToolResult(call, failed, True), outside
+        finally:
+            if self.timed is not None:
+                self.timed(call.name, time.perf_counter() - started)
         if isinstance(content, ToolReply):
             result = ToolResult(call, content.content, files=content.files, images=content.images)
             return result, outside or content.untrusted
@@ -162,3 +179,31 @@ class ToolRegistry:
         """All calls concurrently; results in call order."""
         allowed_list = None if allowed is None else list(allowed)
         return list(await asyncio.gather(*(self.run(c, timeout_s, allowed_list, context) for c in calls)))
+
+
+def _tool_attributes(call: ToolCall) -> traces.Attributes:
+    """An ``execute_tool`` span's attributes (GenAI conventions); an MCP tool's server
+    (its tools are named ``<server>__<tool>``)."""
+    server, sep, _ = call.name.partition("__")
+    attributes: dict[str, traces.AttributeValue] = {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": call.name,
+        "gen_ai.tool.call.id": call.id,
+        "gen_ai.tool.type": "extension" if sep else "function",
+    }
+    if sep:
+        attributes["netclaw.mcp.server"] = server
+    return attributes
+
+
+def _traced(span: traces.Span, call: ToolCall, result: ToolResult) -> None:
+    span.set("netclaw.tool.outcome", "error" if result.is_error else "ok")
+    if result.is_error:
+        span.fail("tool_error", _first_line(result.content))
+    if span.captures:  # both already redacted: the arguments by the session, the result above
+        span.set("gen_ai.tool.call.arguments", redact(call.arguments).text)
+        span.set("gen_ai.tool.call.result", result.content)
+
+
+def _first_line(text: str) -> str:
+    return text.strip().split("\n", 1)[0][:200] or "error"

@@ -23,6 +23,7 @@ from netclaw.http.web import SseStreams
 from netclaw.security.redact import Scrubber
 from netclaw.ui._auth import COOKIE, Login, Logins, LoginThrottle
 from netclaw.ui._charts import fmt
+from netclaw.ui._timeline import seconds
 from netclaw.ui._views import path_id, utc, when
 from netclaw.workers.scheduler import Scheduler
 
@@ -62,7 +63,9 @@ class Room:
             trim_blocks=True,
             lstrip_blocks=True,
         )
-        self.templates.filters.update(when=lambda ts: when(ts, self.clock()), utc=utc, fmt=fmt, sid=path_id)
+        self.templates.filters.update(
+            when=lambda ts: when(ts, self.clock()), utc=utc, fmt=fmt, sid=path_id, seconds=seconds
+        )
 
     @property
     def settings(self) -> Settings:

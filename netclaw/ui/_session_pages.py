@@ -31,6 +31,7 @@ from netclaw.http.web import sse_event
 from netclaw.lineage import ChildRecord, child_id
 from netclaw.ui._pages import all_approvals_fragment
 from netclaw.ui._room import PREFIX, Room
+from netclaw.ui._timeline import timelines
 from netclaw.ui._views import (
     PER_PAGE,
     PHASES,
@@ -47,6 +48,7 @@ from netclaw.ui._views import (
 STATUS_TIMEOUT_S = 2.0  # the sessions page asks resident sessions for model and context
 DECIDED_BY = "control room"
 MAX_MESSAGE_CHARS = 200_000
+TIMELINE_TURNS = 10  # the Timeline view: the latest turns
 
 
 class SessionPages:
@@ -145,8 +147,8 @@ class SessionPages:
     async def session(self, request: web.Request) -> web.Response:
         session_id = check_session_id(request.match_info["id"])
         view = request.query.get("view", "transcript")
-        if view not in ("transcript", "context"):
-            raise ApiError(400, "invalid_view", "view must be transcript or context")
+        if view not in ("transcript", "context", "timeline"):
+            raise ApiError(400, "invalid_view", "view must be transcript, context or timeline")
         found = await self._view(session_id, context=view == "context")
         owner = await self.reads.owner_of(session_id) if self.reads.clustered else None
         report = None if owner is not None else await self._status(session_id)
@@ -164,6 +166,9 @@ class SessionPages:
         }
         if view == "context":
             context["lines"] = context_lines(found.messages)
+        elif view == "timeline":
+            records = await self.reads.turn_records(session_id)
+            context["timelines"] = timelines(records, TIMELINE_TURNS, now=self.room.clock())
         else:
             context["entries"] = self._entries(found)
         return self.room.render(request, "session.html", **context)

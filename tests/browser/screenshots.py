@@ -25,6 +25,7 @@ SHOTS = [
     ("sessions", "/ui/sessions"),
     ("session", "/ui/sessions/cli:release"),
     ("session-context", "/ui/sessions/cli:release?view=context"),
+    ("session-timeline", "/ui/sessions/cli:release?view=timeline"),
     ("approvals", "/ui/approvals"),
     ("reminders", "/ui/reminders"),
     ("memories", "/ui/memories"),

@@ -239,3 +239,30 @@ def test_the_session_page_chooses_the_sessions_model(page: Any, room: Room) -> N
     assert room.scripted.requests[-1]["model"] == "scripted-big"
     page.reload()
     assert page.get_by_label("Model").input_value() == "big"
+
+
+def test_the_timeline_of_a_slow_turn_shows_where_its_time_went(page: Any, room: Room) -> None:
+    sid = "cli:ui-slow"
+    room.scripted.enqueue(
+        Reply(tool_calls=[ToolCallSpec("current_time", {})]),
+        Reply(text="here you are", delay_s=1.2),  # the model takes its time over the answer
+    )
+    assert room.handle.send(sid, "what time is it?", wait=True).status_code == 200
+    page.goto(f"/ui/sessions/{sid}")
+    page.get_by_role("link", name="Timeline").click()
+    heading = page.locator(".turn-timeline h3").first
+    assert "Turn 1" in heading.inner_text() and "completed" in heading.inner_text()
+    assert "slowest: model: the answer" in heading.inner_text()
+    rows = page.locator(".turn-timeline table tbody tr")
+    labels = [rows.nth(i).locator("td").first.inner_text() for i in range(rows.count())]
+    assert labels[-3:] == ["model: asks for tools", "tools: current_time", "model: the answer"]
+    took = float(rows.nth(rows.count() - 1).locator("td").nth(2).inner_text().split()[0])
+    assert 1.2 <= took < 5
+    # The waterfall: the answer's bar is the widest, and starts where the tools' bar does or
+    # after (a quick tool's bar is drawn a pixel or two wide whatever it took).
+    bars = page.locator(".turn-timeline svg rect")
+    boxes = [bars.nth(i).bounding_box() for i in range(bars.count())]
+    answer, tools = boxes[-1], boxes[-2]
+    assert answer is not None and tools is not None
+    assert answer["width"] == max(b["width"] for b in boxes if b is not None)
+    assert answer["x"] >= tools["x"]

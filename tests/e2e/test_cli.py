@@ -603,6 +603,6 @@ def test_doctor_checks_mcp_servers(tmp_path: Path, provider: ScriptedOpenAIThrea
     done = run_cli("doctor", "--json", "--config", str(site.config))
     report = json.loads(done.stdout)
     checks = {c["check"]: c for c in report["checks"]}
-    assert checks["mcp docs"]["ok"] and checks["mcp docs"]["detail"] == "17 tool(s)"
+    assert checks["mcp docs"]["ok"] and checks["mcp docs"]["detail"] == "18 tool(s)"
     assert not checks["mcp ghost"]["ok"] and "nonexistent" in checks["mcp ghost"]["detail"]
     assert done.returncode == 1

@@ -72,7 +72,7 @@ def test_the_operators_views(tmp_path: Path, scripted: ScriptedOpenAIThread, dae
     assert listed.returncode == 0, listed.stderr
     lines = dict(line.split(": ", 1) for line in listed.stdout.splitlines())
     assert lines["docs"].startswith(
-        "up (stdio), 17 tool(s) [protocol 2026-07-28; tools, resources, prompts, completions"
+        "up (stdio), 18 tool(s) [protocol 2026-07-28; tools, resources, prompts, completions"
     )
     assert lines["ghost"].startswith("down (stdio)") and "nonexistent" in lines["ghost"]
     as_json = json.loads(cli(site, "list", "--json").stdout)

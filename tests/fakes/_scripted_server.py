@@ -288,6 +288,7 @@ class ScriptedServer(ABC, Generic[R, E]):
         self.max_body_bytes = max_body_bytes
         self.host = host
         self.requests: list[dict[str, Any]] = []  # every valid request body, in arrival order
+        self.headers: list[dict[str, str]] = []  # the headers of each of them, in the same order
         self.errors: list[BaseException] = []  # exceptions raised by responders
         self.aborted = 0  # requests whose client went away before the answer was complete
         self.frames_sent = 0  # stream frames written, all requests together (a stream is under way)
@@ -419,6 +420,7 @@ class ScriptedServer(ABC, Generic[R, E]):
     def _record(self, request: web.Request, body: dict[str, Any]) -> None:
         """Keep a valid request."""
         self.requests.append(body)
+        self.headers.append({k.lower(): v for k, v in request.headers.items()})
 
     def _error_headers(self) -> dict[str, str]:
         return {}
@@ -578,6 +580,11 @@ class ScriptedServerThread(Generic[R, E]):
     def requests(self) -> list[dict[str, Any]]:
         """A snapshot of the request bodies received so far."""
         return list(self.server.requests)
+
+    @property
+    def headers(self) -> list[dict[str, str]]:
+        """The headers (lower-case names) of those requests, in the same order."""
+        return list(self.server.headers)
 
     @property
     def aborted(self) -> int:

@@ -17,8 +17,8 @@ kill it and start it again on the same port. Tools: ``echo``, ``add``, ``env`` (
 ``toggle`` (adds or removes ``extra`` and says ``tools/list_changed``), ``wipe``
 (``destructiveHint``), ``lookup`` (``readOnlyHint``), ``research`` (listed as requiring
 task-augmented execution), ``roots`` (the client's roots), ``signup`` (asks the person for
-an email: form elicitation), ``consult`` (asks the client's model: sampling) and ``steps``
-(progress notifications). A ``notifications/roots/list_changed`` appends a line to
+an email: form elicitation), ``consult`` (asks the client's model: sampling), ``steps``
+(progress notifications) and ``traced`` (the ``traceparent`` of the call's ``_meta``). A ``notifications/roots/list_changed`` appends a line to
 ``$FAKE_MCP_MARKER_DIR/roots-changed``. Resources: ``fake://doc/readme``,
 ``fake://pixel`` (a PNG) and the template ``fake://note/{name}``. Prompts: ``greet(name,
 style?)`` (with completions for ``name``) and ``review(code)`` (several messages and an
@@ -174,6 +174,12 @@ def build(name: str = "fake") -> MCPServer:
         content = answer.content
         text = content.text if isinstance(content, mt.TextContent) else "?"
         return f"the model said {text!r} ({answer.model})"
+
+    @server.tool()
+    def traced(ctx: Context) -> str:
+        """The W3C trace context the call came with in its ``_meta`` (``traceparent``), or "none"."""
+        meta = ctx.request_context.meta or {}
+        return str(meta.get("traceparent", "none"))
 
     @server.tool()
     async def steps(n: int, ctx: Context) -> str:

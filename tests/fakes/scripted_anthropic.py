@@ -473,7 +473,6 @@ class ScriptedAnthropic(ScriptedServer[Reply, ErrorReply]):
     ) -> None:
         super().__init__(default=default, context_window=context_window, host=host, port=port)
         self.api_key = api_key  # when set, requests must carry it in x-api-key
-        self.headers: list[dict[str, str]] = []  # the headers of each valid request
         self.rejected: list[tuple[Any, str]] = []  # (body, reason) of invalid requests
 
     # ----- protocol hooks
@@ -512,10 +511,6 @@ class ScriptedAnthropic(ScriptedServer[Reply, ErrorReply]):
             self.rejected.append((body, reason))
             return _bad_request(reason)
         return await self._respond(request, body)
-
-    def _record(self, request: web.Request, body: dict[str, Any]) -> None:
-        super()._record(request, body)
-        self.headers.append(dict(request.headers))
 
     def _estimate_prompt_tokens(self, body: dict[str, Any]) -> int:
         return estimate_prompt_tokens(body)

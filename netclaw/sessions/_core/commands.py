@@ -15,6 +15,7 @@ from netclaw.lineage import ChildRecord, ChildReport, ChildTask, SpawnRequest
 from netclaw.messages import Attachment
 from netclaw.outputs import Error, OutputFilter
 from netclaw.process.runtime import Reply
+from netclaw.process.traces import Carrier
 from netclaw.security.policy import Place
 from netclaw.sessions._core.approvals import PendingApproval
 from netclaw.sessions._core.journal.state import TurnOutcome
@@ -67,6 +68,9 @@ class SendUserMessage(Routed):
     speaker_role: str | None = None  # the role they act in (recorded: whose turn it is)
     # A sub-agent's task (its first input, from its parent) or a sub-agent's report (to it).
     subagent: ChildTask | ChildReport | None = None
+    # The W3C trace context it came with (an API request's traceparent, a spawning tool's span):
+    # its turn's span continues that trace (netclaw/process/traces.py). Never journaled.
+    trace: Carrier = ()
 
 
 @dataclass(frozen=True, slots=True)

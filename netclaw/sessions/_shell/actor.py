@@ -106,6 +106,7 @@ class SessionActor(pykka.ThreadingActor):
             may_recall=memory.may_have if memory is not None else lambda audience: False,
         )
         self._session = session = Session(self.session_id, env, resumed_at=self._resumed_at, held=self._held)
+        self._effects.state = state
         self._carry_out(session, session.recovered(state))
         elapsed_ms = (time.perf_counter() - started) * 1000
         log.debug("%s: recovered at seq %d in %.1f ms", self.session_id, state.seq, elapsed_ms)
@@ -121,15 +122,21 @@ class SessionActor(pykka.ThreadingActor):
             if not isinstance(message, COMMAND_TYPES):
                 log.warning("%s: ignoring unknown message %r", self.session_id, message)
                 return
+            tracer = self._effects.tracer
             try:
                 command: Command = message  # type: ignore[assignment]  # checked just above
-                self._carry_out(session, session.handle(command))
+                tracer.received(command)
+                with tracer.turn.current():  # what the session logs carries the turn's trace
+                    effects = session.handle(command)
+                self._carry_out(session, effects)
                 self._effects.settled(command)
             except (Exception, asyncio.CancelledError) as exc:  # noqa: BLE001 - a BaseException stops ALL actors
                 # Keep pykka out of it (it would stop us with commands still queued, leaving their
                 # callers hanging). Fail what waits on us; the manager retires us and recovers a
                 # fresh actor from the journal.
                 self._break(f"{type(exc).__name__}: {exc}", exc, message)
+            finally:
+                tracer.handled()
 
     def on_stop(self) -> None:
         with self._deps.io.batched():

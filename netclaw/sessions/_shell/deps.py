@@ -13,6 +13,7 @@ from netclaw.config import LiveSettings
 from netclaw.persistence import Journal, MemoryStore
 from netclaw.process.metrics import Metrics
 from netclaw.process.runtime import IoLoop
+from netclaw.process.traces import OFF, Tracing
 from netclaw.providers import Provider
 from netclaw.sessions._core.commands import Routed
 from netclaw.sessions._core.phases import Phase
@@ -72,6 +73,7 @@ class SessionDeps:
     questions: Questions | None = None  # what tools ask people, waiting on the loop (netclaw.tools)
     skills: LiveSkills | None = None  # the loaded skills, swapped on reload (None: no skills)
     ledger: SpendLedger = field(default_factory=SpendLedger)  # the daemon's spend today (shared)
+    tracing: Tracing = OFF  # telemetry.traces: each turn's spans (netclaw.process.traces)
 
     def provider_of(self, name: str) -> Provider:
         """The provider a model names (the config names only configured ones)."""

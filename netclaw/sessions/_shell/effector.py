@@ -57,6 +57,8 @@ from netclaw.sessions._core.effects import (
     StopTimer,
     TimerKind,
 )
+from netclaw.sessions._core.journal.events import SessionEvent
+from netclaw.sessions._core.journal.state import SessionState
 from netclaw.sessions._core.results import (
     CompactionDone,
     ExtractionDone,
@@ -71,6 +73,7 @@ from netclaw.sessions._shell import loop_ops as ops
 from netclaw.sessions._shell.deps import ManagerPort, SessionDeps, SessionRef
 from netclaw.sessions._shell.recorder import Recorder
 from netclaw.sessions._shell.tool_port import SessionToolPort
+from netclaw.sessions._shell.tracer import TurnTracer
 from netclaw.sessions._subscribers import SubscriberSet
 from netclaw.spend import Spent
 
@@ -89,6 +92,8 @@ class Effector:
         self._stop = stop
         self.actor_ref = ref
         self.recorder = Recorder(deps.io, deps.journal)
+        self.tracer = TurnTracer(session_id, deps.tracing, deps.live, deps.metrics)
+        self.state: SessionState | None = None  # as last written (or recovered)
         self.subscribers = SubscriberSet()
         self._timers: dict[TimerKind, Timer] = {}
         self._ops: dict[int, Cancellable] = {}
@@ -122,7 +127,7 @@ class Effector:
         deps, io = self._deps, self._deps.io
         match effect:
             case Persist(events=events, state=state):
-                self.recorder.write(state, events)
+                self._persist(events, state)
             case Snapshot(state=state, wait=wait):
                 self.recorder.snapshot(state, wait=wait)
             case Publish(outputs=outputs):
@@ -145,7 +150,10 @@ class Effector:
                 assert deps.memory is not None  # recall runs only with a memory store
                 self._ops[op_id] = ops.recall(io, self._ref, effect, deps.memory)
             case CallModel(op_id=op_id, provider=name):
-                self._ops[op_id] = ops.call_model(io, self._ref, effect, deps.provider_of(name))
+                span = self.tracer.model_call(effect, self.state)
+                provider = deps.provider_of(name)
+                ended, metrics = self.tracer.ended_call, deps.metrics
+                self._ops[op_id] = ops.call_model(io, self._ref, effect, provider, span, ended, metrics)
             case RunTools(op_id=op_id, context=context, model=name):
                 # What the round's tools may ask of the session (progress, a person, sampling
                 # with the model the turn is on).
@@ -162,10 +170,11 @@ class Effector:
                     settings=settings,
                 )
                 bound = replace(effect, context=replace(context, session=port))
-                self._ops[op_id] = ops.run_tools(io, self._ref, bound, deps.tools)
+                self._ops[op_id] = ops.run_tools(io, self._ref, bound, deps.tools, self.tracer.turn)
             case RunCompaction(op_id=op_id, plan=plan):
                 provider = deps.provider_of(plan.model.provider)
-                self._ops[op_id] = ops.compact(io, self._ref, effect, provider, deps.memory)
+                span = self.tracer.compaction(effect)
+                self._ops[op_id] = ops.compact(io, self._ref, effect, provider, deps.memory, span)
             case RunExtraction(op_id=op_id, plan=plan):
                 self._ops[op_id] = ops.extract(io, self._ref, effect, deps.provider_of(plan.model.provider))
             case SaveMemories(op_id=op_id):
@@ -220,6 +229,19 @@ class Effector:
             future.cancel()
         self._ops.clear()
         self.subscribers.close_all()
+        self.tracer.close()
+
+    def _persist(self, events: tuple[SessionEvent, ...], state: SessionState) -> None:
+        span = self.tracer.journal(events)
+        try:
+            self.recorder.write(state, events)
+        except BaseException as exc:
+            span.fail(exc)
+            raise
+        finally:
+            span.end()
+        self.state = state
+        self.tracer.persisted(events)
 
     def _cancel_timer(self, kind: TimerKind) -> None:
         timer = self._timers.pop(kind, None)

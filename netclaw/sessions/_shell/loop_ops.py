@@ -14,7 +14,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Mapping, Sequence
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import TypeVar
 
@@ -26,7 +27,9 @@ from netclaw.history.compaction import bound_summary, missing_sections, summary_
 from netclaw.llm import Completion, Delta, Provider, ProviderRequest, Usage
 from netclaw.messages import ChatMessage, ToolCall
 from netclaw.persistence import MemoryStore, NewMemory, format_recall
+from netclaw.process.metrics import Metrics
 from netclaw.process.runtime import Cancellable, IoLoop, Tellable
+from netclaw.process.traces import NO_SPAN, Span
 from netclaw.sessions._core.compaction import CompactionOutcome, CompactionPlan
 from netclaw.sessions._core.effects import (
     CallModel,
@@ -82,24 +85,53 @@ class DeltaRelay:
     every delta that arrives in one loop iteration travels in one ``tell``; the ones still
     waiting when the answer is complete travel with it (one message, not two)."""
 
-    __slots__ = ("_op_id", "_pending", "_ref", "_scheduled")
+    __slots__ = ("_first_ns", "_metrics", "_op_id", "_pending", "_ref", "_scheduled", "_span")
 
-    def __init__(self, ref: Tellable, op_id: int) -> None:
+    def __init__(
+        self, ref: Tellable, op_id: int, span: Span = NO_SPAN, metrics: Metrics | None = None
+    ) -> None:
         self._ref = ref
         self._op_id = op_id
         self._pending: list[Delta] = []
         self._scheduled = False
+        self._span = span  # the call's (telemetry.traces), ended here
+        self._metrics = metrics  # the call's latency and time to first token, by model
+        self._first_ns = 0  # when the first delta came (time to first token), if one did
 
-    async def stream(self, provider: Provider, request: ProviderRequest) -> ProviderDone:
+    async def stream(
+        self,
+        provider: Provider,
+        request: ProviderRequest,
+        answered: Callable[[Completion], None] | None = None,
+    ) -> ProviderDone:
+        span, started = self._span, time.perf_counter_ns()
         try:
-            completion = await provider.complete(request, self._on_delta)
-        except BaseException:
+            with span.current():  # the provider's request carries its traceparent
+                completion = await provider.complete(request, self._on_delta)
+        except BaseException as exc:
             self._flush()  # what was shown before the failure still reaches the actor first
+            span.fail(exc)
+            span.end()
             raise
+        first_s = (self._first_ns - started) / 1e9 if self._first_ns else None
+        if self._metrics is not None:
+            self._metrics.model_seconds.labels(request.model).observe(
+                (time.perf_counter_ns() - started) / 1e9
+            )
+            if first_s is not None:
+                self._metrics.first_token_seconds.labels(request.model).observe(first_s)
+        if span.recording:
+            span.set("gen_ai.response.time_to_first_chunk", first_s)
+            if answered is not None:
+                answered(completion)
+            span.end()
         tail, self._pending = tuple(self._pending), []
         return ProviderDone(self._op_id, completion, tail)
 
     def _on_delta(self, delta: Delta) -> None:
+        if not self._first_ns:
+            self._first_ns = time.perf_counter_ns()
+            self._span.event("first_token")
         self._pending.append(delta)
         if not self._scheduled:
             self._scheduled = True
@@ -113,21 +145,32 @@ class DeltaRelay:
                 self._ref.tell(ProviderDeltas(self._op_id, batch))
 
 
-def call_model(io: IoLoop, actor: Tellable, effect: CallModel, provider: Provider) -> Cancellable:
-    relay = DeltaRelay(actor, effect.op_id)
+def call_model(
+    io: IoLoop,
+    actor: Tellable,
+    effect: CallModel,
+    provider: Provider,
+    span: Span = NO_SPAN,
+    answered: Callable[[Span, CallModel, Completion], None] | None = None,
+    metrics: Metrics | None = None,
+) -> Cancellable:
+    relay = DeltaRelay(actor, effect.op_id, span, metrics)
     op_id = effect.op_id
+    record = (lambda completion: answered(span, effect, completion)) if answered is not None else None
     return io.submit_and_tell(
-        relay.stream(provider, effect.request),
+        relay.stream(provider, effect.request, record),
         actor,
         lambda done: done,
         lambda error: OpFailed(op_id, error),
     )
 
 
-def run_tools(io: IoLoop, actor: Tellable, effect: RunTools, tools: ToolRegistry) -> Cancellable:
+def run_tools(
+    io: IoLoop, actor: Tellable, effect: RunTools, tools: ToolRegistry, turn: Span = NO_SPAN
+) -> Cancellable:
     op_id = effect.op_id
     return io.submit_and_tell(
-        _round(tools, effect.calls, effect.timeout_s, effect.allowed, effect.context, effect.refusals),
+        _round(tools, effect.calls, effect.timeout_s, effect.allowed, effect.context, effect.refusals, turn),
         actor,
         lambda results: ToolsDone(op_id, results),
         lambda error: OpFailed(op_id, error),
@@ -141,18 +184,25 @@ async def _round(
     allowed: Sequence[str] | None,
     context: ToolContext,
     refusals: Mapping[str, str],
+    turn: Span = NO_SPAN,
 ) -> list[ToolResult]:
     running = [c for c in calls if c.id not in refusals]
-    ran = iter(await tools.run_batch(running, timeout_s, allowed=allowed, context=context))
+    with turn.current():  # each call's span (the registry's) is the turn's child
+        ran = iter(await tools.run_batch(running, timeout_s, allowed=allowed, context=context))
     return [ToolResult(c, refusals[c.id], True) if c.id in refusals else next(ran) for c in calls]
 
 
 def compact(
-    io: IoLoop, actor: Tellable, effect: RunCompaction, provider: Provider, memory: MemoryStore | None
+    io: IoLoop,
+    actor: Tellable,
+    effect: RunCompaction,
+    provider: Provider,
+    memory: MemoryStore | None,
+    span: Span = NO_SPAN,
 ) -> Cancellable:
     op_id = effect.op_id
     return io.submit_and_tell(
-        run_compaction(effect.plan, provider, memory),
+        _spanned(run_compaction(effect.plan, provider, memory), span),
         actor,
         lambda outcome: CompactionDone(op_id, outcome),
         lambda error: OpFailed(op_id, error),
@@ -186,6 +236,18 @@ def save_memories(io: IoLoop, actor: Tellable, effect: SaveMemories, memory: Mem
         lambda saved: MemoriesSaved(op_id, plan.through_turn, len(saved)),
         lambda error: OpFailed(op_id, error),
     )
+
+
+async def _spanned(work: Awaitable[T], span: Span) -> T:
+    """``work`` under ``span`` (current for it, so its model calls nest under it), then ended."""
+    try:
+        with span.current():
+            return await work
+    except BaseException as exc:
+        span.fail(exc)
+        raise
+    finally:
+        span.end()
 
 
 async def _time_boxed(work: Awaitable[T], seconds: float) -> T:
