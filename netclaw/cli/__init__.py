@@ -134,7 +134,7 @@ def _parser() -> argparse.ArgumentParser:
     memory = with_config(sub.add_parser("memory", help="list, search or delete durable memories"))
     memory.add_argument("action", nargs="?", choices=["list", "rm"], default="list", help="default: list")
     memory.add_argument("memory_id", nargs="?", help="rm: the memory (its number from the list)")
-    memory.add_argument("--q", metavar="TEXT", help="search for this")
+    memory.add_argument("--q", metavar="TEXT", help="search by meaning and words (the recall a turn uses)")
     memory.add_argument(
         "--audience", choices=["personal", "team", "public"], help="only memories of this audience"
     )

@@ -144,6 +144,8 @@ def cmd_memory(args: argparse.Namespace) -> int:
         source = m["source_session"] + (f" turn {m['source_turn']}" if m.get("source_turn") else "")
         print(f"{m['id']:>6}  [{m['audience']}/{m['kind']}]  {m['text']}")
         print(f"        learnt in {source} on {_when(m['created_at'])}")
+        if m.get("superseded_by") is not None:
+            print(f"        replaced by memory {m['superseded_by']} (a changed fact; no longer recalled)")
     return 0
 
 

@@ -204,6 +204,16 @@ class HistoryConfig(_Section):
     low_water: float = Field(0.6, gt=0, le=1)
 
 
+class MemoryConfig(_Section):
+    """Durable memory (docs/memory.md). ``embeddings``: the model that gives each memory a
+    vector for recall by meaning; ``wordllama-256`` (default) ships in the ``wordllama``
+    package, so it works offline with nothing to download; ``wordllama-64`` is its 64-wide
+    prefix (a quarter of the memory); ``none`` recalls by keywords only. Changing it
+    re-embeds the memories in the background."""
+
+    embeddings: Literal["wordllama-256", "wordllama-64", "none"] = "wordllama-256"
+
+
 class SpendConfig(_Section):
     """The whole daemon's spend guard, per UTC day (each session's is under ``session``),
     and the currency the models' prices are in."""
@@ -788,6 +798,7 @@ class Settings(BaseSettings):
     models: ModelsConfig = ModelsConfig()
     session: SessionConfig = SessionConfig()
     history: HistoryConfig = HistoryConfig()
+    memory: MemoryConfig = MemoryConfig()
     spend: SpendConfig = SpendConfig()
     gateway: GatewayConfig = GatewayConfig()
     webhooks: SerializeAsAny[ChannelSection] = Field(

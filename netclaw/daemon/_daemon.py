@@ -385,6 +385,7 @@ class Daemon:
             self.manager,
             self.cluster,
             self.mcp,
+            self.memory,
         )
 
     def health(self) -> dict[str, Any]:

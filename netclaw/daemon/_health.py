@@ -10,7 +10,7 @@ from typing import Any
 from adapters.channels import Channels
 from netclaw.cluster.membership import ClusterNode
 from netclaw.mcp import McpHub
-from netclaw.persistence import Journal
+from netclaw.persistence import Journal, MemoryStore
 from netclaw.process.metrics import GaugeMetricFamily, gauge
 from netclaw.sessions import SessionManager
 from netclaw.skills import LiveSkills
@@ -28,6 +28,7 @@ class Looked:
     manager: SessionManager | None
     cluster: ClusterNode | None
     mcp: McpHub | None
+    memory: MemoryStore | None = None
 
 
 def health(parts: Looked) -> dict[str, Any]:
@@ -52,6 +53,11 @@ def health(parts: Looked) -> dict[str, Any]:
     if parts.mcp is not None and parts.mcp.servers:
         body["mcp"] = {name: status.to_json() for name, status in parts.mcp.statuses().items()}
         problems += parts.mcp.problems()
+    if parts.memory is not None:
+        # Recall by meaning: "ready", "re-embedding (N to go)" (those found by keywords
+        # meanwhile) or "off" (keywords only).
+        embedding = parts.memory.embedding_status()
+        body["memory"] = {"embeddings": embedding.model or "none", "recall": embedding.state}
     skills = parts.skills.current
     body["skills"] = {
         "loaded": skills.names,

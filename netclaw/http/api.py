@@ -479,6 +479,7 @@ def _memory_json(m: Memory) -> dict[str, Any]:
         "source_session": m.session_id,
         "source_turn": m.turn,
         "created_at": m.created,
+        "superseded_by": m.superseded_by,  # a changed fact replaced it: kept, no longer recalled
     }
 
 

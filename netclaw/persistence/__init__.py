@@ -15,6 +15,13 @@ from netclaw.persistence._backends import (
     uses_postgres,
 )
 from netclaw.persistence._deliveries import DeliveryLog, SqliteDeliveryLog
+from netclaw.persistence._embeddings import (
+    DEFAULT_EMBEDDINGS,
+    Embedder,
+    EmbeddingsName,
+    EmbeddingsUnavailable,
+    load_embedder,
+)
 from netclaw.persistence._journal import (
     Journal,
     Lease,
@@ -33,6 +40,7 @@ from netclaw.persistence._journal import (
 from netclaw.persistence._manifest import Manifest
 from netclaw.persistence._memory import (
     MAX_MEMORY_CHARS,
+    EmbeddingStatus,
     Memory,
     MemoryStore,
     NewMemory,
@@ -44,10 +52,15 @@ from netclaw.persistence._reminders import Reminder, ReminderStore, SqliteRemind
 from netclaw.persistence._sqlite import SqliteJournal, prepare_database
 
 __all__ = [
+    "DEFAULT_EMBEDDINGS",
     "MAX_MEMORY_CHARS",
     "AccessLogic",
     "ApiToken",
     "DeliveryLog",
+    "Embedder",
+    "EmbeddingStatus",
+    "EmbeddingsName",
+    "EmbeddingsUnavailable",
     "Journal",
     "Lease",
     "Manifest",
@@ -75,6 +88,7 @@ __all__ = [
     "apply_migrations",
     "format_recall",
     "hash_token",
+    "load_embedder",
     "load_migrations",
     "make_access",
     "make_deliveries",

@@ -15,6 +15,7 @@ from netclaw.errors import ConfigError
 from netclaw.persistence import _manifest
 from netclaw.persistence._access import SqliteAccessStore
 from netclaw.persistence._deliveries import SqliteDeliveryLog
+from netclaw.persistence._embeddings import load_embedder
 from netclaw.persistence._manifest import Manifest
 from netclaw.persistence._memory import SqliteMemoryStore
 from netclaw.persistence._reminders import SqliteReminderStore
@@ -78,11 +79,16 @@ def make_journal(
 
 
 def make_memory(settings: Settings) -> SqliteMemoryStore | PostgresMemoryStore:
+    """The memory store with the configured embeddings (loaded here: blocking, ~0.5 s the
+    first time in a process; call it off the loop)."""
+    embedder = load_embedder(settings.memory.embeddings)
     if uses_postgres(settings):
         with _needs_psycopg():
             from netclaw.persistence.postgres import PostgresMemoryStore
-        return PostgresMemoryStore(settings.journal.dsn())
-    return SqliteMemoryStore(settings.database_path, synchronous=settings.journal.synchronous)
+        return PostgresMemoryStore(settings.journal.dsn(), embedder=embedder)
+    return SqliteMemoryStore(
+        settings.database_path, synchronous=settings.journal.synchronous, embedder=embedder
+    )
 
 
 def make_reminders(settings: Settings) -> SqliteReminderStore | PostgresReminderStore:

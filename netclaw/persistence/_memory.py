@@ -1,33 +1,44 @@
-"""Durable memory: facts worth keeping beyond one conversation, searchable with FTS5.
+"""Durable memory: facts worth keeping beyond one conversation, found by words and meaning.
 
-Memories are written by the compaction flush and the ``remember`` tool, and
-recalled into the volatile context before a turn. Each belongs to one audience
-(personal / team / public) and is only ever found by searches in that audience,
-so what was said in a private session cannot surface in a shared one.
+Memories are written by the compaction flush, extraction at passivation and the
+``remember`` tool, and recalled into the volatile context before a turn. Each belongs to
+one audience (personal / team / public) and is only ever found by searches in that
+audience, so what was said in a private session cannot surface in a shared one.
+
+Recall is hybrid (:mod:`netclaw.persistence._recall`): FTS5's BM25 ranking fused with the
+similarity of each memory's embedding (:mod:`netclaw.persistence._embeddings`), under a
+relevance floor. A write looks before it adds: a near duplicate is not stored twice, and a
+changed fact supersedes the memory it changes (kept, no longer recalled).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
 import re
 import sqlite3
 import time
 import unicodedata
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
 import aiosqlite
+import numpy as np
 
 from netclaw.errors import JournalError
 from netclaw.history import MEMORY_KINDS
+from netclaw.persistence._embeddings import Embedder, Vectors
+from netclaw.persistence._recall import CANDIDATES, VectorIndex, WriteDecision, decide_write, fuse
+
+log = logging.getLogger(__name__)
 
 MAX_MEMORY_CHARS = 2000
 MAX_QUERY_TERMS = 16
 RECALL_HEADER = "Relevant memories (from earlier conversations):"
 
-_ROWS_PER_INSERT = 100  # 8 bound values a row; far below SQLite's variable limit
 _MAX_LIMIT = 100
 
 # Common English words that would match nearly every memory and only add noise to bm25.
@@ -57,12 +68,17 @@ class Memory:
     created: float  # unix seconds
     turn: int | None = None  # the turn of that session (None: from before provenance was kept)
     scope: str | None = None  # where it was made ("slack:C123"); None: the whole audience
+    superseded_by: int | None = None  # the memory that replaced it (a changed fact); None: live
+    replaces: int | None = None  # set by ``add`` only: the memory this new one superseded
 
 
 @dataclass(frozen=True, slots=True)
 class NewMemory:
     text: str
     kind: str = "fact"
+    # The memory this one changes, as the model said (the remember tool): superseded if it
+    # is a live memory of the same audience; otherwise the write decides as for any other.
+    replaces: int | None = None
 
     def __post_init__(self) -> None:
         # Fail where the bad value is made, not later as a CHECK constraint error.
@@ -80,14 +96,16 @@ class MemoryStore(Protocol):
         turn: int | None = None,
         scope: str | None = None,
     ) -> list[Memory]:
-        """Store new items; returns only those newly stored (duplicates and blanks are skipped)."""
+        """Store new items; returns only those newly stored (duplicates, near duplicates and
+        blanks are skipped; one that changes an existing fact says which in ``replaces``)."""
         ...
 
     async def search(
         self, query: str, *, audience: str | None = None, scope: str | None = None, limit: int = 5
     ) -> list[Memory]:
-        """The most relevant memories for free text, best first; ``audience=None`` searches all.
-        With ``scope``, only memories made there or audience-wide ones (scope NULL)."""
+        """The most relevant live memories for free text, best first (hybrid recall, relevance
+        floor); ``audience=None`` searches all. With ``scope``, only memories made there or
+        audience-wide ones (scope NULL)."""
         ...
 
     def may_have(self, audience: str) -> bool:
@@ -103,7 +121,12 @@ class MemoryStore(Protocol):
         session_id: str | None = None,
         limit: int = 100,
     ) -> list[Memory]:
-        """Memories for people to look through: matching ``query`` (best first) or newest first."""
+        """Memories for people to look through: matching ``query`` (the same recall, best
+        first) or newest first (superseded ones too, marked)."""
+        ...
+
+    def embedding_status(self) -> EmbeddingStatus:
+        """How far the memories are embedded with the configured model (for /status)."""
         ...
 
     async def delete(self, memory_id: int) -> bool: ...
@@ -115,6 +138,18 @@ class MemoryStore(Protocol):
     async def count(self, audience: str | None = None) -> int: ...
 
     async def close(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddingStatus:
+    model: str | None  # None: embeddings off (keyword recall only)
+    pending: int  # memories not yet embedded with it: recall finds those by keywords only
+
+    @property
+    def state(self) -> str:
+        if self.model is None:
+            return "off"
+        return f"re-embedding ({self.pending} to go)" if self.pending else "ready"
 
 
 def normalise(text: str) -> str:
@@ -170,14 +205,150 @@ def format_recall(memories: Sequence[Memory], char_budget: int = 1500) -> str | 
     return out if added else None
 
 
-_COLUMNS = "id, text, kind, session_id, audience, created, turn, scope"
-_M_COLUMNS = "m.id, m.text, m.kind, m.session_id, m.audience, m.created, m.turn, m.scope"
+_COLUMNS = "id, text, kind, session_id, audience, created, turn, scope, superseded_by"
+_M_COLUMNS = "m.id, m.text, m.kind, m.session_id, m.audience, m.created, m.turn, m.scope, m.superseded_by"
+_BACKFILL_BATCH = 256  # memories re-embedded per step: each step is one short write
+
+
+def to_blob(vector: Vectors) -> bytes:
+    return np.asarray(vector, dtype="<f4").tobytes()
+
+
+class HybridRecall:
+    """The half of hybrid recall that is the same on both backends: the embedder, the
+    in-memory vector index, the memories still to embed, fusion. A store feeds it the rows
+    it reads and the keyword ranking it computes; embedding and scoring run in a worker
+    thread (CPU work, never on the loop)."""
+
+    def __init__(self, embedder: Embedder | None) -> None:
+        self.embedder = embedder
+        self.index: VectorIndex | None = VectorIndex(embedder.dim) if embedder is not None else None
+        self.pending: set[int] = set()  # live memories without a vector of this model
+        self._backfill: asyncio.Task[None] | None = None
+
+    @property
+    def model(self) -> str | None:
+        return self.embedder.model if self.embedder is not None else None
+
+    def load(self, rows: Iterable[Sequence[Any]]) -> None:
+        """Index live rows ``(id, audience, scope, vector, vector_model)``; a row without a
+        vector of this model waits for the background re-embedding."""
+        if self.index is None or self.embedder is None:
+            return
+        for memory_id, audience, scope, blob, model in rows:
+            if blob is not None and model == self.embedder.model and len(blob) == 4 * self.index.dim:
+                vector = np.frombuffer(bytes(blob), dtype="<f4").astype(np.float32)
+                self.index.put(int(memory_id), str(audience), scope, vector)
+                self.pending.discard(int(memory_id))
+            elif int(memory_id) not in self.index:
+                self.pending.add(int(memory_id))
+
+    async def embed(self, texts: Sequence[str]) -> Vectors | None:
+        if self.embedder is None or not texts:
+            return None
+        return await asyncio.to_thread(self.embedder.embed, list(texts))
+
+    async def similar(
+        self, text: str, audience: str | None, scope: str | None, k: int
+    ) -> tuple[Vectors | None, list[tuple[int, float]]]:
+        """The query's vector (None: embeddings off, or no word of it is known) and the ``k``
+        nearest live memories."""
+        embedder, index = self.embedder, self.index
+        if embedder is None or index is None:
+            return None, []
+
+        def work() -> tuple[Vectors | None, list[tuple[int, float]]]:
+            query = embedder.embed([text])[0]
+            if not query.any():
+                return None, []
+            return query, index.nearest(query, audience, scope, k)
+
+        return await asyncio.to_thread(work)
+
+    def rank(
+        self,
+        query: Vectors | None,
+        keyword_ids: Sequence[int],
+        similar: Sequence[tuple[int, float]],
+        limit: int,
+    ) -> list[int]:
+        if query is None or self.index is None:
+            return fuse(keyword_ids, (), {}, limit=limit, embedded=False)
+        similarity = dict(similar)
+        similarity.update(self.index.similarity(query, (i for i in keyword_ids if i not in similarity)))
+        return fuse(keyword_ids, similar, similarity, limit=limit)
+
+    async def neighbours(self, vector: Vectors | None, audience: str) -> list[tuple[int, float]]:
+        if vector is None or self.index is None:
+            return []
+        return self.index.nearest(vector, audience, None, 5)
+
+    def added(self, memory_id: int, audience: str, scope: str | None, vector: Vectors | None) -> None:
+        if self.index is not None and vector is not None:
+            self.index.put(memory_id, audience, scope, vector)
+
+    def dropped(self, ids: Iterable[int]) -> None:
+        for memory_id in ids:
+            self.pending.discard(memory_id)
+            if self.index is not None:
+                self.index.drop(memory_id)
+
+    def status(self) -> EmbeddingStatus:
+        return EmbeddingStatus(self.model, len(self.pending))
+
+    def start_backfill(
+        self,
+        texts: Callable[[list[int]], Awaitable[list[tuple[int, str, str, str | None]]]],
+        save: Callable[[list[tuple[bytes, str, int]]], Awaitable[None]],
+    ) -> None:
+        """Embed the pending memories in the background, a batch at a time: each batch is
+        saved before the next, so a restart goes on where this one stopped. Recall finds
+        the pending ones by their words meanwhile."""
+        if self.pending and self.embedder is not None and self._backfill is None:
+            self._backfill = asyncio.get_running_loop().create_task(self._run_backfill(texts, save))
+
+    async def _run_backfill(
+        self,
+        texts: Callable[[list[int]], Awaitable[list[tuple[int, str, str, str | None]]]],
+        save: Callable[[list[tuple[bytes, str, int]]], Awaitable[None]],
+    ) -> None:
+        assert self.embedder is not None
+        model = self.embedder.model
+        log.info("memory: embedding %d memories with %s in the background", len(self.pending), model)
+        try:
+            while self.pending:
+                batch = sorted(self.pending)[:_BACKFILL_BATCH]
+                rows = await texts(batch)
+                vectors = await self.embed([r[1] for r in rows])
+                if rows and vectors is not None:
+                    await save([(to_blob(v), model, r[0]) for r, v in zip(rows, vectors, strict=True)])
+                    for (memory_id, _, audience, scope), vector in zip(rows, vectors, strict=True):
+                        if memory_id in self.pending:  # not deleted meanwhile
+                            self.added(memory_id, audience, scope, vector)
+                self.pending.difference_update(batch)  # embedded now, or gone
+            log.info("memory: every memory is embedded with %s", model)
+        except JournalError as exc:
+            log.warning("memory: re-embedding stopped (%s); it goes on at the next start", exc)
+        finally:
+            self._backfill = None
+
+    async def close(self) -> None:
+        task, self._backfill = self._backfill, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+def keep_order(ids: Sequence[int], memories: Iterable[Memory]) -> list[Memory]:
+    by_id = {m.id: m for m in memories}
+    return [by_id[i] for i in ids if i in by_id]
 
 
 class SqliteMemoryStore:
     """Implements :class:`MemoryStore` on its own connection to the daemon's SQLite file."""
 
-    def __init__(self, path: Path, *, synchronous: str = "full") -> None:
+    def __init__(self, path: Path, *, synchronous: str = "full", embedder: Embedder | None = None) -> None:
         self.path = path
         self._synchronous = synchronous
         self._conn: aiosqlite.Connection | None = None
@@ -185,6 +356,8 @@ class SqliteMemoryStore:
         # cannot match skips the database round trip. Exact because this process is the
         # only writer (the daemon holds the data_dir lock).
         self._audiences: set[str] = set()
+        self._recall = HybridRecall(embedder)
+        self._writing = asyncio.Lock()  # a write is a transaction of several statements
 
     async def open(self) -> SqliteMemoryStore:
         """Open the connection. Migrations (``prepare_database``) must have run."""
@@ -199,12 +372,18 @@ class SqliteMemoryStore:
             await self._conn.execute("SELECT 1 FROM memories_fts LIMIT 0")  # fail now, not on first use
             rows = await self._conn.execute_fetchall("SELECT DISTINCT audience FROM memories")
             self._audiences = {str(r[0]) for r in rows}
+            if self._recall.embedder is not None:
+                live = await self._conn.execute_fetchall(
+                    "SELECT id, audience, scope, vector, vector_model FROM memories WHERE superseded_by IS NULL"
+                )
+                self._recall.load(live)
         except JournalError:
             await self.close()
             raise
         except (sqlite3.Error, ValueError) as exc:
             await self.close()
             raise JournalError(f"cannot open the memory store {self.path}: {exc}") from exc
+        self._recall.start_backfill(self._texts, self._save_vectors)
         return self
 
     async def _fetch(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
@@ -216,6 +395,25 @@ class SqliteMemoryStore:
         except (sqlite3.Error, ValueError) as exc:  # ValueError: aiosqlite's "Connection closed"
             raise JournalError(f"memory store failed: {exc}") from exc
 
+    async def _texts(self, ids: list[int]) -> list[tuple[int, str, str, str | None]]:
+        marks = ", ".join("?" * len(ids))
+        rows = await self._fetch(
+            f"SELECT id, text, audience, scope FROM memories WHERE id IN ({marks}) AND superseded_by IS NULL",
+            ids,
+        )
+        return [(int(r[0]), str(r[1]), str(r[2]), r[3]) for r in rows]
+
+    async def _save_vectors(self, rows: list[tuple[bytes, str, int]]) -> None:
+        if self._conn is None:
+            raise JournalError("the memory store is closed")
+        async with self._writing:
+            try:
+                await self._conn.executemany(
+                    "UPDATE memories SET vector = ?, vector_model = ? WHERE id = ?", rows
+                )
+            except (sqlite3.Error, ValueError) as exc:
+                raise JournalError(f"memory store failed: {exc}") from exc
+
     async def add(
         self,
         items: Sequence[NewMemory],
@@ -225,54 +423,181 @@ class SqliteMemoryStore:
         turn: int | None = None,
         scope: str | None = None,
     ) -> list[Memory]:
-        now = time.time()
-        rows: list[tuple[str, str, str, str, float, str, int | None, str | None]] = []
+        cleaned: list[NewMemory] = []
         for item in items:
             text = item.text.strip()[:MAX_MEMORY_CHARS].rstrip()
             if text:
-                rows.append((text, item.kind, session_id, audience, now, normalise(text), turn, scope))
+                cleaned.append(NewMemory(text, item.kind, item.replaces))
+        if not cleaned:
+            return []
+        # Shielded: a cancelled caller (a turn's timeout) cannot leave a transaction open.
+        return await asyncio.shield(self._add(cleaned, session_id, audience, turn, scope))
+
+    async def _add(
+        self, items: list[NewMemory], session_id: str, audience: str, turn: int | None, scope: str | None
+    ) -> list[Memory]:
+        vectors = await self._recall.embed([i.text for i in items])
         stored: list[Memory] = []
-        for start in range(0, len(rows), _ROWS_PER_INSERT):
-            chunk = rows[start : start + _ROWS_PER_INSERT]
-            # One statement, so atomic without an explicit transaction; DO NOTHING also
-            # skips duplicates within the chunk, and RETURNING yields only inserted rows.
-            sql = (
-                "INSERT INTO memories (text, kind, session_id, audience, created, norm, turn, scope) VALUES "
-                + ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?)"] * len(chunk))
-                + f" ON CONFLICT (audience, norm) DO NOTHING RETURNING {_COLUMNS}"
-            )
-            found = await self._fetch(sql, [value for row in chunk for value in row])
-            # RETURNING's row order is unspecified; callers get insertion order.
-            stored.extend(sorted((_memory(r) for r in found), key=lambda m: m.id))
+        dropped: list[int] = []
+        async with self._writing:
+            await self._fetch("BEGIN IMMEDIATE")
+            try:
+                for n, item in enumerate(items):
+                    vector = vectors[n] if vectors is not None else None
+                    memory = await self._add_one(item, vector, session_id, audience, turn, scope)
+                    if memory is not None:
+                        stored.append(memory)
+                        self._recall.added(memory.id, audience, scope, vector)
+                        if memory.replaces is not None:
+                            dropped.append(memory.replaces)
+                            self._recall.dropped([memory.replaces])
+                await self._fetch("COMMIT")
+            except BaseException:
+                with contextlib.suppress(JournalError):
+                    await self._fetch("ROLLBACK")
+                # The index follows the database: what this batch put there goes again.
+                self._recall.dropped(m.id for m in stored)
+                if dropped:
+                    with contextlib.suppress(JournalError):
+                        self._recall.load(
+                            await self._fetch(
+                                "SELECT id, audience, scope, vector, vector_model FROM memories"
+                                f" WHERE id IN ({', '.join('?' * len(dropped))})",
+                                dropped,
+                            )
+                        )
+                raise
         if stored:
             self._audiences.add(audience)
         return stored
 
+    async def _add_one(
+        self,
+        item: NewMemory,
+        vector: Vectors | None,
+        session_id: str,
+        audience: str,
+        turn: int | None,
+        scope: str | None,
+    ) -> Memory | None:
+        now, norm = time.time(), normalise(item.text)
+        same = await self._fetch(
+            "SELECT id, superseded_by FROM memories WHERE audience = ? AND norm = ?", [audience, norm]
+        )
+        if same and same[0][1] is None:  # told again, word for word
+            await self._fetch("UPDATE memories SET confirmed = ? WHERE id = ?", [now, same[0][0]])
+            return None
+        decision = WriteDecision("add")
+        near = [n for n in await self._recall.neighbours(vector, audience) if not same or n[0] != same[0][0]]
+        if near:
+            texts = dict(await self._fetch_texts([i for i, _ in near]))
+            decision = decide_write(item.text, [(i, texts[i], c) for i, c in near if i in texts])
+        if (
+            item.replaces is not None
+            and decision.action != "duplicate"
+            and (not same or same[0][0] != item.replaces)
+        ):
+            told = await self._fetch(
+                "SELECT id FROM memories WHERE id = ? AND audience = ? AND superseded_by IS NULL",
+                [item.replaces, audience],
+            )
+            if told:  # only a live memory of this audience: never another audience's
+                decision = WriteDecision("supersede", item.replaces)
+        if decision.action == "duplicate":
+            await self._fetch("UPDATE memories SET confirmed = ? WHERE id = ?", [now, decision.existing])
+            return None
+        blob = to_blob(vector) if vector is not None else None
+        model = self._recall.model if vector is not None else None
+        if same:  # a fact that had been superseded is true again: it comes back, told here
+            rows = await self._fetch(
+                "UPDATE memories SET superseded_by = NULL, superseded_at = NULL, kind = ?, session_id = ?,"
+                " created = ?, turn = ?, scope = ?, vector = ?, vector_model = ?, confirmed = NULL"
+                f" WHERE id = ? RETURNING {_COLUMNS}",
+                [item.kind, session_id, now, turn, scope, blob, model, same[0][0]],
+            )
+        else:
+            rows = await self._fetch(
+                "INSERT INTO memories (text, kind, session_id, audience, created, norm, turn, scope, vector,"
+                f" vector_model) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING {_COLUMNS}",
+                [item.text, item.kind, session_id, audience, now, norm, turn, scope, blob, model],
+            )
+        memory = _memory(rows[0])
+        if decision.action == "supersede" and decision.existing is not None:
+            await self._fetch(
+                "UPDATE memories SET superseded_by = ?, superseded_at = ? WHERE id = ?",
+                [memory.id, now, decision.existing],
+            )
+            memory = replace(memory, replaces=decision.existing)
+        return memory
+
+    async def _fetch_texts(self, ids: list[int]) -> list[tuple[int, str]]:
+        marks = ", ".join("?" * len(ids))
+        rows = await self._fetch(
+            f"SELECT id, text FROM memories WHERE id IN ({marks}) AND superseded_by IS NULL", ids
+        )
+        return [(int(r[0]), str(r[1])) for r in rows]
+
     def may_have(self, audience: str) -> bool:
         return audience in self._audiences  # this process is the only writer (the data_dir lock)
+
+    def embedding_status(self) -> EmbeddingStatus:
+        return self._recall.status()
 
     async def search(
         self, query: str, *, audience: str | None = None, scope: str | None = None, limit: int = 5
     ) -> list[Memory]:
         if self._conn is None:
             raise JournalError("the memory store is closed")
-        match = fts_query(query)
-        if match is None or limit < 1 or not self._audiences:
+        if limit < 1 or not self._audiences or (audience is not None and audience not in self._audiences):
             return []
-        if audience is not None and audience not in self._audiences:
+        return await self._hybrid(query, audience, scope, None, min(limit, _MAX_LIMIT), stop_words=False)
+
+    async def _hybrid(
+        self,
+        query: str,
+        audience: str | None,
+        scope: str | None,
+        session_id: str | None,
+        limit: int,
+        *,
+        stop_words: bool,
+    ) -> list[Memory]:
+        match = fts_query(query, stop_words=stop_words)
+        k = max(CANDIDATES, limit)
+        keyword, (vector, similar) = await asyncio.gather(
+            self._keyword_ids(match, audience, scope, k), self._recall.similar(query, audience, scope, k)
+        )
+        ids = self._recall.rank(vector, keyword, similar, limit)
+        if not ids:
             return []
-        where = "memories_fts MATCH ?" + ("" if audience is None else " AND m.audience = ?")
+        where = f"id IN ({', '.join('?' * len(ids))}) AND superseded_by IS NULL"
+        params: list[Any] = list(ids)
+        if session_id is not None:
+            where += " AND session_id = ?"
+            params.append(session_id)
+        return keep_order(
+            ids,
+            (_memory(r) for r in await self._fetch(f"SELECT {_COLUMNS} FROM memories WHERE {where}", params)),
+        )
+
+    async def _keyword_ids(
+        self, match: str | None, audience: str | None, scope: str | None, k: int
+    ) -> list[int]:
+        if match is None:
+            return []
+        where = "memories_fts MATCH ? AND m.superseded_by IS NULL" + (
+            "" if audience is None else " AND m.audience = ?"
+        )
         params: list[Any] = [match] if audience is None else [match, audience]
         if scope is not None:
             where += " AND (m.scope = ? OR m.scope IS NULL)"
             params.append(scope)
         rows = await self._fetch(
-            f"SELECT {_M_COLUMNS}"
-            f" FROM memories_fts JOIN memories AS m ON m.id = memories_fts.rowid"
+            "SELECT m.id FROM memories_fts JOIN memories AS m ON m.id = memories_fts.rowid"
             f" WHERE {where} ORDER BY bm25(memories_fts), m.id DESC LIMIT ?",  # bm25: lower is better
-            [*params, min(limit, _MAX_LIMIT)],
+            [*params, k],
         )
-        return [_memory(r) for r in rows]
+        return [int(r[0]) for r in rows]
 
     async def listing(
         self,
@@ -282,6 +607,10 @@ class SqliteMemoryStore:
         session_id: str | None = None,
         limit: int = 100,
     ) -> list[Memory]:
+        limit = max(1, min(limit, 1000))
+        if query is not None and query.strip():
+            # The same recall as a turn's, with every word a person typed.
+            return await self._hybrid(query, audience, None, session_id, limit, stop_words=True)
         where: list[str] = []
         params: list[Any] = []
         if audience is not None:
@@ -290,30 +619,21 @@ class SqliteMemoryStore:
         if session_id is not None:
             where.append("m.session_id = ?")
             params.append(session_id)
-        limit = max(1, min(limit, 1000))
-        if query is not None and query.strip():
-            match = fts_query(query, stop_words=True)  # a person's search: every word they typed
-            if match is None:
-                return []
-            sql = (
-                f"SELECT {_M_COLUMNS}"
-                " FROM memories_fts JOIN memories AS m ON m.id = memories_fts.rowid WHERE memories_fts MATCH ?"
-                + "".join(f" AND {w}" for w in where)
-                + " ORDER BY bm25(memories_fts), m.id DESC LIMIT ?"
-            )
-            rows = await self._fetch(sql, [match, *params, limit])
-        else:
-            sql = f"SELECT {_COLUMNS} FROM memories AS m" + (f" WHERE {' AND '.join(where)}" if where else "")
-            rows = await self._fetch(sql + " ORDER BY m.created DESC, m.id DESC LIMIT ?", [*params, limit])
+        sql = f"SELECT {_COLUMNS} FROM memories AS m" + (f" WHERE {' AND '.join(where)}" if where else "")
+        rows = await self._fetch(sql + " ORDER BY m.created DESC, m.id DESC LIMIT ?", [*params, limit])
         return [_memory(r) for r in rows]
 
     async def delete(self, memory_id: int) -> bool:
-        rows = await self._fetch("DELETE FROM memories WHERE id = ? RETURNING id", [memory_id])
+        async with self._writing:
+            rows = await self._fetch("DELETE FROM memories WHERE id = ? RETURNING id", [memory_id])
+        self._recall.dropped([memory_id])
         await self._refresh_audiences()
         return bool(rows)
 
     async def delete_session(self, session_id: str) -> int:
-        rows = await self._fetch("DELETE FROM memories WHERE session_id = ? RETURNING id", [session_id])
+        async with self._writing:
+            rows = await self._fetch("DELETE FROM memories WHERE session_id = ? RETURNING id", [session_id])
+        self._recall.dropped(int(r[0]) for r in rows)
         await self._refresh_audiences()
         return len(rows)
 
@@ -329,13 +649,14 @@ class SqliteMemoryStore:
         return int(rows[0][0])
 
     async def close(self) -> None:
+        await self._recall.close()
         conn, self._conn = self._conn, None
         if conn is not None:
             with contextlib.suppress(Exception):
                 await conn.close()
 
 
-def _memory(r: sqlite3.Row) -> Memory:
+def _memory(r: Sequence[Any]) -> Memory:
     return Memory(
         id=int(r[0]),
         text=str(r[1]),
@@ -345,4 +666,5 @@ def _memory(r: sqlite3.Row) -> Memory:
         created=float(r[5]),
         turn=int(r[6]) if r[6] is not None else None,
         scope=str(r[7]) if r[7] is not None else None,
+        superseded_by=int(r[8]) if r[8] is not None else None,
     )

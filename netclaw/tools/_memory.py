@@ -1,4 +1,5 @@
-"""The memory tools: ``remember`` a fact, ``search_memory`` for earlier ones.
+"""The memory tools: ``remember`` a fact (or a change to one: ``replaces``), ``search_memory``
+for earlier ones (by meaning and words, numbered so a change can name what it replaces).
 
 Both act in the calling session's audience, so a team channel neither sees nor
 writes personal memories; public sessions get neither. Within the audience, a memory
@@ -32,9 +33,16 @@ def memory_tools(store: MemoryStore) -> list[Tool]:
         kind = args.get("kind", "fact")
         if kind not in MEMORY_KINDS:
             raise ToolError(f"'kind' must be one of {', '.join(MEMORY_KINDS)} (got {kind!r})")
+        replaces = args.get("replaces")
+        if replaces is not None and (
+            isinstance(replaces, bool) or not isinstance(replaces, int) or replaces < 1
+        ):
+            raise ToolError(
+                f"'replaces' must be the number of a memory (from search_memory), got {replaces!r}"
+            )
         try:
             stored = await store.add(
-                [NewMemory(text, kind)],
+                [NewMemory(text, kind, replaces)],
                 session_id=ctx.session_id,
                 audience=ctx.audience,
                 turn=ctx.turn,
@@ -42,7 +50,16 @@ def memory_tools(store: MemoryStore) -> list[Tool]:
             )
         except JournalError as exc:
             raise ToolError(f"memory is unavailable right now: {exc}") from exc
-        return "remembered" if stored else "already remembered"
+        if not stored:
+            return "already remembered"
+        memory = stored[0]
+        if replaces is not None and memory.replaces != replaces:
+            # Never another audience's memory, nor one already replaced: say so, plainly.
+            return f"remembered as #{memory.id}; #{replaces} was not replaced (no such current memory here)"
+        if memory.replaces is not None:
+            # A changed fact: the older memory it updates is kept but no longer recalled.
+            return f"remembered as #{memory.id}; it updates #{memory.replaces}, which is no longer recalled"
+        return "remembered"
 
     async def search_memory(args: Mapping[str, Any], ctx: ToolContext) -> str:
         _refuse_public(ctx)
@@ -82,6 +99,14 @@ def memory_tools(store: MemoryStore) -> list[Tool]:
                         "default": "fact",
                         "description": "What sort of memory this is.",
                     },
+                    "replaces": {
+                        "type": "integer",
+                        "minimum": 1,
+                        "description": (
+                            "When this changes a fact already remembered: that memory's number "
+                            "(#N from search_memory). It is then no longer recalled."
+                        ),
+                    },
                 },
                 "required": ["text"],
                 "additionalProperties": False,
@@ -90,11 +115,14 @@ def memory_tools(store: MemoryStore) -> list[Tool]:
         ),
         Tool(
             name="search_memory",
-            description="Search long-term memory from earlier conversations; the most relevant first.",
+            description=(
+                "Search long-term memory from earlier conversations by meaning and words; the most "
+                "relevant first, each with its number (#N)."
+            ),
             parameters={
                 "type": "object",
                 "properties": {
-                    "query": {"type": "string", "description": "Keywords to look for."},
+                    "query": {"type": "string", "description": "What to look for, in any words."},
                     "limit": {
                         "type": "integer",
                         "minimum": 1,
@@ -119,4 +147,4 @@ def _refuse_public(ctx: ToolContext) -> None:
 
 def _line(memory: Memory) -> str:
     day = dt.datetime.fromtimestamp(memory.created, dt.UTC).date().isoformat()
-    return f"- [{memory.kind}] {' '.join(memory.text.split())} (saved {day})"
+    return f"- #{memory.id} [{memory.kind}] {' '.join(memory.text.split())} (saved {day})"

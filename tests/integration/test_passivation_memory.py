@@ -9,6 +9,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from netclaw.history import FLUSH_MARKER
 from tests.conftest import DaemonHandle, wait_until
 from tests.e2e.conftest import journal_rows
@@ -141,3 +143,57 @@ def test_a_passivation_that_crosses_a_second_request_still_stops(
     handle.daemon.io.run(twice(), 5)
     wait_until(lambda: not resident(handle, "crossing"), timeout=5, what="the session to passivate")
     assert handle.send("crossing", "and back", wait=True).status_code == 200  # it recovers as usual
+
+
+SISTER_THEN = "Anna, the user's sister, works as a nurse at St. Mary's hospital."
+SISTER_NOW = "Anna, the user's sister, now works as a nurse at the city hospital in Leeds."
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    if request.param == "sqlite":
+        return {}
+    monkeypatch.setenv("NETCLAW_TEST_PG_DSN", request.getfixturevalue("pg_dsn"))
+    return {
+        "journal": {"backend": "postgres", "dsn_env": "NETCLAW_TEST_PG_DSN"},
+        "cluster": {"node_id": "n1"},
+    }
+
+
+def test_a_changed_fact_is_recalled_changed_in_another_session(
+    start_daemon: StartDaemon, scripted: ScriptedOpenAIThread, backend: dict[str, Any]
+) -> None:
+    """Told in one session, changed in a second, asked about in a third of the same
+    audience: the third's recall carries the changed fact (found by meaning: the question
+    names neither Anna nor a hospital), never the old one; the old memory is kept, marked
+    as replaced by the one the second session learnt."""
+    handle = start_daemon(session=SLEEPY, **backend)
+    told = {"cli:first": SISTER_THEN, "cli:second": SISTER_NOW}
+    extracted = {"fact": ""}
+    scripted.route(
+        FLUSH_MARKER, lambda body: Reply(text=json.dumps([{"text": extracted["fact"], "kind": "fact"}]))
+    )
+    for sid, fact in told.items():
+        extracted["fact"] = fact
+        assert handle.send(sid, f"note this: {fact}", wait=True).status_code == 200
+        wait_until(lambda sid=sid: not resident(handle, sid), timeout=8, what=f"{sid} to passivate")
+        wait_until(
+            lambda sid=sid: handle.http.get("/api/memories", params={"session": sid}).json() != [],
+            what=f"what {sid} learnt",
+        )
+
+    assert handle.send("cli:third", "What does my sister do for a living?", wait=True).status_code == 200
+    sent = json.dumps(scripted.requests[-1]["messages"])
+    assert "city hospital in Leeds" in sent and "St. Mary's" not in sent
+
+    memories = {m["text"]: m for m in handle.http.get("/api/memories").json()}
+    now, then = memories[SISTER_NOW], memories[SISTER_THEN]
+    assert (now["source_session"], now["source_turn"], now["superseded_by"]) == ("cli:second", 1, None)
+    assert (then["source_session"], then["superseded_by"]) == ("cli:first", now["id"])
+    # People search the same way: by meaning, the live fact only.
+    found = handle.http.get("/api/memories", params={"q": "my sister's job"}).json()
+    assert [m["text"] for m in found] == [SISTER_NOW]
+    assert handle.http.get("/healthz").json()["memory"] == {
+        "embeddings": "wordllama-l2_supercat-256",
+        "recall": "ready",
+    }

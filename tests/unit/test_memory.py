@@ -18,6 +18,7 @@ from netclaw.persistence import (
     NewMemory,
     SqliteMemoryStore,
     format_recall,
+    load_embedder,
     load_migrations,
     prepare_database,
 )
@@ -345,3 +346,167 @@ async def test_a_persons_search_keeps_the_words_recall_drops(store: MemoryStore)
     listed = await store.listing(query="hello")
     assert [m.text for m in listed] == ["the user says hello to everyone each morning"]
     assert await store.search("hello", audience="personal") == []  # recall: a stop word alone finds nothing
+
+
+# -- by meaning: hybrid recall, memories that update ------------------------------------------
+
+EMBEDDER = load_embedder("wordllama-256")
+ANNA = "Anna, the user's sister, works as a nurse at St. Mary's hospital."
+ANNA_NOW = "Anna, the user's sister, now works as a nurse at the city hospital in Leeds."
+BUDGET = "The monthly grocery budget is 400 pounds."
+SHOPPING = "How much can we spend on food shopping each month?"
+# Memories that share a (stemmed) word with a question about something else entirely.
+SHARED_WORDS = ("Marta Kowalski is on parental leave until March.", "The user gives blood every four months.")
+UNRELATED = ("Write a haiku about autumn leaves.", "Give me a regex for an email address.")
+
+
+async def open_store(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path, embeddings: str
+) -> MemoryStore:
+    embedder = load_embedder(embeddings)
+    if kind == "sqlite":
+        path = tmp_path / "store.db"
+        if not path.exists():
+            prepare_database(path)
+        return await SqliteMemoryStore(path, embedder=embedder).open()
+    from netclaw.persistence.postgres import PostgresMemoryStore
+
+    return await PostgresMemoryStore(request.getfixturevalue("pg_dsn"), embedder=embedder).open()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def hybrid(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[MemoryStore]:
+    """The store with the default (offline) embeddings, on each backend."""
+    s = await open_store(request.param, request, tmp_path, "wordllama-256")
+    yield s
+    await s.close()
+
+
+async def test_recall_finds_a_memory_by_meaning_not_only_by_its_words(hybrid: MemoryStore) -> None:
+    await hybrid.add(
+        facts(ANNA, BUDGET, "Production runs on the host kestrel-2."), session_id="cli:a", audience="personal"
+    )
+    found = await hybrid.search(SHOPPING, audience="personal")
+    assert [m.text for m in found] == [BUDGET]  # no word in common
+    assert [m.text for m in await hybrid.listing(query="what does my sister do for a living")] == [ANNA]
+
+
+async def test_recall_injects_nothing_unrelated(hybrid: MemoryStore) -> None:
+    """A question that shares a word with a memory, but not its meaning, recalls nothing
+    (keyword recall alone would inject it)."""
+    await hybrid.add(facts(*SHARED_WORDS, ANNA), session_id="cli:a", audience="personal")
+    for question in UNRELATED:
+        assert await hybrid.search(question, audience="personal") == [], question
+
+
+async def test_meaning_never_crosses_an_audience_or_a_scope(hybrid: MemoryStore) -> None:
+    await hybrid.add(facts(ANNA), session_id="slack:C1:1.0", audience="team", scope="slack:C1")
+    await hybrid.add(
+        facts("The user's cat is called Miso."), session_id="slack:C2:1.0", audience="team", scope="slack:C2"
+    )
+    assert await hybrid.search("what does my sister do for work", audience="personal") == []
+    assert await hybrid.search("what does my sister do for work", audience="team", scope="slack:C2") == []
+    assert [
+        m.text
+        for m in await hybrid.search("what does my sister do for work", audience="team", scope="slack:C1")
+    ] == [ANNA]
+
+
+async def test_a_near_duplicate_is_not_added_again(hybrid: MemoryStore) -> None:
+    assert (
+        len(
+            await hybrid.add(
+                facts("The user prefers green tea over coffee."), session_id="a", audience="personal"
+            )
+        )
+        == 1
+    )
+    again = facts("User prefers green tea over coffee", "the user prefers green tea over coffee!")
+    assert await hybrid.add(again, session_id="b", audience="personal") == []
+    assert await hybrid.count() == 1
+
+
+async def test_a_changed_fact_supersedes_the_old_one_with_its_provenance(hybrid: MemoryStore) -> None:
+    [old] = await hybrid.add(facts(ANNA), session_id="cli:first", audience="personal", turn=2)
+    [new] = await hybrid.add(facts(ANNA_NOW), session_id="cli:second", audience="personal", turn=5)
+    assert new.replaces == old.id and (new.session_id, new.turn) == ("cli:second", 5)
+    assert [m.text for m in await hybrid.search("Where does Anna work?", audience="personal")] == [ANNA_NOW]
+    listed = {m.id: m for m in await hybrid.listing()}
+    assert listed[old.id].superseded_by == new.id and listed[new.id].superseded_by is None
+    assert (listed[old.id].session_id, listed[old.id].turn) == ("cli:first", 2)  # its own provenance stays
+    # Another fact about Anna is a fact of its own, not a change.
+    [kids] = await hybrid.add(
+        facts("Anna has two children, Leo and Mia."), session_id="cli:third", audience="personal"
+    )
+    assert kids.replaces is None
+    # The old fact told again is true again: it comes back and the newer one steps aside.
+    [back] = await hybrid.add(facts(ANNA), session_id="cli:fourth", audience="personal", turn=1)
+    assert (back.id, back.replaces, back.session_id) == (old.id, new.id, "cli:fourth")
+    assert [m.text for m in await hybrid.search("Where does Anna work?", audience="personal", limit=1)] == [
+        ANNA
+    ]
+
+
+async def test_a_change_in_another_audience_supersedes_nothing(hybrid: MemoryStore) -> None:
+    await hybrid.add(facts(ANNA), session_id="cli:a", audience="personal")
+    [team] = await hybrid.add(facts(ANNA_NOW), session_id="slack:C1:1.0", audience="team")
+    assert team.replaces is None
+    assert [m.text for m in await hybrid.search("Where does Anna work?", audience="personal")] == [ANNA]
+
+
+async def test_forgetting_a_memory_takes_it_out_of_recall_by_meaning(hybrid: MemoryStore) -> None:
+    [memory] = await hybrid.add(
+        facts("The user's cat is called Miso."), session_id="cli:a", audience="personal"
+    )
+    assert await hybrid.delete(memory.id)
+    assert await hybrid.search("What is my pet's name?", audience="personal") == []
+    await hybrid.add(facts("The user's cat is called Miso."), session_id="cli:b", audience="personal")
+    assert await hybrid.delete_session("cli:b") == 1
+    assert await hybrid.search("What is my pet's name?", audience="personal") == []
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+async def test_a_model_change_re_embeds_in_the_background(
+    backend: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """Memories made without embeddings (or with another model) are embedded after the
+    store opens with the new one; until then they are found by their words."""
+    first = await open_store(backend, request, tmp_path, "none")
+    await first.add(
+        facts(*(f"Note {n}: the user's cat is called Miso." for n in range(300))),
+        session_id="a",
+        audience="personal",
+    )
+    await first.add(facts(ANNA), session_id="a", audience="personal")
+    assert first.embedding_status().state == "off"
+    await first.close()
+
+    second = await open_store(backend, request, tmp_path, "wordllama-64")
+    try:
+        assert second.embedding_status().model == "wordllama-l2_supercat-64"
+        assert [m.text for m in await second.search("Which hospital is Anna at?", audience="personal")] == [
+            ANNA
+        ]
+        for _ in range(500):  # the batches of the background task, each a short write
+            if second.embedding_status().state == "ready":
+                break
+            await asyncio.sleep(0.01)
+        assert second.embedding_status().pending == 0
+        assert [
+            m.text for m in await second.search("what does my sister do for a living", audience="personal")
+        ] == [ANNA]
+    finally:
+        await second.close()
+    # Reopened with the same model: nothing left to do.
+    third = await open_store(backend, request, tmp_path, "wordllama-64")
+    assert third.embedding_status().state == "ready"
+    await third.close()
+
+
+async def test_without_embeddings_recall_is_by_keywords_as_before(store: MemoryStore) -> None:
+    """What the hybrid tests above improve on: keywords alone inject what merely shares a word."""
+    await store.add(facts(ANNA, BUDGET, *SHARED_WORDS), session_id="cli:a", audience="personal")
+    for question in UNRELATED:
+        assert await store.search(question, audience="personal") != [], question
+    assert [m.text for m in await store.search("Anna's hospital", audience="personal")] == [ANNA]
+    assert store.embedding_status().state == "off"

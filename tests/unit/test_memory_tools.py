@@ -91,8 +91,8 @@ async def test_search_memory_returns_formatted_results(registry: ToolRegistry) -
     assert not is_error
     lines = content.splitlines()
     assert len(lines) == 2
-    assert lines[0].startswith("- [decision] Deploys freeze on Fridays (saved ")
-    assert lines[1].startswith("- [note] Alice reviews all deploys")
+    assert lines[0].startswith("- #1 [decision] Deploys freeze on Fridays (saved ")
+    assert lines[1].startswith("- #2 [note] Alice reviews all deploys")
     content, _ = await run(registry, "search_memory", {"query": "deploys", "limit": 1}, TEAM)
     assert len(content.splitlines()) == 1
 
@@ -203,3 +203,40 @@ def test_memory_kinds_are_one_list_everywhere() -> None:
     ]
     remember = next(t for t in memory_tools(None) if t.name == "remember")  # type: ignore[arg-type]
     assert remember.parameters["properties"]["kind"]["enum"] == list(MEMORY_KINDS)
+
+
+async def test_remember_replaces_the_memory_the_model_names(
+    registry: ToolRegistry, store: SqliteMemoryStore
+) -> None:
+    """A change the store cannot tell from the words alone ("the standup moved"), told by
+    the model: the old memory is kept but no longer recalled, with where the change came from."""
+    await run(registry, "remember", {"text": "The team standup is at 9:30"}, TEAM)
+    content, _ = await run(registry, "search_memory", {"query": "standup"}, TEAM)
+    assert content.startswith("- #1 [fact] The team standup is at 9:30")
+    moved = ToolContext("slack:T1:C1:2.0", "team", turn=3)
+    content, is_error = await run(
+        registry, "remember", {"text": "Standups happen after lunch from now on", "replaces": 1}, moved
+    )
+    assert (content, is_error) == ("remembered as #2; it updates #1, which is no longer recalled", False)
+    content, _ = await run(registry, "search_memory", {"query": "standup"}, TEAM)
+    assert "9:30" not in content and "#2 [fact] Standups happen after lunch" in content
+    (old,) = [m for m in await store.listing() if m.id == 1]
+    assert old.superseded_by == 2
+
+
+async def test_remember_never_replaces_another_audiences_memory(
+    registry: ToolRegistry, store: SqliteMemoryStore
+) -> None:
+    await run(registry, "remember", {"text": "The user's PIN hint is their cat"}, PERSONAL)
+    content, is_error = await run(registry, "remember", {"text": "Nothing to see", "replaces": 1}, TEAM)
+    assert (content, is_error) == (
+        "remembered as #2; #1 was not replaced (no such current memory here)",
+        False,
+    )
+    assert all(m.superseded_by is None for m in await store.listing())
+
+
+@pytest.mark.parametrize("replaces", [0, -3, "1", True, 1.5])
+async def test_a_bad_replaces_is_refused_naming_it(registry: ToolRegistry, replaces: Any) -> None:
+    content, is_error = await run(registry, "remember", {"text": "x", "replaces": replaces}, PERSONAL)
+    assert is_error and "'replaces'" in content

@@ -1,0 +1,180 @@
+"""Hybrid recall's pure parts: the in-memory vector index, rank fusion under the relevance
+floor, what a new memory is to the existing ones, and the offline embeddings."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from netclaw.persistence import EmbeddingsUnavailable, load_embedder
+from netclaw.persistence._recall import (
+    KEYWORD_BONUS,
+    RELATIVE_MARGIN,
+    SIMILARITY_FLOOR,
+    VectorIndex,
+    decide_write,
+    fuse,
+)
+
+
+def unit(*values: float) -> np.ndarray:
+    v = np.asarray(values, dtype=np.float32)
+    return v / np.linalg.norm(v)
+
+
+# -- the vector index -----------------------------------------------------------------------
+
+
+def test_nearest_keeps_to_the_audience_and_the_scope() -> None:
+    index = VectorIndex(2)
+    index.put(1, "personal", None, unit(1, 0))
+    index.put(2, "team", None, unit(1, 0))
+    index.put(3, "team", "slack:C1", unit(1, 0.1))
+    index.put(4, "team", "slack:C2", unit(1, 0.05))
+    assert [i for i, _ in index.nearest(unit(1, 0), "personal", None, 5)] == [1]
+    assert {i for i, _ in index.nearest(unit(1, 0), "team", "slack:C1", 5)} == {2, 3}
+    assert {i for i, _ in index.nearest(unit(1, 0), "team", None, 5)} == {2, 3, 4}
+    assert {i for i, _ in index.nearest(unit(1, 0), "team", "slack:unknown", 5)} == {2}  # audience-wide only
+    assert {i for i, _ in index.nearest(unit(1, 0), None, None, 5)} == {1, 2, 3, 4}
+
+
+def test_a_dropped_row_is_never_found_and_a_put_replaces() -> None:
+    index = VectorIndex(2)
+    index.put(1, "personal", None, unit(1, 0))
+    index.put(2, "personal", None, unit(0, 1))
+    index.drop(1)
+    assert [i for i, _ in index.nearest(unit(1, 0), "personal", None, 5)] == [2]
+    assert 1 not in index and len(index) == 1
+    index.put(2, "personal", None, unit(1, 0))  # re-embedded
+    assert index.nearest(unit(1, 0), "personal", None, 1)[0][1] == pytest.approx(1.0)
+    assert index.similarity(unit(1, 0), [1, 2]) == {2: pytest.approx(1.0)}
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    rows=st.lists(
+        st.tuples(
+            st.sampled_from(["personal", "team"]),
+            st.sampled_from([None, "a", "b"]),
+            st.lists(st.floats(-1, 1, allow_nan=False, width=32), min_size=3, max_size=3),
+            st.booleans(),
+        ),
+        min_size=1,
+        max_size=200,
+    ),
+    k=st.integers(1, 30),
+    scope=st.sampled_from([None, "a", "b"]),
+)
+def test_nearest_is_the_brute_force_answer(
+    rows: list[tuple[str, str | None, list[float], bool]], k: int, scope: str | None
+) -> None:
+    """Growing, dropping and filtering never lose or invent a row (checked against a plain scan)."""
+    index = VectorIndex(3)
+    live: dict[int, tuple[str, str | None, np.ndarray]] = {}
+    for n, (audience, where, values, dropped) in enumerate(rows):
+        vector = np.asarray(values, dtype=np.float32)
+        index.put(n, audience, where, vector)
+        live[n] = (audience, where, vector)
+        if dropped and n % 3 == 0:
+            index.drop(n)
+            del live[n]
+    query = np.asarray([0.3, -0.5, 0.8], dtype=np.float32)
+    expected = sorted(
+        (
+            (i, float(v @ query))
+            for i, (a, s, v) in live.items()
+            if a == "team" and (scope is None or s in (None, scope))
+        ),
+        key=lambda hit: -hit[1],
+    )[:k]
+    got = index.nearest(query, "team", scope, k)
+    assert [round(c, 5) for _, c in got] == [round(c, 5) for _, c in expected]
+    assert {i for i, _ in got} <= {i for i, (a, _, _) in live.items() if a == "team"}
+
+
+# -- fusion and the floor -------------------------------------------------------------------
+
+
+def test_a_keyword_hit_gets_a_bonus_over_an_equally_close_vector_hit() -> None:
+    similar = [(7, 0.65), (5, 0.64), (3, 0.60)]
+    ids = fuse([3, 9], similar, {7: 0.65, 5: 0.64, 3: 0.60, 9: 0.2}, limit=5)
+    assert ids == [3, 7, 5]  # 9: its words match, but it is far from the meaning
+
+
+def test_the_floor_keeps_out_what_is_not_close_enough() -> None:
+    below = SIMILARITY_FLOOR - KEYWORD_BONUS - 0.01
+    assert fuse([], [(1, SIMILARITY_FLOOR - 0.01)], {1: SIMILARITY_FLOOR - 0.01}, limit=5) == []
+    assert fuse([1], [], {1: below}, limit=5) == []  # even the best keyword rank does not lift it
+    assert fuse([1], [], {1: below + 0.02}, limit=5) == [1]
+    # Not embedded yet (the model changed, re-embedding runs): its words are enough.
+    assert fuse([4], [], {}, limit=5) == [4]
+
+
+def test_next_to_a_close_match_a_distant_one_is_left_out() -> None:
+    close, far = 0.7, 0.7 - RELATIVE_MARGIN - 0.01
+    assert fuse([], [(1, close), (2, far)], {1: close, 2: far}, limit=5) == [1]
+
+
+def test_without_vectors_the_keyword_ranking_is_used_as_it_is() -> None:
+    assert fuse([5, 2, 9], [], {}, limit=2, embedded=False) == [5, 2]
+
+
+# -- what a write is ------------------------------------------------------------------------
+
+
+def test_a_near_duplicate_is_a_duplicate_and_a_changed_value_supersedes() -> None:
+    old = "Anna, the user's sister, works as a nurse at St. Mary's hospital."
+    assert decide_write(
+        "User's sister Anna works as a nurse at St. Mary's hospital", [(1, old, 0.97)]
+    ).action == ("duplicate")
+    changed = decide_write(
+        "Anna, the user's sister, now works as a nurse at the city hospital.", [(1, old, 0.81)]
+    )
+    assert (changed.action, changed.existing) == ("supersede", 1)
+
+
+def test_another_fact_about_the_same_subject_is_added() -> None:
+    assert (
+        decide_write(
+            "Anna has two children, Leo and Mia.", [(1, "Anna's birthday is on the 14th of March.", 0.8)]
+        ).action
+        == "add"
+    )
+    assert (
+        decide_write("The user likes jazz.", [(1, "The user likes tea.", 0.5)]).action == "add"
+    )  # not close
+    assert decide_write("anything", []).action == "add"
+
+
+# -- the offline embeddings -----------------------------------------------------------------
+
+
+def test_the_default_embeddings_load_from_the_installed_package_and_find_meaning() -> None:
+    embedder = load_embedder("wordllama-256")
+    assert embedder is not None and embedder.dim == 256 and embedder.model == "wordllama-l2_supercat-256"
+    vectors = embedder.embed(
+        [
+            "What does my sister do for a living?",
+            "Anna, my sister, works as a nurse.",
+            "Production runs on kestrel-2.",
+        ]
+    )
+    assert vectors.dtype == np.float32 and np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    assert vectors[0] @ vectors[1] > vectors[0] @ vectors[2] + 0.2
+    small = load_embedder("wordllama-64")
+    assert small is not None and small.embed(["x y"]).shape == (1, 64) and small.model != embedder.model
+    assert load_embedder("none") is None
+
+
+def test_text_without_a_known_token_is_a_zero_vector_not_an_error() -> None:
+    embedder = load_embedder("wordllama-256")
+    assert embedder is not None
+    assert not embedder.embed([""])[0].any()
+    assert embedder.embed([]).shape == (0, 256)
+
+
+def test_an_unknown_model_name_is_refused_with_the_choices() -> None:
+    with pytest.raises(EmbeddingsUnavailable, match="wordllama-256, wordllama-64, none"):
+        load_embedder("bert-large")
