@@ -215,8 +215,12 @@ def _request_ts(messages: Sequence[ChatMessage]) -> float:
 # --------------------------------------------------------------------------- phase 2
 
 
-def flush_request(messages_to_summarise: Sequence[ChatMessage]) -> list[ChatMessage]:
-    """The memory-flush LLM request: extract durable memories as a JSON array."""
+def flush_request(
+    messages_to_summarise: Sequence[ChatMessage], known: Sequence[tuple[int, str]] = ()
+) -> list[ChatMessage]:
+    """The memory-flush LLM request: extract durable memories as a JSON array. ``known``:
+    memories already saved that relate to the conversation (number, text), shown so the
+    model says which one an item changes instead of adding a contradiction beside it."""
     kinds = ", ".join(f'"{k}"' for k in FLUSH_KINDS)
     instructions = (
         f"{FLUSH_MARKER}\n"
@@ -231,6 +235,8 @@ def flush_request(messages_to_summarise: Sequence[ChatMessage]) -> list[ChatMess
         "- Each text is one self-contained sentence that makes sense without the conversation: "
         "spell out names, file paths, ids and numbers exactly; never write 'this', 'the file' or 'it'.\n"
         "- Skip small talk, transient tool output and anything only relevant to this moment.\n"
+        "- If an item changes or corrects one of the memories already saved (listed after the "
+        'transcript, if any), add "replaces": its number. Leave out what is already saved unchanged.\n'
         "- If there is nothing worth remembering, answer with [].\n"
         "- No prose, no explanations, no markdown: only the JSON array."
     )
@@ -240,10 +246,23 @@ def flush_request(messages_to_summarise: Sequence[ChatMessage]) -> list[ChatMess
         ChatMessage(
             id=f"{_REQUEST_ID_PREFIX}:flush:transcript",
             role="user",
-            content="Conversation transcript:\n\n" + render_for_summary(messages_to_summarise),
+            content="Conversation transcript:\n\n"
+            + render_for_summary(messages_to_summarise)
+            + _known_memories(known),
             ts=ts,
         ),
     ]
+
+
+def _known_memories(known: Sequence[tuple[int, str]]) -> str:
+    if not known:
+        return ""
+    lines = "\n".join(f"{number}: {' '.join(text.split())}" for number, text in known)
+    return "\n\nMemories already saved (number: text):\n" + lines
+
+
+# One extracted memory: (text, kind), or (text, kind, the number of the memory it replaces).
+Flushed = tuple[str, str] | tuple[str, str, int]
 
 
 _MAX_ARRAY_ATTEMPTS = 200
@@ -281,19 +300,21 @@ def _memory_kind(raw: object) -> str:
     return "fact"
 
 
-def parse_flush(text: str) -> list[tuple[str, str]]:
+def parse_flush(text: str, replaceable: Collection[int] = ()) -> list[Flushed]:
     """Parse the memory-flush answer into ``(text, kind)`` pairs; never raises.
 
     Accepts the array alone, in a code fence, or with prose around it. Items
     without text are skipped, unknown kinds become ``"fact"``, texts are
     whitespace-collapsed and cut to 500 chars, duplicates (case-insensitive)
     dropped, and at most 20 items returned. Anything unparseable gives ``[]``.
+    An item whose ``"replaces"`` is one of ``replaceable`` (the numbers the request
+    showed) is a triple with it; any other ``replaces`` is ignored.
     """
     try:
         items = _first_memory_array(text) if isinstance(text, str) else None
         if items is None:
             return []
-        out: list[tuple[str, str]] = []
+        out: list[Flushed] = []
         seen: set[str] = set()
         for item in items:
             if not isinstance(item, dict):
@@ -310,7 +331,11 @@ def parse_flush(text: str) -> list[tuple[str, str]]:
             if key in seen:
                 continue
             seen.add(key)
-            out.append((body, _memory_kind(item.get("kind"))))
+            replaces = item.get("replaces")
+            if type(replaces) is int and replaces in replaceable:  # not a bool, not a guess
+                out.append((body, _memory_kind(item.get("kind")), replaces))
+            else:
+                out.append((body, _memory_kind(item.get("kind"))))
             if len(out) >= MAX_MEMORIES:
                 break
         return out

@@ -168,6 +168,50 @@ def test_migrations_come_from_the_installed_package(installed: Installed, tmp_pa
     assert done.stdout.strip() == f"netclaw {netclaw.__version__}"
 
 
+OFFLINE_RECALL = """
+import asyncio, pathlib, sys
+from netclaw.persistence import NewMemory, SqliteMemoryStore, load_embedder, prepare_database
+
+async def main():
+    path = pathlib.Path("memory.db")
+    prepare_database(path)
+    store = await SqliteMemoryStore(path, embedder=load_embedder("wordllama-256")).open()
+    await store.add([NewMemory("Anna, the user's sister, works as a nurse at St. Mary's hospital."),
+                     NewMemory("Production runs on the host kestrel-2.")], session_id="cli:a", audience="personal")
+    for m in await store.search("What does my sister do for a living?", audience="personal"):
+        print(m.text)
+    print(store.embedding_status().state)
+    await store.close()
+
+asyncio.run(main())
+"""
+
+
+def test_the_default_embeddings_work_with_networking_disabled(installed: Installed, tmp_path: Path) -> None:
+    """Recall by meaning in the fresh venv, in a network namespace of its own (no interface
+    but loopback, no DNS) and with an empty home: the model comes from the installed
+    packages, nothing is fetched and nothing needs a cache."""
+    if subprocess.run(["unshare", "--net", "true"], capture_output=True, check=False).returncode != 0:
+        pytest.skip("unshare --net is not available here (needs root or user namespaces)")
+    home = tmp_path / "home"
+    home.mkdir()
+    done = subprocess.run(
+        ["unshare", "--net", str(installed.python), "-c", OFFLINE_RECALL],
+        capture_output=True,
+        text=True,
+        env={**installed.env, "HOME": str(home), "XDG_CACHE_HOME": str(home / ".cache")},
+        cwd=tmp_path,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines() == [
+        "Anna, the user's sister, works as a nurse at St. Mary's hospital.",
+        "ready",
+    ]
+    assert not any(home.rglob("*")), "something was cached under the empty home"
+
+
 def test_installed_doctor_and_daemon(
     installed: Installed, tmp_path: Path, scripted: ScriptedOpenAIThread, daemons: Daemons
 ) -> None:

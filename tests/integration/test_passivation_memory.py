@@ -197,3 +197,53 @@ def test_a_changed_fact_is_recalled_changed_in_another_session(
         "embeddings": "wordllama-l2_supercat-256",
         "recall": "ready",
     }
+
+
+def test_extraction_sees_related_memories_and_says_which_one_changed(
+    start_daemon: StartDaemon, scripted: ScriptedOpenAIThread
+) -> None:
+    """A change the words alone do not give away: the extraction is shown the saved
+    memories related to what was said, with their numbers, and the model's "replaces"
+    supersedes the one it names; a number it was not shown replaces nothing."""
+    handle = start_daemon(session=SLEEPY)
+    shown: list[str] = []
+
+    def extract(body: dict[str, Any]) -> Reply:
+        transcript = body["messages"][-1]["content"]
+        shown.append(transcript)
+        if "ambulance" not in transcript:
+            return Reply(
+                text=json.dumps([{"text": SISTER_THEN, "kind": "fact"}, {"text": "The user likes jazz."}])
+            )
+        [number] = [
+            line.split(":")[0] for line in transcript.splitlines() if "St. Mary's" in line and ":" in line
+        ]
+        return Reply(
+            text=json.dumps(
+                [
+                    {
+                        "text": "Anna, the user's sister, is a paramedic with the ambulance service now.",
+                        "replaces": int(number),
+                    },
+                    {"text": "The user plays the trumpet.", "replaces": 999},
+                ]
+            )
+        )
+
+    scripted.route(FLUSH_MARKER, extract)
+    assert handle.send("cli:one", "my sister Anna is a nurse at St. Mary's", wait=True).status_code == 200
+    wait_until(lambda: not resident(handle, "cli:one"), timeout=8, what="the first session to passivate")
+    assert "Memories already saved" not in shown[0]  # nothing saved yet
+    assert handle.send("cli:two", "Anna left nursing, she drives an ambulance", wait=True).status_code == 200
+    wait_until(lambda: not resident(handle, "cli:two"), timeout=8, what="the second session to passivate")
+    wait_until(lambda: len(handle.http.get("/api/memories").json()) == 4, what="what the second one learnt")
+
+    memories = {m["text"]: m for m in handle.http.get("/api/memories").json()}
+    paramedic = memories["Anna, the user's sister, is a paramedic with the ambulance service now."]
+    assert memories[SISTER_THEN]["superseded_by"] == paramedic["id"]
+    assert paramedic["source_session"] == "cli:two"
+    assert all(m["superseded_by"] is None for t, m in memories.items() if t != SISTER_THEN)  # 999: nothing
+
+    assert handle.send("cli:three", "What does my sister do for a living?", wait=True).status_code == 200
+    sent = json.dumps(scripted.requests[-1]["messages"])
+    assert "paramedic" in sent and "St. Mary's" not in sent

@@ -18,6 +18,7 @@ from enum import StrEnum
 from typing import Any, Literal, get_args
 
 from netclaw import outputs as out
+from netclaw.history import Flushed
 from netclaw.llm import ProviderRequest
 from netclaw.messages import ToolCall
 from netclaw.process.runtime import Reply
@@ -161,7 +162,7 @@ class RunExtraction:
 class SaveMemories:
     op_id: int
     plan: ExtractionPlan
-    observations: tuple[tuple[str, str], ...]  # (text, kind)
+    observations: tuple[Flushed, ...]  # (text, kind) or (text, kind, the memory it replaces)
     scope: str | None
 
 

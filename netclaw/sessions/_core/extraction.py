@@ -2,7 +2,9 @@
 observations of the turns since its last extraction are saved (plan, here → run on the
 loop, time-boxed, :func:`netclaw.sessions._shell.loop_ops.run_extraction` → recorded by the session).
 
-One LLM call on the compaction model (the same prompt as compaction's memory flush),
+One LLM call on the compaction model (the same prompt as compaction's memory flush,
+with the saved memories related to what was said, so the model can say which one a new
+item replaces),
 bounded by the passivation grace period plus a small margin. Skipped for public
 sessions and when nothing new was said. The run only extracts; the actor writes the
 memories and the ``MemoriesExtracted`` event when the session is still passivating,
@@ -28,10 +30,11 @@ class ExtractionPlan:
     messages: tuple[ChatMessage, ...]
     model: ModelConfig
     budget_s: float
+    scope: str | None = None  # where its memories belong; the saved ones it is shown come from here
 
 
 def plan_extraction(
-    state: SessionState, *, audience: str, model: ModelConfig, grace_s: float
+    state: SessionState, *, audience: str, model: ModelConfig, grace_s: float, scope: str | None = None
 ) -> ExtractionPlan | None:
     """What to extract, or None: a public session, nothing new since the last time, or
     no grace period to do it in."""
@@ -47,6 +50,7 @@ def plan_extraction(
         messages=messages,
         model=model,
         budget_s=grace_s + EXTRACTION_MARGIN_S,
+        scope=scope,
     )
 
 

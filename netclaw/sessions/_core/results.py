@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from netclaw.history import Flushed
 from netclaw.llm import Completion, Delta, Usage
 from netclaw.outputs import Output
 from netclaw.sessions._core.compaction import CompactionOutcome
@@ -47,7 +48,7 @@ class CompactionDone:
 @dataclass(frozen=True, slots=True)
 class ExtractionDone:
     op_id: int
-    observations: Sequence[tuple[str, str]]  # (text, kind)
+    observations: Sequence[Flushed]  # (text, kind) or (text, kind, the memory it replaces)
 
 
 @dataclass(frozen=True, slots=True)

@@ -176,7 +176,8 @@ class Effector:
                 span = self.tracer.compaction(effect)
                 self._ops[op_id] = ops.compact(io, self._ref, effect, provider, deps.memory, span)
             case RunExtraction(op_id=op_id, plan=plan):
-                self._ops[op_id] = ops.extract(io, self._ref, effect, deps.provider_of(plan.model.provider))
+                provider = deps.provider_of(plan.model.provider)
+                self._ops[op_id] = ops.extract(io, self._ref, effect, provider, deps.memory)
             case SaveMemories(op_id=op_id):
                 assert deps.memory is not None  # extraction runs only with a memory store
                 self._ops[op_id] = ops.save_memories(io, self._ref, effect, deps.memory)

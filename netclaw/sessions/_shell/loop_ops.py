@@ -22,7 +22,7 @@ from typing import TypeVar
 import pykka
 
 from netclaw.errors import NetclawError
-from netclaw.history import flush_request, parse_flush
+from netclaw.history import Flushed, flush_request, parse_flush
 from netclaw.history.compaction import bound_summary, missing_sections, summary_request
 from netclaw.llm import Completion, Delta, Provider, ProviderRequest, Usage
 from netclaw.messages import ChatMessage, ToolCall
@@ -209,10 +209,12 @@ def compact(
     )
 
 
-def extract(io: IoLoop, actor: Tellable, effect: RunExtraction, provider: Provider) -> Cancellable:
+def extract(
+    io: IoLoop, actor: Tellable, effect: RunExtraction, provider: Provider, memory: MemoryStore | None = None
+) -> Cancellable:
     op_id = effect.op_id
     return io.submit_and_tell(
-        run_extraction(effect.plan, provider),
+        run_extraction(effect.plan, provider, memory),
         actor,
         lambda observations: ExtractionDone(op_id, observations),
         lambda error: OpFailed(op_id, error),
@@ -224,7 +226,7 @@ def save_memories(io: IoLoop, actor: Tellable, effect: SaveMemories, memory: Mem
     they are (whatever it is doing by then: a message may have woken it meanwhile)."""
     op_id, plan = effect.op_id, effect.plan
     saving = memory.add(
-        [NewMemory(text, kind) for text, kind in effect.observations],
+        [NewMemory(*observation) for observation in effect.observations],
         session_id=plan.session_id,
         audience=plan.audience,
         turn=plan.through_turn,
@@ -319,12 +321,13 @@ async def _run_compaction(
 
 
 async def _flush(plan: CompactionPlan, provider: _Metered, memory: MemoryStore | None) -> int:
-    completion = await provider.complete(_request(plan, flush_request(plan.to_summarise)))
-    items = parse_flush(completion.text)
+    known = await related_memories(memory, plan.to_summarise, plan.audience, plan.scope)
+    completion = await provider.complete(_request(plan, flush_request(plan.to_summarise, known)))
+    items = parse_flush(completion.text, {number for number, _ in known})
     if memory is None or not items:
         return 0
     stored = await memory.add(
-        [NewMemory(text, kind) for text, kind in items],
+        [NewMemory(*item) for item in items],
         session_id=plan.session_id,
         audience=plan.audience,
         turn=plan.turn,
@@ -359,14 +362,45 @@ def _request(plan: CompactionPlan, messages: list[ChatMessage]) -> ProviderReque
     )
 
 
-async def run_extraction(plan: ExtractionPlan, provider: Provider) -> list[tuple[str, str]]:
-    """``(text, kind)`` observations; TimeoutError past the plan's budget."""
-    request = ProviderRequest(
-        model=plan.model.model,
-        messages=flush_request(plan.messages),
-        tools=(),
-        max_output_tokens=plan.model.max_output_tokens,
-    )
+async def run_extraction(
+    plan: ExtractionPlan, provider: Provider, memory: MemoryStore | None = None
+) -> list[Flushed]:
+    """``(text, kind)`` observations (with the number of the memory one replaces, when the
+    model said so of one it was shown); TimeoutError past the plan's budget."""
     async with asyncio.timeout(plan.budget_s):
+        known = await related_memories(memory, plan.messages, plan.audience, plan.scope)
+        request = ProviderRequest(
+            model=plan.model.model,
+            messages=flush_request(plan.messages, known),
+            tools=(),
+            max_output_tokens=plan.model.max_output_tokens,
+        )
         completion = await provider.complete(request)
-    return parse_flush(completion.text)
+    return parse_flush(completion.text, {number for number, _ in known})
+
+
+RELATED_PER_MESSAGE = 3
+RELATED_MAX = 10
+
+
+async def related_memories(
+    memory: MemoryStore | None, messages: Sequence[ChatMessage], audience: str, scope: str | None
+) -> list[tuple[int, str]]:
+    """The saved memories an extraction should see (number, text): recalled for each of the
+    newest user messages, where the session's own memories live (its scope or
+    audience-wide: never another channel's). None when the store fails: extraction goes
+    on as before, adding only."""
+    if memory is None or audience == "public":
+        return []
+    asked = [m.content for m in messages if m.is_real_user and m.content.strip()][-RELATED_MAX:]
+    found: dict[int, str] = {}
+    try:
+        async with asyncio.timeout(RECALL_TIMEOUT_S):
+            for text in reversed(asked):
+                for m in await memory.search(text, audience=audience, scope=scope, limit=RELATED_PER_MESSAGE):
+                    found.setdefault(m.id, m.text)
+                if len(found) >= RELATED_MAX:
+                    break
+    except Exception as exc:  # noqa: BLE001 - a slow or broken store: extract without them
+        log.warning("related memories for extraction skipped: %s", exc)
+    return sorted(found.items())[:RELATED_MAX]

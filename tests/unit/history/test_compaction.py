@@ -433,3 +433,34 @@ def test_summary_message() -> None:
     assert (msg.id, msg.ts) == ("sum1", 5.0)
     assert not msg.is_real_user
     assert render_for_summary([msg]) == ""
+
+
+def test_the_flush_shows_the_related_memories_and_keeps_only_replaces_it_showed() -> None:
+    request = flush_request(
+        [ChatMessage(id="u1", role="user", content="Anna drives an ambulance now", ts=1.0)],
+        [(7, "Anna is a nurse")],
+    )
+    assert request[-1].content.endswith("Memories already saved (number: text):\n7: Anna is a nurse")
+    assert '"replaces"' in request[0].content
+    assert (
+        "Memories already saved"
+        not in flush_request([ChatMessage(id="u1", role="user", content="hi", ts=1.0)])[-1].content
+    )
+    answer = json.dumps(
+        [
+            {"text": "Anna is a paramedic", "replaces": 7},
+            {"text": "Anna likes jazz", "replaces": 8},  # not shown: a guess, ignored
+            {"text": "Anna has a van", "replaces": True},  # not a number
+            {"text": "Anna lives in Leeds", "replaces": "7"},
+        ]
+    )
+    assert parse_flush(answer, {7}) == [
+        ("Anna is a paramedic", "fact", 7),
+        ("Anna likes jazz", "fact"),
+        ("Anna has a van", "fact"),
+        ("Anna lives in Leeds", "fact"),
+    ]
+    assert parse_flush(answer) == [
+        (t, "fact")
+        for t in ("Anna is a paramedic", "Anna likes jazz", "Anna has a van", "Anna lives in Leeds")
+    ]

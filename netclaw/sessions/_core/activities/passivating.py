@@ -66,7 +66,10 @@ class Passivating:
         plan = None
         if core.has_memory and self.extract:
             model, audience = core.settings.compaction_model, core.context.audience
-            plan = plan_extraction(core.state, audience=audience, model=model, grace_s=self.grace_s)
+            scope = memory_scope_of(core.session_id, core.state.place)
+            plan = plan_extraction(
+                core.state, audience=audience, model=model, grace_s=self.grace_s, scope=scope
+            )
         if plan is not None:
             op_id = core.new_op()
             self.extraction = (op_id, plan)
