@@ -1159,6 +1159,7 @@ RESTART_KEYS = (
     "cluster",  # the node's membership, leases and rebalancer are built at start-up
     "ui",  # the control room's routes and login lifetime are set up at start-up
     "telemetry",  # the tracer and its exporter are built at start-up
+    "memory",  # the memory store opens with its embeddings; a new model re-embeds after the restart
 )
 
 

@@ -243,6 +243,10 @@ class HybridRecall:
             elif int(memory_id) not in self.index:
                 self.pending.add(int(memory_id))
 
+    def known(self, memory_id: int) -> bool:
+        """Indexed, or waiting to be embedded."""
+        return memory_id in self.pending or (self.index is not None and memory_id in self.index)
+
     async def embed(self, texts: Sequence[str]) -> Vectors | None:
         if self.embedder is None or not texts:
             return None

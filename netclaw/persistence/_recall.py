@@ -89,7 +89,7 @@ class VectorIndex:
         """The ``k`` most similar live rows (id, cosine), best first: in ``audience`` (all
         when None), made in ``scope`` or audience-wide (any scope when None)."""
         found: list[tuple[int, float]] = []
-        for name, part in self._parts.items():
+        for name, part in list(self._parts.items()):  # a copy: the loop may add an audience meanwhile
             if audience is None or name == audience:
                 found += part.nearest(query, scope, k)
         found.sort(key=lambda hit: (-hit[1], -hit[0]))

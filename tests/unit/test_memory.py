@@ -510,3 +510,27 @@ async def test_without_embeddings_recall_is_by_keywords_as_before(store: MemoryS
         assert await store.search(question, audience="personal") != [], question
     assert [m.text for m in await store.search("Anna's hospital", audience="personal")] == [ANNA]
     assert store.embedding_status().state == "off"
+
+
+async def test_a_node_recalls_by_meaning_what_another_node_wrote(pg_dsn: str) -> None:
+    """Two nodes on one PostgreSQL: each indexes what the other adds before its next
+    recall, and a memory the other superseded or deleted drops out."""
+    from netclaw.persistence.postgres import PostgresMemoryStore
+
+    a = await PostgresMemoryStore(pg_dsn, embedder=EMBEDDER).open()
+    b = await PostgresMemoryStore(pg_dsn, embedder=EMBEDDER).open()
+    try:
+        [old] = await a.add(facts(ANNA), session_id="cli:a", audience="personal")
+        assert [
+            m.text for m in await b.search("what does my sister do for a living", audience="personal")
+        ] == [ANNA]
+        [new] = await a.add(facts(ANNA_NOW), session_id="cli:a", audience="personal")
+        assert new.replaces == old.id
+        assert [
+            m.text for m in await b.search("what does my sister do for a living", audience="personal")
+        ] == [ANNA_NOW]
+        await a.delete(new.id)
+        assert await b.search("what does my sister do for a living", audience="personal") == []
+    finally:
+        await a.close()
+        await b.close()

@@ -66,14 +66,30 @@ class PostgresMemoryStore(PooledStore):
         return self
 
     async def _catch_up(self, after: int) -> None:
-        rows = await self.fetch(
-            "SELECT id, audience, scope, vector, vector_model FROM memories"
-            " WHERE id > %s AND superseded_by IS NULL ORDER BY id",
-            (after,),
-        )
+        """Index the live rows after id ``after`` this node has not seen: their ids first
+        (cheap), then the vectors of the new ones only."""
+        if after == 0:
+            rows = await self.fetch(
+                "SELECT id, audience, scope, vector, vector_model FROM memories WHERE superseded_by IS NULL ORDER BY id"
+            )
+        else:
+            ids = [
+                int(r[0])
+                for r in await self.fetch(
+                    "SELECT id FROM memories WHERE id > %s AND superseded_by IS NULL", (after,)
+                )
+            ]
+            new = [i for i in ids if not self._recall.known(i)]
+            if not new:
+                return
+            rows = await self.fetch(
+                "SELECT id, audience, scope, vector, vector_model FROM memories WHERE id = ANY(%s) ORDER BY id",
+                (new,),
+            )
         self._recall.load(rows)
         if rows:
             self._seen = max(self._seen, int(rows[-1][0]))
+        self._recall.start_backfill(self._texts, self._save_vectors)  # rows another node left without
 
     async def _texts(self, ids: list[int]) -> list[tuple[int, str, str, str | None]]:
         rows = await self.fetch(
