@@ -47,6 +47,7 @@ _FILLER = frozenset(
     with from as and or but not no now still also just then than that this these those it its
     user user's users he she they them his her their we our you your i me my mine
     currently anymore any longer instead new old again moved changed switched starting since
+    note remember fyi
     """.split()
 )
 
