@@ -58,7 +58,8 @@ class Embedder(Protocol):
 
 
 class StaticEmbedder:
-    """Mean-pooled static token embeddings (WordLlama's way), optionally truncated to the
+    """Mean-pooled static token embeddings of the lower-cased text (WordLlama's way, but
+    case-blind), optionally truncated to the
     first ``dim`` components (the model was trained Matryoshka-style: a prefix is a
     smaller model of its own)."""
 
@@ -88,7 +89,9 @@ class StaticEmbedder:
     def embed(self, texts: Sequence[str]) -> Vectors:
         out = np.zeros((len(texts), self._dim), dtype=np.float32)
         for start in range(0, len(texts), _BATCH):
-            chunk = list(texts[start : start + _BATCH])
+            # Lower-cased: Llama's tokens are case-sensitive, and "ANNA WORKS…" would land far
+            # from "Anna works…" (bench/memory.py: casing variants were stored as new memories).
+            chunk = [text.lower() for text in texts[start : start + _BATCH]]
             with self._lock:
                 encoded = self._tokenizer.encode_batch(chunk, add_special_tokens=False)
             for offset, enc in enumerate(encoded):

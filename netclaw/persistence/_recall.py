@@ -31,7 +31,8 @@ KEYWORD_BONUS = 0.10
 SIMILARITY_FLOOR = 0.35
 # ...and not much below the best one's: next to a close match, a distant one is noise.
 RELATIVE_MARGIN = 0.08
-# Writes: a memory this close to an existing one of its audience says nothing new...
+# Writes: a memory this close to an existing one of its audience, with none of its words
+# new, says nothing new (nor does one merely as close as a change, with the same words)...
 DUPLICATE_SIMILARITY = 0.93
 # ...and one this close that repeats most of its subject's words states a changed fact.
 # Strict on purpose (bench/memory.py: no wrong supersession on its data set): what this
@@ -205,7 +206,9 @@ def decide_write(text: str, neighbours: Sequence[tuple[int, str, float]]) -> Wri
     new_words = subject_words(text)
     for memory_id, old_text, cosine in neighbours:
         old_words = subject_words(old_text)
-        if cosine >= DUPLICATE_SIMILARITY and new_words <= old_words:
+        if new_words <= old_words and (
+            cosine >= DUPLICATE_SIMILARITY or (cosine >= SUPERSEDE_SIMILARITY and new_words)
+        ):
             return WriteDecision("duplicate", memory_id)  # says nothing the old one does not
         if cosine < SUPERSEDE_SIMILARITY or not old_words:
             continue

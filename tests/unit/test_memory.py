@@ -421,7 +421,11 @@ async def test_a_near_duplicate_is_not_added_again(hybrid: MemoryStore) -> None:
         )
         == 1
     )
-    again = facts("User prefers green tea over coffee", "the user prefers green tea over coffee!")
+    again = facts(
+        "User prefers green tea over coffee",
+        "the user prefers green tea over coffee!",
+        "Note: THE USER PREFERS GREEN TEA OVER COFFEE",  # another extraction's casing and prefix
+    )
     assert await hybrid.add(again, session_id="b", audience="personal") == []
     assert await hybrid.count() == 1
 

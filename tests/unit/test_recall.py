@@ -163,6 +163,8 @@ def test_the_default_embeddings_load_from_the_installed_package_and_find_meaning
     )
     assert vectors.dtype == np.float32 and np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
     assert vectors[0] @ vectors[1] > vectors[0] @ vectors[2] + 0.2
+    shouted, quiet = embedder.embed(["ANNA WORKS AS A NURSE.", "Anna works as a nurse."])
+    assert shouted @ quiet == pytest.approx(1.0)  # case-blind: casing is no new memory
     small = load_embedder("wordllama-64")
     assert small is not None and small.embed(["x y"]).shape == (1, 64) and small.model != embedder.model
     assert load_embedder("none") is None
