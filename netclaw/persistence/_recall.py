@@ -143,7 +143,10 @@ class _Part:
         vectors, ids, codes = self.vectors[:n], self.ids[:n], self.scope_codes[:n]
         if not n:
             return []
-        scores = vectors @ query
+        # einsum, not `@`: numpy's own loop on this thread. BLAS's gemv wakes its thread pool
+        # for each call, which on a busy machine costs milliseconds (bench/memory.py: p50 at
+        # 10,000 memories 8 ms with `@`, under 1 ms with einsum).
+        scores = np.einsum("ij,j->i", vectors, query)
         live = ids >= 0
         if scope is not None:
             code = self.scopes.get(scope)
