@@ -20,7 +20,7 @@ import re
 import sqlite3
 import time
 import unicodedata
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -178,15 +178,16 @@ def search_terms(text: str, *, stop_words: bool = False) -> list[str]:
     return terms
 
 
-def fts_query(text: str, *, stop_words: bool = False) -> str | None:
-    """A safe FTS5 query for free user text: its distinct words, each quoted, OR-ed.
+def fts_query(text: str, *, stop_words: bool = False, every: bool = False) -> str | None:
+    """A safe FTS5 query for free user text: its distinct words, each quoted, OR-ed
+    (``every``: AND-ed).
 
     Quoting makes every term a literal phrase, so operators (``NEAR``, ``AND``,
     ``*``, ``:``, ``-``, ``^``) and stray quotes in the text are just words.
     None when nothing searchable is left.
     """
     terms = search_terms(text, stop_words=stop_words)  # the pattern excludes '"': no escaping needed
-    return " OR ".join(f'"{word}"' for word in terms) if terms else None
+    return (" AND " if every else " OR ").join(f'"{word}"' for word in terms) if terms else None
 
 
 def format_recall(memories: Sequence[Memory], char_budget: int = 1500) -> str | None:
@@ -275,12 +276,14 @@ class HybridRecall:
         keyword_ids: Sequence[int],
         similar: Sequence[tuple[int, float]],
         limit: int,
+        complete: Collection[int] = (),
     ) -> list[int]:
+        """Fused and floored (``complete``: the keyword hits with every word of the query)."""
         if query is None or self.index is None:
             return fuse(keyword_ids, (), {}, limit=limit, embedded=False)
         similarity = dict(similar)
         similarity.update(self.index.similarity(query, (i for i in keyword_ids if i not in similarity)))
-        return fuse(keyword_ids, similar, similarity, limit=limit)
+        return fuse(keyword_ids, similar, similarity, limit=limit, complete=complete)
 
     async def neighbours(self, vector: Vectors | None, audience: str) -> list[tuple[int, float]]:
         if vector is None or self.index is None:
@@ -566,12 +569,12 @@ class SqliteMemoryStore:
         *,
         stop_words: bool,
     ) -> list[Memory]:
-        match = fts_query(query, stop_words=stop_words)
         k = max(CANDIDATES, limit)
-        keyword, (vector, similar) = await asyncio.gather(
-            self._keyword_ids(match, audience, scope, k), self._recall.similar(query, audience, scope, k)
+        (keyword, complete), (vector, similar) = await asyncio.gather(
+            self._keyword_ids(query, stop_words, audience, scope, k),
+            self._recall.similar(query, audience, scope, k),
         )
-        ids = self._recall.rank(vector, keyword, similar, limit)
+        ids = self._recall.rank(vector, keyword, similar, limit, complete)
         if not ids:
             return []
         where = f"id IN ({', '.join('?' * len(ids))}) AND superseded_by IS NULL"
@@ -585,10 +588,12 @@ class SqliteMemoryStore:
         )
 
     async def _keyword_ids(
-        self, match: str | None, audience: str | None, scope: str | None, k: int
-    ) -> list[int]:
+        self, query: str, stop_words: bool, audience: str | None, scope: str | None, k: int
+    ) -> tuple[list[int], set[int]]:
+        """The ``k`` best keyword hits (BM25), and those of them with every word of the query."""
+        match = fts_query(query, stop_words=stop_words)
         if match is None:
-            return []
+            return [], set()
         where = "memories_fts MATCH ? AND m.superseded_by IS NULL" + (
             "" if audience is None else " AND m.audience = ?"
         )
@@ -601,7 +606,15 @@ class SqliteMemoryStore:
             f" WHERE {where} ORDER BY bm25(memories_fts), m.id DESC LIMIT ?",  # bm25: lower is better
             [*params, k],
         )
-        return [int(r[0]) for r in rows]
+        ids = [int(r[0]) for r in rows]
+        every = fts_query(query, stop_words=stop_words, every=True)
+        if not ids or every is None or " AND " not in every:
+            return ids, set(ids)  # one word: each hit has all of it
+        found = await self._fetch(
+            f"SELECT rowid FROM memories_fts WHERE memories_fts MATCH ? AND rowid IN ({', '.join('?' * len(ids))})",
+            [every, *ids],
+        )
+        return ids, {int(r[0]) for r in found}
 
     async def listing(
         self,

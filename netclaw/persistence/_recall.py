@@ -13,7 +13,7 @@ bench/data/memory.json (bench/memory.py prints what they give).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -164,20 +164,26 @@ def fuse(
     *,
     limit: int,
     embedded: bool = True,
+    complete: Collection[int] = (),
 ) -> list[int]:
     """Ids to recall, best first. Each candidate (from either ranking) scores its cosine
     similarity to the query plus a bonus when the query's words found it too (more for a
     better keyword rank); what scores under the floor, or well under the best, is left out.
     ``similarity`` has the cosine of every candidate that has a vector; a keyword hit
     without one (not embedded yet: the model changed) scores as if at the floor, so it is
-    found by its words meanwhile. ``embedded=False``: no vectors at all (embeddings off, or
+    found by its words meanwhile; so does one with every word of the query in it
+    (``complete``: "runbook" finds the runbook entries however much else they say).
+    ``embedded=False``: no vectors at all (embeddings off, or
     no word of the query is known to the model): the keyword ranking as it is."""
     if not embedded:
         return list(keyword_ids[:limit])
     score: dict[int, float] = {memory_id: cosine for memory_id, cosine in similar}
     for rank, memory_id in enumerate(keyword_ids):
         bonus = KEYWORD_BONUS * (1 - rank / max(CANDIDATES, len(keyword_ids)))
-        score[memory_id] = similarity.get(memory_id, SIMILARITY_FLOOR) + bonus
+        cosine = similarity.get(memory_id, SIMILARITY_FLOOR)
+        if memory_id in complete:
+            cosine = max(cosine, SIMILARITY_FLOOR)
+        score[memory_id] = cosine + bonus
     kept = {i: v for i, v in score.items() if v >= SIMILARITY_FLOOR}
     if not kept:
         return []

@@ -261,10 +261,11 @@ def test_clearing_tool_results_alone_can_be_enough(
 ) -> None:
     handle = start(start_daemon)
     route_compaction(scripted)
-    # Big memories make one search_memory result of ~2 000 tokens; nothing the users say
-    # matches them, so recall stays out of the prompts.
+    # Big memories make one search_memory result of ~1 900 tokens (the prompt stays under the
+    # threshold until the provider says otherwise); nothing the users say matches them, so
+    # recall stays out of the prompts.
     runbook = [
-        NewMemory(f"Runbook entry {i}: " + " ".join(f"step{i}x{j} verify host{j}" for j in range(80)))
+        NewMemory(f"Runbook entry {i}: " + " ".join(f"step{i}x{j} verify host{j}" for j in range(76)))
         for i in range(6)
     ]
     run(handle, memory_of(handle).add(runbook, session_id="seed", audience="personal"))

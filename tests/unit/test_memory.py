@@ -538,3 +538,13 @@ async def test_a_node_recalls_by_meaning_what_another_node_wrote(pg_dsn: str) ->
     finally:
         await a.close()
         await b.close()
+
+
+async def test_a_memory_with_every_word_of_the_query_is_found_however_much_else_it_says(
+    hybrid: MemoryStore,
+) -> None:
+    """Its vector is mostly the rest of its words; the query's words are all in it: found."""
+    entry = "Runbook entry 3: " + " ".join(f"step3x{j} verify host{j}" for j in range(40))
+    await hybrid.add(facts(entry, ANNA), session_id="cli:a", audience="personal")
+    assert [m.text for m in await hybrid.search("runbook", audience="personal")] == [entry]
+    assert [m.text for m in await hybrid.listing(query="runbook entry")] == [entry]

@@ -110,6 +110,8 @@ def test_the_floor_keeps_out_what_is_not_close_enough() -> None:
     assert fuse([1], [], {1: below + 0.02}, limit=5) == [1]
     # Not embedded yet (the model changed, re-embedding runs): its words are enough.
     assert fuse([4], [], {}, limit=5) == [4]
+    # Every word of the query is in it: enough too, however far its vector.
+    assert fuse([1], [], {1: 0.05}, limit=5, complete={1}) == [1]
 
 
 def test_next_to_a_close_match_a_distant_one_is_left_out() -> None:

@@ -42,11 +42,11 @@ _MAX_LIMIT = 100
 _LATE_COMMITS = 1000  # ids are taken before commit: look this far back for late ones
 
 
-def ts_query(text: str, *, stop_words: bool = False) -> str | None:
-    """A ``to_tsquery`` for free user text: its words OR-ed (letters and digits only, so no
-    tsquery syntax survives). None when nothing searchable is left."""
+def ts_query(text: str, *, stop_words: bool = False, every: bool = False) -> str | None:
+    """A ``to_tsquery`` for free user text: its words OR-ed (``every``: AND-ed; letters and
+    digits only, so no tsquery syntax survives). None when nothing searchable is left."""
     terms = search_terms(text, stop_words=stop_words)
-    return " | ".join(terms) if terms else None
+    return (" & " if every else " | ").join(terms) if terms else None
 
 
 class PostgresMemoryStore(PooledStore):
@@ -253,12 +253,12 @@ class PostgresMemoryStore(PooledStore):
     ) -> list[Memory]:
         if self._recall.embedder is not None:
             await self._catch_up(max(0, self._seen - _LATE_COMMITS))
-        match = ts_query(query, stop_words=stop_words)
         k = max(CANDIDATES, limit)
-        keyword, (vector, similar) = await asyncio.gather(
-            self._keyword_ids(match, audience, scope, k), self._recall.similar(query, audience, scope, k)
+        (keyword, complete), (vector, similar) = await asyncio.gather(
+            self._keyword_ids(query, stop_words, audience, scope, k),
+            self._recall.similar(query, audience, scope, k),
         )
-        ids = self._recall.rank(vector, keyword, similar, limit)
+        ids = self._recall.rank(vector, keyword, similar, limit, complete)
         if not ids:
             return []
         where, params = _filters(audience=audience, session_id=session_id)
@@ -273,21 +273,25 @@ class PostgresMemoryStore(PooledStore):
         return found
 
     async def _keyword_ids(
-        self, match: str | None, audience: str | None, scope: str | None, k: int
-    ) -> list[int]:
-        if match is None:
-            return []
+        self, query: str, stop_words: bool, audience: str | None, scope: str | None, k: int
+    ) -> tuple[list[int], set[int]]:
+        """The ``k`` best keyword hits, and those of them with every word of the query."""
+        match = ts_query(query, stop_words=stop_words)
+        every = ts_query(query, stop_words=stop_words, every=True)
+        if match is None or every is None:
+            return [], set()
         where, params = _filters(audience=audience, session_id=None)
         if scope is not None:
             where.append("(scope = %s OR scope IS NULL)")
             params.append(scope)
         rows = await self.fetch(
-            "SELECT id FROM memories, to_tsquery('english', %s) AS q WHERE search @@ q AND superseded_by IS NULL"
+            "SELECT id, search @@ to_tsquery('english', %s) FROM memories, to_tsquery('english', %s) AS q"
+            " WHERE search @@ q AND superseded_by IS NULL"
             + "".join(f" AND {w}" for w in where)
             + " ORDER BY ts_rank(search, q) DESC, id DESC LIMIT %s",
-            [match, *params, k],
+            [every, match, *params, k],
         )
-        return [int(r[0]) for r in rows]
+        return [int(r[0]) for r in rows], {int(r[0]) for r in rows if r[1]}
 
     async def listing(
         self,
