@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import logging
+import mimetypes
 import re
 import time
 import warnings
@@ -177,7 +178,23 @@ def _files_of(message: Message) -> tuple[TelegramFile, ...]:
         found.append(
             TelegramFile(f"photo-{message.message_id}.jpg", largest.file_id, "image/jpeg", largest.file_size)
         )
+    if message.voice is not None:  # a voice note: heard by speech-to-text before its turn
+        voice = message.voice
+        mime = voice.mime_type or "audio/ogg"
+        found.append(
+            TelegramFile(f"voice-{message.message_id}{_suffix(mime)}", voice.file_id, mime, voice.file_size)
+        )
+    if message.audio is not None:
+        audio = message.audio
+        mime = audio.mime_type or "audio/mpeg"
+        name = audio.file_name or f"audio-{message.message_id}{_suffix(mime)}"
+        found.append(TelegramFile(name, audio.file_id, mime, audio.file_size))
     return tuple(found)
+
+
+def _suffix(mime: str) -> str:
+    known = {"audio/ogg": ".ogg", "audio/mpeg": ".mp3", "audio/mp4": ".m4a", "audio/wav": ".wav"}
+    return known.get(mime) or mimetypes.guess_extension(mime) or ""
 
 
 # -- errors -------------------------------------------------------------------------------------

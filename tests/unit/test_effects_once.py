@@ -21,7 +21,7 @@ from netclaw.config import LiveSettings
 from netclaw.errors import JournalError, ProviderUnavailable, SessionMoved, SessionUnavailable
 from netclaw.lineage import SpawnRequest
 from netclaw.llm import Completion, Delta, OnDelta, ProviderRequest, Usage
-from netclaw.messages import ToolCall
+from netclaw.messages import Attachment, ToolCall, Transcript
 from netclaw.persistence import SqliteJournal, SqliteMemoryStore, prepare_database
 from netclaw.process.runtime import IoLoop, Reply
 from netclaw.sessions._core.commands import (
@@ -66,6 +66,7 @@ from netclaw.sessions._core.effects import (
     StartTimer,
     Stop,
     TimerKind,
+    Transcribe,
 )
 from netclaw.sessions._core.journal.events import TurnRecorded
 from netclaw.sessions._core.journal.state import TurnOutcome
@@ -84,6 +85,7 @@ from netclaw.sessions._core.results import (
     SubscriberLeft,
     ToolEvent,
     ToolsDone,
+    Transcribed,
     TurnTimeout,
 )
 from netclaw.sessions._core.session import Session
@@ -349,6 +351,13 @@ def test_each_effect_is_carried_out_once_for_every_command_and_at_the_stop(world
     w.message("four")
     w.recalled()
     w.send(OpFailed(w.latest(CallModel).op_id, ProviderUnavailable("the model is down")))
+
+    # A voice note: heard before its turn (the transcript recorded), then answered.
+    note = Attachment("note.wav", "audio/wav", "/nonexistent/note.wav", 10, "audio")
+    w.send(SendUserMessage("", 1_700_000_000.0, w.reply(), files=(note,)))
+    w.send(Transcribed(w.latest(Transcribe).op_id, ((0, Transcript("hello", "en", 1.0)),)))
+    w.recalled()
+    w.send(ProviderDone(w.latest(CallModel).op_id, Completion("Hello.", (), usage=Usage(10, 2))))
 
     # A compaction asked for, and a reset.
     effects = w.send(CompactNow(w.reply()))

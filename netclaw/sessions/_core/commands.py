@@ -33,6 +33,7 @@ from netclaw.sessions._core.results import (
     SubscriberLeft,
     ToolEvent,
     ToolsDone,
+    Transcribed,
     TurnTimeout,
 )
 from netclaw.sessions._core.status import ModelChoice, StatusReport
@@ -265,6 +266,7 @@ Command = (
     | ConfirmStop
     | Shutdown
     | Recalled
+    | Transcribed
     | ProviderDeltas
     | ProviderDone
     | CompactionDone

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from netclaw.llm import Completion, Delta, Usage
+from netclaw.messages import Transcript
 from netclaw.outputs import Output
 from netclaw.sessions._core.compaction import CompactionOutcome
 from netclaw.toolspec import ToolResult
@@ -21,6 +22,15 @@ class Recalled:
 
     op_id: int
     memories: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Transcribed:
+    """What speech-to-text heard in the turn's audio files: each transcript (or why there
+    is none) by the file's index in the message."""
+
+    op_id: int
+    transcripts: tuple[tuple[int, Transcript], ...]
 
 
 @dataclass(frozen=True, slots=True)

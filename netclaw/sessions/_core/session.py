@@ -194,6 +194,7 @@ class Session:
                 | cmd.PassivateNow()
                 | cmd.ConfirmStop()
                 | res.Recalled()
+                | res.Transcribed()
                 | res.ProviderDeltas()
                 | res.ProviderDone()
                 | res.CompactionDone()

@@ -11,7 +11,7 @@ from typing import Any
 
 from netclaw.errors import JournalCorrupt
 from netclaw.lineage import ChildReport, ChildTask
-from netclaw.messages import ChatMessage
+from netclaw.messages import ChatMessage, Transcript
 from netclaw.security.policy import Place
 from netclaw.sessions._core.journal.events import (
     ApprovalDecided,
@@ -32,6 +32,7 @@ from netclaw.sessions._core.journal.events import (
     SessionEvent,
     SessionReset,
     SessionTitleSet,
+    SpeechTranscribed,
     StepRecorded,
     TaskGiven,
     TurnRecorded,
@@ -105,6 +106,12 @@ def encode(event: SessionEvent) -> tuple[str, str]:  # noqa: C901 - one case per
             payload = {"turn": turn, "from_model": old, "to_model": new, "reason": reason}
         case ModelPinned(model=model, by=by):
             payload = {"model": model, "by": by}
+        case SpeechTranscribed(message_id=mid, transcripts=heard, spent=spent, cost=cost):
+            payload = {"message_id": mid, "transcripts": [{"file": i, **t.to_dict()} for i, t in heard]}
+            if spent is not None:
+                payload["spent"] = dict(spent)
+            if cost is not None:
+                payload["cost"] = cost
     return type(event).__name__, json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
 
 
@@ -176,6 +183,13 @@ def decode(type_name: str, payload: str) -> SessionEvent:  # noqa: C901 - one ca
             case "ModelPinned":
                 model = data["model"]
                 return ModelPinned(None if model is None else str(model), str(data["by"]))
+            case "SpeechTranscribed":
+                return SpeechTranscribed(
+                    str(data["message_id"]),
+                    tuple((int(t["file"]), Transcript.from_dict(t)) for t in data["transcripts"]),
+                    data.get("spent"),
+                    data.get("cost"),
+                )
             case "SessionCompacted":
                 data["cleared"] = tuple(data["cleared"])
                 data["tiers"] = tuple(data["tiers"])

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from netclaw.lineage import ChildReport, ChildTask
-from netclaw.messages import ChatMessage
+from netclaw.messages import ChatMessage, Transcript
 from netclaw.security.policy import Place
 
 TurnStatus = Literal["completed", "failed", "timed_out", "interrupted", "cancelled"]
@@ -90,6 +90,19 @@ class ModelPinned:
 
     model: str | None
     by: str
+
+
+@dataclass(frozen=True, slots=True)
+class SpeechTranscribed:
+    """The audio attachments of the user message ``message_id`` were heard: each file's
+    transcript by its index among the message's files (a failure is recorded too, with its
+    reason: never transcribed twice). ``spent``: ``{"speech_ms": <audio heard>}``; ``cost``:
+    at the endpoints' prices (usage and the spend guards count it)."""
+
+    message_id: str
+    transcripts: tuple[tuple[int, Transcript], ...]
+    spent: Mapping[str, int] | None = None
+    cost: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,4 +324,5 @@ SessionEvent = (
     | ContextAttached
     | ModelSwitched
     | ModelPinned
+    | SpeechTranscribed
 )

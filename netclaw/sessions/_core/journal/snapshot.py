@@ -3,13 +3,15 @@ written as, and reading either version back (pure).
 
 Since version 2 a snapshot writes only what happened since the last one: the state
 document without the transcript (its rows are stored once each) and without what the
-transcript already says (replay identities, completed turns' outcomes).
+transcript already says (replay identities, completed turns' outcomes). The one event that
+changes a row already written — a voice note's transcript, recorded with its message
+(``SpeechTranscribed``) — has that row written again (:func:`first_changed_row`).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -17,6 +19,7 @@ from netclaw.errors import JournalCorrupt
 from netclaw.lineage import ChildRecord, ChildReport, ChildTask
 from netclaw.messages import ChatMessage, MessageKind
 from netclaw.security.policy import Place
+from netclaw.sessions._core.journal.events import SessionEvent, SpeechTranscribed
 from netclaw.sessions._core.journal.state import (
     MAX_IDENTITIES,
     ActiveTurn,
@@ -51,6 +54,16 @@ def encode(state: SessionState, saved_rows: int) -> tuple[str, list[str]]:
         for m in state.transcript[saved_rows:]
     ]
     return json.dumps(data, ensure_ascii=False, separators=(",", ":")), rows
+
+
+def first_changed_row(state: SessionState, events: Iterable[SessionEvent]) -> int | None:
+    """The lowest transcript row ``events`` changed in place (a voice note's transcript
+    recorded with its message), which the next snapshot must write again; None when they
+    only appended. ``state`` has the events applied."""
+    changed = {e.message_id for e in events if isinstance(e, SpeechTranscribed)}
+    if not changed:
+        return None
+    return next((i for i, m in enumerate(state.transcript) if m.id in changed), None)
 
 
 def decode(text: str, rows: Sequence[str]) -> SessionState:

@@ -13,7 +13,7 @@ from typing import Any
 from netclaw.config import is_chat_channel
 from netclaw.errors import JournalCorrupt
 from netclaw.lineage import ChildRecord, ChildReport, ChildTask
-from netclaw.messages import ChatMessage
+from netclaw.messages import ChatMessage, Transcript
 from netclaw.security.policy import Place, channel_of
 from netclaw.sessions._core.journal import children as kin
 from netclaw.sessions._core.journal.events import (
@@ -34,6 +34,7 @@ from netclaw.sessions._core.journal.events import (
     SessionEvent,
     SessionReset,
     SessionTitleSet,
+    SpeechTranscribed,
     StepRecorded,
     TaskGiven,
     TurnRecorded,
@@ -275,6 +276,13 @@ class SessionState:
                 return self._evolve(seq=seq, active=active, last_activity=ts)
             case ModelPinned(model=model):
                 return self._evolve(seq=seq, model_pin=model, last_activity=ts)
+            case SpeechTranscribed(message_id=mid, transcripts=heard, cost=cost):
+                return self._evolve(
+                    seq=seq,
+                    transcript=self._heard(mid, dict(heard)),
+                    last_activity=ts,
+                    **self._charged(0, float(cost or 0.0), ts),
+                )
             case SessionReset():
                 return self._evolve(
                     seq=seq,
@@ -350,6 +358,18 @@ class SessionState:
                     )
                 return state
         raise TypeError(f"not a session event: {event!r}")
+
+    def _heard(self, message_id: str, heard: Mapping[int, Transcript]) -> tuple[ChatMessage, ...]:
+        """The transcript with ``message_id``'s audio files carrying what was heard in them
+        (the message is recorded once; its transcripts are part of it from now on)."""
+        for at in range(len(self.transcript) - 1, -1, -1):
+            message = self.transcript[at]
+            if message.id == message_id:
+                files = tuple(
+                    replace(f, transcript=heard[i]) if i in heard else f for i, f in enumerate(message.files)
+                )
+                return (*self.transcript[:at], replace(message, files=files), *self.transcript[at + 1 :])
+        raise JournalCorrupt(f"{self.session_id}: a transcript for unknown message {message_id}")
 
     def _round_closed(self) -> Mapping[str, tuple[str, str]]:
         """The closed approvals once the pending round ends: its undecided requests too."""
