@@ -193,18 +193,6 @@ class Speech:
 
     # -- shared ---------------------------------------------------------------------------------
 
-    async def check(self, where: str, endpoint: Transcriber | Synthesizer) -> str | None:
-        """``doctor``: why ``endpoint``'s server cannot be used (None: it answers). Lists the
-        provider's models (no audio is sent, nothing is billed)."""
-        provider, client = self._client(endpoint.provider)
-        try:
-            response = await client.get(f"{provider.base_url}/models", headers=self._headers(provider))
-        except httpx.HTTPError as exc:
-            return f"{where}: {classify_transport_error(exc, endpoint.provider, provider.base_url)}"
-        if response.status_code >= 400 and response.status_code not in (404, 405):
-            return f"{where}: {classify_http_error(response.status_code, response.text, response.headers, endpoint.provider, api_key_env=provider.api_key_env)}"
-        return None
-
     async def close(self) -> None:
         for client in [*self._retired, *(c for _, c in self._clients.values())]:
             await client.aclose()

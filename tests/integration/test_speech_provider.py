@@ -137,3 +137,37 @@ def test_a_reply_is_spoken_as_a_wav(fake: FakeSpeechThread) -> None:
         "voice": "alloy",
         "response_format": "wav",
     }
+
+
+def test_doctor_checks_each_speech_endpoint(fake: FakeSpeechThread) -> None:
+    from netclaw.cli._doctor import _doctor_speech
+
+    settings = Settings(
+        providers={
+            "local": {},
+            "stt": {"base_url": fake.base_url},
+            "down": {"base_url": "http://127.0.0.1:9/v1", "max_retries": 0, "timeout_s": 5},
+            "keyed": {"base_url": fake.base_url, "api_key_env": "NETCLAW_TEST_NO_SUCH_SPEECH_KEY"},
+        },
+        speech={
+            "transcription": {
+                "provider": "stt",
+                "model": STT_MODEL,
+                "fallbacks": [{"provider": "down", "model": "x"}, {"provider": "stt", "model": "nope"}],
+            },
+            "synthesis": {"provider": "keyed", "model": TTS_MODEL},
+        },
+    )
+    found: dict[str, tuple[bool, str]] = {}
+    assert _doctor_speech(settings, lambda good, what, detail: found.update({what: (good, detail)})) is False
+    assert found[f"speech.transcription (stt/{STT_MODEL})"] == (True, f"{fake.base_url} reachable, 2 models")
+    good, detail = found["speech.transcription.fallbacks[0] (down/x)"]
+    assert not good and "cannot reach http://127.0.0.1:9/v1" in detail
+    good, detail = found["speech.transcription.fallbacks[1] (stt/nope)"]
+    assert (
+        not good
+        and "does not list the model 'nope'" in detail
+        and "speech.transcription.fallbacks[1].model" in detail
+    )
+    good, detail = found[f"speech.synthesis (keyed/{TTS_MODEL})"]
+    assert not good and "NETCLAW_TEST_NO_SUCH_SPEECH_KEY" in detail

@@ -123,8 +123,9 @@ def heard_step(
         effects.append(Charge(utc_day(now), transcript.model or "speech", 0, spent))
         if seconds:
             effects.append(Measure("speech_audio_seconds", seconds, "transcription"))
+    model = next((t.model for _, t in heard if t.text is not None and t.model), None)
     event = SpeechTranscribed(
-        message_id, tuple(heard), {"speech_ms": ms} if ms else None, round(cost, 9) if cost else None
+        message_id, tuple(heard), {"speech_ms": ms} if ms else None, round(cost, 9) if cost else None, model
     )
     notices = tuple(
         out.Notice(

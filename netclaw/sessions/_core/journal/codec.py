@@ -106,12 +106,14 @@ def encode(event: SessionEvent) -> tuple[str, str]:  # noqa: C901 - one case per
             payload = {"turn": turn, "from_model": old, "to_model": new, "reason": reason}
         case ModelPinned(model=model, by=by):
             payload = {"model": model, "by": by}
-        case SpeechTranscribed(message_id=mid, transcripts=heard, spent=spent, cost=cost):
+        case SpeechTranscribed(message_id=mid, transcripts=heard, spent=spent, cost=cost, model=model):
             payload = {"message_id": mid, "transcripts": [{"file": i, **t.to_dict()} for i, t in heard]}
             if spent is not None:
                 payload["spent"] = dict(spent)
             if cost is not None:
                 payload["cost"] = cost
+            if model is not None:
+                payload["model"] = model
     return type(event).__name__, json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
 
 
@@ -189,6 +191,7 @@ def decode(type_name: str, payload: str) -> SessionEvent:  # noqa: C901 - one ca
                     tuple((int(t["file"]), Transcript.from_dict(t)) for t in data["transcripts"]),
                     data.get("spent"),
                     data.get("cost"),
+                    data.get("model"),
                 )
             case "SessionCompacted":
                 data["cleared"] = tuple(data["cleared"])

@@ -103,6 +103,7 @@ class SpeechTranscribed:
     transcripts: tuple[tuple[int, Transcript], ...]
     spent: Mapping[str, int] | None = None
     cost: float | None = None
+    model: str | None = None  # the model that heard the first note heard (usage by model)
 
 
 @dataclass(frozen=True, slots=True)
