@@ -240,7 +240,7 @@ class SqliteJournal(WriterJournal):
             # By time on the index of these events (the planner, not knowing how recent `since`
             # is, would scan the whole journal; the start-up spend seed asks for today only).
             " FROM events INDEXED BY events_spend"
-            " WHERE type IN ('TurnRecorded', 'SessionCompacted', 'SpeechTranscribed') AND ts >= ?"
+            " WHERE type IN ('TurnRecorded', 'SessionCompacted', 'SpeechTranscribed', 'ReplySpoken') AND ts >= ?"
             " AND (type = 'TurnRecorded' OR json_extract(payload, '$.spent') IS NOT NULL)"
             f"{only} GROUP BY k ORDER BY k",
             params,

@@ -20,7 +20,7 @@ from tests.conformance.drivers import load
 from tests.conformance.model import KitModel, marker
 from tests.conformance.rig import InProcess, Rig, Subprocess, wait_for
 from tests.fakes.scripted_openai import Reply, ScriptedOpenAIThread
-from tests.fakes.speech_api import STT_MODEL, FakeSpeechThread, spoken
+from tests.fakes.speech_api import STT_MODEL, TTS_MODEL, FakeSpeechThread, spoken, wav_samples
 
 VOICE_DRIVERS = ["discord_bot", "slack", "telegram"]
 RESTART_TIMEOUT_S = 40.0
@@ -31,7 +31,10 @@ def speech_sections(fake: FakeSpeechThread) -> dict[str, Any]:
         "providers": {
             "stt": {"type": "openai", "base_url": fake.base_url, "timeout_s": 30, "max_retries": 1}
         },
-        "speech": {"transcription": {"provider": "stt", "model": STT_MODEL, "price_per_minute": 0.006}},
+        "speech": {
+            "transcription": {"provider": "stt", "model": STT_MODEL, "price_per_minute": 0.006},
+            "synthesis": {"provider": "stt", "model": TTS_MODEL, "format": "wav"},
+        },
     }
 
 
@@ -137,6 +140,46 @@ def test_a_voice_note_that_cannot_be_transcribed_gets_a_notice_and_still_an_answ
     rig.replied(conversation, f"I could not hear it {mark}")
     (asked,) = rig.model.requests(mark)
     assert "it could not be transcribed" in str(asked["messages"])
+
+
+def test_with_voice_on_a_reply_comes_as_audio_beside_its_text_and_as_text_with_a_notice_when_speech_is_down(
+    voice_rig: InProcess, speech_server: FakeSpeechThread
+) -> None:
+    rig, driver = voice_rig, voice_rig.driver
+    if not driver.capabilities.files_out:
+        pytest.skip(f"{driver.name} shows people no files")
+    conversation = rig.start_conversation(f"hello {marker()}")
+    driver.say("/voice on", conversation, mention=False)
+    wait_for(
+        lambda: any("spoken too" in t for t in driver.bot_messages(conversation)), "the answer to /voice on"
+    )
+    mark = marker("sp")
+    rig.model.script(mark, Reply(text=f"the plants are watered {mark}"))
+    driver.say(f"how are the plants {mark}", conversation, mention=False)
+    rig.replied(conversation, f"the plants are watered {mark}")
+    (name, audio) = wait_for(
+        lambda: [f for f in driver.files_received(conversation) if f[0].startswith("reply-")],
+        "the spoken reply",
+    )[-1]
+    assert name.endswith(".wav") and wav_samples(audio) > 0  # a real recording a player opens
+    assert speech_server.speeches()[-1].body["input"] == f"the plants are watered {mark}"
+    assert driver.bot_messages(conversation).count(f"the plants are watered {mark}") == 1
+
+    speech_server.fail_next("speech", 503, count=20)  # text-to-speech is down: retries, then text
+    down = marker("dn")
+    rig.model.script(down, Reply(text=f"still text {down}"))
+    driver.say(f"and now {down}", conversation, mention=False)
+    rig.replied(conversation, f"still text {down}")
+    wait_for(
+        lambda: any(
+            "could not speak this reply, so it is text only" in t for t in driver.bot_messages(conversation)
+        ),
+        "the notice that the reply stays text",
+    )
+    assert len([f for f in driver.files_received(conversation) if f[0].startswith("reply-")]) == 1
+    driver.say("/voice off", conversation, mention=False)
+    wait_for(lambda: any("text only (chosen" in t for t in driver.bot_messages(conversation)), "/voice off")
+    speech_server.clear_failures()  # nothing else fails after this case
 
 
 def journal_count(data_dir: Path, event_type: str) -> int:

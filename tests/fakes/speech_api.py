@@ -130,6 +130,10 @@ class FakeSpeech:
         with self._lock:
             self._failures.setdefault(route, []).extend([(status, message, headers or {})] * count)
 
+    def clear_failures(self) -> None:
+        with self._lock:
+            self._failures.clear()
+
     def hold(self) -> None:
         """Transcriptions wait (answering nothing) until :meth:`release`."""
         self._released.clear()

@@ -46,6 +46,7 @@ from netclaw.sessions._core.commands import (
     ReportStatus,
     Reset,
     SendUserMessage,
+    SetVoice,
     Shutdown,
     Subscribe,
     Unsubscribe,
@@ -82,6 +83,7 @@ from netclaw.sessions._core.results import (
     ProviderDeltas,
     ProviderDone,
     Recalled,
+    Spoken,
     SubscriberLeft,
     ToolEvent,
     ToolsDone,
@@ -358,6 +360,8 @@ def test_each_effect_is_carried_out_once_for_every_command_and_at_the_stop(world
     w.send(Transcribed(w.latest(Transcribe).op_id, ((0, Transcript("hello", "en", 1.0)),)))
     w.recalled()
     w.send(ProviderDone(w.latest(CallModel).op_id, Completion("Hello.", (), usage=Usage(10, 2))))
+    w.send(SetVoice(True, "ana", w.reply()))  # spoken replies: asked for, and one that failed
+    w.send(Spoken(5, None, error="text-to-speech is down"))
 
     # A compaction asked for, and a reset.
     effects = w.send(CompactNow(w.reply()))

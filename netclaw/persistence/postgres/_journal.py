@@ -255,7 +255,7 @@ class PostgresJournal(WriterJournal):
             " SUM(COALESCE((payload::jsonb->'spent'->>'cache_write_tokens')::bigint, 0)),"
             " SUM(COALESCE((payload::jsonb->>'cost')::double precision, 0)),"
             " SUM(COALESCE((payload::jsonb->'spent'->>'speech_ms')::bigint, 0))"
-            " FROM events WHERE type IN ('TurnRecorded', 'SessionCompacted', 'SpeechTranscribed') AND ts >= %s"
+            " FROM events WHERE type IN ('TurnRecorded', 'SessionCompacted', 'SpeechTranscribed', 'ReplySpoken') AND ts >= %s"
             " AND (type = 'TurnRecorded' OR payload::jsonb ? 'spent')"
             f"{only} GROUP BY k ORDER BY k",
             params,

@@ -133,6 +133,15 @@ class Transcribe:
 
 
 @dataclass(frozen=True, slots=True)
+class Speak:
+    """Speak the reply ``text`` of ``turn`` (text-to-speech) and store the audio with the
+    session's files; the outcome comes back as ``Spoken`` (never a failure)."""
+
+    turn: int
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
 class CallModel:
     """Send ``request`` to the provider named ``provider`` (``providers.<name>``)."""
 
@@ -284,6 +293,7 @@ Effect = (
     | Refuse
     | Recall
     | Transcribe
+    | Speak
     | CallModel
     | RunTools
     | RunCompaction

@@ -53,6 +53,7 @@ from netclaw.sessions._core.effects import (
     SaveMemories,
     SendTo,
     Snapshot,
+    Speak,
     StartTimer,
     Stop,
     StopTimer,
@@ -68,6 +69,7 @@ from netclaw.sessions._core.results import (
     OpFailed,
     ProviderDone,
     Recalled,
+    Spoken,
     SubscriberLeft,
     ToolsDone,
     Transcribed,
@@ -163,6 +165,9 @@ class Effector:
                 self._ops[op_id] = ops.recall(io, self._ref, effect, deps.memory)
             case Transcribe(op_id=op_id):
                 self._ops[op_id] = ops.transcribe(io, self._ref, effect, deps.speech, deps.metrics)
+            case Speak():  # outlives the turn that asked: no op of it to cancel
+                data_dir = deps.live.current.data_dir
+                ops.speak(io, self._ref, effect, deps.speech, deps.metrics, data_dir, self._id)
             case CallModel(op_id=op_id, provider=name):
                 span = self.tracer.model_call(effect, self.state)
                 provider = deps.provider_of(name)
@@ -289,6 +294,8 @@ def _not_started(effect: Effect, error: Exception) -> Command | None:
     match effect:
         case Recall(op_id=op_id):
             return Recalled(op_id, None)  # as a recall that fails: never a failed turn
+        case Speak(turn=turn):
+            return Spoken(turn, None, error=f"the speech could not start ({type(error).__name__}: {error})")
         case Transcribe(op_id=op_id, files=files):  # as a transcription that fails: people are told
             why = f"the transcription could not start ({type(error).__name__}: {error})"
             return Transcribed(op_id, tuple((i, Transcript(error=why)) for i, _ in files))

@@ -42,6 +42,7 @@ from netclaw.sessions._core.effects import (
     RunExtraction,
     RunTools,
     SaveMemories,
+    Speak,
     Transcribe,
 )
 from netclaw.sessions._core.extraction import ExtractionPlan
@@ -53,6 +54,7 @@ from netclaw.sessions._core.results import (
     ProviderDeltas,
     ProviderDone,
     Recalled,
+    Spoken,
     ToolsDone,
     Transcribed,
 )
@@ -121,6 +123,43 @@ def transcribe(
 
     return io.submit_and_tell(
         transcribed(speech, effect, metrics), actor, lambda heard: Transcribed(op_id, heard), failed
+    )
+
+
+async def spoken(
+    speech: Speech | None, effect: Speak, metrics: Metrics | None, data_dir: Path, session_id: str
+) -> Spoken:
+    """The reply spoken and its audio stored with the session's files (written off the
+    loop), or why not."""
+    if speech is None:
+        return Spoken(effect.turn, None, error="text-to-speech is not configured (speech.synthesis)")
+    started = time.perf_counter()
+    said = await speech.synthesize(effect.text)
+    if said.error is not None:
+        return Spoken(effect.turn, None, said.chars, said.model, said.error)
+    if metrics is not None and said.model is not None:
+        metrics.speech_seconds.labels("synthesis", said.model).observe(time.perf_counter() - started)
+    audio = attachments.IncomingFile(
+        f"reply-{effect.turn}{Path(said.name).suffix}", said.mime_type, said.data
+    )
+    (stored,) = await asyncio.to_thread(attachments.store, data_dir, session_id, [audio])
+    return Spoken(effect.turn, stored, said.chars, said.model)
+
+
+def speak(
+    io: IoLoop,
+    actor: Tellable,
+    effect: Speak,
+    speech: Speech | None,
+    metrics: Metrics | None,
+    data_dir: Path,
+    session_id: str,
+) -> Cancellable:
+    def failed(error: BaseException) -> Spoken:  # the reply stays text, and people are told
+        return Spoken(effect.turn, None, error=f"the speech failed unexpectedly ({type(error).__name__})")
+
+    return io.submit_and_tell(
+        spoken(speech, effect, metrics, data_dir, session_id), actor, lambda s: s, failed
     )
 
 

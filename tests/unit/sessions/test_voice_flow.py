@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from netclaw import outputs as out
 from netclaw.messages import Attachment, Transcript, model_text
-from netclaw.sessions._core.commands import SendUserMessage
-from netclaw.sessions._core.effects import CallModel, Charge, Measure, Transcribe
+from netclaw.sessions._core.commands import SendUserMessage, SetVoice
+from netclaw.sessions._core.effects import CallModel, Charge, Measure, Speak, Transcribe
 from netclaw.sessions._core.journal import snapshot as snapshots
 from netclaw.sessions._core.journal.codec import decode, encode
-from netclaw.sessions._core.journal.events import SpeechTranscribed
+from netclaw.sessions._core.journal.events import ReplySpoken, SpeechTranscribed, VoiceRepliesSet
 from netclaw.sessions._core.journal.state import SessionState
-from netclaw.sessions._core.results import Transcribed
+from netclaw.sessions._core.results import Spoken, Transcribed
+from netclaw.sessions._core.status import VoiceChoice
 from tests.unit.sessions.harness import Driver
 
 NOTE = Attachment("voice.ogg", "audio/ogg", "/nonexistent/voice.ogg", 4096, "audio")
@@ -148,4 +149,71 @@ def test_a_snapshot_after_the_transcript_writes_the_changed_row_again() -> None:
     document = save(d.state, min(saved, changed))
     (message,) = [m for m in snapshots.decode(document, store).transcript if m.files]
     assert message.files[0].transcript == Transcript("water the plants")
+    d.close()
+
+
+# -- spoken replies ---------------------------------------------------------------------------------
+
+TTS = {
+    "providers": {"tts": {"type": "openai", "base_url": "http://127.0.0.1:9/v1"}},
+    "speech": {"synthesis": {"provider": "tts", "model": "tts-1", "price_per_million_chars": 15.0}},
+}
+AUDIO = Attachment("reply-1.mp3", "audio/mpeg", "/nonexistent/reply-1.mp3", 2048, "audio")
+
+
+def test_voice_on_speaks_a_completed_reply_and_sends_the_audio_beside_the_text() -> None:
+    d = Driver(**TTS)
+    reply = d.reply()
+    d.handle(SetVoice(True, "slack:U1", reply))
+    (chosen,) = d.answers(reply)
+    assert chosen == VoiceChoice("cli:t", on=True, chosen=True, available=True)
+    assert [e for e in d.events() if isinstance(e, VoiceRepliesSet)] == [VoiceRepliesSet(True, "slack:U1")]
+    d.send("say hello")
+    effects = d.answer("Hello there.")
+    assert Speak(1, "Hello there.") in effects
+    effects = d.handle(Spoken(1, AUDIO, chars=12, model="tts-1"))
+    (spoken,) = [e for e in d.events(effects) if isinstance(e, ReplySpoken)]
+    assert spoken.file == AUDIO and spoken.spent == {"speech_chars": 12} and spoken.cost == 0.00018
+    (file,) = [o for o in d.outputs(effects) if isinstance(o, out.File)]
+    assert (file.turn, file.name, file.path) == (1, "reply-1.mp3", AUDIO.path)
+    assert d.state.cost_spent_on("2023-11-14") == 0.00018
+    d.close()
+
+
+def test_text_to_speech_down_leaves_the_reply_as_text_with_a_notice() -> None:
+    d = Driver(**TTS, audiences={"personal": {"voice_replies": True}})  # the audience's default
+    d.send("say hello")
+    d.answer("Hello there.")
+    effects = d.handle(Spoken(1, None, error="provider 'tts': cannot reach http://127.0.0.1:9/v1"))
+    assert not d.events(effects)
+    (notice,) = [o for o in d.outputs(effects) if isinstance(o, out.Notice)]
+    assert notice.kind == "speech_failed" and "text only: provider 'tts': cannot reach" in notice.text
+    d.close()
+
+
+def test_replies_are_not_spoken_when_off_or_without_an_endpoint() -> None:
+    d = Driver(**TTS)  # off by default
+    d.send("one")
+    assert not [e for e in d.answer("first") if isinstance(e, Speak)]
+    d.handle(SetVoice(True, "cli", d.reply()))
+    d.handle(SetVoice(False, "cli", d.reply()))
+    d.send("two")
+    assert not [e for e in d.answer("second") if isinstance(e, Speak)]
+    d.close()
+    bare = Driver(audiences={"personal": {"voice_replies": True}})
+    reply = bare.reply()
+    bare.handle(SetVoice(None, "cli", reply))
+    (chosen,) = bare.answers(reply)
+    assert chosen.on and not chosen.available and "no text-to-speech endpoint" in chosen.text()
+    bare.send("three")
+    assert not [e for e in bare.answer("third") if isinstance(e, Speak)]
+    bare.close()
+
+
+def test_the_voice_choice_survives_the_codec_and_the_snapshot() -> None:
+    for event in (VoiceRepliesSet(False, "cli"), ReplySpoken(3, AUDIO, {"speech_chars": 5}, 0.1, "tts-1")):
+        assert decode(*encode(event)) == event
+    d = Driver(**TTS)
+    d.handle(SetVoice(True, "cli", d.reply()))
+    assert snapshots.decode(*snapshots.encode(d.state, 0)).voice_replies is True
     d.close()

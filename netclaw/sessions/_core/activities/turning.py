@@ -41,6 +41,7 @@ from netclaw.sessions._core.approvals import (
 from netclaw.sessions._core.commands import Cancel, Command, CompactNow, Decide, Reset
 from netclaw.sessions._core.context import ladder as ladder
 from netclaw.sessions._core.effects import CancelOp, Measure, Recall, ReplyOwed, Transcribe
+from netclaw.sessions._core.handlers import voice as voice
 from netclaw.sessions._core.handlers.decisions import settle
 from netclaw.sessions._core.handlers.subagents import announce, cancel_children, round_spawns
 from netclaw.sessions._core.journal.events import ApprovalRequested, RoundStarted, TurnStatus
@@ -253,6 +254,7 @@ class Turn:
             core.record(
                 turn.completed_turn(core.session_id, core.state, run, completion, core.new_id, core.now())
             )
+            voice.speak_reply(core, run.turn, completion.text)  # spoken too, where people want it
             return self._end(core, "completed")
         assistant = turn.assistant_message(
             completion, with_tool_calls=True, message_id=core.new_id("a"), ts=core.now()

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from netclaw.lineage import ChildReport, ChildTask
-from netclaw.messages import ChatMessage, Transcript
+from netclaw.messages import Attachment, ChatMessage, Transcript
 from netclaw.security.policy import Place
 
 TurnStatus = Literal["completed", "failed", "timed_out", "interrupted", "cancelled"]
@@ -104,6 +104,26 @@ class SpeechTranscribed:
     spent: Mapping[str, int] | None = None
     cost: float | None = None
     model: str | None = None  # the model that heard the first note heard (usage by model)
+
+
+@dataclass(frozen=True, slots=True)
+class VoiceRepliesSet:
+    """A person chose whether this conversation's replies are also spoken (``/voice``)."""
+
+    on: bool
+    by: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReplySpoken:
+    """The reply of ``turn`` was spoken: the stored audio ``file``; ``spent``:
+    ``{"speech_chars": <characters spoken>}``; ``cost`` at the endpoint's price."""
+
+    turn: int
+    file: Attachment
+    spent: Mapping[str, int] | None = None
+    cost: float | None = None
+    model: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -326,4 +346,6 @@ SessionEvent = (
     | ModelSwitched
     | ModelPinned
     | SpeechTranscribed
+    | VoiceRepliesSet
+    | ReplySpoken
 )

@@ -151,6 +151,7 @@ def _document(state: SessionState, *, whole: bool) -> dict[str, Any]:
         "spend_cost": state.spend_cost,
         "model_pin": state.model_pin,
         "time_told_at": state.time_told_at,
+        "voice_replies": state.voice_replies,
     }
     if whole:
         data["transcript"] = [m.to_dict() for m in state.transcript]
@@ -211,6 +212,7 @@ def _from_document(d: dict[str, Any]) -> SessionState:
             spend_cost=float(d.get("spend_cost", 0.0)),
             model_pin=d.get("model_pin"),
             time_told_at=float(d.get("time_told_at", 0.0)),
+            voice_replies=d.get("voice_replies"),
         )
     except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
         raise JournalCorrupt(f"cannot decode snapshot: {exc}") from exc

@@ -29,6 +29,7 @@ from netclaw.sessions._core.journal.events import (
     ModelPinned,
     ModelSwitched,
     ReplyDelivered,
+    ReplySpoken,
     RoundStarted,
     SessionCompacted,
     SessionEvent,
@@ -39,6 +40,7 @@ from netclaw.sessions._core.journal.events import (
     TaskGiven,
     TurnRecorded,
     TurnStarted,
+    VoiceRepliesSet,
 )
 from netclaw.sessions._core.journal.values import (
     ActiveTurn,
@@ -114,6 +116,7 @@ class SessionState:
     task: ChildTask | None = None
     task_input: str | None = None
     reports_owed: Mapping[int, ChildReport] = field(default_factory=dict)
+    voice_replies: bool | None = None  # a person's /voice on|off (None: the audience's default)
 
     @property
     def owed(self) -> int:
@@ -276,6 +279,10 @@ class SessionState:
                 return self._evolve(seq=seq, active=active, last_activity=ts)
             case ModelPinned(model=model):
                 return self._evolve(seq=seq, model_pin=model, last_activity=ts)
+            case VoiceRepliesSet(on=on):
+                return self._evolve(seq=seq, voice_replies=on, last_activity=ts)
+            case ReplySpoken(cost=cost):
+                return self._evolve(seq=seq, **self._charged(0, float(cost or 0.0), ts))
             case SpeechTranscribed(message_id=mid, transcripts=heard, cost=cost):
                 return self._evolve(
                     seq=seq,
