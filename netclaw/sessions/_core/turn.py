@@ -15,7 +15,7 @@ from netclaw.config import ModelConfig, SpeechConfig
 from netclaw.history import INTERRUPTED_TEXT, TrimResult
 from netclaw.llm import Completion, Delta, Usage
 from netclaw.messages import Attachment, ChatMessage, ToolCall, Transcript, unmarked
-from netclaw.security.redact import Scrubber, merge, redact, redact_arguments, redact_known
+from netclaw.security.redact import Scrubber, merge, notice, redact, redact_arguments, redact_known
 from netclaw.sessions._core.commands import SendUserMessage
 from netclaw.sessions._core.effects import Charge, Measure
 from netclaw.sessions._core.journal.events import (
@@ -107,11 +107,23 @@ def heard_step(
     files: Sequence[tuple[int, Attachment]],
     speech: SpeechConfig,
     now: float,
+    known: Scrubber,
 ) -> tuple[Step, list[Measure | Charge]]:
     """What transcribing a message's audio records (``SpeechTranscribed``, its audio time
     and cost), what people are told (a notice for each note that could not be heard: never
-    a silent drop), and what it charges."""
+    a silent drop; secrets said aloud, taken out of the transcript as out of a typed
+    message), and what it charges."""
     names = dict((i, f.name) for i, f in files)
+    found: tuple[str, ...] = ()
+    kept = []
+    for i, transcript in heard:
+        if transcript.text is not None:
+            said = redact(transcript.text, known)
+            if said.changed:
+                found = merge(found, said.kinds)
+                transcript = replace(transcript, text=said.text)
+        kept.append((i, transcript))
+    heard = kept
     ms, cost, effects = 0, 0.0, list[Measure | Charge]()
     for _, transcript in heard:
         if transcript.text is None:
@@ -136,6 +148,8 @@ def heard_step(
         for i, t in heard
         if t.text is None
     )
+    if found:
+        notices += (out.Notice(session_id=session_id, text=notice(found), kind="redaction"),)
     return Step((event,), notices), effects
 
 

@@ -217,3 +217,16 @@ def test_the_voice_choice_survives_the_codec_and_the_snapshot() -> None:
     d.handle(SetVoice(True, "cli", d.reply()))
     assert snapshots.decode(*snapshots.encode(d.state, 0)).voice_replies is True
     d.close()
+
+
+def test_a_secret_said_aloud_is_taken_out_of_the_transcript_before_it_is_recorded() -> None:
+    d = Driver(**SPEECH)
+    send_note(d)
+    said = "the key is AKIAIOSFODNN7EXAMPLE, keep it"
+    effects = d.handle(Transcribed(d.pending(Transcribe).op_id, ((0, Transcript(said, "english", 3.0)),)))
+    (event,) = [e for e in d.events(effects) if isinstance(e, SpeechTranscribed)]
+    assert event.transcripts[0][1].text == "the key is [redacted: AWS Access Key], keep it"
+    assert "AKIAIOSFODNN7EXAMPLE" not in model_reads(d)
+    (told,) = [o for o in d.outputs(effects) if isinstance(o, out.Notice) and o.kind == "redaction"]
+    assert "AWS Access Key" in told.text
+    d.close()

@@ -184,6 +184,7 @@ class Turn:
             files,
             core.settings.speech,
             core.now(),
+            core.known_secrets(),
         )
         core.record(step)
         for effect in charges:
