@@ -31,6 +31,7 @@ import re
 import time
 import warnings
 from collections.abc import Awaitable, Callable, Iterator, Sequence
+from functools import partial
 from typing import Any, TypeVar
 
 from telegram import (
@@ -440,13 +441,20 @@ class BotPort:
         )
 
     async def upload(self, to: Conversation, name: str, data: bytes, mime_type: str) -> str:
-        message = await self._call(
-            "upload a file",
-            to.channel,
-            lambda: self._bot.send_document(
-                int(to.channel), document=data, filename=name, message_thread_id=self._thread(to)
-            ),
-        )
+        """A file as a document; audio Telegram plays in the chat as what it is: Ogg (Opus)
+        as a voice message, MP3 and M4A as an audio track (a spoken reply, say)."""
+        chat, thread = int(to.channel), self._thread(to)
+        mime = mime_type.split(";", 1)[0].strip().lower()
+        send: Callable[[], Awaitable[Message]]
+        if mime == "audio/ogg":
+            send = partial(self._bot.send_voice, chat, voice=data, filename=name, message_thread_id=thread)
+        elif mime in ("audio/mpeg", "audio/mp4"):
+            send = partial(self._bot.send_audio, chat, audio=data, filename=name, message_thread_id=thread)
+        else:
+            send = partial(
+                self._bot.send_document, chat, document=data, filename=name, message_thread_id=thread
+            )
+        message = await self._call("upload a file", to.channel, send)
         return str(message.message_id)
 
     # -- Telegram's own -----------------------------------------------------------------------------

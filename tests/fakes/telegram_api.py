@@ -507,6 +507,18 @@ class FakeTelegram:
             content["caption"] = args["caption"]
         return self._bot_message(args, **content)
 
+    def _m_sendVoice(self, args: dict[str, Any], uploads: dict[str, Any]) -> dict[str, Any]:
+        name, data, mime = _upload(uploads, "voice")
+        added = self._add_file(data, name, mime)
+        return self._bot_message(args, voice={**_size_of(added), "duration": 1, "mime_type": mime})
+
+    def _m_sendAudio(self, args: dict[str, Any], uploads: dict[str, Any]) -> dict[str, Any]:
+        name, data, mime = _upload(uploads, "audio")
+        added = self._add_file(data, name, mime)
+        return self._bot_message(
+            args, audio={**_size_of(added), "duration": 1, "mime_type": mime, "file_name": name}
+        )
+
     def _m_sendPhoto(self, args: dict[str, Any], uploads: dict[str, Any]) -> dict[str, Any]:
         name, data, mime = _upload(uploads, "photo")
         return self._bot_message(

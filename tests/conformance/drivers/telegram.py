@@ -193,7 +193,12 @@ class TelegramDriver:
         return found
 
     def files_received(self, conversation: str) -> list[tuple[str, bytes]]:
-        ids = [m["document"]["file_id"] for m in self._messages(conversation) if "document" in m]
+        ids = [
+            m[k]["file_id"]
+            for m in self._messages(conversation)
+            for k in ("document", "voice", "audio")
+            if k in m
+        ]
 
         def files(s: FakeTelegram) -> list[tuple[str, bytes]]:
             return [(s.files[i][1], s.files[i][0]) for i in ids]
