@@ -41,6 +41,7 @@ log = logging.getLogger("netclaw.providers.speech")
 T = TypeVar("T")
 MAX_TRANSCRIPT_BYTES = 1_000_000  # a transcription's answer; past it, a protocol error
 MAX_SPEECH_BYTES = 25_000_000  # a synthesised reply's audio
+MAX_ERROR_BYTES = 64 * 1024  # an error body is read this far, never whole
 _MIME_OF_FORMAT = {
     "mp3": "audio/mpeg",
     "opus": "audio/ogg",
@@ -128,18 +129,15 @@ class Speech:
         url = f"{provider.base_url}/audio/transcriptions"
 
         async def attempt() -> Transcript:
-            response = await self._send(
-                endpoint.provider,
-                provider,
-                lambda: client.post(
-                    url,
-                    data=form,
-                    files={"file": (name, data, mime_type or "application/octet-stream")},
-                    headers=self._headers(provider),
-                ),
-                MAX_TRANSCRIPT_BYTES,
+            request = client.build_request(
+                "POST",
+                url,
+                data=form,
+                files={"file": (name, data, mime_type or "application/octet-stream")},
+                headers=self._headers(provider),
             )
-            return _transcript(endpoint, response, url)
+            body = await self._send(endpoint.provider, provider, client, request, MAX_TRANSCRIPT_BYTES)
+            return _transcript(endpoint, body, url)
 
         return await self._retried(attempt, provider, f"transcription ({endpoint.provider}/{endpoint.model})")
 
@@ -176,13 +174,8 @@ class Speech:
         }
 
         async def attempt() -> Spoken:
-            response = await self._send(
-                endpoint.provider,
-                provider,
-                lambda: client.post(url, json=body, headers=self._headers(provider)),
-                MAX_SPEECH_BYTES,
-            )
-            audio = response.content
+            request = client.build_request("POST", url, json=body, headers=self._headers(provider))
+            audio = await self._send(endpoint.provider, provider, client, request, MAX_SPEECH_BYTES)
             if not audio:
                 raise ProviderProtocolError(f"provider {endpoint.provider!r}: {url} answered no audio")
             return Spoken(
@@ -225,26 +218,35 @@ class Speech:
         self,
         name: str,
         provider: ProviderConfig,
-        post: Callable[[], Awaitable[httpx.Response]],
+        client: httpx.AsyncClient,
+        request: httpx.Request,
         limit: int,
-    ) -> httpx.Response:
+    ) -> bytes:
+        """The answer's body, read no further than ``limit`` bytes (an error's: 64 KiB)."""
         try:
-            response = await post()
+            response = await client.send(request, stream=True)
+            try:
+                failed = response.status_code >= 400
+                cap = MAX_ERROR_BYTES if failed else limit
+                body = bytearray()
+                async for chunk in response.aiter_bytes():
+                    body += chunk
+                    if len(body) > cap:
+                        break
+            finally:
+                await response.aclose()
         except httpx.HTTPError as exc:
             raise classify_transport_error(
                 exc, name, provider.base_url, timeout_s=provider.timeout_s
             ) from exc
-        if response.status_code >= 400:
+        if failed:
+            text = bytes(body[:MAX_ERROR_BYTES]).decode("utf-8", "replace")
             raise classify_http_error(
-                response.status_code,
-                response.text[:65536],
-                response.headers,
-                name,
-                api_key_env=provider.api_key_env,
+                response.status_code, text, response.headers, name, api_key_env=provider.api_key_env
             )
-        if len(response.content) > limit:
+        if len(body) > limit:
             raise ProviderProtocolError(f"provider {name!r}: the answer is larger than {limit:,} bytes")
-        return response
+        return bytes(body)
 
     async def _retried(self, attempt: Callable[[], Awaitable[T]], provider: ProviderConfig, what: str) -> T:
         policy = RetryPolicy(
@@ -255,17 +257,18 @@ class Speech:
         return await with_retries(attempt, classify=retry_verdict, policy=policy, what=what, logger=log)
 
 
-def _transcript(endpoint: Transcriber, response: httpx.Response, url: str) -> Transcript:
+def _transcript(endpoint: Transcriber, body: bytes, url: str) -> Transcript:
     """The answer of ``/audio/transcriptions``: ``verbose_json`` (text, language, duration)
     or a server's plain ``json`` (text alone)."""
     try:
-        answer: Any = json.loads(response.content)
+        answer: Any = json.loads(body)
     except ValueError:
         answer = None
     text = answer.get("text") if isinstance(answer, dict) else None
     if not isinstance(text, str):
+        shown = body[:200].decode("utf-8", "replace")
         raise ProviderProtocolError(
-            f"provider {endpoint.provider!r}: {url} answered without a transcript ({response.text[:200]!r})"
+            f"provider {endpoint.provider!r}: {url} answered without a transcript ({shown!r})"
         )
     language = answer.get("language")
     duration = answer.get("duration")

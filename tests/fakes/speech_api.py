@@ -103,6 +103,7 @@ class FakeSpeech:
         self.requests: list[SpeechRequest] = []
         self._expected: dict[str, Heard] = {}
         self._failures: dict[str, list[tuple[int, str, dict[str, str]]]] = {}
+        self._raw: dict[str, list[tuple[int, bytes]]] = {}
         self._lock = threading.Lock()
         self._released = threading.Event()
         self._released.set()
@@ -129,6 +130,11 @@ class FakeSpeech:
         """The next ``count`` requests of ``route`` (``transcriptions``, ``speech``) fail."""
         with self._lock:
             self._failures.setdefault(route, []).extend([(status, message, headers or {})] * count)
+
+    def answer_next(self, route: str, body: bytes, *, status: int = 200) -> None:
+        """The next request of ``route`` is answered ``body`` as it is (a hostile or broken server)."""
+        with self._lock:
+            self._raw.setdefault(route, []).append((status, body))
 
     def clear_failures(self) -> None:
         with self._lock:
@@ -182,6 +188,10 @@ class FakeSpeech:
 
     def _failure(self, route: str) -> web.Response | None:
         with self._lock:
+            raw = self._raw.get(route)
+            if raw:
+                status, body = raw.pop(0)
+                return web.Response(status=status, body=body, content_type="application/json")
             queue = self._failures.get(route)
             if not queue:
                 return None

@@ -171,3 +171,21 @@ def test_doctor_checks_each_speech_endpoint(fake: FakeSpeechThread) -> None:
     )
     good, detail = found[f"speech.synthesis (keyed/{TTS_MODEL})"]
     assert not good and "NETCLAW_TEST_NO_SUCH_SPEECH_KEY" in detail
+
+
+def test_a_hostile_answer_is_read_only_so_far_and_said_plainly(fake: FakeSpeechThread) -> None:
+    audio = spoken("hostile")
+    fake.expect(audio, "hostile")
+    fake.answer_next("transcriptions", b'{"text": "' + b"a" * 2_000_000 + b'"}')
+    huge = hear(speech(fake, transcription={"provider": "stt", "model": STT_MODEL}), audio)
+    assert huge.text is None and "larger than 1,000,000 bytes" in (huge.error or "")
+    fake.answer_next(
+        "transcriptions", b'{"words": []}'
+    )  # not retried: a server that answers so says so again
+    shapeless = hear(speech(fake), audio)
+    assert shapeless.text is None and "answered without a transcript" in (shapeless.error or "")
+    for _ in range(3):  # the attempt and its two retries
+        fake.answer_next("transcriptions", b"x" * 500_000, status=500)
+    broken = hear(speech(fake), audio)
+    assert broken.text is None and "failed on the server side" in (broken.error or "")
+    assert len(broken.error or "") < 2000  # the error body was cut, not carried whole

@@ -10,7 +10,7 @@ from __future__ import annotations
 from netclaw import outputs as out
 from netclaw.messages import Attachment, Transcript, model_text
 from netclaw.sessions._core.commands import SendUserMessage, SetVoice
-from netclaw.sessions._core.effects import CallModel, Charge, Measure, Speak, Transcribe
+from netclaw.sessions._core.effects import CallModel, Charge, Measure, Recall, Speak, Transcribe
 from netclaw.sessions._core.journal import snapshot as snapshots
 from netclaw.sessions._core.journal.codec import decode, encode
 from netclaw.sessions._core.journal.events import ReplySpoken, SpeechTranscribed, VoiceRepliesSet
@@ -229,4 +229,13 @@ def test_a_secret_said_aloud_is_taken_out_of_the_transcript_before_it_is_recorde
     assert "AKIAIOSFODNN7EXAMPLE" not in model_reads(d)
     (told,) = [o for o in d.outputs(effects) if isinstance(o, out.Notice) and o.kind == "redaction"]
     assert "AWS Access Key" in told.text
+    d.close()
+
+
+def test_memories_are_recalled_by_what_was_said_in_the_note() -> None:
+    d = Driver(has_memory=True, **SPEECH)
+    send_note(d, "and also")
+    assert not [e for e in d.effects if isinstance(e, Recall)]  # heard first, then recalled
+    d.handle(Transcribed(d.pending(Transcribe).op_id, ((0, Transcript("when does the password rotate?")),)))
+    assert d.pending(Recall).query.query == "and also\nwhen does the password rotate?"
     d.close()
