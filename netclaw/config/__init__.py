@@ -499,6 +499,8 @@ class AudienceConfig(_Section):
     # Replies also spoken (speech.synthesis) in this audience's conversations; `/voice on|off`
     # decides for one conversation.
     voice_replies: bool = False
+    # A voice note's transcript is also shown in the conversation, under the note.
+    show_transcripts: bool = False
 
 
 class RoleConfig(_Section):

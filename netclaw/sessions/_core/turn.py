@@ -108,11 +108,14 @@ def heard_step(
     speech: SpeechConfig,
     now: float,
     known: Scrubber,
+    *,
+    show: bool = False,
 ) -> tuple[Step, list[Measure | Charge]]:
     """What transcribing a message's audio records (``SpeechTranscribed``, its audio time
     and cost), what people are told (a notice for each note that could not be heard: never
     a silent drop; secrets said aloud, taken out of the transcript as out of a typed
-    message), and what it charges."""
+    message; with ``show``, what was heard, for the audiences that want it shown under the
+    note), and what it charges."""
     names = dict((i, f.name) for i, f in files)
     found: tuple[str, ...] = ()
     kept = []
@@ -148,6 +151,16 @@ def heard_step(
         for i, t in heard
         if t.text is None
     )
+    if show:
+        notices += tuple(
+            out.Notice(
+                session_id=session_id,
+                text=f"Transcribed {names.get(i, 'voice note')}: {t.text}",
+                kind="transcript",
+            )
+            for i, t in heard
+            if t.text is not None
+        )
     if found:
         notices += (out.Notice(session_id=session_id, text=notice(found), kind="redaction"),)
     return Step((event,), notices), effects

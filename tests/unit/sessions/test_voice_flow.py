@@ -239,3 +239,17 @@ def test_memories_are_recalled_by_what_was_said_in_the_note() -> None:
     d.handle(Transcribed(d.pending(Transcribe).op_id, ((0, Transcript("when does the password rotate?")),)))
     assert d.pending(Recall).query.query == "and also\nwhen does the password rotate?"
     d.close()
+
+
+def test_an_audience_may_have_the_transcript_shown_under_the_note() -> None:
+    d = Driver(**SPEECH, audiences={"personal": {"show_transcripts": True}})
+    send_note(d)
+    effects = d.handle(Transcribed(d.pending(Transcribe).op_id, ((0, Transcript("buy milk")),)))
+    (shown,) = [o for o in d.outputs(effects) if isinstance(o, out.Notice) and o.kind == "transcript"]
+    assert shown.text == "Transcribed voice.ogg: buy milk"
+    d.close()
+    quiet = Driver(**SPEECH)  # by default the model reads it, people are not shown it again
+    send_note(quiet)
+    effects = quiet.handle(Transcribed(quiet.pending(Transcribe).op_id, ((0, Transcript("buy milk")),)))
+    assert not [o for o in quiet.outputs(effects) if isinstance(o, out.Notice)]
+    quiet.close()

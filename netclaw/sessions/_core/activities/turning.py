@@ -185,6 +185,7 @@ class Turn:
             core.settings.speech,
             core.now(),
             core.known_secrets(),
+            show=core.settings.audience(core.context.audience).show_transcripts,
         )
         core.record(step)
         for effect in charges:
