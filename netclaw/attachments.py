@@ -124,13 +124,27 @@ def _is_audio(file: IncomingFile) -> str | None:
 
 
 def audio_seconds(data: bytes) -> float | None:
-    """How long a WAV or Ogg (Opus, Vorbis) recording plays, read from its headers; None
-    for other formats or bytes that do not say (the endpoint then reports it)."""
+    """How long a WAV, Ogg (Opus, Vorbis) or MP4/M4A recording plays, read from its
+    headers; None for other formats or bytes that do not say (the endpoint then reports it)."""
     if data[:4] == b"RIFF" and data[8:12] == b"WAVE":
         return _wav_seconds(data)
     if data[:4] == b"OggS":
         return _ogg_seconds(data)
+    if data[4:8] == b"ftyp":
+        return _mp4_seconds(data)
     return None
+
+
+def _mp4_seconds(data: bytes) -> float | None:
+    """The movie header's duration over its timescale (``mvhd``, version 0 or 1)."""
+    at = data.find(b"mvhd")
+    if at < 0 or at + 32 > len(data):
+        return None
+    if data[at + 4] == 1:  # 64-bit times
+        scale, length = struct.unpack_from(">IQ", data, at + 24)
+    else:
+        scale, length = struct.unpack_from(">II", data, at + 16)
+    return length / scale if scale else None
 
 
 def _wav_seconds(data: bytes) -> float | None:
