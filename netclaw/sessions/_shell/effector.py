@@ -164,7 +164,8 @@ class Effector:
                 assert deps.memory is not None  # recall runs only with a memory store
                 self._ops[op_id] = ops.recall(io, self._ref, effect, deps.memory)
             case Transcribe(op_id=op_id):
-                self._ops[op_id] = ops.transcribe(io, self._ref, effect, deps.speech, deps.metrics)
+                span = self.tracer.transcription(effect)
+                self._ops[op_id] = ops.transcribe(io, self._ref, effect, deps.speech, deps.metrics, span)
             case Speak():  # outlives the turn that asked: no op of it to cancel
                 data_dir = deps.live.current.data_dir
                 ops.speak(io, self._ref, effect, deps.speech, deps.metrics, data_dir, self._id)

@@ -106,14 +106,34 @@ async def heard(speech: Speech | None, file: Attachment, metrics: Metrics | None
 
 
 async def transcribed(
-    speech: Speech | None, effect: Transcribe, metrics: Metrics | None
+    speech: Speech | None, effect: Transcribe, metrics: Metrics | None, span: Span = NO_SPAN
 ) -> tuple[tuple[int, Transcript], ...]:
     """Every audio file of the message heard, one after the other (a voice note is one file)."""
-    return tuple([(i, await heard(speech, f, metrics)) for i, f in effect.files])
+    try:
+        found = tuple([(i, await heard(speech, f, metrics)) for i, f in effect.files])
+    except BaseException as exc:
+        span.fail(exc)
+        span.end()
+        raise
+    if span.recording:
+        span.update(
+            {
+                "gen_ai.request.model": next((t.model for _, t in found if t.model), None),
+                "netclaw.speech.seconds": sum(t.seconds or 0.0 for _, t in found if t.text is not None),
+                "netclaw.speech.failed": sum(1 for _, t in found if t.text is None),
+            }
+        )
+    span.end()
+    return found
 
 
 def transcribe(
-    io: IoLoop, actor: Tellable, effect: Transcribe, speech: Speech | None, metrics: Metrics | None
+    io: IoLoop,
+    actor: Tellable,
+    effect: Transcribe,
+    speech: Speech | None,
+    metrics: Metrics | None,
+    span: Span = NO_SPAN,
 ) -> Cancellable:
     op_id = effect.op_id
 
@@ -122,7 +142,7 @@ def transcribe(
         return Transcribed(op_id, tuple((i, Transcript(error=why)) for i, _ in effect.files))
 
     return io.submit_and_tell(
-        transcribed(speech, effect, metrics), actor, lambda heard: Transcribed(op_id, heard), failed
+        transcribed(speech, effect, metrics, span), actor, lambda heard: Transcribed(op_id, heard), failed
     )
 
 
