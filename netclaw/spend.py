@@ -44,6 +44,18 @@ def cost_of(usage: Usage, price: Price | None) -> float:
     return total / MILLION
 
 
+def speech_cost(seconds: float | None, price_per_minute: float | None) -> float:
+    """What transcribing ``seconds`` of audio cost (0 when either is unknown)."""
+    if not seconds or price_per_minute is None:
+        return 0.0
+    return seconds / 60.0 * price_per_minute
+
+
+def spoken_cost(chars: int, price_per_million_chars: float | None) -> float:
+    """What speaking ``chars`` characters cost (0 without a price)."""
+    return chars * price_per_million_chars / MILLION if price_per_million_chars is not None else 0.0
+
+
 def billed_tokens(usage: Usage) -> int:
     """Tokens a spend guard counts: the whole prompt and the answer."""
     return usage.input_tokens + usage.output_tokens

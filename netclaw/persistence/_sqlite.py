@@ -235,10 +235,12 @@ class SqliteJournal(WriterJournal):
             "              json_extract(payload, '$.usage.output_tokens'), 0)),"
             " SUM(COALESCE(json_extract(payload, '$.spent.cache_read_tokens'), 0)),"
             " SUM(COALESCE(json_extract(payload, '$.spent.cache_write_tokens'), 0)),"
-            " TOTAL(COALESCE(json_extract(payload, '$.cost'), 0))"
+            " TOTAL(COALESCE(json_extract(payload, '$.cost'), 0)),"
+            " SUM(COALESCE(json_extract(payload, '$.spent.speech_ms'), 0))"
             # By time on the index of these events (the planner, not knowing how recent `since`
             # is, would scan the whole journal; the start-up spend seed asks for today only).
-            " FROM events INDEXED BY events_spend WHERE type IN ('TurnRecorded', 'SessionCompacted') AND ts >= ?"
+            " FROM events INDEXED BY events_spend"
+            " WHERE type IN ('TurnRecorded', 'SessionCompacted', 'SpeechTranscribed', 'ReplySpoken') AND ts >= ?"
             " AND (type = 'TurnRecorded' OR json_extract(payload, '$.spent') IS NOT NULL)"
             f"{only} GROUP BY k ORDER BY k",
             params,

@@ -636,3 +636,33 @@ async def test_usage_can_be_limited_to_some_sessions(journal: AnyJournal) -> Non
     some = await journal.usage("session", None, ["cli:c", "cli:a", "cli:none"])
     assert [(r.key, r.input_tokens) for r in some] == [("cli:a", 100), ("cli:c", 100)]
     assert await journal.usage("day", None, []) == []
+
+
+async def test_usage_counts_the_audio_transcribed_the_replies_spoken_and_their_cost(
+    journal: AnyJournal,
+) -> None:
+    recorded = '{"turn": 1, "spent": {"input_tokens": 100, "output_tokens": 10}, "model": "m", "cost": 0.5}'
+    heard = (
+        '{"message_id": "u1", "transcripts": [{"file": 0, "text": "hi"}], "spent": {"speech_ms": 90000},'
+        ' "cost": 0.009, "model": "whisper-1"}'
+    )
+    failed = '{"message_id": "u2", "transcripts": [{"file": 0, "error": "too long"}]}'
+    said = (
+        '{"turn": 1, "file": {"name": "reply-1.wav", "mime_type": "audio/wav", "path": "/x", "size": 9,'
+        ' "kind": "audio"}, "spent": {"speech_chars": 20}, "cost": 0.25, "model": "tts-1"}'
+    )
+    await journal.append(
+        "cli:v",
+        0,
+        [
+            NewEvent("SpeechTranscribed", heard),
+            NewEvent("TurnRecorded", recorded),
+            NewEvent("SpeechTranscribed", failed),
+            NewEvent("ReplySpoken", said),
+        ],
+    )
+    (row,) = await journal.usage("session")
+    assert (row.turns, row.input_tokens, row.speech_seconds, row.cost) == (1, 100, 90.0, 0.759)
+    by_model = {r.key: r for r in await journal.usage("model")}
+    assert by_model["whisper-1"].speech_seconds == 90.0 and by_model["whisper-1"].turns == 0
+    assert by_model["m"].speech_seconds == 0.0 and by_model["tts-1"].cost == 0.25

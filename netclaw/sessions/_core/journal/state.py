@@ -13,7 +13,7 @@ from typing import Any
 from netclaw.config import is_chat_channel
 from netclaw.errors import JournalCorrupt
 from netclaw.lineage import ChildRecord, ChildReport, ChildTask
-from netclaw.messages import ChatMessage
+from netclaw.messages import ChatMessage, Transcript
 from netclaw.security.policy import Place, channel_of
 from netclaw.sessions._core.journal import children as kin
 from netclaw.sessions._core.journal.events import (
@@ -29,15 +29,18 @@ from netclaw.sessions._core.journal.events import (
     ModelPinned,
     ModelSwitched,
     ReplyDelivered,
+    ReplySpoken,
     RoundStarted,
     SessionCompacted,
     SessionEvent,
     SessionReset,
     SessionTitleSet,
+    SpeechTranscribed,
     StepRecorded,
     TaskGiven,
     TurnRecorded,
     TurnStarted,
+    VoiceRepliesSet,
 )
 from netclaw.sessions._core.journal.values import (
     ActiveTurn,
@@ -113,6 +116,7 @@ class SessionState:
     task: ChildTask | None = None
     task_input: str | None = None
     reports_owed: Mapping[int, ChildReport] = field(default_factory=dict)
+    voice_replies: bool | None = None  # a person's /voice on|off (None: the audience's default)
 
     @property
     def owed(self) -> int:
@@ -275,6 +279,17 @@ class SessionState:
                 return self._evolve(seq=seq, active=active, last_activity=ts)
             case ModelPinned(model=model):
                 return self._evolve(seq=seq, model_pin=model, last_activity=ts)
+            case VoiceRepliesSet(on=on):
+                return self._evolve(seq=seq, voice_replies=on, last_activity=ts)
+            case ReplySpoken(cost=cost):
+                return self._evolve(seq=seq, **self._charged(0, float(cost or 0.0), ts))
+            case SpeechTranscribed(message_id=mid, transcripts=heard, cost=cost):
+                return self._evolve(
+                    seq=seq,
+                    transcript=self._heard(mid, dict(heard)),
+                    last_activity=ts,
+                    **self._charged(0, float(cost or 0.0), ts),
+                )
             case SessionReset():
                 return self._evolve(
                     seq=seq,
@@ -350,6 +365,18 @@ class SessionState:
                     )
                 return state
         raise TypeError(f"not a session event: {event!r}")
+
+    def _heard(self, message_id: str, heard: Mapping[int, Transcript]) -> tuple[ChatMessage, ...]:
+        """The transcript with ``message_id``'s audio files carrying what was heard in them
+        (the message is recorded once; its transcripts are part of it from now on)."""
+        for at in range(len(self.transcript) - 1, -1, -1):
+            message = self.transcript[at]
+            if message.id == message_id:
+                files = tuple(
+                    replace(f, transcript=heard[i]) if i in heard else f for i, f in enumerate(message.files)
+                )
+                return (*self.transcript[:at], replace(message, files=files), *self.transcript[at + 1 :])
+        raise JournalCorrupt(f"{self.session_id}: a transcript for unknown message {message_id}")
 
     def _round_closed(self) -> Mapping[str, tuple[str, str]]:
         """The closed approvals once the pending round ends: its undecided requests too."""
