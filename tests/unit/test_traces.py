@@ -103,6 +103,34 @@ def test_spans_nest_under_the_current_one_and_continue_the_callers_trace() -> No
     assert tracing.exported() == 3 and tracing.dropped() == {"queue_full": 0, "export_failed": 0}
 
 
+def test_a_caller_that_does_not_sample_is_followed_and_its_trace_still_travels() -> None:
+    kept = Kept()
+    tracing = Running(exporter=kept, schedule_delay_ms=10)
+    unsampled = PARENT[:-2] + "00"
+    try:
+        root = tracing.root("invoke_agent netclaw", parent=(("traceparent", unsampled),))
+        with root.current(), traces.span("execute_tool lookup") as tool:
+            headers: dict[str, str] = {}
+            traces.inject(headers)
+        root.end()
+        root.end()  # a second end does nothing
+        sampled = tracing.root("invoke_agent netclaw", trace_id=0xABC)
+        sampled.event("compacted", {"tiers": ["trim"]})
+        sampled.end()
+        assert tracing.flush()
+    finally:
+        tracing.shutdown()
+    assert tool.recording and headers["traceparent"].startswith("00-4bf92f3577b34da6a3ce929d0e0e4736-")
+    assert headers["traceparent"].endswith("-00")
+    assert [s.name for s in kept.spans] == ["invoke_agent netclaw"]  # only the sampled one
+    (exported,) = kept.spans
+    assert exported.context.trace_id == 0xABC and exported.parent is None
+    assert [(e.name, dict(e.attributes or {})) for e in exported.events] == [
+        ("compacted", {"tiers": ["trim"]})
+    ]
+    assert tracing.exported() == 1
+
+
 def test_a_full_queue_drops_spans_and_counts_them() -> None:
     gate = threading.Event()
     kept = Kept(gate)
