@@ -98,7 +98,9 @@ class LiveSpan(Span):
         self._name = name
         self.context = context
         self._parent = parent
-        self._attributes: dict[str, AttributeValue] = dict(attributes) if attributes else {}
+        self._attributes: dict[str, AttributeValue] = (
+            {key: _clean(value) for key, value in attributes.items()} if attributes else {}
+        )
         self._events: list[Event] = []
         self._kind = kind
         self._links = links
@@ -112,15 +114,16 @@ class LiveSpan(Span):
 
     def set(self, key: str, value: AttributeValue | None) -> None:
         if value is not None:
-            self._attributes[key] = value
+            self._attributes[key] = _clean(value)
 
     def update(self, attributes: Mapping[str, AttributeValue | None]) -> None:
         for key, value in attributes.items():
             if value is not None:
-                self._attributes[key] = value
+                self._attributes[key] = _clean(value)
 
     def event(self, name: str, attributes: Attributes | None = None) -> None:
-        self._events.append(Event(name, attributes, time.time_ns()))
+        cleaned = {key: _clean(value) for key, value in attributes.items()} if attributes else None
+        self._events.append(Event(name, cleaned, time.time_ns()))
 
     def fail(self, error: BaseException | str, description: str | None = None) -> None:
         if isinstance(error, BaseException):
@@ -319,6 +322,17 @@ class _Resource(Resource):
 
     def __eq__(self, other: object) -> bool:
         return super().__eq__(other)
+
+
+def _clean(value: object) -> AttributeValue:
+    """A value OTLP can carry. The exporter encodes a whole batch at once and drops all of it
+    on one value it cannot encode (the SDK's own spans clean values as they are set), so a
+    value of another type goes as its text, and a sequence as a tuple of such values."""
+    if isinstance(value, str | bool | int | float):
+        return value
+    if isinstance(value, list | tuple):
+        return tuple(v if isinstance(v, str | bool | int | float) else str(v) for v in value)  # type: ignore[misc]
+    return str(value)
 
 
 def _span_id() -> int:
