@@ -320,9 +320,6 @@ class _Resource(Resource):
     def __hash__(self) -> int:
         return self._hash
 
-    def __eq__(self, other: object) -> bool:
-        return super().__eq__(other)
-
 
 def _clean(value: object) -> AttributeValue:
     """A value OTLP can carry. The exporter encodes a whole batch at once and drops all of it
