@@ -13,6 +13,7 @@ import asyncio
 import json
 import logging
 from abc import ABC, abstractmethod
+from collections import OrderedDict
 from collections.abc import AsyncGenerator, Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
@@ -80,12 +81,37 @@ class WireCache:
     message (a transcript only grows) and each tool set — encoded to UTF-8 bytes once, not
     on every turn, so a request body is one ``bytes.join``. Bounded by bytes held: past
     ``limit`` the oldest half of the parts is dropped (an active session's parts come
-    back on its next request)."""
+    back on its next request).
 
-    def __init__(self, limit: int = 16_000_000) -> None:
+    Each session's last request prefix is kept too (:meth:`prefix`): the messages before
+    its newest turn, joined. The next request whose messages begin with those very
+    objects starts from the joined bytes, so a session's own work per call does not grow
+    with its history. At most ``prefixes`` sessions, the least recently used dropped."""
+
+    def __init__(self, limit: int = 16_000_000, prefixes: int = 256) -> None:
         self.limit = limit
         self.size = 0  # bytes held
         self._parts: dict[Hashable, tuple[Any, bytes]] = {}
+        self._prefixes: OrderedDict[Hashable, tuple[tuple[object, ...], bytes]] = OrderedDict()
+        self._prefix_limit = prefixes
+        self.prefix_size = 0  # bytes held in prefixes (bounded by ``limit`` as well)
+
+    def prefix(self, key: Hashable) -> tuple[tuple[object, ...], bytes] | None:
+        """The messages (the objects) and joined JSON of ``key``'s last kept prefix."""
+        hit = self._prefixes.get(key)
+        if hit is not None:
+            self._prefixes.move_to_end(key)
+        return hit
+
+    def keep_prefix(self, key: Hashable, messages: tuple[object, ...], data: bytes) -> None:
+        old = self._prefixes.pop(key, None)
+        if old is not None:
+            self.prefix_size -= len(old[1])
+        self._prefixes[key] = (messages, data)
+        self.prefix_size += len(data)
+        while self._prefixes and (len(self._prefixes) > self._prefix_limit or self.prefix_size > self.limit):
+            _, (_, dropped) = self._prefixes.popitem(last=False)
+            self.prefix_size -= len(dropped)
 
     def message_json(self, message: object, vision: bool, make: Callable[[], Any]) -> bytes:
         """The JSON of one message object (a transcript hands the same objects every turn;

@@ -13,6 +13,8 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
+from itertools import compress, count
+from operator import is_not
 from typing import Any
 
 import httpx
@@ -111,12 +113,14 @@ def tool_images_message(results: Sequence[ChatMessage]) -> dict[str, Any]:
     return {"role": "user", "content": parts}
 
 
-def _image_rounds(messages: Sequence[ChatMessage]) -> dict[int, list[ChatMessage]]:
+def _image_rounds(messages: Sequence[ChatMessage], start: int = 0) -> dict[int, list[ChatMessage]]:
     """Index of the last tool result of each run of results → the results of that run
-    with images (where their images message goes, after it)."""
+    with images (where their images message goes, after it); from ``start`` on (a run of
+    results never starts before a user message there)."""
     found: dict[int, list[ChatMessage]] = {}
     run: list[ChatMessage] = []
-    for i, m in enumerate(messages):
+    for i in range(start, len(messages)):
+        m = messages[i]
         if m.role != "tool":
             continue
         if m.files and images_of(m):
@@ -203,18 +207,42 @@ def request_body(request: ProviderRequest, *, cache: bool = False) -> dict[str, 
 def encode_request(request: ProviderRequest, wire: WireCache, *, cache: bool = False) -> bytes:
     """The JSON of :func:`request_body`, with every message and the tool set taken from
     ``wire`` (a message object never changes; one with images inline is encoded afresh,
-    not kept) and joined once."""
+    not kept) and joined once. A session's messages up to its newest turn are kept joined
+    (:meth:`WireCache.prefix`): the next call that begins with the same objects (the
+    cache-stable layout makes it the rule) walks only what came after them."""
     vision = request.vision
+    messages = request.messages
     cached = wire.message_json
     context = MessageKind.CONTEXT
     parts: list[bytes] = []
-    # One pass over thousands of messages in a long session, nothing made per message:
-    # a note (a turn's tail) replaces the part of the user message before it by the two
-    # together (the groups of wire_groups).
+    memo_key = ("prefix", request.cache_key, vision) if request.cache_key else None
+    start = 0
+    if memo_key is not None and (memo := wire.prefix(memo_key)) is not None:
+        held, data = memo
+        n = len(held)
+        # The same objects in the same places (a C-speed identity scan): start after them.
+        if len(messages) > n and next(compress(count(), map(is_not, held, messages)), n) == n:
+            start = n
+            parts.append(data)
+    # Where the newest turn starts (its user message): the prefix kept for the next call.
+    chat = MessageKind.CHAT
+    boundary = next(
+        (
+            i
+            for i in range(len(messages) - 1, start, -1)
+            if messages[i].role == "user" and messages[i].kind is chat
+        ),
+        None,
+    )
+    boundary_part = 0
+    # One pass over what is new, nothing made per message: a note (a turn's tail) replaces
+    # the part of the user message before it by the two together (the groups of
+    # wire_groups). A kept prefix ends before a user message, so no group crosses it.
     lead: ChatMessage | None = None
     notes: tuple[ChatMessage, ...] = ()
-    rounds = _image_rounds(request.messages) if vision else {}
-    for i, m in enumerate(request.messages):
+    rounds = _image_rounds(messages, start) if vision else {}
+    for i in range(start, len(messages)):
+        m = messages[i]
         if m.kind is context and lead is not None and lead.role == "user":
             notes = (*notes, m)
             group = (lead, *notes)
@@ -224,6 +252,8 @@ def encode_request(request: ProviderRequest, wire: WireCache, *, cache: bool = F
                 key = ("notes", *map(id, group), vision)
                 parts[-1] = wire.part_json(key, partial(group_to_wire, group, vision=vision), holds=group)
             continue
+        if i == boundary:
+            boundary_part = len(parts)
         lead, notes = m, ()
         if vision and m.role == "user" and m.files and images_of(m):
             parts.append(to_json(message_to_wire(m, vision=True)))
@@ -231,6 +261,8 @@ def encode_request(request: ProviderRequest, wire: WireCache, *, cache: bool = F
             parts.append(cached(m, vision, partial(message_to_wire, m, vision=vision)))
         if i in rounds:  # a run of tool results with images: the images follow it
             parts.append(to_json(tool_images_message(rounds[i])))
+    if memo_key is not None and boundary is not None:
+        wire.keep_prefix(memo_key, tuple(messages[:boundary]), b",".join(parts[:boundary_part]))
     head: dict[str, Any] = {
         "model": request.model,
         "stream": True,

@@ -191,3 +191,54 @@ def test_images_a_tool_returned_follow_its_round_for_a_vision_model(tmp_path: Pa
     }
     _, anthropic_blind = to_anthropic_messages(messages)
     assert "this model cannot see images" in anthropic_blind[2]["content"][0]["content"]
+
+
+# A session's calls, step by step: what each step does to the messages the next call sends.
+STEPS = st.lists(st.sampled_from(["turn", "note", "tools", "image", "clear", "trim", "head"]), max_size=25)
+
+
+@given(steps=STEPS, vision=st.booleans())
+def test_a_sessions_kept_prefix_gives_the_whole_body_whatever_happened_since(
+    steps: list[str], vision: bool
+) -> None:
+    """Calls that begin with the last call's messages start from its kept prefix; whatever
+    else happened (a cleared result, a trim, a new head, images, a turn's tail) the body
+    is the one built whole."""
+    import tempfile
+
+    png = b"\x89PNG\r\n\x1a\n" + b"\x05" * 16
+    wire = WireCache()
+    with tempfile.TemporaryDirectory() as tmp:
+        [image] = attachments.store(Path(tmp), "s", [IncomingFile("i.png", "image/png", png)])
+        messages = [ChatMessage("system", "system", "be brief", 0.0)]
+        for n, step in enumerate(steps):
+            if step == "turn":
+                messages += [
+                    ChatMessage(f"u{n}", "user", f"q{n}", 0.0),
+                    ChatMessage(f"r{n}", "assistant", "a", 0.0),
+                ]
+            elif step == "note":
+                messages += [
+                    ChatMessage(f"u{n}", "user", f"q{n}", 0.0),
+                    ChatMessage(f"n{n}", "user", "[context]", 0.0, kind=MessageKind.CONTEXT),
+                ]
+            elif step in ("tools", "image"):
+                call = ToolCall(f"c{n}", "x", "{}")
+                files = (image,) if step == "image" else ()
+                messages += [
+                    ChatMessage(f"u{n}", "user", f"q{n}", 0.0, files=files),
+                    ChatMessage(f"a{n}", "assistant", "", 0.0, tool_calls=(call,)),
+                    ChatMessage(f"t{n}", "tool", "r", 0.0, tool_call_id=f"c{n}", name="x", files=files),
+                ]
+            elif step == "clear":
+                tools = [i for i, m in enumerate(messages) if m.role == "tool"]
+                if tools:
+                    messages[tools[0]] = replace(messages[tools[0]], content="[cleared]", files=())
+            elif step == "trim":
+                users = [i for i, m in enumerate(messages) if m.role == "user" and m.kind is MessageKind.CHAT]
+                if len(users) > 1:
+                    messages = [messages[0], *messages[users[1] :]]
+            else:
+                messages[0] = ChatMessage("system", "system", f"be brief {n}", 0.0)
+            request = ProviderRequest("m", list(messages), vision=vision, cache_key="k")
+            assert json.loads(encode_request(request, wire)) == request_body(request)
