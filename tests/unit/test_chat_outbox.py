@@ -77,7 +77,8 @@ async def test_a_piece_on_its_way_when_the_renderer_stopped_lands_before_the_sto
     await port.sent.wait()
     streaming.cancel()
     stopping = asyncio.ensure_future(before.cancel_all())
-    await asyncio.sleep(0.05)
+    # A window in which nothing may happen: the stop must still be waiting for the request.
+    await asyncio.wait({stopping}, timeout=0.05)
     assert not stopping.done(), "the stop did not wait for the request under way"
     port.arrive.set()
     await stopping

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -204,8 +205,6 @@ def test_a_sessions_kept_prefix_gives_the_whole_body_whatever_happened_since(
     """Calls that begin with the last call's messages start from its kept prefix; whatever
     else happened (a cleared result, a trim, a new head, images, a turn's tail) the body
     is the one built whole."""
-    import tempfile
-
     png = b"\x89PNG\r\n\x1a\n" + b"\x05" * 16
     wire = WireCache()
     with tempfile.TemporaryDirectory() as tmp:
