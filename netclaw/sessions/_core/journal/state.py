@@ -7,8 +7,8 @@ Everything here is reconstructible from the journal: recovery is a fold of
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, get_args
 
 from netclaw.config import is_chat_channel
 from netclaw.errors import JournalCorrupt
@@ -61,11 +61,34 @@ MAX_IDENTITIES = 10_000
 MAX_UNDELIVERED = 100  # replies owed to a chat conversation (an adapter down for long)
 
 
-# Events whose only use of the transcript is appending to it.
+# What each event does with the transcript, for the fold (``apply_all``): appends to it,
+# reads it whole (an index, its length, a message to change), or neither. Every event is
+# named (checked below): one left out would fold wrongly.
 _APPENDING = (TurnStarted, StepRecorded, TurnRecorded, ContextAttached)
+_READING = (SpeechTranscribed, SessionReset, HistoryTrimmed, SessionCompacted)
+_NEITHER = (
+    InputAdmitted,
+    ApprovalRequested,
+    ApprovalDecided,
+    ModelSwitched,
+    ModelPinned,
+    VoiceRepliesSet,
+    ReplySpoken,
+    ReplyDelivered,
+    RoundStarted,
+    ChildSpawned,
+    ChildReported,
+    ChildDetached,
+    TaskGiven,
+    MemoriesExtracted,
+    SessionTitleSet,
+)
+if set(get_args(SessionEvent)) != {*_APPENDING, *_READING, *_NEITHER}:
+    raise TypeError("every session event must be named once in _APPENDING, _READING or _NEITHER")
 
 
-@dataclass(frozen=True, slots=True)
+# Not slotted: a new state per event copies its fields as one dict (``_evolve``).
+@dataclass(frozen=True)
 class SessionState:
     session_id: str
     seq: int = 0
@@ -392,36 +415,32 @@ class SessionState:
         return index
 
     def _evolve(self, **changes: Any) -> SessionState:
-        """``dataclasses.replace`` for this class, at half its cost (no keyword assembly, no
-        ``__init__``): every event of every session goes through it, and recovery's fold
-        does it thousands of times."""
+        """``dataclasses.replace`` for this class at a fraction of its cost (no keyword
+        assembly, no ``__init__``, the fields copied as one dict): every event of every
+        session goes through it, and recovery's fold does it thousands of times."""
         new = object.__new__(SessionState)
-        setattr_ = object.__setattr__
-        for name in _FIELDS:
-            setattr_(new, name, getattr(self, name))
-        for name, value in changes.items():
-            setattr_(new, name, value)
+        fields_ = new.__dict__
+        fields_.update(self.__dict__)
+        fields_.update(changes)
         return new
 
     def apply_all(self, events: Iterable[tuple[SessionEvent, int, float]]) -> SessionState:
         """``apply`` each event in turn (recovery's fold). The transcript is built in a list
         and made a tuple once at the end, so replaying n messages costs O(n), not the O(n²)
-        of a new tuple per event; the events that read the transcript get it whole."""
+        of a new tuple per event; only the few events that read the transcript get it whole."""
         collected = list(self.transcript)
-        state = replace(self, transcript=())  # the fold's own object: never seen outside
+        state = self._evolve(transcript=())  # the fold's own object: never seen outside
         for event, seq, ts in events:
-            if not isinstance(event, _APPENDING):
-                state = replace(state, transcript=tuple(collected))
+            reads = isinstance(event, _READING)
+            if reads:
+                state.__dict__["transcript"] = tuple(collected)
             state = state.apply(event, seq, ts)
             if state.transcript:
-                if isinstance(event, _APPENDING):
-                    collected.extend(state.transcript)  # what this event appended
-                else:
+                if reads:
                     collected = list(state.transcript)
-                # A fresh object from apply (or the fold's own copy): resetting it in place is
-                # safe, and saves a second copy of every field per event.
-                object.__setattr__(state, "transcript", ())
-        return replace(state, transcript=tuple(collected))
-
-
-_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(SessionState))
+                else:
+                    collected.extend(state.transcript)  # what this event appended
+                # A fresh object from apply: resetting it in place is safe, and saves a
+                # second copy of every field per event.
+                state.__dict__["transcript"] = ()
+        return state._evolve(transcript=tuple(collected))  # noqa: SLF001 - its own class
