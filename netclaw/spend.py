@@ -109,7 +109,18 @@ class NoLedger:
 
 def utc_day(ts: float) -> str:
     """The UTC date of a unix time, as the spend guards count days."""
-    return dt.datetime.fromtimestamp(ts, dt.UTC).date().isoformat()
+    day = int(ts // 86400)  # UTC has no leap seconds in unix time: a day is 86,400 s
+    named = _DAY_NAMES.get(day)
+    if named is None:
+        named = dt.datetime.fromtimestamp(ts, dt.UTC).date().isoformat()
+        if len(_DAY_NAMES) > 64:
+            _DAY_NAMES.clear()
+        _DAY_NAMES[day] = named
+    return named
+
+
+# Every turn asks for today's name: kept per day number (a few days at most are asked).
+_DAY_NAMES: dict[int, str] = {}
 
 
 def next_midnight(ts: float) -> float:

@@ -415,7 +415,9 @@ class _Assembly(StreamAssembly):
 def _decode_event(payload: bytes) -> list[Any]:
     """JSON chunks in one event; tolerates servers that pack one chunk per data line."""
     try:
-        return [json.loads(payload)]
+        # Decoded first: ``loads`` of bytes guesses among UTF-8/16/32 for every chunk, and an
+        # event stream is UTF-8 (a bad byte is a ValueError as before).
+        return [json.loads(payload.decode())]
     except ValueError:
         if b"\n" not in payload:
             raise
