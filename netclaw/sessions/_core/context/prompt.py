@@ -31,6 +31,7 @@ from netclaw.history import (
     sweep_orphans,
     trim_fraction_target,
     trim_to_budget,
+    well_formed_after,
 )
 from netclaw.history.compaction import apply_clearing, summary_message
 from netclaw.llm import ToolSchema
@@ -117,6 +118,7 @@ class PromptBuilder:
         # The transcript part of the last context and its counts (see _counts).
         self._counted: tuple[list[ChatMessage], list[int]] = ([], [])
         self._heads = HeadMessages()
+        self._formed: tuple[tuple[ChatMessage, ...], frozenset[str]] = ((), frozenset())
         # The last tool set (its key, its schemas held) and its fixed overhead (_fixed_overhead).
         self._fixed: tuple[tuple[Hashable, ...], tuple[ToolSchema, ...], int] = (
             (),
@@ -162,12 +164,17 @@ class PromptBuilder:
         fixed = self._fixed_overhead(tools)
         context = self._context(state)
         counts = self._counts(context, len(context) - len(state.visible))
-        result = trim_to_budget(context, budget, self.counter.count_message, fixed, counts, target=target)
-        swept = self._sweep(state, result.messages)
-        estimate = result.tokens_after
+        estimate = fixed + sum(counts)
+        trim: TrimResult | None = None
+        fitting: Sequence[ChatMessage] = context
+        if estimate > budget:  # within it, a trim leaves the context as it is: not even asked
+            result = trim_to_budget(context, budget, self.counter.count_message, fixed, counts, target=target)
+            fitting, estimate = result.messages, result.tokens_after
+            trim = result if result.trimmed else None
+        swept = self._sweep(state, fitting)
         if swept.changed:
             estimate = fixed + sum(map(self.counter.count_message, swept.messages))
-        return Prompt(swept.messages, estimate, result if result.trimmed else None)
+        return Prompt(swept.messages, estimate, trim)
 
     def _context(self, state: SessionState) -> list[ChatMessage]:
         return build_context(state, self.system_prompt, self._heads)
@@ -197,7 +204,19 @@ class PromptBuilder:
         return self.counter.count_all(context[:head]) + body_counts
 
     def _sweep(self, state: SessionState, messages: Sequence[ChatMessage]) -> SweepResult:
-        swept = sweep_orphans(messages)
+        # The last prompt found well formed, and the calls it answered: a prompt that begins
+        # with it (a growing transcript) is checked from where it ended.
+        held, answered = self._formed
+        fitting = tuple(messages)
+        if held and fitting[: len(held)] == held:  # C speed: the same objects compare by identity
+            known = well_formed_after(fitting, len(held), answered)
+        else:
+            known = well_formed_after(fitting, 0, frozenset())
+        if known is not None:
+            self._formed = (fitting, known)
+            return SweepResult(messages=fitting, removed_results=(), synthesized=(), changed=False)
+        self._formed = ((), frozenset())
+        swept = sweep_orphans(fitting)
         if swept.changed:  # a safety net: recorded history should never need it
             log.warning(
                 "%s: orphan sweep removed results %s and synthesized results for %s",
