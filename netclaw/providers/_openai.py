@@ -13,8 +13,6 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from itertools import compress, count
-from operator import is_not
 from typing import Any
 
 import httpx
@@ -220,8 +218,9 @@ def encode_request(request: ProviderRequest, wire: WireCache, *, cache: bool = F
     if memo_key is not None and (memo := wire.prefix(memo_key)) is not None:
         held, data = memo
         n = len(held)
-        # The same objects in the same places (a C-speed identity scan): start after them.
-        if len(messages) > n and next(compress(count(), map(is_not, held, messages)), n) == n:
+        # The same messages in the same places: start after them. A tuple comparison is a
+        # C loop that takes the very same objects as equal without looking into them.
+        if len(messages) > n and tuple(messages[:n]) == held:
             start = n
             parts.append(data)
     # Where the newest turn starts (its user message): the prefix kept for the next call.

@@ -198,7 +198,10 @@ class PromptBuilder:
         session no longer looks up thousands of counts a turn."""
         body = context[head:]
         previous, counts = self._counted
-        same = next(compress(count(), map(is_not, previous, body)), min(len(previous), len(body)))
+        if len(previous) <= len(body) and body[: len(previous)] == previous:  # the rule: one C loop
+            same = len(previous)
+        else:
+            same = next(compress(count(), map(is_not, previous, body)), min(len(previous), len(body)))
         body_counts = counts[:same] + self.counter.count_all(body[same:])
         self._counted = (body, body_counts)
         return self.counter.count_all(context[:head]) + body_counts
