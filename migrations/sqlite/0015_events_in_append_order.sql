@@ -1,6 +1,8 @@
 -- The journal's events in the order they were written (a rowid table), so a commit's new
 -- rows land on the table's last page instead of one page per session; (persistence_id,
 -- seq) stays unique through an index. Same columns: code of the previous release runs on it.
+-- The rows there are copied session by session (the old key's order, no sort): an old
+-- session's events stay together for its replay.
 CREATE TABLE events_appended (
     id             INTEGER PRIMARY KEY,
     persistence_id TEXT    NOT NULL,
@@ -10,7 +12,7 @@ CREATE TABLE events_appended (
     ts             REAL    NOT NULL   -- unix seconds when written
 );
 INSERT INTO events_appended (persistence_id, seq, type, payload, ts)
-    SELECT persistence_id, seq, type, payload, ts FROM events ORDER BY ts, persistence_id, seq;
+    SELECT persistence_id, seq, type, payload, ts FROM events ORDER BY persistence_id, seq;
 DROP TABLE events;
 ALTER TABLE events_appended RENAME TO events;
 CREATE UNIQUE INDEX events_key ON events (persistence_id, seq);

@@ -174,7 +174,8 @@ class Daemon:
                 check_free(listens.webhook_host, listens.webhook_port, "gateway.webhook_port")
             self._lock.acquire()
             ensure_writable_dir("tools.workspace_dir", self.settings.tools.workspace_dir)
-            prepare_stores(self.settings)
+            with self.notifier.extending_start("preparing the database"):  # a migration may take minutes
+                prepare_stores(self.settings)
             token = self._token = load_control_token(self.settings)
             # Redaction and the last line of defence (provider requests, API answers) know the
             # daemon's own secrets from now on (netclaw/security/redact.py).

@@ -160,7 +160,8 @@ class SqliteJournal(WriterJournal):
             "SELECT seq, type, payload, ts FROM events WHERE persistence_id = ? AND seq > ? ORDER BY seq",
             (persistence_id, after_seq),
         )
-        return [StoredEvent(int(r[0]), str(r[1]), str(r[2]), float(r[3])) for r in rows]
+        # The columns' types hold (INTEGER, TEXT, TEXT, REAL): recovery reads thousands.
+        return [StoredEvent(*r) for r in rows]
 
     async def last_seq(self, persistence_id: str) -> int:
         rows = await self._read(

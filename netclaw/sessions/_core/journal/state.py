@@ -207,8 +207,9 @@ class SessionState:
             )
         match event:
             case InputAdmitted(message=m, place=place):
-                identities = dict(self.identities)
+                identities = self.identities
                 if m.identity is not None:
+                    identities = dict(identities)
                     identities.pop(m.identity, None)  # a re-recorded identity is the newest
                     identities[m.identity] = (m.id, m.ts)
                     if len(identities) > MAX_IDENTITIES:
