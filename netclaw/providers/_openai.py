@@ -38,6 +38,7 @@ from netclaw.providers._http import (
 )
 from netclaw.providers._http import _Progress as _Progress  # for code assembling answers by hand
 from netclaw.providers._images import image_base64, missing_note
+from netclaw.security.redact import KNOWN, Scrubber
 
 log = logging.getLogger("netclaw.providers")
 
@@ -202,12 +203,18 @@ def request_body(request: ProviderRequest, *, cache: bool = False) -> dict[str, 
     return body
 
 
-def encode_request(request: ProviderRequest, wire: WireCache, *, cache: bool = False) -> bytes:
+def encode_request(
+    request: ProviderRequest, wire: WireCache, *, cache: bool = False, scrubber: Scrubber | None = None
+) -> bytes:
     """The JSON of :func:`request_body`, with every message and the tool set taken from
     ``wire`` (a message object never changes; one with images inline is encoded afresh,
     not kept) and joined once. A session's messages up to its newest turn are kept joined
     (:meth:`WireCache.prefix`): the next call that begins with the same objects (the
-    cache-stable layout makes it the rule) walks only what came after them."""
+    cache-stable layout makes it the rule) walks only what came after them.
+
+    With ``scrubber``, the body as sent: its known secrets replaced (``scrub_bytes``). A
+    kept prefix found clean under the same secrets is not searched again, only the bytes
+    around it, so the search too does not grow with the history."""
     vision = request.vision
     messages = request.messages
     cached = wire.message_json
@@ -215,14 +222,16 @@ def encode_request(request: ProviderRequest, wire: WireCache, *, cache: bool = F
     parts: list[bytes] = []
     memo_key = ("prefix", request.cache_key, vision) if request.cache_key else None
     start = 0
+    clean_prefix = False  # parts[0] is a kept prefix known to hold none of scrubber's secrets
     if memo_key is not None and (memo := wire.prefix(memo_key)) is not None:
-        held, data = memo
+        held, data, clean_under = memo
         n = len(held)
         # The same messages in the same places: start after them. A tuple comparison is a
         # C loop that takes the very same objects as equal without looking into them.
         if len(messages) > n and tuple(messages[:n]) == held:
             start = n
             parts.append(data)
+            clean_prefix = scrubber is not None and clean_under is scrubber
     # Where the newest turn starts (its user message): the prefix kept for the next call.
     chat = MessageKind.CHAT
     boundary = next(
@@ -260,8 +269,6 @@ def encode_request(request: ProviderRequest, wire: WireCache, *, cache: bool = F
             parts.append(cached(m, vision, partial(message_to_wire, m, vision=vision)))
         if i in rounds:  # a run of tool results with images: the images follow it
             parts.append(to_json(tool_images_message(rounds[i])))
-    if memo_key is not None and boundary is not None:
-        wire.keep_prefix(memo_key, tuple(messages[:boundary]), b",".join(parts[:boundary_part]))
     head: dict[str, Any] = {
         "model": request.model,
         "stream": True,
@@ -270,13 +277,41 @@ def encode_request(request: ProviderRequest, wire: WireCache, *, cache: bool = F
     }
     if cache and request.cache_key:
         head["prompt_cache_key"] = request.cache_key
-    pieces = [to_json(head)[:-1], b',"messages":[', b",".join(parts), b"]"]
+    lead_in = to_json(head)[:-1] + b',"messages":['
+    pieces = [lead_in, b",".join(parts), b"]"]
     if request.tools:
         tools = tuple(request.tools)
         key = ("tools", *((t.name, t.description, id(t.parameters)) for t in tools))
         pieces += [b',"tools":', wire.part_json(key, lambda: [tool_to_wire(t) for t in tools], holds=tools)]
     pieces.append(b"}")
-    return b"".join(pieces)
+    body = b"".join(pieces)
+    kept = b",".join(parts[:boundary_part]) if memo_key is not None and boundary is not None else None
+    clean: Scrubber | None = None  # the secrets the prefix kept from this body holds none of
+    if scrubber is not None:
+        known = (len(lead_in), len(lead_in) + len(parts[0])) if clean_prefix else None
+        body, clean = _scrubbed(body, scrubber, known, kept)
+    if kept is not None:
+        wire.keep_prefix(memo_key, tuple(messages[:boundary]), kept, clean)
+    return body
+
+
+def _scrubbed(
+    body: bytes, scrubber: Scrubber, known: tuple[int, int] | None, kept: bytes | None
+) -> tuple[bytes, Scrubber | None]:
+    """``body`` with ``scrubber``'s secrets replaced, and the scrubber if the prefix ``kept``
+    from it holds none of them (else None). ``known``: where in ``body`` a prefix already
+    found clean under the same secrets lies; only around it is searched (a secret may
+    begin or end in it)."""
+    if known is not None:
+        reach = scrubber.longest - 1
+        start, end = known
+        found = scrubber.occurs(body, 0, start + reach) or scrubber.occurs(body, end - reach)
+    else:
+        found = scrubber.occurs(body)
+    if not found:
+        return body, scrubber
+    clean = scrubber if kept is not None and not scrubber.occurs(kept) else None
+    return scrubber.scrub_bytes(body), clean
 
 
 def usage_from_wire(data: Mapping[str, Any]) -> Usage:
@@ -460,6 +495,10 @@ class OpenAIProvider(HttpStreamingProvider[_Assembly]):
         """:func:`request_body`, assembled from each part's cached JSON text: a turn encodes
         its new messages, not the whole transcript again."""
         return encode_request(request, self.wire, cache=self.config.prompt_cache == "auto")
+
+    def _scrubbed_content(self, request: ProviderRequest) -> bytes:
+        cache = self.config.prompt_cache == "auto"
+        return encode_request(request, self.wire, cache=cache, scrubber=KNOWN.scrubber)
 
     async def _read_whole(self, response: httpx.Response, answer: _Assembly) -> None:
         data = await self._whole_body(response)

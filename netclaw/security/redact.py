@@ -284,6 +284,12 @@ class Scrubber:
             forms.add(json.dumps(secret)[1:-1].encode())
             encoded.extend(sorted(forms, key=len, reverse=True))
         self._encoded = tuple(encoded)
+        self.longest = max(map(len, encoded), default=0)  # bytes of the longest form
+
+    def occurs(self, data: bytes, start: int = 0, end: int | None = None) -> bool:
+        """Whether a known secret lies wholly within ``data[start:end]`` (no copy made)."""
+        stop = len(data) if end is None else end
+        return any(data.find(secret, start, stop) != -1 for secret in self._encoded)
 
     @classmethod
     def of(cls, settings: Settings, token: str) -> Scrubber:

@@ -20,6 +20,7 @@ from netclaw.providers._anthropic import to_anthropic_messages
 from netclaw.providers._base import ProviderRequest, ToolSchema
 from netclaw.providers._http import SseReader, WireCache
 from netclaw.providers._openai import encode_request, message_to_wire, request_body
+from netclaw.security.redact import Scrubber
 
 SCHEMA = {"type": "object", "properties": {"q": {"type": "string"}}}
 
@@ -241,3 +242,48 @@ def test_a_sessions_kept_prefix_gives_the_whole_body_whatever_happened_since(
                 messages[0] = ChatMessage("system", "system", f"be brief {n}", 0.0)
             request = ProviderRequest("m", list(messages), vision=vision, cache_key="k")
             assert json.loads(encode_request(request, wire)) == request_body(request)
+
+
+SECRET_STEPS = st.lists(
+    st.sampled_from(["turn", "secret", "split", "tools", "trim", "reload", "none", "model"]), max_size=25
+)
+
+
+@given(steps=SECRET_STEPS)
+def test_a_body_as_sent_holds_no_known_secret_though_only_its_new_part_is_searched(steps: list[str]) -> None:
+    """A secret anywhere — in a new message, in the kept prefix, at its very edge, after a
+    change of the known secrets — is replaced as if the whole body had been searched."""
+    secret = "hunter2-swordfish-0042"
+    scrubber = Scrubber([secret])
+    wire = WireCache()
+    messages = [ChatMessage("system", "system", "be brief", 0.0)]
+    model = "m"
+    for n, step in enumerate(steps):
+        if step == "model":  # a secret before the messages (a model named by one)
+            model = secret if model == "m" else "m"
+        elif step in ("turn", "secret", "split"):
+            text = {"turn": f"q{n}", "secret": f"the key is {secret}", "split": secret}[step]
+            messages += [
+                ChatMessage(f"u{n}", "user", text, 0.0),
+                ChatMessage(f"r{n}", "assistant", secret[:9] if step == "split" else "a", 0.0),
+            ]
+        elif step == "tools":
+            call = ToolCall(f"c{n}", "x", "{}")
+            messages += [
+                ChatMessage(f"u{n}", "user", f"q{n}", 0.0),
+                ChatMessage(f"a{n}", "assistant", "", 0.0, tool_calls=(call,)),
+                ChatMessage(f"t{n}", "tool", secret, 0.0, tool_call_id=f"c{n}", name="x"),
+            ]
+        elif step == "trim":
+            users = [i for i, m in enumerate(messages) if m.role == "user"]
+            if len(users) > 1:
+                messages = [messages[0], *messages[users[1] :]]
+        elif step == "reload":  # the known secrets swapped whole (a config reload)
+            scrubber = Scrubber([secret, "be brief"])  # already in every kept prefix
+        else:
+            scrubber = Scrubber([])
+        request = ProviderRequest(model, list(messages), cache_key="k")
+        sent = encode_request(request, wire, scrubber=scrubber)
+        assert sent == scrubber.scrub_bytes(encode_request(request, WireCache()))
+        if scrubber.longest:
+            assert not scrubber.occurs(sent)
