@@ -75,14 +75,6 @@ def write_bytes(pid: int) -> int:
     raise RuntimeError(f"/proc/{pid}/io has no write_bytes line")
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def config_for(work: Path, base_url: str) -> dict[str, Any]:
     data = work / "data"
     return {
@@ -91,7 +83,7 @@ def config_for(work: Path, base_url: str) -> dict[str, Any]:
         "models": {
             "main": {"provider": "local", "model": MODEL, "context_window": 32768, "max_output_tokens": 256}
         },
-        "gateway": {"host": "127.0.0.1", "port": free_port()},
+        "gateway": {"host": "127.0.0.1", "port": c.free_port()},
         "tools": {"workspace_dir": str(data / "workspace")},
         "journal": {"synchronous": "full"},
     }
@@ -142,12 +134,7 @@ class Side:
 
     def stop(self) -> None:
         assert self.proc is not None
-        self.proc.terminate()
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(10)
+        c.stop_process(self.proc, 30)
         self._log.close()
 
 
