@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from _common import REPO_ROOT
+from _common import REPO_ROOT, free_port
 from _procstat import process_cpu
 
 TOKEN = "bench-cluster-token-0123456789abcdef"
@@ -25,18 +25,10 @@ LEASE_S = 3.0
 READY_S = 60.0
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 class Node:
     def __init__(self, root: Path, name: str, provider_url: str, dsn: str | None, **cluster: Any) -> None:
         self.name = name
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         data_dir = root / name / "data"
         config: dict[str, Any] = {

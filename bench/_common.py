@@ -14,7 +14,9 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -138,3 +140,20 @@ def temp_dir(prefix: str, base: str | None = None) -> Iterator[Path]:
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (for a daemon's config)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def stop_process(proc: subprocess.Popen[Any], grace_s: float) -> None:
+    """SIGTERM, and SIGKILL if it has not exited within ``grace_s``."""
+    proc.terminate()
+    try:
+        proc.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)

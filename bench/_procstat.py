@@ -26,6 +26,10 @@ def classify(name: str) -> str:
         return "actors"
     if "_connection_worker_thread" in name:
         return "sqlite"
+    if name.startswith("netclaw-journal"):
+        return "journal"
+    if name.startswith("OtelBatch"):  # OpenTelemetry's exporter (telemetry.traces)
+        return "exporter"
     if name == "MainThread":
         return "main"
     return "other"

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -46,12 +45,6 @@ from tests.synapse import MatrixUser, SynapseServer, quoted, synapse_python
 
 WARM_UP = 3
 POLL_S = 0.002  # how often a wait looks (a bound on the measurement's own granularity)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
@@ -98,12 +91,7 @@ class Daemon:
         return httpx.Client(base_url=self.base_url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(10)
+        c.stop_process(self.proc, 20)
         self._log.close()
 
 
@@ -247,7 +235,7 @@ def main() -> int:
                 "data_dir": str(work / "data"),
                 "providers": {"local": {"type": "openai", "base_url": provider.base_url, "timeout_s": 30}},
                 "models": {"main": {"provider": "local", "model": "scripted"}},
-                "gateway": {"host": "127.0.0.1", "port": free_port()},
+                "gateway": {"host": "127.0.0.1", "port": c.free_port()},
                 "tools": {"workspace_dir": str(work / "workspace")},
                 "telegram": {
                     "enabled": True,

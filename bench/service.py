@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from _common import REPO_ROOT, figure, info, log, machine_load, median, temp_dir
+from _common import REPO_ROOT, figure, free_port, info, log, machine_load, median, temp_dir
 
 RUNS = 5
 IDLE_S = 10.0
@@ -37,12 +37,6 @@ def _env(**extra: str) -> dict[str, str]:
     env["PYTHONPATH"] = str(REPO_ROOT)
     env.update(extra)
     return env
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def rss_kib(pid: int) -> int:

@@ -133,7 +133,7 @@ def main() -> None:
         )
         info(f"turn latency p50, traces {mode}", median(run.latency_s) * 1000, "ms")
         by_group = ", ".join(f"{g} {cpu / run.turns * 1000:.2f}" for g, cpu in sorted(run.groups.items()))
-        info(f"cpu per turn by thread, traces {mode}", by_group, "ms", "other: OpenTelemetry's exporter")
+        info(f"cpu per turn by thread, traces {mode}", by_group, "ms")
         if mode != "off":
             info(f"spans exported / dropped, traces {mode}", f"{run.exported} / {run.dropped}")
     off_cpu, on_cpu = median(runs["off"].cpu_s), median(runs["on"].cpu_s)

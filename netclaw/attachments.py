@@ -4,8 +4,10 @@ folder (``<data_dir>/files/<session>/``), whoever brought them (Slack, Discord, 
 - Kinds: ``text`` (logs, code, CSV, JSON, Markdown… — the declared type or the name says
   text *and* the bytes are UTF-8 without NULs) goes to the model as text, bounded;
   ``image`` (PNG, JPEG, GIF, WebP — the bytes must carry that format's signature, whatever
-  the declared type) goes as an image part to a vision-capable model; anything else is
-  named, never sent.
+  the declared type) goes as an image part to a vision-capable model; ``audio`` (WAV, Ogg,
+  MP3, FLAC, M4A, WebM — by signature, or an ``audio/*`` type) is transcribed before the
+  turn that reads it (netclaw/speech.py) and the model gets the transcript; anything else
+  is named, never sent.
 - Names are reduced to a safe base name; the stored file is ``<sha256 prefix>-<name>``,
   so a message delivered twice writes the same file, not a second one.
 - Limits here are the one place that says how big is too big: a channel refuses a larger
@@ -22,6 +24,7 @@ import hashlib
 import os
 import re
 import shutil
+import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePath
@@ -63,6 +66,15 @@ _IMAGE_SIGNATURES: tuple[tuple[bytes, str], ...] = (
 )
 
 
+_AUDIO_SIGNATURES: tuple[tuple[bytes, str], ...] = (
+    (b"OggS", "audio/ogg"),
+    (b"fLaC", "audio/flac"),
+    (b"ID3", "audio/mpeg"),
+    (b"\x1a\x45\xdf\xa3", "audio/webm"),
+)
+_AUDIO_SUFFIXES = frozenset(".wav .ogg .oga .opus .mp3 .m4a .flac .webm .aac".split())
+
+
 @dataclass(frozen=True, slots=True)
 class IncomingFile:
     """A file as a channel received it."""
@@ -89,6 +101,86 @@ def image_type(data: bytes) -> str | None:
     return None
 
 
+def audio_type(data: bytes) -> str | None:
+    """The audio format the bytes really are (by signature), or None."""
+    if data[:4] == b"RIFF" and data[8:12] == b"WAVE":
+        return "audio/wav"
+    if data[4:11] == b"ftypM4A" or (data[4:8] == b"ftyp" and data[8:11] == b"mp4"):
+        return "audio/mp4"
+    for signature, mime in _AUDIO_SIGNATURES:
+        if data.startswith(signature):
+            return mime
+    return None
+
+
+def _is_audio(file: IncomingFile) -> str | None:
+    found = audio_type(file.data[:16])
+    if found is not None:
+        return found
+    mime = file.mime_type.split(";", 1)[0].strip().lower()
+    if mime.startswith("audio/") or PurePath(file.name.lower()).suffix in _AUDIO_SUFFIXES:
+        return mime if mime.startswith("audio/") else "application/octet-stream"
+    return None
+
+
+def audio_seconds(data: bytes) -> float | None:
+    """How long a WAV, Ogg (Opus, Vorbis) or MP4/M4A recording plays, read from its
+    headers; None for other formats or bytes that do not say (the endpoint then reports it)."""
+    if data[:4] == b"RIFF" and data[8:12] == b"WAVE":
+        return _wav_seconds(data)
+    if data[:4] == b"OggS":
+        return _ogg_seconds(data)
+    if data[4:8] == b"ftyp":
+        return _mp4_seconds(data)
+    return None
+
+
+def _mp4_seconds(data: bytes) -> float | None:
+    """The movie header's duration over its timescale (``mvhd``, version 0 or 1)."""
+    at = data.find(b"mvhd")
+    if at < 0 or at + 32 > len(data):
+        return None
+    if data[at + 4] == 1:  # 64-bit times
+        scale, length = struct.unpack_from(">IQ", data, at + 24)
+    else:
+        scale, length = struct.unpack_from(">II", data, at + 16)
+    return length / scale if scale else None
+
+
+def _wav_seconds(data: bytes) -> float | None:
+    at, byte_rate = 12, 0
+    while at + 8 <= len(data):
+        chunk, size = data[at : at + 4], struct.unpack_from("<I", data, at + 4)[0]
+        if chunk == b"fmt " and size >= 16:
+            byte_rate = struct.unpack_from("<I", data, at + 16)[0]
+        elif chunk == b"data" and byte_rate:
+            # A streamed WAV (espeak-ng's to a pipe) says 0 or 0xFFFFFFFF: the rest is data.
+            length = size if 0 < size <= len(data) - at - 8 else len(data) - at - 8
+            return length / byte_rate
+        at += 8 + size + (size & 1)
+    return None
+
+
+def _ogg_seconds(data: bytes) -> float | None:
+    """The last page's granule position over the stream's rate (Opus: always 48 kHz, less
+    its pre-skip; Vorbis: the rate in its identification header)."""
+    if b"OpusHead" in data[:200]:
+        head = data.index(b"OpusHead")
+        rate, skip = 48_000, struct.unpack_from("<H", data, head + 10)[0] if head + 12 <= len(data) else 0
+    elif b"\x01vorbis" in data[:200]:
+        head = data.index(b"\x01vorbis")
+        if head + 16 > len(data):
+            return None
+        rate, skip = struct.unpack_from("<I", data, head + 12)[0], 0
+    else:
+        return None
+    last = data.rfind(b"OggS")
+    if last < 0 or last + 14 > len(data) or not rate:
+        return None
+    granule = struct.unpack_from("<q", data, last + 6)[0]
+    return max(granule - skip, 0) / rate if granule >= 0 else None
+
+
 def _is_texty(name: str, mime_type: str) -> bool:
     mime = mime_type.split(";", 1)[0].strip().lower()
     if mime.startswith("text/") or mime in _TEXT_TYPES or mime.endswith(("+json", "+xml")):
@@ -104,6 +196,9 @@ def classify(file: IncomingFile) -> tuple[AttachmentKind, str, str | None, bool]
         if len(file.data) > MAX_IMAGE_BYTES:
             return "other", real_image, None, False
         return "image", real_image, None, False
+    audio = _is_audio(file)
+    if audio is not None:
+        return "audio", audio, None, False
     mime = file.mime_type.split(";", 1)[0].strip().lower() or "application/octet-stream"
     if _is_texty(file.name, mime) and b"\x00" not in file.data[:8192]:
         try:

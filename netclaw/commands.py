@@ -4,7 +4,8 @@ A message whose text — after a leading bot mention, which the channel strips �
 of these is a command: ``/new`` (same as ``/reset``), ``/reset``, ``/stop``,
 ``/compact``, ``/status``, ``/skills``, ``/agents`` (the conversation's sub-agents),
 ``/model`` (list the models; ``/model NAME`` chooses one for this conversation, ``/model
-default`` goes back to ``models.main``), ``/help``. ``!`` works in place of ``/`` (some
+default`` goes back to ``models.main``), ``/voice`` (``/voice on`` or ``off``: replies also
+spoken in this conversation), ``/help``. ``!`` works in place of ``/`` (some
 clients swallow a leading slash). Commands answer with a short ``notice`` and start no turn.
 
 ``/prompt server:name args…`` is the one command that becomes model input: an MCP
@@ -22,7 +23,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-Command = Literal["reset", "stop", "compact", "status", "skills", "agents", "model", "help", "prompt"]
+Command = Literal[
+    "reset", "stop", "compact", "status", "skills", "agents", "model", "voice", "help", "prompt"
+]
 
 _ALIASES: dict[str, Command] = {
     "new": "reset",
@@ -34,9 +37,10 @@ _ALIASES: dict[str, Command] = {
     "skills": "skills",
     "agents": "agents",
     "model": "model",
+    "voice": "voice",
     "help": "help",
 }
-_TAKES_ARGUMENT: frozenset[Command] = frozenset({"model"})
+_TAKES_ARGUMENT: frozenset[Command] = frozenset({"model", "voice"})
 _COMMAND = re.compile(r"\s*[/!]([a-z]+)(?:\s+([A-Za-z0-9][A-Za-z0-9_.-]{0,39}))?\s*", re.IGNORECASE)
 DEFAULT_MODEL = "default"  # `/model default`: back to models.main
 
@@ -50,6 +54,7 @@ HELP_TEXT = "\n".join(
         "/skills — the procedures I can follow here",
         "/agents — the sub-agents working for this conversation",
         "/model — the models; /model NAME chooses one for this conversation (/model default goes back)",
+        "/voice on or /voice off — replies also spoken here, or not (/voice alone says which)",
         "/prompt server:name args — send an MCP server's prompt (/prompt alone lists them)",
         "/help — this list",
     )

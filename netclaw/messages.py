@@ -76,7 +76,45 @@ class ToolCall:
         return cls(id=str(data["id"]), name=str(data["name"]), arguments=str(data["arguments"]))
 
 
-AttachmentKind = Literal["text", "image", "other"]
+AttachmentKind = Literal["text", "image", "audio", "other"]
+
+
+@dataclass(frozen=True, slots=True)
+class Transcript:
+    """What speech-to-text made of an audio attachment: its ``text`` (with the ``language``
+    when the endpoint said which), or why there is none (``error``). ``seconds``: the audio's
+    length as measured or reported; ``model``: which endpoint's model heard it."""
+
+    text: str | None = None
+    language: str | None = None
+    seconds: float | None = None
+    error: str | None = None
+    model: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        fields = {
+            "text": self.text,
+            "language": self.language,
+            "seconds": self.seconds,
+            "error": self.error,
+            "model": self.model,
+        }
+        return {k: v for k, v in fields.items() if v is not None}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Transcript:
+        def text(key: str) -> str | None:
+            value = data.get(key)
+            return None if value is None else str(value)
+
+        seconds = data.get("seconds")
+        return cls(
+            text("text"),
+            text("language"),
+            None if seconds is None else float(seconds),
+            text("error"),
+            text("model"),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +130,8 @@ class Attachment:
     kind: AttachmentKind
     text: str | None = None
     truncated: bool = False
+    # An audio file's transcript, recorded before the turn that reads it (None: not yet).
+    transcript: Transcript | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -105,19 +145,23 @@ class Attachment:
             out["text"] = self.text
         if self.truncated:
             out["truncated"] = True
+        if self.transcript is not None:
+            out["transcript"] = self.transcript.to_dict()
         return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Attachment:
         kind = data.get("kind")
+        heard = data.get("transcript")
         return cls(
             name=str(data["name"]),
             mime_type=str(data["mime_type"]),
             path=str(data["path"]),
             size=int(data["size"]),
-            kind=kind if kind in ("text", "image") else "other",
+            kind=kind if kind in ("text", "image", "audio") else "other",
             text=data.get("text"),
             truncated=bool(data.get("truncated", False)),
+            transcript=Transcript.from_dict(heard) if isinstance(heard, Mapping) else None,
         )
 
 
@@ -280,7 +324,25 @@ def attachment_note(file: Attachment, *, vision: bool) -> str:
         if vision:
             return f"[attached image {file.name} ({file.mime_type}, {size}), shown below]"
         return f"[attached image {file.name} ({file.mime_type}, {size}); this model cannot see images]"
+    if file.kind == "audio":
+        return speech_note(file, size)
     return f"[attached file {file.name} ({file.mime_type}, {size}); its content is not shown to you]"
+
+
+def speech_note(file: Attachment, size: str) -> str:
+    """An audio attachment as the model reads it: its transcript, marked as transcribed
+    speech (never as text the person typed), or why it has none."""
+    heard = file.transcript
+    length = f", {heard.seconds:.0f} s" if heard is not None and heard.seconds else ""
+    what = f"voice note {file.name} ({file.mime_type}, {size}{length})"
+    if heard is None:
+        return f"[attached {what}; it has not been transcribed, so its content is not known to you]"
+    if heard.text is None:
+        return f"[attached {what}; it could not be transcribed: {heard.error or 'no transcript'}]"
+    language = f", language: {heard.language}" if heard.language else ""
+    return (
+        f"[transcribed speech from the attached {what}{language}]\n{heard.text}\n[end of transcribed speech]"
+    )
 
 
 def tool_image_note(image: Attachment, *, vision: bool) -> str:

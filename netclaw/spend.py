@@ -44,6 +44,18 @@ def cost_of(usage: Usage, price: Price | None) -> float:
     return total / MILLION
 
 
+def speech_cost(seconds: float | None, price_per_minute: float | None) -> float:
+    """What transcribing ``seconds`` of audio cost (0 when either is unknown)."""
+    if not seconds or price_per_minute is None:
+        return 0.0
+    return seconds / 60.0 * price_per_minute
+
+
+def spoken_cost(chars: int, price_per_million_chars: float | None) -> float:
+    """What speaking ``chars`` characters cost (0 without a price)."""
+    return chars * price_per_million_chars / MILLION if price_per_million_chars is not None else 0.0
+
+
 def billed_tokens(usage: Usage) -> int:
     """Tokens a spend guard counts: the whole prompt and the answer."""
     return usage.input_tokens + usage.output_tokens
@@ -97,7 +109,18 @@ class NoLedger:
 
 def utc_day(ts: float) -> str:
     """The UTC date of a unix time, as the spend guards count days."""
-    return dt.datetime.fromtimestamp(ts, dt.UTC).date().isoformat()
+    day = int(ts // 86400)  # UTC has no leap seconds in unix time: a day is 86,400 s
+    named = _DAY_NAMES.get(day)
+    if named is None:
+        named = dt.datetime.fromtimestamp(ts, dt.UTC).date().isoformat()
+        if len(_DAY_NAMES) > 64:
+            _DAY_NAMES.clear()
+        _DAY_NAMES[day] = named
+    return named
+
+
+# Every turn asks for today's name: kept per day number (a few days at most are asked).
+_DAY_NAMES: dict[int, str] = {}
 
 
 def next_midnight(ts: float) -> float:

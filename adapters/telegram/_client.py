@@ -26,10 +26,12 @@ import asyncio
 import contextlib
 import datetime as dt
 import logging
+import mimetypes
 import re
 import time
 import warnings
 from collections.abc import Awaitable, Callable, Iterator, Sequence
+from functools import partial
 from typing import Any, TypeVar
 
 from telegram import (
@@ -177,7 +179,23 @@ def _files_of(message: Message) -> tuple[TelegramFile, ...]:
         found.append(
             TelegramFile(f"photo-{message.message_id}.jpg", largest.file_id, "image/jpeg", largest.file_size)
         )
+    if message.voice is not None:  # a voice note: heard by speech-to-text before its turn
+        voice = message.voice
+        mime = voice.mime_type or "audio/ogg"
+        found.append(
+            TelegramFile(f"voice-{message.message_id}{_suffix(mime)}", voice.file_id, mime, voice.file_size)
+        )
+    if message.audio is not None:
+        audio = message.audio
+        mime = audio.mime_type or "audio/mpeg"
+        name = audio.file_name or f"audio-{message.message_id}{_suffix(mime)}"
+        found.append(TelegramFile(name, audio.file_id, mime, audio.file_size))
     return tuple(found)
+
+
+def _suffix(mime: str) -> str:
+    known = {"audio/ogg": ".ogg", "audio/mpeg": ".mp3", "audio/mp4": ".m4a", "audio/wav": ".wav"}
+    return known.get(mime) or mimetypes.guess_extension(mime) or ""
 
 
 # -- errors -------------------------------------------------------------------------------------
@@ -423,13 +441,20 @@ class BotPort:
         )
 
     async def upload(self, to: Conversation, name: str, data: bytes, mime_type: str) -> str:
-        message = await self._call(
-            "upload a file",
-            to.channel,
-            lambda: self._bot.send_document(
-                int(to.channel), document=data, filename=name, message_thread_id=self._thread(to)
-            ),
-        )
+        """A file as a document; audio Telegram plays in the chat as what it is: Ogg (Opus)
+        as a voice message, MP3 and M4A as an audio track (a spoken reply, say)."""
+        chat, thread = int(to.channel), self._thread(to)
+        mime = mime_type.split(";", 1)[0].strip().lower()
+        send: Callable[[], Awaitable[Message]]
+        if mime == "audio/ogg":
+            send = partial(self._bot.send_voice, chat, voice=data, filename=name, message_thread_id=thread)
+        elif mime in ("audio/mpeg", "audio/mp4"):
+            send = partial(self._bot.send_audio, chat, audio=data, filename=name, message_thread_id=thread)
+        else:
+            send = partial(
+                self._bot.send_document, chat, document=data, filename=name, message_thread_id=thread
+            )
+        message = await self._call("upload a file", to.channel, send)
         return str(message.message_id)
 
     # -- Telegram's own -----------------------------------------------------------------------------

@@ -118,6 +118,26 @@ def print_session(session: dict[str, Any]) -> None:
             who = f"tool {m.get('name') or ''}#{m.get('tool_call_id')}"
         print(f"--- {who}")
         print(f"    {content}")
+        for line in _speech_lines(m.get("files") or ()):
+            print(f"    {line}")
+
+
+def _speech_lines(files: Any) -> list[str]:
+    """A user message's voice notes: what was heard in each (marked as transcribed
+    speech), or why nothing was."""
+    lines = []
+    for f in files:
+        if not isinstance(f, dict) or f.get("kind") != "audio":
+            continue
+        heard = f.get("transcript") or {}
+        if heard.get("text") is not None:
+            language = f", {heard['language']}" if heard.get("language") else ""
+            lines.append(f"[voice note {f['name']}, transcribed speech{language}] {heard['text']}")
+        elif heard.get("error"):
+            lines.append(f"[voice note {f['name']}: could not be transcribed: {heard['error']}]")
+        else:
+            lines.append(f"[voice note {f['name']}: not transcribed yet]")
+    return lines
 
 
 # -- memory -------------------------------------------------------------------------------------

@@ -51,6 +51,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     _doctor_files(settings, report, service)
     _doctor_workspace(settings, path, report)
     _doctor_provider(settings, report)
+    _doctor_speech(settings, report)
     _doctor_adapters(settings, report)
     _doctor_sandbox(settings, report, service)
     _doctor_skills(settings, report)
@@ -345,6 +346,49 @@ def _check_provider(settings: Settings, name: str, model: str, report: Any) -> b
     where = "" if config.type == "demo" else f"{config.base_url} "  # the demo has no server
     report(True, what, f"{where}{detail} ({elapsed:.0f} ms); model {model}")
     return True
+
+
+def _doctor_speech(settings: Settings, report: Any) -> bool:
+    """Each speech endpoint (``speech.transcription``, ``speech.synthesis`` and their
+    fallbacks): its provider's key set, the server reachable, the model served where the
+    server lists its models. Nothing is transcribed or spoken (nothing is billed)."""
+    from netclaw.errors import ModelNotServed
+    from netclaw.providers import make_provider
+
+    good = True
+    for where, endpoint in settings.speech.endpoints():
+        config = settings.providers[endpoint.provider]
+        what = f"{where} ({endpoint.provider}/{endpoint.model})"
+        if missing := config.missing_key():
+            report(False, what, missing)
+            good = False
+            continue
+        provider = make_provider(endpoint.provider, config)
+
+        async def probe(provider: Any = provider, model: str = endpoint.model) -> str:
+            try:
+                answer: str = await provider.check(model)
+                return answer
+            finally:
+                await provider.aclose()
+
+        try:
+            detail = asyncio.run(probe())
+        except ModelNotServed as exc:
+            shown = ", ".join(exc.available[:10]) or "none"
+            report(
+                False,
+                what,
+                f"{config.base_url} does not list the model {endpoint.model!r} (it has: {shown}); fix {where}.model",
+            )
+            good = False
+            continue
+        except NetclawError as exc:
+            report(False, what, str(exc))
+            good = False
+            continue
+        report(True, what, f"{config.base_url} {detail}")
+    return good
 
 
 def _doctor_files(settings: Settings, report: Any, service: ServiceUser | None = None) -> bool:

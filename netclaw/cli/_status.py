@@ -135,11 +135,15 @@ def cmd_usage(args: argparse.Namespace) -> int:
         return 0
     width = max(len(args.by), *(len(r["key"]) for r in rows))
     keys = ("turns", "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
+    speech = any(r.get("speech_seconds") for r in rows)  # a column only where voice notes were heard
     print(
         f"{args.by:<{width}}  {'turns':>7}  {'input':>12}  {'output':>12}  {'cache read':>12}  "
         f"{'cache write':>12}  {'cost ' + rows[0].get('currency', ''):>12}"
+        + (f"  {'speech s':>10}" if speech else "")
     )
-    for r in [*rows, {"key": "total", **{k: sum(r.get(k, 0) for r in rows) for k in (*keys, "cost")}}]:
+    summed = (*keys, "cost", "speech_seconds")
+    for r in [*rows, {"key": "total", **{k: sum(r.get(k, 0) for r in rows) for k in summed}}]:
         counts = "  ".join(f"{r.get(k, 0):>{7 if k == 'turns' else 12},}" for k in keys)
-        print(f"{r['key']:<{width}}  {counts}  {r.get('cost', 0.0):>12.4f}")
+        heard = f"  {r.get('speech_seconds', 0.0):>10.1f}" if speech else ""
+        print(f"{r['key']:<{width}}  {counts}  {r.get('cost', 0.0):>12.4f}{heard}")
     return 0

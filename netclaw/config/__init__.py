@@ -175,6 +175,61 @@ class ModelsConfig(_Section):
         return self.named().get(name)
 
 
+class Transcriber(_Section):
+    """One OpenAI-compatible ``/audio/transcriptions`` endpoint: the provider
+    (``providers.<name>``: its base_url, key, timeout_s and max_retries) and the model."""
+
+    provider: str
+    model: str = "whisper-1"
+    price_per_minute: float | None = Field(None, ge=0)  # None: counted, not priced
+
+
+class TranscriptionConfig(Transcriber):
+    """Speech-to-text for audio attachments (voice notes), before the turn that reads them."""
+
+    language: str | None = Field(None, pattern=r"^[a-z]{2,3}$")  # a hint (ISO-639-1); None: detected
+    # Endpoints tried in order when this one stays unreachable, rate-limited or overloaded.
+    fallbacks: list[Transcriber] = []
+
+
+class Synthesizer(_Section):
+    """One OpenAI-compatible ``/audio/speech`` endpoint."""
+
+    provider: str
+    model: str = "tts-1"
+    voice: str = Field("alloy", min_length=1, max_length=64)
+    format: Literal["mp3", "opus", "aac", "flac", "wav"] = "mp3"
+    price_per_million_chars: float | None = Field(None, ge=0)
+
+
+class SynthesisConfig(Synthesizer):
+    """Text-to-speech for spoken replies (``/voice on``, ``audiences.<name>.voice_replies``)."""
+
+    fallbacks: list[Synthesizer] = []
+    max_chars: int = Field(4000, ge=1, le=100_000)  # a longer reply is sent as text only
+
+
+class SpeechConfig(_Section):
+    transcription: TranscriptionConfig | None = None
+    synthesis: SynthesisConfig | None = None
+    max_audio_s: float = Field(600.0, gt=0)  # a longer recording is not transcribed (a notice says so)
+    max_audio_bytes: int = Field(25_000_000, gt=0)  # OpenAI's own limit
+
+    def endpoints(self) -> list[tuple[str, Transcriber | Synthesizer]]:
+        """Every configured endpoint with its key path (for checks and messages)."""
+        found: list[tuple[str, Transcriber | Synthesizer]] = []
+        if self.transcription is not None:
+            found.append(("speech.transcription", self.transcription))
+            found += [
+                (f"speech.transcription.fallbacks[{i}]", f)
+                for i, f in enumerate(self.transcription.fallbacks)
+            ]
+        if self.synthesis is not None:
+            found.append(("speech.synthesis", self.synthesis))
+            found += [(f"speech.synthesis.fallbacks[{i}]", f) for i, f in enumerate(self.synthesis.fallbacks)]
+        return found
+
+
 class SessionConfig(_Section):
     compaction_threshold: float = Field(0.75, gt=0, le=1)
     keep_recent_tool_results: int = Field(3, ge=0)
@@ -451,6 +506,11 @@ class AudienceConfig(_Section):
     # Which skills (netclaw/skills) its sessions see in their index: all, none, or these names
     # (`*` globs). The index is left out where `tools` does not allow `load_skill`.
     skills: Literal["all", "none"] | list[str] = "all"
+    # Replies also spoken (speech.synthesis) in this audience's conversations; `/voice on|off`
+    # decides for one conversation.
+    voice_replies: bool = False
+    # A voice note's transcript is also shown in the conversation, under the note.
+    show_transcripts: bool = False
 
 
 class RoleConfig(_Section):
@@ -796,6 +856,7 @@ class Settings(BaseSettings):
     data_dir: Path = Path("./data")
     providers: dict[str, ProviderConfig] = {"local": ProviderConfig()}
     models: ModelsConfig = ModelsConfig()
+    speech: SpeechConfig = SpeechConfig()
     session: SessionConfig = SessionConfig()
     history: HistoryConfig = HistoryConfig()
     memory: MemoryConfig = MemoryConfig()
@@ -864,6 +925,18 @@ class Settings(BaseSettings):
                 raise ValueError(
                     f"models.{role}.provider: {model.provider!r} is not a configured provider "
                     f"(configured: {known})"
+                )
+        for where, endpoint in self.speech.endpoints():
+            provider = self.providers.get(endpoint.provider)
+            if provider is None:
+                known = ", ".join(sorted(self.providers)) or "none"
+                raise ValueError(
+                    f"{where}.provider: {endpoint.provider!r} is not a configured provider (configured: {known})"
+                )
+            if provider.type != "openai":
+                raise ValueError(
+                    f"{where}.provider: {endpoint.provider!r} is of type {provider.type!r}; speech "
+                    'endpoints are OpenAI-compatible (type "openai")'
                 )
         if (
             self.journal.backend == "postgres"

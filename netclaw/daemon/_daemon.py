@@ -65,7 +65,7 @@ from netclaw.process.runtime import IoLoop
 from netclaw.process.service import Notifier
 from netclaw.process.system import ensure_writable_dir
 from netclaw.process.traces import OFF, Tracing
-from netclaw.providers import Provider, make_providers
+from netclaw.providers import Provider, Speech, make_providers
 from netclaw.security.control_token import load_control_token
 from netclaw.security.policy import channel_of
 from netclaw.security.redact import KNOWN, known_values
@@ -111,6 +111,7 @@ class Daemon:
         self.io: IoLoop | None = None
         self.journal: Journal | None = None
         self.providers: dict[str, Provider] = {}  # by name under `providers`
+        self.speech: Speech | None = None  # speech.transcription and speech.synthesis
         self.ledger = SpendLedger()  # the whole daemon's spend today (every session reads it)
         self.memory: MemoryStore | None = None
         self.forwarder: Forwarder | None = None
@@ -173,7 +174,8 @@ class Daemon:
                 check_free(listens.webhook_host, listens.webhook_port, "gateway.webhook_port")
             self._lock.acquire()
             ensure_writable_dir("tools.workspace_dir", self.settings.tools.workspace_dir)
-            prepare_stores(self.settings)
+            with self.notifier.extending_start("preparing the database"):  # a migration may take minutes
+                prepare_stores(self.settings)
             token = self._token = load_control_token(self.settings)
             # Redaction and the last line of defence (provider requests, API answers) know the
             # daemon's own secrets from now on (netclaw/security/redact.py).
@@ -213,6 +215,7 @@ class Daemon:
             tools.add_source(self.mcp)
             self.io.run(self.mcp.start(MCP_START_WAIT_S), MCP_START_WAIT_S + 10)
             io, providers, ledger = self.io, self.providers, self.ledger
+            speech = self.speech = Speech(self.live)  # voice notes heard, replies spoken (settings.speech)
             questions = self.questions = Questions()
             manager = self.manager = SessionManager(
                 lambda manager: SessionDeps(
@@ -228,6 +231,7 @@ class Daemon:
                     skills=self.skills,
                     ledger=ledger,
                     tracing=tracing,
+                    speech=speech,
                 )
             )
             self.manager.on_session_stopped(HeapTrimmer(io.loop).session_stopped)
@@ -451,6 +455,7 @@ class Daemon:
         self.manager = None
         self.journal = None
         self.providers = {}
+        self.speech = None
         self.memory = None
         self.forwarder = None
         self.cluster = None
@@ -475,6 +480,7 @@ class Daemon:
                     (f"close provider {name}", provider.aclose(), 5)
                     for name, provider in self.providers.items()
                 ),
+                ("close the speech endpoints", self.speech.close() if self.speech else None, 5),
                 ("close the memory store", self.memory.close() if self.memory else None, 5),
                 ("close the reminder store", self.reminders.close() if self.reminders else None, 5),
                 ("close the audit and token store", self.access.close() if self.access else None, 5),

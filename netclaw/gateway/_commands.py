@@ -76,6 +76,13 @@ class CommandService:
                 report = await self._reads.status(session_id)
                 named = {name: model.model for name, model in self.settings.models.named().items()}
                 notice = models_text(named, report.model_name, report.pinned)
+            case "voice":
+                wanted = (command.argument or "").lower()
+                if wanted not in ("", "on", "off"):
+                    notice = f"/voice takes on or off, not {command.argument!r}."
+                else:
+                    on = None if not wanted else wanted == "on"
+                    notice = (await self._control.set_voice(session_id, on, by=by)).text()
             case "reset":
                 await self._control.reset(session_id, by=by)
                 notice = "Started afresh: I no longer see our earlier conversation (the transcript is kept)."

@@ -31,7 +31,16 @@ from netclaw.lineage import depth_of, gone_report, is_descendant, report_text
 from netclaw.persistence import AccessLogic, Journal, MemoryStore
 from netclaw.security.audit import AuditEntry
 from netclaw.security.trust import label
-from netclaw.sessions import Cancel, CompactNow, ModelChoice, PinModel, Reset, SessionManager
+from netclaw.sessions import (
+    Cancel,
+    CompactNow,
+    ModelChoice,
+    PinModel,
+    Reset,
+    SessionManager,
+    SetVoice,
+    VoiceChoice,
+)
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +90,10 @@ class ControlService:
         InvalidInput naming the models when there is no such model. ``announce``: the
         session tells its subscribers in a notice (a chat command's answer is its own)."""
         return await ask(self._manager, session_id, lambda reply: PinModel(model, by, reply, announce))
+
+    async def set_voice(self, session_id: str, on: bool | None, *, by: str = "api") -> VoiceChoice:
+        """Speak the session's replies too (``on``), or not; None: only say which is in force."""
+        return await ask(self._manager, session_id, lambda reply: SetVoice(on, by, reply))
 
     async def audit(self, kind: str, actor: str, session_id: str | None = None, **detail: Any) -> None:
         """Append to the audit trail what happened outside sessions (see netclaw/security/audit.py)."""

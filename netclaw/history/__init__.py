@@ -23,7 +23,13 @@ from netclaw.history.compaction import (
     summary_message,
     summary_request,
 )
-from netclaw.history.sweep import INTERRUPTED_TEXT, SweepResult, sweep_orphans, synthetic_result
+from netclaw.history.sweep import (
+    INTERRUPTED_TEXT,
+    SweepResult,
+    sweep_orphans,
+    synthetic_result,
+    well_formed_after,
+)
 from netclaw.history.tokens import (
     FALLBACK_ENCODING,
     OFFLINE_ENCODING,
@@ -78,4 +84,5 @@ __all__ = [
     "synthetic_result",
     "trim_fraction_target",
     "trim_to_budget",
+    "well_formed_after",
 ]

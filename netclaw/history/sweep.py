@@ -39,23 +39,33 @@ def synthetic_result(call_id: str, name: str, ts: float) -> ChatMessage:
 
 def _well_formed(messages: Sequence[ChatMessage]) -> bool:
     """Every assistant tool call answered right after it, in order; no other tool results."""
-    seen: set[str] = set()
-    i, n = 0, len(messages)
+    return well_formed_after(messages, 0, frozenset()) is not None
+
+
+def well_formed_after(
+    messages: Sequence[ChatMessage], start: int, seen: frozenset[str]
+) -> frozenset[str] | None:
+    """Whether ``messages`` is well formed (see ``_well_formed``), given that
+    ``messages[:start]`` was, answering the calls ``seen``: the calls answered in all of it,
+    or None. A well-formed list ends where a call block ends, so the check can go on from
+    there: a caller that keeps a growing history checks only what is new."""
+    answered = set(seen)
+    i, n = start, len(messages)
     while i < n:
         m = messages[i]
         i += 1
         if m.role == "tool":
-            return False
+            return None
         if m.tool_calls:
             for call in m.tool_calls:
                 if i >= n:
-                    return False
+                    return None
                 r = messages[i]
-                if r.role != "tool" or r.tool_call_id != call.id or call.id in seen:
-                    return False
-                seen.add(call.id)
+                if r.role != "tool" or r.tool_call_id != call.id or call.id in answered:
+                    return None
+                answered.add(call.id)
                 i += 1
-    return True
+    return frozenset(answered) if len(answered) != len(seen) else seen
 
 
 def sweep_orphans(messages: Sequence[ChatMessage]) -> SweepResult:

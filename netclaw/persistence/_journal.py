@@ -148,7 +148,8 @@ UsageKey = Literal["session", "day", "model"]
 @dataclass(frozen=True, slots=True)
 class UsageRow:
     """Provider tokens of recorded turns and what they cost, summed per session, UTC day or
-    model. ``input_tokens`` are whole prompts, cached parts included."""
+    model. ``input_tokens`` are whole prompts, cached parts included; ``speech_seconds``
+    the audio transcribed (voice notes), whose cost is in ``cost``."""
 
     key: str
     turns: int
@@ -157,11 +158,15 @@ class UsageRow:
     cache_read_tokens: int
     cache_write_tokens: int = 0
     cost: float = 0.0  # at the models' prices when the turns were recorded (spend.currency)
+    speech_seconds: float = 0.0
 
     @classmethod
     def from_row(cls, r: Sequence[Any]) -> UsageRow:
         """From the columns every store's usage query selects, in this order."""
-        return cls(str(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]), round(float(r[6]), 9))
+        speech = round(float(r[7]) / 1000, 3) if len(r) > 7 and r[7] else 0.0
+        return cls(
+            str(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]), round(float(r[6]), 9), speech
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -172,6 +177,7 @@ class UsageRow:
             "cache_read_tokens": self.cache_read_tokens,
             "cache_write_tokens": self.cache_write_tokens,
             "cost": self.cost,
+            "speech_seconds": self.speech_seconds,
         }
 
 

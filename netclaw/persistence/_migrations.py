@@ -9,6 +9,7 @@ less refuses to start on it."""
 
 from __future__ import annotations
 
+import logging
 import re
 import sqlite3
 import time
@@ -17,6 +18,8 @@ from pathlib import Path
 from typing import Literal
 
 from netclaw.errors import JournalError
+
+log = logging.getLogger(__name__)
 
 _NAME = re.compile(r"(\d{4})_([a-z0-9_]+)\.sql")
 _OLDEST = re.compile(r"^--\s*oldest-compatible:\s*(\d+)\s*$", re.MULTILINE)
@@ -82,6 +85,8 @@ def apply_migrations(conn: sqlite3.Connection, migrations: list[Migration]) -> l
     for migration in migrations:
         if migration.version in done:
             continue
+        # Said, because one may take long (a table rewritten: about 40 s per GB of journal).
+        log.info("applying database migration %04d_%s", migration.version, migration.name)
         try:
             conn.execute("BEGIN IMMEDIATE")
             for statement in _statements(migration.sql):

@@ -99,6 +99,20 @@ class Metrics:
             "netclaw_approvals_pending", "Tool calls waiting for a person", registry=r
         )
         self.reminders_fired = Counter("netclaw_reminders_fired", "Reminder fires admitted", registry=r)
+        self.speech_seconds = Histogram(
+            "netclaw_speech_seconds",
+            "One speech call, retries included: transcription (a voice note heard) or synthesis "
+            "(a reply spoken), by direction and model",
+            ["direction", "model"],
+            buckets=CALL_BUCKETS,
+            registry=r,
+        )
+        self.speech_audio_seconds = Counter(
+            "netclaw_speech_audio_seconds",
+            "Seconds of audio transcribed, by direction (transcription)",
+            ["direction"],
+            registry=r,
+        )
 
     def watch(self, families: Callable[[], Iterable[Metric]]) -> None:
         """Families read at scrape time (resident sessions, adapters, MCP servers, cluster)."""

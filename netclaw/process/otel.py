@@ -3,8 +3,10 @@
 Imported only when ``telemetry.traces`` is on (:func:`netclaw.daemon` starts it), so a
 daemon without the ``telemetry`` extra installed runs as long as traces stay off.
 
-Export: the OTLP/HTTP exporter (protobuf) on the SDK's batching processor, whose thread
-does every export: a turn only appends its ended spans to a queue. The queue is bounded
+Spans are netclaw's own light records (:class:`LiveSpan`), each made into the SDK's
+``ReadableSpan`` as it ends. Export: the SDK's OTLP/HTTP exporter (protobuf) on its
+batching processor, whose thread does every export: a turn only appends its ended spans
+to a queue. The queue is bounded
 here (``max_queue``): a span that finds it full is dropped and counted, as are the spans
 of an export the collector refused or never answered (:meth:`Running.dropped`, shown
 on ``/metrics``).
@@ -15,18 +17,17 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import random
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 
-from opentelemetry import trace
-from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
-from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import (
     Link,
-    NonRecordingSpan,
     SpanContext,
     SpanKind,
     Status,
@@ -53,18 +54,59 @@ log = logging.getLogger(__name__)
 DEFAULT_SERVICE = "netclaw"
 MAX_BATCH = 512  # spans per export (the SDK's default)
 SHUTDOWN_WAIT_S = 5.0  # a stop exports what it can this long, then leaves (a collector that is down)
+_SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+_UNSET = Status(StatusCode.UNSET)
 
 
 class LiveSpan(Span):
-    """A span of a running tracer."""
+    """A span of a running tracer: a plain record, made into the SDK's :class:`ReadableSpan`
+    when it ends and handed to the exporter's queue. Not the SDK's own ``Span``: that one
+    takes a sampler, a context and locks per span — six times the cost on the threads a
+    turn runs on — for what this record does by itself (ids, times, attributes, events,
+    status). Set from one thread at a time (a model call's span is made on the actor and
+    ended on the loop); :meth:`end` counts once."""
 
-    __slots__ = ("_span", "_tracing")
+    __slots__ = (
+        "_attributes",
+        "_events",
+        "_kind",
+        "_links",
+        "_name",
+        "_parent",
+        "_start",
+        "_status",
+        "_tracing",
+        "context",
+        "ended",
+    )
 
     recording = True
 
-    def __init__(self, tracing: Running, span: trace.Span) -> None:
+    def __init__(
+        self,
+        tracing: Running,
+        name: str,
+        context: SpanContext,
+        parent: SpanContext | None,
+        attributes: Attributes | None,
+        *,
+        kind: SpanKind = SpanKind.INTERNAL,
+        links: Sequence[Link] = (),
+        start_ns: int | None = None,
+    ) -> None:
         self._tracing = tracing
-        self._span = span
+        self._name = name
+        self.context = context
+        self._parent = parent
+        self._attributes: dict[str, AttributeValue] = (
+            {key: _clean(value) for key, value in attributes.items()} if attributes else {}
+        )
+        self._events: list[Event] = []
+        self._kind = kind
+        self._links = links
+        self._start = start_ns if start_ns is not None else time.time_ns()
+        self._status = _UNSET
+        self.ended = False
 
     @property
     def captures(self) -> bool:  # type: ignore[override]  # the tracer's setting, read-only
@@ -72,25 +114,47 @@ class LiveSpan(Span):
 
     def set(self, key: str, value: AttributeValue | None) -> None:
         if value is not None:
-            self._span.set_attribute(key, value)
+            self._attributes[key] = _clean(value)
 
     def update(self, attributes: Mapping[str, AttributeValue | None]) -> None:
-        self._span.set_attributes({k: v for k, v in attributes.items() if v is not None})
+        for key, value in attributes.items():
+            if value is not None:
+                self._attributes[key] = _clean(value)
 
     def event(self, name: str, attributes: Attributes | None = None) -> None:
-        self._span.add_event(name, attributes=attributes)
+        cleaned = {key: _clean(value) for key, value in attributes.items()} if attributes else None
+        self._events.append(Event(name, cleaned, time.time_ns()))
 
     def fail(self, error: BaseException | str, description: str | None = None) -> None:
         if isinstance(error, BaseException):
             kind = getattr(error, "code", None)
-            self._span.set_attribute("error.type", kind if isinstance(kind, str) else type(error).__name__)
+            self._attributes["error.type"] = kind if isinstance(kind, str) else type(error).__name__
             description = description or f"{type(error).__name__}: {error}"
         else:
-            self._span.set_attribute("error.type", error)
-        self._span.set_status(Status(StatusCode.ERROR, (description or str(error))[:500]))
+            self._attributes["error.type"] = error
+        self._status = Status(StatusCode.ERROR, (description or str(error))[:500])
 
     def end(self) -> None:
-        self._span.end()  # the SDK ignores a second end
+        if self.ended:
+            return
+        self.ended = True
+        if self.context.trace_flags.sampled:
+            self._tracing.finished(
+                ReadableSpan(
+                    self._name,
+                    context=self.context,
+                    parent=self._parent,
+                    resource=self._tracing.resource,
+                    attributes=self._attributes,
+                    events=self._events,
+                    links=self._links,
+                    kind=self._kind,
+                    status=self._status,
+                    start_time=self._start,
+                    end_time=time.time_ns(),
+                    instrumentation_scope=self._tracing.scope,
+                )
+            )
 
     def child(
         self,
@@ -100,18 +164,16 @@ class LiveSpan(Span):
         client: bool = False,
         start_ns: int | None = None,
     ) -> Span:
+        mine = self.context
+        context = SpanContext(mine.trace_id, _span_id(), False, mine.trace_flags, mine.trace_state)
         kind = SpanKind.CLIENT if client else SpanKind.INTERNAL
-        context = trace.set_span_in_context(self._span)
-        started = self._tracing.tracer.start_span(
-            name, context=context, attributes=attributes, kind=kind, start_time=start_ns
-        )
-        return LiveSpan(self._tracing, started)
+        return LiveSpan(self._tracing, name, context, mine, attributes, kind=kind, start_ns=start_ns)
 
     def headers(self) -> Carrier:
-        context = self._span.get_span_context()
+        context = self.context
         flags = int(context.trace_flags)
         parent = f"00-{format_trace_id(context.trace_id)}-{format_span_id(context.span_id)}-{flags:02x}"
-        state = context.trace_state.to_header()
+        state = context.trace_state.to_header() if context.trace_state else ""
         return (("traceparent", parent), ("tracestate", state)) if state else (("traceparent", parent),)
 
     def current(self) -> contextlib.AbstractContextManager[Span]:
@@ -119,8 +181,7 @@ class LiveSpan(Span):
 
     @property
     def ids(self) -> tuple[str, str] | None:
-        context = self._span.get_span_context()
-        return format_trace_id(context.trace_id), format_span_id(context.span_id)
+        return format_trace_id(self.context.trace_id), format_span_id(self.context.span_id)
 
 
 class _Current:
@@ -169,18 +230,17 @@ class Running(Tracing):
         # Resource.create reads OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME; the config's
         # service name (or ours) only when the environment names none.
         own = {} if os.environ.get("OTEL_SERVICE_NAME") else {"service.name": service_name or DEFAULT_SERVICE}
-        resource = Resource.create({"service.version": __version__, **own})
-        # Not the global provider: two daemons in one process (the tests) keep theirs apart.
-        self._ids = _Ids()
-        self._provider = TracerProvider(resource=resource, id_generator=self._ids)
+        resource = _Resource(Resource.create({"service.version": __version__, **own}))
+        self.resource: Resource = resource
+        self.scope = InstrumentationScope("netclaw", __version__)
+        # No TracerProvider: spans are our records (LiveSpan), queued straight to the batcher,
+        # so two daemons in one process (the tests) keep theirs apart as well.
         self._batcher = BatchSpanProcessor(
             _Counting(exporter, self._export_done),
             max_queue_size=max_queue,
             schedule_delay_millis=schedule_delay_ms,
             max_export_batch_size=min(MAX_BATCH, max_queue),
         )
-        self._provider.add_span_processor(_Bounded(self, self._batcher))
-        self.tracer = self._provider.get_tracer("netclaw", __version__)
 
     def root(
         self,
@@ -192,20 +252,21 @@ class Running(Tracing):
         start_ns: int | None = None,
         trace_id: int | None = None,
     ) -> Span:
-        context = Context()  # never whatever span is current here: a root starts afresh
+        # A caller's trace goes on here; as the SDK's default sampler does, its "not sampled"
+        # is followed (the span is made, so its context travels on, but never exported).
         remote = _remote(parent)
         if remote is not None:
-            context = trace.set_span_in_context(NonRecordingSpan(remote), context)
+            own = SpanContext(remote.trace_id, _span_id(), False, remote.trace_flags, remote.trace_state)
+        else:
+            own = SpanContext(trace_id or _trace_id(), _span_id(), False, _SAMPLED)
         linked = _remote(link)
-        links = [Link(linked)] if linked is not None else None
-        self._ids.preset.trace_id = trace_id if remote is None else None
-        try:
-            span = self.tracer.start_span(
-                name, context=context, attributes=attributes, links=links, start_time=start_ns
-            )
-        finally:
-            self._ids.preset.trace_id = None
-        return LiveSpan(self, span)
+        links = (Link(linked),) if linked is not None else ()
+        return LiveSpan(self, name, own, remote, attributes, links=links, start_ns=start_ns)
+
+    def finished(self, span: ReadableSpan) -> None:
+        """An ended span, to the exporter's queue unless it is full (then counted)."""
+        if self.admit():
+            self._batcher.on_end(span)
 
     # -- the queue's bound and its counts
 
@@ -235,50 +296,49 @@ class Running(Tracing):
 
     def flush(self, timeout_s: float = 5.0) -> bool:
         """Export what is queued now (tests, and a stop)."""
-        return self._provider.force_flush(int(timeout_s * 1000))
+        return self._batcher.force_flush(int(timeout_s * 1000))
 
     def shutdown(self) -> None:
         # The SDK's shutdown waits for a last export: a collector that is down must not hold
         # the daemon's stop for the exporter's whole timeout.
-        stopping = threading.Thread(target=self._provider.shutdown, name="netclaw-traces-stop", daemon=True)
+        stopping = threading.Thread(target=self._batcher.shutdown, name="netclaw-traces-stop", daemon=True)
         stopping.start()
         stopping.join(SHUTDOWN_WAIT_S)
         if stopping.is_alive():
             log.warning("traces: the collector did not take the last spans within %gs", SHUTDOWN_WAIT_S)
 
 
-class _Preset(threading.local):
-    trace_id: int | None = None
+class _Resource(Resource):
+    """The resource, its hash computed once: the exporter groups every span by its resource,
+    and ``Resource.__hash__`` serialises the attributes to JSON each time (a tenth of the
+    encoding's cost). A resource is immutable, so the hash cannot go stale."""
+
+    def __init__(self, resource: Resource) -> None:
+        super().__init__(resource.attributes, resource.schema_url)
+        self._hash = super().__hash__()
+
+    def __hash__(self) -> int:
+        return self._hash
 
 
-class _Ids(RandomIdGenerator):
-    """Random ids, but the trace id a root is given (:meth:`Running.root`), on its thread."""
+def _clean(value: object) -> AttributeValue:
+    """A value OTLP can carry. The exporter encodes a whole batch at once and drops all of it
+    on one value it cannot encode (the SDK's own spans clean values as they are set), so a
+    value of another type goes as its text, and a sequence as a tuple of such values."""
+    if isinstance(value, str | bool | int | float):
+        return value
+    if isinstance(value, list | tuple):
+        return tuple(v if isinstance(v, str | bool | int | float) else str(v) for v in value)  # type: ignore[misc]
+    return str(value)
 
-    def __init__(self) -> None:
-        self.preset = _Preset()
 
-    def generate_trace_id(self) -> int:
-        preset = self.preset.trace_id
-        return preset if preset is not None else super().generate_trace_id()
+def _span_id() -> int:
+    """A random non-zero 64-bit span id (as the SDK makes them)."""
+    return random.getrandbits(64) or 1
 
 
-class _Bounded(SpanProcessor):
-    """The batching processor behind our own bound: a span that finds ``max_queue`` spans
-    waiting is dropped here, and counted (the SDK's queue drops the oldest, uncounted)."""
-
-    def __init__(self, tracing: Running, batcher: BatchSpanProcessor) -> None:
-        self._tracing = tracing
-        self._batcher = batcher
-
-    def on_end(self, span: ReadableSpan) -> None:
-        if span.context is not None and span.context.trace_flags.sampled and self._tracing.admit():
-            self._batcher.on_end(span)
-
-    def shutdown(self) -> None:
-        self._batcher.shutdown()  # type: ignore[no-untyped-call]
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return self._batcher.force_flush(timeout_millis)
+def _trace_id() -> int:
+    return random.getrandbits(128) or 1
 
 
 class _Counting(SpanExporter):

@@ -12,18 +12,25 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
 import socket
+import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from types import FrameType
 
 log = logging.getLogger(__name__)
 
 STATUS_EVERY_S = 5.0  # the status line's refresh when there is no watchdog to pace it
 STATE_WAIT_S = 2.0  # how long READY/RELOADING/STOPPING wait for room in systemd's queue
+# While a slow start-up step runs (a migration that rewrites the journal), systemd is asked
+# this often for this much more time: a step that is alive is never killed by
+# TimeoutStartSec=, and one that hangs is, this long after its last word.
+EXTEND_EVERY_S = 20.0
+EXTEND_BY_S = 60.0
 
 
 class Notifier:
@@ -85,6 +92,30 @@ class Notifier:
             f"MONOTONIC_USEC={time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000}",
             wait_s=STATE_WAIT_S,
         )
+
+    @contextlib.contextmanager
+    def extending_start(self, status: str) -> Iterator[None]:
+        """While the block runs, ask systemd for more start-up time (``EXTEND_TIMEOUT_USEC``)
+        now and every :data:`EXTEND_EVERY_S`, with ``status`` shown; it can only lengthen
+        the start timeout, never shorten it. A no-op outside systemd."""
+        if self.address is None:
+            yield
+            return
+        done = threading.Event()
+
+        def extend() -> None:
+            while True:
+                self.send(f"EXTEND_TIMEOUT_USEC={int(EXTEND_BY_S * 1_000_000)}", f"STATUS={status}")
+                if done.wait(EXTEND_EVERY_S):
+                    return
+
+        thread = threading.Thread(target=extend, name="netclaw-start-extend", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
+            thread.join(5)
 
     def stopping(self) -> None:
         self.send("STOPPING=1", "STATUS=stopping", wait_s=STATE_WAIT_S)

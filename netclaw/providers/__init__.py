@@ -18,6 +18,7 @@ from netclaw.providers._classify import classify_http_error, classify_transport_
 from netclaw.providers._demo import DemoProvider
 from netclaw.providers._http import HttpStreamingProvider
 from netclaw.providers._openai import OpenAIProvider
+from netclaw.providers._speech import Speech, Spoken
 
 __all__ = [
     "AnthropicProvider",
@@ -29,6 +30,8 @@ __all__ = [
     "OpenAIProvider",
     "Provider",
     "ProviderRequest",
+    "Speech",
+    "Spoken",
     "ToolSchema",
     "Usage",
     "classify_http_error",

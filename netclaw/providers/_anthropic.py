@@ -590,7 +590,7 @@ class AnthropicProvider(HttpStreamingProvider[_Assembly]):
 
     def _take_event(self, answer: _Assembly, event: str, payload: bytes) -> bool:
         try:
-            data = json.loads(payload)
+            data = json.loads(payload.decode())  # an event stream is UTF-8: no guessing per chunk
         except (ValueError, RecursionError) as exc:
             shown = payload[:200].decode(errors="replace")
             raise ProviderProtocolError(

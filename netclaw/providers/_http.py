@@ -13,9 +13,10 @@ import asyncio
 import json
 import logging
 from abc import ABC, abstractmethod
+from collections import OrderedDict
 from collections.abc import AsyncGenerator, Callable, Hashable, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, NamedTuple, TypeVar
 
 import httpx
 
@@ -38,7 +39,7 @@ from netclaw.providers._classify import (
 from netclaw.providers._images import read_all, uncached
 from netclaw.providers._transport import PooledTransport
 from netclaw.retry import RetryPolicy, with_retries
-from netclaw.security.redact import scrub_bytes
+from netclaw.security.redact import Scrubber, scrub_bytes
 
 log = logging.getLogger("netclaw.providers")
 
@@ -75,17 +76,52 @@ def plain_schema(parameters: Mapping[str, Any]) -> Any:
     return plain
 
 
+class Prefix(NamedTuple):
+    """A session's kept request prefix (:meth:`WireCache.prefix`)."""
+
+    messages: tuple[object, ...]  # the message objects it encodes
+    data: bytes  # their JSON, joined
+    clean: Scrubber | None  # the known secrets none of which it holds (None: not looked at)
+
+
 class WireCache:
     """The JSON of request parts that do not change between a session's requests — each
     message (a transcript only grows) and each tool set — encoded to UTF-8 bytes once, not
     on every turn, so a request body is one ``bytes.join``. Bounded by bytes held: past
     ``limit`` the oldest half of the parts is dropped (an active session's parts come
-    back on its next request)."""
+    back on its next request).
 
-    def __init__(self, limit: int = 16_000_000) -> None:
+    Each session's last request prefix is kept too (:meth:`prefix`): the messages before
+    its newest turn, joined. The next request whose messages begin with those very
+    objects starts from the joined bytes, so a session's own work per call does not grow
+    with its history. At most ``prefixes`` sessions, the least recently used dropped."""
+
+    def __init__(self, limit: int = 16_000_000, prefixes: int = 256) -> None:
         self.limit = limit
         self.size = 0  # bytes held
         self._parts: dict[Hashable, tuple[Any, bytes]] = {}
+        self._prefixes: OrderedDict[Hashable, Prefix] = OrderedDict()
+        self._prefix_limit = prefixes
+        self.prefix_size = 0  # bytes held in prefixes (bounded by ``limit`` as well)
+
+    def prefix(self, key: Hashable) -> Prefix | None:
+        """``key``'s last kept prefix."""
+        hit = self._prefixes.get(key)
+        if hit is not None:
+            self._prefixes.move_to_end(key)
+        return hit
+
+    def keep_prefix(
+        self, key: Hashable, messages: tuple[object, ...], data: bytes, clean: Scrubber | None = None
+    ) -> None:
+        old = self._prefixes.pop(key, None)
+        if old is not None:
+            self.prefix_size -= len(old.data)
+        self._prefixes[key] = Prefix(messages, data, clean)
+        self.prefix_size += len(data)
+        while self._prefixes and (len(self._prefixes) > self._prefix_limit or self.prefix_size > self.limit):
+            _, dropped = self._prefixes.popitem(last=False)
+            self.prefix_size -= len(dropped.data)
 
     def message_json(self, message: object, vision: bool, make: Callable[[], Any]) -> bytes:
         """The JSON of one message object (a transcript hands the same objects every turn;
@@ -341,8 +377,15 @@ class HttpStreamingProvider(ABC, Generic[AnswerT]):
     def _request_body(self, request: ProviderRequest) -> dict[str, Any]: ...
 
     def _request_content(self, request: ProviderRequest) -> bytes:
-        """The body as sent (a provider may assemble it from cached parts)."""
+        """The body (a provider may assemble it from cached parts)."""
         return to_json(self._request_body(request))
+
+    def _scrubbed_content(self, request: ProviderRequest) -> bytes:
+        """The body as sent. The last line of defence: whatever slipped past redaction, the
+        daemon's own secrets (the control token, the config's secrets) never reach a
+        provider (netclaw/security/redact.py). A provider that knows which bytes it looked
+        at before may look at only the rest."""
+        return scrub_bytes(self._request_content(request))
 
     def _new_assembly(self, on_delta: OnDelta | None, progress: _Progress) -> AnswerT:
         return self.assembly_type(self.name, on_delta, progress)
@@ -416,9 +459,7 @@ class HttpStreamingProvider(ABC, Generic[AnswerT]):
             images = uncached(request.messages)
             if images:  # file reads and base64 are no work for the I/O loop
                 await asyncio.to_thread(read_all, images)
-        # The last line of defence: whatever slipped past redaction, the daemon's own secrets
-        # (the control token, the config's secrets) never reach a provider (netclaw/security/redact.py).
-        body = scrub_bytes(self._request_content(request))
+        body = self._scrubbed_content(request)  # the daemon's own secrets out: see there
         headers = {**self._headers(), "Content-Type": "application/json"}
         traces.inject(headers)  # the model call's span (telemetry.traces): the provider may continue it
         progress = _Progress()

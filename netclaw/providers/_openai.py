@@ -38,6 +38,7 @@ from netclaw.providers._http import (
 )
 from netclaw.providers._http import _Progress as _Progress  # for code assembling answers by hand
 from netclaw.providers._images import image_base64, missing_note
+from netclaw.security.redact import KNOWN, Scrubber
 
 log = logging.getLogger("netclaw.providers")
 
@@ -111,12 +112,14 @@ def tool_images_message(results: Sequence[ChatMessage]) -> dict[str, Any]:
     return {"role": "user", "content": parts}
 
 
-def _image_rounds(messages: Sequence[ChatMessage]) -> dict[int, list[ChatMessage]]:
+def _image_rounds(messages: Sequence[ChatMessage], start: int = 0) -> dict[int, list[ChatMessage]]:
     """Index of the last tool result of each run of results → the results of that run
-    with images (where their images message goes, after it)."""
+    with images (where their images message goes, after it); from ``start`` on (a run of
+    results never starts before a user message there)."""
     found: dict[int, list[ChatMessage]] = {}
     run: list[ChatMessage] = []
-    for i, m in enumerate(messages):
+    for i in range(start, len(messages)):
+        m = messages[i]
         if m.role != "tool":
             continue
         if m.files and images_of(m):
@@ -200,21 +203,54 @@ def request_body(request: ProviderRequest, *, cache: bool = False) -> dict[str, 
     return body
 
 
-def encode_request(request: ProviderRequest, wire: WireCache, *, cache: bool = False) -> bytes:
+def encode_request(
+    request: ProviderRequest, wire: WireCache, *, cache: bool = False, scrubber: Scrubber | None = None
+) -> bytes:
     """The JSON of :func:`request_body`, with every message and the tool set taken from
     ``wire`` (a message object never changes; one with images inline is encoded afresh,
-    not kept) and joined once."""
+    not kept) and joined once. A session's messages up to its newest turn are kept joined
+    (:meth:`WireCache.prefix`): the next call that begins with the same objects (the
+    cache-stable layout makes it the rule) walks only what came after them.
+
+    With ``scrubber``, the body as sent: its known secrets replaced (``scrub_bytes``). A
+    kept prefix found clean under the same secrets is not searched again, only the bytes
+    around it, so the search too does not grow with the history."""
     vision = request.vision
+    messages = request.messages
     cached = wire.message_json
     context = MessageKind.CONTEXT
     parts: list[bytes] = []
-    # One pass over thousands of messages in a long session, nothing made per message:
-    # a note (a turn's tail) replaces the part of the user message before it by the two
-    # together (the groups of wire_groups).
+    memo_key = ("prefix", request.cache_key, vision) if request.cache_key else None
+    start = 0
+    clean_prefix = False  # parts[0] is a kept prefix known to hold none of scrubber's secrets
+    if memo_key is not None and (memo := wire.prefix(memo_key)) is not None:
+        held, data, clean_under = memo
+        n = len(held)
+        # The same messages in the same places: start after them. A tuple comparison is a
+        # C loop that takes the very same objects as equal without looking into them.
+        if len(messages) > n and tuple(messages[:n]) == held:
+            start = n
+            parts.append(data)
+            clean_prefix = scrubber is not None and clean_under is scrubber
+    # Where the newest turn starts (its user message): the prefix kept for the next call.
+    chat = MessageKind.CHAT
+    boundary = next(
+        (
+            i
+            for i in range(len(messages) - 1, start, -1)
+            if messages[i].role == "user" and messages[i].kind is chat
+        ),
+        None,
+    )
+    boundary_part = 0
+    # One pass over what is new, nothing made per message: a note (a turn's tail) replaces
+    # the part of the user message before it by the two together (the groups of
+    # wire_groups). A kept prefix ends before a user message, so no group crosses it.
     lead: ChatMessage | None = None
     notes: tuple[ChatMessage, ...] = ()
-    rounds = _image_rounds(request.messages) if vision else {}
-    for i, m in enumerate(request.messages):
+    rounds = _image_rounds(messages, start) if vision else {}
+    for i in range(start, len(messages)):
+        m = messages[i]
         if m.kind is context and lead is not None and lead.role == "user":
             notes = (*notes, m)
             group = (lead, *notes)
@@ -224,6 +260,8 @@ def encode_request(request: ProviderRequest, wire: WireCache, *, cache: bool = F
                 key = ("notes", *map(id, group), vision)
                 parts[-1] = wire.part_json(key, partial(group_to_wire, group, vision=vision), holds=group)
             continue
+        if i == boundary:
+            boundary_part = len(parts)
         lead, notes = m, ()
         if vision and m.role == "user" and m.files and images_of(m):
             parts.append(to_json(message_to_wire(m, vision=True)))
@@ -239,13 +277,41 @@ def encode_request(request: ProviderRequest, wire: WireCache, *, cache: bool = F
     }
     if cache and request.cache_key:
         head["prompt_cache_key"] = request.cache_key
-    pieces = [to_json(head)[:-1], b',"messages":[', b",".join(parts), b"]"]
+    lead_in = to_json(head)[:-1] + b',"messages":['
+    pieces = [lead_in, b",".join(parts), b"]"]
     if request.tools:
         tools = tuple(request.tools)
         key = ("tools", *((t.name, t.description, id(t.parameters)) for t in tools))
         pieces += [b',"tools":', wire.part_json(key, lambda: [tool_to_wire(t) for t in tools], holds=tools)]
     pieces.append(b"}")
-    return b"".join(pieces)
+    body = b"".join(pieces)
+    kept = b",".join(parts[:boundary_part]) if memo_key is not None and boundary is not None else None
+    clean: Scrubber | None = None  # the secrets the prefix kept from this body holds none of
+    if scrubber is not None:
+        known = (len(lead_in), len(lead_in) + len(parts[0])) if clean_prefix else None
+        body, clean = _scrubbed(body, scrubber, known, kept)
+    if kept is not None:
+        wire.keep_prefix(memo_key, tuple(messages[:boundary]), kept, clean)
+    return body
+
+
+def _scrubbed(
+    body: bytes, scrubber: Scrubber, known: tuple[int, int] | None, kept: bytes | None
+) -> tuple[bytes, Scrubber | None]:
+    """``body`` with ``scrubber``'s secrets replaced, and the scrubber if the prefix ``kept``
+    from it holds none of them (else None). ``known``: where in ``body`` a prefix already
+    found clean under the same secrets lies; only around it is searched (a secret may
+    begin or end in it)."""
+    if known is not None:
+        reach = scrubber.longest - 1
+        start, end = known
+        found = scrubber.occurs(body, 0, start + reach) or scrubber.occurs(body, end - reach)
+    else:
+        found = scrubber.occurs(body)
+    if not found:
+        return body, scrubber
+    clean = scrubber if kept is not None and not scrubber.occurs(kept) else None
+    return scrubber.scrub_bytes(body), clean
 
 
 def usage_from_wire(data: Mapping[str, Any]) -> Usage:
@@ -383,7 +449,9 @@ class _Assembly(StreamAssembly):
 def _decode_event(payload: bytes) -> list[Any]:
     """JSON chunks in one event; tolerates servers that pack one chunk per data line."""
     try:
-        return [json.loads(payload)]
+        # Decoded first: ``loads`` of bytes guesses among UTF-8/16/32 for every chunk, and an
+        # event stream is UTF-8 (a bad byte is a ValueError as before).
+        return [json.loads(payload.decode())]
     except ValueError:
         if b"\n" not in payload:
             raise
@@ -427,6 +495,10 @@ class OpenAIProvider(HttpStreamingProvider[_Assembly]):
         """:func:`request_body`, assembled from each part's cached JSON text: a turn encodes
         its new messages, not the whole transcript again."""
         return encode_request(request, self.wire, cache=self.config.prompt_cache == "auto")
+
+    def _scrubbed_content(self, request: ProviderRequest) -> bytes:
+        cache = self.config.prompt_cache == "auto"
+        return encode_request(request, self.wire, cache=cache, scrubber=KNOWN.scrubber)
 
     async def _read_whole(self, response: httpx.Response, answer: _Assembly) -> None:
         data = await self._whole_body(response)

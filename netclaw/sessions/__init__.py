@@ -46,13 +46,14 @@ if TYPE_CHECKING:
         Reset,
         Routed,
         SendUserMessage,
+        SetVoice,
         SpawnAnswer,
         Subscribe,
         Unsubscribe,
     )
     from netclaw.sessions._core.context.prompt import Prompt, PromptBuilder, build_context
     from netclaw.sessions._core.context.tail import continuity_notice
-    from netclaw.sessions._core.status import ModelChoice, StatusReport
+    from netclaw.sessions._core.status import ModelChoice, StatusReport, VoiceChoice
     from netclaw.sessions._residency.manager import SessionManager
     from netclaw.sessions._shell.actor import SessionActor
     from netclaw.sessions._shell.deps import ManagerPort, SessionDeps
@@ -78,6 +79,8 @@ _LAZY = {
     "SpawnAnswer": "_core.commands",
     "ModelChoice": "_core.status",
     "PinModel": "_core.commands",
+    "SetVoice": "_core.commands",
+    "VoiceChoice": "_core.status",
     "ReportStatus": "_core.commands",
     "Reset": "_core.commands",
     "Routed": "_core.commands",
@@ -142,6 +145,7 @@ __all__ = [
     "SessionManager",
     "SessionState",
     "SessionTitleSet",
+    "SetVoice",
     "Sink",
     "SpawnAnswer",
     "StatusReport",
@@ -154,6 +158,7 @@ __all__ = [
     "TurnRecorded",
     "TurnStarted",
     "Unsubscribe",
+    "VoiceChoice",
     "build_context",
     "check_transition",
     "continuity_notice",

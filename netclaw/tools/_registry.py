@@ -48,6 +48,7 @@ class ToolRegistry:
     def __init__(self, tools: Iterable[Tool] = ()) -> None:
         self._tools: dict[str, Tool] = {}
         self._sources: list[ToolSource] = []
+        self._schemas: dict[tuple[str, ...] | None, tuple[tuple[Tool, ...], tuple[ToolSchema, ...]]] = {}
         # Told how long each call whose handler ran took (the daemon's /metrics): by a tool's
         # name only once it is known to exist, so a model's invented names make no series.
         self.timed: Callable[[str, float], None] | None = None
@@ -82,12 +83,21 @@ class ToolRegistry:
         return tool.hints if tool is not None else NO_HINTS
 
     def schemas(self, allowed: Iterable[str] | None = None) -> list[ToolSchema]:
-        patterns = None if allowed is None else list(allowed)
-        return [
-            t.schema
-            for n, t in sorted(self._current().items())
-            if patterns is None or tool_matches(n, patterns)
+        # Asked for every model call, and the answer changes only with the tools (an MCP
+        # server's list) or the patterns: kept per patterns while the same tools are current.
+        current = self._current()
+        patterns = None if allowed is None else tuple(allowed)
+        tools = tuple(current.values())
+        kept = self._schemas.get(patterns)
+        if kept is not None and kept[0] == tools:
+            return list(kept[1])
+        found = [
+            t.schema for n, t in sorted(current.items()) if patterns is None or tool_matches(n, patterns)
         ]
+        if len(self._schemas) >= 64:  # a bound: patterns come from roles and sessions' configs
+            self._schemas.clear()
+        self._schemas[patterns] = (tools, tuple(found))
+        return found
 
     async def run(
         self,

@@ -76,6 +76,27 @@ class ToolEntry:
 
 
 @dataclass(frozen=True, slots=True)
+class SpeechEntry:
+    """A voice note of a user message: what was heard in it (``text``, ``language``), or
+    why nothing was (``error``), or neither while it waits for its turn."""
+
+    name: str
+    text: str | None = None
+    language: str | None = None
+    error: str | None = None
+
+
+def speech_of(message: ChatMessage) -> tuple[SpeechEntry, ...]:
+    return tuple(
+        SpeechEntry(f.name, f.transcript.text, f.transcript.language, f.transcript.error)
+        if f.transcript is not None
+        else SpeechEntry(f.name)
+        for f in message.files
+        if f.kind == "audio"
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class Entry:
     kind: EntryKind
     text: str = ""
@@ -84,6 +105,7 @@ class Entry:
     thinking: str | None = None
     tools: tuple[ToolEntry, ...] = ()
     id: str = ""
+    speech: tuple[SpeechEntry, ...] = ()  # user: its voice notes, as transcribed
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,7 +159,8 @@ def transcript_entries(
             if open_failure is not None:
                 entries.append(Entry("failure", open_failure))
             open_failure = failures.get(m.id)
-            entries.append(Entry("user", unmarked(m.content), m.ts, m.user_name or m.user, id=m.id))
+            who = m.user_name or m.user
+            entries.append(Entry("user", unmarked(m.content), m.ts, who, id=m.id, speech=speech_of(m)))
             continue
         tools = tuple(
             ToolEntry(
@@ -152,7 +175,10 @@ def transcript_entries(
         entries.append(Entry("assistant", m.content, m.ts, thinking=m.thinking, tools=tools, id=m.id))
     if open_failure is not None:
         entries.append(Entry("failure", open_failure))
-    entries += [Entry("queued", unmarked(m.content), m.ts, m.user_name or m.user, id=m.id) for m in queued]
+    entries += [
+        Entry("queued", unmarked(m.content), m.ts, m.user_name or m.user, id=m.id, speech=speech_of(m))
+        for m in queued
+    ]
     return entries
 
 

@@ -36,11 +36,15 @@ LIMITED_TOOLS = ["remember"]  # bob's role: current_time is not among them
 GATED_TOOL = "current_time"  # carol's role: its calls wait for a decision, which she may make
 
 
-def kit_sections(driver: ChannelDriver, workspace: Path) -> dict[str, Any]:
+def kit_sections(
+    driver: ChannelDriver, workspace: Path, extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """The daemon's config: the channel against its fake; bob in a role without
     ``current_time``; carol in a role whose ``current_time`` calls wait for an approval
-    she may decide; alice in no role (the audience's rules alone)."""
+    she may decide; alice in no role (the audience's rules alone). ``extra``: sections a
+    module's cases add (speech endpoints, more providers)."""
     return {
+        **(extra or {}),
         **driver.sections(),
         "roles": {
             "limited": {"members": [driver.speaker("bob")], "tools": LIMITED_TOOLS},
@@ -115,13 +119,15 @@ class InProcess(Rig):
     """The daemon in this process."""
 
     @contextlib.contextmanager
-    def running(self, root: Path, provider: ScriptedOpenAIThread) -> Iterator[InProcess]:
+    def running(
+        self, root: Path, provider: ScriptedOpenAIThread, extra: dict[str, Any] | None = None
+    ) -> Iterator[InProcess]:
         with pytest.MonkeyPatch.context() as patch:
             for key, value in self.driver.env().items():
                 patch.setenv(key, value)
             self.driver.in_process(patch)
             data = settings_data(
-                root / "data", provider.base_url, **kit_sections(self.driver, root / "workspace")
+                root / "data", provider.base_url, **kit_sections(self.driver, root / "workspace", extra)
             )
             daemon = NetclawDaemon(settings_model()(**data))  # with every channel's section
             daemon.start()
@@ -138,12 +144,19 @@ class InProcess(Rig):
 class Subprocess(Rig):
     """``netclaw run`` as a child process, restartable on the same data_dir."""
 
-    def __init__(self, driver: ChannelDriver, model: KitModel, root: Path, provider_url: str) -> None:
+    def __init__(
+        self,
+        driver: ChannelDriver,
+        model: KitModel,
+        root: Path,
+        provider_url: str,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
         super().__init__(driver, model)
         self.root = root
         self.data_dir = root / "data"
         self.port = free_port()
-        sections = kit_sections(driver, root / "workspace")
+        sections = kit_sections(driver, root / "workspace", extra)
         self.config = write_json(
             root / "netclaw.json", config_data(self.data_dir, provider_url, self.port, **sections)
         )

@@ -508,7 +508,9 @@ def test_run_on_a_busy_port_fails_clearly(tmp_path: Path, provider: ScriptedOpen
         config = write_json(
             tmp_path / "netclaw.json", config_data(tmp_path / "data", provider.base_url, port)
         )
-        done = run_cli("run", "--config", str(config), timeout=20)
+        # It fails within seconds (the start-up's imports); the bound only catches a hang,
+        # and a loaded machine took 20 s over those imports.
+        done = run_cli("run", "--config", str(config), timeout=60)
     assert done.returncode != 0
     assert f"127.0.0.1:{port}" in done.stderr, done.stderr
     assert "in use" in done.stderr or "cannot listen" in done.stderr, done.stderr

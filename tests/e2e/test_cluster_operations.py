@@ -239,6 +239,9 @@ def test_a_restarted_node_gets_its_share_of_the_sessions_back(
     check_journal(cluster.nodes["n2"], clients, scripted, provider_once=False)  # n1 was killed
 
 
+# Seven node starts, three drains (40 s each at most) and four waits for load (60 s each):
+# its own bounds sum to far more than the suite's default 120 s, which a loaded machine hit.
+@pytest.mark.timeout(420)
 def test_a_rolling_upgrade_under_load_loses_nothing(cluster: Cluster, scripted: ScriptedOpenAIThread) -> None:
     """One node at a time: SIGTERM (drain), start it as the next release (which migrates
     the database and speaks a newer protocol to its own kind). Midway an old node is

@@ -184,6 +184,7 @@ def test_status_and_usage_from_the_shell(
             "cache_read_tokens": 0,
             "cache_write_tokens": 0,
             "cost": 0.0,
+            "speech_seconds": 0.0,
             "currency": "USD",
         }
     ]

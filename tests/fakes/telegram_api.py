@@ -217,6 +217,7 @@ class FakeTelegram:
         reply_to: int | None = None,
         document: tuple[str, bytes, str] | None = None,
         photo: bytes | None = None,
+        voice: tuple[bytes, str] | None = None,
     ) -> dict[str, Any]:
         """A person's message in ``chat_id`` (positive: a private chat; negative: a forum
         supergroup), delivered as an update. ``@name`` mentions and a leading ``/command``
@@ -227,7 +228,8 @@ class FakeTelegram:
             "chat": _chat(chat_id),
             "from": user or ALICE,
         }
-        key, entities_key = ("caption", "caption_entities") if document or photo else ("text", "entities")
+        media = document or photo or voice
+        key, entities_key = ("caption", "caption_entities") if media else ("text", "entities")
         if text:
             message[key] = text
             entities = [
@@ -253,6 +255,10 @@ class FakeTelegram:
         if document is not None:
             name, data, mime = document
             message["document"] = self._add_file(data, name, mime)
+        if voice is not None:  # a voice note (bytes, MIME type), as a client records it
+            data, mime = voice
+            added = self._add_file(data, f"voice{len(self.files) + 1}", mime)
+            message["voice"] = {**_size_of(added), "duration": max(1, len(data) // 32_000), "mime_type": mime}
         if photo is not None:
             small = self._add_file(photo[:10], "small.jpg", "image/jpeg")
             large = self._add_file(photo, "photo.jpg", "image/jpeg")
@@ -500,6 +506,18 @@ class FakeTelegram:
         if args.get("caption"):
             content["caption"] = args["caption"]
         return self._bot_message(args, **content)
+
+    def _m_sendVoice(self, args: dict[str, Any], uploads: dict[str, Any]) -> dict[str, Any]:
+        name, data, mime = _upload(uploads, "voice")
+        added = self._add_file(data, name, mime)
+        return self._bot_message(args, voice={**_size_of(added), "duration": 1, "mime_type": mime})
+
+    def _m_sendAudio(self, args: dict[str, Any], uploads: dict[str, Any]) -> dict[str, Any]:
+        name, data, mime = _upload(uploads, "audio")
+        added = self._add_file(data, name, mime)
+        return self._bot_message(
+            args, audio={**_size_of(added), "duration": 1, "mime_type": mime, "file_name": name}
+        )
 
     def _m_sendPhoto(self, args: dict[str, Any], uploads: dict[str, Any]) -> dict[str, Any]:
         name, data, mime = _upload(uploads, "photo")

@@ -812,7 +812,9 @@ def test_a_schedule_delivered_to_a_channel_opens_a_thread_through_the_real_clien
     import datetime as dt
 
     server = discord_server
-    soon = (dt.datetime.now(dt.UTC) + dt.timedelta(seconds=1)).isoformat()
+    # Far enough ahead that a daemon started on a loaded machine still finds it in the
+    # future (a config "at" already past when the scheduler reads it is not fired).
+    soon = (dt.datetime.now(dt.UTC) + dt.timedelta(seconds=5)).isoformat()
     target = {"channel": "discord", "to": ALLOWED}
     handle = start_daemon(
         discord={"enabled": True, "channels": [ALLOWED]},

@@ -143,7 +143,13 @@ def test_usage_by_session_day_and_model(start_daemon: StartDaemon, scripted: Scr
     assert httpx.get(f"{handle.base_url}/api/usage").status_code == 401
 
 
-NO_CACHE_NO_PRICE = {"cache_read_tokens": 0, "cache_write_tokens": 0, "cost": 0.0, "currency": "USD"}
+NO_CACHE_NO_PRICE = {
+    "cache_read_tokens": 0,
+    "cache_write_tokens": 0,
+    "cost": 0.0,
+    "speech_seconds": 0.0,
+    "currency": "USD",
+}
 
 
 def test_the_spend_guard_answers_with_a_notice_instead_of_calling_the_model(

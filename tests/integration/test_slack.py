@@ -590,7 +590,9 @@ def test_a_schedule_delivered_to_a_channel_opens_a_thread_people_can_continue(
 ) -> None:
     import datetime as dt
 
-    soon = (dt.datetime.now(dt.UTC) + dt.timedelta(seconds=1)).isoformat()
+    # Far enough ahead that a daemon started on a loaded machine still finds it in the
+    # future (a config "at" already past when the scheduler reads it is not fired).
+    soon = (dt.datetime.now(dt.UTC) + dt.timedelta(seconds=5)).isoformat()
     target = {"channel": "slack", "to": "C1"}
     schedules = {"standup": {"at": soon, "text": "Post the stand-up summary.", "deliver": target}}
     handle, _ = start_slack({"schedules": schedules})

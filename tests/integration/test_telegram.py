@@ -422,6 +422,45 @@ def test_a_document_and_a_photo_in_and_a_file_out(
     assert (name, data) == ("out.txt", b"for you")
 
 
+def test_a_voice_note_in_is_audio_and_audio_out_plays_as_a_voice_message_or_a_track(
+    start_bot: StartBot, fake: FakeTelegramThread, scripted: ScriptedOpenAIThread
+) -> None:
+    from adapters.chat import Conversation
+
+    seen: list[Any] = []
+
+    def responder(body: dict[str, Any]) -> Reply:
+        seen.append(body["messages"][-1]["content"])
+        return Reply(text="heard")
+
+    scripted.set_responder(responder)
+    handle, adapter = start_bot()
+    # In: a voice message is downloaded like a document and kept as audio (no speech-to-text
+    # configured here: the model is told so, not handed a file it cannot hear).
+    fake.say(PRIVATE, "", voice=(b"OggS" + bytes(60), "audio/ogg"))
+    notice = "I could not transcribe the voice note voice-1.ogg: speech-to-text is not configured (speech.transcription)"
+    fake.wait_for(
+        lambda s: sorted(s.bot_texts(PRIVATE)) == sorted([notice, "heard"]), "the notice and the reply"
+    )
+    assert "voice note voice-1.ogg (audio/ogg" in str(seen[-1])
+    assert "speech-to-text is not configured" in str(seen[-1])
+    # Out: Ogg goes up as a voice message, MP3 as an audio track, anything else as a document.
+    port = adapter.renderer.port  # type: ignore[union-attr]
+    to = Conversation(str(PRIVATE))
+    run(handle, port.upload(to, "reply-1.ogg", b"OggS-voice", "audio/ogg"))
+    run(handle, port.upload(to, "reply-2.mp3", b"ID3-track", "audio/mpeg"))
+    run(handle, port.upload(to, "reply-3.wav", b"RIFF-wave", "audio/wav"))
+    sent = [m.data for m in fake.bot_messages(PRIVATE) if {"voice", "audio", "document"} & set(m.data)]
+    kinds = [next(k for k in ("voice", "audio", "document") if k in m) for m in sent]
+    assert kinds == ["voice", "audio", "document"]
+    files = fake.read(lambda s: [s.files[m[k]["file_id"]][:2] for m, k in zip(sent, kinds, strict=True)])
+    assert files == [
+        (b"OggS-voice", "reply-1.ogg"),
+        (b"ID3-track", "reply-2.mp3"),
+        (b"RIFF-wave", "reply-3.wav"),
+    ]
+
+
 # -- the webhook ---------------------------------------------------------------------------------------
 
 

@@ -439,3 +439,41 @@ def test_a_webhook_deliverys_traceparent_is_its_turns_parent(
     (root,) = wait_until(lambda: receiver.named(ROOT), 10, "the turn's span")
     assert (root.trace_id, root.parent_id) == (TRACE_ID, PARENT_ID)
     assert root.attributes["netclaw.channel"] == "webhook"
+
+
+def test_a_voice_note_heard_before_the_call_is_a_span_of_its_turn(
+    receiver: OtlpReceiverThread, start_daemon: StartDaemon, scripted: ScriptedOpenAIThread
+) -> None:
+    import base64
+
+    from tests.fakes.speech_api import STT_MODEL, FakeSpeechThread, spoken
+
+    audio = spoken("trace this note")
+    with FakeSpeechThread() as speech:
+        speech.expect(audio, "Trace this note.")
+        handle = start_daemon(
+            telemetry=traced(receiver.base_url),
+            providers={"stt": {"base_url": speech.base_url, "max_retries": 0}},
+            speech={"transcription": {"provider": "stt", "model": STT_MODEL}},
+        )
+        scripted.enqueue(Reply(text="traced"))
+        files = [{"name": "n.wav", "mime_type": "audio/wav", "data_base64": base64.b64encode(audio).decode()}]
+        answer = handle.http.post(
+            "/api/sessions/cli:heard/messages",
+            json={"text": "", "files": files},
+            params={"wait": "1"},
+            headers={"traceparent": TRACEPARENT},
+        )
+        assert answer.status_code == 200, answer.text
+        spans = wait_until(
+            lambda: (found := one_trace(receiver, TRACE_ID)) and any(s.name == ROOT for s in found) and found,
+            10,
+            "the turn's spans at the collector",
+        )
+    (root,) = [s for s in spans if s.name == ROOT]
+    (heard,) = [s for s in spans if s.name == "transcribe"]
+    (call,) = [s for s in spans if s.name == "chat scripted"]
+    assert heard.parent_id == root.span_id and heard.end_ns <= call.start_ns  # heard before the call
+    assert heard.attributes["gen_ai.request.model"] == STT_MODEL
+    assert heard.attributes["netclaw.speech.files"] == 1 and heard.attributes["netclaw.speech.failed"] == 0
+    assert heard.attributes["netclaw.speech.seconds"] > 0.5

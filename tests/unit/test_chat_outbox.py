@@ -1,12 +1,15 @@
 """The outbox (adapters/chat/_outbox.py) on its own: owed replies posted once each with
 their outbox keys and recorded, a turn still running left to the live path, a piece a
-crashed process posted found and finished rather than posted again; and the watch
+crashed process posted found and finished rather than posted again (also one still on
+its way when the renderer before stopped); and the watch
 (adapters/chat/_outbox_watch.py) that follows the sessions owing replies."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
+from functools import partial
 
 import pytest
 
@@ -40,6 +43,49 @@ async def test_owed_replies_are_posted_with_their_keys_and_recorded() -> None:
     assert gateway.delivered[(SID, 2)] == [
         port.posted_with(outbox_key(SID, 2, i)) for i in range(len(posted) - 1)
     ]
+
+
+class OnTheWire(FakeChatPort):
+    """Posts reach the platform when ``arrive`` is set, whether or not the sender still
+    waits for the answer (as a request already sent does)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sent = asyncio.Event()
+        self.arrive = asyncio.Event()
+
+    async def post(self, to: Conversation, text: str, *, key: str) -> str:
+        self.sent.set()
+
+        async def arriving() -> str:
+            await self.arrive.wait()
+            return await FakeChatPort.post(self, to, text, key=key)
+
+        return await asyncio.shield(asyncio.ensure_future(arriving()))
+
+
+async def test_a_piece_on_its_way_when_the_renderer_stopped_lands_before_the_stop_ends() -> None:
+    # An adapter restarted in this process: the stream's first piece was sent with the
+    # reply's outbox key; the next renderer's outbox must find it, not post with the same
+    # key (answered with the partial piece) while it is still on its way.
+    gateway, port = ChatGateway(), OnTheWire()
+    before = PlatformCalls(port)
+    key = outbox_key(SID, 1, 0)
+    streaming = asyncio.ensure_future(
+        before.retried("send a reply", partial(port.post, TO, "the final te", key=key))
+    )
+    await port.sent.wait()
+    streaming.cancel()
+    stopping = asyncio.ensure_future(before.cancel_all())
+    # A window in which nothing may happen: the stop must still be waiting for the request.
+    await asyncio.wait({stopping}, timeout=0.05)
+    assert not stopping.done(), "the stop did not wait for the request under way"
+    port.arrive.set()
+    await stopping
+    assert streaming.cancelled()
+    gateway.owed[SID] = [(1, "the final text", time.time())]
+    await Outbox(gateway, PlatformCalls(port), SID, TO).deliver_owed(joined(1))
+    assert port.texts("C1") == ["the final text"] and port.count("post") == 1
 
 
 async def test_a_turn_still_running_is_left_to_the_live_path() -> None:

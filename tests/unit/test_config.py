@@ -419,3 +419,10 @@ def test_an_mcp_servers_listed_roots_are_relative_to_the_config_file(clean_env: 
     assert settings.mcp.servers["fs"].roots == [(folder / "notes").resolve(), Path("/srv/docs")]
     write(folder / "netclaw.json", {"mcp": {"servers": {"fs": {"command": "x", "roots": False}}}})
     assert load_settings(folder / "netclaw.json").mcp.servers["fs"].roots is False
+
+
+@pytest.mark.parametrize(("heading", "index"), [("## Setting it up", 0), ("## Spoken replies", 0)])
+def test_the_voice_pages_examples_are_valid_config(clean_env: Path, heading: str, index: int) -> None:
+    settings = Settings(**json.loads(fenced_under("docs/voice.md", heading, "json", index)))
+    assert settings.speech.transcription is not None
+    assert settings.speech.transcription.model == "whisper-1"

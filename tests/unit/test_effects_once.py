@@ -21,7 +21,7 @@ from netclaw.config import LiveSettings
 from netclaw.errors import JournalError, ProviderUnavailable, SessionMoved, SessionUnavailable
 from netclaw.lineage import SpawnRequest
 from netclaw.llm import Completion, Delta, OnDelta, ProviderRequest, Usage
-from netclaw.messages import ToolCall
+from netclaw.messages import Attachment, ToolCall, Transcript
 from netclaw.persistence import SqliteJournal, SqliteMemoryStore, prepare_database
 from netclaw.process.runtime import IoLoop, Reply
 from netclaw.sessions._core.commands import (
@@ -46,6 +46,7 @@ from netclaw.sessions._core.commands import (
     ReportStatus,
     Reset,
     SendUserMessage,
+    SetVoice,
     Shutdown,
     Subscribe,
     Unsubscribe,
@@ -66,6 +67,7 @@ from netclaw.sessions._core.effects import (
     StartTimer,
     Stop,
     TimerKind,
+    Transcribe,
 )
 from netclaw.sessions._core.journal.events import TurnRecorded
 from netclaw.sessions._core.journal.state import TurnOutcome
@@ -81,9 +83,11 @@ from netclaw.sessions._core.results import (
     ProviderDeltas,
     ProviderDone,
     Recalled,
+    Spoken,
     SubscriberLeft,
     ToolEvent,
     ToolsDone,
+    Transcribed,
     TurnTimeout,
 )
 from netclaw.sessions._core.session import Session
@@ -349,6 +353,15 @@ def test_each_effect_is_carried_out_once_for_every_command_and_at_the_stop(world
     w.message("four")
     w.recalled()
     w.send(OpFailed(w.latest(CallModel).op_id, ProviderUnavailable("the model is down")))
+
+    # A voice note: heard before its turn (the transcript recorded), then answered.
+    note = Attachment("note.wav", "audio/wav", "/nonexistent/note.wav", 10, "audio")
+    w.send(SendUserMessage("", 1_700_000_000.0, w.reply(), files=(note,)))
+    w.send(Transcribed(w.latest(Transcribe).op_id, ((0, Transcript("hello", "en", 1.0)),)))
+    w.recalled()
+    w.send(ProviderDone(w.latest(CallModel).op_id, Completion("Hello.", (), usage=Usage(10, 2))))
+    w.send(SetVoice(True, "ana", w.reply()))  # spoken replies: asked for, and one that failed
+    w.send(Spoken(5, None, error="text-to-speech is down"))
 
     # A compaction asked for, and a reset.
     effects = w.send(CompactNow(w.reply()))

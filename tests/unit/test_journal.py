@@ -124,6 +124,84 @@ def test_prepare_database_applies_migrations_once(tmp_path: Path) -> None:
     assert {"events", "snapshots", "sessions", "schema_version"} <= tables
 
 
+def _pragma(db: Path, name: str) -> int:
+    conn = sqlite3.connect(db)
+    try:
+        return int(conn.execute(f"PRAGMA {name}").fetchone()[0])
+    finally:
+        conn.close()
+
+
+def test_a_new_database_has_small_pages_and_an_existing_one_keeps_its_own(tmp_path: Path) -> None:
+    fresh = tmp_path / "fresh" / "netclaw.db"
+    prepare_database(fresh)
+    assert _pragma(fresh, "page_size") == 1024
+    older = tmp_path / "older.db"
+    conn = sqlite3.connect(older)
+    conn.execute("PRAGMA page_size=4096")
+    conn.execute("CREATE TABLE t (x)")  # the page size is fixed once the file holds a page
+    conn.commit()
+    conn.close()
+    prepare_database(older)
+    assert _pragma(older, "page_size") == 4096
+
+
+async def test_a_journal_from_before_append_order_keeps_every_row_and_its_rules(tmp_path: Path) -> None:
+    path = tmp_path / "netclaw.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    apply_migrations(conn, [m for m in load_migrations() if m.version < 15])
+    # Two sessions' events interleaved in time, as a daemon writes them, and a snapshot.
+    for n in range(1, 6):
+        for sid in ("a", "b"):
+            conn.execute(
+                "INSERT INTO events (persistence_id, seq, type, payload, ts) VALUES (?,?,?,?,?)",
+                (sid, n, "TurnRecorded" if n % 2 else "E", f'{{"n": {n}}}', 100.0 + n),
+            )
+    conn.execute("INSERT INTO snapshots (persistence_id, seq, state, ts) VALUES ('a', 4, 'four', 1)")
+    for idx in range(3):
+        conn.execute(
+            "INSERT INTO snapshot_messages (persistence_id, idx, message) VALUES ('a', ?, ?)",
+            (idx, f"m{idx}"),
+        )
+    conn.execute(
+        "INSERT INTO sessions (id, channel, turns, last_activity, pending, last_seq) VALUES ('a','cli',2,1,1,5)"
+    )
+    conn.close()
+
+    assert 15 in prepare_database(path)
+    journal = await SqliteJournal(path).open()
+    try:
+        for sid in ("a", "b"):
+            assert [(e.seq, e.payload) for e in await journal.replay(sid)] == [
+                (n, f'{{"n": {n}}}') for n in range(1, 6)
+            ]
+        snap = await journal.load_snapshot("a")
+        assert snap is not None and (snap.seq, list(snap.messages)) == (4, ["m0", "m1", "m2"])
+        assert await journal.sessions_with_pending_input() == ["a"]
+        assert await journal.append("a", 5, [ev(6)]) == 6
+        with pytest.raises(SequenceConflict):
+            await journal.append("a", 5, [ev(6)])
+    finally:
+        await journal.close()
+    conn = sqlite3.connect(path)
+    try:
+        # The database itself still refuses a second event at a seq, whoever writes it.
+        with pytest.raises(sqlite3.IntegrityError):
+            conn.execute(
+                "INSERT INTO events (persistence_id, seq, type, payload, ts) VALUES ('b', 3, 'E', '{}', 1)"
+            )
+        plan = " ".join(
+            str(r[-1])
+            for r in conn.execute(
+                "EXPLAIN QUERY PLAN SELECT seq FROM events WHERE persistence_id = 'a' AND seq > 2 ORDER BY seq"
+            )
+        )
+        assert "events_key" in plan, plan  # a replay reads its own session's rows, not the table
+    finally:
+        conn.close()
+
+
 def test_database_from_a_newer_netclaw_is_refused(db: Path) -> None:
     conn = sqlite3.connect(db)
     conn.execute("INSERT INTO schema_version (version, name, applied_at) VALUES (9999, 'future', 0)")
@@ -636,3 +714,33 @@ async def test_usage_can_be_limited_to_some_sessions(journal: AnyJournal) -> Non
     some = await journal.usage("session", None, ["cli:c", "cli:a", "cli:none"])
     assert [(r.key, r.input_tokens) for r in some] == [("cli:a", 100), ("cli:c", 100)]
     assert await journal.usage("day", None, []) == []
+
+
+async def test_usage_counts_the_audio_transcribed_the_replies_spoken_and_their_cost(
+    journal: AnyJournal,
+) -> None:
+    recorded = '{"turn": 1, "spent": {"input_tokens": 100, "output_tokens": 10}, "model": "m", "cost": 0.5}'
+    heard = (
+        '{"message_id": "u1", "transcripts": [{"file": 0, "text": "hi"}], "spent": {"speech_ms": 90000},'
+        ' "cost": 0.009, "model": "whisper-1"}'
+    )
+    failed = '{"message_id": "u2", "transcripts": [{"file": 0, "error": "too long"}]}'
+    said = (
+        '{"turn": 1, "file": {"name": "reply-1.wav", "mime_type": "audio/wav", "path": "/x", "size": 9,'
+        ' "kind": "audio"}, "spent": {"speech_chars": 20}, "cost": 0.25, "model": "tts-1"}'
+    )
+    await journal.append(
+        "cli:v",
+        0,
+        [
+            NewEvent("SpeechTranscribed", heard),
+            NewEvent("TurnRecorded", recorded),
+            NewEvent("SpeechTranscribed", failed),
+            NewEvent("ReplySpoken", said),
+        ],
+    )
+    (row,) = await journal.usage("session")
+    assert (row.turns, row.input_tokens, row.speech_seconds, row.cost) == (1, 100, 90.0, 0.759)
+    by_model = {r.key: r for r in await journal.usage("model")}
+    assert by_model["whisper-1"].speech_seconds == 90.0 and by_model["whisper-1"].turns == 0
+    assert by_model["m"].speech_seconds == 0.0 and by_model["tts-1"].cost == 0.25

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from netclaw.providers._anthropic import to_anthropic_messages
 from netclaw.providers._base import ProviderRequest, ToolSchema
 from netclaw.providers._http import SseReader, WireCache
 from netclaw.providers._openai import encode_request, message_to_wire, request_body
+from netclaw.security.redact import Scrubber
 
 SCHEMA = {"type": "object", "properties": {"q": {"type": "string"}}}
 
@@ -191,3 +193,97 @@ def test_images_a_tool_returned_follow_its_round_for_a_vision_model(tmp_path: Pa
     }
     _, anthropic_blind = to_anthropic_messages(messages)
     assert "this model cannot see images" in anthropic_blind[2]["content"][0]["content"]
+
+
+# A session's calls, step by step: what each step does to the messages the next call sends.
+STEPS = st.lists(st.sampled_from(["turn", "note", "tools", "image", "clear", "trim", "head"]), max_size=25)
+
+
+@given(steps=STEPS, vision=st.booleans())
+def test_a_sessions_kept_prefix_gives_the_whole_body_whatever_happened_since(
+    steps: list[str], vision: bool
+) -> None:
+    """Calls that begin with the last call's messages start from its kept prefix; whatever
+    else happened (a cleared result, a trim, a new head, images, a turn's tail) the body
+    is the one built whole."""
+    png = b"\x89PNG\r\n\x1a\n" + b"\x05" * 16
+    wire = WireCache()
+    with tempfile.TemporaryDirectory() as tmp:
+        [image] = attachments.store(Path(tmp), "s", [IncomingFile("i.png", "image/png", png)])
+        messages = [ChatMessage("system", "system", "be brief", 0.0)]
+        for n, step in enumerate(steps):
+            if step == "turn":
+                messages += [
+                    ChatMessage(f"u{n}", "user", f"q{n}", 0.0),
+                    ChatMessage(f"r{n}", "assistant", "a", 0.0),
+                ]
+            elif step == "note":
+                messages += [
+                    ChatMessage(f"u{n}", "user", f"q{n}", 0.0),
+                    ChatMessage(f"n{n}", "user", "[context]", 0.0, kind=MessageKind.CONTEXT),
+                ]
+            elif step in ("tools", "image"):
+                call = ToolCall(f"c{n}", "x", "{}")
+                files = (image,) if step == "image" else ()
+                messages += [
+                    ChatMessage(f"u{n}", "user", f"q{n}", 0.0, files=files),
+                    ChatMessage(f"a{n}", "assistant", "", 0.0, tool_calls=(call,)),
+                    ChatMessage(f"t{n}", "tool", "r", 0.0, tool_call_id=f"c{n}", name="x", files=files),
+                ]
+            elif step == "clear":
+                tools = [i for i, m in enumerate(messages) if m.role == "tool"]
+                if tools:
+                    messages[tools[0]] = replace(messages[tools[0]], content="[cleared]", files=())
+            elif step == "trim":
+                users = [i for i, m in enumerate(messages) if m.role == "user" and m.kind is MessageKind.CHAT]
+                if len(users) > 1:
+                    messages = [messages[0], *messages[users[1] :]]
+            else:
+                messages[0] = ChatMessage("system", "system", f"be brief {n}", 0.0)
+            request = ProviderRequest("m", list(messages), vision=vision, cache_key="k")
+            assert json.loads(encode_request(request, wire)) == request_body(request)
+
+
+SECRET_STEPS = st.lists(
+    st.sampled_from(["turn", "secret", "split", "tools", "trim", "reload", "none", "model"]), max_size=25
+)
+
+
+@given(steps=SECRET_STEPS)
+def test_a_body_as_sent_holds_no_known_secret_though_only_its_new_part_is_searched(steps: list[str]) -> None:
+    """A secret anywhere — in a new message, in the kept prefix, at its very edge, after a
+    change of the known secrets — is replaced as if the whole body had been searched."""
+    secret = "hunter2-swordfish-0042"
+    scrubber = Scrubber([secret])
+    wire = WireCache()
+    messages = [ChatMessage("system", "system", "be brief", 0.0)]
+    model = "m"
+    for n, step in enumerate(steps):
+        if step == "model":  # a secret before the messages (a model named by one)
+            model = secret if model == "m" else "m"
+        elif step in ("turn", "secret", "split"):
+            text = {"turn": f"q{n}", "secret": f"the key is {secret}", "split": secret}[step]
+            messages += [
+                ChatMessage(f"u{n}", "user", text, 0.0),
+                ChatMessage(f"r{n}", "assistant", secret[:9] if step == "split" else "a", 0.0),
+            ]
+        elif step == "tools":
+            call = ToolCall(f"c{n}", "x", "{}")
+            messages += [
+                ChatMessage(f"u{n}", "user", f"q{n}", 0.0),
+                ChatMessage(f"a{n}", "assistant", "", 0.0, tool_calls=(call,)),
+                ChatMessage(f"t{n}", "tool", secret, 0.0, tool_call_id=f"c{n}", name="x"),
+            ]
+        elif step == "trim":
+            users = [i for i, m in enumerate(messages) if m.role == "user"]
+            if len(users) > 1:
+                messages = [messages[0], *messages[users[1] :]]
+        elif step == "reload":  # the known secrets swapped whole (a config reload)
+            scrubber = Scrubber([secret, "be brief"])  # already in every kept prefix
+        else:
+            scrubber = Scrubber([])
+        request = ProviderRequest(model, list(messages), cache_key="k")
+        sent = encode_request(request, wire, scrubber=scrubber)
+        assert sent == scrubber.scrub_bytes(encode_request(request, WireCache()))
+        if scrubber.longest:
+            assert not scrubber.occurs(sent)

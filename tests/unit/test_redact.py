@@ -7,11 +7,14 @@ still JSON."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from netclaw.messages import PriorMessage
 from netclaw.security import redact as redaction
@@ -271,3 +274,25 @@ def test_tool_call_arguments_stay_json_and_lose_their_secrets() -> None:
 )
 def test_only_a_value_that_could_be_a_secret_is_known_by_its_name(value: str, secret: bool) -> None:
     assert redaction.could_be_secret_value(value) is secret
+
+
+_HINTS = sorted({h for shape in redaction.SHAPES for h in shape.hints})
+_PIECES = st.one_of(
+    st.sampled_from(_HINTS),
+    st.sampled_from([h.upper() for h in _HINTS] + [h.title() for h in _HINTS]),
+    st.text(alphabet="abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-=.:/ \"'", max_size=40),
+    st.sampled_from(
+        ["password=hunter2hunter2", "AKIAIOSFODNN7EXAMPLE", "ghp_" + "a1" * 18, "xoxb-" + "1" * 30]
+    ),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_PIECES, max_size=8).map("".join))
+def test_the_one_search_for_hints_finds_whatever_every_shape_would(text: str) -> None:
+    # The reference: every shape runs, as if some hint were always present.
+    always = re.compile("")
+    found = redact(text)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(redaction, "_ANY_HINT", always)
+        assert redact(text) == found

@@ -156,3 +156,26 @@ def test_signal_waiter_wakes_at_once() -> None:
         os.kill(os.getpid(), signal.SIGTERM)
         assert waiter.wait() == [signal.SIGTERM]
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+def test_a_slow_start_up_step_keeps_asking_for_time_until_it_ends(
+    notify_socket: tuple[socket.socket, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sock, path = notify_socket
+    monkeypatch.setattr("netclaw.process.service.EXTEND_EVERY_S", 0.05)
+    notifier = Notifier({"NOTIFY_SOCKET": path})
+    with notifier.extending_start("preparing the database"):
+        asks = [received(sock) for _ in range(3)]  # the step is still running: asked again and again
+    assert all(a == ["EXTEND_TIMEOUT_USEC=60000000", "STATUS=preparing the database"] for a in asks)
+    while True:  # what was sent before the step ended; then nothing more
+        sock.settimeout(0.3)
+        try:
+            sock.recv(4096)
+        except TimeoutError:
+            break
+    assert not any(t.name == "netclaw-start-extend" for t in threading.enumerate())
+
+
+def test_outside_systemd_a_slow_step_starts_no_thread() -> None:
+    with Notifier({}).extending_start("preparing the database"):
+        assert not any(t.name == "netclaw-start-extend" for t in threading.enumerate())

@@ -10,7 +10,7 @@ import pytest
 
 from netclaw.errors import JournalCorrupt
 from netclaw.lineage import ChildReport, ChildTask
-from netclaw.messages import ChatMessage, MessageKind, ToolCall
+from netclaw.messages import Attachment, ChatMessage, MessageKind, ToolCall, Transcript
 from netclaw.sessions._core.journal import events as _events
 from netclaw.sessions._core.journal import snapshot as snapshots
 from netclaw.sessions._core.journal import state as _state
@@ -582,6 +582,28 @@ ALL_EVENTS += [
 ]
 
 EVENT_TYPES = set(typing.get_args(SessionEvent))
+
+
+ALL_EVENTS += [
+    _events.SpeechTranscribed(
+        "u1",
+        (
+            (0, Transcript(text="ship it ✓", language="en", seconds=2.5, model="whisper")),
+            (1, Transcript(error="too long")),
+        ),
+        spent={"speech_ms": 2500},
+        cost=0.0001,
+        model="whisper",
+    ),
+    _events.VoiceRepliesSet(on=True, by="U1"),
+    _events.ReplySpoken(
+        turn=1,
+        file=Attachment("reply.ogg", "audio/ogg", "files/reply.ogg", 1200, "audio"),
+        spent={"speech_chars": 40},
+        cost=0.0006,
+        model="tts-1",
+    ),
+]
 
 
 def test_all_event_types_are_covered() -> None:

@@ -103,6 +103,61 @@ def test_spans_nest_under_the_current_one_and_continue_the_callers_trace() -> No
     assert tracing.exported() == 3 and tracing.dropped() == {"queue_full": 0, "export_failed": 0}
 
 
+def test_a_caller_that_does_not_sample_is_followed_and_its_trace_still_travels() -> None:
+    kept = Kept()
+    tracing = Running(exporter=kept, schedule_delay_ms=10)
+    unsampled = PARENT[:-2] + "00"
+    try:
+        root = tracing.root("invoke_agent netclaw", parent=(("traceparent", unsampled),))
+        with root.current(), traces.span("execute_tool lookup") as tool:
+            headers: dict[str, str] = {}
+            traces.inject(headers)
+        root.end()
+        root.end()  # a second end does nothing
+        sampled = tracing.root("invoke_agent netclaw", trace_id=0xABC)
+        sampled.event("compacted", {"tiers": ("trim",)})
+        sampled.end()
+        assert tracing.flush()
+    finally:
+        tracing.shutdown()
+    assert tool.recording and headers["traceparent"].startswith("00-4bf92f3577b34da6a3ce929d0e0e4736-")
+    assert headers["traceparent"].endswith("-00")
+    assert [s.name for s in kept.spans] == ["invoke_agent netclaw"]  # only the sampled one
+    (exported,) = kept.spans
+    assert exported.context.trace_id == 0xABC and exported.parent is None
+    assert [(e.name, dict(e.attributes or {})) for e in exported.events] == [
+        ("compacted", {"tiers": ("trim",)})
+    ]
+    assert tracing.exported() == 1
+
+
+def test_a_value_otlp_cannot_carry_goes_as_text_and_never_costs_the_batch() -> None:
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+    class Encoding(Kept):
+        def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+            encode_spans(spans)  # what the OTLP exporter does first: one bad value fails it all
+            return super().export(spans)
+
+    kept = Encoding()
+    tracing = Running(exporter=kept, schedule_delay_ms=10)
+    try:
+        odd = tracing.root("odd", {"netclaw.weird": {"a": 1}})  # type: ignore[dict-item]
+        odd.set("netclaw.list", ["x", None, 3])  # type: ignore[list-item]
+        odd.event("noted", {"what": object()})  # type: ignore[dict-item]
+        odd.end()
+        tracing.root("plain", {"netclaw.turn": 1}).end()
+        assert tracing.flush()
+    finally:
+        tracing.shutdown()
+    by_name = {s.name: s for s in kept.spans}
+    assert set(by_name) == {"odd", "plain"}
+    odd_attributes = by_name["odd"].attributes or {}
+    assert odd_attributes["netclaw.weird"] == "{'a': 1}"
+    assert odd_attributes["netclaw.list"] == ("x", "None", 3)
+    assert tracing.exported() == 2 and tracing.dropped()["export_failed"] == 0
+
+
 def test_a_full_queue_drops_spans_and_counts_them() -> None:
     gate = threading.Event()
     kept = Kept(gate)

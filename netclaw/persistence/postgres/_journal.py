@@ -253,8 +253,9 @@ class PostgresJournal(WriterJournal):
             "              (payload::jsonb->'usage'->>'output_tokens')::bigint, 0)),"
             " SUM(COALESCE((payload::jsonb->'spent'->>'cache_read_tokens')::bigint, 0)),"
             " SUM(COALESCE((payload::jsonb->'spent'->>'cache_write_tokens')::bigint, 0)),"
-            " SUM(COALESCE((payload::jsonb->>'cost')::double precision, 0))"
-            " FROM events WHERE type IN ('TurnRecorded', 'SessionCompacted') AND ts >= %s"
+            " SUM(COALESCE((payload::jsonb->>'cost')::double precision, 0)),"
+            " SUM(COALESCE((payload::jsonb->'spent'->>'speech_ms')::bigint, 0))"
+            " FROM events WHERE type IN ('TurnRecorded', 'SessionCompacted', 'SpeechTranscribed', 'ReplySpoken') AND ts >= %s"
             " AND (type = 'TurnRecorded' OR payload::jsonb ? 'spent')"
             f"{only} GROUP BY k ORDER BY k",
             params,

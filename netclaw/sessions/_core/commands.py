@@ -30,12 +30,14 @@ from netclaw.sessions._core.results import (
     ProviderDeltas,
     ProviderDone,
     Recalled,
+    Spoken,
     SubscriberLeft,
     ToolEvent,
     ToolsDone,
+    Transcribed,
     TurnTimeout,
 )
-from netclaw.sessions._core.status import ModelChoice, StatusReport
+from netclaw.sessions._core.status import ModelChoice, StatusReport, VoiceChoice
 from netclaw.sessions._subscribers import Sink
 
 
@@ -202,6 +204,16 @@ class OwedReports(Routed):
 
 
 @dataclass(frozen=True, slots=True)
+class SetVoice(Routed):
+    """Speak this conversation's replies too (``on``), or not; None: only say which.
+    ``reply`` gets the choice in force."""
+
+    on: bool | None
+    by: str
+    reply: Reply[VoiceChoice]
+
+
+@dataclass(frozen=True, slots=True)
 class PinModel(Routed):
     """Use the model named ``model`` (under ``models``) from the next turn on, until changed
     again; None: back to ``models.main``. ``reply`` gets the choice in force."""
@@ -259,12 +271,15 @@ Command = (
     | ListChildren
     | OwedReports
     | PinModel
+    | SetVoice
     | Release
     | HandOff
     | PassivateNow
     | ConfirmStop
     | Shutdown
     | Recalled
+    | Transcribed
+    | Spoken
     | ProviderDeltas
     | ProviderDone
     | CompactionDone
@@ -311,6 +326,7 @@ def refuse(message: object, error: Exception, notice: Error | None) -> None:
             | ListChildren(reply=reply)
             | OwedReports(reply=reply)
             | PinModel(reply=reply)
+            | SetVoice(reply=reply)
         ):
             reply.fail(error)
         case _:

@@ -20,7 +20,7 @@ from typing import Any, Literal, get_args
 from netclaw import outputs as out
 from netclaw.history import Flushed
 from netclaw.llm import ProviderRequest
-from netclaw.messages import ToolCall
+from netclaw.messages import Attachment, ToolCall
 from netclaw.process.runtime import Reply
 from netclaw.sessions._core.compaction import CompactionPlan
 from netclaw.sessions._core.extraction import ExtractionPlan
@@ -121,6 +121,25 @@ class Recall:
 
     op_id: int
     query: RecallQuery
+
+
+@dataclass(frozen=True, slots=True)
+class Transcribe:
+    """Hear the audio ``files`` (index in the message → the stored file) by speech-to-text;
+    what was heard, or why nothing was, comes back as ``Transcribed`` (never a failure)."""
+
+    op_id: int
+    message_id: str
+    files: tuple[tuple[int, Attachment], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Speak:
+    """Speak the reply ``text`` of ``turn`` (text-to-speech) and store the audio with the
+    session's files; the outcome comes back as ``Spoken`` (never a failure)."""
+
+    turn: int
+    text: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,7 +268,9 @@ class Charge:
     cost: float  # at the model's price; 0 when it has none
 
 
-MetricName = Literal["turns", "turn_seconds", "tokens", "compactions", "trims", "approvals_pending"]
+MetricName = Literal[
+    "turns", "turn_seconds", "tokens", "compactions", "trims", "approvals_pending", "speech_audio_seconds"
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,6 +293,8 @@ Effect = (
     | Answer
     | Refuse
     | Recall
+    | Transcribe
+    | Speak
     | CallModel
     | RunTools
     | RunCompaction

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from netclaw.history import Flushed
 from netclaw.llm import Completion, Delta, Usage
+from netclaw.messages import Attachment, Transcript
 from netclaw.outputs import Output
 from netclaw.sessions._core.compaction import CompactionOutcome
 from netclaw.toolspec import ToolResult
@@ -22,6 +23,28 @@ class Recalled:
 
     op_id: int
     memories: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Transcribed:
+    """What speech-to-text heard in the turn's audio files: each transcript (or why there
+    is none) by the file's index in the message."""
+
+    op_id: int
+    transcripts: tuple[tuple[int, Transcript], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Spoken:
+    """A reply of ``turn`` spoken by text-to-speech: the stored audio file and the model
+    that spoke it, or why there is none (``error``). Not an op of any activity: the turn is
+    over when it comes back."""
+
+    turn: int
+    file: Attachment | None
+    chars: int = 0
+    model: str | None = None
+    error: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

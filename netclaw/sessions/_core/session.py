@@ -38,6 +38,7 @@ from netclaw.sessions._core.handlers import answers as answers
 from netclaw.sessions._core.handlers import decisions as decisions
 from netclaw.sessions._core.handlers import models as models
 from netclaw.sessions._core.handlers import subagents as subagents
+from netclaw.sessions._core.handlers import voice as voice
 from netclaw.sessions._core.journal.events import MemoriesExtracted, SessionEvent, SessionReset, TurnStarted
 from netclaw.sessions._core.journal.state import SessionState
 from netclaw.sessions._core.phases import Phase, check_transition
@@ -164,6 +165,10 @@ class Session:
                 answers.handle(self, command)
             case cmd.PinModel():
                 models.pin(self, command)
+            case cmd.SetVoice():
+                voice.choose(self, command)
+            case res.Spoken():  # the turn that spoke is over: the session takes its audio
+                voice.spoken(self, command)
             case cmd.Announce(text=text, kind=kind):
                 self.publish(out.Notice(session_id=self._id, text=text, kind=kind))
             case cmd.Decide(reply=reply):
@@ -194,6 +199,7 @@ class Session:
                 | cmd.PassivateNow()
                 | cmd.ConfirmStop()
                 | res.Recalled()
+                | res.Transcribed()
                 | res.ProviderDeltas()
                 | res.ProviderDone()
                 | res.CompactionDone()

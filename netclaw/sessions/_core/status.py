@@ -59,6 +59,29 @@ class Seen(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
+class VoiceChoice:
+    """Whether a session's replies are also spoken (``/voice``): ``on``; ``chosen`` by a
+    person for this conversation (else the audience's ``voice_replies``); ``available``:
+    a text-to-speech endpoint is configured."""
+
+    session_id: str
+    on: bool
+    chosen: bool
+    available: bool
+
+    def text(self) -> str:
+        how = "chosen for this conversation" if self.chosen else "this audience's default"
+        if not self.available:
+            return (
+                f"Spoken replies are {'on' if self.on else 'off'} ({how}), but no text-to-speech "
+                "endpoint is configured (speech.synthesis): replies stay text."
+            )
+        if self.on:
+            return f"Replies here are spoken too ({how}); /voice off stops it."
+        return f"Replies here are text only ({how}); /voice on speaks them too."
+
+
+@dataclass(frozen=True, slots=True)
 class ModelChoice:
     """The model a session uses from its next turn on (``/model``, the API, the CLI)."""
 

@@ -11,11 +11,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from netclaw import outputs as out
-from netclaw.config import ModelConfig
+from netclaw.config import ModelConfig, SpeechConfig
 from netclaw.history import INTERRUPTED_TEXT, TrimResult
 from netclaw.llm import Completion, Delta, Usage
-from netclaw.messages import Attachment, ChatMessage, ToolCall, unmarked
-from netclaw.security.redact import Scrubber, merge, redact, redact_arguments, redact_known
+from netclaw.messages import Attachment, ChatMessage, ToolCall, Transcript, unmarked
+from netclaw.security.redact import Scrubber, merge, notice, redact, redact_arguments, redact_known
 from netclaw.sessions._core.commands import SendUserMessage
 from netclaw.sessions._core.effects import Charge, Measure
 from netclaw.sessions._core.journal.events import (
@@ -23,13 +23,14 @@ from netclaw.sessions._core.journal.events import (
     InputAdmitted,
     SessionEvent,
     SessionTitleSet,
+    SpeechTranscribed,
     StepRecorded,
     TurnRecorded,
     TurnStarted,
     TurnStatus,
 )
 from netclaw.sessions._core.journal.state import SessionState
-from netclaw.spend import billed_tokens, cost_of, utc_day
+from netclaw.spend import billed_tokens, cost_of, speech_cost, utc_day
 from netclaw.toolspec import ToolResult
 
 log = logging.getLogger(__name__)
@@ -78,6 +79,91 @@ class Step:
 
     events: tuple[SessionEvent, ...]
     outputs: tuple[out.Output, ...]
+
+
+# -- voice notes heard before the turn reads them ----------------------------------------------
+
+
+def unheard(state: SessionState, message_id: str) -> tuple[tuple[int, Attachment], ...]:
+    """The audio files of ``message_id`` with no transcript recorded yet (index → file)."""
+    message = state.find_message(message_id)
+    if message is None:
+        return ()
+    return tuple((i, f) for i, f in enumerate(message.files) if f.kind == "audio" and f.transcript is None)
+
+
+def price_per_minute(speech: SpeechConfig, model: str | None) -> float | None:
+    """The price of the transcription endpoint whose model heard a note."""
+    stt = speech.transcription
+    if stt is None or model is None:
+        return None
+    return next((e.price_per_minute for e in (stt, *stt.fallbacks) if e.model == model), None)
+
+
+def heard_step(
+    session_id: str,
+    message_id: str,
+    heard: Sequence[tuple[int, Transcript]],
+    files: Sequence[tuple[int, Attachment]],
+    speech: SpeechConfig,
+    now: float,
+    known: Scrubber,
+    *,
+    show: bool = False,
+) -> tuple[Step, list[Measure | Charge]]:
+    """What transcribing a message's audio records (``SpeechTranscribed``, its audio time
+    and cost), what people are told (a notice for each note that could not be heard: never
+    a silent drop; secrets said aloud, taken out of the transcript as out of a typed
+    message; with ``show``, what was heard, for the audiences that want it shown under the
+    note), and what it charges."""
+    names = dict((i, f.name) for i, f in files)
+    found: tuple[str, ...] = ()
+    kept = []
+    for i, transcript in heard:
+        if transcript.text is not None:
+            said = redact(transcript.text, known)
+            if said.changed:
+                found = merge(found, said.kinds)
+                transcript = replace(transcript, text=said.text)
+        kept.append((i, transcript))
+    heard = kept
+    ms, cost, effects = 0, 0.0, list[Measure | Charge]()
+    for _, transcript in heard:
+        if transcript.text is None:
+            continue
+        seconds = transcript.seconds or 0.0
+        ms += round(seconds * 1000)
+        spent = speech_cost(seconds, price_per_minute(speech, transcript.model))
+        cost += spent
+        effects.append(Charge(utc_day(now), transcript.model or "speech", 0, spent))
+        if seconds:
+            effects.append(Measure("speech_audio_seconds", seconds, "transcription"))
+    model = next((t.model for _, t in heard if t.text is not None and t.model), None)
+    event = SpeechTranscribed(
+        message_id, tuple(heard), {"speech_ms": ms} if ms else None, round(cost, 9) if cost else None, model
+    )
+    notices = tuple(
+        out.Notice(
+            session_id=session_id,
+            text=f"I could not transcribe the voice note {names.get(i, 'attached')}: {t.error}",
+            kind="transcription_failed",
+        )
+        for i, t in heard
+        if t.text is None
+    )
+    if show:
+        notices += tuple(
+            out.Notice(
+                session_id=session_id,
+                text=f"Transcribed {names.get(i, 'voice note')}: {t.text}",
+                kind="transcript",
+            )
+            for i, t in heard
+            if t.text is not None
+        )
+    if found:
+        notices += (out.Notice(session_id=session_id, text=notice(found), kind="redaction"),)
+    return Step((event,), notices), effects
 
 
 # -- messages a turn records ----------------------------------------------------------------------

@@ -14,7 +14,7 @@ from netclaw.persistence import Journal, MemoryStore
 from netclaw.process.metrics import Metrics
 from netclaw.process.runtime import IoLoop
 from netclaw.process.traces import OFF, Tracing
-from netclaw.providers import Provider
+from netclaw.providers import Provider, Speech
 from netclaw.sessions._core.commands import Routed
 from netclaw.sessions._core.phases import Phase
 from netclaw.skills import LiveSkills
@@ -74,6 +74,7 @@ class SessionDeps:
     skills: LiveSkills | None = None  # the loaded skills, swapped on reload (None: no skills)
     ledger: SpendLedger = field(default_factory=SpendLedger)  # the daemon's spend today (shared)
     tracing: Tracing = OFF  # telemetry.traces: each turn's spans (netclaw.process.traces)
+    speech: Speech | None = None  # speech-to-text and text-to-speech (None: neither is configured)
 
     def provider_of(self, name: str) -> Provider:
         """The provider a model names (the config names only configured ones)."""

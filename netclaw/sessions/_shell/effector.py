@@ -24,6 +24,7 @@ from dataclasses import replace
 from typing import assert_never
 
 from netclaw.errors import SessionUnavailable
+from netclaw.messages import Transcript
 from netclaw.process.runtime import Cancellable, Reply, Tellable, Timer
 from netclaw.sessions._core.commands import Cancel, Command
 from netclaw.sessions._core.effects import (
@@ -52,10 +53,12 @@ from netclaw.sessions._core.effects import (
     SaveMemories,
     SendTo,
     Snapshot,
+    Speak,
     StartTimer,
     Stop,
     StopTimer,
     TimerKind,
+    Transcribe,
 )
 from netclaw.sessions._core.journal.events import SessionEvent
 from netclaw.sessions._core.journal.state import SessionState
@@ -66,8 +69,10 @@ from netclaw.sessions._core.results import (
     OpFailed,
     ProviderDone,
     Recalled,
+    Spoken,
     SubscriberLeft,
     ToolsDone,
+    Transcribed,
 )
 from netclaw.sessions._shell import loop_ops as ops
 from netclaw.sessions._shell.deps import ManagerPort, SessionDeps, SessionRef
@@ -79,7 +84,16 @@ from netclaw.spend import Spent
 
 log = logging.getLogger(__name__)
 
-_FINAL = (Recalled, ProviderDone, ToolsDone, CompactionDone, ExtractionDone, MemoriesSaved, OpFailed)
+_FINAL = (
+    Recalled,
+    Transcribed,
+    ProviderDone,
+    ToolsDone,
+    CompactionDone,
+    ExtractionDone,
+    MemoriesSaved,
+    OpFailed,
+)
 
 
 class Effector:
@@ -149,6 +163,12 @@ class Effector:
             case Recall(op_id=op_id):
                 assert deps.memory is not None  # recall runs only with a memory store
                 self._ops[op_id] = ops.recall(io, self._ref, effect, deps.memory)
+            case Transcribe(op_id=op_id):
+                span = self.tracer.transcription(effect)
+                self._ops[op_id] = ops.transcribe(io, self._ref, effect, deps.speech, deps.metrics, span)
+            case Speak():  # outlives the turn that asked: no op of it to cancel
+                data_dir = deps.live.current.data_dir
+                ops.speak(io, self._ref, effect, deps.speech, deps.metrics, data_dir, self._id)
             case CallModel(op_id=op_id, provider=name):
                 span = self.tracer.model_call(effect, self.state)
                 provider = deps.provider_of(name)
@@ -267,6 +287,8 @@ class Effector:
                 metrics.trims.inc(value)
             case "approvals_pending":
                 metrics.approvals_pending.inc(value)
+            case "speech_audio_seconds":
+                metrics.speech_audio_seconds.labels(label).inc(value)
 
 
 def _not_started(effect: Effect, error: Exception) -> Command | None:
@@ -274,6 +296,11 @@ def _not_started(effect: Effect, error: Exception) -> Command | None:
     match effect:
         case Recall(op_id=op_id):
             return Recalled(op_id, None)  # as a recall that fails: never a failed turn
+        case Speak(turn=turn):
+            return Spoken(turn, None, error=f"the speech could not start ({type(error).__name__}: {error})")
+        case Transcribe(op_id=op_id, files=files):  # as a transcription that fails: people are told
+            why = f"the transcription could not start ({type(error).__name__}: {error})"
+            return Transcribed(op_id, tuple((i, Transcript(error=why)) for i, _ in files))
         case (
             CallModel(op_id=op_id)
             | RunTools(op_id=op_id)

@@ -17,19 +17,22 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import TypeVar
 
 import pykka
 
+from netclaw import attachments
 from netclaw.errors import NetclawError
 from netclaw.history import Flushed, flush_request, parse_flush
 from netclaw.history.compaction import bound_summary, missing_sections, summary_request
 from netclaw.llm import Completion, Delta, Provider, ProviderRequest, Usage
-from netclaw.messages import ChatMessage, ToolCall
+from netclaw.messages import Attachment, ChatMessage, ToolCall, Transcript
 from netclaw.persistence import MemoryStore, NewMemory, format_recall
 from netclaw.process.metrics import Metrics
 from netclaw.process.runtime import Cancellable, IoLoop, Tellable
 from netclaw.process.traces import NO_SPAN, Span
+from netclaw.providers import Speech
 from netclaw.sessions._core.compaction import CompactionOutcome, CompactionPlan
 from netclaw.sessions._core.effects import (
     CallModel,
@@ -39,6 +42,8 @@ from netclaw.sessions._core.effects import (
     RunExtraction,
     RunTools,
     SaveMemories,
+    Speak,
+    Transcribe,
 )
 from netclaw.sessions._core.extraction import ExtractionPlan
 from netclaw.sessions._core.results import (
@@ -49,7 +54,9 @@ from netclaw.sessions._core.results import (
     ProviderDeltas,
     ProviderDone,
     Recalled,
+    Spoken,
     ToolsDone,
+    Transcribed,
 )
 from netclaw.tools import ToolContext, ToolRegistry, ToolResult
 
@@ -77,6 +84,102 @@ def recall(io: IoLoop, actor: Tellable, effect: Recall, memory: MemoryStore) -> 
         actor,
         lambda memories: Recalled(op_id, memories),
         lambda error: Recalled(op_id, None),  # never a failed turn
+    )
+
+
+async def heard(speech: Speech | None, file: Attachment, metrics: Metrics | None) -> Transcript:
+    """What speech-to-text heard in one stored audio file (read off the loop), or why not."""
+    if speech is None:
+        return Transcript(error="speech-to-text is not configured (speech.transcription)")
+    try:
+        data = await asyncio.to_thread(Path(file.path).read_bytes)
+    except OSError as exc:
+        return Transcript(error=f"its stored file cannot be read ({exc.strerror or exc})")
+    seconds = attachments.audio_seconds(data)
+    started = time.perf_counter()
+    transcript = await speech.transcribe(data, file.name, file.mime_type, seconds)
+    if metrics is not None and transcript.model is not None:
+        metrics.speech_seconds.labels("transcription", transcript.model).observe(
+            time.perf_counter() - started
+        )
+    return transcript
+
+
+async def transcribed(
+    speech: Speech | None, effect: Transcribe, metrics: Metrics | None, span: Span = NO_SPAN
+) -> tuple[tuple[int, Transcript], ...]:
+    """Every audio file of the message heard, one after the other (a voice note is one file)."""
+    try:
+        found = tuple([(i, await heard(speech, f, metrics)) for i, f in effect.files])
+    except BaseException as exc:
+        span.fail(exc)
+        span.end()
+        raise
+    if span.recording:
+        span.update(
+            {
+                "gen_ai.request.model": next((t.model for _, t in found if t.model), None),
+                "netclaw.speech.seconds": sum(t.seconds or 0.0 for _, t in found if t.text is not None),
+                "netclaw.speech.failed": sum(1 for _, t in found if t.text is None),
+            }
+        )
+    span.end()
+    return found
+
+
+def transcribe(
+    io: IoLoop,
+    actor: Tellable,
+    effect: Transcribe,
+    speech: Speech | None,
+    metrics: Metrics | None,
+    span: Span = NO_SPAN,
+) -> Cancellable:
+    op_id = effect.op_id
+
+    def failed(error: BaseException) -> Transcribed:  # a bug here: still a notice, never a lost note
+        why = f"the transcription failed unexpectedly ({type(error).__name__})"
+        return Transcribed(op_id, tuple((i, Transcript(error=why)) for i, _ in effect.files))
+
+    return io.submit_and_tell(
+        transcribed(speech, effect, metrics, span), actor, lambda heard: Transcribed(op_id, heard), failed
+    )
+
+
+async def spoken(
+    speech: Speech | None, effect: Speak, metrics: Metrics | None, data_dir: Path, session_id: str
+) -> Spoken:
+    """The reply spoken and its audio stored with the session's files (written off the
+    loop), or why not."""
+    if speech is None:
+        return Spoken(effect.turn, None, error="text-to-speech is not configured (speech.synthesis)")
+    started = time.perf_counter()
+    said = await speech.synthesize(effect.text)
+    if said.error is not None:
+        return Spoken(effect.turn, None, said.chars, said.model, said.error)
+    if metrics is not None and said.model is not None:
+        metrics.speech_seconds.labels("synthesis", said.model).observe(time.perf_counter() - started)
+    audio = attachments.IncomingFile(
+        f"reply-{effect.turn}{Path(said.name).suffix}", said.mime_type, said.data
+    )
+    (stored,) = await asyncio.to_thread(attachments.store, data_dir, session_id, [audio])
+    return Spoken(effect.turn, stored, said.chars, said.model)
+
+
+def speak(
+    io: IoLoop,
+    actor: Tellable,
+    effect: Speak,
+    speech: Speech | None,
+    metrics: Metrics | None,
+    data_dir: Path,
+    session_id: str,
+) -> Cancellable:
+    def failed(error: BaseException) -> Spoken:  # the reply stays text, and people are told
+        return Spoken(effect.turn, None, error=f"the speech failed unexpectedly ({type(error).__name__})")
+
+    return io.submit_and_tell(
+        spoken(speech, effect, metrics, data_dir, session_id), actor, lambda s: s, failed
     )
 
 

@@ -56,6 +56,9 @@ class Recorder:
             undelivered=new.owed,  # chat replies not shown, sub-agent reports not admitted
         )
         encoded = [NewEvent(*encode(e)) for e in events]
+        changed = snapshots.first_changed_row(new, events)
+        if changed is not None:  # a row the snapshot store holds was changed: written again next time
+            self.snapshot_rows = min(self.snapshot_rows, changed)
         future = self._journal.append_threadsafe(new.session_id, base, encoded, row)
         flush_batch()  # while the disk works: what this message handed the loop goes out now
         timeout = PERSIST_TIMEOUT_S  # read at each call, so tests can shorten it

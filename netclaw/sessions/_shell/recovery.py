@@ -77,7 +77,12 @@ def recover_state(
     try:
         state = rebuild_state(rows)
         if state is not None:
-            return state, len(rows.snapshot.messages) if rows.snapshot is not None else 0, epoch
+            saved = len(rows.snapshot.messages) if rows.snapshot is not None else 0
+            # A row saved before an event after the snapshot changed it is written again.
+            changed = snapshots.first_changed_row(
+                state, (decode(e.type, e.payload) for e in rows.events if e.type == "SpeechTranscribed")
+            )
+            return state, saved if changed is None else min(saved, changed), epoch
         state = rebuild_state(io.run(fetch_journal(journal, session_id, use_snapshot=False), timeout_s))
     except BaseException:
         journal.release(session_id, epoch)  # not recovered: the claim must not outlive us

@@ -8,7 +8,8 @@ carries out. The pure session decides nothing here and knows nothing of it.
   its message's id (:func:`~netclaw.process.traces.turn_trace_id`): a turn resumed after a
   restart opens its span at its first call, in the same trace, marked ``netclaw.turn.resumed``.
 - Under it: the wait in the session's queue (``queue``), each journal write (``journal
-  persist``), each approval wait (``approval {tool}``), each model call (``chat {model}``,
+  persist``), the voice notes heard before the first call (``transcribe``), each approval
+  wait (``approval {tool}``), each model call (``chat {model}``,
   made here and handed to the call on the loop) and the tools (the registry makes one
   ``execute_tool {name}`` span per call, under the turn's span the tool round runs in).
 - A compaction outside a turn is a root of its own.
@@ -30,7 +31,7 @@ from netclaw.process.traces import NO_SPAN, AttributeValue, Carrier, Span, Traci
 from netclaw.security.policy import channel_of
 from netclaw.security.redact import redact
 from netclaw.sessions._core.commands import SendUserMessage
-from netclaw.sessions._core.effects import CallModel, RunCompaction
+from netclaw.sessions._core.effects import CallModel, RunCompaction, Transcribe
 from netclaw.sessions._core.journal.events import (
     ApprovalDecided,
     ApprovalRequested,
@@ -181,6 +182,16 @@ class TurnTracer:
             price = self._price(effect)
             if price is not None:
                 span.set("netclaw.cost", cost_of(usage, price))
+
+    def transcription(self, effect: Transcribe) -> Span:
+        """``transcribe``: the turn's voice notes heard (ended on the loop, with what came back)."""
+        if not self._turn.recording:
+            return NO_SPAN
+        attributes: dict[str, AttributeValue] = {
+            "gen_ai.operation.name": "transcribe",
+            "netclaw.speech.files": len(effect.files),
+        }
+        return self._turn.child("transcribe", attributes, client=True)
 
     def compaction(self, effect: RunCompaction) -> Span:
         plan = effect.plan

@@ -116,7 +116,8 @@ class TelegramDriver:
             reply_to = mine[-1].data["message_id"] if mine else None
         if len(files) > 1:
             raise ValueError("one file a message on Telegram (an album is several messages)")
-        document = [(name, data, mime) for name, mime, data in files]
+        document = [(name, data, mime) for name, mime, data in files if not mime.startswith("audio/")]
+        voice = [(data, mime) for _, mime, data in files if mime.startswith("audio/")]  # a voice note
         message = self.fake.say(
             chat,
             f"@{BOT_USERNAME} {text}" if mention else text,
@@ -124,6 +125,7 @@ class TelegramDriver:
             topic=topic,
             reply_to=reply_to,
             document=document[0] if document else None,
+            voice=voice[0] if voice else None,
         )
         update = self.fake.read(lambda s: next(u for u in s.sent_updates if u.get("message") is message))
         return Said(text, person, conversation, update)
@@ -191,7 +193,12 @@ class TelegramDriver:
         return found
 
     def files_received(self, conversation: str) -> list[tuple[str, bytes]]:
-        ids = [m["document"]["file_id"] for m in self._messages(conversation) if "document" in m]
+        ids = [
+            m[k]["file_id"]
+            for m in self._messages(conversation)
+            for k in ("document", "voice", "audio")
+            if k in m
+        ]
 
         def files(s: FakeTelegram) -> list[tuple[str, bytes]]:
             return [(s.files[i][1], s.files[i][0]) for i in ids]

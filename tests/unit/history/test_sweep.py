@@ -3,7 +3,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from netclaw.history import INTERRUPTED_TEXT, sweep_orphans
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from netclaw.history import INTERRUPTED_TEXT, sweep_orphans, well_formed_after
 from netclaw.messages import ChatMessage, ToolCall
 
 
@@ -108,3 +111,37 @@ def test_user_message_survives_when_all_tool_messages_go() -> None:
     history = [m("u", "user"), result("x"), result("y")]
     swept = sweep_orphans(history)
     assert ids(swept.messages) == ["u"]
+
+
+# Messages a history is made of, well formed or not: calls with and without their results,
+# results out of place, a call id used twice.
+_PIECES = st.lists(
+    st.one_of(
+        st.builds(lambda n: m(f"u{n}", "user"), st.integers(0, 5)),
+        st.builds(lambda c: [call(f"c{c}", id=f"a{c}"), result(f"c{c}")], st.integers(0, 6)),
+        st.builds(lambda c: call(f"c{c}", id=f"a{c}"), st.integers(0, 6)),
+        st.builds(lambda c: result(f"c{c}"), st.integers(0, 6)),
+        st.builds(
+            lambda c, d: [call(f"c{c}", f"d{d}", id=f"b{c}"), result(f"c{c}"), result(f"d{d}")],
+            st.integers(0, 6),
+            st.integers(0, 6),
+        ),
+    ),
+    max_size=12,
+)
+
+
+def _flat(pieces: list[Any]) -> list[ChatMessage]:
+    return [x for p in pieces for x in (p if isinstance(p, list) else [p])]
+
+
+@settings(max_examples=400, deadline=None)
+@given(_PIECES, _PIECES)
+def test_checking_only_what_was_added_agrees_with_checking_it_all(first: list[Any], then: list[Any]) -> None:
+    before, after = _flat(first), _flat(first) + _flat(then)
+    whole = well_formed_after(after, 0, frozenset())
+    known = well_formed_after(before, 0, frozenset())
+    if known is not None:  # a well-formed start: the rest checked from where it ended
+        assert well_formed_after(after, len(before), known) == whole
+    if whole is not None:  # what the prompt builder then skips: the sweep would change nothing
+        assert not sweep_orphans(after).changed

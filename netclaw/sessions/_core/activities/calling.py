@@ -52,9 +52,10 @@ def recall_for(core: Core, run: TurnRun) -> RecallQuery | None:
     message = state.find_message(run.message_id)
     if message is None:
         return None
-    return RecallQuery(
-        message.content, audience, recall_scope(state.session_id, audience, settings, state.place)
-    )
+    # What was said aloud is asked about too (a voice note's transcript, recorded by now).
+    heard = [f.transcript.text for f in message.files if f.transcript is not None and f.transcript.text]
+    query = "\n".join([message.content, *heard]).strip() if heard else message.content
+    return RecallQuery(query, audience, recall_scope(state.session_id, audience, settings, state.place))
 
 
 def attach_tail(core: Core, run: TurnRun, memories: str | None) -> None:

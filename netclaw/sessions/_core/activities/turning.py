@@ -17,7 +17,7 @@ from typing import ClassVar, Literal
 from netclaw.errors import ContextOverflow, ProviderError
 from netclaw.lineage import SPAWN_TOOL
 from netclaw.llm import Completion, ToolSchema
-from netclaw.messages import ChatMessage, ToolCall
+from netclaw.messages import ChatMessage, ToolCall, Transcript
 from netclaw.security.roles import turn_needs_approval
 from netclaw.sessions._core import turn as turn
 from netclaw.sessions._core.activities.calling import (
@@ -40,7 +40,8 @@ from netclaw.sessions._core.approvals import (
 )
 from netclaw.sessions._core.commands import Cancel, Command, CompactNow, Decide, Reset
 from netclaw.sessions._core.context import ladder as ladder
-from netclaw.sessions._core.effects import CancelOp, Measure, Recall, ReplyOwed
+from netclaw.sessions._core.effects import CancelOp, Measure, Recall, ReplyOwed, Transcribe
+from netclaw.sessions._core.handlers import voice as voice
 from netclaw.sessions._core.handlers.decisions import settle
 from netclaw.sessions._core.handlers.subagents import announce, cancel_children, round_spawns
 from netclaw.sessions._core.journal.events import ApprovalRequested, RoundStarted, TurnStatus
@@ -53,6 +54,7 @@ from netclaw.sessions._core.results import (
     Recalled,
     ToolEvent,
     ToolsDone,
+    Transcribed,
     TurnTimeout,
 )
 from netclaw.sessions._core.turn import TurnRun
@@ -98,6 +100,11 @@ class Turn:
     def handle(self, core: Core, command: Command) -> Activity:  # noqa: C901 - one case per command
         run = self.run
         match command:
+            case Transcribed(op_id=op_id, transcripts=heard):
+                if self._current(core, op_id):
+                    self.in_flight = False
+                    self._heard(core, heard)
+                    return self._begin(core)
             case Recalled(op_id=op_id, memories=memories):
                 if self._current(core, op_id):
                     self.in_flight = False
@@ -147,14 +154,45 @@ class Turn:
     # -- starting, and calling the model ------------------------------------------------------
 
     def start(self, core: Core) -> Activity:
-        """The turn's tail (memories first, when there are any to look up), then the
-        call — or wait for the decisions a recovered round still needs."""
+        """The message's voice notes heard (once: a transcript recorded is never asked for
+        again, also after a restart), the turn's tail (memories first, when there are any
+        to look up), then the call — or wait for the decisions a recovered round still
+        needs."""
         pending = core.state.pending_round
         if pending is not None and pending.turn == self.run.turn:
             return self._await_decisions(core)  # recovered while a tool round waited for people
         stop = spend_stopped(core, self.run)
         if stop is not None:  # before the tail: a turn that calls nobody records none
             return self._spend_stop(core, stop)
+        unheard = turn.unheard(core.state, self.run.message_id)
+        if unheard:
+            core.emit(Transcribe(self._next_op(core), self.run.message_id, unheard))
+            return self
+        return self._begin(core)
+
+    def _heard(self, core: Core, heard: tuple[tuple[int, Transcript], ...]) -> None:
+        """Record what was heard (failures too, with their reasons) before the model reads it."""
+        run = self.run
+        files = turn.unheard(core.state, run.message_id)
+        asked = {i for i, _ in files}
+        if not any(i in asked for i, _ in heard):
+            return
+        step, charges = turn.heard_step(
+            core.session_id,
+            run.message_id,
+            [(i, t) for i, t in heard if i in asked],
+            files,
+            core.settings.speech,
+            core.now(),
+            core.known_secrets(),
+            show=core.settings.audience(core.context.audience).show_transcripts,
+        )
+        core.record(step)
+        for effect in charges:
+            core.emit(effect)
+
+    def _begin(self, core: Core) -> Activity:
+        """The turn's tail (memories first, when there are any to look up), then the call."""
         query = recall_for(core, self.run)
         if query is not None:
             core.emit(Recall(self._next_op(core), query))
@@ -218,6 +256,7 @@ class Turn:
             core.record(
                 turn.completed_turn(core.session_id, core.state, run, completion, core.new_id, core.now())
             )
+            voice.speak_reply(core, run.turn, completion.text)  # spoken too, where people want it
             return self._end(core, "completed")
         assistant = turn.assistant_message(
             completion, with_tool_calls=True, message_id=core.new_id("a"), ts=core.now()

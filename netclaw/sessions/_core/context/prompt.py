@@ -16,7 +16,7 @@ the low-water mark (``history.low_water`` of the budget), so it is rare.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from itertools import compress, count
 from operator import is_not
@@ -31,6 +31,7 @@ from netclaw.history import (
     sweep_orphans,
     trim_fraction_target,
     trim_to_budget,
+    well_formed_after,
 )
 from netclaw.history.compaction import apply_clearing, summary_message
 from netclaw.llm import ToolSchema
@@ -53,20 +54,49 @@ class Prompt:
     trim: TrimResult | None  # a trim that must be recorded before this prompt is sent
 
 
-def build_context(state: SessionState, system_prompt: str) -> list[ChatMessage]:
+class HeadMessages:
+    """The messages before the transcript (system prompt, summary, breadcrumb), each made
+    once while it stays the same: the very same objects every call, so that whatever
+    recognises a message by identity (the token counts here, the provider's wire cache
+    and the request prefix it keeps) does not encode them anew on every turn. A handful
+    per session: cleared when it grows past a few (a new prompt, a compaction)."""
+
+    __slots__ = ("_made",)
+
+    def __init__(self) -> None:
+        self._made: dict[Hashable, ChatMessage] = {}
+
+    def get(self, key: Hashable, make: Callable[[], ChatMessage]) -> ChatMessage:
+        hit = self._made.get(key)
+        if hit is None:
+            if len(self._made) >= 8:
+                self._made.clear()
+            hit = self._made[key] = make()
+        return hit
+
+
+def _fresh(key: Hashable, make: Callable[[], ChatMessage]) -> ChatMessage:
+    return make()
+
+
+def build_context(
+    state: SessionState, system_prompt: str, heads: HeadMessages | None = None
+) -> list[ChatMessage]:
     """The model-visible projection as recorded: the system prompt, the compaction
     summary, a breadcrumb where turns were trimmed, then the kept transcript with
-    cleared tool results shown as placeholders."""
-    head = [system(system_prompt)]
+    cleared tool results shown as placeholders. With ``heads``, the messages before the
+    transcript are the ones made for an equal head before."""
+    made = heads.get if heads is not None else _fresh
+    head = [made(("system", system_prompt), lambda: system(system_prompt))]
     visible = state.visible
     if state.summary is not None:
+        summary, n, ts = state.summary, state.compactions, visible[0].ts if visible else 0.0
         head.append(
-            summary_message(
-                state.summary, id=f"summary:{state.compactions}", ts=visible[0].ts if visible else 0.0
-            )
+            made(("summary", summary, n, ts), lambda: summary_message(summary, id=f"summary:{n}", ts=ts))
         )
     if state.trimmed and visible:
-        head.append(make_breadcrumb(visible[0]))
+        first = visible[0]
+        head.append(made(("breadcrumb", first.id, first.ts), lambda: make_breadcrumb(first)))
     if state.cleared:
         return [*head, *apply_clearing(visible, state.cleared)]
     return [*head, *visible]
@@ -87,6 +117,14 @@ class PromptBuilder:
         self.calibration = BudgetCalibration(min_ratio=CALIBRATION_FLOOR)
         # The transcript part of the last context and its counts (see _counts).
         self._counted: tuple[list[ChatMessage], list[int]] = ([], [])
+        self._heads = HeadMessages()
+        self._formed: tuple[tuple[ChatMessage, ...], frozenset[str]] = ((), frozenset())
+        # The last tool set (its key, its schemas held) and its fixed overhead (_fixed_overhead).
+        self._fixed: tuple[tuple[Hashable, ...], tuple[ToolSchema, ...], int] = (
+            (),
+            (),
+            self.counter.fixed_overhead(),
+        )
 
     def effective_budget(self) -> int:
         return self.calibration.effective_budget(self.budget)
@@ -106,16 +144,14 @@ class PromptBuilder:
         """
         # Two thirds of the conversation, not of the whole prompt: the system prompt and tool
         # schemas cannot be trimmed, and counting them would cut far more than a third.
-        fixed = self.counter.fixed_overhead(tool_dicts(tools)) + self.counter.count_message(
-            build_context(state, self.system_prompt)[0]
-        )
+        fixed = self._fixed_overhead(tools) + self.counter.count_message(self._context(state)[0])
         prompt = self._fit(state, tools, fixed + trim_fraction_target(max(estimate - fixed, 0)))
         return prompt.trim
 
     def estimate(self, state: SessionState, tools: Sequence[ToolSchema]) -> int:
         """Our token estimate of the projection as recorded (no trim)."""
-        context = build_context(state, self.system_prompt)
-        return self.counter.fixed_overhead(tool_dicts(tools)) + sum(self.counter.count_all(context))
+        context = self._context(state)
+        return self._fixed_overhead(tools) + sum(self.counter.count_all(context))
 
     def observe_usage(self, estimate: int, reported_input_tokens: int) -> None:
         self.calibration.observe(estimate, reported_input_tokens)
@@ -125,15 +161,34 @@ class PromptBuilder:
     ) -> Prompt:
         # Trim before the sweep: a trim cuts only at turn starts, so it never splits a
         # call from its result, and the sweep then walks just the kept part.
-        fixed = self.counter.fixed_overhead(tool_dicts(tools))
-        context = build_context(state, self.system_prompt)
+        fixed = self._fixed_overhead(tools)
+        context = self._context(state)
         counts = self._counts(context, len(context) - len(state.visible))
-        result = trim_to_budget(context, budget, self.counter.count_message, fixed, counts, target=target)
-        swept = self._sweep(state, result.messages)
-        estimate = result.tokens_after
+        estimate = fixed + sum(counts)
+        trim: TrimResult | None = None
+        fitting: Sequence[ChatMessage] = context
+        if estimate > budget:  # within it, a trim leaves the context as it is: not even asked
+            result = trim_to_budget(context, budget, self.counter.count_message, fixed, counts, target=target)
+            fitting, estimate = result.messages, result.tokens_after
+            trim = result if result.trimmed else None
+        swept = self._sweep(state, fitting)
         if swept.changed:
             estimate = fixed + sum(map(self.counter.count_message, swept.messages))
-        return Prompt(swept.messages, estimate, result if result.trimmed else None)
+        return Prompt(swept.messages, estimate, trim)
+
+    def _context(self, state: SessionState) -> list[ChatMessage]:
+        return build_context(state, self.system_prompt, self._heads)
+
+    def _fixed_overhead(self, tools: Sequence[ToolSchema]) -> int:
+        """Priming and tool schemas, counted again only when the tool set changed: a
+        registry hands new schema objects every call, over the same parameter objects (the
+        key holds their ids; the schemas kept hold the objects, so an id is not reused)."""
+        key = tuple((t.name, t.description, id(t.parameters)) for t in tools)
+        held_key, _, fixed = self._fixed
+        if key != held_key:
+            fixed = self.counter.fixed_overhead(tool_dicts(tools))
+            self._fixed = (key, tuple(tools), fixed)
+        return fixed
 
     def _counts(self, context: list[ChatMessage], head: int) -> list[int]:
         """Token counts of ``context``, whose first ``head`` messages come before the
@@ -143,13 +198,28 @@ class PromptBuilder:
         session no longer looks up thousands of counts a turn."""
         body = context[head:]
         previous, counts = self._counted
-        same = next(compress(count(), map(is_not, previous, body)), min(len(previous), len(body)))
+        if len(previous) <= len(body) and body[: len(previous)] == previous:  # the rule: one C loop
+            same = len(previous)
+        else:
+            same = next(compress(count(), map(is_not, previous, body)), min(len(previous), len(body)))
         body_counts = counts[:same] + self.counter.count_all(body[same:])
         self._counted = (body, body_counts)
         return self.counter.count_all(context[:head]) + body_counts
 
     def _sweep(self, state: SessionState, messages: Sequence[ChatMessage]) -> SweepResult:
-        swept = sweep_orphans(messages)
+        # The last prompt found well formed, and the calls it answered: a prompt that begins
+        # with it (a growing transcript) is checked from where it ended.
+        held, answered = self._formed
+        fitting = tuple(messages)
+        if held and fitting[: len(held)] == held:  # C speed: the same objects compare by identity
+            known = well_formed_after(fitting, len(held), answered)
+        else:
+            known = well_formed_after(fitting, 0, frozenset())
+        if known is not None:
+            self._formed = (fitting, known)
+            return SweepResult(messages=fitting, removed_results=(), synthesized=(), changed=False)
+        self._formed = ((), frozenset())
+        swept = sweep_orphans(fitting)
         if swept.changed:  # a safety net: recorded history should never need it
             log.warning(
                 "%s: orphan sweep removed results %s and synthesized results for %s",

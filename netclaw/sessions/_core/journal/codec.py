@@ -11,7 +11,7 @@ from typing import Any
 
 from netclaw.errors import JournalCorrupt
 from netclaw.lineage import ChildReport, ChildTask
-from netclaw.messages import ChatMessage
+from netclaw.messages import Attachment, ChatMessage, Transcript
 from netclaw.security.policy import Place
 from netclaw.sessions._core.journal.events import (
     ApprovalDecided,
@@ -27,15 +27,18 @@ from netclaw.sessions._core.journal.events import (
     ModelPinned,
     ModelSwitched,
     ReplyDelivered,
+    ReplySpoken,
     RoundStarted,
     SessionCompacted,
     SessionEvent,
     SessionReset,
     SessionTitleSet,
+    SpeechTranscribed,
     StepRecorded,
     TaskGiven,
     TurnRecorded,
     TurnStarted,
+    VoiceRepliesSet,
 )
 
 
@@ -105,6 +108,20 @@ def encode(event: SessionEvent) -> tuple[str, str]:  # noqa: C901 - one case per
             payload = {"turn": turn, "from_model": old, "to_model": new, "reason": reason}
         case ModelPinned(model=model, by=by):
             payload = {"model": model, "by": by}
+        case SpeechTranscribed(message_id=mid, transcripts=heard, spent=spent, cost=cost, model=model):
+            payload = {"message_id": mid, "transcripts": [{"file": i, **t.to_dict()} for i, t in heard]}
+            if spent is not None:
+                payload["spent"] = dict(spent)
+            if cost is not None:
+                payload["cost"] = cost
+            if model is not None:
+                payload["model"] = model
+        case VoiceRepliesSet(on=on, by=by):
+            payload = {"on": on, "by": by}
+        case ReplySpoken(turn=turn, file=file, spent=spent, cost=cost, model=model):
+            payload = {"turn": turn, "file": file.to_dict()}
+            optional = {"spent": None if spent is None else dict(spent), "cost": cost, "model": model}
+            payload.update({k: v for k, v in optional.items() if v is not None})
     return type(event).__name__, json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
 
 
@@ -176,6 +193,24 @@ def decode(type_name: str, payload: str) -> SessionEvent:  # noqa: C901 - one ca
             case "ModelPinned":
                 model = data["model"]
                 return ModelPinned(None if model is None else str(model), str(data["by"]))
+            case "SpeechTranscribed":
+                return SpeechTranscribed(
+                    str(data["message_id"]),
+                    tuple((int(t["file"]), Transcript.from_dict(t)) for t in data["transcripts"]),
+                    data.get("spent"),
+                    data.get("cost"),
+                    data.get("model"),
+                )
+            case "VoiceRepliesSet":
+                return VoiceRepliesSet(bool(data["on"]), str(data["by"]))
+            case "ReplySpoken":
+                return ReplySpoken(
+                    int(data["turn"]),
+                    Attachment.from_dict(data["file"]),
+                    data.get("spent"),
+                    data.get("cost"),
+                    data.get("model"),
+                )
             case "SessionCompacted":
                 data["cleared"] = tuple(data["cleared"])
                 data["tiers"] = tuple(data["tiers"])

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from netclaw.lineage import ChildReport, ChildTask
-from netclaw.messages import ChatMessage
+from netclaw.messages import Attachment, ChatMessage, Transcript
 from netclaw.security.policy import Place
 
 TurnStatus = Literal["completed", "failed", "timed_out", "interrupted", "cancelled"]
@@ -90,6 +90,40 @@ class ModelPinned:
 
     model: str | None
     by: str
+
+
+@dataclass(frozen=True, slots=True)
+class SpeechTranscribed:
+    """The audio attachments of the user message ``message_id`` were heard: each file's
+    transcript by its index among the message's files (a failure is recorded too, with its
+    reason: never transcribed twice). ``spent``: ``{"speech_ms": <audio heard>}``; ``cost``:
+    at the endpoints' prices (usage and the spend guards count it)."""
+
+    message_id: str
+    transcripts: tuple[tuple[int, Transcript], ...]
+    spent: Mapping[str, int] | None = None
+    cost: float | None = None
+    model: str | None = None  # the model that heard the first note heard (usage by model)
+
+
+@dataclass(frozen=True, slots=True)
+class VoiceRepliesSet:
+    """A person chose whether this conversation's replies are also spoken (``/voice``)."""
+
+    on: bool
+    by: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReplySpoken:
+    """The reply of ``turn`` was spoken: the stored audio ``file``; ``spent``:
+    ``{"speech_chars": <characters spoken>}``; ``cost`` at the endpoint's price."""
+
+    turn: int
+    file: Attachment
+    spent: Mapping[str, int] | None = None
+    cost: float | None = None
+    model: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,4 +345,7 @@ SessionEvent = (
     | ContextAttached
     | ModelSwitched
     | ModelPinned
+    | SpeechTranscribed
+    | VoiceRepliesSet
+    | ReplySpoken
 )

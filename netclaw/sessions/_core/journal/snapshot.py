@@ -3,13 +3,15 @@ written as, and reading either version back (pure).
 
 Since version 2 a snapshot writes only what happened since the last one: the state
 document without the transcript (its rows are stored once each) and without what the
-transcript already says (replay identities, completed turns' outcomes).
+transcript already says (replay identities, completed turns' outcomes). The one event that
+changes a row already written — a voice note's transcript, recorded with its message
+(``SpeechTranscribed``) — has that row written again (:func:`first_changed_row`).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -17,6 +19,7 @@ from netclaw.errors import JournalCorrupt
 from netclaw.lineage import ChildRecord, ChildReport, ChildTask
 from netclaw.messages import ChatMessage, MessageKind
 from netclaw.security.policy import Place
+from netclaw.sessions._core.journal.events import SessionEvent, SpeechTranscribed
 from netclaw.sessions._core.journal.state import (
     MAX_IDENTITIES,
     ActiveTurn,
@@ -51,6 +54,16 @@ def encode(state: SessionState, saved_rows: int) -> tuple[str, list[str]]:
         for m in state.transcript[saved_rows:]
     ]
     return json.dumps(data, ensure_ascii=False, separators=(",", ":")), rows
+
+
+def first_changed_row(state: SessionState, events: Iterable[SessionEvent]) -> int | None:
+    """The lowest transcript row ``events`` changed in place (a voice note's transcript
+    recorded with its message), which the next snapshot must write again; None when they
+    only appended. ``state`` has the events applied."""
+    changed = {e.message_id for e in events if isinstance(e, SpeechTranscribed)}
+    if not changed:
+        return None
+    return next((i for i, m in enumerate(state.transcript) if m.id in changed), None)
 
 
 def decode(text: str, rows: Sequence[str]) -> SessionState:
@@ -138,6 +151,7 @@ def _document(state: SessionState, *, whole: bool) -> dict[str, Any]:
         "spend_cost": state.spend_cost,
         "model_pin": state.model_pin,
         "time_told_at": state.time_told_at,
+        "voice_replies": state.voice_replies,
     }
     if whole:
         data["transcript"] = [m.to_dict() for m in state.transcript]
@@ -198,6 +212,7 @@ def _from_document(d: dict[str, Any]) -> SessionState:
             spend_cost=float(d.get("spend_cost", 0.0)),
             model_pin=d.get("model_pin"),
             time_told_at=float(d.get("time_told_at", 0.0)),
+            voice_replies=d.get("voice_replies"),
         )
     except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
         raise JournalCorrupt(f"cannot decode snapshot: {exc}") from exc

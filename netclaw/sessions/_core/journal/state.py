@@ -7,13 +7,13 @@ Everything here is reconstructible from the journal: recovery is a fold of
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, get_args
 
 from netclaw.config import is_chat_channel
 from netclaw.errors import JournalCorrupt
 from netclaw.lineage import ChildRecord, ChildReport, ChildTask
-from netclaw.messages import ChatMessage
+from netclaw.messages import ChatMessage, Transcript
 from netclaw.security.policy import Place, channel_of
 from netclaw.sessions._core.journal import children as kin
 from netclaw.sessions._core.journal.events import (
@@ -29,15 +29,18 @@ from netclaw.sessions._core.journal.events import (
     ModelPinned,
     ModelSwitched,
     ReplyDelivered,
+    ReplySpoken,
     RoundStarted,
     SessionCompacted,
     SessionEvent,
     SessionReset,
     SessionTitleSet,
+    SpeechTranscribed,
     StepRecorded,
     TaskGiven,
     TurnRecorded,
     TurnStarted,
+    VoiceRepliesSet,
 )
 from netclaw.sessions._core.journal.values import (
     ActiveTurn,
@@ -58,11 +61,34 @@ MAX_IDENTITIES = 10_000
 MAX_UNDELIVERED = 100  # replies owed to a chat conversation (an adapter down for long)
 
 
-# Events whose only use of the transcript is appending to it.
+# What each event does with the transcript, for the fold (``apply_all``): appends to it,
+# reads it whole (an index, its length, a message to change), or neither. Every event is
+# named (checked below): one left out would fold wrongly.
 _APPENDING = (TurnStarted, StepRecorded, TurnRecorded, ContextAttached)
+_READING = (SpeechTranscribed, SessionReset, HistoryTrimmed, SessionCompacted)
+_NEITHER = (
+    InputAdmitted,
+    ApprovalRequested,
+    ApprovalDecided,
+    ModelSwitched,
+    ModelPinned,
+    VoiceRepliesSet,
+    ReplySpoken,
+    ReplyDelivered,
+    RoundStarted,
+    ChildSpawned,
+    ChildReported,
+    ChildDetached,
+    TaskGiven,
+    MemoriesExtracted,
+    SessionTitleSet,
+)
+if set(get_args(SessionEvent)) != {*_APPENDING, *_READING, *_NEITHER}:
+    raise TypeError("every session event must be named once in _APPENDING, _READING or _NEITHER")
 
 
-@dataclass(frozen=True, slots=True)
+# Not slotted: a new state per event copies its fields as one dict (``_evolve``).
+@dataclass(frozen=True)
 class SessionState:
     session_id: str
     seq: int = 0
@@ -113,6 +139,7 @@ class SessionState:
     task: ChildTask | None = None
     task_input: str | None = None
     reports_owed: Mapping[int, ChildReport] = field(default_factory=dict)
+    voice_replies: bool | None = None  # a person's /voice on|off (None: the audience's default)
 
     @property
     def owed(self) -> int:
@@ -180,8 +207,9 @@ class SessionState:
             )
         match event:
             case InputAdmitted(message=m, place=place):
-                identities = dict(self.identities)
+                identities = self.identities
                 if m.identity is not None:
+                    identities = dict(identities)
                     identities.pop(m.identity, None)  # a re-recorded identity is the newest
                     identities[m.identity] = (m.id, m.ts)
                     if len(identities) > MAX_IDENTITIES:
@@ -275,6 +303,17 @@ class SessionState:
                 return self._evolve(seq=seq, active=active, last_activity=ts)
             case ModelPinned(model=model):
                 return self._evolve(seq=seq, model_pin=model, last_activity=ts)
+            case VoiceRepliesSet(on=on):
+                return self._evolve(seq=seq, voice_replies=on, last_activity=ts)
+            case ReplySpoken(cost=cost):
+                return self._evolve(seq=seq, **self._charged(0, float(cost or 0.0), ts))
+            case SpeechTranscribed(message_id=mid, transcripts=heard, cost=cost):
+                return self._evolve(
+                    seq=seq,
+                    transcript=self._heard(mid, dict(heard)),
+                    last_activity=ts,
+                    **self._charged(0, float(cost or 0.0), ts),
+                )
             case SessionReset():
                 return self._evolve(
                     seq=seq,
@@ -351,6 +390,18 @@ class SessionState:
                 return state
         raise TypeError(f"not a session event: {event!r}")
 
+    def _heard(self, message_id: str, heard: Mapping[int, Transcript]) -> tuple[ChatMessage, ...]:
+        """The transcript with ``message_id``'s audio files carrying what was heard in them
+        (the message is recorded once; its transcripts are part of it from now on)."""
+        for at in range(len(self.transcript) - 1, -1, -1):
+            message = self.transcript[at]
+            if message.id == message_id:
+                files = tuple(
+                    replace(f, transcript=heard[i]) if i in heard else f for i, f in enumerate(message.files)
+                )
+                return (*self.transcript[:at], replace(message, files=files), *self.transcript[at + 1 :])
+        raise JournalCorrupt(f"{self.session_id}: a transcript for unknown message {message_id}")
+
     def _round_closed(self) -> Mapping[str, tuple[str, str]]:
         """The closed approvals once the pending round ends: its undecided requests too."""
         pending = self.pending_round
@@ -365,36 +416,32 @@ class SessionState:
         return index
 
     def _evolve(self, **changes: Any) -> SessionState:
-        """``dataclasses.replace`` for this class, at half its cost (no keyword assembly, no
-        ``__init__``): every event of every session goes through it, and recovery's fold
-        does it thousands of times."""
+        """``dataclasses.replace`` for this class at a fraction of its cost (no keyword
+        assembly, no ``__init__``, the fields copied as one dict): every event of every
+        session goes through it, and recovery's fold does it thousands of times."""
         new = object.__new__(SessionState)
-        setattr_ = object.__setattr__
-        for name in _FIELDS:
-            setattr_(new, name, getattr(self, name))
-        for name, value in changes.items():
-            setattr_(new, name, value)
+        fields_ = new.__dict__
+        fields_.update(self.__dict__)
+        fields_.update(changes)
         return new
 
     def apply_all(self, events: Iterable[tuple[SessionEvent, int, float]]) -> SessionState:
         """``apply`` each event in turn (recovery's fold). The transcript is built in a list
         and made a tuple once at the end, so replaying n messages costs O(n), not the O(n²)
-        of a new tuple per event; the events that read the transcript get it whole."""
+        of a new tuple per event; only the few events that read the transcript get it whole."""
         collected = list(self.transcript)
-        state = replace(self, transcript=())  # the fold's own object: never seen outside
+        state = self._evolve(transcript=())  # the fold's own object: never seen outside
         for event, seq, ts in events:
-            if not isinstance(event, _APPENDING):
-                state = replace(state, transcript=tuple(collected))
+            reads = isinstance(event, _READING)
+            if reads:
+                state.__dict__["transcript"] = tuple(collected)
             state = state.apply(event, seq, ts)
             if state.transcript:
-                if isinstance(event, _APPENDING):
-                    collected.extend(state.transcript)  # what this event appended
-                else:
+                if reads:
                     collected = list(state.transcript)
-                # A fresh object from apply (or the fold's own copy): resetting it in place is
-                # safe, and saves a second copy of every field per event.
-                object.__setattr__(state, "transcript", ())
-        return replace(state, transcript=tuple(collected))
-
-
-_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(SessionState))
+                else:
+                    collected.extend(state.transcript)  # what this event appended
+                # A fresh object from apply: resetting it in place is safe, and saves a
+                # second copy of every field per event.
+                state.__dict__["transcript"] = ()
+        return state._evolve(transcript=tuple(collected))  # noqa: SLF001 - its own class
