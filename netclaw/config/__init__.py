@@ -261,12 +261,11 @@ class HistoryConfig(_Section):
 
 class MemoryConfig(_Section):
     """Durable memory (docs/memory.md). ``embeddings``: the model that gives each memory a
-    vector for recall by meaning; ``wordllama-256`` (default) ships in the ``wordllama``
-    package, so it works offline with nothing to download; ``wordllama-64`` is its 64-wide
-    prefix (a quarter of the memory); ``none`` recalls by keywords only. Changing it
+    vector for recall by meaning; ``minilm-l6`` (default) ships inside netclaw, so it works
+    offline with nothing to download; ``none`` recalls by keywords only. Changing it
     re-embeds the memories in the background."""
 
-    embeddings: Literal["wordllama-256", "wordllama-64", "none"] = "wordllama-256"
+    embeddings: Literal["minilm-l6", "none"] = "minilm-l6"
 
 
 class SpendConfig(_Section):

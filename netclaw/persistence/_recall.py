@@ -25,12 +25,12 @@ Vector = npt.NDArray[np.float32]
 CANDIDATES = 20  # from each ranking (keywords, vectors), before fusion
 # A keyword hit's bonus: up to this much added to its similarity (the best keyword rank
 # gets all of it, the CANDIDATES-th almost none).
-KEYWORD_BONUS = 0.10
+KEYWORD_BONUS = 0.05
 # A memory is recalled only when its score (similarity plus any keyword bonus) is at least
 # this (bench/memory.py: below it, unrelated memories outnumber related ones)...
-SIMILARITY_FLOOR = 0.35
+SIMILARITY_FLOOR = 0.40
 # ...and not much below the best one's: next to a close match, a distant one is noise.
-RELATIVE_MARGIN = 0.08
+RELATIVE_MARGIN = 0.12
 # Writes: a memory this close to an existing one of its audience, with none of its words
 # new, says nothing new (nor does one merely as close as a change, with the same words)...
 DUPLICATE_SIMILARITY = 0.93

@@ -175,7 +175,7 @@ from netclaw.persistence import NewMemory, SqliteMemoryStore, load_embedder, pre
 async def main():
     path = pathlib.Path("memory.db")
     prepare_database(path)
-    store = await SqliteMemoryStore(path, embedder=load_embedder("wordllama-256")).open()
+    store = await SqliteMemoryStore(path, embedder=load_embedder("minilm-l6")).open()
     await store.add([NewMemory("Anna, the user's sister, works as a nurse at St. Mary's hospital."),
                      NewMemory("Production runs on the host kestrel-2.")], session_id="cli:a", audience="personal")
     for m in await store.search("What does my sister do for a living?", audience="personal"):

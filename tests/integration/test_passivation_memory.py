@@ -194,7 +194,7 @@ def test_a_changed_fact_is_recalled_changed_in_another_session(
     found = handle.http.get("/api/memories", params={"q": "my sister's job"}).json()
     assert [m["text"] for m in found] == [SISTER_NOW]
     assert handle.http.get("/healthz").json()["memory"] == {
-        "embeddings": "wordllama-l2_supercat-256",
+        "embeddings": "all-MiniLM-L6-v2-int8",
         "recall": "ready",
     }
 

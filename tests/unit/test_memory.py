@@ -350,7 +350,7 @@ async def test_a_persons_search_keeps_the_words_recall_drops(store: MemoryStore)
 
 # -- by meaning: hybrid recall, memories that update ------------------------------------------
 
-EMBEDDER = load_embedder("wordllama-256")
+EMBEDDER = load_embedder("minilm-l6")
 ANNA = "Anna, the user's sister, works as a nurse at St. Mary's hospital."
 ANNA_NOW = "Anna, the user's sister, now works as a nurse at the city hospital in Leeds."
 BUDGET = "The monthly grocery budget is 400 pounds."
@@ -377,7 +377,7 @@ async def open_store(
 @pytest.fixture(params=["sqlite", "postgres"])
 async def hybrid(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[MemoryStore]:
     """The store with the default (offline) embeddings, on each backend."""
-    s = await open_store(request.param, request, tmp_path, "wordllama-256")
+    s = await open_store(request.param, request, tmp_path, "minilm-l6")
     yield s
     await s.close()
 
@@ -485,9 +485,9 @@ async def test_a_model_change_re_embeds_in_the_background(
     assert first.embedding_status().state == "off"
     await first.close()
 
-    second = await open_store(backend, request, tmp_path, "wordllama-64")
+    second = await open_store(backend, request, tmp_path, "minilm-l6")
     try:
-        assert second.embedding_status().model == "wordllama-l2_supercat-64"
+        assert second.embedding_status().model == "all-MiniLM-L6-v2-int8"
         assert [m.text for m in await second.search("Which hospital is Anna at?", audience="personal")] == [
             ANNA
         ]
@@ -502,7 +502,7 @@ async def test_a_model_change_re_embeds_in_the_background(
     finally:
         await second.close()
     # Reopened with the same model: nothing left to do.
-    third = await open_store(backend, request, tmp_path, "wordllama-64")
+    third = await open_store(backend, request, tmp_path, "minilm-l6")
     assert third.embedding_status().state == "ready"
     await third.close()
 

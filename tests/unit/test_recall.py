@@ -3,6 +3,9 @@ floor, what a new memory is to the existing ones, and the offline embeddings."""
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -98,8 +101,11 @@ def test_nearest_is_the_brute_force_answer(
 
 
 def test_a_keyword_hit_gets_a_bonus_over_an_equally_close_vector_hit() -> None:
-    similar = [(7, 0.65), (5, 0.64), (3, 0.60)]
-    ids = fuse([3, 9], similar, {7: 0.65, 5: 0.64, 3: 0.60, 9: 0.2}, limit=5)
+    best = SIMILARITY_FLOOR + 0.25
+    a_little_less = best - KEYWORD_BONUS / 2  # the top keyword rank's bonus lifts it past best
+    similar = [(7, best), (5, best - 0.01), (3, a_little_less)]
+    similarity = {7: best, 5: best - 0.01, 3: a_little_less, 9: 0.2}
+    ids = fuse([3, 9], similar, similarity, limit=5)
     assert ids == [3, 7, 5]  # 9: its words match, but it is far from the meaning
 
 
@@ -154,8 +160,8 @@ def test_another_fact_about_the_same_subject_is_added() -> None:
 
 
 def test_the_default_embeddings_load_from_the_installed_package_and_find_meaning() -> None:
-    embedder = load_embedder("wordllama-256")
-    assert embedder is not None and embedder.dim == 256 and embedder.model == "wordllama-l2_supercat-256"
+    embedder = load_embedder("minilm-l6")
+    assert embedder is not None and embedder.dim == 384 and embedder.model == "all-MiniLM-L6-v2-int8"
     vectors = embedder.embed(
         [
             "What does my sister do for a living?",
@@ -167,18 +173,44 @@ def test_the_default_embeddings_load_from_the_installed_package_and_find_meaning
     assert vectors[0] @ vectors[1] > vectors[0] @ vectors[2] + 0.2
     shouted, quiet = embedder.embed(["ANNA WORKS AS A NURSE.", "Anna works as a nurse."])
     assert shouted @ quiet == pytest.approx(1.0)  # case-blind: casing is no new memory
-    small = load_embedder("wordllama-64")
-    assert small is not None and small.embed(["x y"]).shape == (1, 64) and small.model != embedder.model
     assert load_embedder("none") is None
 
 
+def test_a_text_embeds_the_same_whatever_it_is_embedded_with() -> None:
+    """A memory's stored vector and a query's must not depend on what else was embedded in
+    the same call (the int8 layers scale their input per run)."""
+    embedder = load_embedder("minilm-l6")
+    assert embedder is not None
+    texts = [
+        "Anna is a nurse.",
+        "x",
+        "The user's " + "very " * 300 + "long note.",
+        "Production runs on kestrel-2.",
+    ]
+    texts += [f"Note {n}: the cat is called Miso and eats at {n} o'clock." for n in range(40)]
+    together = embedder.embed(texts)
+    alone = np.stack([embedder.embed([t])[0] for t in texts])
+    assert np.abs(together - alone).max() < 1e-6
+
+
 def test_text_without_a_known_token_is_a_zero_vector_not_an_error() -> None:
-    embedder = load_embedder("wordllama-256")
+    embedder = load_embedder("minilm-l6")
     assert embedder is not None
     assert not embedder.embed([""])[0].any()
-    assert embedder.embed([]).shape == (0, 256)
+    assert not embedder.embed(["   "])[0].any()
+    assert embedder.embed([]).shape == (0, 384)
 
 
 def test_an_unknown_model_name_is_refused_with_the_choices() -> None:
-    with pytest.raises(EmbeddingsUnavailable, match="wordllama-256, wordllama-64, none"):
+    with pytest.raises(EmbeddingsUnavailable, match="minilm-l6, none"):
         load_embedder("bert-large")
+
+
+def test_a_damaged_model_file_is_named_with_what_to_do(tmp_path: Path) -> None:
+    from netclaw.persistence._embeddings import _MINILM, MiniLMEmbedder
+
+    shutil.copy(_MINILM / "tokenizer.json", tmp_path)
+    (tmp_path / "model.onnx").write_bytes(b"not a model")
+    embedder = MiniLMEmbedder(tmp_path)  # nothing is read before the first text
+    with pytest.raises(EmbeddingsUnavailable, match=r"could not be loaded .*reinstall netclaw"):
+        embedder.embed(["hello"])
