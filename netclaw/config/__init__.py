@@ -263,9 +263,13 @@ class MemoryConfig(_Section):
     """Durable memory (docs/memory.md). ``embeddings``: the model that gives each memory a
     vector for recall by meaning; ``minilm-l6`` (default) ships inside netclaw, so it works
     offline with nothing to download; ``none`` recalls by keywords only. Changing it
-    re-embeds the memories in the background."""
+    re-embeds the memories in the background. ``max_per_audience``: the live memories an
+    audience keeps."""
 
     embeddings: Literal["minilm-l6", "none"] = "minilm-l6"
+    # Live memories an audience keeps: past it, a write forgets the least recently told,
+    # confirmed or recalled ones (docs/memory.md). None: no cap.
+    max_per_audience: int | None = Field(10_000, gt=0)
 
 
 class SpendConfig(_Section):

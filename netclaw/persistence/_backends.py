@@ -85,9 +85,14 @@ def make_memory(settings: Settings) -> SqliteMemoryStore | PostgresMemoryStore:
     if uses_postgres(settings):
         with _needs_psycopg():
             from netclaw.persistence.postgres import PostgresMemoryStore
-        return PostgresMemoryStore(settings.journal.dsn(), embedder=embedder)
+        return PostgresMemoryStore(
+            settings.journal.dsn(), embedder=embedder, max_per_audience=settings.memory.max_per_audience
+        )
     return SqliteMemoryStore(
-        settings.database_path, synchronous=settings.journal.synchronous, embedder=embedder
+        settings.database_path,
+        synchronous=settings.journal.synchronous,
+        embedder=embedder,
+        max_per_audience=settings.memory.max_per_audience,
     )
 
 

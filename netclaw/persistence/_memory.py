@@ -101,11 +101,19 @@ class MemoryStore(Protocol):
         ...
 
     async def search(
-        self, query: str, *, audience: str | None = None, scope: str | None = None, limit: int = 5
+        self,
+        query: str,
+        *,
+        audience: str | None = None,
+        scope: str | None = None,
+        limit: int = 5,
+        used: bool = False,
     ) -> list[Memory]:
         """The most relevant live memories for free text, best first (hybrid recall, relevance
         floor); ``audience=None`` searches all. With ``scope``, only memories made there or
-        audience-wide ones (scope NULL)."""
+        audience-wide ones (scope NULL). ``used``: what is found goes to the model (a turn's
+        recall, the search_memory tool), so it counts as recently used: ranked a little
+        higher, kept longer under the audience's cap."""
         ...
 
     def may_have(self, audience: str) -> bool:
@@ -211,6 +219,7 @@ _M_COLUMNS = "m.id, m.text, m.kind, m.session_id, m.audience, m.created, m.turn,
 _BACKFILL_BATCH = 256  # memories re-embedded per step: each step is one short write
 
 
+USED_SAVE_INTERVAL_S = 86_400.0
 # A long message is embedded by its start, where its question usually is: the encoder's
 # cost grows with the text (about 2 ms for a sentence, 13 for 500 characters, 38 for 2,000).
 QUERY_CHARS = 500
@@ -230,6 +239,9 @@ class HybridRecall:
         self.embedder = embedder
         self.index: VectorIndex | None = VectorIndex(embedder.dim) if embedder is not None else None
         self.pending: set[int] = set()  # live memories without a vector of this model
+        # When this process last saved each memory's ``used`` time (what a restart knows is
+        # the database's, so the first recall after one may save again).
+        self._used_saved: dict[int, float] = {}
         self._backfill: asyncio.Task[None] | None = None
 
     @property
@@ -237,14 +249,15 @@ class HybridRecall:
         return self.embedder.model if self.embedder is not None else None
 
     def load(self, rows: Iterable[Sequence[Any]]) -> None:
-        """Index live rows ``(id, audience, scope, vector, vector_model)``; a row without a
-        vector of this model waits for the background re-embedding."""
+        """Index live rows ``(id, audience, scope, vector, vector_model, fresh)`` (``fresh``:
+        when last told, confirmed or recalled); a row without a vector of this model waits
+        for the background re-embedding."""
         if self.index is None or self.embedder is None:
             return
-        for memory_id, audience, scope, blob, model in rows:
+        for memory_id, audience, scope, blob, model, fresh in rows:
             if blob is not None and model == self.embedder.model and len(blob) == 4 * self.index.dim:
                 vector = np.frombuffer(bytes(blob), dtype="<f4").astype(np.float32)
-                self.index.put(int(memory_id), str(audience), scope, vector)
+                self.index.put(int(memory_id), str(audience), scope, vector, float(fresh or 0.0))
                 self.pending.discard(int(memory_id))
             elif int(memory_id) not in self.index:
                 self.pending.add(int(memory_id))
@@ -288,20 +301,41 @@ class HybridRecall:
             return fuse(keyword_ids, (), {}, limit=limit, embedded=False)
         similarity = dict(similar)
         similarity.update(self.index.similarity(query, (i for i in keyword_ids if i not in similarity)))
-        return fuse(keyword_ids, similar, similarity, limit=limit, complete=complete)
+        fresh = self.index.freshness(similarity)
+        return fuse(
+            keyword_ids, similar, similarity, limit=limit, complete=complete, fresh=fresh, now=time.time()
+        )
 
     async def neighbours(self, vector: Vectors | None, audience: str) -> list[tuple[int, float]]:
         if vector is None or self.index is None:
             return []
         return self.index.nearest(vector, audience, None, 5)
 
-    def added(self, memory_id: int, audience: str, scope: str | None, vector: Vectors | None) -> None:
+    def added(
+        self, memory_id: int, audience: str, scope: str | None, vector: Vectors | None, fresh: float
+    ) -> None:
         if self.index is not None and vector is not None:
-            self.index.put(memory_id, audience, scope, vector)
+            self.index.put(memory_id, audience, scope, vector, fresh)
+
+    def confirmed(self, memory_id: int, when: float) -> None:
+        if self.index is not None:
+            self.index.touch(memory_id, when)
+
+    def recalled(self, ids: Sequence[int], when: float) -> list[int]:
+        """Recalled into a turn at ``when``: ranked as fresh from now on. Returns the ids
+        whose time in the database is worth updating (at most once a day each: a turn that
+        recalls does not write for it)."""
+        stale = [i for i in ids if self._used_saved.get(i, 0.0) < when - USED_SAVE_INTERVAL_S]
+        for memory_id in stale:
+            self._used_saved[memory_id] = when
+        for memory_id in ids:
+            self.confirmed(memory_id, when)
+        return stale
 
     def dropped(self, ids: Iterable[int]) -> None:
         for memory_id in ids:
             self.pending.discard(memory_id)
+            self._used_saved.pop(memory_id, None)
             if self.index is not None:
                 self.index.drop(memory_id)
 
@@ -310,7 +344,7 @@ class HybridRecall:
 
     def start_backfill(
         self,
-        texts: Callable[[list[int]], Awaitable[list[tuple[int, str, str, str | None]]]],
+        texts: Callable[[list[int]], Awaitable[list[tuple[int, str, str, str | None, float]]]],
         save: Callable[[list[tuple[bytes, str, int]]], Awaitable[None]],
     ) -> None:
         """Embed the pending memories in the background, a batch at a time: each batch is
@@ -321,7 +355,7 @@ class HybridRecall:
 
     async def _run_backfill(
         self,
-        texts: Callable[[list[int]], Awaitable[list[tuple[int, str, str, str | None]]]],
+        texts: Callable[[list[int]], Awaitable[list[tuple[int, str, str, str | None, float]]]],
         save: Callable[[list[tuple[bytes, str, int]]], Awaitable[None]],
     ) -> None:
         assert self.embedder is not None
@@ -334,9 +368,9 @@ class HybridRecall:
                 vectors = await self.embed([r[1] for r in rows])
                 if rows and vectors is not None:
                     await save([(to_blob(v), model, r[0]) for r, v in zip(rows, vectors, strict=True)])
-                    for (memory_id, _, audience, scope), vector in zip(rows, vectors, strict=True):
+                    for (memory_id, _, audience, scope, fresh), vector in zip(rows, vectors, strict=True):
                         if memory_id in self.pending:  # not deleted meanwhile
-                            self.added(memory_id, audience, scope, vector)
+                            self.added(memory_id, audience, scope, vector, fresh)
                 self.pending.difference_update(batch)  # embedded now, or gone
             log.info("memory: every memory is embedded with %s", model)
         except JournalError as exc:
@@ -352,16 +386,39 @@ class HybridRecall:
                 await task
 
 
+def log_forgotten(audience: str, cap: int | None, ids: Sequence[int]) -> None:
+    log.info(
+        "memory: the %s audience is over memory.max_per_audience (%s): forgot %d least recently"
+        " told, confirmed or recalled (ids %s)",
+        audience,
+        cap,
+        len(ids),
+        ", ".join(map(str, ids[:20])) + (" ..." if len(ids) > 20 else ""),
+    )
+
+
 def keep_order(ids: Sequence[int], memories: Iterable[Memory]) -> list[Memory]:
     by_id = {m.id: m for m in memories}
     return [by_id[i] for i in ids if i in by_id]
 
 
+# What a memory is ranked and kept by: when it was last told, confirmed or recalled.
+_FRESH = "max(created, coalesce(confirmed, 0), coalesce(used, 0))"
+
+
 class SqliteMemoryStore:
     """Implements :class:`MemoryStore` on its own connection to the daemon's SQLite file."""
 
-    def __init__(self, path: Path, *, synchronous: str = "full", embedder: Embedder | None = None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        synchronous: str = "full",
+        embedder: Embedder | None = None,
+        max_per_audience: int | None = None,
+    ) -> None:
         self.path = path
+        self._cap = max_per_audience
         self._synchronous = synchronous
         self._conn: aiosqlite.Connection | None = None
         # Audiences with at least one memory. Recall runs before every turn; a search that
@@ -386,7 +443,8 @@ class SqliteMemoryStore:
             self._audiences = {str(r[0]) for r in rows}
             if self._recall.embedder is not None:
                 live = await self._conn.execute_fetchall(
-                    "SELECT id, audience, scope, vector, vector_model FROM memories WHERE superseded_by IS NULL"
+                    f"SELECT id, audience, scope, vector, vector_model, {_FRESH} FROM memories"
+                    " WHERE superseded_by IS NULL"
                 )
                 self._recall.load(live)
         except JournalError:
@@ -407,13 +465,14 @@ class SqliteMemoryStore:
         except (sqlite3.Error, ValueError) as exc:  # ValueError: aiosqlite's "Connection closed"
             raise JournalError(f"memory store failed: {exc}") from exc
 
-    async def _texts(self, ids: list[int]) -> list[tuple[int, str, str, str | None]]:
+    async def _texts(self, ids: list[int]) -> list[tuple[int, str, str, str | None, float]]:
         marks = ", ".join("?" * len(ids))
         rows = await self._fetch(
-            f"SELECT id, text, audience, scope FROM memories WHERE id IN ({marks}) AND superseded_by IS NULL",
+            f"SELECT id, text, audience, scope, {_FRESH} FROM memories"
+            f" WHERE id IN ({marks}) AND superseded_by IS NULL",
             ids,
         )
-        return [(int(r[0]), str(r[1]), str(r[2]), r[3]) for r in rows]
+        return [(int(r[0]), str(r[1]), str(r[2]), r[3], float(r[4])) for r in rows]
 
     async def _save_vectors(self, rows: list[tuple[bytes, str, int]]) -> None:
         if self._conn is None:
@@ -451,6 +510,7 @@ class SqliteMemoryStore:
         vectors = await self._recall.embed([i.text for i in items])
         stored: list[Memory] = []
         dropped: list[int] = []
+        forgotten: list[int] = []
         async with self._writing:
             await self._fetch("BEGIN IMMEDIATE")
             try:
@@ -459,10 +519,12 @@ class SqliteMemoryStore:
                     memory = await self._add_one(item, vector, session_id, audience, turn, scope)
                     if memory is not None:
                         stored.append(memory)
-                        self._recall.added(memory.id, audience, scope, vector)
+                        self._recall.added(memory.id, audience, scope, vector, memory.created)
                         if memory.replaces is not None:
                             dropped.append(memory.replaces)
                             self._recall.dropped([memory.replaces])
+                if stored and self._cap is not None:
+                    forgotten = await self._forget_over_cap(audience, self._cap)
                 await self._fetch("COMMIT")
             except BaseException:
                 with contextlib.suppress(JournalError):
@@ -479,9 +541,29 @@ class SqliteMemoryStore:
                             )
                         )
                 raise
+        if forgotten:
+            self._recall.dropped(forgotten)
+            log_forgotten(audience, self._cap, forgotten)
         if stored:
             self._audiences.add(audience)
-        return stored
+        return [m for m in stored if m.id not in forgotten]
+
+    async def _forget_over_cap(self, audience: str, cap: int) -> list[int]:
+        """Delete the audience's live memories beyond ``cap``, least recently told,
+        confirmed or recalled first (inside the add's transaction)."""
+        (count,) = (
+            await self._fetch(
+                "SELECT COUNT(*) FROM memories WHERE audience = ? AND superseded_by IS NULL", [audience]
+            )
+        )[0]
+        if count <= cap:
+            return []
+        rows = await self._fetch(
+            "DELETE FROM memories WHERE id IN (SELECT id FROM memories WHERE audience = ? AND"
+            f" superseded_by IS NULL ORDER BY {_FRESH}, id LIMIT ?) RETURNING id",
+            [audience, count - cap],
+        )
+        return [int(r[0]) for r in rows]
 
     async def _add_one(
         self,
@@ -498,6 +580,7 @@ class SqliteMemoryStore:
         )
         if same and same[0][1] is None:  # told again, word for word
             await self._fetch("UPDATE memories SET confirmed = ? WHERE id = ?", [now, same[0][0]])
+            self._recall.confirmed(same[0][0], now)
             return None
         decision = WriteDecision("add")
         near = [n for n in await self._recall.neighbours(vector, audience) if not same or n[0] != same[0][0]]
@@ -517,6 +600,8 @@ class SqliteMemoryStore:
                 decision = WriteDecision("supersede", item.replaces)
         if decision.action == "duplicate":
             await self._fetch("UPDATE memories SET confirmed = ? WHERE id = ?", [now, decision.existing])
+            if decision.existing is not None:
+                self._recall.confirmed(decision.existing, now)
             return None
         blob = to_blob(vector) if vector is not None else None
         model = self._recall.model if vector is not None else None
@@ -556,13 +641,32 @@ class SqliteMemoryStore:
         return self._recall.status()
 
     async def search(
-        self, query: str, *, audience: str | None = None, scope: str | None = None, limit: int = 5
+        self,
+        query: str,
+        *,
+        audience: str | None = None,
+        scope: str | None = None,
+        limit: int = 5,
+        used: bool = False,
     ) -> list[Memory]:
         if self._conn is None:
             raise JournalError("the memory store is closed")
         if limit < 1 or not self._audiences or (audience is not None and audience not in self._audiences):
             return []
-        return await self._hybrid(query, audience, scope, None, min(limit, _MAX_LIMIT), stop_words=False)
+        found = await self._hybrid(query, audience, scope, None, min(limit, _MAX_LIMIT), stop_words=False)
+        if used and found:
+            now = time.time()
+            stale = self._recall.recalled([m.id for m in found], now)
+            if stale:
+                try:
+                    async with self._writing:
+                        await self._fetch(
+                            f"UPDATE memories SET used = ? WHERE id IN ({', '.join('?' * len(stale))})",
+                            [now, *stale],
+                        )
+                except JournalError as exc:  # a ranking hint: never worth failing a recall for
+                    log.warning("memory: could not record a recall (%s)", exc)
+        return found
 
     async def _hybrid(
         self,

@@ -31,6 +31,11 @@ KEYWORD_BONUS = 0.05
 SIMILARITY_FLOOR = 0.40
 # ...and not much below the best one's: next to a close match, a distant one is noise.
 RELATIVE_MARGIN = 0.12
+# Among the memories recalled, the one told, confirmed or recalled more recently comes
+# first: up to this much added to its score for ordering (never to pass the floor), halving
+# every RECENCY_HALF_LIFE_DAYS. Small: a tie-breaker between memories about as close.
+RECENCY_BONUS = 0.02
+RECENCY_HALF_LIFE_DAYS = 30.0
 # Writes: a memory this close to an existing one of its audience, with none of its words
 # new, says nothing new (nor does one merely as close as a change, with the same words)...
 DUPLICATE_SIMILARITY = 0.93
@@ -72,13 +77,32 @@ class VectorIndex:
     def __contains__(self, memory_id: object) -> bool:
         return memory_id in self._where
 
-    def put(self, memory_id: int, audience: str, scope: str | None, vector: Vector) -> None:
+    def put(
+        self, memory_id: int, audience: str, scope: str | None, vector: Vector, fresh: float = 0.0
+    ) -> None:
+        """Index a memory; ``fresh``: when it was last told, confirmed or recalled (unix s)."""
         if memory_id in self._where:
             self.drop(memory_id)
         part = self._parts.get(audience)
         if part is None:
             part = self._parts[audience] = _Part(self.dim)
-        self._where[memory_id] = (audience, part.append(memory_id, scope, vector))
+        self._where[memory_id] = (audience, part.append(memory_id, scope, vector, fresh))
+
+    def touch(self, memory_id: int, when: float) -> None:
+        """It was confirmed or recalled at ``when``."""
+        found = self._where.get(memory_id)
+        if found is not None:
+            part, row = self._parts[found[0]], found[1]
+            part.fresh[row] = max(part.fresh[row], when)
+
+    def freshness(self, ids: Iterable[int]) -> dict[int, float]:
+        """When each indexed id was last told, confirmed or recalled."""
+        out: dict[int, float] = {}
+        for memory_id in ids:
+            found = self._where.get(memory_id)
+            if found is not None:
+                out[memory_id] = float(self._parts[found[0]].fresh[found[1]])
+        return out
 
     def drop(self, memory_id: int) -> None:
         found = self._where.pop(memory_id, None)
@@ -108,16 +132,17 @@ class VectorIndex:
 
 
 class _Part:
-    __slots__ = ("count", "ids", "scope_codes", "scopes", "vectors")
+    __slots__ = ("count", "fresh", "ids", "scope_codes", "scopes", "vectors")
 
     def __init__(self, dim: int) -> None:
         self.vectors: Vector = np.zeros((64, dim), dtype=np.float32)
         self.ids = np.full(64, -1, dtype=np.int64)
+        self.fresh = np.zeros(64, dtype=np.float64)
         self.scope_codes = np.zeros(64, dtype=np.int32)
         self.scopes: dict[str | None, int] = {None: 0}
         self.count = 0
 
-    def append(self, memory_id: int, scope: str | None, vector: Vector) -> int:
+    def append(self, memory_id: int, scope: str | None, vector: Vector, fresh: float) -> int:
         if self.count == len(self.ids):  # grow: new arrays, so a reader's old ones stay whole
             size = 2 * len(self.ids)
             vectors = np.zeros((size, self.vectors.shape[1]), dtype=np.float32)
@@ -126,9 +151,12 @@ class _Part:
             ids[: self.count] = self.ids[: self.count]
             codes = np.zeros(size, dtype=np.int32)
             codes[: self.count] = self.scope_codes[: self.count]
-            self.vectors, self.ids, self.scope_codes = vectors, ids, codes
+            fresh_ = np.zeros(size, dtype=np.float64)
+            fresh_[: self.count] = self.fresh[: self.count]
+            self.vectors, self.ids, self.scope_codes, self.fresh = vectors, ids, codes, fresh_
         row = self.count
         self.vectors[row] = vector
+        self.fresh[row] = fresh
         self.scope_codes[row] = self.scopes.setdefault(scope, len(self.scopes))
         self.ids[row] = memory_id  # last: the row is live once it has its id
         self.count += 1
@@ -165,6 +193,8 @@ def fuse(
     limit: int,
     embedded: bool = True,
     complete: Collection[int] = (),
+    fresh: Mapping[int, float] | None = None,
+    now: float = 0.0,
 ) -> list[int]:
     """Ids to recall, best first. Each candidate (from either ranking) scores its cosine
     similarity to the query plus a bonus when the query's words found it too (more for a
@@ -174,7 +204,10 @@ def fuse(
     found by its words meanwhile; so does one with every word of the query in it
     (``complete``: "runbook" finds the runbook entries however much else they say).
     ``embedded=False``: no vectors at all (embeddings off, or
-    no word of the query is known to the model): the keyword ranking as it is."""
+    no word of the query is known to the model): the keyword ranking as it is.
+    ``fresh`` (id -> when last told, confirmed or recalled) and ``now`` order what is
+    recalled: a recency bonus, for ordering only (what the floor and the margin leave out
+    stays out)."""
     if not embedded:
         return list(keyword_ids[:limit])
     score: dict[int, float] = {memory_id: cosine for memory_id, cosine in similar}
@@ -188,7 +221,17 @@ def fuse(
     if not kept:
         return []
     best = max(kept.values())
-    ranked = sorted((i for i, v in kept.items() if v >= best - RELATIVE_MARGIN), key=lambda i: (-kept[i], -i))
+    fresh = fresh or {}
+
+    def order(memory_id: int) -> tuple[float, int]:
+        when = fresh.get(memory_id)
+        recency = 0.0
+        if when is not None:
+            age_days = max(0.0, now - when) / 86_400
+            recency = RECENCY_BONUS * 0.5 ** (age_days / RECENCY_HALF_LIFE_DAYS)
+        return (-(kept[memory_id] + recency), -memory_id)
+
+    ranked = sorted((i for i, v in kept.items() if v >= best - RELATIVE_MARGIN), key=order)
     return ranked[:limit]
 
 

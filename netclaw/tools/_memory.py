@@ -73,7 +73,9 @@ def memory_tools(store: MemoryStore) -> list[Tool]:
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= SEARCH_MAX_LIMIT:
             raise ToolError(f"'limit' must be an integer from 1 to {SEARCH_MAX_LIMIT} (got {limit!r})")
         try:
-            found = await store.search(query, audience=ctx.audience, scope=ctx.recall_scope, limit=limit)
+            found = await store.search(
+                query, audience=ctx.audience, scope=ctx.recall_scope, limit=limit, used=True
+            )
         except JournalError as exc:
             raise ToolError(f"memory is unavailable right now: {exc}") from exc
         return "\n".join(_line(m) for m in found) if found else "no memories match"

@@ -361,17 +361,19 @@ UNRELATED = ("Write a haiku about autumn leaves.", "Give me a regex for an email
 
 
 async def open_store(
-    kind: str, request: pytest.FixtureRequest, tmp_path: Path, embeddings: str
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path, embeddings: str, cap: int | None = None
 ) -> MemoryStore:
     embedder = load_embedder(embeddings)
     if kind == "sqlite":
         path = tmp_path / "store.db"
         if not path.exists():
             prepare_database(path)
-        return await SqliteMemoryStore(path, embedder=embedder).open()
+        return await SqliteMemoryStore(path, embedder=embedder, max_per_audience=cap).open()
     from netclaw.persistence.postgres import PostgresMemoryStore
 
-    return await PostgresMemoryStore(request.getfixturevalue("pg_dsn"), embedder=embedder).open()
+    return await PostgresMemoryStore(
+        request.getfixturevalue("pg_dsn"), embedder=embedder, max_per_audience=cap
+    ).open()
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -548,3 +550,56 @@ async def test_a_memory_with_every_word_of_the_query_is_found_however_much_else_
     await hybrid.add(facts(entry, ANNA), session_id="cli:a", audience="personal")
     assert [m.text for m in await hybrid.search("runbook", audience="personal")] == [entry]
     assert [m.text for m in await hybrid.listing(query="runbook entry")] == [entry]
+
+
+# -- caps and recency -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+@pytest.mark.parametrize("embeddings", ["minilm-l6", "none"])
+async def test_an_audience_over_its_cap_forgets_what_was_least_recently_told_or_recalled(
+    backend: str, embeddings: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    s = await open_store(backend, request, tmp_path, embeddings, cap=3)
+    try:
+        tea, jazz, cat = "The user drinks green tea.", "The user plays jazz piano.", "The cat is called Miso."
+        for text in (tea, jazz, cat):
+            await s.add(facts(text), session_id="cli:a", audience="personal")
+        await s.add(facts("The team deploys on Tuesdays."), session_id="cli:a", audience="team")
+        # The oldest is told again, the next oldest is recalled into a turn: both are fresh now.
+        await s.add(facts(tea), session_id="cli:b", audience="personal")
+        assert [m.text for m in await s.search("Which piano music?", audience="personal", used=True)] == [
+            jazz
+        ]
+        added = await s.add(facts("Anna is a nurse."), session_id="cli:b", audience="personal")
+        assert [m.text for m in added] == ["Anna is a nurse."]
+        live = {m.text for m in await s.listing(audience="personal")}
+        assert live == {tea, jazz, "Anna is a nurse."}  # the cat: least recently told or recalled
+        assert await s.search("What is the cat called?", audience="personal") == []
+        assert [m.text for m in await s.listing(audience="team")] == ["The team deploys on Tuesdays."]
+    finally:
+        await s.close()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+async def test_a_recalls_use_is_saved_and_counts_after_a_restart(
+    backend: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    s = await open_store(backend, request, tmp_path, "minilm-l6", cap=2)
+    try:
+        await s.add(facts("The user drinks green tea."), session_id="a", audience="personal")
+        await s.add(facts("The user plays jazz piano."), session_id="a", audience="personal")
+        assert await s.search("green tea", audience="personal", used=True)
+        assert await s.search("green tea", audience="personal", used=True)  # saved once a day: no write
+    finally:
+        await s.close()
+    # Reopened: the tea's use is in the database, so the jazz (older use) goes first.
+    s = await open_store(backend, request, tmp_path, "minilm-l6", cap=2)
+    try:
+        await s.add(facts("Anna is a nurse."), session_id="b", audience="personal")
+        assert {m.text for m in await s.listing(audience="personal")} == {
+            "The user drinks green tea.",
+            "Anna is a nurse.",
+        }
+    finally:
+        await s.close()

@@ -171,7 +171,13 @@ class BrokenStore:
         raise JournalError("database is locked")
 
     async def search(
-        self, query: str, *, audience: str | None = None, scope: str | None = None, limit: int = 5
+        self,
+        query: str,
+        *,
+        audience: str | None = None,
+        scope: str | None = None,
+        limit: int = 5,
+        used: bool = False,
     ) -> list[Memory]:
         raise JournalError("database is locked")
 

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from netclaw.persistence import EmbeddingsUnavailable, load_embedder
 from netclaw.persistence._recall import (
     KEYWORD_BONUS,
+    RECENCY_BONUS,
     RELATIVE_MARGIN,
     SIMILARITY_FLOOR,
     VectorIndex,
@@ -123,6 +124,25 @@ def test_the_floor_keeps_out_what_is_not_close_enough() -> None:
 def test_next_to_a_close_match_a_distant_one_is_left_out() -> None:
     close, far = 0.7, 0.7 - RELATIVE_MARGIN - 0.01
     assert fuse([], [(1, close), (2, far)], {1: close, 2: far}, limit=5) == [1]
+
+
+def test_among_close_memories_the_fresher_comes_first_but_never_passes_the_floor() -> None:
+    now = 1_000_000_000.0
+    day = 86_400.0
+    close = SIMILARITY_FLOOR + 0.2
+    similar = [(1, close), (2, close - 0.005)]
+    similarity = dict(similar)
+    # Told a year ago against confirmed yesterday: the fresher wins a near tie...
+    assert fuse([], similar, similarity, limit=5, fresh={1: now - 365 * day, 2: now - day}, now=now) == [2, 1]
+    # ...but not a clear difference in meaning.
+    far = close - RECENCY_BONUS - 0.01
+    assert fuse([], [(1, close), (2, far)], {1: close, 2: far}, limit=5, fresh={1: 0.0, 2: now}, now=now) == [
+        1,
+        2,
+    ]
+    # Below the floor stays out, however fresh.
+    below = SIMILARITY_FLOOR - 0.001
+    assert fuse([], [(3, below)], {3: below}, limit=5, fresh={3: now}, now=now) == []
 
 
 def test_without_vectors_the_keyword_ranking_is_used_as_it_is() -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import replace
@@ -30,6 +31,7 @@ from netclaw.persistence._memory import (
     Memory,
     NewMemory,
     keep_order,
+    log_forgotten,
     normalise,
     search_terms,
     to_blob,
@@ -37,7 +39,12 @@ from netclaw.persistence._memory import (
 from netclaw.persistence._recall import CANDIDATES, WriteDecision, decide_write
 from netclaw.persistence.postgres._schema import PooledStore
 
+log = logging.getLogger(__name__)
+
 _COLUMNS = "id, text, kind, session_id, audience, created, turn, scope, superseded_by"
+# What a memory is ranked and kept by: when it was last told, confirmed or recalled
+# (GREATEST skips NULLs).
+_FRESH = "GREATEST(created, confirmed, used)"
 _MAX_LIMIT = 100
 _LATE_COMMITS = 1000  # ids are taken before commit: look this far back for late ones
 
@@ -53,9 +60,17 @@ class PostgresMemoryStore(PooledStore):
     table = "memories"
     what = "the memory store"
 
-    def __init__(self, dsn: str, size: int = 2, *, embedder: Embedder | None = None) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        size: int = 2,
+        *,
+        embedder: Embedder | None = None,
+        max_per_audience: int | None = None,
+    ) -> None:
         super().__init__(dsn, size)
         self._recall = HybridRecall(embedder)
+        self._cap = max_per_audience
         self._seen = 0  # the newest id this node has looked at for the index
 
     async def open(self) -> PostgresMemoryStore:
@@ -70,7 +85,8 @@ class PostgresMemoryStore(PooledStore):
         (cheap), then the vectors of the new ones only."""
         if after == 0:
             rows = await self.fetch(
-                "SELECT id, audience, scope, vector, vector_model FROM memories WHERE superseded_by IS NULL ORDER BY id"
+                f"SELECT id, audience, scope, vector, vector_model, {_FRESH} FROM memories"
+                " WHERE superseded_by IS NULL ORDER BY id"
             )
         else:
             ids = [
@@ -83,7 +99,8 @@ class PostgresMemoryStore(PooledStore):
             if not new:
                 return
             rows = await self.fetch(
-                "SELECT id, audience, scope, vector, vector_model FROM memories WHERE id = ANY(%s) ORDER BY id",
+                f"SELECT id, audience, scope, vector, vector_model, {_FRESH} FROM memories"
+                " WHERE id = ANY(%s) ORDER BY id",
                 (new,),
             )
         self._recall.load(rows)
@@ -91,12 +108,13 @@ class PostgresMemoryStore(PooledStore):
             self._seen = max(self._seen, int(rows[-1][0]))
         self._recall.start_backfill(self._texts, self._save_vectors)  # rows another node left without
 
-    async def _texts(self, ids: list[int]) -> list[tuple[int, str, str, str | None]]:
+    async def _texts(self, ids: list[int]) -> list[tuple[int, str, str, str | None, float]]:
         rows = await self.fetch(
-            "SELECT id, text, audience, scope FROM memories WHERE id = ANY(%s) AND superseded_by IS NULL",
+            f"SELECT id, text, audience, scope, {_FRESH} FROM memories"
+            " WHERE id = ANY(%s) AND superseded_by IS NULL",
             (ids,),
         )
-        return [(int(r[0]), str(r[1]), str(r[2]), r[3]) for r in rows]
+        return [(int(r[0]), str(r[1]), str(r[2]), r[3], float(r[4])) for r in rows]
 
     async def _save_vectors(self, rows: list[tuple[bytes, str, int]]) -> None:
         async with self._transaction() as conn, conn.cursor() as cursor:
@@ -137,6 +155,7 @@ class PostgresMemoryStore(PooledStore):
         if vectors is not None:
             await self._catch_up(max(0, self._seen - _LATE_COMMITS))
         stored: list[tuple[Memory, Vectors | None]] = []
+        forgotten: list[int] = []
         async with self._transaction() as conn:
             # One writer per audience at a time across the cluster: the look-before-add is
             # then a decision about what is really there.
@@ -148,11 +167,34 @@ class PostgresMemoryStore(PooledStore):
                 memory = await self._add_one(conn, item, vector, session_id, audience, turn, scope, stored)
                 if memory is not None:
                     stored.append((memory, vector))
+            if stored and self._cap is not None:
+                forgotten = await self._forget_over_cap(conn, audience, self._cap)
         for memory, vector in stored:  # committed: now the index may have them
-            self._recall.added(memory.id, audience, scope, vector)
+            self._recall.added(memory.id, audience, scope, vector, memory.created)
             if memory.replaces is not None:
                 self._recall.dropped([memory.replaces])
-        return [memory for memory, _ in stored]
+        if forgotten:
+            self._recall.dropped(forgotten)
+            log_forgotten(audience, self._cap, forgotten)
+        return [memory for memory, _ in stored if memory.id not in forgotten]
+
+    async def _forget_over_cap(
+        self, conn: psycopg.AsyncConnection[Any], audience: str, cap: int
+    ) -> list[int]:
+        """Delete the audience's live memories beyond ``cap``, least recently told,
+        confirmed or recalled first (inside the add's transaction, under its lock)."""
+        cursor = await conn.execute(
+            "SELECT COUNT(*) FROM memories WHERE audience = %s AND superseded_by IS NULL", (audience,)
+        )
+        (count,) = await cursor.fetchone() or (0,)
+        if count <= cap:
+            return []
+        cursor = await conn.execute(
+            "DELETE FROM memories WHERE id IN (SELECT id FROM memories WHERE audience = %s AND"
+            f" superseded_by IS NULL ORDER BY {_FRESH}, id LIMIT %s) RETURNING id",
+            (audience, count - cap),
+        )
+        return [int(r[0]) for r in await cursor.fetchall()]
 
     async def _add_one(
         self,
@@ -172,6 +214,7 @@ class PostgresMemoryStore(PooledStore):
         same = await cursor.fetchall()
         if same and same[0][1] is None:
             await conn.execute("UPDATE memories SET confirmed = %s WHERE id = %s", (now, same[0][0]))
+            self._recall.confirmed(same[0][0], now)
             return None
         decision = WriteDecision("add")
         near = [n for n in await self._recall.neighbours(vector, audience) if not same or n[0] != same[0][0]]
@@ -199,6 +242,8 @@ class PostgresMemoryStore(PooledStore):
                 decision = WriteDecision("supersede", item.replaces)
         if decision.action == "duplicate":
             await conn.execute("UPDATE memories SET confirmed = %s WHERE id = %s", (now, decision.existing))
+            if decision.existing is not None:
+                self._recall.confirmed(decision.existing, now)
             return None
         blob = to_blob(vector) if vector is not None else None
         model = self._recall.model if vector is not None else None
@@ -235,11 +280,28 @@ class PostgresMemoryStore(PooledStore):
         return self._recall.status()
 
     async def search(
-        self, query: str, *, audience: str | None = None, scope: str | None = None, limit: int = 5
+        self,
+        query: str,
+        *,
+        audience: str | None = None,
+        scope: str | None = None,
+        limit: int = 5,
+        used: bool = False,
     ) -> list[Memory]:
         if limit < 1:
             return []
-        return await self._hybrid(query, audience, scope, None, min(limit, _MAX_LIMIT), stop_words=False)
+        found = await self._hybrid(query, audience, scope, None, min(limit, _MAX_LIMIT), stop_words=False)
+        if used and found:
+            now = time.time()
+            stale = self._recall.recalled([m.id for m in found], now)
+            if stale:
+                try:
+                    await self.execute(
+                        "UPDATE memories SET used = GREATEST(used, %s) WHERE id = ANY(%s)", (now, stale)
+                    )
+                except JournalError as exc:  # a ranking hint: never worth failing a recall for
+                    log.warning("memory: could not record a recall (%s)", exc)
+        return found
 
     async def _hybrid(
         self,

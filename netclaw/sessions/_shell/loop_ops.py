@@ -70,7 +70,7 @@ async def recalled(memory: MemoryStore, query: RecallQuery) -> str | None:
     """The block of memories relevant to the query (for the turn's volatile tail), or None."""
     try:
         async with asyncio.timeout(RECALL_TIMEOUT_S):  # no task of its own, unlike wait_for
-            found = await memory.search(query.query, audience=query.audience, scope=query.scope)
+            found = await memory.search(query.query, audience=query.audience, scope=query.scope, used=True)
     except Exception as exc:  # noqa: BLE001 - slow or broken recall: no recall, never a failed turn
         log.warning("memory recall skipped: %s", exc)
         return None
