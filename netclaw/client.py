@@ -278,6 +278,12 @@ class DaemonClient:
         ).json()
         return result
 
+    def edit_memory(self, memory_id: str, text: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._request(
+            "PATCH", f"/api/memories/{memory_id}", json={"text": text}, headers=self._headers()
+        ).json()
+        return result
+
     def forget(self, memory_id: str) -> None:
         self._request("DELETE", f"/api/memories/{memory_id}", headers=self._headers())
 

@@ -131,9 +131,12 @@ def _parser() -> argparse.ArgumentParser:
     sessions.add_argument("--memories", action="store_true", help="rm: also forget what was learnt in it")
     sessions.set_defaults(func=cmd_sessions)
 
-    memory = with_config(sub.add_parser("memory", help="list, search or delete durable memories"))
-    memory.add_argument("action", nargs="?", choices=["list", "rm"], default="list", help="default: list")
-    memory.add_argument("memory_id", nargs="?", help="rm: the memory (its number from the list)")
+    memory = with_config(sub.add_parser("memory", help="list, search, edit or delete durable memories"))
+    memory.add_argument(
+        "action", nargs="?", choices=["list", "edit", "rm"], default="list", help="default: list"
+    )
+    memory.add_argument("memory_id", nargs="?", help="edit, rm: the memory (its number from the list)")
+    memory.add_argument("text", nargs="?", help="edit: the memory's new wording")
     memory.add_argument("--q", metavar="TEXT", help="search by meaning and words (the recall a turn uses)")
     memory.add_argument(
         "--audience", choices=["personal", "team", "public"], help="only memories of this audience"

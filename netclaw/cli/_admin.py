@@ -145,6 +145,12 @@ def _speech_lines(files: Any) -> list[str]:
 
 def cmd_memory(args: argparse.Namespace) -> int:
     with client_for(args) as client:
+        if args.action == "edit":
+            if not args.memory_id or not args.text:
+                return usage(args, 'memory edit needs a memory id and the new text: memory edit 12 "..."')
+            edited = client.edit_memory(args.memory_id, args.text)
+            _print_json(edited) if args.json else print(f"memory {edited['id']} now says: {edited['text']}")
+            return 0
         if args.action == "rm":
             if not args.memory_id:
                 return usage(args, "memory rm needs a memory id")

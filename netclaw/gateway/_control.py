@@ -28,7 +28,7 @@ from netclaw.gateway._intake import IntakeService
 from netclaw.gateway._reads import ReadService
 from netclaw.identifiers import check_session_id
 from netclaw.lineage import depth_of, gone_report, is_descendant, report_text
-from netclaw.persistence import AccessLogic, Journal, MemoryStore
+from netclaw.persistence import AccessLogic, Journal, Memory, MemoryStore
 from netclaw.security.audit import AuditEntry
 from netclaw.security.trust import label
 from netclaw.sessions import (
@@ -134,6 +134,16 @@ class ControlService:
                     )
                 )
         return True
+
+    async def edit_memory(self, memory_id: int, text: str, *, by: str = "api") -> Memory | None:
+        """A person's correction of a memory (None: no such memory; MemoryEditRefused: an
+        empty text, or one another memory of its audience says)."""
+        if self._memory is None:
+            return None
+        edited = await self._memory.edit(memory_id, text)
+        if edited is not None:
+            await self.audit("memory_edited", by, memory_id=memory_id)
+        return edited
 
     async def forget(self, memory_id: int, *, by: str = "api") -> bool:
         deleted = self._memory is not None and await self._memory.delete(memory_id)

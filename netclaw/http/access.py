@@ -63,8 +63,8 @@ def permission_for(method: str, path: str) -> Permission:
         return "admin"
     if method in ("GET", "HEAD"):
         return "read"
-    if method == "DELETE":
-        return "manage"
+    if method == "DELETE" or (method == "PATCH" and path.startswith("/api/memories/")):
+        return "manage"  # forgetting, or rewording what the agent will recall
     if "/approvals/" in path or "/questions/" in path:  # a tool's question is a go-ahead too
         return "approve"
     # Running the daemon, not chatting: reconnecting an MCP server, draining or resuming a

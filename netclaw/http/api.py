@@ -53,7 +53,7 @@ from netclaw.http.web import (
 )
 from netclaw.identifiers import check_label, check_session_id
 from netclaw.messages import ChatMessage
-from netclaw.persistence import AccessLogic, Memory
+from netclaw.persistence import AccessLogic, Memory, MemoryEditRefused
 from netclaw.process.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from netclaw.process.metrics import Metrics
 from netclaw.reminders import check_catch_up, check_name, check_text
@@ -118,6 +118,7 @@ class Api:
         app.router.add_delete("/api/reminders/{id}", self.delete_reminder)
         app.router.add_get("/api/memories", self.list_memories)
         app.router.add_delete("/api/memories/{id}", self.delete_memory)
+        app.router.add_patch("/api/memories/{id}", self.edit_memory)
         app.router.add_get("/api/usage", self.usage)
         app.router.add_post(SUBMIT_PATH, self.forwarded_message)
         self.access.routes(app)
@@ -396,6 +397,26 @@ class Api:
         if not await self.control.forget(int(raw), by=actor(request)):
             raise ApiError(404, "memory_not_found", f"no memory {raw}")
         return web.Response(status=204)
+
+    async def edit_memory(self, request: web.Request) -> web.Response:
+        raw = request.match_info["id"]
+        if not _MEMORY_ID.fullmatch(raw):
+            raise ApiError(404, "memory_not_found", f"no memory {raw[:40]!r}")
+        body = read_json_object(await read_body(request, MAX_BODY_BYTES))
+        unknown = sorted(set(body) - {"text"})
+        if unknown:
+            raise ApiError(400, "unknown_field", f"unknown field(s): {', '.join(unknown)[:200]}; only 'text'")
+        text = body.get("text")
+        if not isinstance(text, str):
+            raise ApiError(400, "invalid_text", "'text' is required: the memory's new wording, a string")
+        try:
+            edited = await self.control.edit_memory(int(raw), text, by=actor(request))
+        except MemoryEditRefused as exc:
+            status, code = (409, "memory_conflict") if exc.conflict is not None else (400, "invalid_text")
+            raise ApiError(status, code, str(exc)) from exc
+        if edited is None:
+            raise ApiError(404, "memory_not_found", f"no memory {raw}")
+        return web.json_response(_memory_json(edited))
 
     async def usage(self, request: web.Request) -> web.Response:
         by = request.query.get("by", "session")

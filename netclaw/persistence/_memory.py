@@ -28,7 +28,7 @@ from typing import Any, Protocol
 import aiosqlite
 import numpy as np
 
-from netclaw.errors import JournalError
+from netclaw.errors import JournalError, NetclawError
 from netclaw.history import MEMORY_KINDS
 from netclaw.persistence._embeddings import Embedder, Vectors
 from netclaw.persistence._recall import CANDIDATES, VectorIndex, WriteDecision, decide_write, fuse
@@ -137,6 +137,13 @@ class MemoryStore(Protocol):
         """How far the memories are embedded with the configured model (for /status)."""
         ...
 
+    async def edit(self, memory_id: int, text: str) -> Memory | None:
+        """A person's correction: the memory keeps its id and provenance, says ``text`` now
+        (recalled by its new words and meaning), and counts as just confirmed. None: no such
+        memory. Raises :class:`MemoryEditRefused` for an empty text, or one another memory
+        of its audience already says."""
+        ...
+
     async def delete(self, memory_id: int) -> bool: ...
 
     async def delete_session(self, session_id: str) -> int:
@@ -146,6 +153,29 @@ class MemoryStore(Protocol):
     async def count(self, audience: str | None = None) -> int: ...
 
     async def close(self) -> None: ...
+
+
+class MemoryEditRefused(NetclawError):
+    """An edit that would leave a memory empty, or the same as another of its audience
+    (``conflict``: that memory's id)."""
+
+    def __init__(self, message: str, conflict: int | None = None) -> None:
+        super().__init__(message)
+        self.conflict = conflict
+
+
+def edited_text(text: str) -> str:
+    """The text an edit stores (trimmed and cut like a new memory's), or the refusal."""
+    text = text.strip()[:MAX_MEMORY_CHARS].rstrip()
+    if not text:
+        raise MemoryEditRefused("a memory cannot be empty; to forget it, delete it")
+    return text
+
+
+def duplicate_refusal(other: int) -> MemoryEditRefused:
+    return MemoryEditRefused(
+        f"memory {other} of the same audience already says this; delete one of them instead", other
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -748,6 +778,53 @@ class SqliteMemoryStore:
         sql = f"SELECT {_COLUMNS} FROM memories AS m" + (f" WHERE {' AND '.join(where)}" if where else "")
         rows = await self._fetch(sql + " ORDER BY m.created DESC, m.id DESC LIMIT ?", [*params, limit])
         return [_memory(r) for r in rows]
+
+    async def edit(self, memory_id: int, text: str) -> Memory | None:
+        text = edited_text(text)
+        vectors = await self._recall.embed([text])
+        vector = vectors[0] if vectors is not None else None
+        now = time.time()
+        async with self._writing:
+            await self._fetch("BEGIN IMMEDIATE")
+            try:
+                rows = await self._fetch(
+                    "UPDATE memories SET text = ?, norm = ?, vector = ?, vector_model = ?, confirmed = ?"
+                    " WHERE id = ? AND NOT EXISTS (SELECT 1 FROM memories AS o WHERE o.audience ="
+                    " memories.audience AND o.norm = ? AND o.id != ?)"
+                    f" RETURNING {_COLUMNS}",
+                    [
+                        text,
+                        normalise(text),
+                        to_blob(vector) if vector is not None else None,
+                        self._recall.model if vector is not None else None,
+                        now,
+                        memory_id,
+                        normalise(text),
+                        memory_id,
+                    ],
+                )
+                clash = (
+                    []
+                    if rows
+                    else await self._fetch(
+                        "SELECT o.id FROM memories AS m JOIN memories AS o ON o.audience = m.audience"
+                        " AND o.norm = ? AND o.id != m.id WHERE m.id = ?",
+                        [normalise(text), memory_id],
+                    )
+                )
+                await self._fetch("COMMIT")
+            except BaseException:
+                with contextlib.suppress(JournalError):
+                    await self._fetch("ROLLBACK")
+                raise
+        if clash:
+            raise duplicate_refusal(int(clash[0][0]))
+        if not rows:
+            return None
+        memory = _memory(rows[0])
+        if memory.superseded_by is None:
+            self._recall.added(memory.id, memory.audience, memory.scope, vector, now)
+        return memory
 
     async def delete(self, memory_id: int) -> bool:
         async with self._writing:

@@ -11,6 +11,7 @@ from aiohttp import web
 
 from netclaw.errors import ApiError
 from netclaw.gateway import check_session_id
+from netclaw.persistence import MemoryEditRefused
 from netclaw.ui._charts import usage_view
 from netclaw.ui._redact import config_text
 from netclaw.ui._room import PREFIX, Room
@@ -45,6 +46,7 @@ class OtherPages:
             web.post("/reminders/{id}/delete", self.delete_reminder),
             web.get("/memories", self.memories),
             web.post("/memories/{id}/delete", self.delete_memory),
+            web.post("/memories/{id}/edit", self.edit_memory),
             web.get("/usage", self.usage),
             web.get("/health", self.health),
         ]
@@ -133,6 +135,8 @@ class OtherPages:
             "more": len(found) > MAX_MEMORIES_SHOWN,
             "q": q,
             "audience": audience,
+            "refused": None,  # an edit refused (its message), under the memory refused_id
+            "refused_id": None,
         }
 
     async def memories(self, request: web.Request) -> web.Response:
@@ -153,6 +157,30 @@ class OtherPages:
             return self.room.render(request, "_memories_list.html", **await self._memory_context(request))
 
         return await self.room.after_form(request, back, fragment)
+
+    async def edit_memory(self, request: web.Request) -> web.Response:
+        raw = request.match_info["id"]
+        if not (raw.isascii() and raw.isdigit()) or len(raw) > 18:
+            raise ApiError(404, "memory_not_found", f"no memory {raw[:40]!r}")
+        text = (await request.post()).get("text")
+        if not isinstance(text, str):
+            raise ApiError(400, "invalid_text", "the memory's new text is missing")
+        refused: str | None = None
+        try:
+            if await self.control.edit_memory(int(raw), text) is None:
+                raise ApiError(404, "memory_not_found", f"no memory {raw}")
+        except MemoryEditRefused as exc:
+            if "HX-Request" not in request.headers:  # a plain form: the error page says why
+                raise ApiError(
+                    409 if exc.conflict is not None else 400, "memory_edit_refused", str(exc)
+                ) from exc
+            refused = str(exc)  # shown under the memory, its text as it was
+
+        async def fragment() -> web.Response:
+            context = {**await self._memory_context(request), "refused": refused, "refused_id": int(raw)}
+            return self.room.render(request, "_memories_list.html", **context)
+
+        return await self.room.after_form(request, f"{PREFIX}/memories", fragment)
 
     # -- usage ----------------------------------------------------------------------------------
 

@@ -1,7 +1,7 @@
 """The control room in a real Chromium against the daemon and the scripted provider: a turn
 streams into the page as it is written, a pending tool call is approved with a button and
-runs, a running turn is stopped, a reminder added in the page fires, a memory is found and
-deleted, and the usage charts follow new turns."""
+runs, a running turn is stopped, a reminder added in the page fires, a memory is found,
+reworded and deleted, and the usage charts follow new turns."""
 
 from __future__ import annotations
 
@@ -162,7 +162,7 @@ def test_a_reminder_added_in_the_page_can_be_paused_and_fires(page: Any, room: R
     assert "Scheduled reminder" in page.locator("#recorded article.user").first.inner_text()
 
 
-def test_a_memory_is_found_with_where_it_came_from_and_deleted(page: Any, room: Room) -> None:
+def test_a_memory_is_found_with_where_it_came_from_edited_and_deleted(page: Any, room: Room) -> None:
     sid = "cli:ui-memory"
     room.scripted.enqueue(
         Reply(tool_calls=[ToolCallSpec("remember", {"text": "Ana drinks her coffee black"})]),
@@ -176,10 +176,33 @@ def test_a_memory_is_found_with_where_it_came_from_and_deleted(page: Any, room: 
     assert f"learnt in {sid}, turn 1" in item.inner_text()
     memory_id = item.get_attribute("id")
     assert memory_id is not None
-    item.get_by_role("button", name=re.compile("Delete memory")).click()
+    # A correction: reworded in place, the same memory (id, provenance).
+    item.locator("summary", has_text="Edit").click()
+    item.get_by_label(re.compile("New wording of memory")).fill("Ana drinks her coffee with oat milk")
+    item.get_by_role("button", name=re.compile("Save memory")).click()
+    edited = page.locator("#memory-list li.memory", has_text="Ana drinks her coffee with oat milk")
+    edited.wait_for()
+    assert edited.get_attribute("id") == memory_id
+    assert f"learnt in {sid}, turn 1" in edited.inner_text()
+    found = room.handle.http.get("/api/memories", params={"q": "oat milk"}).json()
+    assert [m["text"] for m in found] == ["Ana drinks her coffee with oat milk"]
+    # Reworded into what another memory says: refused, with why, under the memory.
+    room.scripted.enqueue(
+        Reply(tool_calls=[ToolCallSpec("remember", {"text": "Ana drinks her tea black"})]),
+        Reply(text="noted"),
+    )
+    assert room.handle.send(sid, "and my tea", wait=True).json()["reply"] == "noted"
+    edited.locator("summary", has_text="Edit").click()
+    edited.get_by_label(re.compile("New wording of memory")).fill("Ana drinks her tea black")
+    edited.get_by_role("button", name=re.compile("Save memory")).click()
+    alert = page.locator(f"#{memory_id} [role=alert]")
+    alert.wait_for()
+    assert "of the same audience already says this" in alert.inner_text()
+    assert "Ana drinks her coffee with oat milk" in page.locator(f"#{memory_id} p.text").inner_text()
+    edited.get_by_role("button", name=re.compile("Delete memory")).click()
     page.locator(f"#{memory_id}").wait_for(state="detached")
     found = room.handle.http.get("/api/memories", params={"q": "coffee"}).json()
-    assert [m["text"] for m in found] == []
+    assert [m["text"] for m in found] == ["Ana drinks her tea black"]  # close in meaning, still there
 
 
 def test_the_usage_charts_follow_new_turns(page: Any, room: Room) -> None:

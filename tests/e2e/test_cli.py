@@ -282,7 +282,7 @@ def test_sessions_children_and_a_sub_agents_transcript(daemon: DaemonProcess, si
     assert "ACK agent:cli:demo/1: RESULT demo-1" in cli(site, "sessions", "show", "cli:demo")[1]
 
 
-def test_memory_list_search_and_rm(daemon: DaemonProcess, site: Setup) -> None:
+def test_memory_list_search_edit_and_rm(daemon: DaemonProcess, site: Setup) -> None:
     sid = "cli:memories"
     code, out, err = cli(site, "chat", "-p", "keep this in mind [remember-this]", "--session", sid)
     assert code == 0 and out.strip() == "noted", err
@@ -293,9 +293,17 @@ def test_memory_list_search_and_rm(daemon: DaemonProcess, site: Setup) -> None:
     assert (memory["source_session"], memory["source_turn"], memory["audience"]) == (sid, 1, "personal")
     code, out, err = cli(site, "memory", "--session", sid)
     assert code == 0 and "atlas" in out and f"learnt in {sid} turn 1" in out, err
+    code, out, err = cli(site, "memory", "edit", str(memory["id"]), "the cluster is called zephyr")
+    assert code == 0 and out.strip() == f"memory {memory['id']} now says: the cluster is called zephyr", err
+    code, out, _ = cli(site, "memory", "list", "--q", "zephyr", "--json")
+    assert [(m["id"], m["text"], m["source_session"]) for m in json.loads(out)] == [
+        (memory["id"], "the cluster is called zephyr", sid)
+    ]
+    code, out, err = cli(site, "memory", "edit", str(memory["id"]))
+    assert code == 2 and "memory edit needs a memory id and the new text" in err, (out, err)
     code, out, err = cli(site, "memory", "rm", str(memory["id"]))
     assert code == 0, err
-    code, out, _ = cli(site, "memory", "list", "--q", "atlas", "--json")
+    code, out, _ = cli(site, "memory", "list", "--q", "zephyr", "--json")
     assert json.loads(out) == []
 
 

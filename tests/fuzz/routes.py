@@ -182,6 +182,14 @@ ROUTES: tuple[Route, ...] = (
         query={"session": SESSION, "audience": "personal", "q": "fuzz"},
         ids=frozenset({"session"}),
     ),
+    Route(
+        "PATCH",
+        "/api/memories/{id}",
+        {"id": "123"},
+        bodies=({"text": "the user's sister is called Anna"},),
+        answers=frozenset({404}),
+        ids=frozenset({"id"}),
+    ),
     Route("DELETE", "/api/memories/{id}", {"id": "123"}, answers=frozenset({404}), ids=frozenset({"id"})),
     Route("GET", "/api/usage", query={"by": "day", "since": "2026-01-01"}),
     Route(

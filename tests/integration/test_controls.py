@@ -312,6 +312,27 @@ def test_memories_are_listed_searched_and_deleted_with_their_source(daemon: Daem
         "the deploy key lives in vault"
     ]
     target = found[0]["id"]
+    # A person's correction: the same memory (id, provenance), recalled by its new wording.
+    edited = daemon.http.patch(f"/api/memories/{target}", json={"text": "the deploy key lives in 1Password"})
+    assert edited.status_code == 200, edited.text
+    assert (edited.json()["id"], edited.json()["source_session"], edited.json()["source_turn"]) == (
+        target,
+        "cli:a",
+        3,
+    )
+    assert [m["text"] for m in daemon.http.get("/api/memories", params={"q": "1password"}).json()] == [
+        "the deploy key lives in 1Password"
+    ]
+    assert daemon.http.get("/api/memories", params={"q": "vault"}).json() == []
+    for body, status, code in (
+        ({"text": "  "}, 400, "invalid_text"),
+        ({"text": 3}, 400, "invalid_text"),
+        ({"text": "x", "audience": "team"}, 400, "unknown_field"),
+    ):
+        refused = daemon.http.patch(f"/api/memories/{target}", json=body)
+        assert (refused.status_code, refused.json()["error"]["code"]) == (status, code), body
+    assert daemon.http.patch("/api/memories/999999", json={"text": "x"}).status_code == 404
+    assert daemon.http.patch("/api/memories/not-a-number", json={"text": "x"}).status_code == 404
     assert daemon.http.delete(f"/api/memories/{target}").status_code == 204
     assert daemon.http.delete(f"/api/memories/{target}").status_code == 404
     assert daemon.http.delete("/api/memories/not-a-number").status_code == 404

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from netclaw.errors import JournalError
 from netclaw.persistence import (
     Memory,
+    MemoryEditRefused,
     MemoryStore,
     NewMemory,
     SqliteMemoryStore,
@@ -601,5 +602,35 @@ async def test_a_recalls_use_is_saved_and_counts_after_a_restart(
             "The user drinks green tea.",
             "Anna is a nurse.",
         }
+    finally:
+        await s.close()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+async def test_a_person_rewords_a_memory_and_recall_follows_the_new_wording(
+    backend: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    s = await open_store(backend, request, tmp_path, "minilm-l6")
+    try:
+        [anna] = await s.add(facts(ANNA), session_id="cli:a", audience="personal", turn=4)
+        [budget] = await s.add(facts(BUDGET), session_id="cli:a", audience="personal")
+        edited = await s.edit(anna.id, "  Anna, the user's sister, is a firefighter in Leeds.  ")
+        assert edited is not None
+        assert (edited.id, edited.text, edited.session_id, edited.turn) == (
+            anna.id,
+            "Anna, the user's sister, is a firefighter in Leeds.",
+            "cli:a",
+            4,
+        )
+        found = await s.search("Which of my relatives works for the fire brigade?", audience="personal")
+        assert [m.id for m in found] == [anna.id]  # by meaning: the new vector
+        assert [m.text for m in await s.search("St. Mary's hospital nurse", audience="personal")] == []
+        with pytest.raises(MemoryEditRefused, match=f"memory {budget.id} of the same audience") as refused:
+            await s.edit(anna.id, "the monthly grocery budget is 400 pounds")
+        assert refused.value.conflict == budget.id
+        with pytest.raises(MemoryEditRefused, match="cannot be empty"):
+            await s.edit(anna.id, "   ")
+        assert await s.edit(999_999, "anything") is None
+        assert [m.text for m in await s.listing(audience="personal") if m.id == anna.id] == [edited.text]
     finally:
         await s.close()

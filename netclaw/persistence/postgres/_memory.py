@@ -30,6 +30,8 @@ from netclaw.persistence._memory import (
     HybridRecall,
     Memory,
     NewMemory,
+    duplicate_refusal,
+    edited_text,
     keep_order,
     log_forgotten,
     normalise,
@@ -370,6 +372,47 @@ class PostgresMemoryStore(PooledStore):
         sql = f"SELECT {_COLUMNS} FROM memories" + (f" WHERE {' AND '.join(where)}" if where else "")
         rows = await self.fetch(sql + " ORDER BY created DESC, id DESC LIMIT %s", [*params, limit])
         return [_memory(r) for r in rows]
+
+    async def edit(self, memory_id: int, text: str) -> Memory | None:
+        text = edited_text(text)
+        vectors = await self._recall.embed([text])
+        vector = vectors[0] if vectors is not None else None
+        now, norm = time.time(), normalise(text)
+        async with self._transaction() as conn:
+            cursor = await conn.execute("SELECT audience FROM memories WHERE id = %s", (memory_id,))
+            found = await cursor.fetchone()
+            if found is None:
+                return None
+            # The same lock as a write to the audience: the clash check is about what is there.
+            await conn.execute(
+                "SELECT pg_advisory_xact_lock(hashtext('netclaw.memories:' || %s))", (found[0],)
+            )
+            cursor = await conn.execute(
+                "SELECT id FROM memories WHERE audience = %s AND norm = %s AND id != %s",
+                (found[0], norm, memory_id),
+            )
+            clash = await cursor.fetchone()
+            if clash is not None:
+                raise duplicate_refusal(int(clash[0]))
+            cursor = await conn.execute(
+                "UPDATE memories SET text = %s, norm = %s, vector = %s, vector_model = %s, confirmed = %s"
+                f" WHERE id = %s RETURNING {_COLUMNS}",
+                (
+                    text,
+                    norm,
+                    to_blob(vector) if vector is not None else None,
+                    self._recall.model if vector is not None else None,
+                    now,
+                    memory_id,
+                ),
+            )
+            row = await cursor.fetchone()
+        if row is None:
+            return None
+        memory = _memory(row)
+        if memory.superseded_by is None:
+            self._recall.added(memory.id, memory.audience, memory.scope, vector, now)
+        return memory
 
     async def delete(self, memory_id: int) -> bool:
         self._recall.dropped([memory_id])
