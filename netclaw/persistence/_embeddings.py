@@ -18,6 +18,7 @@ vector, so a change of model is seen and the old vectors re-embedded.
 from __future__ import annotations
 
 import functools
+import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -75,6 +76,10 @@ class MiniLMEmbedder:
         self._loaded: tuple[Any, Tokenizer] | None = None
 
     def _load(self) -> tuple[Any, Tokenizer]:
+        # onnxruntime writes a device id for its telemetry under ~/.cache/Microsoft when it
+        # is imported, unless told not to: a daemon writes nothing outside its data_dir (and
+        # a unit with ProtectHome= has no home to write to).
+        os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
         import onnxruntime
         from tokenizers import Tokenizer
 

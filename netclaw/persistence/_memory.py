@@ -169,6 +169,10 @@ def edited_text(text: str) -> str:
     text = text.strip()[:MAX_MEMORY_CHARS].rstrip()
     if not text:
         raise MemoryEditRefused("a memory cannot be empty; to forget it, delete it")
+    try:  # JSON can carry lone surrogates ("\ud800") that no UTF-8 store accepts
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise MemoryEditRefused("the text contains characters that are not valid Unicode") from exc
     return text
 
 

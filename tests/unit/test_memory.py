@@ -630,6 +630,8 @@ async def test_a_person_rewords_a_memory_and_recall_follows_the_new_wording(
         assert refused.value.conflict == budget.id
         with pytest.raises(MemoryEditRefused, match="cannot be empty"):
             await s.edit(anna.id, "   ")
+        with pytest.raises(MemoryEditRefused, match="not valid Unicode"):
+            await s.edit(anna.id, "Anna \ud800")
         assert await s.edit(999_999, "anything") is None
         assert [m.text for m in await s.listing(audience="personal") if m.id == anna.id] == [edited.text]
     finally:
