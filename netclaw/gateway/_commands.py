@@ -159,7 +159,14 @@ class CommandService:
         if self._memory is not None:
             audience = audience_of(session_id, self.settings)
             count = await self._memory.count(audience)
-            parts.append(f"{count} {audience} {'memory' if count == 1 else 'memories'}")
+            said = f"{count} {audience} {'memory' if count == 1 else 'memories'}"
+            embedding = self._memory.embedding_status()
+            if embedding.model is not None and embedding.pending:  # the model changed: re-embedding
+                said += (
+                    f" ({embedding.pending} still being embedded with {embedding.model}:"
+                    " recalled by their words until then)"
+                )
+            parts.append(said)
         return "; ".join(parts) + "."
 
     async def skills_text(self, session_id: str) -> str:

@@ -4,6 +4,7 @@ failing extraction never keeps a session awake."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Callable
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 
 from netclaw.history import FLUSH_MARKER
+from netclaw.persistence import NewMemory, SqliteMemoryStore, prepare_database
 from tests.conftest import DaemonHandle, wait_until
 from tests.e2e.conftest import journal_rows
 from tests.fakes.scripted_openai import ErrorReply, Reply, ScriptedOpenAIThread
@@ -247,3 +249,36 @@ def test_extraction_sees_related_memories_and_says_which_one_changed(
     assert handle.send("cli:three", "What does my sister do for a living?", wait=True).status_code == 200
     sent = json.dumps(scripted.requests[-1]["messages"])
     assert "paramedic" in sent and "St. Mary's" not in sent
+
+
+def test_status_says_recall_is_by_words_while_memories_are_re_embedded(
+    start_daemon: StartDaemon, make_settings: Callable[..., Any]
+) -> None:
+    """Memories saved without embeddings (or with another model) are embedded in the
+    background after a start with the default model; /status says so meanwhile."""
+    settings = make_settings()
+    prepare_database(settings.database_path)
+
+    async def seed() -> None:
+        store = await SqliteMemoryStore(settings.database_path).open()  # no embedder: keywords only
+        texts = [
+            f"Note {n}: the user's plant number {n} needs water every {n % 9 + 1} days." for n in range(3000)
+        ]
+        for start in range(0, len(texts), 500):
+            await store.add(
+                [NewMemory(t) for t in texts[start : start + 500]], session_id="cli:old", audience="personal"
+            )
+        await store.close()
+
+    asyncio.run(seed())
+    handle = start_daemon()
+
+    def status() -> str:
+        return str(handle.send("cli:status", "/status").json()["notice"])
+
+    wait_until(
+        lambda: "still being embedded with all-MiniLM-L6-v2-int8" in status(), timeout=30, what="re-embedding"
+    )
+    assert "3000 personal memories (" in status() and "recalled by their words until then" in status()
+    wait_until(lambda: "still being embedded" not in status(), timeout=300, what="re-embedding done")
+    assert "3000 personal memories." in status()
