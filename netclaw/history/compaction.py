@@ -236,7 +236,10 @@ def flush_request(
         "spell out names, file paths, ids and numbers exactly; never write 'this', 'the file' or 'it'.\n"
         "- Skip small talk, transient tool output and anything only relevant to this moment.\n"
         "- If an item changes or corrects one of the memories already saved (listed after the "
-        'transcript, if any), add "replaces": its number. Leave out what is already saved unchanged.\n'
+        'transcript, if any), add "replaces": its number. If the conversation shows that a saved '
+        'memory is simply no longer true, write what is true now ("The user no longer has a cat.") '
+        'with "replaces": its number: the old one is then no longer recalled. Leave out what is '
+        "already saved unchanged.\n"
         "- If there is nothing worth remembering, answer with [].\n"
         "- No prose, no explanations, no markdown: only the JSON array."
     )
