@@ -253,6 +253,7 @@ _M_COLUMNS = "m.id, m.text, m.kind, m.session_id, m.audience, m.created, m.turn,
 _BACKFILL_BATCH = 256  # memories re-embedded per step: each step is one short write
 
 
+# A memory's ``used`` time (a hint for ranking and the cap) is saved at most this often.
 USED_SAVE_INTERVAL_S = 86_400.0
 # A long message is embedded by its start, where its question usually is: the encoder's
 # cost grows with the text (about 2 ms for a sentence, 13 for 500 characters, 38 for 2,000).
