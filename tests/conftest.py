@@ -27,6 +27,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     build its own. Every other test is handed out one by one (``--dist loadgroup``), so
     a file of long end-to-end tests no longer keeps one worker busy while the others idle."""
     for item in items:
+        if item.get_closest_marker("netclaw_image") is not None:
+            # Builds of the same Dockerfile share cached layers, and one test's `docker rmi`
+            # of its tag can delete a layer another build is about to use ("No such image"):
+            # one worker builds them all, one after another.
+            item.add_marker(pytest.mark.xdist_group("netclaw-image"))
+            continue
         info = getattr(item, "_fixtureinfo", None)
         if info is None:
             continue

@@ -621,6 +621,7 @@ def _unique_run_line(
     return out
 
 
+@pytest.mark.netclaw_image
 def test_docker_run_as_written(provider_on_the_host: ScriptedOpenAIThread) -> None:
     build, run, exec_chat = recipe("docker")
     assert shlex.split(build) == ["docker", "build", "-t", "netclaw", "."]
@@ -660,6 +661,7 @@ def test_docker_run_as_written(provider_on_the_host: ScriptedOpenAIThread) -> No
         docker("rmi", "-f", tag, check=False)
 
 
+@pytest.mark.netclaw_image
 @pytest.mark.parametrize("compose", ["v2", "v1"])
 def test_docker_compose_as_written(compose: str, provider_on_the_host: ScriptedOpenAIThread) -> None:
     lines = recipe("compose")

@@ -19,7 +19,7 @@ from tests.e2e._docker import require_engine
 from tests.e2e.conftest import REPO_ROOT, free_port, wait_until
 from tests.fakes.scripted_openai import ScriptedOpenAIThread
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.netclaw_image]
 
 BASE_IMAGE = "python:3.11-slim"
 
