@@ -658,7 +658,7 @@ def test_docker_run_as_written(provider_on_the_host: ScriptedOpenAIThread) -> No
     finally:
         docker("rm", "-f", name, check=False)
         docker("volume", "rm", "-f", volume, check=False)
-        docker("rmi", "-f", tag, check=False)
+        docker("rmi", "--no-prune", "-f", tag, check=False)  # its layers stay for the next build
 
 
 @pytest.mark.netclaw_image

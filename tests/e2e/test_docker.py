@@ -19,7 +19,7 @@ from tests.e2e._docker import require_engine
 from tests.e2e.conftest import REPO_ROOT, free_port, wait_until
 from tests.fakes.scripted_openai import ScriptedOpenAIThread
 
-pytestmark = [pytest.mark.slow, pytest.mark.netclaw_image]
+pytestmark = [pytest.mark.slow, pytest.mark.netclaw_image, pytest.mark.timeout(900)]  # a build
 
 BASE_IMAGE = "python:3.11-slim"
 
@@ -35,7 +35,9 @@ def image() -> Iterator[str]:
     built = docker("build", "--network", "host", "-t", tag, str(REPO_ROOT), timeout=900, check=False)
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
     yield tag
-    docker("rmi", "-f", tag, check=False)
+    # The tag goes, its layers stay: the next build of the Dockerfile (tests/conftest.py runs
+    # them one after another) reuses them instead of installing everything again.
+    docker("rmi", "--no-prune", "-f", tag, check=False)
 
 
 def test_the_image_runs_a_turn_and_keeps_its_state(image: str, scripted: ScriptedOpenAIThread) -> None:

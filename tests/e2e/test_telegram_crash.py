@@ -158,7 +158,7 @@ def test_an_approval_prompt_unrecorded_at_a_sigkill_is_decided_in_place_and_no_c
     # people pressed shows the decision as well: no buttons are left to press anywhere.
     # As long as the reply's wait: the copies are edited by a daemon that was just restarted,
     # on a machine that may be loaded (CI runs three workers beside other work).
-    fake.wait_for(lambda s: not buttons_left(s), "no buttons left", timeout=30)
+    fake.wait_for(lambda s: not buttons_left(s), "no buttons left", timeout=90)
     prompts = [t for t in fake.bot_texts(GROUP) if t.startswith(("May I run", "current_time:"))]
     assert prompts and all(t == "current_time: approve by Alice" for t in prompts), prompts
     assert fake.bot_texts(GROUP).count("it is late") == 1

@@ -35,7 +35,7 @@ from adapters.discord_bot import (
 from adapters.discord_bot._client import NetclawClient, normalise, translate_error
 from netclaw.errors import AdapterError
 from netclaw.retry import with_retries
-from tests.conftest import DaemonHandle
+from tests.conftest import DaemonHandle, wait_until
 from tests.fakes.discord_port import FakeDiscordPort, FakeDiscordServer
 from tests.fakes.scripted_openai import Reply, ScriptedOpenAIThread, ToolCallSpec
 
@@ -777,7 +777,12 @@ def test_a_failing_connection_is_retried_and_spares_the_rest(
     else:
         discord_server.refuse_intents = True
     handle = start_daemon(discord={"enabled": True, "channels": [ALLOWED]})
-    health = adapter_health(handle)
+    # The first attempt may still be connecting on a loaded machine: wait for its outcome.
+    health = wait_until(
+        lambda: (h := adapter_health(handle))["state"] != "starting" and h,
+        timeout=30,
+        what="the first attempt",
+    )
     # Retried with backoff for as long as it fails; the daemon and the other channels go on.
     assert health["state"] == "retrying" and expected in health["detail"], health
     assert handle.http.get("/healthz").status_code == 503
