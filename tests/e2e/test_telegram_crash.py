@@ -142,6 +142,7 @@ def buttons_left(s: FakeTelegram) -> list[str]:
     return [m.text for m in s.bot_messages(GROUP) if m.data.get("reply_markup")]
 
 
+@pytest.mark.timeout(300)  # its waits are generous for a loaded machine; this bounds them all
 def test_an_approval_prompt_unrecorded_at_a_sigkill_is_decided_in_place_and_no_copy_keeps_buttons(
     fake: FakeTelegramThread, tmp_path: Path, scripted: ScriptedOpenAIThread, daemons: Daemons
 ) -> None:
