@@ -367,6 +367,19 @@ class HybridRecall:
             self.confirmed(memory_id, when)
         return stale
 
+    async def record_use(
+        self, ids: Sequence[int], save: Callable[[float, list[int]], Awaitable[object]]
+    ) -> None:
+        """What a search gave the model: fresh from now on; ``save`` writes the ``used``
+        time of the ids due for it (a failure is logged: a hint, never worth a recall)."""
+        now = time.time()
+        stale = self.recalled(ids, now)
+        if stale:
+            try:
+                await save(now, stale)
+            except JournalError as exc:
+                log.warning("memory: could not record a recall (%s)", exc)
+
     def dropped(self, ids: Iterable[int]) -> None:
         for memory_id in ids:
             self.pending.discard(memory_id)
@@ -690,18 +703,14 @@ class SqliteMemoryStore:
             return []
         found = await self._hybrid(query, audience, scope, None, min(limit, _MAX_LIMIT), stop_words=False)
         if used and found:
-            now = time.time()
-            stale = self._recall.recalled([m.id for m in found], now)
-            if stale:
-                try:
-                    async with self._writing:
-                        await self._fetch(
-                            f"UPDATE memories SET used = ? WHERE id IN ({', '.join('?' * len(stale))})",
-                            [now, *stale],
-                        )
-                except JournalError as exc:  # a ranking hint: never worth failing a recall for
-                    log.warning("memory: could not record a recall (%s)", exc)
+            await self._recall.record_use([m.id for m in found], self._save_used)
         return found
+
+    async def _save_used(self, when: float, ids: list[int]) -> None:
+        async with self._writing:
+            await self._fetch(
+                f"UPDATE memories SET used = ? WHERE id IN ({', '.join('?' * len(ids))})", [when, *ids]
+            )
 
     async def _hybrid(
         self,

@@ -494,7 +494,7 @@ async def test_a_model_change_re_embeds_in_the_background(
         assert [m.text for m in await second.search("Which hospital is Anna at?", audience="personal")] == [
             ANNA
         ]
-        for _ in range(500):  # the batches of the background task, each a short write
+        for _ in range(6000):  # the background task's batches (a minute's worth on a loaded machine)
             if second.embedding_status().state == "ready":
                 break
             await asyncio.sleep(0.01)

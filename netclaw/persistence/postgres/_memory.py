@@ -294,16 +294,11 @@ class PostgresMemoryStore(PooledStore):
             return []
         found = await self._hybrid(query, audience, scope, None, min(limit, _MAX_LIMIT), stop_words=False)
         if used and found:
-            now = time.time()
-            stale = self._recall.recalled([m.id for m in found], now)
-            if stale:
-                try:
-                    await self.execute(
-                        "UPDATE memories SET used = GREATEST(used, %s) WHERE id = ANY(%s)", (now, stale)
-                    )
-                except JournalError as exc:  # a ranking hint: never worth failing a recall for
-                    log.warning("memory: could not record a recall (%s)", exc)
+            await self._recall.record_use([m.id for m in found], self._save_used)
         return found
+
+    async def _save_used(self, when: float, ids: list[int]) -> None:
+        await self.execute("UPDATE memories SET used = GREATEST(used, %s) WHERE id = ANY(%s)", (when, ids))
 
     async def _hybrid(
         self,
