@@ -560,8 +560,9 @@ class SqliteMemoryStore:
         dropped: list[int] = []
         forgotten: list[int] = []
         async with self._writing:
-            await self._fetch("BEGIN IMMEDIATE")
             try:
+                # Inside the try: the ROLLBACK queues behind a BEGIN whose await was interrupted.
+                await self._fetch("BEGIN IMMEDIATE")
                 for n, item in enumerate(items):
                     vector = vectors[n] if vectors is not None else None
                     memory = await self._add_one(item, vector, session_id, audience, turn, scope)
@@ -794,13 +795,18 @@ class SqliteMemoryStore:
         return [_memory(r) for r in rows]
 
     async def edit(self, memory_id: int, text: str) -> Memory | None:
+        # Shielded like add: a request whose client hangs up cannot leave a transaction open.
+        return await asyncio.shield(self._edit(memory_id, text))
+
+    async def _edit(self, memory_id: int, text: str) -> Memory | None:
         text = edited_text(text)
         vectors = await self._recall.embed([text])
         vector = vectors[0] if vectors is not None else None
         now = time.time()
         async with self._writing:
-            await self._fetch("BEGIN IMMEDIATE")
             try:
+                # Inside the try: the ROLLBACK queues behind a BEGIN whose await was interrupted.
+                await self._fetch("BEGIN IMMEDIATE")
                 rows = await self._fetch(
                     "UPDATE memories SET text = ?, norm = ?, vector = ?, vector_model = ?, confirmed = ?"
                     " WHERE id = ? AND NOT EXISTS (SELECT 1 FROM memories AS o WHERE o.audience ="

@@ -172,6 +172,27 @@ async def test_concurrent_adds_do_not_fail(store: MemoryStore) -> None:
     assert len(set(ids)) == 21
 
 
+async def test_edits_and_adds_cancelled_at_any_point_leave_no_transaction_open(store: MemoryStore) -> None:
+    """A client that hangs up cancels its request's edit wherever it is; the next write still works
+    (an interrupted BEGIN once left the connection inside a transaction for good)."""
+    [first] = await store.add(facts("the first fact"), session_id="s", audience="personal")
+    for ticks in range(12):
+        edit = asyncio.create_task(store.edit(first.id, f"the first fact, reworded {ticks}"))
+        add = asyncio.create_task(
+            store.add(facts(f"added fact {ticks}"), session_id="s", audience="personal")
+        )
+        for _ in range(ticks):
+            await asyncio.sleep(0)
+        edit.cancel()
+        add.cancel()
+        await asyncio.gather(edit, add, return_exceptions=True)
+    edited = await store.edit(first.id, "the first fact, settled")
+    assert edited is not None and edited.text == "the first fact, settled"
+    assert [m.text for m in await store.add(facts("one more fact"), session_id="s", audience="personal")] == [
+        "one more fact"
+    ]
+
+
 async def test_memories_survive_close_and_reopen(db: Path) -> None:
     s = await SqliteMemoryStore(db).open()
     await s.add(facts("The deploy key rotates every ninety days"), session_id="s", audience="team")
