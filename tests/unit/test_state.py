@@ -7,6 +7,8 @@ import typing
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from netclaw.errors import JournalCorrupt
 from netclaw.lineage import ChildReport, ChildTask
@@ -836,3 +838,62 @@ def test_the_fold_builds_the_transcript_once_and_equals_event_by_event_apply() -
     # Folding on from a state keeps what it had.
     half = fold(events[:7])
     assert half.apply_all((e, s, 1000.0 + s) for s, e in enumerate(events[7:], start=8)) == stepwise
+
+
+_TURN_SHAPES = st.lists(
+    st.tuples(
+        st.sampled_from(["completed", "failed", "timed_out", "interrupted", "cancelled"]),
+        st.integers(0, 2),  # assistant messages recorded with the turn
+        st.booleans(),  # a tool step before it
+    ),
+    max_size=12,
+)
+
+
+@given(shapes=_TURN_SHAPES, running=st.booleans(), cap=st.integers(1, 6))
+def test_what_a_snapshot_leaves_to_the_transcript_is_what_it_implies(
+    shapes: list[tuple[str, int, bool]], running: bool, cap: int
+) -> None:
+    """The snapshot's walk that compares outcomes in place (``_told_outcomes``) agrees with the
+    outcomes the transcript implies, as decoding rebuilds them, for any mix of turns."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_values, "MAX_OUTCOMES", cap)
+        patch.setattr(snapshots, "MAX_OUTCOMES", cap)
+        events: list[SessionEvent] = []
+        for i, (status, answers, step) in enumerate(shapes, start=1):
+            events += [InputAdmitted(user(f"u{i}")), TurnStarted(i, f"u{i}")]
+            if step:
+                events.append(
+                    StepRecorded(i, (assistant(f"s{i}", calls=(CALL_A,)), tool(f"t{i}", CALL_A, "r")))
+                )
+            replies = tuple(assistant(f"a{i}.{k}", f"reply {i}.{k}") for k in range(answers))
+            error = None if status == "completed" else {"code": status, "message": "no"}
+            events.append(TurnRecorded(i, f"u{i}", status, replies, error=error))  # type: ignore[arg-type]
+        if running:
+            n = len(shapes) + 1
+            events += [InputAdmitted(user(f"u{n}")), TurnStarted(n, f"u{n}")]
+        state = fold(events)
+        # The two walks compared: the one decoding makes, the one encoding makes.
+        implied = snapshots._implied_outcomes(  # noqa: SLF001
+            state.transcript, state.turns, state.failures, state.active
+        )
+        told, gone = snapshots._told_outcomes(state)  # noqa: SLF001
+        assert told == {k for k, v in state.outcomes.items() if implied.get(k) == v}
+        assert gone == [k for k in implied if k not in state.outcomes]
+        document, rows = snapshots.encode(state, 0)
+        restored = snapshots.decode(document, rows)
+        assert restored == state
+        assert list(restored.outcomes) == list(state.outcomes)
+
+
+def test_a_broken_transcript_row_is_corruption_even_parsed_with_the_others() -> None:
+    state = fold(realistic_events())
+    document, rows = snapshots.encode(state, 0)
+    first, second = rows[0], rows[1]
+    for broken in (
+        [first[:-1], *rows[1:]],  # cut short
+        [f"{first},{second}", *rows[2:], rows[-1]],  # two rows in one (and as many rows)
+        [first, "", *rows[2:]],  # empty
+    ):
+        with pytest.raises(JournalCorrupt, match="cannot decode snapshot"):
+            snapshots.decode(document, broken)

@@ -15,7 +15,7 @@ from netclaw.errors import JournalCorrupt
 from netclaw.persistence import Journal, Snapshot, StoredEvent
 from netclaw.process.runtime import IoLoop
 from netclaw.sessions._core.journal import snapshot as snapshots
-from netclaw.sessions._core.journal.codec import decode
+from netclaw.sessions._core.journal.codec import decode, decode_all
 from netclaw.sessions._core.journal.state import SessionState
 
 log = logging.getLogger(__name__)
@@ -51,7 +51,10 @@ def rebuild_state(rows: JournalRows) -> SessionState | None:
                 exc,
             )
             return None
-    return state.apply_all((decode(e.type, e.payload), e.seq, e.ts) for e in rows.events)
+    events = decode_all([(e.type, e.payload) for e in rows.events])
+    return state.apply_all(
+        zip(events, (e.seq for e in rows.events), (e.ts for e in rows.events), strict=True)
+    )
 
 
 async def load_state(journal: Journal, session_id: str) -> SessionState:

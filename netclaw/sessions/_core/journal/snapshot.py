@@ -19,6 +19,7 @@ from netclaw.errors import JournalCorrupt
 from netclaw.lineage import ChildRecord, ChildReport, ChildTask
 from netclaw.messages import ChatMessage, MessageKind
 from netclaw.security.policy import Place
+from netclaw.sessions._core.journal.codec import json_values
 from netclaw.sessions._core.journal.events import SessionEvent, SpeechTranscribed
 from netclaw.sessions._core.journal.state import (
     MAX_IDENTITIES,
@@ -45,9 +46,9 @@ def encode(state: SessionState, saved_rows: int) -> tuple[str, list[str]]:
     data = _document(state, whole=False)
     data["v"] = SNAPSHOT_ROWS_VERSION
     data["transcript_len"] = len(state.transcript)
-    implied = _implied_outcomes(state.transcript, state.turns, state.failures, state.active)
-    data["outcomes"] = {k: _outcome_ref(v) for k, v in state.outcomes.items() if implied.get(k) != v}
-    data["outcomes_gone"] = [k for k in implied if k not in state.outcomes]
+    told, gone = _told_outcomes(state)
+    data["outcomes"] = {k: _outcome_ref(v) for k, v in state.outcomes.items() if k not in told}
+    data["outcomes_gone"] = gone
     data["failures"] = {k: _outcome_ref(v) for k, v in state.failures.items()}
     rows = [
         json.dumps(m.to_dict(), ensure_ascii=False, separators=(",", ":"))
@@ -79,7 +80,7 @@ def decode(text: str, rows: Sequence[str]) -> SessionState:
         length = int(d["transcript_len"])
         if len(rows) < length:
             raise ValueError(f"snapshot covers {length} transcript rows, only {len(rows)} are saved")
-        transcript = [ChatMessage.from_dict(json.loads(r)) for r in rows[:length]]
+        transcript = [ChatMessage.from_dict(m) for m in json_values(rows[:length])]
         inbox = [ChatMessage.from_dict(m) for m in d["inbox"]]
         by_id = {m.id: m for m in transcript if m.role == "assistant"}
         d["transcript"] = []
@@ -122,7 +123,6 @@ def _document(state: SessionState, *, whole: bool) -> dict[str, Any]:
         "active": None
         if state.active is None
         else [state.active.turn, state.active.message_id, state.active.steps, state.active.model],
-        "outcomes": {k: v.to_dict() for k, v in state.outcomes.items()},
         "last_activity": state.last_activity,
         "last_input_tokens": state.last_input_tokens,
         "kept_from": state.kept_from,
@@ -130,7 +130,6 @@ def _document(state: SessionState, *, whole: bool) -> dict[str, Any]:
         "summary": state.summary,
         "cleared": sorted(state.cleared),
         "compactions": state.compactions,
-        "failures": {k: v.to_dict() for k, v in state.failures.items()},
         "resets": state.resets,
         "memory_through_turn": state.memory_through_turn,
         "pending_round": None if state.pending_round is None else state.pending_round.to_dict(),
@@ -156,6 +155,8 @@ def _document(state: SessionState, *, whole: bool) -> dict[str, Any]:
     if whole:
         data["transcript"] = [m.to_dict() for m in state.transcript]
         data["identities"] = state.identities
+        data["outcomes"] = {k: v.to_dict() for k, v in state.outcomes.items()}
+        data["failures"] = {k: v.to_dict() for k, v in state.failures.items()}
     return data
 
 
@@ -284,6 +285,52 @@ def _implied_outcomes(
         answer = None
     found.reverse()
     return dict(found)
+
+
+def _told_outcomes(state: SessionState) -> tuple[set[str], list[str]]:
+    """What the transcript says of the outcomes, as :func:`_implied_outcomes` reads it, without
+    making them: the ids whose outcome it says as recorded (a snapshot need not write them),
+    and those it says but that are not recorded (``outcomes_gone``, oldest first). The same
+    walk back, comparing in place: every snapshot of a long session makes it."""
+    outcomes, failures, active = state.outcomes, state.failures, state.active
+    told: set[str] = set()
+    gone: list[str] = []
+    turn = state.turns
+    answer: ChatMessage | None = None
+    chat = MessageKind.CHAT
+    walked = 0
+    for m in reversed(state.transcript):
+        if m.role == "assistant":
+            if answer is None:
+                answer = m
+            continue
+        if m.role != "user" or m.kind is not chat:
+            continue
+        if active is None or active.message_id != m.id:
+            have = outcomes.get(m.id)
+            if have is None:
+                gone.append(m.id)
+            else:
+                failed = failures.get(m.id)
+                if failed is not None:
+                    same = have == failed
+                else:  # completed, with the turn's last assistant message as the reply (if any)
+                    reply = answer.content if answer is not None else None
+                    same = (
+                        have.turn == turn
+                        and have.status == "completed"
+                        and have.reply == reply
+                        and have.error is None
+                    )
+                if same:
+                    told.add(m.id)
+            walked += 1
+            if walked >= MAX_OUTCOMES:
+                break
+        turn -= 1
+        answer = None
+    gone.reverse()
+    return told, gone
 
 
 def _identities(
