@@ -43,7 +43,7 @@ from _common import daemon_settings, figure, info, log, machine_load, median
 from netclaw.messages import ChatMessage, ToolCall, new_id
 from netclaw.persistence import NewEvent, SessionRow, SqliteJournal, prepare_database
 from netclaw.sessions._core.journal import snapshot as snapshots
-from netclaw.sessions._core.journal.codec import decode, encode
+from netclaw.sessions._core.journal.codec import decode_all, encode
 from netclaw.sessions._core.journal.events import (
     InputAdmitted,
     SessionEvent,
@@ -198,7 +198,8 @@ async def cold_parts(path: Path, pid: str) -> dict[str, float]:
         t2 = time.perf_counter()
         stored = await journal.replay(pid, state.seq)
         t3 = time.perf_counter()
-        decoded = [(decode(e.type, e.payload), e.seq, e.ts) for e in stored]
+        events = decode_all([(e.type, e.payload) for e in stored])  # as rebuild_state does
+        decoded = [(event, e.seq, e.ts) for event, e in zip(events, stored, strict=True)]
         t4 = time.perf_counter()
         state.apply_all(decoded)
         t5 = time.perf_counter()

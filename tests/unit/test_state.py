@@ -897,3 +897,43 @@ def test_a_broken_transcript_row_is_corruption_even_parsed_with_the_others() -> 
     ):
         with pytest.raises(JournalCorrupt, match="cannot decode snapshot"):
             snapshots.decode(document, broken)
+
+
+@given(
+    shapes=_TURN_SHAPES,
+    identities=st.lists(st.sampled_from(["a", "b", "c", None]), min_size=12, max_size=12),
+    cap=st.integers(1, 6),
+)
+def test_the_fold_in_place_equals_event_by_event_apply_down_to_the_order_of_its_mappings(
+    shapes: list[tuple[str, int, bool]], identities: list[str | None], cap: int
+) -> None:
+    """apply_all changes its own state and mappings in place; the result is what applying
+    each event to a new state gives, the mappings' order (what is forgotten first) included.
+    Identities repeat (a redelivered message re-recorded), outcomes pass their cap."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_values, "MAX_OUTCOMES", cap)
+        patch.setattr(_values, "MAX_FAILURES_SHOWN", cap)
+        patch.setattr(_state, "MAX_IDENTITIES", cap + 1)
+        events: list[SessionEvent] = []
+        for i, (status, answers, step) in enumerate(shapes, start=1):
+            events += [InputAdmitted(user(f"u{i}", identity=identities[i - 1])), TurnStarted(i, f"u{i}")]
+            if step:
+                events.append(
+                    StepRecorded(i, (assistant(f"s{i}", calls=(CALL_A,)), tool(f"t{i}", CALL_A, "r")))
+                )
+            replies = tuple(assistant(f"a{i}.{k}", f"reply {i}.{k}") for k in range(answers))
+            error = None if status == "completed" else {"code": status, "message": "no"}
+            events.append(TurnRecorded(i, f"u{i}", status, replies, error=error))  # type: ignore[arg-type]
+        stepwise = SessionState(SID)
+        for seq, event in enumerate(events, start=1):
+            stepwise = stepwise.apply(event, seq, 1000.0 + seq)
+        half = len(events) // 2
+        first = fold(events[:half])
+        before = {name: list(getattr(first, name).items()) for name in ("identities", "outcomes", "failures")}
+        on = first.apply_all((e, s, 1000.0 + s) for s, e in enumerate(events[half:], start=half + 1))
+        for folded in (fold(events), on):
+            assert folded == stepwise
+            for name in ("identities", "outcomes", "failures"):
+                assert list(getattr(folded, name).items()) == list(getattr(stepwise, name).items()), name
+        for name, items in before.items():  # the state folded on from is as it was
+            assert list(getattr(first, name).items()) == items, name

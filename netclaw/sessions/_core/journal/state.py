@@ -200,21 +200,34 @@ class SessionState:
 
     # -- the fold -----------------------------------------------------------------------------
 
-    def apply(self, event: SessionEvent, seq: int, ts: float) -> SessionState:  # noqa: C901 - one case per event
+    def apply(self, event: SessionEvent, seq: int, ts: float) -> SessionState:
         if seq != self.seq + 1:
             raise JournalCorrupt(
                 f"{self.session_id}: event seq {seq} does not follow {self.seq}; journal has a gap"
             )
+        new = object.__new__(SessionState)
+        fields_ = new.__dict__
+        fields_.update(self.__dict__)
+        fields_.update(self._changes(event, seq, ts, owned=False))
+        return new
+
+    def _changes(  # noqa: C901 - one case per event
+        self, event: SessionEvent, seq: int, ts: float, *, owned: bool
+    ) -> dict[str, Any]:
+        """The fields ``event`` changes, and their new values. ``owned``: the fold's own
+        state (:meth:`apply_all`), whose mappings nobody else holds: changed in place, not
+        copied (a replay would copy them once per event)."""
         match event:
             case InputAdmitted(message=m, place=place):
                 identities = self.identities
                 if m.identity is not None:
-                    identities = dict(identities)
+                    identities = identities if owned else dict(identities)
+                    assert isinstance(identities, dict)
                     identities.pop(m.identity, None)  # a re-recorded identity is the newest
                     identities[m.identity] = (m.id, m.ts)
                     if len(identities) > MAX_IDENTITIES:
                         del identities[next(iter(identities))]
-                return self._evolve(
+                return dict(
                     seq=seq,
                     inbox=(*self.inbox, m),
                     identities=identities,
@@ -226,7 +239,7 @@ class SessionState:
                 picked = next((m for m in self.inbox if m.id == mid), None)
                 if picked is None:
                     raise JournalCorrupt(f"{self.session_id}: turn {turn} starts unknown input {mid}")
-                return self._evolve(
+                return dict(
                     seq=seq,
                     turns=turn,
                     inbox=tuple(m for m in self.inbox if m.id != mid),
@@ -236,7 +249,7 @@ class SessionState:
                 )
             case StepRecorded(messages=ms):
                 active = self.active and replace(self.active, steps=self.active.steps + 1)
-                return self._evolve(
+                return dict(
                     seq=seq,
                     transcript=(*self.transcript, *ms),
                     active=active,
@@ -245,9 +258,7 @@ class SessionState:
                     last_activity=ts,
                 )
             case ApprovalRequested(turn=turn, assistant=assistant, requests=requests):
-                return replace(
-                    self, seq=seq, pending_round=PendingRound(turn, assistant, requests), last_activity=ts
-                )
+                return dict(seq=seq, pending_round=PendingRound(turn, assistant, requests), last_activity=ts)
             case ApprovalDecided(approval_id=aid, decision=decision, by=by):
                 pending = self.pending_round
                 if pending is None or pending.find(aid) is None:
@@ -256,7 +267,7 @@ class SessionState:
                 if decision == "always":
                     granted = granted | {pending.find(aid).tool}  # type: ignore[union-attr]
                 decided = replace(pending, decisions={**pending.decisions, aid: (decision, by)})
-                return self._evolve(
+                return dict(
                     seq=seq,
                     pending_round=decided,
                     granted_tools=granted,
@@ -266,7 +277,9 @@ class SessionState:
             case TurnRecorded():
                 answer = next((m for m in reversed(event.messages) if m.role == "assistant"), None)
                 reply = answer.content if answer is not None else None
-                outcomes, failures = remember_outcome(self.outcomes, self.failures, event, answer)
+                outcomes, failures = remember_outcome(
+                    self.outcomes, self.failures, event, answer, owned=owned
+                )
                 usage = event.usage or {}
                 undelivered = self.undelivered
                 if event.status == "completed" and answer is not None and is_chat_channel(self.channel):
@@ -274,7 +287,7 @@ class SessionState:
                     if len(undelivered) > MAX_UNDELIVERED:
                         del undelivered[min(undelivered)]
                 tokens, cost = spent_by(event)
-                return self._evolve(
+                return dict(
                     seq=seq,
                     transcript=(*self.transcript, *event.messages),
                     active=None,
@@ -292,7 +305,7 @@ class SessionState:
                     **self._charged(tokens, cost, ts),
                 )
             case ContextAttached(message=m, told_time=told):
-                return self._evolve(
+                return dict(
                     seq=seq,
                     transcript=(*self.transcript, m),
                     time_told_at=m.ts if told else self.time_told_at,
@@ -300,22 +313,22 @@ class SessionState:
                 )
             case ModelSwitched(to_model=model):
                 active = self.active and replace(self.active, model=model)
-                return self._evolve(seq=seq, active=active, last_activity=ts)
+                return dict(seq=seq, active=active, last_activity=ts)
             case ModelPinned(model=model):
-                return self._evolve(seq=seq, model_pin=model, last_activity=ts)
+                return dict(seq=seq, model_pin=model, last_activity=ts)
             case VoiceRepliesSet(on=on):
-                return self._evolve(seq=seq, voice_replies=on, last_activity=ts)
+                return dict(seq=seq, voice_replies=on, last_activity=ts)
             case ReplySpoken(cost=cost):
-                return self._evolve(seq=seq, **self._charged(0, float(cost or 0.0), ts))
+                return dict(seq=seq, **self._charged(0, float(cost or 0.0), ts))
             case SpeechTranscribed(message_id=mid, transcripts=heard, cost=cost):
-                return self._evolve(
+                return dict(
                     seq=seq,
                     transcript=self._heard(mid, dict(heard)),
                     last_activity=ts,
                     **self._charged(0, float(cost or 0.0), ts),
                 )
             case SessionReset():
-                return self._evolve(
+                return dict(
                     seq=seq,
                     kept_from=len(self.transcript),
                     trimmed=False,
@@ -328,47 +341,44 @@ class SessionState:
                 )
             case ReplyDelivered(turn=turn):
                 if turn not in self.undelivered and turn not in self.reports_owed:
-                    return self._evolve(seq=seq)
-                return replace(
-                    self,
+                    return dict(seq=seq)
+                return dict(
                     seq=seq,
                     undelivered={t: m for t, m in self.undelivered.items() if t != turn},
                     reports_owed={t: r for t, r in self.reports_owed.items() if t != turn},
                 )
             case RoundStarted(turn=turn, assistant=assistant):
-                return replace(
-                    self, seq=seq, pending_round=PendingRound(turn, assistant, ()), last_activity=ts
-                )
+                return dict(seq=seq, pending_round=PendingRound(turn, assistant, ()), last_activity=ts)
             case ChildSpawned(task=task):
-                return self._evolve(
+                return dict(
                     seq=seq,
                     children=kin.spawned(self.children, event, ts),
                     children_spawned=max(self.children_spawned, task.n),
                     last_activity=ts,
                 )
             case ChildReported(report=report):
-                return self._evolve(
+                return dict(
                     seq=seq,
                     children=kin.reported(self.children, report, ts),
                     **self._charged(report.tokens, report.cost, ts),
                 )
             case ChildDetached(n=n):
-                return self._evolve(seq=seq, children=kin.detached(self.children, n))
+                return dict(seq=seq, children=kin.detached(self.children, n))
             case TaskGiven(task=task):
-                return self._evolve(seq=seq, task=task)
+                return dict(seq=seq, task=task)
             case MemoriesExtracted(through_turn=turn):
-                return self._evolve(seq=seq, memory_through_turn=max(self.memory_through_turn, turn))
+                return dict(seq=seq, memory_through_turn=max(self.memory_through_turn, turn))
             case SessionTitleSet(title=title):
-                return self._evolve(seq=seq, title=title, last_activity=ts)
+                return dict(seq=seq, title=title, last_activity=ts)
             case HistoryTrimmed(first_kept_id=first):
                 # The told time may be out of view now: the next tail tells it again.
-                return self._evolve(seq=seq, kept_from=self._index_of(first), trimmed=True, time_told_at=0.0)
+                return dict(seq=seq, kept_from=self._index_of(first), trimmed=True, time_told_at=0.0)
             case SessionCompacted():
                 # Summaries that failed in a row (the backoff counts them); a summary resets it.
                 failed_summaries = (
                     0 if event.summary is not None else self.summary_failures + event.summary_failed
                 )
-                state = self._evolve(
+                changes = dict(
                     **self._charged(*spent_by(event), ts),
                     seq=seq,
                     cleared=self.cleared | frozenset(event.cleared),
@@ -380,14 +390,13 @@ class SessionState:
                 )
                 if event.summary is not None and event.first_kept_id is not None:
                     # The summary covers everything before the kept part: no breadcrumb.
-                    state = replace(
-                        state,
+                    changes.update(
                         summary=event.summary,
                         kept_from=self._index_of(event.first_kept_id),
                         trimmed=False,
                         time_told_at=0.0,  # as after a trim
                     )
-                return state
+                return changes
         raise TypeError(f"not a session event: {event!r}")
 
     def _heard(self, message_id: str, heard: Mapping[int, Transcript]) -> tuple[ChatMessage, ...]:
@@ -426,22 +435,34 @@ class SessionState:
         return new
 
     def apply_all(self, events: Iterable[tuple[SessionEvent, int, float]]) -> SessionState:
-        """``apply`` each event in turn (recovery's fold). The transcript is built in a list
-        and made a tuple once at the end, so replaying n messages costs O(n), not the O(n²)
-        of a new tuple per event; only the few events that read the transcript get it whole."""
+        """``apply`` each event in turn (recovery's fold), on one state object of the fold's
+        own that each event's changes update in place (its mappings copied once, at the
+        start, then changed in place too). The transcript is built in a list and made a
+        tuple once at the end, so replaying n messages costs O(n), not the O(n²) of a new
+        tuple per event; only the few events that read the transcript get it whole."""
         collected = list(self.transcript)
-        state = self._evolve(transcript=())  # the fold's own object: never seen outside
+        # The fold's own object, never seen outside until it is done.
+        state = self._evolve(
+            transcript=(),
+            identities=dict(self.identities),
+            outcomes=dict(self.outcomes),
+            failures=dict(self.failures),
+        )
+        fields_ = state.__dict__
         for event, seq, ts in events:
+            if seq != fields_["seq"] + 1:
+                raise JournalCorrupt(
+                    f"{self.session_id}: event seq {seq} does not follow {fields_['seq']}; journal has a gap"
+                )
             reads = isinstance(event, _READING)
             if reads:
-                state.__dict__["transcript"] = tuple(collected)
-            state = state.apply(event, seq, ts)
-            if state.transcript:
+                fields_["transcript"] = tuple(collected)
+            fields_.update(state._changes(event, seq, ts, owned=True))  # noqa: SLF001 - its own class
+            appended = fields_["transcript"]
+            if appended:
                 if reads:
-                    collected = list(state.transcript)
+                    collected = list(appended)
                 else:
-                    collected.extend(state.transcript)  # what this event appended
-                # A fresh object from apply: resetting it in place is safe, and saves a
-                # second copy of every field per event.
-                state.__dict__["transcript"] = ()
+                    collected.extend(appended)  # what this event appended
+                fields_["transcript"] = ()
         return state._evolve(transcript=tuple(collected))  # noqa: SLF001 - its own class

@@ -87,10 +87,12 @@ def remember_outcome(
     failures: Mapping[str, TurnOutcome],
     event: TurnRecorded,
     answer: ChatMessage | None,
+    *,
+    owned: bool = False,
 ) -> tuple[dict[str, TurnOutcome], Mapping[str, TurnOutcome]]:
     """How the turn ``event`` records ended, added to the outcomes by the message that
     started it (and to the failures when it did not complete), the oldest forgotten past
-    the bounds."""
+    the bounds. ``owned``: the mappings are the fold's own (dicts), changed in place."""
     outcome = TurnOutcome(
         event.turn,
         event.status,
@@ -98,12 +100,20 @@ def remember_outcome(
         event.error,
         answer.id if answer is not None else None,
     )
-    remembered = {**outcomes, event.message_id: outcome}
+    if owned:
+        assert isinstance(outcomes, dict) and isinstance(failures, dict)
+        remembered, failed = outcomes, failures
+        remembered[event.message_id] = outcome  # where {**outcomes, id: outcome} has it
+    else:
+        remembered = {**outcomes, event.message_id: outcome}
     if len(remembered) > MAX_OUTCOMES:
         del remembered[next(iter(remembered))]
     if event.status == "completed":
         return remembered, failures
-    failed = {**failures, event.message_id: outcome}
+    if owned:
+        failed[event.message_id] = outcome
+    else:
+        failed = {**failures, event.message_id: outcome}
     if len(failed) > MAX_FAILURES_SHOWN:
         del failed[next(iter(failed))]
     return remembered, failed
