@@ -8,8 +8,9 @@ not share our GIL.
 Latency, 1 session, sequential turns (the figure)
     Each turn is ``IntakeService.submit(Inbound(...), wait=True)`` awaited by a driver coroutine
     on the daemon's own loop (no bench-side thread hops). Right before each turn the
-    driver makes a direct httpx streaming call to the same server with the same request
-    (system prompt, transcript so far, tools; pre-encoded) and reads it to the end: the
+    driver makes a direct streaming call to the same server with the same request
+    (system prompt, transcript so far, tools; pre-encoded), through the same client stack
+    as the daemon's (httpx over ``PooledTransport``), and reads it to the end: the
     provider's own time. added = end-to-end - reference, paired turn by turn.
     A breakdown wraps the daemon's journal.append and provider.complete (timing only).
 HTTP path (info)
@@ -224,7 +225,10 @@ async def latency_run(daemon: Daemon, ref: Reference, sid: str, texts: list[str]
     assert gateway is not None and journal is not None
     out = LatencyRun()
     history: list[tuple[str, str]] = []
-    async with httpx.AsyncClient(timeout=30) as client:
+    # The reference goes out the way the daemon's provider calls do (aiohttp's pool under
+    # httpx's types): with httpx's own transport instead, the client library's cost, which
+    # grows with the body differently, was counted as the daemon's (turn 1,000: 1.3 ms).
+    async with httpx.AsyncClient(timeout=30, transport=PooledTransport()) as client:
         with _Timed(daemon) as timed:
             commits0 = appends0 = 0
             for k, text in enumerate(texts):
@@ -582,7 +586,7 @@ def main() -> int:
         "provider_ref_latency_p50",
         ms(p(lat.ref, 50)),
         "ms",
-        "direct httpx stream read to the end, same request, same server",
+        "direct call through the daemon's client stack (httpx over PooledTransport) read to the end, same request, same server",
     )
     info("provider_ref_latency_p99", ms(p(lat.ref, 99)), "ms")
     info(
@@ -683,11 +687,16 @@ def main() -> int:
     log(f"wall time {time.perf_counter() - started:.0f} s")
 
     long_added = [e - r for e, r in zip(long.e2e, long.ref, strict=True)]
-    early, late = long_added[:20], long_added[-20:]  # turns 1-20 and the last 20
+    # Fifty turns from turn 10 (the first nine warm the daemon's caches) and the last fifty:
+    # p50s of twenty turns moved by a third between runs on two shared cores.
+    window = min(50, max(1, len(long_added) // 4))
+    start = min(9, len(long_added) - 2 * window)
+    early, late = long_added[start : start + window], long_added[-window:]
     info(
         "long_session_added_latency",
-        f"turns 1-20 p50 {ms(p(early, 50)):.2f} ms, turns {len(long_added) - 19}-{len(long_added)} p50 "
-        f"{ms(p(late, 50)):.2f} ms (direct call {ms(p(long.ref[:20], 50)):.2f} -> {ms(p(long.ref[-20:], 50)):.2f} ms)",
+        f"turns {start + 1}-{start + window} p50 {ms(p(early, 50)):.2f} ms, turns "
+        f"{len(long_added) - window + 1}-{len(long_added)} p50 {ms(p(late, 50)):.2f} ms (direct call "
+        f"{ms(p(long.ref[start : start + window], 50)):.2f} -> {ms(p(long.ref[-window:], 50)):.2f} ms)",
         note="one session, paired per turn against the direct call with the same growing context",
     )
     lat50, lat99, rate = ms(p(added, 50)), ms(p(added, 99)), m.rate
@@ -699,8 +708,8 @@ def main() -> int:
         f"added_latency_turn_{len(long_added)}_vs_10",
         growth,
         "x",
-        "<= 1.5 x",
-        growth <= 1.5,
+        "<= 1.2 x",
+        growth <= 1.2,
     )
     figure(f"turns_per_s_{n}_sessions", rate, "turns/s", ">= 500 turns/s", rate >= 500)
     figure(f"cpu_per_turn_{n}_sessions", cpu_us, "us", "<= 1000 us", cpu_us <= 1000)
