@@ -47,16 +47,25 @@ class Subscriber:
 class SubscriberSet:
     """The actor's subscribers. A sink that reports itself gone is removed on the spot."""
 
-    __slots__ = ("_subs",)
+    __slots__ = ("_subs", "streams_text")
 
     def __init__(self) -> None:
         self._subs: dict[str, Subscriber] = {}
+        # Does anyone take streamed text (``text_delta``)? Kept by the actor, read by its model
+        # calls on the loop (a bool: one read, no lock): nobody's, and deltas are not relayed.
+        self.streams_text = False
 
     def add(self, sub: Subscriber) -> None:
         self._subs[sub.id] = sub
+        self._changed()
 
     def remove(self, sub_id: str) -> bool:
-        return self._subs.pop(sub_id, None) is not None
+        removed = self._subs.pop(sub_id, None) is not None
+        self._changed()
+        return removed
+
+    def _changed(self) -> None:
+        self.streams_text = any(out.OutputFilter.TEXT_STREAMING & sub.filter for sub in self._subs.values())
 
     def __len__(self) -> int:
         return len(self._subs)
@@ -74,6 +83,8 @@ class SubscriberSet:
         for sub_id in gone:
             log.info("subscriber %s disconnected; removed", sub_id)
             self._subs.pop(sub_id, None)
+        if gone:
+            self._changed()
         return gone
 
     def close_all(self) -> None:
@@ -81,12 +92,14 @@ class SubscriberSet:
         for sub in self._subs.values():
             sub.sink.close()
         self._subs.clear()
+        self._changed()
 
     def send_to(self, sub_id: str, output: out.Output) -> bool:
         """Offer ``output`` to one subscriber; False when it is found gone (removed)."""
         sub = self._subs.get(sub_id)
         if sub is not None and not sub.sink.offer(output):
             self._subs.pop(sub_id, None)
+            self._changed()
             return False
         return True
 

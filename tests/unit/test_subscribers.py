@@ -146,6 +146,33 @@ def test_publish_delivers_by_filter() -> None:
     assert len(subs) == 3
 
 
+def test_the_set_knows_whether_anyone_takes_streamed_text() -> None:
+    """What a model call asks before relaying deltas: kept through adds, removals, sinks
+    found gone (by a publish or a send) and the close."""
+    subs = SubscriberSet()
+    assert not subs.streams_text
+    subs.add(Subscriber("text", F.TEXT | F.USAGE, ListSink()))
+    assert not subs.streams_text
+    subs.add(Subscriber("stream", F.TEXT_STREAMING, ListSink(alive=False)))
+    assert subs.streams_text
+    subs.publish(out("text_delta", turn=1, delta="he"))  # finds the streaming one gone
+    assert not subs.streams_text
+    subs.add(Subscriber("all", F.ALL, ListSink()))
+    assert subs.streams_text
+    assert subs.remove("all") and not subs.streams_text
+    subs.add(Subscriber("again", F.ALL, ListSink(alive=False)))
+    assert not subs.send_to("again", out("text", text="x")) and not subs.streams_text
+    subs.remove("text")
+    subs.add(Subscriber("last", F.TEXT_STREAMING, ClosableSink()))
+    subs.close_all()
+    assert not subs.streams_text
+
+
+class ClosableSink(ListSink):
+    def close(self) -> None:
+        self.alive = False
+
+
 def test_gone_sink_is_removed_without_affecting_others() -> None:
     subs = SubscriberSet()
     before, gone, after = ListSink(), ListSink(alive=False), ListSink()

@@ -173,7 +173,10 @@ class Effector:
                 span = self.tracer.model_call(effect, self.state)
                 provider = deps.provider_of(name)
                 ended, metrics = self.tracer.ended_call, deps.metrics
-                self._ops[op_id] = ops.call_model(io, self._ref, effect, provider, span, ended, metrics)
+                subscribers = self.subscribers
+                self._ops[op_id] = ops.call_model(
+                    io, self._ref, effect, provider, span, ended, metrics, lambda: subscribers.streams_text
+                )
             case RunTools(op_id=op_id, context=context, model=name):
                 # What the round's tools may ask of the session (progress, a person, sampling
                 # with the model the turn is on).

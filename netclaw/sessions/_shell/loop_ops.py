@@ -186,15 +186,24 @@ def speak(
 class DeltaRelay:
     """Runs a model call on the loop and forwards its deltas to the actor, coalesced:
     every delta that arrives in one loop iteration travels in one ``tell``; the ones still
-    waiting when the answer is complete travel with it (one message, not two)."""
+    waiting when the answer is complete travel with it (one message, not two). Deltas
+    arriving while ``wanted()`` is false (nobody watches the session's streamed text: an
+    API caller that waits for the answer, a webhook) are not relayed: the actor would only
+    publish them to nobody, at two thread hops a batch."""
 
-    __slots__ = ("_first_ns", "_metrics", "_op_id", "_pending", "_ref", "_scheduled", "_span")
+    __slots__ = ("_first_ns", "_metrics", "_op_id", "_pending", "_ref", "_scheduled", "_span", "_wanted")
 
     def __init__(
-        self, ref: Tellable, op_id: int, span: Span = NO_SPAN, metrics: Metrics | None = None
+        self,
+        ref: Tellable,
+        op_id: int,
+        span: Span = NO_SPAN,
+        metrics: Metrics | None = None,
+        wanted: Callable[[], bool] = lambda: True,
     ) -> None:
         self._ref = ref
         self._op_id = op_id
+        self._wanted = wanted
         self._pending: list[Delta] = []
         self._scheduled = False
         self._span = span  # the call's (telemetry.traces), ended here
@@ -235,6 +244,8 @@ class DeltaRelay:
         if not self._first_ns:
             self._first_ns = time.perf_counter_ns()
             self._span.event("first_token")
+        if not self._wanted():
+            return
         self._pending.append(delta)
         if not self._scheduled:
             self._scheduled = True
@@ -256,8 +267,9 @@ def call_model(
     span: Span = NO_SPAN,
     answered: Callable[[Span, CallModel, Completion], None] | None = None,
     metrics: Metrics | None = None,
+    wanted: Callable[[], bool] = lambda: True,
 ) -> Cancellable:
-    relay = DeltaRelay(actor, effect.op_id, span, metrics)
+    relay = DeltaRelay(actor, effect.op_id, span, metrics, wanted)
     op_id = effect.op_id
     record = (lambda completion: answered(span, effect, completion)) if answered is not None else None
     return io.submit_and_tell(
