@@ -189,7 +189,7 @@ class DeltaRelay:
     waiting when the answer is complete travel with it (one message, not two). Deltas
     arriving while ``wanted()`` is false (nobody watches the session's streamed text: an
     API caller that waits for the answer, a webhook) are not relayed: the actor would only
-    publish them to nobody, at two thread hops a batch."""
+    publish them to nobody, at a thread hop and a message handled per batch."""
 
     __slots__ = ("_first_ns", "_metrics", "_op_id", "_pending", "_ref", "_scheduled", "_span", "_wanted")
 
