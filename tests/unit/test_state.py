@@ -17,7 +17,7 @@ from netclaw.sessions._core.journal import events as _events
 from netclaw.sessions._core.journal import snapshot as snapshots
 from netclaw.sessions._core.journal import state as _state
 from netclaw.sessions._core.journal import values as _values
-from netclaw.sessions._core.journal.codec import decode, encode
+from netclaw.sessions._core.journal.codec import decode, decode_all, encode
 from netclaw.sessions._core.journal.events import (
     InputAdmitted,
     SessionEvent,
@@ -937,3 +937,14 @@ def test_the_fold_in_place_equals_event_by_event_apply_down_to_the_order_of_its_
                 assert list(getattr(folded, name).items()) == list(getattr(stepwise, name).items()), name
         for name, items in before.items():  # the state folded on from is as it was
             assert list(getattr(first, name).items()) == items, name
+
+
+def test_a_replay_decodes_its_events_in_one_parse_and_still_names_a_broken_one() -> None:
+    events = realistic_events()
+    stored = [encode(e) for e in events]
+    assert decode_all(stored) == events
+    assert decode_all([]) == []
+    for broken in ('{"turn": 1', '{"turn": 1}, {"turn": 2}', "", None):
+        bad = [*stored[:3], ("TurnStarted", broken), *stored[3:]]
+        with pytest.raises(JournalCorrupt, match="cannot decode TurnStarted event"):
+            decode_all(bad)  # type: ignore[arg-type]

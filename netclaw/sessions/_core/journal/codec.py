@@ -128,7 +128,7 @@ def encode(event: SessionEvent) -> tuple[str, str]:  # noqa: C901 - one case per
 def decode(type_name: str, payload: str) -> SessionEvent:
     try:
         data = json.loads(payload)
-    except ValueError as exc:
+    except (ValueError, TypeError) as exc:  # TypeError: a payload that is not text
         raise JournalCorrupt(f"cannot decode {type_name} event: {exc}") from exc
     return _event(type_name, data)
 
@@ -138,7 +138,7 @@ def decode_all(stored: Sequence[tuple[str, str]]) -> list[SessionEvent]:
     recovery's replay decodes thousands)."""
     try:
         values = json_values([payload for _, payload in stored])
-    except ValueError:  # one of them is broken: decoding each names it
+    except (ValueError, TypeError):  # one of them is broken: decoding each names it
         return [decode(type_name, payload) for type_name, payload in stored]
     return [_event(type_name, data) for (type_name, _), data in zip(stored, values, strict=True)]
 
@@ -150,7 +150,7 @@ def json_values(texts: Sequence[str]) -> list[Any]:
     if texts:
         try:
             values = json.loads("[" + ",".join(texts) + "]")
-        except ValueError:
+        except (ValueError, TypeError):  # TypeError: one is not text
             values = None
         if isinstance(values, list) and len(values) == len(texts):
             return values
