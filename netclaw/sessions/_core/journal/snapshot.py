@@ -11,7 +11,7 @@ changes a row already written — a voice note's transcript, recorded with its m
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -249,21 +249,18 @@ def _outcome_dict(data: dict[str, Any] | list[Any], assistant: Mapping[str, Chat
     return data
 
 
-def _implied_outcomes(
-    transcript: Sequence[ChatMessage],
-    turns: int,
-    failures: Mapping[str, TurnOutcome],
-    active: ActiveTurn | None,
-) -> dict[str, TurnOutcome]:
-    """The outcomes the transcript says, as ``TurnRecorded`` made them, oldest first: for each
-    of the last MAX_OUTCOMES finished turns, its failure if it failed, else completed with
-    the turn's last assistant message as the reply. Walks back from the end only as far as
-    those turns reach. (A turn's user message is the ``turns``-th, counting back, because
-    each turn start appended exactly one.)"""
-    found: list[tuple[str, TurnOutcome]] = []
+def _finished_turns(
+    transcript: Sequence[ChatMessage], turns: int, active: ActiveTurn | None
+) -> Iterator[tuple[str, int, ChatMessage | None]]:
+    """The last MAX_OUTCOMES finished turns, newest first, as the transcript tells them: the
+    user message that started each, its turn number and its last assistant message (None
+    without one). Walks back from the end only as far as those turns reach. (A turn's user
+    message is the ``turns``-th, counting back, because each turn start appended exactly
+    one.)"""
     turn = turns
     answer: ChatMessage | None = None  # the last assistant message of the turn being walked
     chat = MessageKind.CHAT
+    walked = 0
     for m in reversed(transcript):
         if m.role == "assistant":
             if answer is None:
@@ -272,17 +269,32 @@ def _implied_outcomes(
         if m.role != "user" or m.kind is not chat:
             continue
         if active is None or active.message_id != m.id:
-            failed = failures.get(m.id)
-            if failed is not None:
-                found.append((m.id, failed))
-            elif answer is not None:
-                found.append((m.id, TurnOutcome(turn, "completed", answer.content, None, answer.id)))
-            else:
-                found.append((m.id, TurnOutcome(turn, "completed", None, None)))
-            if len(found) >= MAX_OUTCOMES:
-                break
+            yield m.id, turn, answer
+            walked += 1
+            if walked >= MAX_OUTCOMES:
+                return
         turn -= 1
         answer = None
+
+
+def _implied_outcomes(
+    transcript: Sequence[ChatMessage],
+    turns: int,
+    failures: Mapping[str, TurnOutcome],
+    active: ActiveTurn | None,
+) -> dict[str, TurnOutcome]:
+    """The outcomes the transcript says, as ``TurnRecorded`` made them, oldest first: for each
+    finished turn (:func:`_finished_turns`), its failure if it failed, else completed with
+    the turn's last assistant message as the reply."""
+    found: list[tuple[str, TurnOutcome]] = []
+    for message_id, turn, answer in _finished_turns(transcript, turns, active):
+        failed = failures.get(message_id)
+        if failed is not None:
+            found.append((message_id, failed))
+        elif answer is not None:
+            found.append((message_id, TurnOutcome(turn, "completed", answer.content, None, answer.id)))
+        else:
+            found.append((message_id, TurnOutcome(turn, "completed", None, None)))
     found.reverse()
     return dict(found)
 
@@ -291,44 +303,28 @@ def _told_outcomes(state: SessionState) -> tuple[set[str], list[str]]:
     """What the transcript says of the outcomes, as :func:`_implied_outcomes` reads it, without
     making them: the ids whose outcome it says as recorded (a snapshot need not write them),
     and those it says but that are not recorded (``outcomes_gone``, oldest first). The same
-    walk back, comparing in place: every snapshot of a long session makes it."""
-    outcomes, failures, active = state.outcomes, state.failures, state.active
+    walk, comparing in place: every snapshot of a long session makes it."""
+    outcomes, failures = state.outcomes, state.failures
     told: set[str] = set()
     gone: list[str] = []
-    turn = state.turns
-    answer: ChatMessage | None = None
-    chat = MessageKind.CHAT
-    walked = 0
-    for m in reversed(state.transcript):
-        if m.role == "assistant":
-            if answer is None:
-                answer = m
+    for message_id, turn, answer in _finished_turns(state.transcript, state.turns, state.active):
+        have = outcomes.get(message_id)
+        if have is None:
+            gone.append(message_id)
             continue
-        if m.role != "user" or m.kind is not chat:
-            continue
-        if active is None or active.message_id != m.id:
-            have = outcomes.get(m.id)
-            if have is None:
-                gone.append(m.id)
-            else:
-                failed = failures.get(m.id)
-                if failed is not None:
-                    same = have == failed
-                else:  # completed, with the turn's last assistant message as the reply (if any)
-                    reply = answer.content if answer is not None else None
-                    same = (
-                        have.turn == turn
-                        and have.status == "completed"
-                        and have.reply == reply
-                        and have.error is None
-                    )
-                if same:
-                    told.add(m.id)
-            walked += 1
-            if walked >= MAX_OUTCOMES:
-                break
-        turn -= 1
-        answer = None
+        failed = failures.get(message_id)
+        if failed is not None:
+            same = have == failed
+        else:  # completed, with the turn's last assistant message as the reply (if any)
+            reply = answer.content if answer is not None else None
+            same = (
+                have.turn == turn
+                and have.status == "completed"
+                and have.reply == reply
+                and have.error is None
+            )
+        if same:
+            told.add(message_id)
     gone.reverse()
     return told, gone
 
