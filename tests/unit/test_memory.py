@@ -181,7 +181,7 @@ async def test_edits_and_adds_cancelled_at_any_point_leave_no_transaction_open(s
         add = asyncio.create_task(
             store.add(facts(f"added fact {ticks}"), session_id="s", audience="personal")
         )
-        for _ in range(ticks):
+        for _ in range(ticks):  # no wait for a condition: the cancel lands after this many loop ticks
             await asyncio.sleep(0)
         edit.cancel()
         add.cancel()

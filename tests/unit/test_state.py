@@ -850,6 +850,23 @@ _TURN_SHAPES = st.lists(
 )
 
 
+def shaped_turns(
+    shapes: list[tuple[str, int, bool]], identities: list[str | None] | None = None
+) -> list[SessionEvent]:
+    """A turn per shape (its status, how many assistant messages it records, whether a tool
+    step comes first), the i-th user message under ``identities[i]`` if given."""
+    events: list[SessionEvent] = []
+    for i, (status, answers, step) in enumerate(shapes, start=1):
+        identity = identities[i - 1] if identities is not None else None
+        events += [InputAdmitted(user(f"u{i}", identity=identity)), TurnStarted(i, f"u{i}")]
+        if step:
+            events.append(StepRecorded(i, (assistant(f"s{i}", calls=(CALL_A,)), tool(f"t{i}", CALL_A, "r"))))
+        replies = tuple(assistant(f"a{i}.{k}", f"reply {i}.{k}") for k in range(answers))
+        error = None if status == "completed" else {"code": status, "message": "no"}
+        events.append(TurnRecorded(i, f"u{i}", status, replies, error=error))  # type: ignore[arg-type]
+    return events
+
+
 @given(shapes=_TURN_SHAPES, running=st.booleans(), cap=st.integers(1, 6))
 def test_what_a_snapshot_leaves_to_the_transcript_is_what_it_implies(
     shapes: list[tuple[str, int, bool]], running: bool, cap: int
@@ -859,16 +876,7 @@ def test_what_a_snapshot_leaves_to_the_transcript_is_what_it_implies(
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(_values, "MAX_OUTCOMES", cap)
         patch.setattr(snapshots, "MAX_OUTCOMES", cap)
-        events: list[SessionEvent] = []
-        for i, (status, answers, step) in enumerate(shapes, start=1):
-            events += [InputAdmitted(user(f"u{i}")), TurnStarted(i, f"u{i}")]
-            if step:
-                events.append(
-                    StepRecorded(i, (assistant(f"s{i}", calls=(CALL_A,)), tool(f"t{i}", CALL_A, "r")))
-                )
-            replies = tuple(assistant(f"a{i}.{k}", f"reply {i}.{k}") for k in range(answers))
-            error = None if status == "completed" else {"code": status, "message": "no"}
-            events.append(TurnRecorded(i, f"u{i}", status, replies, error=error))  # type: ignore[arg-type]
+        events = shaped_turns(shapes)
         if running:
             n = len(shapes) + 1
             events += [InputAdmitted(user(f"u{n}")), TurnStarted(n, f"u{n}")]
@@ -914,16 +922,7 @@ def test_the_fold_in_place_equals_event_by_event_apply_down_to_the_order_of_its_
         patch.setattr(_values, "MAX_OUTCOMES", cap)
         patch.setattr(_values, "MAX_FAILURES_SHOWN", cap)
         patch.setattr(_state, "MAX_IDENTITIES", cap + 1)
-        events: list[SessionEvent] = []
-        for i, (status, answers, step) in enumerate(shapes, start=1):
-            events += [InputAdmitted(user(f"u{i}", identity=identities[i - 1])), TurnStarted(i, f"u{i}")]
-            if step:
-                events.append(
-                    StepRecorded(i, (assistant(f"s{i}", calls=(CALL_A,)), tool(f"t{i}", CALL_A, "r")))
-                )
-            replies = tuple(assistant(f"a{i}.{k}", f"reply {i}.{k}") for k in range(answers))
-            error = None if status == "completed" else {"code": status, "message": "no"}
-            events.append(TurnRecorded(i, f"u{i}", status, replies, error=error))  # type: ignore[arg-type]
+        events = shaped_turns(shapes, identities)
         stepwise = SessionState(SID)
         for seq, event in enumerate(events, start=1):
             stepwise = stepwise.apply(event, seq, 1000.0 + seq)

@@ -26,6 +26,7 @@ class ThreePieces:
         assert on_delta is not None
         for piece in ("he", "ll", "o"):
             on_delta(Delta("text", piece))
+            # Not a wait for a condition: two loop ticks, so the relay's flush runs in between.
             await asyncio.sleep(0)
             await asyncio.sleep(0)
         return Completion(text="hello")
