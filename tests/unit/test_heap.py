@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import gc
 from collections.abc import Callable
 from typing import Any
 
@@ -91,3 +92,14 @@ def test_the_real_malloc_trim_runs_where_there_is_glibc(monkeypatch: pytest.Monk
         return await trimmer.running
 
     assert asyncio.run(asyncio.wait_for(scenario(), 10)) in (0, 1)
+
+
+def test_settling_the_heap_freezes_start_up_and_collects_young_objects_rarely() -> None:
+    threshold, frozen = gc.get_threshold(), gc.get_freeze_count()
+    try:
+        heap.settle_heap()
+        assert gc.get_threshold() == (heap.YOUNG_COLLECTION_EVERY, *threshold[1:])
+        assert gc.get_freeze_count() > frozen
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*threshold)
