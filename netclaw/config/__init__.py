@@ -768,6 +768,7 @@ DEFAULT_AUDIENCES: dict[str, AudienceConfig] = {
     "team": AudienceConfig(),
     "public": AudienceConfig(tools=["current_time"], memory_recall=False, skills="none"),
 }
+_ANY_AUDIENCE = AudienceConfig()  # an audience named nowhere: the defaults throughout
 
 
 class AgentConfig(_Section):
@@ -965,7 +966,9 @@ class Settings(BaseSettings):
         return min(configured, room) if configured is not None else room
 
     def audience(self, name: str) -> AudienceConfig:
-        return self.audiences.get(name) or DEFAULT_AUDIENCES.get(name, AudienceConfig())  # type: ignore[call-overload]
+        # Asked several times a turn: an unknown audience's defaults are built once, not per call.
+        found = self.audiences.get(name) or DEFAULT_AUDIENCES.get(name)  # type: ignore[call-overload]
+        return found if found is not None else _ANY_AUDIENCE
 
     @property
     def compaction_model(self) -> ModelConfig:
