@@ -77,6 +77,42 @@ def _run_batch(calls: list[tuple[Callable[..., object], tuple[object, ...]]]) ->
             log.exception("loop call %r failed", fn)
 
 
+def _start(
+    loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T], future: concurrent.futures.Future[T]
+) -> None:
+    """On the loop: ``coro`` as a task whose outcome settles ``future``, and cancelling
+    ``future`` cancels the task — ``asyncio.run_coroutine_threadsafe``'s contract, started by
+    a call that can cross with others."""
+    if future.cancelled():  # called off before it started
+        coro.close()
+        return
+    try:
+        task = loop.create_task(coro)
+    except BaseException as exc:
+        if future.set_running_or_notify_cancel():
+            future.set_exception(exc)
+        raise
+
+    def settle(done: asyncio.Task[T]) -> None:
+        if done.cancelled():
+            future.cancel()
+        if not future.set_running_or_notify_cancel():  # cancelled, by either side
+            return
+        error = done.exception()
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(done.result())
+
+    def cancel_task(settled: concurrent.futures.Future[T]) -> None:
+        if settled.cancelled() and not task.done():
+            with contextlib.suppress(RuntimeError):  # the loop closed: the task went with it
+                loop.call_soon_threadsafe(task.cancel)
+
+    task.add_done_callback(settle)
+    future.add_done_callback(cancel_task)
+
+
 class IoLoop:
     """One asyncio event loop running in its own daemon thread."""
 
@@ -111,9 +147,18 @@ class IoLoop:
         return threading.current_thread() is self._thread
 
     def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
-        """Run ``coro`` on the loop; callable from any thread."""
-        flush_batch()  # what this thread handed the loop before comes first
-        return asyncio.run_coroutine_threadsafe(coro, self._loop)
+        """Run ``coro`` on the loop; callable from any thread. What this thread's batch holds
+        goes first, in the same crossing (an actor starting a model call after answering
+        its caller wakes the loop once, not twice)."""
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+        calls = _batch.calls
+        if calls and _batch.loop is self._loop:
+            _batch.calls = []
+            calls.append((_start, (self._loop, coro, future)))
+            self._loop.call_soon_threadsafe(_run_batch, calls)
+        else:
+            self._loop.call_soon_threadsafe(_start, self._loop, coro, future)
+        return future
 
     def call(self, fn: Callable[..., object], *args: object) -> None:
         """Run ``fn(*args)`` on the loop soon; callable from any thread."""

@@ -155,13 +155,36 @@ def test_a_batch_sends_its_calls_in_order_in_one_wake_up_and_before_a_submit(io:
     future.result(2)
     try:
         wait_until(lambda: len(seen) == 4, timeout=2, what="the rest of the batch")
-        assert crossed == 3  # the first batch, the submit, the rest of the batch
+        assert crossed == 2  # the first batch with the submit at its end, the rest of the batch
         # The submitted coroutine starts after what came before it (what came after may
         # run first: a coroutine's first step takes a loop iteration, with or without batches).
         assert seen[:2] == ["a", "b"] and sorted(seen[2:]) == ["c", "submitted"]
         assert io.run(reply.wait(1), 2) == "answer"
     finally:
         del io.loop.call_soon_threadsafe  # type: ignore[method-assign]
+
+
+def test_work_called_off_before_the_loop_started_it_never_runs(io: IoLoop) -> None:
+    release = threading.Event()
+    ran: list[str] = []
+
+    async def hold_the_loop() -> None:
+        release.wait(5)  # blocks the loop thread itself: nothing submitted after starts
+
+    async def work() -> None:
+        ran.append("work")
+
+    held = io.submit(hold_the_loop())
+    future = io.submit(work())
+    assert future.cancel()
+    release.set()
+    held.result(5)
+
+    async def next_iteration() -> None:
+        await asyncio.sleep(0)  # work's task, had one been made, took its first step by now
+
+    io.run(next_iteration(), 2)
+    assert ran == [] and future.cancelled()
 
 
 def test_calls_outside_a_batch_and_on_the_loop_go_at_once(io: IoLoop) -> None:
