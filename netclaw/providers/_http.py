@@ -14,7 +14,7 @@ import json
 import logging
 from abc import ABC, abstractmethod
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, Callable, Hashable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, NamedTuple, TypeVar
 
@@ -233,12 +233,26 @@ class SseReader:
             into.append((name, b"\n".join(data)))
 
 
+def _arriving(response: httpx.Response) -> AsyncIterator[bytes]:
+    """A streamed body's bytes as they arrive. A plain body is read from the transport's
+    stream itself: httpx's two iterators around it (raw bytes, then decoded bytes) only
+    handed each chunk on, a few microseconds apiece for every delta of every answer. An
+    encoded one (gzip, ...) goes through httpx's decoders."""
+    encoding = response.headers.get("content-encoding")
+    if encoding and encoding.strip().lower() != "identity":
+        return response.aiter_bytes()
+    if not isinstance(response.stream, httpx.AsyncByteStream) or response.is_stream_consumed:
+        return response.aiter_bytes()  # httpx says what is wrong
+    response.is_stream_consumed = True  # as httpx's own iterators mark it
+    return aiter(response.stream)
+
+
 async def _stream_events(
     response: httpx.Response, reader: SseReader, too_large: Callable[[], Exception]
 ) -> AsyncGenerator[tuple[str, bytes], None]:
     """The events of a streamed body, within MAX_ANSWER_BYTES."""
     size = 0
-    async for chunk in response.aiter_bytes():
+    async for chunk in _arriving(response):
         size += len(chunk)
         if size > MAX_ANSWER_BYTES:
             raise too_large()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import socket
 import time
@@ -10,6 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
+from aiohttp import web
 
 from netclaw.config import ProviderConfig
 from netclaw.errors import (
@@ -102,6 +104,45 @@ async def test_streamed_text_reassembles(server: ScriptedOpenAI, make: MakeProvi
     assert result.finish_reason == "stop"
     assert result.tool_calls == ()
     assert result.thinking == ""
+
+
+async def test_a_compressed_stream_is_decoded(make: MakeProvider) -> None:
+    """A plain body is read as the transport hands it on; one sent with Content-Encoding goes
+    through httpx's decoders (netclaw/providers/_http.py, ``_arriving``)."""
+    events: list[dict[str, Any]] = [
+        {"choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]}
+        for piece in ("compressed ", "and whole")
+    ]
+    events.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    raw = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events) + b"data: [DONE]\n\n"
+    packed = gzip.compress(raw)
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Content-Encoding": "gzip"}
+        )
+        await response.prepare(request)
+        half = len(packed) // 2  # two writes: the decoder sees a stream, not one block
+        await response.write(packed[:half])
+        await response.write(packed[half:])
+        await response.write_eof()
+        return response
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", answer)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        rec = Recorder()
+        port = runner.addresses[0][1]
+        result = await make(base_url=f"http://127.0.0.1:{port}/v1").complete(req(), rec)
+    finally:
+        await runner.cleanup()
+    assert result.text == "compressed and whole"
+    assert rec.joined("text") == "compressed and whole"
+    assert result.finish_reason == "stop"
 
 
 async def test_thinking_deltas(server: ScriptedOpenAI, make: MakeProvider) -> None:
