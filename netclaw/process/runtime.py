@@ -295,7 +295,29 @@ class Reply(Generic[T]):
             self._future.set_result(value)  # type: ignore[arg-type]
 
     async def wait(self, timeout: float | None = None) -> T:
-        return await asyncio.wait_for(asyncio.shield(self._future), timeout)
+        """The answer; TimeoutError after ``timeout`` s. Neither a timeout nor the waiter's
+        cancellation touches the answer, which can be waited for again. (What
+        ``wait_for(shield(...))`` does, with one future and one timer, not four futures and
+        their callbacks: every turn waits twice.)"""
+        future = self._future
+        if not future.done():
+            woken = self._loop.create_future()
+
+            def wake(_: object = None) -> None:
+                if not woken.done():
+                    woken.set_result(None)
+
+            future.add_done_callback(wake)
+            timer = self._loop.call_later(timeout, wake) if timeout is not None else None
+            try:
+                await woken
+            finally:
+                future.remove_done_callback(wake)
+                if timer is not None:
+                    timer.cancel()
+            if not future.done():
+                raise TimeoutError
+        return future.result()
 
     def done(self) -> bool:
         return self._future.done()

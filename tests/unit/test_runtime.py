@@ -379,6 +379,18 @@ async def test_reply_wait_times_out_and_can_be_waited_again() -> None:
     assert await reply.wait(timeout=2) == 7
 
 
+async def test_a_cancelled_waiter_leaves_the_answer_to_the_next_one() -> None:
+    reply: Reply[int] = Reply()
+    waiting = asyncio.create_task(reply.wait(timeout=5))
+    await asyncio.sleep(0)  # a tick: the waiter's first step, it now waits
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    assert not reply.done()  # the cancellation did not reach the shared future
+    reply.resolve(3)
+    assert await reply.wait(timeout=1) == 3
+
+
 def test_reply_on_an_io_loop_resolved_by_a_plain_thread(io: IoLoop) -> None:
     async def make() -> Reply[str]:
         return Reply()
