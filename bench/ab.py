@@ -265,6 +265,16 @@ def main() -> int:
     rate_ratio = med(head, "rate") / med(ref, "rate")
     written = med(head, "written_kb")
     c.info("written_per_turn_ref", med(ref, "written_kb"), "kB", f"({args.ref})")
+    # Each round runs the two sides one after the other: their ratio within a round is
+    # spared the machine's drift between rounds, which moves both medians by +-5 % here.
+    for what, label in (("cpu_us", "cpu_per_turn"), ("rate", "turns_per_s")):
+        paired = sorted(getattr(h, what) / getattr(r, what) for h, r in zip(head, ref, strict=True))
+        c.info(
+            f"{label}_vs_ref_paired",
+            c.median(paired),
+            "x",
+            f"median of each round's ratio; {paired[0]:.2f}-{paired[-1]:.2f} over {len(paired)} rounds",
+        )
     c.figure("cpu_per_turn_vs_ref", cpu_ratio, "x", "<= 0.9 x", cpu_ratio <= 0.9)
     c.figure("turns_per_s_vs_ref", rate_ratio, "x", ">= 1.1 x", rate_ratio >= 1.1)
     c.figure("written_per_turn", written, "kB", "<= 12 kB", written <= 12)
