@@ -156,10 +156,10 @@ class Effector:
                 self._cancel_timer(kind)
             case PhaseChanged(phase=phase):
                 io.call(deps.manager.phase_changed, self._id, self.actor_ref, phase)
-            case Charge(day=day, model=model, tokens=tokens, cost=cost):
+            case Charge(day=day, model=charged, tokens=tokens, cost=cost):
                 deps.ledger.add(day, Spent(tokens, cost))
                 if deps.metrics is not None and cost:
-                    deps.metrics.cost.labels(model).inc(cost)
+                    deps.metrics.cost.labels(charged).inc(cost)
             case CallModel(op_id=op_id, provider=name):
                 span = self.tracer.model_call(effect, self.state)
                 provider = deps.provider_of(name)
