@@ -157,6 +157,7 @@ class IoLoop:
             calls.append((_start, (self._loop, coro, future)))
             self._loop.call_soon_threadsafe(_run_batch, calls)
         else:
+            flush_batch()  # a batch for another loop: it still goes first
             self._loop.call_soon_threadsafe(_start, self._loop, coro, future)
         return future
 
