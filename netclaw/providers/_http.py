@@ -80,7 +80,7 @@ class Prefix(NamedTuple):
     """A session's kept request prefix (:meth:`WireCache.prefix`)."""
 
     messages: tuple[object, ...]  # the message objects it encodes
-    data: bytes  # their JSON, joined
+    data: bytes | memoryview  # their JSON, joined (a view into the body they went out in)
     clean: Scrubber | None  # the known secrets none of which it holds (None: not looked at)
 
 
@@ -112,7 +112,11 @@ class WireCache:
         return hit
 
     def keep_prefix(
-        self, key: Hashable, messages: tuple[object, ...], data: bytes, clean: Scrubber | None = None
+        self,
+        key: Hashable,
+        messages: tuple[object, ...],
+        data: bytes | memoryview,
+        clean: Scrubber | None = None,
     ) -> None:
         old = self._prefixes.pop(key, None)
         if old is not None:

@@ -219,7 +219,7 @@ def encode_request(
     messages = request.messages
     cached = wire.message_json
     context = MessageKind.CONTEXT
-    parts: list[bytes] = []
+    parts: list[bytes | memoryview] = []
     memo_key = ("prefix", request.cache_key, vision) if request.cache_key else None
     start = 0
     clean_prefix = False  # parts[0] is a kept prefix known to hold none of scrubber's secrets
@@ -278,30 +278,47 @@ def encode_request(
     if cache and request.cache_key:
         head["prompt_cache_key"] = request.cache_key
     lead_in = to_json(head)[:-1] + b',"messages":['
-    pieces = [lead_in, b",".join(parts), b"]"]
+    tail = [b"]"]
     if request.tools:
         tools = tuple(request.tools)
         key = ("tools", *((t.name, t.description, id(t.parameters)) for t in tools))
-        pieces += [b',"tools":', wire.part_json(key, lambda: [tool_to_wire(t) for t in tools], holds=tools)]
-    pieces.append(b"}")
-    body = b"".join(pieces)
-    kept = b",".join(parts[:boundary_part]) if memo_key is not None and boundary is not None else None
+        tail += [b',"tools":', wire.part_json(key, lambda: [tool_to_wire(t) for t in tools], holds=tools)]
+    tail.append(b"}")
+    body = _joined(lead_in, parts, tail)
+    # The prefix kept for the next call is a view into this body, not a copy of its bytes.
+    kept: tuple[int, int] | None = None
+    if memo_key is not None and boundary is not None:
+        kept_end = len(lead_in) + sum(map(len, parts[:boundary_part])) + max(0, boundary_part - 1)
+        kept = (len(lead_in), kept_end)
     clean: Scrubber | None = None  # the secrets the prefix kept from this body holds none of
+    sent = body
     if scrubber is not None:
         known = (len(lead_in), len(lead_in) + len(parts[0])) if clean_prefix else None
-        body, clean = _scrubbed(body, scrubber, known, kept)
+        sent, clean = _scrubbed(body, scrubber, known, kept)
     if kept is not None:
-        wire.keep_prefix(memo_key, tuple(messages[:boundary]), kept, clean)
-    return body
+        wire.keep_prefix(memo_key, tuple(messages[:boundary]), memoryview(body)[kept[0] : kept[1]], clean)
+    return sent
+
+
+def _joined(lead_in: bytes, parts: Sequence[bytes | memoryview], tail: Sequence[bytes]) -> bytes:
+    """``lead_in``, the parts with commas between them, and ``tail``, in one copy (a session's
+    body is mostly its kept prefix: hundreds of kB late in a long session)."""
+    pieces: list[bytes | memoryview] = [lead_in]
+    for part in parts:
+        pieces += (part, b",")
+    if parts:
+        pieces.pop()
+    pieces += tail
+    return b"".join(pieces)
 
 
 def _scrubbed(
-    body: bytes, scrubber: Scrubber, known: tuple[int, int] | None, kept: bytes | None
+    body: bytes, scrubber: Scrubber, known: tuple[int, int] | None, kept: tuple[int, int] | None
 ) -> tuple[bytes, Scrubber | None]:
-    """``body`` with ``scrubber``'s secrets replaced, and the scrubber if the prefix ``kept``
-    from it holds none of them (else None). ``known``: where in ``body`` a prefix already
-    found clean under the same secrets lies; only around it is searched (a secret may
-    begin or end in it)."""
+    """``body`` with ``scrubber``'s secrets replaced, and the scrubber if the prefix kept
+    from it (``kept``: where in ``body`` it lies) holds none of them (else None). ``known``:
+    where in ``body`` a prefix already found clean under the same secrets lies; only around
+    it is searched (a secret may begin or end in it)."""
     if known is not None:
         reach = scrubber.longest - 1
         start, end = known
@@ -310,7 +327,7 @@ def _scrubbed(
         found = scrubber.occurs(body)
     if not found:
         return body, scrubber
-    clean = scrubber if kept is not None and not scrubber.occurs(kept) else None
+    clean = scrubber if kept is not None and not scrubber.occurs(body, *kept) else None
     return scrubber.scrub_bytes(body), clean
 
 
