@@ -25,7 +25,7 @@ import logging
 import resource
 import socket
 from http import HTTPStatus
-from typing import Any
+from typing import Any, cast
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
@@ -124,8 +124,8 @@ class GuardedConnection(asyncio.Protocol):
             self._transport.close()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # A stream transport (uvloop's are not registered as asyncio.Transport subclasses).
+        self._transport = transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         self.address = str(peer[0]) if isinstance(peer, tuple) and peer else ""
         if not self.guard.admit(self):

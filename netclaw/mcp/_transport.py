@@ -41,7 +41,7 @@ def open_transport(
             command=config.command, args=list(config.args), env=env or None, cwd=config.cwd
         )
         # The server's stderr joins ours: under systemd both land in the journal.
-        return stdio_client(params, errlog=sys.stderr)
+        return _naming(stdio_client(params, errlog=sys.stderr), config.command)
     assert config.url is not None
     headers = {
         header: _secret(name, environ, var, f"headers_env.{header}")
@@ -59,6 +59,34 @@ def open_transport(
         headers=headers, auth=auth, timeout=httpx2.Timeout(HTTP_TIMEOUT_S, read=SSE_READ_TIMEOUT_S)
     )
     return _owning(streamable_http_client(config.url, http_client=http), http)
+
+
+class _naming:
+    """The stdio transport, whose failure to start names the command: uvloop's spawning
+    raises a missing or unrunnable program's OSError without its file name."""
+
+    def __init__(self, inner: Any, command: str) -> None:
+        self._inner = inner
+        self._command = command
+
+    async def __aenter__(self) -> Any:
+        try:
+            return await self._inner.__aenter__()
+        except BaseException as exc:
+            _name_file(exc, self._command)
+            raise
+
+    async def __aexit__(self, *exc: Any) -> bool | None:
+        result: bool | None = await self._inner.__aexit__(*exc)
+        return result
+
+
+def _name_file(exc: BaseException, command: str) -> None:
+    if isinstance(exc, BaseExceptionGroup):  # anyio's task groups
+        for inner in exc.exceptions:
+            _name_file(inner, command)
+    elif isinstance(exc, OSError) and exc.filename is None:
+        exc.filename = command
 
 
 class _owning:

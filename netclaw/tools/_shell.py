@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from netclaw.errors import ToolError
+from netclaw.process.children import Child, kill_group, start_child
 from netclaw.tools._registry import Tool, ToolContext
 from netclaw.tools._sandbox import HostRunner, Limits, Network, Runner, clean_environment
 
@@ -76,27 +77,9 @@ async def run_command(
     command: str, runner: Runner, *, timeout_s: float, max_output_bytes: int, network: Network = "none"
 ) -> str:
     launch = runner.launch(command, network)
-    spawn = asyncio.ensure_future(
-        asyncio.create_subprocess_exec(
-            *launch.argv,
-            cwd=launch.cwd,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-            env=launch.env,
-            user=launch.user,
-            group=launch.group,
-            extra_groups=[] if launch.user is not None else None,
-            start_new_session=True,  # its own process group: a timeout kills everything it started
-        )
+    process = await start_child(
+        launch.argv, cwd=launch.cwd, env=launch.env, user=launch.user, group=launch.group
     )
-    try:
-        process = await asyncio.shield(spawn)
-    except asyncio.CancelledError:
-        # Cancelled while it starts: the command may be running already (and have started
-        # others), and asyncio's own clean-up of an interrupted start kills the shell alone.
-        spawn.add_done_callback(_kill_spawned)
-        raise
     kept = bytearray()
     total = 0
 
@@ -114,16 +97,16 @@ async def run_command(
         async with asyncio.timeout(timeout_s):
             await drain()
     except TimeoutError as exc:
-        _kill_group(process)
+        kill_group(process)
         await _reap(process)
         raise ToolError(
             f"the command timed out after {timeout_s:g}s and was killed; output so far:\n{_shown(kept, total)}"
         ) from exc
     except asyncio.CancelledError:
-        _kill_group(process)  # the turn was cancelled: nothing it started keeps running
+        kill_group(process)  # the turn was cancelled: nothing it started keeps running
         await _reap(process)
         raise
-    _kill_group(process)  # whatever it left running in the background goes too
+    kill_group(process)  # whatever it left running in the background goes too
     return f"{_shown(kept, total)}\n[exit code {_exit_code(process.returncode)}]"
 
 
@@ -143,17 +126,7 @@ def _shown(kept: bytearray, total: int) -> str:
     return text
 
 
-def _kill_spawned(spawn: asyncio.Future[asyncio.subprocess.Process]) -> None:
-    if not spawn.cancelled() and spawn.exception() is None:
-        _kill_group(spawn.result())
-
-
-def _kill_group(process: asyncio.subprocess.Process) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(process.pid, signal.SIGKILL)
-
-
-async def _reap(process: asyncio.subprocess.Process) -> None:
+async def _reap(process: Child) -> None:
     with contextlib.suppress(Exception):
         async with asyncio.timeout(5):
             await process.wait()

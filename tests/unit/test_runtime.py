@@ -6,6 +6,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import inspect
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -13,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from netclaw.process.runtime import IoLoop, Reply, Timer
+from netclaw.process.runtime import IoLoop, Reply, Timer, new_event_loop
 from tests.conftest import wait_until
 
 
@@ -56,6 +57,25 @@ def io() -> Iterator[IoLoop]:
 
 
 # -- IoLoop -------------------------------------------------------------------------------------
+
+
+def test_the_loop_is_uvloops_where_it_is_installed_and_asyncios_without_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import uvloop  # a dependency of netclaw wherever it has wheels
+
+    loop = new_event_loop()
+    try:
+        assert isinstance(loop, uvloop.Loop)
+    finally:
+        loop.close()
+    monkeypatch.setitem(sys.modules, "uvloop", None)  # as if not installed: import fails
+    loop = new_event_loop()
+    try:
+        assert isinstance(loop, asyncio.BaseEventLoop) and not isinstance(loop, uvloop.Loop)
+        assert loop.run_until_complete(asyncio.sleep(0, "ran")) == "ran"
+    finally:
+        loop.close()
 
 
 def test_submit_runs_on_the_loop_thread(io: IoLoop) -> None:

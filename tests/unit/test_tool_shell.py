@@ -82,18 +82,19 @@ async def test_cancelled_while_it_starts_kills_what_it_started(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The turn is cancelled after the command began running but before its start returned
-    (a loaded loop): asyncio's clean-up kills only the shell, so its background child lived
-    on (seen as a flake of the test above)."""
+    (a loaded loop; killing only the shell, as asyncio's own clean-up of an interrupted
+    start did, left its background child living on: seen as a flake of the test above)."""
     started = asyncio.Event()
-    spawn = asyncio.create_subprocess_exec
+    loop = asyncio.get_running_loop()
+    connect = loop.connect_read_pipe
 
-    async def slow_to_return(*args: Any, **kwargs: Any) -> asyncio.subprocess.Process:
-        process = await spawn(*args, **kwargs)
+    async def slow_to_return(*args: Any, **kwargs: Any) -> Any:
+        connected = await connect(*args, **kwargs)
         started.set()
-        await asyncio.sleep(0.5)  # the window: running, not yet returned
-        return process
+        await asyncio.sleep(0.5)  # the window: running, its output connected, not yet returned
+        return connected
 
-    monkeypatch.setattr(asyncio, "create_subprocess_exec", slow_to_return)
+    monkeypatch.setattr(loop, "connect_read_pipe", slow_to_return)
     pidfile = tmp_path / "child.pid"
     task = asyncio.ensure_future(sh(tmp_path, f"sleep 30 & echo $! > {pidfile}; wait", timeout_s=60))
     await asyncio.wait_for(started.wait(), 10)
