@@ -406,9 +406,12 @@ class _Assembly(StreamAssembly):
             elif isinstance(args, Mapping):  # already-parsed arguments
                 call.arguments.append(json.dumps(_plain(args)))
 
+    # A chunk is what json.loads made: its objects are dicts. Checked as dict, not as the
+    # Mapping ABC, whose check took a third of the time each delta spent here.
+
     def add_choice(self, choice: Mapping[str, Any], *, whole: bool = False) -> None:
         delta = choice.get("message" if whole else "delta")
-        if not isinstance(delta, Mapping):
+        if not isinstance(delta, dict):
             delta = {}
         reasoning = delta.get("reasoning_content")
         if not reasoning:
@@ -425,7 +428,7 @@ class _Assembly(StreamAssembly):
             self.finish_reason = finish
 
     def add_chunk(self, chunk: Any) -> None:
-        if not isinstance(chunk, Mapping):
+        if not isinstance(chunk, dict):
             raise ProviderProtocolError(
                 f"provider {self.provider!r}: stream chunk is not a JSON object: {str(chunk)[:200]}"
             )
@@ -436,10 +439,10 @@ class _Assembly(StreamAssembly):
         if isinstance(choices, list):
             for choice in choices:
                 # n=1: everything is choice 0; servers omitting the index mean it too.
-                if isinstance(choice, Mapping) and choice.get("index", 0) == 0:
+                if isinstance(choice, dict) and choice.get("index", 0) == 0:
                     self.add_choice(choice)
         usage = chunk.get("usage")
-        if isinstance(usage, Mapping):
+        if isinstance(usage, dict):
             self.usage = usage_from_wire(usage)
 
     def completion(self) -> Completion:
