@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from netclaw.errors import ToolError
-from netclaw.process.children import Child, kill_group, start_child
+from netclaw.process.spawn import Child, kill_group, start_child
 from netclaw.tools._registry import Tool, ToolContext
 from netclaw.tools._sandbox import HostRunner, Limits, Network, Runner, clean_environment
 

@@ -53,7 +53,8 @@ class Child:
         loop.add_reader(fd, exited)
 
     def _waited(self, done: asyncio.Future[int]) -> None:
-        self._settle(done.result())
+        if not done.cancelled() and done.exception() is None:
+            self._settle(done.result())
 
     def _settle(self, code: int) -> None:
         if not self._exited.done():
