@@ -120,12 +120,12 @@ class WireCache:
     ) -> None:
         old = self._prefixes.pop(key, None)
         if old is not None:
-            self.prefix_size -= len(old.data)
+            self.prefix_size -= _held(old.data)
         self._prefixes[key] = Prefix(messages, data, clean)
-        self.prefix_size += len(data)
+        self.prefix_size += _held(data)
         while self._prefixes and (len(self._prefixes) > self._prefix_limit or self.prefix_size > self.limit):
             _, dropped = self._prefixes.popitem(last=False)
-            self.prefix_size -= len(dropped.data)
+            self.prefix_size -= _held(dropped.data)
 
     def message_json(self, message: object, vision: bool, make: Callable[[], Any]) -> bytes:
         """The JSON of one message object (a transcript hands the same objects every turn;
@@ -159,6 +159,11 @@ class WireCache:
 
     def __len__(self) -> int:
         return len(self._parts)
+
+
+def _held(data: bytes | memoryview) -> int:
+    """The bytes ``data`` keeps alive: a view keeps the whole body it looks into."""
+    return memoryview(data.obj).nbytes if isinstance(data, memoryview) else len(data)
 
 
 def to_json(value: Any) -> bytes:

@@ -244,6 +244,30 @@ def test_a_sessions_kept_prefix_gives_the_whole_body_whatever_happened_since(
             assert json.loads(encode_request(request, wire)) == request_body(request)
 
 
+def test_a_kept_prefix_is_a_view_into_the_body_and_counts_all_it_keeps_alive() -> None:
+    """The next call's prefix is not a copy of the body's bytes; the bound on what prefixes
+    hold counts the whole body a view keeps alive, and drops the oldest past it."""
+    wire = WireCache(limit=10_000)
+    first = [
+        ChatMessage("system", "system", "be brief", 0.0),
+        ChatMessage("u0", "user", "q0", 0.0),
+        ChatMessage("a0", "assistant", "a" * 4000, 0.0),
+        ChatMessage("u1", "user", "q1", 0.0),
+    ]
+    body = encode_request(ProviderRequest("m", first, cache_key="one"), wire)
+    kept = wire.prefix(("prefix", "one", False))
+    assert kept is not None and isinstance(kept.data, memoryview) and kept.data.obj is body
+    assert bytes(kept.data) in body and bytes(kept.data).endswith(b"a" * 4000 + b'"}')
+    assert wire.prefix_size == len(body)
+    second = [replace(m, content=m.content + "!") for m in first]
+    other = encode_request(ProviderRequest("m", second, cache_key="two"), wire)
+    assert wire.prefix_size == len(body) + len(other)
+    third = [replace(m, content=m.content + "?") for m in first]
+    encode_request(ProviderRequest("m", third, cache_key="three"), wire)  # past the limit
+    assert wire.prefix(("prefix", "one", False)) is None
+    assert wire.prefix(("prefix", "three", False)) is not None
+
+
 SECRET_STEPS = st.lists(
     st.sampled_from(["turn", "secret", "split", "tools", "trim", "reload", "none", "model"]), max_size=25
 )
