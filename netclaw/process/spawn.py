@@ -39,9 +39,12 @@ class Child:
 
     def _watch(self) -> None:
         loop = self._exited.get_loop()
+        pidfd_open = getattr(os, "pidfd_open", None)  # Linux only
         try:
-            fd = os.pidfd_open(self.pid)
-        except OSError:  # a kernel before 5.3: a worker thread waits instead
+            if pidfd_open is None:
+                raise OSError("no pidfd_open here")
+            fd = pidfd_open(self.pid)
+        except OSError:  # not Linux, or a kernel before 5.3: a worker thread waits instead
             loop.run_in_executor(None, self._popen.wait).add_done_callback(self._waited)
             return
 
