@@ -85,7 +85,6 @@ async def run_command(
 
     async def drain() -> None:
         nonlocal total
-        assert process.stdout is not None
         while chunk := await process.stdout.read(65536):
             total += len(chunk)
             room = max_output_bytes - len(kept)
