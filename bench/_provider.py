@@ -7,10 +7,12 @@ own process keeps its CPU off the daemon's GIL.
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +27,13 @@ class ProviderProcess:
         log_path: Path,
         module: str = "tests.fakes.scripted_openai",
         args: tuple[str, ...] = ("--port", "0"),
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self.log_path = log_path
         # Or another fake that prints the same LISTENING line (tests.fakes.otlp_receiver, no args).
         self.module = module
         self.args = args
+        self.env = {**os.environ, **env} if env else None  # added to this process's environment
         self.proc: subprocess.Popen[str] | None = None
         self._log: Any = None
         self.base_url = ""
@@ -48,6 +52,7 @@ class ProviderProcess:
             stdout=subprocess.PIPE,
             stderr=self._log,
             stdin=subprocess.DEVNULL,
+            env=self.env,
             text=True,
         )
         found: list[str] = []

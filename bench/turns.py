@@ -7,12 +7,17 @@ not share our GIL.
 
 Latency, 1 session, sequential turns (the figure)
     Each turn is ``IntakeService.submit(Inbound(...), wait=True)`` awaited by a driver coroutine
-    on the daemon's own loop (no bench-side thread hops). Right before each turn the
-    driver makes a direct streaming call to the same server with the same request
-    (system prompt, transcript so far, tools; pre-encoded), through the same client stack
-    as the daemon's (httpx over ``PooledTransport``), and reads it to the end: the
-    provider's own time. added = end-to-end - reference, paired turn by turn.
-    A breakdown wraps the daemon's journal.append and provider.complete (timing only).
+    on the daemon's own loop (no bench-side thread hops). Right after each turn the
+    driver sends the very bytes the daemon's provider sent in it to the same server again,
+    through the same client stack as the daemon's (httpx over ``PooledTransport``), and
+    reads the stream to the end: the provider's own time. added = end-to-end - reference,
+    paired turn by turn. A breakdown wraps the daemon's journal.append and
+    provider.complete (timing only).
+Growth with history (the figure: turn 1,000 vs turn 10)
+    One session of 1,000 turns on a daemon of its own, against a provider that thinks 20 ms
+    before each answer; its last fifty turns alternate with turns 10-59 of a fresh probe
+    session, and the figure is the ratio of their added latencies' p50s (see
+    :func:`long_session` for why each of these).
 HTTP path (info)
     ``POST /api/sessions/{id}/messages?wait=1`` from a synchronous httpx client in this
     process's main thread, next to a direct synchronous call.
@@ -149,20 +154,32 @@ class LatencyRun:
     snapshot_bytes: int = 0
 
 
+def http_provider(daemon: Daemon) -> Any:
+    """The daemon's HTTP provider, under what wraps it (the health watch)."""
+    provider: Any = daemon.provider
+    while not hasattr(type(provider), "_scrubbed_content"):
+        provider = provider.inner
+    return provider
+
+
 class _Timed:
-    """Wraps the daemon's journal appends / provider.complete (instance attributes) to time them."""
+    """Wraps the daemon's journal appends / provider.complete (instance attributes) to time
+    them, and keeps the bodies its provider sends (for the reference calls)."""
 
     def __init__(self, daemon: Daemon) -> None:
         self.journal, self.provider = daemon.journal, daemon.provider
+        self.http = http_provider(daemon)
         self.journal_s = 0.0
         self.provider_s = 0.0
         self.appends = 0
         self.snapshots = 0
         self.snapshot_bytes = 0
+        self.sent: list[bytes] = []
 
     def __enter__(self) -> _Timed:
         orig_append, orig_complete = self.journal.append, self.provider.complete  # type: ignore[union-attr]
         orig_threadsafe = self.journal.append_threadsafe  # type: ignore[union-attr]
+        orig_content = self.http._scrubbed_content  # noqa: SLF001  (the bytes it sends, as sent)
 
         async def append(*args: Any, **kwargs: Any) -> int:
             t0 = time.perf_counter()
@@ -190,6 +207,11 @@ class _Timed:
             finally:
                 self.provider_s += time.perf_counter() - t0
 
+        def content(request: ProviderRequest) -> bytes:
+            body: bytes = orig_content(request)
+            self.sent.append(body)
+            return body
+
         orig_snapshot = self.journal.save_snapshot  # type: ignore[union-attr]
 
         async def save_snapshot(
@@ -203,6 +225,7 @@ class _Timed:
         self.journal.append_threadsafe = append_threadsafe  # type: ignore[method-assign,union-attr]
         self.journal.save_snapshot = save_snapshot  # type: ignore[method-assign,union-attr]
         self.provider.complete = complete  # type: ignore[method-assign,union-attr]
+        self.http._scrubbed_content = content  # noqa: SLF001
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -211,50 +234,58 @@ class _Timed:
             (self.journal, "append_threadsafe"),
             (self.journal, "save_snapshot"),
             (self.provider, "complete"),
+            (self.http, "_scrubbed_content"),
         ):
             obj.__dict__.pop(name, None)
 
-    def take(self) -> tuple[float, float]:
-        out = (self.journal_s, self.provider_s)
+    def take(self) -> tuple[float, float, list[bytes]]:
+        out = (self.journal_s, self.provider_s, self.sent)
         self.journal_s = self.provider_s = 0.0
+        self.sent = []
         return out
 
 
-async def latency_run(daemon: Daemon, ref: Reference, sid: str, texts: list[str], warm: int) -> LatencyRun:
-    gateway, journal = daemon.gateway, daemon.journal
-    assert gateway is not None and journal is not None
-    out = LatencyRun()
-    history: list[tuple[str, str]] = []
+async def latency_run(
+    daemon: Daemon, ref: Reference, plan: Sequence[tuple[str, str]], warm: int
+) -> dict[str, LatencyRun]:
+    """Each (session, text) of ``plan`` in turn, then the reference: the very bytes the
+    daemon's provider sent in that turn, sent again by a direct call (its own time is the
+    provider's). Per session, its first ``warm`` turns are not kept."""
+    journal = daemon.journal
+    assert daemon.gateway is not None and journal is not None
+    intake = daemon.gateway.intake
+    runs: dict[str, LatencyRun] = {}
+    done: dict[str, int] = {}
     # The reference goes out the way the daemon's provider calls do (aiohttp's pool under
     # httpx's types): with httpx's own transport instead, the client library's cost, which
     # grows with the body differently, was counted as the daemon's (turn 1,000: 1.3 ms).
     async with httpx.AsyncClient(timeout=30, transport=PooledTransport()) as client:
         with _Timed(daemon) as timed:
-            commits0 = appends0 = 0
-            for k, text in enumerate(texts):
-                if k == warm:
-                    commits0, appends0 = journal.commits, timed.appends
-                body = ref.body(history, text)
-                t0 = time.perf_counter()
-                await ref.call(client, body)
-                t1 = time.perf_counter()
+            for sid, text in plan:
+                out = runs.setdefault(sid, LatencyRun())
                 timed.take()
                 snaps0, bytes0 = timed.snapshots, timed.snapshot_bytes
-                _, outcome = await gateway.intake.submit(Inbound(sid, text), wait=True)
-                t2 = time.perf_counter()
-                journal_s, provider_s = timed.take()
+                commits0, appends0 = journal.commits, timed.appends
+                t0 = time.perf_counter()
+                _, outcome = await intake.submit(Inbound(sid, text), wait=True)
+                t1 = time.perf_counter()
+                journal_s, provider_s, sent = timed.take()
+                commits, appends = journal.commits - commits0, timed.appends - appends0
                 assert outcome is not None and outcome.status == "completed", outcome
-                history.append((text, outcome.reply or ""))
-                if k >= warm:
-                    out.ref.append(t1 - t0)
-                    out.e2e.append(t2 - t1)
+                for body in sent:
+                    await ref.call(client, body)
+                t2 = time.perf_counter()
+                done[sid] = done.get(sid, 0) + 1
+                if done[sid] > warm:
+                    out.e2e.append(t1 - t0)
+                    out.ref.append(t2 - t1)
                     out.journal.append(journal_s)
                     out.provider.append(provider_s)
                     out.snapshot_turn.append(timed.snapshots > snaps0)
                     out.snapshot_bytes += timed.snapshot_bytes - bytes0
-            out.commits = journal.commits - commits0
-            out.appends = timed.appends - appends0
-    return out
+                    out.commits += commits
+                    out.appends += appends
+    return runs
 
 
 def http_latency(
@@ -428,22 +459,53 @@ def settings_for(data_dir: Path, base_url: str, window: int = 32768) -> Settings
     return config
 
 
-def long_session(tmp: Path, provider: ProviderProcess, texts: list[str]) -> LatencyRun:
+def long_session(tmp: Path, texts: list[str], think_s: float, window: int) -> tuple[LatencyRun, LatencyRun]:
     """One session of ``len(texts)`` turns, on a daemon of its own whose window holds them
     all (262,144 tokens): every turn sends the whole history, as the direct call beside it
     does, so the growth measured is the daemon's per-turn work over a growing history — not
     compaction, which a window-sized history would start (and the echoing fake provider
-    answers with a summary that fails the quality check)."""
-    settings = settings_for(tmp / "data-long", provider.base_url, window=262_144)
-    daemon = Daemon(settings)
-    daemon.start()
+    answers with a summary that fails the quality check). Its last ``window`` turns
+    alternate with the turns of a short probe session (from its tenth turn on), which
+    returns too: the same daemon at the same moment, with a history of ten turns.
+
+    The provider here thinks ``think_s`` before each answer, as every model does. Without
+    it, the daemon idled before each turn for as long as the fake took to parse and hash
+    the request (0.2 ms at turn 10, 12 ms at turn 1,000), and a daemon that has idled
+    for more than a few milliseconds runs its next ones about half as fast on this kind of
+    machine (2 virtual cores: wake-ups, cold caches). The same 8 ms asleep before a fresh
+    session's turns slowed them as much as turn 1,000's, which the old figure counted as
+    the daemon's growth (1.6-2.0x). With a think time both ends idle alike."""
+    head, tail = texts[: len(texts) - window], texts[len(texts) - window :]
+    probe = make_texts(9 + window, seed=29)
+    plan = [("long-1", t) for t in head] + [("probe-1", t) for t in probe[:9]]
+    for a, b in zip(tail, probe[9:], strict=True):
+        plan += [("long-1", a), ("probe-1", b)]
+    provider = ProviderProcess(
+        tmp / "provider-long.log",
+        args=("--port", "0", "--think", f"{think_s:g}"),
+        # The fake's large buffers (a request body is 0.6 MB by turn 1,000) from a heap that
+        # keeps what it freed: glibc's allocator otherwise maps fresh pages for each body a
+        # little larger than the last, so whichever call came first with the new size paid
+        # a few hundred page faults, and the daemon's call always came first.
+        env={
+            "GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=268435456:glibc.malloc.trim_threshold=1073741824"
+        },
+    )
+    provider.start()
     try:
-        assert daemon.io is not None
-        ref = Reference(provider.base_url, settings.agent.system_prompt)
-        run: LatencyRun = daemon.io.run(latency_run(daemon, ref, "long-1", texts, 0), 3600)
-        return run
+        settings = settings_for(tmp / "data-long", provider.base_url, window=262_144)
+        daemon = Daemon(settings)
+        daemon.start()
+        try:
+            assert daemon.io is not None
+            ref = Reference(provider.base_url, settings.agent.system_prompt)
+            runs: dict[str, LatencyRun] = daemon.io.run(latency_run(daemon, ref, plan, 0), 3600)
+        finally:
+            daemon.stop()
     finally:
-        daemon.stop()
+        provider.stop()
+    probe_run = runs["probe-1"]
+    return runs["long-1"], LatencyRun(e2e=probe_run.e2e[9:], ref=probe_run.ref[9:])
 
 
 def cpu_note(t: Throughput) -> str:
@@ -466,6 +528,12 @@ def main() -> int:
         type=int,
         default=1000,
         help="one session this long: added latency at its end vs turn 10",
+    )
+    parser.add_argument(
+        "--long-think-ms",
+        type=float,
+        default=20.0,
+        help="the long session's provider thinks this long before each answer (0: the old run)",
     )
     parser.add_argument("--warm", type=int, default=20, help="warm-up turns (same session, not measured)")
     parser.add_argument("--http-turns", type=int, default=100, help="HTTP-path turns (info)")
@@ -511,8 +579,12 @@ def main() -> int:
                 return io_loop.run(coro, timeout)
 
             # -- latency at one session, then the HTTP path
-            lat = on_loop(latency_run(daemon, ref, "lat-1", texts[: args.warm + args.turns], args.warm), 600)
-            long = long_session(tmp, provider, texts[: args.long_turns])
+            plan = [("lat-1", t) for t in texts[: args.warm + args.turns]]
+            lat = on_loop(latency_run(daemon, ref, plan, args.warm), 600)["lat-1"]
+            # Fifty turns from turn 10 (the first nine warm the daemon's caches) and the last
+            # fifty: p50s of twenty turns moved by a third between runs on two shared cores.
+            window = min(50, max(1, args.long_turns // 4))
+            long, probe = long_session(tmp, texts[: args.long_turns], args.long_think_ms / 1000, window)
             log(f"latency: {len(lat.e2e)} turns done")
             h_e2e, h_ref = http_latency(daemon, ref, "http-1", texts[: args.http_turns + 10], 10)
 
@@ -687,25 +759,39 @@ def main() -> int:
     log(f"wall time {time.perf_counter() - started:.0f} s")
 
     long_added = [e - r for e, r in zip(long.e2e, long.ref, strict=True)]
-    # Fifty turns from turn 10 (the first nine warm the daemon's caches) and the last fifty:
-    # p50s of twenty turns moved by a third between runs on two shared cores.
-    window = min(50, max(1, len(long_added) // 4))
+    probe_added = [e - r for e, r in zip(probe.e2e, probe.ref, strict=True)]
     start = min(9, len(long_added) - 2 * window)
     early, late = long_added[start : start + window], long_added[-window:]
+    first, last = slice(start, start + window), slice(-window, None)
+
+    def span(series: list[float]) -> str:
+        return f"{ms(p(series[first], 50)):.2f} -> {ms(p(series[last], 50)):.2f} ms"
+
+    over_ref = [c - r for c, r in zip(long.provider, long.ref, strict=True)]
+    n_long = len(long_added)
     info(
         "long_session_added_latency",
         f"turns {start + 1}-{start + window} p50 {ms(p(early, 50)):.2f} ms, turns "
-        f"{len(long_added) - window + 1}-{len(long_added)} p50 {ms(p(late, 50)):.2f} ms (direct call "
-        f"{ms(p(long.ref[start : start + window], 50)):.2f} -> {ms(p(long.ref[-window:], 50)):.2f} ms)",
-        note="one session, paired per turn against the direct call with the same growing context",
+        f"{n_long - window + 1}-{n_long} p50 {ms(p(late, 50)):.2f} ms, beside them a session at "
+        f"turns 10-{9 + window} p50 {ms(p(probe_added, 50)):.2f} ms (direct call {span(long.ref)}; "
+        f"of the added: journal {span(long.journal)}, provider.complete over the direct call "
+        f"{span(over_ref)})",
+        note=f"one session, paired per turn against the direct call with its very bytes; the "
+        f"provider thinks {args.long_think_ms:g} ms before each answer",
+    )
+    info(
+        f"added_latency_turn_{n_long}_vs_its_turn_10",
+        round(p(late, 50) / p(early, 50), 2),
+        "x",
+        "the same session earlier in the run: the machine's drift between the two windows is in it",
     )
     lat50, lat99, rate = ms(p(added, 50)), ms(p(added, 99)), m.rate
     cpu_us = sum(m.cpu.values()) / max(1, m.turns) * 1e6
-    growth = p(late, 50) / p(early, 50)
+    growth = p(late, 50) / p(probe_added, 50)
     figure("added_latency_p50", lat50, "ms", "<= 1.0 ms", lat50 <= 1.0)
     figure("added_latency_p99", lat99, "ms", "<= 5 ms", lat99 <= 5.0)
     figure(
-        f"added_latency_turn_{len(long_added)}_vs_10",
+        f"added_latency_turn_{n_long}_vs_10",
         growth,
         "x",
         "<= 1.2 x",

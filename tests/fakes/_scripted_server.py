@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import collections
 import contextlib
+import dataclasses
 import hashlib
 import inspect
 import itertools
@@ -306,6 +307,8 @@ class ScriptedServer(ABC, Generic[R, E]):
         self._base_url: str | None = None
         self._log = logging.getLogger(type(self).__module__)
         self.prompt_cache = PrefixCache()  # what this server would have cached (usage reports it)
+        # How long the echo default waits before answering, as a model thinks (benchmarks).
+        self.echo_think_s = 0.0
 
     # ----- scripting
 
@@ -489,6 +492,8 @@ class ScriptedServer(ABC, Generic[R, E]):
             result = await result
         if not isinstance(result, (self.reply_type, self.error_type)):
             raise TypeError(f"responder returned {type(result).__name__}, not a Reply/ErrorReply")
+        if fn == self._echo and self.echo_think_s > 0:
+            result = dataclasses.replace(result, delay_s=self.echo_think_s)  # type: ignore[type-var]
         return result
 
     async def _send_error(self, step: E) -> web.Response:
@@ -683,12 +688,24 @@ def run_cli(
     make_server: Callable[[int, int | None], ScriptedServer[Any, Any]],
     load_script: Callable[[Path], Iterable[Any]],
 ) -> int:
-    """``--port N [--script FILE.json] [--context-window N]``: build the server and :func:`serve`."""
+    """``--port N [--script FILE.json] [--context-window N] [--think S]``: build the server
+    and :func:`serve`."""
     parser = argparse.ArgumentParser(description=doc.splitlines()[0] if doc else None)
     parser.add_argument("--port", type=int, default=0, help="port to bind (0: a free one)")
     parser.add_argument("--script", type=Path, help="JSON list of steps to enqueue")
     parser.add_argument("--context-window", type=int, default=None, help="overflow above N")
+    parser.add_argument(
+        "--think",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="the echo default waits S seconds before it answers, as a model thinks",
+    )
     args = parser.parse_args(argv)
+    if args.think < 0:
+        parser.error(f"--think must be 0 or more seconds, not {args.think:g}")
     steps = load_script(args.script) if args.script else []
-    asyncio.run(serve(make_server(args.port, args.context_window), steps))
+    server = make_server(args.port, args.context_window)
+    server.echo_think_s = args.think
+    asyncio.run(serve(server, steps))
     return 0

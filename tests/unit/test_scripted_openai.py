@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.fakes.chat_gateway import until
 from tests.fakes.scripted_openai import (
     ErrorReply,
     Reply,
@@ -503,6 +504,42 @@ def test_thread_variant_from_sync_code() -> None:
     assert errors and isinstance(errors[0], httpx.TransportError)
 
 
+async def test_think_delays_the_echo_not_a_scripted_reply(
+    fake: ScriptedOpenAI, client: httpx.AsyncClient
+) -> None:
+    fake.echo_think_s = 0.3
+    fake.enqueue(Reply(text="scripted"))
+    r = await client.post(f"{fake.base_url}/chat/completions", json=chat(stream=False))
+    assert r.json()["choices"][0]["message"]["content"] == "scripted"
+    assert len(fake.answered) == 1
+    t0 = time.monotonic()
+    echoed = asyncio.ensure_future(
+        client.post(f"{fake.base_url}/chat/completions", json=chat("x", stream=False))
+    )
+    await until(lambda: len(fake.requests) == 2, what="the echo's request")  # its answer waits
+    assert len(fake.answered) == 1
+    r = await echoed
+    assert r.json()["choices"][0]["message"]["content"] == "echo: x"
+    assert time.monotonic() - t0 >= 0.3
+
+
+def start_cli(*args: str, stderr: int | None = None) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.fakes.scripted_openai", "--port", "0", *args],
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        text=True,
+    )
+
+
+def test_cli_think_is_checked() -> None:
+    proc = start_cli("--think", "-1", stderr=subprocess.PIPE)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 2
+    assert "--think must be 0 or more seconds, not -1" in err
+
+
 @pytest.fixture
 def cli_server(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
     script = tmp_path / "script.json"
@@ -518,20 +555,7 @@ def cli_server(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
             ]
         )
     )
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tests.fakes.scripted_openai",
-            "--port",
-            "0",
-            "--script",
-            str(script),
-        ],
-        cwd=REPO_ROOT,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_cli("--script", str(script), "--think", "0.2")
     try:
         assert proc.stdout is not None
         sel = selectors.DefaultSelector()
@@ -563,8 +587,10 @@ def test_cli_serves_script(cli_server: tuple[subprocess.Popen[str], str]) -> Non
         assert data["usage"]["total_tokens"] == 10
         r = c.post(f"{base_url}/chat/completions", json=chat())
         assert r.status_code == 429 and r.headers["retry-after"] == "1"
+        t0 = time.monotonic()
         r = c.post(f"{base_url}/chat/completions", json=chat("tail", stream=False))
         assert r.json()["choices"][0]["message"]["content"] == "echo: tail"
+        assert time.monotonic() - t0 >= 0.2  # --think: the echo waits before it answers
     proc.terminate()
     assert proc.wait(5) == 0
 
