@@ -116,6 +116,30 @@ def test_stop_cancels_the_running_turn(page: Any, room: Room) -> None:
     assert stop.evaluate("b => getComputedStyle(b).backgroundColor") == plain
 
 
+def test_a_status_fragment_answering_late_does_not_undo_the_live_phase(page: Any, room: Room) -> None:
+    sid = "cli:ui-late-status"
+    assert room.handle.send(sid, "hello", wait=True).status_code == 200
+    # The page asks for its status once its live stream has joined: after that answer, every
+    # status answer is the fragment as it was then (the phase: ready), marked. So a busy
+    # daemon answers a status request after the stream said the turn started.
+    with page.expect_response(lambda r: r.url.endswith("/status")):
+        page.goto(f"/ui/sessions/{sid}")
+    stop = page.get_by_role("button", name="Stop")
+    plain = stop.evaluate("b => getComputedStyle(b).backgroundColor")
+    before = page.locator("#status").evaluate("s => s.outerHTML")
+    marked = before.replace('<section id="status"', '<section id="status" data-late="1"', 1)
+    page.route("**/status", lambda route: route.fulfill(status=200, content_type="text/html", body=marked))
+    room.scripted.route("answer never", lambda body: Reply(hang=True))  # this turn's calls only
+    assert room.handle.send(sid, "answer never").status_code == 202
+    # The stream's phase event asked for the status again, and the late answer came in.
+    page.wait_for_selector("#status[data-late]:not(.htmx-settling)", state="attached")
+    assert page.locator("#phase").inner_text() == "processing"
+    assert stop.evaluate("b => getComputedStyle(b).backgroundColor") != plain
+    page.unroute("**/status")
+    stop.click()
+    page.locator("#phase", has_text="ready").wait_for()
+
+
 def test_reset_is_marked_live_and_in_the_record(page: Any, room: Room) -> None:
     sid = "cli:ui-reset"
     open_session(page, room, sid)

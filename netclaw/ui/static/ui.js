@@ -114,12 +114,20 @@
     on("error", function (d) {
       add(element("p", "entry failure", d.message + " (" + d.code + ")"));
     });
-    on("phase", function (d) {
+    // The last phase the stream told. A status fragment asked for before it may answer after
+    // it, with the phase before (a busy daemon): the stream's is shown again over it. One
+    // asked for later that is newer than the stream only runs ahead of an event on its way.
+    var livePhase = null;
+    function showPhase() {
       var phase = document.getElementById("phase");
-      if (phase) {
-        phase.textContent = d.to;
-        phase.className = "phase phase-" + d.to;
+      if (phase && livePhase !== null) {
+        phase.textContent = livePhase;
+        phase.className = "phase phase-" + livePhase;
       }
+    }
+    on("phase", function (d) {
+      livePhase = d.to;
+      showPhase();
       signal("status-changed"); // turns, queue and context as they are now
     });
     on("usage", function (d) {
@@ -139,7 +147,10 @@
       signal("transcript-changed");
     });
 
+    // Again once the swap settled: htmx puts the new fragment's attributes (its class) back then.
+    document.body.addEventListener("htmx:afterSettle", showPhase);
     document.body.addEventListener("htmx:afterSwap", function (event) {
+      showPhase();
       if (event.target && event.target.id === "recorded") {
         done.forEach(function (node) {
           if (node.parentNode === live) live.removeChild(node);
