@@ -562,6 +562,11 @@ def main() -> int:
     started = time.perf_counter()
     load_before = machine_load()
     with c.temp_dir("netclaw-bench-turns-", args.dir) as tmp:
+        # First, on a daemon of its own, while no other is up (its shutdown finds no actor left).
+        # Fifty turns from turn 10 (the first nine warm the daemon's caches) and the last
+        # fifty: p50s of twenty turns moved by a third between runs on two shared cores.
+        window = min(50, max(1, args.long_turns // 4))
+        long, probe = long_session(tmp, texts[: args.long_turns], args.long_think_ms / 1000, window)
         provider = ProviderProcess(tmp / "provider.log")
         daemon: Daemon | None = None
         try:
@@ -581,10 +586,6 @@ def main() -> int:
             # -- latency at one session, then the HTTP path
             plan = [("lat-1", t) for t in texts[: args.warm + args.turns]]
             lat = on_loop(latency_run(daemon, ref, plan, args.warm), 600)["lat-1"]
-            # Fifty turns from turn 10 (the first nine warm the daemon's caches) and the last
-            # fifty: p50s of twenty turns moved by a third between runs on two shared cores.
-            window = min(50, max(1, args.long_turns // 4))
-            long, probe = long_session(tmp, texts[: args.long_turns], args.long_think_ms / 1000, window)
             log(f"latency: {len(lat.e2e)} turns done")
             h_e2e, h_ref = http_latency(daemon, ref, "http-1", texts[: args.http_turns + 10], 10)
 
