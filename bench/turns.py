@@ -562,11 +562,6 @@ def main() -> int:
     started = time.perf_counter()
     load_before = machine_load()
     with c.temp_dir("netclaw-bench-turns-", args.dir) as tmp:
-        # First, on a daemon of its own, while no other is up (its shutdown finds no actor left).
-        # Fifty turns from turn 10 (the first nine warm the daemon's caches) and the last
-        # fifty: p50s of twenty turns moved by a third between runs on two shared cores.
-        window = min(50, max(1, args.long_turns // 4))
-        long, probe = long_session(tmp, texts[: args.long_turns], args.long_think_ms / 1000, window)
         provider = ProviderProcess(tmp / "provider.log")
         daemon: Daemon | None = None
         try:
@@ -648,6 +643,12 @@ def main() -> int:
             if daemon is not None:
                 daemon.stop()
             provider.stop()
+        # Last, on a daemon of its own, once the other is down: nothing it leaves in this
+        # process (heap, threads) reaches the figures above, and its shutdown finds no other
+        # daemon's actor alive. Fifty turns from turn 10 (the first nine warm the daemon's
+        # caches) and the last fifty: p50s of twenty turns moved by a third between runs.
+        window = min(50, max(1, args.long_turns // 4))
+        long, probe = long_session(tmp, texts[: args.long_turns], args.long_think_ms / 1000, window)
 
     def med(runs: list[Throughput]) -> Throughput:
         return sorted(runs, key=lambda t: t.rate)[len(runs) // 2]
