@@ -95,14 +95,16 @@ async def start_child(
         child = Child(popen, reader)
         await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), popen.stdout)
     except BaseException:
-        # Cancelled (or failed) once it runs: nothing it started keeps running.
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(popen.pid, signal.SIGKILL)
+        _kill_group_of(popen.pid)  # cancelled (or failed) once it runs: nothing it started keeps running
         raise
     return child
 
 
 def kill_group(child: Child) -> None:
     """SIGKILL the child's process group (what it started in the background too)."""
+    _kill_group_of(child.pid)
+
+
+def _kill_group_of(pid: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(child.pid, signal.SIGKILL)
+        os.killpg(pid, signal.SIGKILL)
