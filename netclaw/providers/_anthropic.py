@@ -32,7 +32,14 @@ from netclaw.providers._base import (
     Usage,
 )
 from netclaw.providers._classify import classify_http_error, looks_like_overflow
-from netclaw.providers._http import HttpStreamingProvider, StreamAssembly, _int, _plain, plain_schema
+from netclaw.providers._http import (
+    HttpStreamingProvider,
+    StreamAssembly,
+    _int,
+    _plain,
+    event_json,
+    plain_schema,
+)
 from netclaw.providers._images import image_base64, missing_note
 
 log = logging.getLogger("netclaw.providers")
@@ -590,7 +597,7 @@ class AnthropicProvider(HttpStreamingProvider[_Assembly]):
 
     def _take_event(self, answer: _Assembly, event: str, payload: bytes) -> bool:
         try:
-            data = json.loads(payload.decode())  # an event stream is UTF-8: no guessing per chunk
+            data = event_json(payload)
         except (ValueError, RecursionError) as exc:
             shown = payload[:200].decode(errors="replace")
             raise ProviderProtocolError(

@@ -14,11 +14,12 @@ import json
 import logging
 from abc import ABC, abstractmethod
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Hashable, Mapping
+from collections.abc import AsyncIterator, Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, NamedTuple, TypeVar
 
 import httpx
+import orjson
 
 from netclaw import __version__
 from netclaw.config import ProviderConfig
@@ -166,6 +167,17 @@ def _held(data: bytes | memoryview) -> int:
     return memoryview(data.obj).nbytes if isinstance(data, memoryview) else len(data)
 
 
+def event_json(payload: bytes) -> Any:
+    """One streamed event's JSON. ``orjson`` reads an answer's few dozen events about four
+    times faster than ``json``; what it refuses that ``json`` reads (a lone surrogate's
+    escape, NaN, nesting past 1,024) goes to ``json``, which fails as it always did.
+    (``orjson`` reads an integer past 64 bits as a float: no field read here holds one.)"""
+    try:
+        return orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        return json.loads(payload.decode())  # an event stream is UTF-8: no guessing per chunk
+
+
 def to_json(value: Any) -> bytes:
     """Compact JSON as UTF-8, as every request body is sent."""
     return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
@@ -254,21 +266,6 @@ def _arriving(response: httpx.Response) -> AsyncIterator[bytes]:
         return response.aiter_bytes()  # httpx says what is wrong
     response.is_stream_consumed = True  # as httpx's own iterators mark it
     return aiter(response.stream)
-
-
-async def _stream_events(
-    response: httpx.Response, reader: SseReader, too_large: Callable[[], Exception]
-) -> AsyncGenerator[tuple[str, bytes], None]:
-    """The events of a streamed body, within MAX_ANSWER_BYTES."""
-    size = 0
-    async for chunk in _arriving(response):
-        size += len(chunk)
-        if size > MAX_ANSWER_BYTES:
-            raise too_large()
-        for event in reader.feed(chunk):
-            yield event
-    for event in reader.end():
-        yield event
 
 
 # --------------------------------------------------------------------------- the client
@@ -538,10 +535,11 @@ class HttpStreamingProvider(ABC, Generic[AnswerT]):
     async def _read_stream(self, response: httpx.Response, answer: AnswerT) -> None:
         saw_data = False
         reader = SseReader()
-        events = _stream_events(response, reader, self._too_large)
-        done = False
+        chunks = aiter(_arriving(response))
+        size = 0
+        done = ended = False
         try:
-            while True:
+            while not ended:
                 finished = self._finished(answer)
                 try:
                     if finished:
@@ -549,18 +547,26 @@ class HttpStreamingProvider(ABC, Generic[AnswerT]):
                         # connection can be reused, but never wait on a server that holds
                         # the connection open after the answer.
                         async with asyncio.timeout(TAIL_S):
-                            event, payload = await anext(events)
+                            chunk = await anext(chunks)
                     else:
-                        event, payload = await anext(events)
+                        chunk = await anext(chunks)
                 except StopAsyncIteration:
-                    break
+                    events, ended = reader.end(), True
                 except TimeoutError:
                     if finished:
                         break
                     raise
-                saw_data = True
-                if not done:
-                    done = self._take_event(answer, event, payload)
+                else:
+                    size += len(chunk)
+                    if size > MAX_ANSWER_BYTES:
+                        raise self._too_large()
+                    # Every event that arrived together, in one go: an answer streams
+                    # dozens, and a step of the loop above for each cost each a few us.
+                    events = reader.feed(chunk)
+                for event, payload in events:
+                    saw_data = True
+                    if not done:
+                        done = self._take_event(answer, event, payload)
         except httpx.TimeoutException as exc:
             raise ProviderUnavailable(
                 f"provider {self.name!r}: stream stalled: no data from {self.base_url} for "
@@ -575,7 +581,9 @@ class HttpStreamingProvider(ABC, Generic[AnswerT]):
                 f"lost ({str(exc) or type(exc).__name__})"
             ) from exc
         finally:
-            await events.aclose()
+            close = getattr(chunks, "aclose", None)
+            if close is not None:
+                await close()
         if not saw_data and reader.stray:
             ctype = response.headers.get("content-type", "?")
             raise ProviderProtocolError(

@@ -33,6 +33,7 @@ from netclaw.providers._http import (
     WireCache,
     _int,
     _plain,
+    event_json,
     plain_schema,
     to_json,
 )
@@ -413,11 +414,13 @@ class _Assembly(StreamAssembly):
         delta = choice.get("message" if whole else "delta")
         if not isinstance(delta, dict):
             delta = {}
-        reasoning = delta.get("reasoning_content")
-        if not reasoning:
-            reasoning = delta.get("reasoning")
-        self.emit("thinking", reasoning)
-        self.emit("text", delta.get("content"))
+        # Each is looked at only when there: most deltas carry a few characters of text.
+        reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+        if reasoning:
+            self.emit("thinking", reasoning)
+        content = delta.get("content")
+        if content:
+            self.emit("text", content)
         calls = delta.get("tool_calls")
         if isinstance(calls, list):
             for position, piece in enumerate(calls):
@@ -469,9 +472,7 @@ class _Assembly(StreamAssembly):
 def _decode_event(payload: bytes) -> list[Any]:
     """JSON chunks in one event; tolerates servers that pack one chunk per data line."""
     try:
-        # Decoded first: ``loads`` of bytes guesses among UTF-8/16/32 for every chunk, and an
-        # event stream is UTF-8 (a bad byte is a ValueError as before).
-        return [json.loads(payload.decode())]
+        return [event_json(payload)]
     except ValueError:
         if b"\n" not in payload:
             raise
@@ -534,7 +535,7 @@ class OpenAIProvider(HttpStreamingProvider[_Assembly]):
         answer.done = True
 
     def _take_event(self, answer: _Assembly, event: str, payload: bytes) -> bool:
-        if payload.strip() == b"[DONE]":
+        if not payload.startswith(b"{") and payload.strip() == b"[DONE]":
             answer.done = True
             return True
         try:
