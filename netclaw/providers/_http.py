@@ -296,23 +296,41 @@ class _PreparedPost:
     """The parts of a provider's POST that stay the same between calls, parsed once: httpx's
     ``build_request`` re-parsed the URL and merged every header set on each call (a fifth of
     the client's cost per call). Headers are rebuilt only when their values change (a key
-    rotated in the environment)."""
+    rotated in the environment, a call's trace context)."""
 
-    __slots__ = ("_extensions", "_headers", "_made_from", "_url")
+    __slots__ = ("_extensions", "_headers", "_made_from", "_plain", "_template", "_url")
 
     def __init__(self, url: str, timeout: httpx.Timeout) -> None:
         self._url = httpx.URL(url)
         self._extensions = {"timeout": timeout.as_dict()}
         self._made_from: dict[str, str] | None = None
         self._headers = httpx.Headers()
+        self._plain: dict[str, str] = {}
+        self._template: httpx.Request | None = None
 
-    def request(self, headers: dict[str, str], body: bytes) -> httpx.Request:
+    def _update(self, headers: dict[str, str]) -> None:
         if headers != self._made_from:
             self._made_from = headers
-            self._headers = httpx.Headers({"User-Agent": f"netclaw/{__version__}", **headers})
+            self._plain = {"User-Agent": f"netclaw/{__version__}", **headers}
+            self._headers = httpx.Headers(self._plain)
+            self._template = None
+
+    def request(self, headers: dict[str, str], body: bytes) -> httpx.Request:
+        """The whole request, for any httpx transport."""
+        self._update(headers)
         return httpx.Request(
             "POST", self._url, headers=self._headers, content=body, extensions=self._extensions
         )
+
+    def parts(self, headers: dict[str, str]) -> tuple[httpx.Request, dict[str, str]]:
+        """For :meth:`PooledTransport.post`: the request without its body (what the response
+        names as its request), and the headers as a plain dict."""
+        self._update(headers)
+        if self._template is None:
+            self._template = httpx.Request(
+                "POST", self._url, headers=self._headers, extensions=self._extensions
+            )
+        return self._template, self._plain
 
 
 # --------------------------------------------------------------------------- provider
@@ -491,7 +509,7 @@ class HttpStreamingProvider(ABC, Generic[AnswerT]):
         async def attempt() -> Completion:
             answer = self._new_assembly(on_delta, progress)
             try:
-                response = await self._send(post.request(headers, body))
+                response = await self._send(post, headers, body)
                 try:
                     if not response.is_success:
                         raise self._http_error(response, await read_capped(response, MAX_ERROR_BODY_BYTES))
@@ -522,13 +540,19 @@ class HttpStreamingProvider(ABC, Generic[AnswerT]):
             logger=log,
         )
 
-    async def _send(self, request: httpx.Request) -> httpx.Response:
+    async def _send(self, post: _PreparedPost, headers: dict[str, str], body: bytes) -> httpx.Response:
         """The model call's response, its body still to stream (closed by ``aclose``). Sent
         by the transport itself: the client's layers around it (auth, redirects, cookies, a
         log line) do nothing for a model call and cost about 120 us of CPU each (a twentieth
         of a turn's). The client routed nothing else either: with a transport of its own it
-        reads no proxy from the environment."""
-        response = await self._transport.handle_async_request(request)
+        reads no proxy from the environment. The pooled transport takes the body as it is,
+        without an httpx request around it per call (see :meth:`PooledTransport.post`)."""
+        transport = self._transport
+        if isinstance(transport, PooledTransport):
+            template, plain = post.parts(headers)
+            return await transport.post(template, plain, body)
+        request = post.request(headers, body)
+        response = await transport.handle_async_request(request)
         response.request = request
         return response
 

@@ -11,12 +11,12 @@ what happened. A response body is read from aiohttp's buffer directly (:class:`_
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 
 import aiohttp
 import httpx
 from httpx_aiohttp import AiohttpTransport
-from httpx_aiohttp.transport import AiohttpResponseStream
+from httpx_aiohttp.transport import AiohttpResponseStream, map_aiohttp_exceptions
 
 
 def _named(cause: BaseException | None, message: str) -> httpx.HTTPError | None:
@@ -44,8 +44,7 @@ class _Body(httpx.AsyncByteStream):
     error-mapping one stacked two: an answer streams dozens of events, and each layer
     cost each of them a few microseconds."""
 
-    def __init__(self, inner: AiohttpResponseStream, response: aiohttp.ClientResponse) -> None:
-        self._inner = inner
+    def __init__(self, response: aiohttp.ClientResponse) -> None:
         self._response = response
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
@@ -57,11 +56,13 @@ class _Body(httpx.AsyncByteStream):
             raise (_named(exc, str(exc)) or httpx.ReadError(str(exc))) from exc
 
     async def aclose(self) -> None:
-        await self._inner.aclose()
+        with map_aiohttp_exceptions():  # as httpx-aiohttp's own stream closes it
+            await self._response.__aexit__(None, None, None)
 
 
 class PooledTransport(AiohttpTransport):
-    """``AiohttpTransport`` whose errors name what really went wrong."""
+    """``AiohttpTransport`` whose errors name what really went wrong, and a POST that
+    takes its body as it is (:meth:`post`)."""
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         try:
@@ -70,5 +71,42 @@ class PooledTransport(AiohttpTransport):
             raise _precise(exc) from exc.__cause__
         stream = response.stream
         assert isinstance(stream, AiohttpResponseStream)
-        response.stream = _Body(stream, stream._aiohttp_response)  # noqa: SLF001 - what it wraps
+        response.stream = _Body(stream._aiohttp_response)  # noqa: SLF001 - what it wraps
         return response
+
+    async def post(self, request: httpx.Request, headers: Mapping[str, str], body: bytes) -> httpx.Response:
+        """``request``'s POST (its URL and timeouts; its body is not read) with ``body`` and
+        ``headers``, as :meth:`handle_async_request` sends one: a model call's, without an
+        httpx request made around its body each time (its headers merged, its length
+        computed: a twelfth of the CPU a model call spent on the loop)."""
+        if not isinstance(self.client, aiohttp.ClientSession):
+            self.client = self.get_client()
+        timeout = request.extensions.get("timeout", {})
+        try:
+            with map_aiohttp_exceptions():
+                response = await self.client.request(
+                    "POST",
+                    str(request.url),
+                    headers=headers,
+                    data=body,
+                    allow_redirects=False,
+                    auto_decompress=False,
+                    compress=False,
+                    timeout=aiohttp.ClientTimeout(
+                        sock_connect=timeout.get("connect"),
+                        sock_read=timeout.get("read"),
+                        connect=timeout.get("pool"),
+                    ),
+                ).__aenter__()
+        except httpx.HTTPError as exc:
+            raise _precise(exc) from exc.__cause__
+        extensions = {"http_version": b"HTTP/1.1"}
+        if response.reason:
+            extensions["reason_phrase"] = response.reason.encode()
+        return httpx.Response(
+            status_code=response.status,
+            headers=response.raw_headers,
+            stream=_Body(response),
+            request=request,
+            extensions=extensions,
+        )
