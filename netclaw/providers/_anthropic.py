@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 import httpx
 
+from netclaw import jsontext
 from netclaw.config import ProviderConfig
 from netclaw.errors import ProviderError, ProviderProtocolError
 from netclaw.messages import Attachment, ChatMessage, ToolCall, images_of, model_text, new_id
@@ -37,7 +38,6 @@ from netclaw.providers._http import (
     StreamAssembly,
     _int,
     _plain,
-    event_json,
     plain_schema,
 )
 from netclaw.providers._images import image_base64, missing_note
@@ -597,7 +597,7 @@ class AnthropicProvider(HttpStreamingProvider[_Assembly]):
 
     def _take_event(self, answer: _Assembly, event: str, payload: bytes) -> bool:
         try:
-            data = event_json(payload)
+            data = jsontext.loads(payload)
         except (ValueError, RecursionError) as exc:
             shown = payload[:200].decode(errors="replace")
             raise ProviderProtocolError(

@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 
+from netclaw import jsontext
 from netclaw.errors import ProviderProtocolError
 from netclaw.messages import ChatMessage, MessageKind, ToolCall, images_of, model_text, new_id
 from netclaw.providers._base import (
@@ -33,7 +34,6 @@ from netclaw.providers._http import (
     WireCache,
     _int,
     _plain,
-    event_json,
     plain_schema,
     to_json,
 )
@@ -472,7 +472,7 @@ class _Assembly(StreamAssembly):
 def _decode_event(payload: bytes) -> list[Any]:
     """JSON chunks in one event; tolerates servers that pack one chunk per data line."""
     try:
-        return [event_json(payload)]
+        return [jsontext.loads(payload)]
     except ValueError:
         if b"\n" not in payload:
             raise

@@ -10,7 +10,6 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -19,7 +18,7 @@ from netclaw.attachments import IncomingFile
 from netclaw.messages import ChatMessage, MessageKind, ToolCall
 from netclaw.providers._anthropic import to_anthropic_messages
 from netclaw.providers._base import ProviderRequest, ToolSchema
-from netclaw.providers._http import SseReader, WireCache, event_json
+from netclaw.providers._http import SseReader, WireCache
 from netclaw.providers._openai import encode_request, message_to_wire, request_body
 from netclaw.security.redact import Scrubber
 
@@ -312,31 +311,3 @@ def test_a_body_as_sent_holds_no_known_secret_though_only_its_new_part_is_search
         assert sent == scrubber.scrub_bytes(encode_request(request, WireCache()))
         if scrubber.longest:
             assert not scrubber.occurs(sent)
-
-
-# --------------------------------------------------------------------------- an event's JSON
-
-EVENTS = [
-    b'{"choices": [{"index": 0, "delta": {"content": "abc"}, "finish_reason": null}], "usage": null}',
-    '{"delta": {"content": "Grüße, 東京 🙂"}}'.encode(),
-    b'{"delta": {"content": "\\ud83d"}}',  # a lone surrogate's escape: orjson refuses, json reads
-    b'{"value": NaN, "big": 1e400}',  # not JSON, but json reads it
-    b'  {"padded": true}\n',
-    b"[1, 2.5, -3, true, false, null]",
-]
-
-
-@pytest.mark.parametrize("payload", EVENTS)
-def test_an_event_reads_as_json_reads_it(payload: bytes) -> None:
-    got, want = event_json(payload), json.loads(payload.decode())
-    assert repr(got) == repr(want)  # repr: NaN equals nothing, not even itself
-
-
-@pytest.mark.parametrize(
-    "payload", [b"{", b'{"a": 1,}', b"\xff\xfe{}", b"[" * 5000 + b"]" * 5000, b"data: {}"]
-)
-def test_what_json_refuses_event_json_refuses(payload: bytes) -> None:
-    with pytest.raises((ValueError, RecursionError)):
-        json.loads(payload.decode())
-    with pytest.raises((ValueError, RecursionError)):
-        event_json(payload)

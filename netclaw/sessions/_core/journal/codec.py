@@ -9,6 +9,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from netclaw import jsontext
 from netclaw.errors import JournalCorrupt
 from netclaw.lineage import ChildReport, ChildTask
 from netclaw.messages import Attachment, ChatMessage, Transcript
@@ -122,7 +123,7 @@ def encode(event: SessionEvent) -> tuple[str, str]:  # noqa: C901 - one case per
             payload = {"turn": turn, "file": file.to_dict()}
             optional = {"spent": None if spent is None else dict(spent), "cost": cost, "model": model}
             payload.update({k: v for k, v in optional.items() if v is not None})
-    return type(event).__name__, json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
+    return type(event).__name__, jsontext.dumps(payload)
 
 
 def decode(type_name: str, payload: str) -> SessionEvent:

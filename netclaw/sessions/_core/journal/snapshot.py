@@ -15,6 +15,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from netclaw import jsontext
 from netclaw.errors import JournalCorrupt
 from netclaw.lineage import ChildRecord, ChildReport, ChildTask
 from netclaw.messages import ChatMessage, MessageKind
@@ -50,11 +51,8 @@ def encode(state: SessionState, saved_rows: int) -> tuple[str, list[str]]:
     data["outcomes"] = {k: _outcome_ref(v) for k, v in state.outcomes.items() if k not in told}
     data["outcomes_gone"] = gone
     data["failures"] = {k: _outcome_ref(v) for k, v in state.failures.items()}
-    rows = [
-        json.dumps(m.to_dict(), ensure_ascii=False, separators=(",", ":"))
-        for m in state.transcript[saved_rows:]
-    ]
-    return json.dumps(data, ensure_ascii=False, separators=(",", ":")), rows
+    rows = [jsontext.dumps(m.to_dict()) for m in state.transcript[saved_rows:]]
+    return jsontext.dumps(data), rows
 
 
 def first_changed_row(state: SessionState, events: Iterable[SessionEvent]) -> int | None:
@@ -108,7 +106,7 @@ def decode(text: str, rows: Sequence[str]) -> SessionState:
 
 def to_json(state: SessionState) -> str:
     """The whole state as one document (snapshot version 1; tests and tools)."""
-    return json.dumps(_document(state, whole=True), ensure_ascii=False, separators=(",", ":"))
+    return jsontext.dumps(_document(state, whole=True))
 
 
 def _document(state: SessionState, *, whole: bool) -> dict[str, Any]:

@@ -1,0 +1,45 @@
+"""Compact JSON, as netclaw writes it on every turn (journal events, snapshots, provider
+requests) and reads it from every streamed answer: ``orjson``, about ten times faster
+than ``json`` at writing and four at reading, with ``json`` taking what ``orjson`` refuses.
+
+The text is the one ``json.dumps(value, ensure_ascii=False, separators=(",", ":"))``
+wrote: no spaces, UTF-8 as it is. Where they differ it reads back the same: a small
+float's digits (``0.00001`` for ``1e-05``), and NaN or an infinity, which ``orjson``
+writes as ``null`` where ``json`` wrote text that is not JSON. A value ``orjson`` cannot
+write (a string with a lone surrogate, an integer past 64 bits, a dict keyed by numbers)
+is written by ``json``, as before.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import orjson
+
+
+def dumps(value: Any) -> str:
+    """``value`` as compact JSON text."""
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:  # orjson.JSONEncodeError included
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def dumps_bytes(value: Any) -> bytes:
+    """``value`` as compact JSON, UTF-8."""
+    try:
+        return orjson.dumps(value)
+    except TypeError:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def loads(data: bytes) -> Any:
+    """JSON read from UTF-8 ``data``. What ``orjson`` refuses that ``json`` reads (a lone
+    surrogate's escape, NaN, nesting past 1,024) goes to ``json``, which fails as it always
+    did: ValueError, or RecursionError. (``orjson`` reads an integer past 64 bits as a
+    float; read only where no field holds one: a streamed answer's events.)"""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return json.loads(data.decode())  # UTF-8 by contract: no guessing of the encoding
