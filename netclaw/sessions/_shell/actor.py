@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import secrets
+import os
 import threading
 import time
 from collections import deque
@@ -58,6 +58,26 @@ from netclaw.skills import LiveSkills
 log = logging.getLogger(__name__)
 
 RECOVERY_TIMEOUT_S = 60.0
+
+
+class RandomHex:
+    """Random hex digits for a session's ids, from the system's generator (``os.urandom``)
+    a few kB at a time. A session mints two or three ids a turn; each ``os.urandom`` is a
+    system call that lets go of the GIL, and on a busy daemon an actor that let go of it
+    waited to take it back (two context switches an id). One actor's, on its thread."""
+
+    __slots__ = ("_at", "_digits")
+
+    def __init__(self) -> None:
+        self._digits = ""
+        self._at = 0
+
+    def __call__(self, digits: int) -> str:
+        at = self._at
+        if at + digits > len(self._digits):
+            self._digits, at = os.urandom(max(2048, (digits + 1) // 2)).hex(), 0
+        self._at = at + digits
+        return self._digits[at : at + digits]
 
 
 class SessionActor(pykka.ThreadingActor):
@@ -99,7 +119,7 @@ class SessionActor(pykka.ThreadingActor):
             has_memory=memory is not None,
             clock=time.time,
             monotonic=time.monotonic,
-            random_hex=lambda digits: secrets.token_hex((digits + 1) // 2)[:digits],
+            random_hex=RandomHex(),
             known_secrets=lambda: KNOWN.scrubber,  # swapped whole on a reload: read it each time
             skills=deps.skills or LiveSkills(),
             spend=deps.ledger,
