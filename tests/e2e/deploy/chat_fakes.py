@@ -17,6 +17,9 @@ from pathlib import Path
 from tests.fakes.discord_port import FakeDiscordServer
 from tests.fakes.slack_api import BOT_USER_ID, FakeSlackThread
 
+ECHO_SLACK = "echo: hello from slack"  # what the echo model answers the two messages below
+ECHO_DISCORD = "echo: hello from discord"
+
 
 def main(out: str) -> int:
     base = Path(out)
@@ -42,9 +45,13 @@ def main(out: str) -> int:
             discord.post_message("<@999> hello from discord", mentions_bot=True)
             discord.wait_for(lambda: bool(discord.threads), 30, "a Discord thread")
             thread = discord.threads[0]["id"]
-            discord.wait_for(lambda: bool(discord.bot_messages(thread)), 30, "the Discord reply")
+            # A reply streams: its first words are posted at once and edited into the whole
+            # answer as it comes (the echo model's). Wait for that, then say what is shown.
             end = time.monotonic() + 30
-            while not slack.bot_messages("C1", ts) and time.monotonic() < end:
+            while time.monotonic() < end and not (
+                ECHO_DISCORD in discord.bot_messages(thread)
+                and ECHO_SLACK in [m.get("text") for m in slack.bot_messages("C1", ts)]
+            ):
                 time.sleep(0.2)
             result = {
                 "slack": [m.get("text") for m in slack.bot_messages("C1", ts)],
