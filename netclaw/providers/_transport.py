@@ -78,7 +78,8 @@ class PooledTransport(AiohttpTransport):
         """``request``'s POST (its URL and timeouts; its body is not read) with ``body`` and
         ``headers``, as :meth:`handle_async_request` sends one: a model call's, without an
         httpx request made around its body each time (its headers merged, its length
-        computed: a twelfth of the CPU a model call spent on the loop)."""
+        computed: a twelfth of the CPU a model call spent on the loop). For a transport
+        made as the providers make it: no proxy, no SNI name of its own."""
         if not isinstance(self.client, aiohttp.ClientSession):
             self.client = self.get_client()
         timeout = request.extensions.get("timeout", {})
