@@ -547,7 +547,7 @@ class HttpStreamingProvider(ABC, Generic[AnswerT]):
     async def _read_stream(self, response: httpx.Response, answer: AnswerT) -> None:
         saw_data = False
         reader = SseReader()
-        chunks = aiter(_arriving(response))
+        chunks = _arriving(response)
         size = 0
         done = ended = False
         try:
