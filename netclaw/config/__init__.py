@@ -783,11 +783,13 @@ class AgentConfig(_Section):
 class JournalConfig(_Section):
     """Where the journal and the other stores live: the embedded SQLite file (default), or
     PostgreSQL (several nodes on one database) with the DSN in the variable ``dsn_env``
-    names. ``synchronous``: durability of the SQLite journal."""
+    names. ``synchronous``: durability of the SQLite journal. ``commit_delay_ms``: how long a
+    commit may wait for other sessions' appends while many are mid-turn (0: never)."""
 
     backend: Literal["sqlite", "postgres"] = "sqlite"
     dsn_env: str | None = None
     synchronous: Literal["full", "normal"] = "full"
+    commit_delay_ms: float = Field(5.0, ge=0, le=100)
 
     @model_validator(mode="after")
     def _postgres_needs_a_dsn(self) -> JournalConfig:

@@ -70,11 +70,15 @@ def make_journal(
             advertise_url=cluster.advertise_url,
             lease_s=cluster.lease_s,
             on_commit=on_commit,
+            commit_delay_s=settings.journal.commit_delay_ms / 1000,
             version=__version__,
             protocol=protocol,
         )
     return SqliteJournal(
-        settings.database_path, synchronous=settings.journal.synchronous, on_commit=on_commit
+        settings.database_path,
+        synchronous=settings.journal.synchronous,
+        on_commit=on_commit,
+        commit_delay_s=settings.journal.commit_delay_ms / 1000,
     )
 
 

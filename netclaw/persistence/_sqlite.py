@@ -103,9 +103,14 @@ class SqliteJournal(WriterJournal):
     """Implements :class:`~netclaw.persistence.Journal` on one SQLite file."""
 
     def __init__(
-        self, path: Path, *, synchronous: str = "full", on_commit: Callable[[float], None] | None = None
+        self,
+        path: Path,
+        *,
+        synchronous: str = "full",
+        on_commit: Callable[[float], None] | None = None,
+        commit_delay_s: float = 0.0,
     ) -> None:
-        super().__init__(on_commit)
+        super().__init__(on_commit, commit_delay_s)
         self.path = path
         self._synchronous = synchronous
         self._reader: aiosqlite.Connection | None = None
@@ -277,7 +282,7 @@ class _Writer(WriterThread[sqlite3.Connection]):
     seq (exact: this process is the only writer, the daemon holds the data_dir lock)."""
 
     def __init__(self, journal: SqliteJournal, synchronous: str) -> None:
-        super().__init__("netclaw-journal-writer", journal)
+        super().__init__("netclaw-journal-writer", journal, journal.commit_delay_s)
         self.path = journal.path
         self.synchronous = synchronous
         self._last_seq: dict[str, int] = {}

@@ -4,10 +4,11 @@ A journal puts its writes (appends, snapshot saves, erases) on the writer's queu
 thread takes everything queued at that moment into ONE transaction (N concurrent
 sessions pay for one commit, not N) and settles the batch's futures: an asyncio
 future with one ``call_soon_threadsafe`` per loop, a ``concurrent.futures.Future`` (a
-session actor waiting) here and now. An erase is ordered after every write queued
-before it. The database specifics — connecting, staging a batch with its
-expected-sequence checks, committing it, erasing — are the subclass's
-(:mod:`._sqlite`, :mod:`.postgres`).
+session actor waiting) here and now. An erase or a query is ordered after every write
+queued before it. While other sessions are mid-turn and appending, a commit may wait a
+moment for their appends (:mod:`._commit_delay`). The database specifics — connecting,
+staging a batch with its expected-sequence checks, committing it, erasing — are the
+subclass's (:mod:`._sqlite`, :mod:`.postgres`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
 from netclaw.errors import JournalError, SequenceConflict
+from netclaw.persistence._commit_delay import CommitDelay
 from netclaw.persistence._journal import NewEvent, Node, Owner, SessionRow
 
 log = logging.getLogger(__name__)
@@ -102,9 +104,10 @@ class WriterThread(threading.Thread, Generic[Conn]):
     Subclasses: :meth:`connect`, :meth:`last_seqs`, :meth:`saved_rows`,
     :meth:`write_batch`, :meth:`erase`, :meth:`disconnect`, :meth:`database_error`."""
 
-    def __init__(self, name: str, counters: CommitCounters) -> None:
+    def __init__(self, name: str, counters: CommitCounters, commit_delay_s: float = 0.0) -> None:
         super().__init__(name=name, daemon=True)
         self.counters = counters
+        self._company = CommitDelay(commit_delay_s)  # when a commit waits for more appends
         self.inbox: queue.SimpleQueue[Item | None] = queue.SimpleQueue()
         self.ready: concurrent.futures.Future[None] = concurrent.futures.Future()
         self.finished: concurrent.futures.Future[None] = concurrent.futures.Future()
@@ -328,28 +331,67 @@ class WriterThread(threading.Thread, Generic[Conn]):
             if first is None:
                 return
             writes: list[Write] = []
-            item: Item | None = first
+            item: Item = first
+            now = time.monotonic()
             while True:
-                if isinstance(item, Query):
-                    self._answer(item, conn)
-                elif isinstance(item, Erase):
-                    if writes:  # what was queued before the erase lands first
-                        self.commit(conn, writes)
-                        writes = []
-                    self.erase(conn, item)
-                elif item is not None:
-                    writes.append(item)
+                self._take(conn, item, writes, now)
                 if len(writes) >= MAX_BATCH:
                     break
                 try:
-                    item = self.inbox.get_nowait()
+                    queued = self.inbox.get_nowait()
                 except queue.Empty:
                     break
-                if item is None:
+                if queued is None:
                     stopping = True
                     break
+                item = queued
+            if writes and not stopping:
+                stopping = self._wait_for_company(conn, writes)
             if writes:
                 self.commit(conn, writes)
+
+    def _take(self, conn: Conn, item: Item, writes: list[Write], now: float) -> None:
+        """One item off the queue: a write joins the batch; a query or an erase runs after
+        what was queued before it has landed (a lease released after the session's writes)."""
+        if isinstance(item, Query | Erase):
+            if writes:
+                self.commit(conn, writes)
+                writes.clear()
+            if isinstance(item, Query):
+                self._answer(item, conn)
+            else:
+                self._company.forget(item.persistence_id)
+                self.erase(conn, item)
+        else:
+            writes.append(item)
+            if isinstance(item, Append):
+                self._company.arrived(
+                    now, item.persistence_id, None if item.row is None else item.row.pending
+                )
+
+    def _wait_for_company(self, conn: Conn, writes: list[Write]) -> bool:
+        """Hold the commit of ``writes`` a moment while other sessions' appends are likely
+        (:mod:`._commit_delay`), taking what comes meanwhile. True if told to stop."""
+        company = self._company
+        batch = {w.persistence_id for w in writes}
+        until = company.until(time.monotonic(), batch)
+        if until is None:
+            return False
+        while writes and len(writes) < MAX_BATCH and company.awaited(batch):
+            left = until - time.monotonic()
+            if left <= 0:
+                break
+            try:
+                item = self.inbox.get(timeout=left)
+            except queue.Empty:
+                break
+            if item is None:
+                return True
+            taken = len(writes)
+            self._take(conn, item, writes, time.monotonic())
+            if len(writes) > taken:
+                batch.add(writes[-1].persistence_id)
+        return False
 
     def _answer(self, query: Query, conn: Conn) -> None:
         try:
@@ -414,8 +456,9 @@ class WriterJournal:
     actor's append without a loop hop, and the commit counters. A subclass opens the
     writer (:meth:`_start_writer`) and adds the database's reads."""
 
-    def __init__(self, on_commit: Callable[[float], None] | None) -> None:
+    def __init__(self, on_commit: Callable[[float], None] | None, commit_delay_s: float = 0.0) -> None:
         self.on_commit = on_commit  # seconds one group commit took (metrics); on the writer thread
+        self.commit_delay_s = commit_delay_s  # the longest a commit waits for company (._commit_delay)
         self._writer: WriterThread[Any] | None = None
         self._closing = False
         self.commits = 0  # transactions committed (benchmarks report appends per commit)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,7 +70,7 @@ class Backend:
     """One database a journal runs on: make journals on it, count what it holds."""
 
     name: str
-    make: Callable[[], AnyJournal]
+    make: Callable[..., AnyJournal]  # keyword arguments go to the journal
     count: Callable[[str, str | None], int]
 
     def count_events(self, sid: str | None = None) -> int:
@@ -88,11 +89,13 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
     if request.param == "sqlite":
         path = tmp_path / "data" / "netclaw.db"
         prepare_database(path)
-        return Backend("sqlite", lambda: SqliteJournal(path), lambda t, sid: count_rows(path, t, sid))
+        return Backend("sqlite", lambda **kw: SqliteJournal(path, **kw), lambda t, sid: count_rows(path, t, sid))
     from netclaw.persistence.postgres import PostgresJournal
 
     dsn: str = request.getfixturevalue("pg_dsn")
-    return Backend("postgres", lambda: PostgresJournal(dsn), lambda t, sid: count_pg_rows(dsn, t, sid))
+    return Backend(
+        "postgres", lambda **kw: PostgresJournal(dsn, **kw), lambda t, sid: count_pg_rows(dsn, t, sid)
+    )
 
 
 @pytest.fixture
@@ -584,6 +587,79 @@ async def test_many_sessions_share_few_commits_and_get_their_own_seqs(
     assert results == [[1, 2, 3, 4, 5]] * 40
     assert journal.commits - before < 200  # 200 appends, grouped
     assert backend.count_events() == 200
+
+
+# -- the commit delay (netclaw.persistence._commit_delay) ----------------------------------------
+
+LONG_DELAY_S = 5.0  # a wait this long would show as a timeout below, never as a slow pass
+
+
+def turn_appends(journal: AnyJournal, sid: str, seq: int) -> int:
+    """One turn from an actor's thread: the input (left pending), then the turn's end."""
+    journal.append_threadsafe(sid, seq, [ev(seq + 1)], row(sid, pending=1)).result(LONG_DELAY_S / 2)
+    journal.append_threadsafe(sid, seq + 1, [ev(seq + 2)], row(sid, pending=0)).result(LONG_DELAY_S / 2)
+    return seq + 2
+
+
+async def test_a_lone_session_and_sessions_taking_turns_never_wait_for_company(backend: Backend) -> None:
+    j = await backend.make(commit_delay_s=LONG_DELAY_S).open()
+    try:
+
+        def run() -> None:
+            seq = 0
+            for _ in range(25):
+                seq = turn_appends(j, "alone", seq)
+            seqs = dict.fromkeys(("a", "b", "c"), 0)
+            for n in range(60):
+                sid = "abc"[n % 3]
+                seqs[sid] = turn_appends(j, sid, seqs[sid])
+
+        await asyncio.to_thread(run)
+        assert backend.count_events() == 50 + 120
+    finally:
+        await j.close()
+
+
+async def test_a_commit_waits_for_the_sessions_mid_turn_and_no_longer(backend: Backend) -> None:
+    """Thirty sessions mid-turn: the first turn's end waits for the others' (one commit for
+    all), and the wait ends when the last has come, long before the delay is over."""
+    j = await backend.make(commit_delay_s=LONG_DELAY_S).open()
+    sids = [f"cli:m{i}" for i in range(30)]
+    try:
+        await asyncio.gather(*(j.append(sid, 0, [ev(1)], row(sid, pending=1)) for sid in sids))
+        writer = getattr(j, "_writer")  # noqa: B009 - to see it take the first append
+
+        def run() -> list[int]:
+            before = j.commits
+            first = j.append_threadsafe(sids[0], 1, [ev(2)], row(sids[0], pending=0))
+            while not writer.inbox.empty():  # the writer took it: it waits, or commits alone
+                time.sleep(0.001)
+            rest = [j.append_threadsafe(sid, 1, [ev(2)], row(sid, pending=0)) for sid in sids[1:]]
+            seqs = [f.result(LONG_DELAY_S / 2) for f in [first, *rest]]
+            return [*seqs, j.commits - before]
+
+        *seqs, commits = await asyncio.to_thread(run)
+        assert seqs == [2] * 30
+        assert commits == 1
+    finally:
+        await j.close()
+
+
+async def test_a_waiting_commit_lands_before_a_query_or_an_erase_queued_after_it(backend: Backend) -> None:
+    """What runs on the writer after a write (a lease's release, an erase) finds it landed."""
+    j = await backend.make(commit_delay_s=LONG_DELAY_S).open()
+    sids = [f"cli:q{i}" for i in range(30)]
+    try:
+        await asyncio.gather(*(j.append(sid, 0, [ev(1)], row(sid, pending=1)) for sid in sids))
+        end = j.append_threadsafe(sids[0], 1, [ev(2)], row(sids[0], pending=0))
+        seen = await j.run_on_writer(lambda conn: 1)
+        assert seen == 1 and end.done() and end.result() == 2
+        end = j.append_threadsafe(sids[1], 1, [ev(2)], row(sids[1], pending=0))
+        await asyncio.wait_for(j.erase(sids[1]), LONG_DELAY_S / 2)
+        assert end.result(0) == 2
+        assert backend.count_events(sids[1]) == 0
+    finally:
+        await j.close()
 
 
 async def test_a_commit_that_fails_fails_its_batch_and_the_writer_goes_on(journal: AnyJournal) -> None:

@@ -66,11 +66,12 @@ class PostgresJournal(WriterJournal):
         advertise_url: str | None = None,
         lease_s: float = 15.0,
         on_commit: Callable[[float], None] | None = None,
+        commit_delay_s: float = 0.0,
         readers: int = 4,
         version: str | None = None,
         protocol: int = 1,
     ) -> None:
-        super().__init__(on_commit)
+        super().__init__(on_commit, commit_delay_s)
         self.dsn = dsn
         self.leases = Leases(
             dsn, node_id, advertise_url=advertise_url, lease_s=lease_s, version=version, protocol=protocol
@@ -338,7 +339,7 @@ _UPSERT_SNAPSHOT_MESSAGES = (
 
 class _PgWriter(WriterThread[_Link]):
     def __init__(self, journal: PostgresJournal) -> None:
-        super().__init__("netclaw-journal-writer", journal)
+        super().__init__("netclaw-journal-writer", journal, journal.commit_delay_s)
         self.dsn = journal.dsn
         self.leases = journal.leases
 
