@@ -89,7 +89,9 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
     if request.param == "sqlite":
         path = tmp_path / "data" / "netclaw.db"
         prepare_database(path)
-        return Backend("sqlite", lambda **kw: SqliteJournal(path, **kw), lambda t, sid: count_rows(path, t, sid))
+        return Backend(
+            "sqlite", lambda **kw: SqliteJournal(path, **kw), lambda t, sid: count_rows(path, t, sid)
+        )
     from netclaw.persistence.postgres import PostgresJournal
 
     dsn: str = request.getfixturevalue("pg_dsn")
