@@ -621,9 +621,11 @@ def test_public_session_gets_no_recall_and_cannot_remember(
 def test_compaction_over_its_time_budget_is_abandoned_visibly(
     start_daemon: Start, scripted: ScriptedOpenAIThread
 ) -> None:
-    handle = start(start_daemon, compaction_timeout_s=0.5)
+    # The budget leaves the memory flush (a model call, an embedding, a write) time on a
+    # loaded machine; the summary's answer comes long after it.
+    handle = start(start_daemon, compaction_timeout_s=2.0)
     scripted.route(FLUSH_MARKER, lambda body: Reply(text=json.dumps([{"text": FACT}])))
-    scripted.route(SUMMARY_MARKER, lambda body: Reply(text=GOOD_SUMMARY, delay_s=5.0))
+    scripted.route(SUMMARY_MARKER, lambda body: Reply(text=GOOD_SUMMARY, delay_s=10.0))
     sid = "cli:budget"
     converse(handle, scripted, sid, [big(n) for n in range(4)], tools=False, last_usage=UNDER)
     sse = SseReader(handle, sid)
@@ -639,14 +641,14 @@ def test_compaction_over_its_time_budget_is_abandoned_visibly(
             assert handle.send(sid, text).status_code == 202
         wait_for(lambda: any(p["to"] == "compacting" for p in sse.named("phase")), "phase compacting", 5)
         [event] = compactions(sse)
-        # Ended before the summary's answer went out (5 s): at its 0.5 s budget, not waiting.
+        # Ended before the summary's answer went out (10 s): at its 2 s budget, not waiting.
         assert not [b for b in scripted.answered if SUMMARY_MARKER in json.dumps(b)]
         wait_for(lambda: len(sse.named("turn_completed")) >= 3, "the queued turns")
     finally:
         sse.close()
 
     assert event["summarized"] is False
-    assert "abandoned" in event["note"] and "0.5s" in event["note"]
+    assert "abandoned" in event["note"] and "2s" in event["note"]
     assert event["memories_saved"] == 1 and "memory_flush" in event["tiers"]  # done before the budget ran out
     context = handle.transcript(sid, view="context")
     assert not any(m.get("kind") == "compaction_summary" for m in context)
