@@ -36,6 +36,21 @@ def docker(
     return done
 
 
+def build(tag: str, context: str, *, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    """``docker build --network host -t TAG CONTEXT``, checked. Docker's legacy builder now
+    and then fails to tag the image it has just built ("Successfully built", then "failed
+    to get digest ...: no such file or directory": its image store, not the Dockerfile);
+    building again from its cache tags it, so that one failure is tried once more."""
+    done = docker("build", "--network", "host", "-t", tag, context, timeout=timeout, check=False)
+    if done.returncode != 0 and "failed to get digest" in done.stdout + done.stderr:
+        done = docker("build", "--network", "host", "-t", tag, context, timeout=timeout, check=False)
+    if done.returncode != 0:
+        raise AssertionError(
+            f"docker build -t {tag} failed ({done.returncode}):\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
+        )
+    return done
+
+
 def require_engine() -> None:
     """Skip (saying why) unless a Docker engine answers and the base images are here."""
     marker = os.environ.get("DOCKER_SETUP_DONE")

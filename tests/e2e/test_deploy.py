@@ -40,7 +40,7 @@ import httpx
 import pytest
 
 from tests.doc_blocks import recipe
-from tests.e2e._docker import docker, host_gateway, repo_tar_command, require_engine
+from tests.e2e._docker import build, docker, host_gateway, repo_tar_command, require_engine
 from tests.e2e.conftest import REPO_ROOT, free_port, subprocess_env, wait_until
 from tests.fakes.scripted_openai import ScriptedOpenAIThread
 from tests.fakes.slack_api import APP_TOKEN, BOT_TOKEN
@@ -231,7 +231,7 @@ def debian() -> Iterator[Debian]:
         )
         ca = Path("/etc/ssl/certs/ca-certificates.crt")
         (Path(context) / "host-ca.crt").write_bytes(ca.read_bytes() if ca.exists() else b"")
-        docker("build", "--network", "host", "-t", SYSTEMD_IMAGE, context, timeout=900)
+        build(SYSTEMD_IMAGE, context)
     name = f"netclaw-debian-{uuid.uuid4().hex[:8]}"
     docker("run", "-d", "--name", name, *SYSTEMD_RUN, SYSTEMD_IMAGE)
     host = Debian(name)
@@ -623,8 +623,8 @@ def _unique_run_line(
 
 @pytest.mark.netclaw_image
 def test_docker_run_as_written(provider_on_the_host: ScriptedOpenAIThread) -> None:
-    build, run, exec_chat = recipe("docker")
-    assert shlex.split(build) == ["docker", "build", "-t", "netclaw", "."]
+    build_line, run, exec_chat = recipe("docker")
+    assert shlex.split(build_line) == ["docker", "build", "-t", "netclaw", "."]
     assert shlex.split(exec_chat) == ["docker", "exec", "netclaw", "netclaw", "chat", "-p", "hi"]
     suffix = uuid.uuid4().hex[:8]
     tag, name, volume, port = (
@@ -638,7 +638,7 @@ def test_docker_run_as_written(provider_on_the_host: ScriptedOpenAIThread) -> No
     )
     assert "--add-host=host.docker.internal:host-gateway" in argv
     try:
-        docker("build", "--network", "host", "-t", tag, str(REPO_ROOT), timeout=900)
+        build(tag, str(REPO_ROOT))
         docker(*argv[1:])
         wait_until(
             lambda: httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200,

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from tests.e2e._docker import require_engine
+from tests.e2e._docker import build, require_engine
 from tests.e2e.conftest import REPO_ROOT, free_port, wait_until
 from tests.fakes.scripted_openai import ScriptedOpenAIThread
 
@@ -32,8 +32,7 @@ def docker(*args: str, timeout: float = 60, check: bool = True) -> subprocess.Co
 def image() -> Iterator[str]:
     require_engine()  # skips with the reason where there is no engine or base image
     tag = f"netclaw-test:{uuid.uuid4().hex[:8]}"
-    built = docker("build", "--network", "host", "-t", tag, str(REPO_ROOT), timeout=900, check=False)
-    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    build(tag, str(REPO_ROOT))
     yield tag
     # The tag goes, its layers stay: the next build of the Dockerfile (tests/conftest.py runs
     # them one after another) reuses them instead of installing everything again.
