@@ -338,3 +338,38 @@ async def test_a_node_older_than_the_database_still_starts_when_the_newer_migrat
         )
     with pytest.raises(JournalError, match="upgrade netclaw on this node"):
         prepare_postgres(pg_dsn)
+
+
+def test_a_node_stopped_inside_its_write_is_ended_by_the_server(pg_dsn: str) -> None:
+    """A node stopped (SIGSTOP, a stalled VM) between its writes and their COMMIT holds its
+    row locks: the server must end that transaction once it sat idle for a lease's time, or
+    the node taking the lease over waits on them for good. Here the writer's own batch
+    (executemany, which runs in pipeline mode) is left uncommitted, as a stopped node would."""
+    import time
+
+    import psycopg
+
+    from netclaw.persistence._writer import Batch
+    from netclaw.persistence.postgres._journal import PostgresJournal, _PgWriter
+
+    writer = _PgWriter(PostgresJournal(pg_dsn, node_id="stopped", lease_s=1.0))
+    link = writer.connect()
+    watcher = psycopg.connect(pg_dsn, autocommit=True)
+    try:
+        batch = Batch()
+        batch.events.append(("cli:stopped", 1, "Wrote", '{"n": 1}', time.time()))
+        batch.rows.append(("cli:stopped", "cli", None, 0, time.time(), 1, 1, 0))
+        db = link.get()
+        backend = db.info.backend_pid
+        ended = pytest.raises(psycopg.Error, match="idle-in-transaction timeout")  # by the server
+        with ended, writer.transaction(link):
+            writer.write_batch(link, batch)
+            deadline = time.monotonic() + 15
+            while watcher.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (backend,)).fetchone():
+                assert time.monotonic() < deadline, "the stopped writer's transaction was never ended"
+                time.sleep(0.05)
+            db.execute("SELECT 1")
+        assert watcher.execute("SELECT count(*) FROM events").fetchone() == (0,)
+    finally:
+        watcher.close()
+        link.close()

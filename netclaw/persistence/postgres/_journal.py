@@ -406,6 +406,11 @@ class _PgWriter(WriterThread[_Link]):
                 cur.executemany(_UPSERT_SNAPSHOTS, batch.snapshots)
             if batch.messages:
                 cur.executemany(_UPSERT_SNAPSHOT_MESSAGES, batch.messages)
+            # executemany runs in pipeline mode, after which the server does not arm its
+            # idle-in-transaction timeout (_Link): a node stopped between its writes and the
+            # COMMIT would hold its row locks, and the node taking its lease over would wait
+            # on them for good. One plain statement arms it again.
+            cur.execute("SELECT 1")
 
     def erase(self, conn: _Link, erase: Erase) -> None:
         pid = erase.persistence_id
