@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
-import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +22,7 @@ from netclaw.persistence import (
     load_migrations,
     prepare_database,
 )
+from tests.conftest import wait_until
 
 
 def ev(n: int, kind: str = "E") -> NewEvent:
@@ -634,8 +634,8 @@ async def test_a_commit_waits_for_the_sessions_mid_turn_and_no_longer(backend: B
         def run() -> list[int]:
             before = j.commits
             first = j.append_threadsafe(sids[0], 1, [ev(2)], row(sids[0], pending=0))
-            while not writer.inbox.empty():  # the writer took it: it waits, or commits alone
-                time.sleep(0.001)
+            # The writer took it: it waits, or commits alone.
+            wait_until(writer.inbox.empty, 5, "the writer to take the first append", interval=0.001)
             rest = [j.append_threadsafe(sid, 1, [ev(2)], row(sid, pending=0)) for sid in sids[1:]]
             seqs = [f.result(LONG_DELAY_S / 2) for f in [first, *rest]]
             return [*seqs, j.commits - before]
