@@ -14,7 +14,11 @@ Three sessions with the same events:
   (with snapshot_interval=20 this is about the worst case the actor leaves behind).
 
 Timed: ``load_state(journal, pid)`` — what the actor's recovery runs — cold: a fresh
-journal (fresh SQLite connections) per run, median of ``--runs``. Next to it, the raw floor
+journal (fresh SQLite connections) per run, median of ``--runs``, in a process whose heap is
+settled as ``netclaw run`` settles its own once it is up (``settle_heap``: start-up's objects
+out of the collector's sight, young collections every 10,000 allocations). Without that,
+CPython's default collector ran a full collection inside some of the runs, and each
+walked every module's objects: 24-36 ms of a ~40 ms replay, in a run out of two or three. Next to it, the raw floor
 in the same run: a fresh sqlite3 connection reading the same rows plus ``json.loads`` of the
 snapshot and payloads (no objects built). Info: where the time of load_state goes (fetch,
 decode, apply / from_snapshot), and once the whole actor path in a real Daemon: from routing a
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import random
 import sqlite3
@@ -42,6 +47,7 @@ from _common import daemon_settings, figure, info, log, machine_load, median
 
 from netclaw.messages import ChatMessage, ToolCall, new_id
 from netclaw.persistence import NewEvent, SessionRow, SqliteJournal, prepare_database
+from netclaw.process.heap import settle_heap
 from netclaw.sessions._core.journal import snapshot as snapshots
 from netclaw.sessions._core.journal.codec import decode_all, encode
 from netclaw.sessions._core.journal.events import (
@@ -174,14 +180,34 @@ async def save_snapshot(path: Path, pid: str, state: SessionState) -> int:
 # --------------------------------------------------------------------------- timing
 
 
-async def cold_load(path: Path, pid: str) -> tuple[float, SessionState]:
-    journal = await SqliteJournal(path, synchronous="full").open()
-    try:
-        t0 = time.perf_counter()
-        state = await load_state(journal, pid)
-        return time.perf_counter() - t0, state
-    finally:
-        await journal.close()
+class Collections:
+    """The collector's runs inside the timed calls, by generation, and the time they took."""
+
+    def __init__(self) -> None:
+        self.runs = [0, 0, 0]
+        self.seconds = 0.0
+        self._timing = False
+        self._started = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if not self._timing:
+            return
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.runs[info["generation"]] += 1
+            self.seconds += time.perf_counter() - self._started
+
+    async def timed(self, path: Path, pid: str) -> tuple[float, SessionState]:
+        journal = await SqliteJournal(path, synchronous="full").open()
+        try:
+            self._timing = True
+            t0 = time.perf_counter()
+            state = await load_state(journal, pid)
+            return time.perf_counter() - t0, state
+        finally:
+            self._timing = False
+            await journal.close()
 
 
 async def cold_parts(path: Path, pid: str) -> dict[str, float]:
@@ -334,6 +360,7 @@ def main() -> int:
     c.add_quick(parser, turns=100, runs=2)
     args = c.apply_quick(parser.parse_args())
     load_before = machine_load()
+    settle_heap()  # as `netclaw run` does once it is up, before any session is recovered
 
     with c.temp_dir("netclaw-bench-recovery-", args.dir) as tmp:
         data_dir = tmp / "data"
@@ -351,12 +378,14 @@ def main() -> int:
             f"snapshots {snap_end / 1e6:.2f} MB at seq {final.seq} and seq {before_end.seq}"
         )
 
+        collections = Collections()
+        gc.callbacks.append(collections)
         times: dict[str, list[float]] = {v: [] for v in VARIANTS}
         floors: dict[str, list[float]] = {v: [] for v in VARIANTS}
         part_runs: dict[str, list[dict[str, float]]] = {v: [] for v in VARIANTS}
         for r in range(args.runs):
             for v in VARIANTS if r % 2 == 0 else tuple(reversed(VARIANTS)):
-                elapsed, state = asyncio.run(cold_load(path, pids[v]))
+                elapsed, state = asyncio.run(collections.timed(path, pids[v]))
                 if state.seq != final.seq or len(state.transcript) != len(final.transcript):
                     raise SystemExit(f"{v}: recovered seq {state.seq}, expected {final.seq}")
                 times[v].append(elapsed)
@@ -410,6 +439,12 @@ def main() -> int:
             note="real Daemon; reply includes the prompt build over the 1,000-turn history, the provider call "
             "and two journal commits",
         )
+    young, middle, full = collections.runs
+    info(
+        "collector_in_timed_runs",
+        f"{young} young, {middle} middle, {full} full collections, {collections.seconds * ms:.1f} ms in all",
+        note=f"over the {len(VARIANTS) * args.runs} timed load_state calls, the heap settled as the daemon's",
+    )
     info("machine_load", f"{load_before} at start, {machine_load()} at end", note="1-min loadavg / cores")
     end_ms, m20_ms = median(times["end"]) * ms, median(times["m20"]) * ms
     figure("recovery_snapshot_at_end_ms", end_ms, "ms", "<= 20 ms", end_ms <= 20)

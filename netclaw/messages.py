@@ -14,6 +14,8 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Any, Literal
 
+from netclaw.records import builder
+
 Role = Literal["system", "user", "assistant", "tool"]
 ROLES: frozenset[str] = frozenset({"system", "user", "assistant", "tool"})
 
@@ -232,7 +234,8 @@ class ChatMessage:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ChatMessage:
-        # Hot on recovery (thousands per session): skip work for the absent optional keys.
+        # Hot on recovery (thousands per session): skip work for the absent optional keys,
+        # and build without __init__'s object.__setattr__ per field (netclaw.records).
         role = data["role"]
         if role not in ROLES:
             raise ValueError(f"unknown message role {role!r}")
@@ -241,7 +244,7 @@ class ChatMessage:
         kind = get("kind")
         extra = get("extra")
         files = get("files")
-        return cls(
+        return _build_message(
             str(data["id"]),
             role,
             get("content") or "",
@@ -261,6 +264,9 @@ class ChatMessage:
             get("speaker"),
             get("speaker_role"),
         )
+
+
+_build_message = builder(ChatMessage)  # every field, in order (ChatMessage.from_dict)
 
 
 # -- what the model reads of a user message ----------------------------------------------------

@@ -17,6 +17,7 @@ import logging
 import os
 import sqlite3
 from collections.abc import Callable, Iterable, Sequence
+from itertools import starmap
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +36,11 @@ from netclaw.persistence._journal import (
 )
 from netclaw.persistence._migrations import apply_migrations, load_migrations
 from netclaw.persistence._writer import Batch, Erase, WriterJournal, WriterThread, settle
+from netclaw.records import builder
 
 log = logging.getLogger(__name__)
+
+_build_stored = builder(StoredEvent)  # replay's rows, in StoredEvent's field order
 
 
 def prepare_database(path: Path, *, synchronous: str = "full") -> list[int]:
@@ -166,8 +170,9 @@ class SqliteJournal(WriterJournal):
             "SELECT seq, type, payload, ts FROM events WHERE persistence_id = ? AND seq > ? ORDER BY seq",
             (persistence_id, after_seq),
         )
-        # The columns' types hold (INTEGER, TEXT, TEXT, REAL): recovery reads thousands.
-        return [StoredEvent(*r) for r in rows]
+        # The columns' types hold (INTEGER, TEXT, TEXT, REAL), in StoredEvent's order:
+        # recovery reads thousands.
+        return list(starmap(_build_stored, rows))
 
     async def last_seq(self, persistence_id: str) -> int:
         rows = await self._read(

@@ -13,6 +13,7 @@ from netclaw import jsontext
 from netclaw.errors import JournalCorrupt
 from netclaw.lineage import ChildReport, ChildTask
 from netclaw.messages import Attachment, ChatMessage, Transcript
+from netclaw.records import builder
 from netclaw.security.policy import Place
 from netclaw.sessions._core.journal.events import (
     ApprovalDecided,
@@ -126,6 +127,14 @@ def encode(event: SessionEvent) -> tuple[str, str]:  # noqa: C901 - one case per
     return type(event).__name__, jsontext.dumps(payload)
 
 
+# The events every turn writes, built as recovery reads thousands of them (netclaw.records):
+# every field, in the order each class declares them.
+_input_admitted = builder(InputAdmitted)
+_turn_started = builder(TurnStarted)
+_step_recorded = builder(StepRecorded)
+_turn_recorded_event = builder(TurnRecorded)
+
+
 def decode(type_name: str, payload: str) -> SessionEvent:
     try:
         data = json.loads(payload)
@@ -164,22 +173,24 @@ def _event(type_name: str, data: Any) -> SessionEvent:  # noqa: C901 - one case 
             case "InputAdmitted":
                 message = ChatMessage.from_dict(data["message"])
                 place = data.get("place")
-                return InputAdmitted(message, Place.from_dict(place) if place else None)
+                return _input_admitted(message, Place.from_dict(place) if place else None)
             case "TurnStarted":
-                return TurnStarted(int(data["turn"]), str(data["message_id"]))
+                return _turn_started(int(data["turn"]), str(data["message_id"]))
             case "StepRecorded":
-                return StepRecorded(int(data["turn"]), _messages(data["messages"]))
+                return _step_recorded(int(data["turn"]), _messages(data["messages"]))
             case "TurnRecorded":
-                return TurnRecorded(
-                    turn=int(data["turn"]),
-                    message_id=str(data["message_id"]),
-                    status=data["status"],
-                    messages=_messages(data.get("messages", [])),
-                    error=data.get("error"),
-                    usage=data.get("usage"),
-                    spent=data.get("spent"),
-                    model=data.get("model"),
-                    cost=data.get("cost"),
+                turn = int(data["turn"])  # first: a payload that is no object fails here, a TypeError
+                get = data.get
+                return _turn_recorded_event(
+                    turn,
+                    str(data["message_id"]),
+                    data["status"],
+                    _messages(get("messages", [])),
+                    get("error"),
+                    get("usage"),
+                    get("spent"),
+                    get("model"),
+                    get("cost"),
                 )
             case "SessionTitleSet":
                 return SessionTitleSet(str(data["title"]))

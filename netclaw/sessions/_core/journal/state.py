@@ -14,6 +14,7 @@ from netclaw.config import is_chat_channel
 from netclaw.errors import JournalCorrupt
 from netclaw.lineage import ChildRecord, ChildReport, ChildTask
 from netclaw.messages import ChatMessage, Transcript
+from netclaw.records import builder
 from netclaw.security.policy import Place, channel_of
 from netclaw.sessions._core.journal import children as kin
 from netclaw.sessions._core.journal.events import (
@@ -85,6 +86,15 @@ _NEITHER = (
 )
 if set(get_args(SessionEvent)) != {*_APPENDING, *_READING, *_NEITHER}:
     raise TypeError("every session event must be named once in _APPENDING, _READING or _NEITHER")
+
+_new_turn = builder(ActiveTurn)  # (turn, message_id, steps, model): every turn starts one
+
+
+def _answer(messages: tuple[ChatMessage, ...]) -> ChatMessage | None:
+    """A turn's answer: its last assistant message (a recorded turn's is its last message)."""
+    if messages and messages[-1].role == "assistant":
+        return messages[-1]
+    return next((m for m in reversed(messages) if m.role == "assistant"), None)
 
 
 # Not slotted: a new state per event copies its fields as one dict (``_evolve``).
@@ -236,19 +246,28 @@ class SessionState:
                     task_input=kin.task_input(self.task, m, self.task_input),
                 )
             case TurnStarted(turn=turn, message_id=mid):
-                picked = next((m for m in self.inbox if m.id == mid), None)
-                if picked is None:
-                    raise JournalCorrupt(f"{self.session_id}: turn {turn} starts unknown input {mid}")
+                inbox = self.inbox
+                picked: ChatMessage | None
+                rest: tuple[ChatMessage, ...]
+                if len(inbox) == 1 and inbox[0].id == mid:  # the usual case: the only input
+                    picked, rest = inbox[0], ()
+                else:
+                    picked = next((m for m in inbox if m.id == mid), None)
+                    if picked is None:
+                        raise JournalCorrupt(f"{self.session_id}: turn {turn} starts unknown input {mid}")
+                    rest = tuple(m for m in inbox if m.id != mid)
                 return dict(
                     seq=seq,
                     turns=turn,
-                    inbox=tuple(m for m in self.inbox if m.id != mid),
+                    inbox=rest,
                     transcript=(*self.transcript, picked),
-                    active=ActiveTurn(turn, mid),
+                    active=_new_turn(turn, mid, 0, None),
                     last_activity=ts,
                 )
             case StepRecorded(messages=ms):
-                active = self.active and replace(self.active, steps=self.active.steps + 1)
+                active = self.active
+                if active is not None:
+                    active = _new_turn(active.turn, active.message_id, active.steps + 1, active.model)
                 return dict(
                     seq=seq,
                     transcript=(*self.transcript, *ms),
@@ -275,7 +294,7 @@ class SessionState:
                     last_activity=ts,
                 )
             case TurnRecorded():
-                answer = next((m for m in reversed(event.messages) if m.role == "assistant"), None)
+                answer = _answer(event.messages)
                 reply = answer.content if answer is not None else None
                 outcomes, failures = remember_outcome(
                     self.outcomes, self.failures, event, answer, owned=owned

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from netclaw.messages import ChatMessage
+from netclaw.records import builder
 from netclaw.sessions._core.journal.events import (
     ApprovalRequest,
     Decision,
@@ -82,6 +83,9 @@ class TurnOutcome:
         return {"turn": self.turn, "status": self.status, "reply": self.reply, "error": self.error}
 
 
+_outcome = builder(TurnOutcome)  # every field, in order: one per recorded turn (recovery's fold)
+
+
 def remember_outcome(
     outcomes: Mapping[str, TurnOutcome],
     failures: Mapping[str, TurnOutcome],
@@ -93,7 +97,7 @@ def remember_outcome(
     """How the turn ``event`` records ended, added to the outcomes by the message that
     started it (and to the failures when it did not complete), the oldest forgotten past
     the bounds. ``owned``: the mappings are the fold's own (dicts), changed in place."""
-    outcome = TurnOutcome(
+    outcome = _outcome(
         event.turn,
         event.status,
         answer.content if answer is not None else None,
