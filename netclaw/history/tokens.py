@@ -19,6 +19,7 @@ import json
 import logging
 import math
 import re
+import threading
 from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
@@ -177,6 +178,33 @@ def fallback_count(text: str) -> int:
     return max(pieces, math.ceil(len(text.encode("utf-8")) / 4)) + 1
 
 
+class _SchemaCounts:
+    """Tool sets' counts, shared by every counter of the process (keyed by the encoding and
+    the schemas' JSON): each session counts its own, and a session's first prompt would
+    count the same few kB of schemas again, about a millisecond of CPU for every new or
+    recovered session. Bounded; taken under a lock (counters live on many actor threads)."""
+
+    LIMIT = 64
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: OrderedDict[tuple[str, str], int] = OrderedDict()
+
+    def get(self, key: tuple[str, str]) -> int | None:
+        with self._lock:
+            return self._counts.get(key)
+
+    def put(self, key: tuple[str, str], count: int) -> None:
+        with self._lock:
+            self._counts[key] = count
+            self._counts.move_to_end(key)
+            if len(self._counts) > self.LIMIT:
+                self._counts.popitem(last=False)
+
+
+SCHEMA_COUNTS = _SchemaCounts()
+
+
 class TokenCounter:
     """Counts tokens of messages, caching each message's count by its id.
 
@@ -263,7 +291,11 @@ class TokenCounter:
         if hit is not None:
             self._schemas.move_to_end(text)
             return hit
-        n = self.count_text(text)
+        key = (self.encoding_name, text)
+        n = SCHEMA_COUNTS.get(key)
+        if n is None:
+            n = self.count_text(text)
+            SCHEMA_COUNTS.put(key, n)
         self._schemas[text] = n
         if len(self._schemas) > 64:  # a handful of tool sets per session at most
             self._schemas.popitem(last=False)

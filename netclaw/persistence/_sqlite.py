@@ -159,8 +159,9 @@ class SqliteJournal(WriterJournal):
         if self._reader is None:
             raise JournalError("the journal is closed")
         try:
-            cursor = await self._reader.execute(sql, params)
-            rows = await cursor.fetchall()
+            # One trip to the reader's thread, not two (execute, then fetchall): a recovery
+            # reads twice, and each trip is a thread woken and the loop woken back.
+            rows = await self._reader.execute_fetchall(sql, params)
         except sqlite3.Error as exc:
             raise JournalError(f"journal read failed: {exc}") from exc
         return list(rows)

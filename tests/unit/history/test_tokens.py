@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+import json
 import logging
 import socket
 import sys
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -123,6 +125,24 @@ def test_tool_schemas_counted_and_cached(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setattr(counter, "count_text", spy)
     assert counter.estimate(messages, TOOLS) == with_tools
     assert seen == []  # schema JSON served from cache
+
+
+def test_a_new_counter_takes_a_tool_set_counted_by_another(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A session's first prompt does not count the tool schemas every other session counted."""
+    tools = [{**TOOLS[0], "description": f"shared {uuid.uuid4().hex}"}]
+    first = TokenCounter()
+    counted = first.count_tools(tools)
+    second = TokenCounter()
+    seen: list[str] = []
+    real = second.count_text
+    monkeypatch.setattr(second, "count_text", lambda text: seen.append(text) or real(text))
+    assert second.count_tools(tools) == counted
+    assert seen == []
+    # Not across encodings: the fallback estimate is its own.
+    fallback = TokenCounter(encoding=FALLBACK_ENCODING)
+    assert fallback.count_tools(tools) == fallback_count(
+        json.dumps(tools, sort_keys=True, separators=(",", ":"))
+    )
 
 
 def test_fallback_overcounts_ascii() -> None:
