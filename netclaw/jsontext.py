@@ -8,13 +8,19 @@ float's digits (``0.00001`` for ``1e-05``), and NaN or an infinity, which ``orjs
 writes as ``null`` where ``json`` wrote text that is not JSON. A value ``orjson`` cannot
 write (a string with a lone surrogate, an integer past 64 bits, a dict keyed by numbers)
 is written by ``json``, as before.
+
+Recovery reads thousands of journal payloads at once (:func:`loads_each`): ``msgspec``'s
+decoder, which reads every value as ``json`` does, integers of any size included (where
+``orjson`` would make one past 64 bits a float), in about a third of ``json``'s time.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
+import msgspec
 import orjson
 
 
@@ -43,3 +49,24 @@ def loads(data: bytes) -> Any:
         return orjson.loads(data)
     except orjson.JSONDecodeError:
         return json.loads(data.decode())  # UTF-8 by contract: no guessing of the encoding
+
+
+_DECODER = msgspec.json.Decoder()
+
+
+def loads_each(texts: Sequence[str]) -> list[Any]:
+    """Each text's JSON value, as ``json.loads`` reads it. What ``msgspec`` refuses and
+    ``json`` reads (a lone surrogate's escape, a number past a double's range, nesting past
+    ``msgspec``'s depth) goes to ``json``, which fails as it always did for a text that is
+    not JSON: ValueError (TypeError for one that is not text), or RecursionError."""
+    try:
+        return list(map(_DECODER.decode, texts))
+    except (msgspec.DecodeError, RecursionError):
+        return [_loads_one(text) for text in texts]
+
+
+def _loads_one(text: str) -> Any:
+    try:
+        return _DECODER.decode(text)
+    except (msgspec.DecodeError, RecursionError):
+        return json.loads(text)

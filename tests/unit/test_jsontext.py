@@ -109,3 +109,51 @@ def test_what_json_refuses_loads_refuses(payload: bytes) -> None:
         json.loads(payload.decode())
     with pytest.raises((ValueError, RecursionError)):
         jsontext.loads(payload)
+
+
+# -- loads_each: a recovery's thousands of journal payloads ---------------------------------
+
+any_json = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()  # of any size: json keeps each exact, and so must this
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(any_json, max_size=5))
+def test_each_text_reads_as_json_reads_it(values: list[Any]) -> None:
+    texts = [json.dumps(v, ensure_ascii=False) for v in values] + [compact(v) for v in values]
+    got, want = jsontext.loads_each(texts), [json.loads(t) for t in texts]
+    assert repr(got) == repr(want)  # repr: 1 and 1.0, or 0.0 and -0.0, are not the same value
+
+
+def test_what_msgspec_refuses_json_reads_in_a_batch() -> None:
+    texts = [
+        '{"big": 123456789012345678901234567890, "neg": -9223372036854775809}',
+        '{"lone": "\\ud83d"}',  # a lone surrogate's escape
+        '{"value": NaN, "huge": 1e400}',  # not JSON, but json reads it
+        '{"ok": [1, 2.5, "x"]}',
+    ]
+    got = jsontext.loads_each(texts)
+    assert repr(got) == repr([json.loads(t) for t in texts])
+    assert got[0]["big"] == 123456789012345678901234567890 and isinstance(got[0]["big"], int)
+
+
+@pytest.mark.parametrize(
+    "broken", ["{", '{"a": 1,}', '{"a": 1} trailing', '"a\x01b"', "[" * 5000 + "]" * 5000]
+)
+def test_a_batch_with_a_text_json_refuses_fails_as_json_fails(broken: str) -> None:
+    with pytest.raises((ValueError, RecursionError)):
+        json.loads(broken)
+    with pytest.raises((ValueError, RecursionError)):
+        jsontext.loads_each(['{"fine": 1}', broken])
+
+
+def test_a_payload_that_is_not_text_is_a_type_error() -> None:
+    with pytest.raises(TypeError):
+        jsontext.loads_each(['{"fine": 1}', None])  # type: ignore[list-item]

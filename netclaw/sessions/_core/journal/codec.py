@@ -154,17 +154,9 @@ def decode_all(stored: Sequence[tuple[str, str]]) -> list[SessionEvent]:
 
 
 def json_values(texts: Sequence[str]) -> list[Any]:
-    """Each text's JSON value, parsed as one array: one call into the parser, not one per
-    text. A text that is not one whole value would shift the others, so the count is
-    checked; then each is parsed on its own, which raises for the broken one."""
-    if texts:
-        try:
-            values = json.loads("[" + ",".join(texts) + "]")
-        except (ValueError, TypeError):  # TypeError: one is not text
-            values = None
-        if isinstance(values, list) and len(values) == len(texts):
-            return values
-    return [json.loads(t) for t in texts]
+    """Each text's JSON value (:func:`netclaw.jsontext.loads_each`: as ``json`` reads it, at
+    C speed); raises for a broken one."""
+    return jsontext.loads_each(texts)
 
 
 def _event(type_name: str, data: Any) -> SessionEvent:  # noqa: C901 - one case per event
