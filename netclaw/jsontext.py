@@ -52,21 +52,24 @@ def loads(data: bytes) -> Any:
 
 
 _DECODER = msgspec.json.Decoder()
+# msgspec's refusals: not JSON to it, a str it cannot encode as UTF-8 (a lone surrogate), depth.
+_REFUSED = (msgspec.DecodeError, UnicodeEncodeError, RecursionError)
 
 
 def loads_each(texts: Sequence[str]) -> list[Any]:
     """Each text's JSON value, as ``json.loads`` reads it. What ``msgspec`` refuses and
-    ``json`` reads (a lone surrogate's escape, a number past a double's range, nesting past
-    ``msgspec``'s depth) goes to ``json``, which fails as it always did for a text that is
-    not JSON: ValueError (TypeError for one that is not text), or RecursionError."""
+    ``json`` reads (a lone surrogate, escaped or not, a number past a double's range,
+    nesting past ``msgspec``'s depth) goes to ``json``, which fails as it always did for a
+    text that is not JSON: ValueError (TypeError for one that is not text), or
+    RecursionError."""
     try:
         return list(map(_DECODER.decode, texts))
-    except (msgspec.DecodeError, RecursionError):
+    except _REFUSED:
         return [_loads_one(text) for text in texts]
 
 
 def _loads_one(text: str) -> Any:
     try:
         return _DECODER.decode(text)
-    except (msgspec.DecodeError, RecursionError):
+    except _REFUSED:
         return json.loads(text)

@@ -136,6 +136,7 @@ def test_what_msgspec_refuses_json_reads_in_a_batch() -> None:
     texts = [
         '{"big": 123456789012345678901234567890, "neg": -9223372036854775809}',
         '{"lone": "\\ud83d"}',  # a lone surrogate's escape
+        '{"raw": "a\udc80b"}',  # a lone surrogate itself, in the text
         '{"value": NaN, "huge": 1e400}',  # not JSON, but json reads it
         '{"ok": [1, 2.5, "x"]}',
     ]
