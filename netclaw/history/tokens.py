@@ -19,8 +19,7 @@ import json
 import logging
 import math
 import re
-import threading
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
@@ -178,31 +177,13 @@ def fallback_count(text: str) -> int:
     return max(pieces, math.ceil(len(text.encode("utf-8")) / 4)) + 1
 
 
-class _SchemaCounts:
-    """Tool sets' counts, shared by every counter of the process (keyed by the encoding and
-    the schemas' JSON): each session counts its own, and a session's first prompt would
-    count the same few kB of schemas again, about a millisecond of CPU for every new or
-    recovered session. Bounded; taken under a lock (counters live on many actor threads)."""
-
-    LIMIT = 64
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._counts: OrderedDict[tuple[str, str], int] = OrderedDict()
-
-    def get(self, key: tuple[str, str]) -> int | None:
-        with self._lock:
-            return self._counts.get(key)
-
-    def put(self, key: tuple[str, str], count: int) -> None:
-        with self._lock:
-            self._counts[key] = count
-            self._counts.move_to_end(key)
-            if len(self._counts) > self.LIMIT:
-                self._counts.popitem(last=False)
-
-
-SCHEMA_COUNTS = _SchemaCounts()
+@functools.lru_cache(maxsize=64)
+def _schemas_count(encoding: str, text: str) -> int:
+    """A tool set's count (``text``: its schemas' JSON), shared by every counter of the
+    process: each session has a counter of its own, and its first prompt counted the same
+    few kB of schemas again, about a millisecond of CPU for every new or recovered session."""
+    counter = _load_offline_encoding() if encoding == OFFLINE_ENCODING else None
+    return counter.count(text) if counter is not None else fallback_count(text)
 
 
 class TokenCounter:
@@ -228,8 +209,6 @@ class TokenCounter:
         self._encoding = _load_offline_encoding() if encoding == OFFLINE_ENCODING else None
         self._cache_size = cache_size
         self._messages: dict[str, tuple[int, int]] = {}  # id -> (content length, tokens)
-        # Tool schemas rarely change within a session; key by their JSON text.
-        self._schemas: OrderedDict[str, int] = OrderedDict()
 
     @property
     def encoding_name(self) -> str:
@@ -287,19 +266,7 @@ class TokenCounter:
         if not tools:
             return 0
         text = json.dumps(list(tools), sort_keys=True, separators=(",", ":"), default=str)
-        hit = self._schemas.get(text)
-        if hit is not None:
-            self._schemas.move_to_end(text)
-            return hit
-        key = (self.encoding_name, text)
-        n = SCHEMA_COUNTS.get(key)
-        if n is None:
-            n = self.count_text(text)
-            SCHEMA_COUNTS.put(key, n)
-        self._schemas[text] = n
-        if len(self._schemas) > 64:  # a handful of tool sets per session at most
-            self._schemas.popitem(last=False)
-        return n
+        return _schemas_count(self.encoding_name, text)
 
     def fixed_overhead(self, tools: Sequence[Mapping[str, Any]] = ()) -> int:
         """The part of a prompt's estimate that is not per-message: priming + tool schemas."""
@@ -311,7 +278,6 @@ class TokenCounter:
 
     def clear(self) -> None:
         self._messages.clear()
-        self._schemas.clear()
 
 
 class BudgetCalibration:
