@@ -147,16 +147,10 @@ def decode_all(stored: Sequence[tuple[str, str]]) -> list[SessionEvent]:
     """:func:`decode` of each (type name, payload), their JSON parsed in one call (a
     recovery's replay decodes thousands)."""
     try:
-        values = json_values([payload for _, payload in stored])
+        values = jsontext.loads_each([payload for _, payload in stored])
     except (ValueError, TypeError):  # one of them is broken: decoding each names it
         return [decode(type_name, payload) for type_name, payload in stored]
     return [_event(type_name, data) for (type_name, _), data in zip(stored, values, strict=True)]
-
-
-def json_values(texts: Sequence[str]) -> list[Any]:
-    """Each text's JSON value (:func:`netclaw.jsontext.loads_each`: as ``json`` reads it, at
-    C speed); raises for a broken one."""
-    return jsontext.loads_each(texts)
 
 
 def _event(type_name: str, data: Any) -> SessionEvent:  # noqa: C901 - one case per event

@@ -20,7 +20,6 @@ from netclaw.errors import JournalCorrupt
 from netclaw.lineage import ChildRecord, ChildReport, ChildTask
 from netclaw.messages import ChatMessage, MessageKind
 from netclaw.security.policy import Place
-from netclaw.sessions._core.journal.codec import json_values
 from netclaw.sessions._core.journal.events import SessionEvent, SpeechTranscribed
 from netclaw.sessions._core.journal.state import (
     MAX_IDENTITIES,
@@ -78,7 +77,7 @@ def decode(text: str, rows: Sequence[str]) -> SessionState:
         length = int(d["transcript_len"])
         if len(rows) < length:
             raise ValueError(f"snapshot covers {length} transcript rows, only {len(rows)} are saved")
-        transcript = [ChatMessage.from_dict(m) for m in json_values(rows[:length])]
+        transcript = [ChatMessage.from_dict(m) for m in jsontext.loads_each(rows[:length])]
         inbox = [ChatMessage.from_dict(m) for m in d["inbox"]]
         by_id = {m.id: m for m in transcript if m.role == "assistant"}
         d["transcript"] = []
