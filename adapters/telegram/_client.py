@@ -82,6 +82,10 @@ DEFAULT_API_URL = "https://api.telegram.org"
 ALLOWED_UPDATES = ("message", "callback_query")  # what the bot asks Telegram for
 EDIT_GAP_S = 1.0  # the least time between two edits in one chat (about a message a second)
 GROUP_EDIT_GAP_S = 3.0  # ... in one group (about 20 messages a minute)
+# A refusal's wait is slept on the event loop's clock. uvloop's counts whole milliseconds
+# and rounds a delay to one, so a sleep of exactly what is left can end up to 1.5 ms
+# short and be refused again (a final edit then spent its retries in a few milliseconds).
+WAIT_MARGIN_S = 0.005
 ANSWER_CLICK_AFTER_S = 1.0  # a press not answered by then is answered without a text
 NO_PREVIEWS = LinkPreviewOptions(is_disabled=True)  # a model's links never unfurl
 ANONYMOUS_ADMIN_ID = 1087968824  # @GroupAnonymousBot: an admin posting as the group
@@ -266,6 +270,11 @@ def _not_modified(exc: BadRequest) -> bool:
     return "message is not modified" in exc.message.lower()
 
 
+def _wait(left: float) -> float:
+    """How long a refused call asks to wait when ``left`` seconds remain: past the end."""
+    return left + WAIT_MARGIN_S
+
+
 def _is_group(chat: str) -> bool:
     return chat.startswith("-")  # groups and supergroups have negative ids; a private chat is the user's
 
@@ -308,7 +317,7 @@ class BotPort:
         with how long is left)."""
         left = self._blocked_until.get(chat, 0.0) - time.monotonic()
         if left > 0:
-            raise rate_limited(left, what)
+            raise rate_limited(_wait(left), what)
         try:
             return await call()
         except RetryAfter as exc:
@@ -382,7 +391,7 @@ class BotPort:
         if left > 0:  # the chat's pace: a streaming edit waits for the next one, a final one retries
             raise TelegramApiError(
                 f"editing in chat {to.channel} again in {left:.1f}s (Telegram's pace)",
-                retry_after=left,
+                retry_after=_wait(left),
                 transient=True,
             )
         await self._edit(to, message_id, text, None)

@@ -4,20 +4,28 @@ provider), the real python-telegram-bot ``Bot``, and a local fake of the Bot API
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Coroutine, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
 import pykka
 import pytest
+import uvloop
 
 import adapters
+from adapters.chat import Conversation, PostedMessages
+from adapters.chat._port import MUST_DELIVER, retry_verdict
 from adapters.telegram import TelegramAdapter, conversation_of, session_id_for
-from adapters.telegram._client import GROUP_EDIT_GAP_S
+from adapters.telegram import _client as telegram_client
+from adapters.telegram._client import GROUP_EDIT_GAP_S, BotPort
+from adapters.telegram._client import start_bot as log_in
 from netclaw.config import settings_model
 from netclaw.daemon import Daemon
+from netclaw.retry import with_retries
 from netclaw.security.policy import default_scope
 from netclaw.security.roles import speaker_of
 from tests.conftest import DaemonHandle, settings_data, wait_until
@@ -333,6 +341,45 @@ def test_a_flood_wait_is_honoured_and_the_reply_still_arrives(
     refused, sent = fake.calls_of("sendMessage")[:2]
     assert refused.status == 429 and sent.status == 200
     assert sent.at - refused.at >= 0.9, "retried before retry_after"
+
+
+def test_a_paced_edit_lands_on_its_first_retry(
+    fake: FakeTelegramThread, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pace's wait is slept on the daemon's loop, uvloop's, whose clock counts whole
+    milliseconds: slept exactly, it could end short, and a final edit then spent all its
+    retries on refusals in a few milliseconds (the reply never showed)."""
+    monkeypatch.setattr(telegram_client, "EDIT_GAP_S", 0.02)  # fifty paced edits a second
+
+    async def edits() -> list[int]:
+        posted = PostedMessages(tmp_path / "posted.db")
+        await posted.open()
+        port = BotPort(await log_in(TOKEN, fake.api_url, 1, "TELEGRAM_BOT_TOKEN"), posted)
+        to = Conversation(str(PRIVATE), None)
+        message = await port.post(to, "0", key="first")
+        slept: list[float] = []
+
+        async def sleep(seconds: float) -> None:
+            slept.append(seconds)
+            await asyncio.sleep(seconds)
+
+        retries: list[int] = []
+        for n in range(1, 51):  # each one right after the last: refused, then retried once
+            slept.clear()
+            await with_retries(
+                partial(port.edit, to, message, str(n)),
+                classify=retry_verdict,
+                policy=MUST_DELIVER,
+                what="edit",
+                sleep=sleep,
+            )
+            retries.append(len(slept))
+        await posted.close()
+        return retries
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        assert runner.run(edits()) == [0] + [1] * 49  # a post does not count against the pace
+    assert fake.bot_texts(PRIVATE) == ["50"]
 
 
 # -- approvals ---------------------------------------------------------------------------------------
