@@ -17,8 +17,7 @@ import pytest
 import uvloop
 
 import adapters
-from adapters.chat import Conversation, PostedMessages
-from adapters.chat._port import MUST_DELIVER, retry_verdict
+from adapters.chat import MUST_DELIVER, Conversation, PostedMessages, retry_verdict
 from adapters.telegram import TelegramAdapter, conversation_of, session_id_for
 from adapters.telegram import _client as telegram_client
 from adapters.telegram._client import GROUP_EDIT_GAP_S, BotPort
