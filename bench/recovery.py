@@ -18,13 +18,14 @@ journal (fresh SQLite connections) per run, median of ``--runs``, in a process w
 settled as ``netclaw run`` settles its own once it is up (``settle_heap``: start-up's objects
 out of the collector's sight, young collections every 10,000 allocations). Without that,
 CPython's default collector ran a full collection inside some of the runs, and each
-walked every module's objects: 24-36 ms of a ~40 ms replay, in a run out of two or three. Next to it, the raw floor
-in the same run: a fresh sqlite3 connection reading the same rows plus ``json.loads`` of the
-snapshot and payloads (no objects built). Info: where the time of load_state goes (fetch,
-decode, apply / from_snapshot), and once the whole actor path in a real Daemon: from routing a
-message to the session until its phase is ``ready``, until the admission ack (recovery plus
-one durable append), and until the turn is recorded (against the scripted provider in its
-own process; this includes building the prompt over the whole 1,000-turn history).
+walked every module's objects: 24-36 ms of a ~40 ms replay, in a run out of two or three.
+Next to it, the raw floor in the same run: a fresh sqlite3 connection reading the same rows
+plus ``json.loads`` of the snapshot and payloads (no objects built). Info: where the time
+of load_state goes (fetch, decode, apply / from_snapshot), and once the whole actor path in
+a real Daemon: from routing a message to the session until its phase is ``ready``, until
+the admission ack (recovery plus one durable append), and until the turn is recorded
+(against the scripted provider in its own process; this includes building the prompt over
+the whole 1,000-turn history).
 
 Run from the repo root: ``python bench/recovery.py [--turns 1000] [--runs 7]``.
 """

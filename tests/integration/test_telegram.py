@@ -356,7 +356,7 @@ def test_a_paced_edit_lands_on_its_first_retry(
         port = BotPort(await log_in(TOKEN, fake.api_url, 1, "TELEGRAM_BOT_TOKEN"), posted)
         to = Conversation(str(PRIVATE), None)
         message = await port.post(to, "0", key="first")
-        slept: list[float] = []
+        slept: list[float] = []  # the retry's waits, counted and slept for real (uvloop's clock)
 
         async def sleep(seconds: float) -> None:
             slept.append(seconds)
