@@ -39,6 +39,7 @@ from netclaw.sessions._core.handlers import decisions as decisions
 from netclaw.sessions._core.handlers import models as models
 from netclaw.sessions._core.handlers import subagents as subagents
 from netclaw.sessions._core.handlers import voice as voice
+from netclaw.sessions._core.journal import snapshot as snapshots
 from netclaw.sessions._core.journal.events import MemoriesExtracted, SessionEvent, SessionReset, TurnStarted
 from netclaw.sessions._core.journal.state import SessionState
 from netclaw.sessions._core.phases import Phase, check_transition
@@ -363,7 +364,10 @@ class Session:
 
     def turn_ended(self, *, then: cmd.Reset | None = None) -> Activity:
         # Once the reply is out: serialising a long session is not free, and nobody waits for it.
-        if self._state.seq - self.snapshot_seq >= self.settings.session.snapshot_interval:
+        state = self._state
+        if snapshots.due(
+            state.seq - self.snapshot_seq, self.settings.session.snapshot_interval, len(state.transcript)
+        ):
             self.snapshot()
         return Idle("go_on", then)
 

@@ -4,8 +4,9 @@ Persist is the one blocking call an actor makes: the journal's
 group commit keeps the wait short. If the wait runs out, the write may still land —
 the outcome is unknown, so the caller is told exactly that (:class:`OutcomeUnknown`)
 and the actor, whose state can no longer be trusted, is replaced by one recovered
-from the journal. Snapshots are written in the background every
-``snapshot_interval`` events, after compaction and at passivation; each writes the
+from the journal. Snapshots are written in the background when the session says
+(``snapshot.due``: every ``snapshot_interval`` events, further apart in a long session),
+after compaction and at passivation; each writes the
 transcript messages since the last one and the small rest of the state, never the whole
 transcript again (a failed one makes the next write them all).
 """

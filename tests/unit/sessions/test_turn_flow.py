@@ -4,6 +4,7 @@ stop, and the order messages queue in."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterator
 
@@ -22,10 +23,12 @@ from netclaw.sessions._core.effects import (
     Recall,
     Refuse,
     RunTools,
+    Snapshot,
     StartTimer,
     StopTimer,
     TimerKind,
 )
+from netclaw.sessions._core.journal import snapshot as snapshots
 from netclaw.sessions._core.journal.events import (
     ContextAttached,
     InputAdmitted,
@@ -280,3 +283,28 @@ def test_the_daemon_s_secrets_are_the_env_s_and_a_run_replays_exactly(d: Driver)
     [reply] = recorded.messages
     assert reply.content == f"it is [redacted: Daemon Secret], not {theirs}"
     assert reply.ts == d.now
+
+
+def test_a_long_session_snapshots_in_proportion_to_its_transcript() -> None:
+    """Snapshots every ``snapshot_interval`` events while the session is short; once its
+    transcript holds more than SPREAD times that, every len(transcript) / SPREAD events:
+    a snapshot costs more as the session grows, and is made less often."""
+    interval = 4
+    d = Driver(session={"snapshot_interval": interval})
+    taken: list[tuple[int, int]] = []  # (seq, transcript length) of each snapshot
+    for n in range(150):
+        d.send(f"message {n}")
+        effects = d.answer(f"answer {n}")
+        taken += [(e.state.seq, len(e.state.transcript)) for e in effects if isinstance(e, Snapshot)]
+    turn_events = 4  # a turn's most: input, start, step, end (the snapshot waits for its end)
+    for (before, _), (seq, rows) in itertools.pairwise(taken):
+        spacing = max(interval, rows // snapshots.SPREAD)
+        assert spacing <= seq - before < spacing + turn_events
+    assert taken[0][0] < interval + turn_events  # a short session's: as configured
+    (before, _), (seq, rows) = taken[-2:]
+    assert seq - before >= rows // snapshots.SPREAD > interval  # spaced by the transcript, not the interval
+    rows = len(d.state.transcript)  # 300 messages and the first turn's context note
+    assert (
+        rows > 300 and d.state.seq - seq < rows // snapshots.SPREAD + turn_events
+    )  # a recovery replays these
+    d.close()
