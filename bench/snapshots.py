@@ -10,9 +10,11 @@ it, in the same fold, the reference policy: a snapshot every 20 events at any le
 policy up to the fourth wave's cost round), and the first wave's writer (``to_json``: the
 whole state) on that policy's snapshots.
 
-Per turn, averaged over ``--window`` turns ending at turn 100, 1,000 and ``--turns``
-(10,000): the characters handed to the journal (event payloads, snapshot documents, new
-transcript rows; counted) and the actor-thread time of the snapshot encodes (timed). Also
+Per turn, averaged over the last half of the session up to turn 100, 1,000 and
+``--turns`` (10,000; at least ``--window`` turns: a long session's snapshots are hundreds
+of turns apart): the characters handed to the journal (event payloads, snapshot documents,
+new transcript rows; counted) and the actor-thread time of the snapshot encodes (timed).
+The whole writer's characters are counted over the last ``--window`` turns only. Also
 timed: one snapshot's encoding at the long end, both writers.
 
 Run from the repo root: ``python bench/snapshots.py [--turns 10000] [--window 100]``.
