@@ -356,7 +356,9 @@ def test_a_paced_edit_lands_on_its_first_retry(
         port = BotPort(await log_in(TOKEN, fake.api_url, 1, "TELEGRAM_BOT_TOKEN"), posted)
         to = Conversation(str(PRIVATE), None)
         message = await port.post(to, "0", key="first")
-        slept: list[float] = []  # the retry's waits, counted and slept for real (uvloop's clock)
+        # The retry's waits, counted, and slept for real: what is tested is that a wait on
+        # uvloop's clock does not end before the pace allows the next edit.
+        slept: list[float] = []
 
         async def sleep(seconds: float) -> None:
             slept.append(seconds)
