@@ -20,10 +20,12 @@ import asyncio
 import contextlib
 import logging
 import os
+import queue
 import threading
 import time
 from collections import deque
 from collections.abc import Sequence
+from typing import Any
 
 import pykka
 
@@ -81,6 +83,14 @@ class RandomHex:
 
 
 class SessionActor(pykka.ThreadingActor):
+    @staticmethod
+    def _create_actor_inbox() -> queue.SimpleQueue[Any]:
+        # pykka's own inbox is a queue.Queue: Python code around a lock and a condition, run
+        # on both sides of every message. A SimpleQueue hands a message over in C, and put,
+        # get and empty are all pykka asks of an inbox. At 100 sessions: 0.94x the CPU per
+        # turn (median of seven alternated pairs; a noisy host, the pairs spread 0.72-1.07x).
+        return queue.SimpleQueue()
+
     def __init__(
         self, session_id: str, deps: SessionDeps, resumed_at: float | None = None, *, held: bool = False
     ) -> None:
