@@ -341,36 +341,121 @@ async def test_a_node_older_than_the_database_still_starts_when_the_newer_migrat
         prepare_postgres(pg_dsn)
 
 
-def test_a_node_stopped_inside_its_write_is_ended_by_the_server(pg_dsn: str) -> None:
+class _Stopped(Exception):
+    """The node went no further (it was stopped)."""
+
+
+class _StopsAfter:
+    """A cursor that, after its ``n``-th statement, stops as a SIGSTOPped node would: it
+    goes no further and holds what its transaction holds, here until the server has ended
+    that transaction (``backend_gone``)."""
+
+    def __init__(self, cursor: Any, n: int, backend_gone: Callable[[], bool]) -> None:
+        self._cursor, self._left, self._gone = cursor, n, backend_gone
+
+    def __enter__(self) -> _StopsAfter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._cursor.close()
+
+    def execute(self, *args: Any, **kwargs: Any) -> Any:
+        return self._then(self._cursor.execute(*args, **kwargs))
+
+    def executemany(self, *args: Any, **kwargs: Any) -> Any:
+        return self._then(self._cursor.executemany(*args, **kwargs))
+
+    def _then(self, result: Any) -> Any:
+        self._left -= 1
+        if self._left == 0:
+            wait_until(self._gone, 15, "the server to end the stopped node's transaction")
+            raise _Stopped
+        return result
+
+
+def _stop_after(db: Any, n: int, watcher: Any) -> None:
+    """Make ``db``'s cursors stop after their ``n``-th statement (:class:`_StopsAfter`)."""
+    backend, make = db.info.backend_pid, db.cursor
+
+    def gone() -> bool:
+        return watcher.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (backend,)).fetchone() is None
+
+    db.cursor = lambda *args: _StopsAfter(make(*args), n, gone)
+
+
+def test_a_node_stopped_anywhere_inside_its_write_is_ended_by_the_server(pg_dsn: str) -> None:
     """A node stopped (SIGSTOP, a stalled VM) between its writes and their COMMIT holds its
     row locks: the server must end that transaction once it sat idle for a lease's time, or
-    the node taking the lease over waits on them for good. Here the writer's own batch
-    (executemany, which runs in pipeline mode) is left uncommitted, as a stopped node would."""
+    the node taking the lease over waits on them for good. The writer's own batch is
+    stopped after each of its statements in turn, as a stopped node would be. (psycopg's
+    executemany runs in pipeline mode, after which the server left the timeout unarmed.)"""
     import time
 
     import psycopg
 
     from netclaw.persistence._writer import Batch
-    from netclaw.persistence.postgres._journal import PostgresJournal, _PgWriter
+    from netclaw.persistence.postgres._journal import PostgresJournal, _PgWriter, batch_statements
 
     writer = _PgWriter(PostgresJournal(pg_dsn, node_id="stopped", lease_s=1.0))
-    link = writer.connect()
+    batch = Batch()
+    batch.events.append(("cli:stopped", 1, "Wrote", '{"n": 1}', time.time()))
+    batch.rows.append(("cli:stopped", "cli", None, 0, time.time(), 1, 1, 0))
+    batch.snapshots.append(("cli:stopped", 1, "{}", time.time()))
+    batch.messages.append(("cli:stopped", 0, "{}"))
+    statements = len(batch_statements(batch))
+    assert statements == 4
     watcher = psycopg.connect(pg_dsn, autocommit=True)
     try:
-        batch = Batch()
-        batch.events.append(("cli:stopped", 1, "Wrote", '{"n": 1}', time.time()))
-        batch.rows.append(("cli:stopped", "cli", None, 0, time.time(), 1, 1, 0))
-        db = link.get()
-        backend = db.info.backend_pid
-        ended = pytest.raises(psycopg.Error, match="idle-in-transaction timeout")  # by the server
-        with ended, writer.transaction(link):
-            writer.write_batch(link, batch)
-            gone = "SELECT 1 FROM pg_stat_activity WHERE pid = %s"
-            wait_until(
-                lambda: watcher.execute(gone, (backend,)).fetchone() is None, 15, "the server to end it"
-            )
-            db.execute("SELECT 1")
-        assert watcher.execute("SELECT count(*) FROM events").fetchone() == (0,)
+        for stop_after in range(1, statements + 1):
+            link = writer.connect()
+            try:
+                _stop_after(link.get(), stop_after, watcher)
+                with pytest.raises((_Stopped, psycopg.Error)), writer.transaction(link):
+                    writer.write_batch(link, batch)
+            finally:
+                link.close()
+            assert watcher.execute("SELECT count(*) FROM events").fetchone() == (0,), stop_after
     finally:
         watcher.close()
+
+
+def test_a_batch_lands_as_its_writes_would_one_by_one(pg_dsn: str) -> None:
+    """One statement cannot upsert a row twice: a batch that writes a session's row twice,
+    two snapshots of one session (the older last) and a transcript row twice lands as doing
+    them in order would have; and a batch too big for one statement's parameters lands
+    whole."""
+    import time
+
+    import psycopg
+
+    from netclaw.persistence._writer import Batch
+    from netclaw.persistence.postgres._journal import (
+        _MAX_PARAMS,
+        PostgresJournal,
+        _PgWriter,
+        batch_statements,
+    )
+
+    now = time.time()
+    batch = Batch()
+    many = _MAX_PARAMS // 5 + 10  # events take 5 parameters each: two statements
+    batch.events.extend(("cli:big", seq, "Wrote", "{}", now) for seq in range(1, many + 1))
+    batch.rows.append(("cli:big", "cli", "first", 1, now, 0, 1, 0))
+    batch.rows.append(("cli:big", "cli", "second", 2, now, 0, many, 0))
+    batch.snapshots.append(("cli:big", 9, '{"at": 9}', now))
+    batch.snapshots.append(("cli:big", 5, '{"at": 5}', now))  # older, after: the newer stays
+    batch.messages.extend([("cli:big", 0, '"a"'), ("cli:big", 1, '"b"'), ("cli:big", 0, '"c"')])
+    assert len(batch_statements(batch)) == 5
+    writer = _PgWriter(PostgresJournal(pg_dsn, node_id="n", lease_s=15.0))
+    link = writer.connect()
+    try:
+        with writer.transaction(link):
+            writer.write_batch(link, batch)
+    finally:
         link.close()
+    with psycopg.connect(pg_dsn, autocommit=True) as db:
+        assert db.execute("SELECT count(*), max(seq) FROM events").fetchone() == (many, many)
+        assert db.execute("SELECT title, turns, last_seq FROM sessions").fetchall() == [("second", 2, many)]
+        assert db.execute("SELECT seq, state FROM snapshots").fetchall() == [(9, '{"at": 9}')]
+        rows = db.execute("SELECT idx, message FROM snapshot_messages ORDER BY idx").fetchall()
+        assert rows == [(0, '"c"'), (1, '"b"')]

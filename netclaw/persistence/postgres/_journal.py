@@ -319,22 +319,63 @@ class _Link:
             self._conn = None
 
 
-_INSERT_EVENTS = "INSERT INTO events (persistence_id, seq, type, payload, ts) VALUES (%s,%s,%s,%s,%s)"
+# A batch's writes as multi-row statements: (the statement up to VALUES, what follows the
+# rows, the row's width). For why not executemany, see :func:`batch_statements`.
+_INSERT_EVENTS = ("INSERT INTO events (persistence_id, seq, type, payload, ts)", "", 5)
 _UPSERT_SESSIONS = (
-    "INSERT INTO sessions (id, channel, title, turns, last_activity, pending, last_seq, undelivered)"
-    " VALUES (%s,%s,%s,%s,%s,%s,%s,%s) ON CONFLICT (id) DO UPDATE SET channel=excluded.channel,"
+    "INSERT INTO sessions (id, channel, title, turns, last_activity, pending, last_seq, undelivered)",
+    " ON CONFLICT (id) DO UPDATE SET channel=excluded.channel,"
     " title=excluded.title, turns=excluded.turns, last_activity=excluded.last_activity,"
-    " pending=excluded.pending, last_seq=excluded.last_seq, undelivered=excluded.undelivered"
+    " pending=excluded.pending, last_seq=excluded.last_seq, undelivered=excluded.undelivered",
+    8,
 )
 _UPSERT_SNAPSHOTS = (
-    "INSERT INTO snapshots (persistence_id, seq, state, ts) VALUES (%s,%s,%s,%s)"
+    "INSERT INTO snapshots (persistence_id, seq, state, ts)",
     " ON CONFLICT (persistence_id) DO UPDATE SET seq=excluded.seq,"
-    " state=excluded.state, ts=excluded.ts WHERE excluded.seq >= snapshots.seq"
+    " state=excluded.state, ts=excluded.ts WHERE excluded.seq >= snapshots.seq",
+    4,
 )
 _UPSERT_SNAPSHOT_MESSAGES = (
-    "INSERT INTO snapshot_messages (persistence_id, idx, message) VALUES (%s,%s,%s)"
-    " ON CONFLICT (persistence_id, idx) DO UPDATE SET message = excluded.message"
+    "INSERT INTO snapshot_messages (persistence_id, idx, message)",
+    " ON CONFLICT (persistence_id, idx) DO UPDATE SET message = excluded.message",
+    3,
 )
+_MAX_PARAMS = 30_000  # per statement (the protocol's limit is 65,535)
+
+Row = tuple[Any, ...]
+
+
+def batch_statements(batch: Batch) -> list[tuple[str, list[Any]]]:
+    """The statements that write ``batch`` (in a transaction), each with its parameters.
+
+    Multi-row statements, not ``executemany``: psycopg runs an ``executemany`` in pipeline
+    mode, and after one the server does not arm its idle-in-transaction timeout (``_Link``)
+    until the next plain statement. A node stopped in that window (SIGSTOP, a stalled VM)
+    held its row locks, and the node taking its expired lease over waited on them for good.
+    After each of these the server waits with the timeout armed.
+
+    One statement may not upsert a row twice, so an upsert keeps what doing them one by one
+    would have left: a session's last row, a snapshot's newest seq, a transcript row's last
+    text."""
+    latest: dict[str, Row] = {}
+    for row in batch.snapshots:  # WHERE excluded.seq >= snapshots.seq: the newest stays
+        kept = latest.get(row[0])
+        if kept is None or row[1] >= kept[1]:
+            latest[row[0]] = row
+    statements: list[tuple[str, list[Any]]] = []
+    for (head, tail, width), rows in (
+        (_INSERT_EVENTS, batch.events),
+        (_UPSERT_SESSIONS, list({r[0]: r for r in batch.rows}.values())),
+        (_UPSERT_SNAPSHOTS, list(latest.values())),
+        (_UPSERT_SNAPSHOT_MESSAGES, list({(r[0], r[1]): r for r in batch.messages}.values())),
+    ):
+        one = "(" + ",".join(["%s"] * width) + ")"
+        per = _MAX_PARAMS // width
+        for at in range(0, len(rows), per):
+            chunk: Sequence[Row] = rows[at : at + per]
+            values = ",".join([one] * len(chunk))
+            statements.append((f"{head} VALUES {values}{tail}", [v for r in chunk for v in r]))
+    return statements
 
 
 class _PgWriter(WriterThread[_Link]):
@@ -398,19 +439,8 @@ class _PgWriter(WriterThread[_Link]):
 
     def write_batch(self, conn: _Link, batch: Batch) -> None:
         with conn.get().cursor() as cur:  # inside :meth:`transaction`
-            if batch.events:
-                cur.executemany(_INSERT_EVENTS, batch.events)
-            if batch.rows:
-                cur.executemany(_UPSERT_SESSIONS, batch.rows)
-            if batch.snapshots:
-                cur.executemany(_UPSERT_SNAPSHOTS, batch.snapshots)
-            if batch.messages:
-                cur.executemany(_UPSERT_SNAPSHOT_MESSAGES, batch.messages)
-            # executemany runs in pipeline mode, after which the server does not arm its
-            # idle-in-transaction timeout (_Link): a node stopped between its writes and the
-            # COMMIT would hold its row locks, and the node taking its lease over would wait
-            # on them for good. One plain statement arms it again.
-            cur.execute("SELECT 1")
+            for statement, params in batch_statements(batch):
+                cur.execute(statement, params)
 
     def erase(self, conn: _Link, erase: Erase) -> None:
         pid = erase.persistence_id
