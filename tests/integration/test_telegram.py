@@ -379,7 +379,12 @@ def test_a_paced_edit_lands_on_its_first_retry(
         return retries
 
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        assert runner.run(edits()) == [0] + [1] * 49  # a post does not count against the pace
+        retries = runner.run(edits())
+    assert retries[0] == 0  # a post does not count against the pace
+    assert max(retries) == 1, retries  # refused, the edit landed on its first retry
+    # An edit that came after the pace anyway (a loaded machine stalled the test between
+    # two) needed none; most came within it, and were refused once.
+    assert retries.count(1) >= 25, f"too few edits came within the pace to test its wait: {retries}"
     assert fake.bot_texts(PRIVATE) == ["50"]
 
 
